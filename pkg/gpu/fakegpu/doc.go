@@ -1,0 +1,35 @@
+// Package fakegpu is a GPU backend made of files, for CI and the demo on
+// hosts without a GPU.
+//
+// A fake host lives in one directory (processes find it through the
+// environment variable named by EnvDir):
+//
+//	DIR/gpus.json                              the devices, written once by Init
+//	DIR/claims/<gpu index>/<pid>-<start>.json  one claim of memory by one process
+//
+// A claim records the pid and the start time of the claiming process (field
+// 22 of /proc/PID/stat, in clock ticks since boot), its uid, the MiB it holds
+// and a free-form role. Stand-in servers call Claim when they "load a model".
+//
+// Invariants:
+//
+//   - A claim counts only while a process with its pid and the same start time
+//     exists and is not a zombie. Memory is therefore released when the
+//     process dies, with no cooperation from it, as a real driver releases it;
+//     a reused pid does not inherit the memory of the process it replaced.
+//   - Readers never delete or change files. Claims of dead processes stay on
+//     disk and are ignored; they are useful evidence when a test fails.
+//   - Every file is written to a temporary file in its own directory, renamed
+//     into place, and the directory is fsynced: a reader sees a whole claim or
+//     none.
+//   - A Backend holds no mutable state after Open; its methods are safe for
+//     concurrent use and read the claims afresh on every call.
+//
+// Caveats:
+//
+//   - Liveness is read from /proc, so the package works on Linux only, and
+//     only for processes in the reader's pid namespace.
+//   - A claim's uid is a recorded number, not checked against the process:
+//     ClaimFor lets a test make a process it started look like another user's.
+//   - One process has at most one claim per GPU; claiming again replaces it.
+package fakegpu

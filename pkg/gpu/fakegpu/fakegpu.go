@@ -1,0 +1,213 @@
+package fakegpu
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// EnvDir is the environment variable through which processes learn the
+// directory of the fake GPUs.
+const EnvDir = "WARDEN_FAKE_GPU_DIR"
+
+// DeviceName is the product name of every fake GPU.
+const DeviceName = "Fake H200"
+
+const (
+	devicesFile = "gpus.json"
+	claimsDir   = "claims"
+	schema      = 1
+)
+
+// ErrNoDevice is returned when a GPU index is outside the devices recorded
+// in gpus.json.
+var ErrNoDevice = errors.New("no such fake GPU")
+
+// Device describes one fake GPU.
+type Device struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	Name     string `json:"name"`
+	TotalMiB int    `json:"total_mib"`
+}
+
+// Process is one live process holding memory on a fake GPU.
+type Process struct {
+	PID int
+	// StartTime is the process's start time in clock ticks since boot, which
+	// together with PID identifies it.
+	StartTime uint64
+	// UID is the uid recorded in the claim.
+	UID     int
+	UsedMiB int
+}
+
+type devicesDoc struct {
+	Schema  int      `json:"schema"`
+	Devices []Device `json:"devices"`
+}
+
+// Init creates the fake host in dir: n GPUs of totalMiB each, and an empty
+// claims directory per GPU. gpus.json is written once: if it already exists,
+// Init returns an error that wraps fs.ErrExist and changes nothing.
+func Init(dir string, n, totalMiB int) error {
+	if n <= 0 || totalMiB <= 0 {
+		return fmt.Errorf("init fake GPUs in %s: need n > 0 and totalMiB > 0, got %d and %d", dir, n, totalMiB)
+	}
+	path := filepath.Join(dir, devicesFile)
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("init fake GPUs %s: %w", path, fs.ErrExist)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("init fake GPUs %s: %w", path, err)
+	}
+	doc := devicesDoc{Schema: schema, Devices: make([]Device, n)}
+	for i := range doc.Devices {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("init fake GPUs in %s: uuid: %w", dir, err)
+		}
+		doc.Devices[i] = Device{
+			Index:    i,
+			UUID:     fmt.Sprintf("GPU-fake-%d-%s", i, hex.EncodeToString(b[:])),
+			Name:     DeviceName,
+			TotalMiB: totalMiB,
+		}
+		if err := mkdirSynced(filepath.Join(dir, claimsDir, strconv.Itoa(i))); err != nil {
+			return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
+		}
+	}
+	data, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
+	}
+	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+		return fmt.Errorf("init fake GPUs: %w", err)
+	}
+	return nil
+}
+
+// Backend reads a fake host. It is immutable after Open.
+type Backend struct {
+	dir     string
+	devices []Device
+}
+
+// Open reads the devices of the fake host in dir.
+func Open(dir string) (*Backend, error) {
+	devices, err := readDevices(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open fake GPUs: %w", err)
+	}
+	return &Backend{dir: dir, devices: devices}, nil
+}
+
+// Dir returns the directory of the fake host.
+func (b *Backend) Dir() string { return b.dir }
+
+// Count returns the number of GPUs.
+func (b *Backend) Count() int { return len(b.devices) }
+
+// Device returns GPU i, or ErrNoDevice.
+func (b *Backend) Device(i int) (Device, error) {
+	if i < 0 || i >= len(b.devices) {
+		return Device{}, fmt.Errorf("fake GPU %d of %d: %w", i, len(b.devices), ErrNoDevice)
+	}
+	return b.devices[i], nil
+}
+
+// MemoryUsedMiB returns the memory held on GPU i by live processes.
+func (b *Backend) MemoryUsedMiB(i int) (int, error) {
+	procs, err := b.Processes(i)
+	if err != nil {
+		return 0, err
+	}
+	used := 0
+	for _, p := range procs {
+		used += p.UsedMiB
+	}
+	return used, nil
+}
+
+// Processes returns the live processes holding memory on GPU i, by pid.
+// Claims of processes that are gone, zombies, or replaced by another process
+// with the same pid are left out (and left on disk).
+func (b *Backend) Processes(i int) ([]Process, error) {
+	if _, err := b.Device(i); err != nil {
+		return nil, err
+	}
+	claims, err := readClaims(filepath.Join(b.dir, claimsDir, strconv.Itoa(i)))
+	if err != nil {
+		return nil, fmt.Errorf("processes on fake GPU %d: %w", i, err)
+	}
+	var procs []Process
+	for _, c := range claims {
+		if !alive(c.PID, c.StartTime) {
+			continue
+		}
+		procs = append(procs, Process{PID: c.PID, StartTime: c.StartTime, UID: c.UID, UsedMiB: c.MiB})
+	}
+	sort.Slice(procs, func(a, b int) bool { return procs[a].PID < procs[b].PID })
+	return procs, nil
+}
+
+func readDevices(dir string) ([]Device, error) {
+	path := filepath.Join(dir, devicesFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var doc devicesDoc
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	if doc.Schema != schema {
+		return nil, fmt.Errorf("decode %s: schema %d, want %d", path, doc.Schema, schema)
+	}
+	for i, d := range doc.Devices {
+		if d.Index != i {
+			return nil, fmt.Errorf("decode %s: device at position %d has index %d", path, i, d.Index)
+		}
+	}
+	return doc.Devices, nil
+}
+
+// readClaims decodes every claim file in dir. A missing directory holds no
+// claims. Temporary files of an unfinished write are skipped.
+func readClaims(dir string) ([]claimRecord, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read claims %s: %w", dir, err)
+	}
+	var claims []claimRecord
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") || !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // replaced between ReadDir and ReadFile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read claim %s: %w", path, err)
+		}
+		var c claimRecord
+		if err := json.Unmarshal(data, &c); err != nil {
+			return nil, fmt.Errorf("decode claim %s: %w", path, err)
+		}
+		claims = append(claims, c)
+	}
+	return claims, nil
+}
