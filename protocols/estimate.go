@@ -1,0 +1,142 @@
+package protocols
+
+// estimate places every run that is not conditional on a timeline, as the
+// controller would under the plan's regime, and sums the totals. Phases
+// are barriers; within a phase, units (a cell's loads, run back to back)
+// are started in order on the earliest free slots with enough GPUs.
+func (b *builder) estimate(plan *Plan) {
+	slotByName := map[string]SlotInfo{}
+	for _, s := range plan.Slots {
+		slotByName[s.Name] = s
+	}
+	regimeSlots := map[string][]string{}
+	for _, r := range plan.Regimes {
+		regimeSlots[r.Name] = r.Slots
+	}
+	free := map[string]float64{} // slot -> time it is free
+	now := 0.0
+	runs := plan.Runs
+
+	place := func(r *Run, slots []string, start float64) float64 {
+		r.PlannedSlots = slots
+		r.PlannedGPUs = nil
+		for _, s := range slots {
+			r.PlannedGPUs = append(r.PlannedGPUs, slotByName[s].GPUs...)
+		}
+		r.StartS = start
+		return start + r.ExpectedS
+	}
+
+	for pi := 0; pi < len(plan.Phases); {
+		name := plan.Phases[pi].Name
+		ph := &b.p.Phases[pi]
+		pi++
+		var idx []int
+		for i := range runs {
+			if runs[i].Phase == name && runs[i].Condition == "" {
+				idx = append(idx, i)
+			}
+		}
+		end := now
+		if ph.Kind == "colocation" {
+			// fixed placement, one regime's block after another: backgrounds
+			// start with the block, the target's loads run back to back
+			for k := 0; k < len(idx); {
+				regime := runs[idx[k]].Regime
+				blockEnd, t := now, now
+				for ; k < len(idx) && runs[idx[k]].Regime == regime; k++ {
+					r := &runs[idx[k]]
+					if r.Kind == "background" {
+						blockEnd = max(blockEnd, place(r, []string{r.Slot}, now))
+						continue
+					}
+					t = place(r, []string{r.Slot}, t)
+					blockEnd = max(blockEnd, t)
+				}
+				now = blockEnd
+			}
+			end = now
+		} else {
+			regime := ph.Regime
+			if regime == "" {
+				regime = plan.Regime
+			}
+			slots := regimeSlots[regime]
+			for _, s := range slots {
+				free[s] = now
+			}
+			last := now
+			for k := 0; k < len(idx); {
+				unit := runs[idx[k]].Unit
+				j := k
+				gpus := 0
+				for j < len(idx) && runs[idx[j]].Unit == unit {
+					gpus = max(gpus, runs[idx[j]].GPUs)
+					j++
+				}
+				best, bestAt := -1, 0.0
+				var bestSlots []string
+				for i := range slots {
+					var take []string
+					have, at := 0, 0.0
+					for s := i; s < len(slots) && have < gpus; s++ {
+						take = append(take, slots[s])
+						have += len(slotByName[slots[s]].GPUs)
+						at = max(at, free[slots[s]])
+					}
+					if have < gpus {
+						break
+					}
+					if best < 0 || at < bestAt {
+						best, bestAt, bestSlots = i, at, take
+					}
+				}
+				if best < 0 {
+					b.c.add(Pos{}, "regimes."+regime, "run %s needs %d GPUs; regime %s's slots have fewer", runs[idx[k]].ID, gpus, regime)
+					return
+				}
+				t := max(bestAt, last)
+				last = t
+				for ; k < j; k++ {
+					t = place(&runs[idx[k]], bestSlots, t)
+				}
+				for _, s := range bestSlots {
+					free[s] = t
+				}
+				end = max(end, t)
+			}
+			now = end
+		}
+	}
+
+	tot := Totals{ByKind: map[string]int{}, ByPhase: map[string]int{}}
+	cells := map[string]bool{}
+	for _, r := range runs {
+		tot.Runs++
+		tot.ByKind[r.Kind]++
+		tot.ByPhase[r.Phase]++
+		gh := r.ExpectedS * float64(r.GPUs) / 3600
+		if r.Condition != "" {
+			tot.Conditional++
+			tot.ConditionalGPUHours += gh
+			continue
+		}
+		tot.GPUHoursEstimate += gh
+		if r.Measured {
+			tot.Measured++
+		}
+		if r.PhaseKind == "primary" {
+			cells[r.Cell] = true
+		}
+	}
+	tot.PrimaryCells = len(cells)
+	tot.ExpectedWallS = now
+	bu := b.p.Budget
+	tot.BudgetCapGPUHours = bu.CapGPUHours
+	tot.BudgetConsumedGPUHours = bu.ConsumedGPUHours
+	tot.BudgetRemainingGPUHours = bu.CapGPUHours - bu.ConsumedGPUHours
+	tot.RemainingAfterEstimate = tot.BudgetRemainingGPUHours - tot.GPUHoursEstimate
+	tot.RemainingAfterWorstCase = tot.RemainingAfterEstimate - tot.ConditionalGPUHours
+	tot.Unit = bu.Unit
+	plan.Totals = tot
+}

@@ -1,0 +1,864 @@
+package protocols
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// cell is one point of a matrix: a value per axis, in axes order.
+type cell struct {
+	axes   []string // axis names, in the protocol's axes order
+	values []*AxisValue
+	repeat int
+	pos    Pos
+}
+
+func (c cell) id() string {
+	ids := make([]string, len(c.values))
+	for i, v := range c.values {
+		ids[i] = v.ID
+	}
+	return strings.Join(ids, ".")
+}
+
+func (c cell) display() string {
+	ids := make([]string, len(c.values))
+	for i, v := range c.values {
+		ids[i] = v.ID
+	}
+	return strings.Join(ids, "/")
+}
+
+func (b *builder) expand() *Plan {
+	p := b.p
+	plan := &Plan{
+		Schema: PlanSchema,
+		Protocol: ProtocolInfo{
+			Name: p.Name, Title: p.Title, Frozen: p.Frozen, Format: p.Warden,
+			Workdir: p.Workdir, Unit: p.Budget.Unit,
+		},
+		Classes:  p.Classes,
+		Retries:  p.Retries.Infrastructure,
+		Privacy:  p.Privacy.ForbiddenFields,
+		CleanupS: p.Cleanup.TimeoutS,
+		Stop:     StopInfo{QuarantinedFractionGT: p.Stop.QuarantinedFractionGT, FailedFractionGT: p.Stop.FailedFractionGT},
+	}
+	if plan.Protocol.Workdir == "" {
+		plan.Protocol.Workdir = "."
+	}
+	for _, s := range p.Slots {
+		info := SlotInfo{Name: s.Name, GPUs: s.GPUs, CPUs: s.CPUs, NUMA: s.NUMA, Port: s.Port}
+		if si := b.slots[s.Name]; si != nil && si.cpus != nil {
+			info.CPUs = FormatCPUList(si.cpus)
+		}
+		plan.Slots = append(plan.Slots, info)
+	}
+	for _, pf := range p.Provenance {
+		plan.Provenance = append(plan.Provenance, ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private})
+	}
+	base := b.baseVars()
+	for i, cmd := range p.Ledger {
+		plan.Ledger = append(plan.Ledger, b.command(cmd, fmt.Sprintf("ledger[%d]", i), base, nil))
+	}
+
+	for i := range p.Phases {
+		ph := &p.Phases[i]
+		before := len(b.runs)
+		cells := 0
+		if ph.Kind == "colocation" && ph.Colocation != nil {
+			cells = b.expandColocation(ph, i)
+		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
+			cells = b.expandMatrixPhase(ph, i)
+		}
+		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
+	}
+	b.resolveNeeds()
+	b.prepareSteps(plan)
+
+	for i := range b.runs {
+		b.runs[i].Index = i
+	}
+	plan.Runs = b.runs
+	plan.Gates = b.gates
+	b.regimeInfo(plan)
+	if len(b.c.list) == 0 {
+		b.estimate(plan)
+	}
+	return plan
+}
+
+func (b *builder) baseVars() map[string]string {
+	vars := map[string]string{}
+	for k, v := range b.p.Vars {
+		vars[k] = v
+	}
+	return vars
+}
+
+// matrixCells expands a matrix into its cells, in declaration order.
+func (b *builder) matrixCells(m *Matrix, f string) []cell {
+	c := b.c
+	var names []string // axes of the matrix, in protocol order
+	for _, a := range b.p.Axes {
+		if _, ok := m.Axes[a.Name]; ok {
+			names = append(names, a.Name)
+		}
+	}
+	for _, name := range sortedKeys(m.Axes) {
+		if b.axes[name] == nil {
+			c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(sortedKeys(b.axes), ", "))
+		}
+	}
+	lookup := func(axis string, sel Selection, field string) []*AxisValue {
+		var out []*AxisValue
+		if len(sel.Values) == 0 {
+			c.add(sel.Pos, field, "no values selected for axis %q", axis)
+		}
+		for _, id := range sel.Values {
+			v := b.values[axis][id]
+			if v == nil {
+				if b.axes[axis] != nil {
+					c.add(sel.Pos, field, "axis %q has no value %q", axis, id)
+				}
+				continue
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	product := func(sel map[string]Selection, field string) []cell {
+		cells := []cell{{}}
+		for _, name := range names {
+			s, ok := sel[name]
+			if !ok {
+				c.add(m.Pos, field, "must give a value for every axis of the matrix; %q is missing", name)
+				return nil
+			}
+			vals := lookup(name, s, field+"."+name)
+			var next []cell
+			for _, cl := range cells {
+				for _, v := range vals {
+					n := cell{axes: append(append([]string(nil), cl.axes...), name), values: append(append([]*AxisValue(nil), cl.values...), v), pos: s.Pos}
+					next = append(next, n)
+				}
+			}
+			cells = next
+		}
+		return cells
+	}
+	cells := product(m.Axes, f)
+	seen := map[string]bool{}
+	var out []cell
+	add := func(cl cell) {
+		if !seen[cl.id()] {
+			seen[cl.id()] = true
+			out = append(out, cl)
+		}
+	}
+	for _, cl := range cells {
+		add(cl)
+	}
+	for i, inc := range m.Include {
+		for name := range inc {
+			if _, ok := m.Axes[name]; !ok {
+				c.add(inc[name].Pos, fmt.Sprintf("%s.include[%d].%s", f, i, name), "axis %q is not in this matrix (its axes: %s)", name, strings.Join(names, ", "))
+			}
+		}
+		for _, cl := range product(inc, fmt.Sprintf("%s.include[%d]", f, i)) {
+			add(cl)
+		}
+	}
+	for i, ex := range m.Exclude {
+		field := fmt.Sprintf("%s.exclude[%d]", f, i)
+		want := map[string]map[string]bool{}
+		for name, sel := range ex {
+			if _, ok := m.Axes[name]; !ok {
+				c.add(sel.Pos, field+"."+name, "axis %q is not in this matrix (its axes: %s)", name, strings.Join(names, ", "))
+				continue
+			}
+			want[name] = map[string]bool{}
+			for _, v := range lookup(name, sel, field+"."+name) {
+				want[name][v.ID] = true
+			}
+		}
+		kept := out[:0]
+		for _, cl := range out {
+			match := len(want) > 0
+			for j, name := range cl.axes {
+				if w, ok := want[name]; ok && !w[cl.values[j].ID] {
+					match = false
+				}
+			}
+			if !match {
+				kept = append(kept, cl)
+			}
+		}
+		out = kept
+	}
+	if len(out) == 0 && len(names) > 0 {
+		c.add(m.Pos, f, "the matrix selects no cells")
+	}
+	return out
+}
+
+// order sorts a phase's cells (with repeats) by the phase's order rule.
+func (b *builder) order(ph *Phase, cells []cell, f string) []cell {
+	var units []cell
+	for r := 1; r <= ph.Repeats; r++ {
+		for _, cl := range cells {
+			cl.repeat = r
+			units = append(units, cl)
+		}
+	}
+	o := ph.Order
+	shuffleKey := func(cl cell) string {
+		return sha256Hex(fmt.Sprintf("%d:%s:%d", o.Seed, cl.id(), cl.repeat))
+	}
+	sortBy := func(us []cell, key func(cell) string) []cell {
+		keys := make([]string, len(us))
+		for i, u := range us {
+			keys[i] = key(u)
+		}
+		idx := make([]int, len(us))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(i, j int) bool { return keys[idx[i]] < keys[idx[j]] })
+		out := make([]cell, len(us))
+		for i, k := range idx {
+			out[i] = us[k]
+		}
+		return out
+	}
+	switch o.By {
+	case "sha256":
+		return sortBy(units, func(cl cell) string {
+			vars := b.cellVars(ph, cl)
+			key, errs := expand(o.Key, func(n string) (string, bool) { v, ok := vars[n]; return v, ok }, nil, false)
+			for _, e := range errs {
+				b.c.add(o.Meta.At("key"), f+".order.key", "%s", e.msg)
+			}
+			return sha256Hex(key)
+		})
+	case "shuffle":
+		return sortBy(units, shuffleKey)
+	case "alternate":
+		groups := map[string][]cell{}
+		var keys []string
+		for _, u := range units {
+			k := ""
+			for i, a := range u.axes {
+				if a == o.Axis {
+					k = u.values[i].ID
+				}
+			}
+			if _, ok := groups[k]; !ok {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], u)
+		}
+		for _, k := range keys {
+			groups[k] = sortBy(groups[k], shuffleKey)
+		}
+		var out []cell
+		for i := 0; len(out) < len(units); i++ {
+			for _, k := range keys {
+				if i < len(groups[k]) {
+					out = append(out, groups[k][i])
+				}
+			}
+		}
+		return out
+	}
+	return units
+}
+
+// cellVars are the plan-time variables of a cell.
+func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
+	vars := b.baseVars()
+	for i, name := range cl.axes {
+		v := cl.values[i]
+		vars[strings.ToUpper(name)] = v.ID
+		for _, k := range sortedKeys(v.Vars) {
+			val, errs := expand(v.Vars[k], func(n string) (string, bool) { x, ok := b.p.Vars[n]; return x, ok }, nil, true)
+			for _, e := range errs {
+				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "%s (axis vars may use the protocol's vars)", e.msg)
+			}
+			if old, dup := vars[k]; dup && old != val {
+				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "variable %s is also set by the protocol or another axis value of cell %s", k, cl.display())
+			}
+			vars[k] = val
+		}
+	}
+	vars["CELL"] = cl.display()
+	vars["CELL_ID"] = cl.id()
+	vars["PHASE"] = ph.Name
+	vars["REPEAT"] = strconv.Itoa(max(cl.repeat, 1))
+	return vars
+}
+
+func (b *builder) expandMatrixPhase(ph *Phase, pi int) int {
+	f := fmt.Sprintf("phases[%d]", pi)
+	cells := b.matrixCells(ph.Matrix, f+".matrix")
+	for _, cl := range b.order(ph, cells, f) {
+		b.units++
+		for _, l := range ph.Loads {
+			load := b.loads[l]
+			if load == nil {
+				continue
+			}
+			r := b.makeRun(ph, pi, cl, load, "")
+			r.Unit = b.units
+			b.addRun(r, ph.Meta.At("loads"))
+		}
+	}
+	return len(cells)
+}
+
+// runID expands the phase's id template for a cell and load.
+func (b *builder) runID(ph *Phase, pi int, cl cell, load string) string {
+	tmpl := ph.ID
+	pos := ph.Meta.At("id")
+	if tmpl == "" {
+		tmpl = "${CELL_ID}.${LOAD}"
+		if ph.Repeats > 1 {
+			tmpl += ".r${REPEAT}"
+		}
+	}
+	vars := b.cellVars(ph, cl)
+	vars["LOAD"] = load
+	id, errs := expand(tmpl, func(n string) (string, bool) { v, ok := vars[n]; return v, ok }, nil, false)
+	for _, e := range errs {
+		b.c.add(pos, fmt.Sprintf("phases[%d].id", pi), "%s (a run id may use the cell's variables, LOAD and REPEAT)", e.msg)
+	}
+	checkID(b.c, pos, fmt.Sprintf("phases[%d].id", pi), "run id", id)
+	return id
+}
+
+// makeRun builds one run of a cell at a load. idOverride replaces the
+// phase's id template (co-location runs).
+func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride string) Run {
+	c := b.c
+	id := idOverride
+	if id == "" {
+		id = b.runID(ph, pi, cl, load.Name)
+	}
+	vars := b.cellVars(ph, cl)
+	vars["LOAD"] = load.Name
+	vars["RUN_ID"] = id
+	axes := map[string]string{}
+	for i, name := range cl.axes {
+		axes[name] = cl.values[i].ID
+	}
+	r := Run{
+		ID: id, Phase: ph.Name, PhaseKind: ph.Kind, Cell: cl.display(), Axes: axes,
+		Load: load.Name, Repeat: max(cl.repeat, 1), GPUs: 1, ExpectedS: load.ExpectedS,
+		ClientStart: load.ClientStart, NeedVars: map[string]string{},
+	}
+	switch ph.Kind {
+	case "primary", "steady-state":
+		r.Kind = load.Kind
+	default:
+		r.Kind = ph.Kind
+	}
+	if load.Kind == "background" {
+		r.Kind = "background"
+	}
+	r.Measured = loadKinds[load.Kind]
+	if load.Measured != nil {
+		r.Measured = *load.Measured
+	}
+	if ph.Kind == "burn-in" || ph.Kind == "colocation" || r.Kind == "background" {
+		// the co-location check is reported apart from the matrix (A-P3-1)
+		r.Measured = false
+	}
+
+	// class, GPUs and server from the axis values, the load and the protocol
+	class, server := load.Class, load.Server
+	classFrom := ""
+	var serverArgs []string
+	var expects []ExpectSpec
+	for i, v := range cl.values {
+		if v.Class != "" && load.Class == "" {
+			if class != "" && class != v.Class {
+				c.add(v.Meta.At("class"), "axes."+cl.axes[i]+"."+v.ID+".class", "cell %s gets class %q from %s and %q from %s", cl.display(), classFrom, classFrom, v.Class, v.ID)
+			}
+			class, classFrom = v.Class, v.ID
+		}
+		if v.GPUs > r.GPUs {
+			r.GPUs = v.GPUs
+		}
+		if v.Server != "" {
+			server = v.Server
+		}
+		serverArgs = append(serverArgs, v.ServerArgs...)
+		for _, e := range v.Expect {
+			expects = append(expects, ExpectSpec{Name: e.Name, Pattern: e.Pattern})
+		}
+	}
+	if class == "" && len(b.p.Classes) == 1 {
+		class = b.p.Classes[0].Name
+	}
+	if cls := b.classes[class]; cls != nil {
+		r.Class, r.DrainS, r.WatchdogS = class, cls.DrainAllowanceS, cls.WatchdogS
+	} else if class == "" {
+		c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", id, load.Name)
+	}
+	if server == "" && len(b.p.Servers) > 0 {
+		server = b.p.Servers[0].Name
+	}
+	needAs := map[string]bool{}
+	for _, n := range load.Needs {
+		needAs["NEED_"+n.As+"_DIR"] = true
+	}
+	if s := b.servers[server]; s != nil {
+		cmd := s.Command
+		for _, a := range serverArgs {
+			cmd.Argv = append(cmd.Argv, a)
+			cmd.ArgPos = append(cmd.ArgPos, cmd.Pos)
+		}
+		r.Server = ServerSpec{
+			Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
+			Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
+			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS,
+		}
+		if s.Health != nil {
+			r.Server.HealthPath, r.Server.HealthStatus = s.Health.Path, s.Health.Status
+		}
+		for _, e := range s.Expect {
+			r.Server.Expect = append(r.Server.Expect, ExpectSpec{Name: e.Name, Pattern: e.Pattern})
+		}
+		r.Server.Expect = append(r.Server.Expect, expects...)
+	}
+	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
+	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
+	for _, v := range b.p.Validators {
+		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
+			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs)})
+		}
+	}
+
+	// needs: a load of the same cell (same phase, same repeat) or a run id
+	for _, n := range load.Needs {
+		var target string
+		switch {
+		case n.Load != "" && idOverride != "":
+			target = "" // resolved by the co-location expansion
+		case n.Load != "":
+			if !contains(ph.Loads, n.Load) {
+				c.add(n.Pos, "loads."+load.Name+".needs", "load %q needs load %q of the same cell, but phase %q does not run %q", load.Name, n.Load, ph.Name, n.Load)
+				continue
+			}
+			target = b.runID(ph, pi, cl, n.Load)
+		default:
+			t, errs := expand(n.Run, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, nil, false)
+			for _, e := range errs {
+				c.add(n.Pos, "loads."+load.Name+".needs", "%s", e.msg)
+			}
+			target = t
+		}
+		if target != "" {
+			r.Needs = append(r.Needs, target)
+			r.NeedVars["NEED_"+n.As+"_DIR"] = target
+			b.needPos[id] = append(b.needPos[id], n.Pos)
+		}
+	}
+	return r
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// command expands plan-time variables in a command and checks that every
+// variable left is a launch-time one this run will have.
+func (b *builder) command(cmd Command, field string, vars map[string]string, needAs map[string]bool) CommandSpec {
+	keep := func(n string) bool {
+		if strings.HasPrefix(n, "NEED_") && strings.HasSuffix(n, "_DIR") {
+			return needAs[n]
+		}
+		return contains(LaunchVars, n)
+	}
+	lookup := func(n string) (string, bool) { v, ok := vars[n]; return v, ok }
+	one := func(s string, pos Pos, f string, shell bool) string {
+		out, errs := expand(s, lookup, keep, true)
+		for _, e := range errs {
+			if shell && strings.Contains(e.msg, "is not expanded") {
+				continue // a bare $NAME is the shell's to expand
+			}
+			msg := e.msg
+			if strings.HasPrefix(msg, "unknown variable ${NEED_") {
+				msg += " (this load does not need a run exported under that name)"
+			}
+			b.c.add(pos, f, "%s", msg)
+		}
+		return out
+	}
+	var spec CommandSpec
+	if cmd.Shell != "" {
+		spec.Shell = one(cmd.Shell, firstPos(cmd.ArgPos, cmd.Pos), field, true)
+		return spec
+	}
+	for i, a := range cmd.Argv {
+		spec.Argv = append(spec.Argv, one(a, firstPos(cmd.ArgPos[i:], cmd.Pos), fmt.Sprintf("%s[%d]", field, i), false))
+	}
+	return spec
+}
+
+func firstPos(ps []Pos, def Pos) Pos {
+	if len(ps) > 0 {
+		return ps[0]
+	}
+	return def
+}
+
+func (b *builder) env(env map[string]string, pos Pos, field string, vars map[string]string, needAs map[string]bool) map[string]string {
+	if len(env) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for _, k := range sortedKeys(env) {
+		spec := b.command(Command{Argv: []string{env[k]}, ArgPos: []Pos{pos}}, field+"."+k, vars, needAs)
+		out[k] = spec.Argv[0]
+	}
+	return out
+}
+
+func (b *builder) addRun(r Run, pos Pos) {
+	if r.ID == "" {
+		return
+	}
+	if old, dup := b.runPos[r.ID]; dup {
+		b.c.add(pos, "", "two runs have the id %q (the first is defined at line %d); give the phase an id: template that tells them apart", r.ID, old.Line)
+		return
+	}
+	b.runPos[r.ID] = pos
+	b.runs = append(b.runs, r)
+}
+
+// cellFromRef resolves {axis: value, ...} to a cell.
+func (b *builder) cellFromRef(ref map[string]string, pos Pos, field string) (cell, bool) {
+	var cl cell
+	ok := true
+	for _, name := range sortedKeys(ref) {
+		if b.axes[name] == nil {
+			b.c.add(pos, field+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(sortedKeys(b.axes), ", "))
+			ok = false
+		} else if b.values[name][ref[name]] == nil {
+			b.c.add(pos, field+"."+name, "axis %q has no value %q", name, ref[name])
+			ok = false
+		}
+	}
+	for _, a := range b.p.Axes {
+		if id, has := ref[a.Name]; has && b.values[a.Name][id] != nil {
+			cl.axes = append(cl.axes, a.Name)
+			cl.values = append(cl.values, b.values[a.Name][id])
+		}
+	}
+	cl.repeat, cl.pos = 1, pos
+	return cl, ok && len(cl.values) > 0
+}
+
+// expandColocation lays out a co-location check: the target's loads solo,
+// then for each gated regime in turn the same loads beside background
+// loads, each later regime only if the one before failed its gate.
+func (b *builder) expandColocation(ph *Phase, pi int) int {
+	co := ph.Colocation
+	f := fmt.Sprintf("phases[%d].colocation", pi)
+	c := b.c
+	target, ok := b.cellFromRef(co.Target, co.Meta.At("target"), f+".target")
+	if b.slots[co.Slot] == nil && co.Slot != "" {
+		c.add(co.Meta.At("slot"), f+".slot", "unknown slot %q", co.Slot)
+		ok = false
+	}
+	var loads []*Load
+	for j, l := range co.Loads {
+		if b.loads[l] == nil {
+			c.add(co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q", l)
+			ok = false
+			continue
+		}
+		loads = append(loads, b.loads[l])
+	}
+	bgLoad := b.loads[co.BackgroundLoad]
+	if bgLoad == nil && co.BackgroundLoad != "" {
+		c.add(co.Meta.At("background_load"), f+".background_load", "unknown load %q", co.BackgroundLoad)
+		ok = false
+	}
+	compare := co.Gate.Compare
+	if compare == "" && len(co.Loads) > 0 {
+		compare = co.Loads[len(co.Loads)-1]
+	} else if compare != "" && !contains(co.Loads, compare) {
+		c.add(co.Gate.Meta.At("compare"), f+".gate.compare", "load %q is not one of the target's loads", compare)
+	}
+	if co.Gate.ThroughputTolerance <= 0 || co.Gate.ThroughputTolerance >= 1 {
+		if _, given := co.Gate.Meta.Fields["throughput_tolerance"]; given {
+			c.add(co.Gate.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", co.Gate.ThroughputTolerance)
+		}
+	}
+	if co.Gate.Validator != nil && co.Gate.FigureTolerance <= 0 {
+		c.add(co.Gate.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
+	}
+	if !ok || bgLoad == nil {
+		return 0
+	}
+
+	// group runs: same-cell needs resolve to the run of that load in the group
+	group := func(prefix, regime, slot, cond string, bgs []string) []string {
+		b.units++
+		var ids []string
+		byLoad := map[string]string{}
+		for _, l := range loads {
+			id := fmt.Sprintf("coloc.%s.%s.%s", prefix, target.id(), l.Name)
+			r := b.makeRun(ph, pi, target, l, id)
+			r.Slot, r.Regime, r.Condition, r.Unit, r.Backgrounds = slot, regime, cond, b.units, bgs
+			for _, n := range l.Needs {
+				if n.Load == "" {
+					continue
+				}
+				dep, has := byLoad[n.Load]
+				if !has {
+					c.add(n.Pos, "loads."+l.Name+".needs", "load %q needs load %q, which the co-location check does not run before it", l.Name, n.Load)
+					continue
+				}
+				r.Needs = append(r.Needs, dep)
+				r.NeedVars["NEED_"+n.As+"_DIR"] = dep
+			}
+			byLoad[l.Name] = id
+			b.addRun(r, co.Meta.At("loads"))
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	solo := group("solo", "solo", co.Slot, "", nil)
+	soloCompare := fmt.Sprintf("coloc.solo.%s.%s", target.id(), compare)
+	cond := ""
+	cells := 1
+	for i, chk := range co.Checks {
+		cf := fmt.Sprintf("%s.checks[%d]", f, i)
+		reg := b.regimes[chk.Regime]
+		if reg == nil {
+			c.add(chk.Meta.At("regime"), cf+".regime", "unknown regime %q (regimes: %s)", chk.Regime, strings.Join(b.regimeNames(), ", "))
+			continue
+		}
+		if !reg.Gated {
+			c.add(chk.Meta.At("regime"), cf+".regime", "regime %q is not gated; mark it gated: true or drop this check", chk.Regime)
+		}
+		if len(chk.Backgrounds)+1 > reg.Concurrency {
+			c.add(chk.Meta.At("backgrounds"), cf+".backgrounds", "%d backgrounds and the target exceed regime %q's concurrency of %d", len(chk.Backgrounds), chk.Regime, reg.Concurrency)
+		}
+		used := map[string]bool{co.Slot: true}
+		var bgIDs []string
+		var bgRuns []Run
+		for j, bg := range chk.Backgrounds {
+			bf := fmt.Sprintf("%s.backgrounds[%d]", cf, j)
+			bc, ok := b.cellFromRef(bg.Cell, bg.Meta.At("cell"), bf+".cell")
+			if b.slots[bg.Slot] == nil {
+				c.add(bg.Meta.At("slot"), bf+".slot", "unknown slot %q", bg.Slot)
+				continue
+			}
+			if used[bg.Slot] {
+				c.add(bg.Meta.At("slot"), bf+".slot", "slot %q is already used by this check", bg.Slot)
+				continue
+			}
+			used[bg.Slot] = true
+			if !ok {
+				continue
+			}
+			id := fmt.Sprintf("coloc.%s.bg.%s", chk.Regime, bc.id())
+			r := b.makeRun(ph, pi, bc, bgLoad, id)
+			r.Slot, r.Regime, r.Condition = bg.Slot, chk.Regime, cond
+			bgIDs = append(bgIDs, id)
+			bgRuns = append(bgRuns, r)
+		}
+		b.units++
+		unit := b.units
+		targets := group(chk.Regime, chk.Regime, co.Slot, cond, bgIDs)
+		var span float64
+		for _, t := range targets {
+			if r, ok := b.find(t); ok {
+				span += r.ExpectedS
+			}
+		}
+		// backgrounds are launched before the target and stopped after it
+		at := len(b.runs) - len(targets)
+		for k := range bgRuns {
+			bgRuns[k].Until = targets
+			bgRuns[k].ExpectedS += span
+			bgRuns[k].Unit = unit
+		}
+		rest := append([]Run(nil), b.runs[at:]...)
+		b.runs = b.runs[:at]
+		for _, r := range bgRuns {
+			b.addRun(r, chk.Meta.At("backgrounds"))
+		}
+		b.runs = append(b.runs, rest...)
+		gate := GateInfo{
+			Name: "colocation/" + chk.Regime, Kind: "colocation", Regime: chk.Regime,
+			Solo: soloCompare, Target: fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, target.id(), compare),
+			ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
+			ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
+		}
+		if co.Gate.Validator != nil {
+			v := b.command(*co.Gate.Validator, f+".gate.validator", b.cellVars(ph, target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})
+			gate.Validator = &v
+		}
+		b.gates = append(b.gates, gate)
+		cond = "gate " + gate.Name + " failed"
+		cells += len(bgRuns)
+	}
+	_ = solo
+	for _, r := range b.p.Regimes {
+		if !r.Gated {
+			continue
+		}
+		found := false
+		for _, g := range b.gates {
+			found = found || g.Regime == r.Name
+		}
+		if !found {
+			c.add(r.Meta.At("gated"), "regimes."+r.Name, "regime %q is gated but no co-location check validates it", r.Name)
+		}
+	}
+	return cells
+}
+
+func (b *builder) find(id string) (Run, bool) {
+	for _, r := range b.runs {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return Run{}, false
+}
+
+// resolveNeeds checks that every need names a run, that no need is
+// scheduled after the run that needs it, and that needs form no cycle.
+func (b *builder) resolveNeeds() {
+	index := map[string]int{}
+	for i, r := range b.runs {
+		index[r.ID] = i
+	}
+	for i, r := range b.runs {
+		for k, n := range r.Needs {
+			pos := r.needPos(b, k)
+			j, ok := index[n]
+			switch {
+			case !ok:
+				b.c.add(pos, "needs", "run %s needs run %q, which the protocol does not define", r.ID, n)
+			case j == i:
+				b.c.add(pos, "needs", "run %s needs itself", r.ID)
+			}
+		}
+	}
+	// cycles: depth-first search over the need graph
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]int, len(b.runs))
+	var stack []string
+	reported := false
+	var visit func(i int)
+	visit = func(i int) {
+		color[i] = grey
+		stack = append(stack, b.runs[i].ID)
+		for k, n := range b.runs[i].Needs {
+			j, ok := index[n]
+			if !ok || j == i {
+				continue
+			}
+			switch color[j] {
+			case white:
+				visit(j)
+			case grey:
+				if !reported {
+					start := 0
+					for s, id := range stack {
+						if id == n {
+							start = s
+						}
+					}
+					cyc := append(append([]string(nil), stack[start:]...), n)
+					b.c.add(b.runs[i].needPos(b, k), "needs", "dependency cycle: %s", strings.Join(cyc, " -> "))
+					reported = true
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[i] = black
+	}
+	for i := range b.runs {
+		if color[i] == white {
+			visit(i)
+		}
+	}
+	if reported {
+		return
+	}
+	for i, r := range b.runs {
+		for k, n := range r.Needs {
+			if j, ok := index[n]; ok && j > i {
+				b.c.add(r.needPos(b, k), "needs", "run %s needs run %s, which is scheduled after it; order the phases or loads so the needed run comes first", r.ID, n)
+			}
+		}
+	}
+}
+
+func (r Run) needPos(b *builder, k int) Pos {
+	ps := b.needPos[r.ID]
+	if k < len(ps) {
+		return ps[k]
+	}
+	return b.runPos[r.ID]
+}
+
+func (b *builder) prepareSteps(plan *Plan) {
+	used := map[*AxisValue]bool{}
+	for _, r := range b.runs {
+		for name, id := range r.Axes {
+			used[b.values[name][id]] = true
+		}
+	}
+	for _, a := range b.p.Axes {
+		for i := range a.Values {
+			v := &a.Values[i]
+			if v.Prepare == nil || !used[v] {
+				continue
+			}
+			cl := cell{axes: []string{a.Name}, values: []*AxisValue{v}, repeat: 1}
+			vars := b.cellVars(&Phase{Name: "prepare"}, cl)
+			plan.Prepare = append(plan.Prepare, PrepareStep{
+				ID:      "prepare." + a.Name + "." + v.ID,
+				Command: b.command(*v.Prepare, "axes."+a.Name+"."+v.ID+".prepare", vars, nil),
+			})
+		}
+	}
+}
+
+func (b *builder) regimeInfo(plan *Plan) {
+	for _, r := range b.p.Regimes {
+		info := RegimeInfo{Name: r.Name, Concurrency: r.Concurrency, Slots: r.Slots}
+		if len(info.Slots) == 0 {
+			for i := 0; i < r.Concurrency && i < len(b.p.Slots); i++ {
+				info.Slots = append(info.Slots, b.p.Slots[i].Name)
+			}
+		}
+		if r.Gated {
+			info.Gate = "colocation/" + r.Name
+		}
+		plan.Regimes = append(plan.Regimes, info)
+	}
+	plan.Regime = b.opts.Regime
+	if plan.Regime == "" && len(plan.Regimes) > 0 {
+		plan.Regime = plan.Regimes[0].Name
+	}
+}

@@ -1,0 +1,198 @@
+package protocols
+
+// PlanSchema is the version of the Plan's JSON form.
+const PlanSchema = 1
+
+// Plan is a protocol expanded into the runs a campaign executes, in order.
+// It is pure data: nothing in it has touched a GPU or a file beyond the
+// protocol itself.
+type Plan struct {
+	Schema     int              `json:"schema"`
+	Protocol   ProtocolInfo     `json:"protocol"`
+	Regime     string           `json:"regime"` // the regime the estimate assumes
+	Regimes    []RegimeInfo     `json:"regimes"`
+	Slots      []SlotInfo       `json:"slots"`
+	Classes    []Class          `json:"classes"`
+	Provenance []ProvenanceInfo `json:"provenance"`
+	Ledger     []CommandSpec    `json:"ledger,omitempty"`
+	Prepare    []PrepareStep    `json:"prepare,omitempty"`
+	Gates      []GateInfo       `json:"gates,omitempty"`
+	Phases     []PhaseInfo      `json:"phases"`
+	Runs       []Run            `json:"runs"`
+	Stop       StopInfo         `json:"stop"`
+	Retries    int              `json:"retries_infrastructure"`
+	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
+	CleanupS   float64          `json:"cleanup_timeout_s"`
+	Totals     Totals           `json:"totals"`
+}
+
+// ProtocolInfo identifies the protocol a plan came from.
+type ProtocolInfo struct {
+	Name    string `json:"name"`
+	Title   string `json:"title,omitempty"`
+	Frozen  string `json:"frozen,omitempty"`
+	File    string `json:"file"`
+	Format  int    `json:"format"`
+	SHA256  string `json:"sha256"`
+	Workdir string `json:"workdir"` // relative to the protocol file's directory
+	Unit    string `json:"unit,omitempty"`
+}
+
+// RegimeInfo is a regime with its slots resolved.
+type RegimeInfo struct {
+	Name        string   `json:"name"`
+	Concurrency int      `json:"concurrency"`
+	Slots       []string `json:"slots"`
+	Gate        string   `json:"gate,omitempty"` // gate that must pass first
+}
+
+// SlotInfo is a slot with its CPU list normalized.
+type SlotInfo struct {
+	Name string `json:"name"`
+	GPUs []int  `json:"gpus"`
+	CPUs string `json:"cpus"`
+	NUMA *int   `json:"numa,omitempty"`
+	Port int    `json:"port"`
+}
+
+// ProvenanceInfo is a file to hash at campaign start.
+type ProvenanceInfo struct {
+	Path    string `json:"path"`
+	Role    string `json:"role"`
+	Private bool   `json:"private"`
+}
+
+// PrepareStep is a CPU-only command run once before the first GPU run.
+type PrepareStep struct {
+	ID      string      `json:"id"`
+	Command CommandSpec `json:"command"`
+}
+
+// GateInfo is a gate the plan will evaluate, with its rule.
+type GateInfo struct {
+	Name                string       `json:"name"`
+	Kind                string       `json:"kind"`
+	Regime              string       `json:"regime,omitempty"`
+	Solo                string       `json:"solo_run,omitempty"`
+	Target              string       `json:"target_run,omitempty"`
+	ThroughputFile      string       `json:"throughput_file,omitempty"`
+	ThroughputField     string       `json:"throughput_field,omitempty"`
+	ThroughputTolerance float64      `json:"throughput_tolerance,omitempty"`
+	Validator           *CommandSpec `json:"validator,omitempty"`
+	FigureTolerance     float64      `json:"figure_tolerance,omitempty"`
+	Condition           string       `json:"condition,omitempty"`
+}
+
+// PhaseInfo summarizes a phase.
+type PhaseInfo struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	Order string `json:"order"`
+	Runs  int    `json:"runs"`
+	Cells int    `json:"cells"`
+}
+
+// Run is one unit the controller executes.
+type Run struct {
+	Index       int               `json:"index"`
+	ID          string            `json:"id"`
+	Phase       string            `json:"phase"`
+	PhaseKind   string            `json:"phase_kind"`
+	Kind        string            `json:"kind"`
+	Cell        string            `json:"cell"`
+	Axes        map[string]string `json:"axes"`
+	Load        string            `json:"load"`
+	Repeat      int               `json:"repeat"`
+	Needs       []string          `json:"needs"`
+	NeedVars    map[string]string `json:"need_vars,omitempty"` // NEED_<AS>_DIR name -> run id
+	GPUs        int               `json:"gpus"`
+	Slot        string            `json:"slot,omitempty"` // fixed placement (co-location runs)
+	Regime      string            `json:"regime"`
+	Class       string            `json:"class"`
+	DrainS      float64           `json:"drain_allowance_s"`
+	WatchdogS   float64           `json:"watchdog_s"`
+	ExpectedS   float64           `json:"expected_s"`
+	Measured    bool              `json:"measured"`
+	Unit        int               `json:"unit"` // runs of one unit run back to back, in one slot
+	Condition   string            `json:"condition,omitempty"`
+	Backgrounds []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
+	Until       []string          `json:"until,omitempty"`       // a background: stopped after these runs
+	ClientStart string            `json:"client_start"`
+	Server      ServerSpec        `json:"server"`
+	Client      CommandSpec       `json:"client"`
+	Env         map[string]string `json:"env,omitempty"`
+	Validators  []ValidatorSpec   `json:"validators,omitempty"`
+
+	// Where and when the estimate placed the run (seconds from campaign start).
+	PlannedSlots []string `json:"planned_slots"`
+	PlannedGPUs  []int    `json:"planned_gpus"`
+	StartS       float64  `json:"planned_start_s"`
+}
+
+// CommandSpec is a command with plan-time variables substituted; the
+// launch-time ones remain as ${NAME} for Expand.
+type CommandSpec struct {
+	Argv  []string `json:"argv,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+}
+
+// ServerSpec is a run's server.
+type ServerSpec struct {
+	Name           string            `json:"name"`
+	Kind           string            `json:"kind"`
+	Command        CommandSpec       `json:"command"`
+	Env            map[string]string `json:"env,omitempty"`
+	HealthPath     string            `json:"health_path"`
+	HealthStatus   int               `json:"health_status"`
+	ReadyTimeoutS  float64           `json:"ready_timeout_s"`
+	ShutdownGraceS float64           `json:"shutdown_grace_s"`
+	GroupGraceS    float64           `json:"group_grace_s"`
+	Expect         []ExpectSpec      `json:"expect,omitempty"`
+}
+
+// ExpectSpec is an effective value the server log must show.
+type ExpectSpec struct {
+	Name    string `json:"name"`
+	Pattern string `json:"pattern"`
+}
+
+// ValidatorSpec is a validator command for a run.
+type ValidatorSpec struct {
+	Name    string      `json:"name"`
+	Command CommandSpec `json:"command"`
+}
+
+// StopInfo are the stop thresholds.
+type StopInfo struct {
+	QuarantinedFractionGT *float64 `json:"quarantined_fraction_gt,omitempty"`
+	FailedFractionGT      *float64 `json:"failed_fraction_gt,omitempty"`
+}
+
+// Totals sums up the plan.
+type Totals struct {
+	Runs                    int            `json:"runs"`
+	ByKind                  map[string]int `json:"by_kind"`
+	ByPhase                 map[string]int `json:"by_phase"`
+	Measured                int            `json:"measured"`
+	Conditional             int            `json:"conditional"`
+	PrimaryCells            int            `json:"primary_cells"`
+	ExpectedWallS           float64        `json:"expected_wall_s"`
+	GPUHoursEstimate        float64        `json:"gpu_hours_estimate"`
+	ConditionalGPUHours     float64        `json:"conditional_gpu_hours"`
+	BudgetCapGPUHours       float64        `json:"budget_cap_gpu_hours"`
+	BudgetConsumedGPUHours  float64        `json:"budget_consumed_gpu_hours"`
+	BudgetRemainingGPUHours float64        `json:"budget_remaining_gpu_hours"`
+	RemainingAfterEstimate  float64        `json:"budget_remaining_after_estimate_gpu_hours"`
+	RemainingAfterWorstCase float64        `json:"budget_remaining_after_worst_case_gpu_hours"`
+	Unit                    string         `json:"unit,omitempty"`
+}
+
+// RunByID returns the run with the given id.
+func (p *Plan) RunByID(id string) (*Run, bool) {
+	for i := range p.Runs {
+		if p.Runs[i].ID == id {
+			return &p.Runs[i], true
+		}
+	}
+	return nil, false
+}

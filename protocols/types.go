@@ -1,0 +1,481 @@
+package protocols
+
+import (
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// FormatVersion is the protocol format this package reads: the value of the
+// top-level "warden" key.
+const FormatVersion = 1
+
+// Protocol is a protocol file as written. Field comments are the format's
+// reference; docs/protocol.md walks through it with examples.
+type Protocol struct {
+	Meta Meta `yaml:"-"`
+
+	Warden      int              `yaml:"warden" warden:"required"` // format version, 1
+	Name        string           `yaml:"name" warden:"required"`   // campaign name, a safe path component
+	Title       string           `yaml:"title"`
+	Frozen      string           `yaml:"frozen"` // date the protocol was frozen
+	Description string           `yaml:"description"`
+	Seeds       map[string]int64 `yaml:"seeds"` // named seeds, recorded (order seeds are given in phases)
+
+	Workdir    string            `yaml:"workdir"` // where commands run, relative to the protocol file; default its directory
+	Host       Host              `yaml:"host" warden:"required"`
+	Budget     Budget            `yaml:"budget" warden:"required"`
+	Vars       map[string]string `yaml:"vars"` // constants, usable as ${NAME} in every command
+	Provenance []ProvenanceFile  `yaml:"provenance"`
+	Ledger     []Command         `yaml:"ledger"` // commands whose output is recorded at campaign start (versions, pip freeze)
+
+	Slots   []Slot   `yaml:"slots" warden:"required"`
+	Regimes []Regime `yaml:"regimes" warden:"required"`
+	Classes []Class  `yaml:"classes" warden:"required"`
+	Servers []Server `yaml:"servers" warden:"required"`
+	Loads   []Load   `yaml:"loads" warden:"required"`
+	Axes    []Axis   `yaml:"axes" warden:"required"`
+	Phases  []Phase  `yaml:"phases" warden:"required"`
+
+	Cleanup    Cleanup     `yaml:"cleanup"`
+	Stop       StopRules   `yaml:"stop"`
+	Retries    Retries     `yaml:"retries"`
+	Privacy    Privacy     `yaml:"privacy"`
+	Validators []Validator `yaml:"validators"`
+}
+
+// Host is the machine the protocol was frozen for.
+type Host struct {
+	Meta      Meta   `yaml:"-"`
+	Name      string `yaml:"name"`
+	GPUModel  string `yaml:"gpu_model"`
+	GPUs      int    `yaml:"gpus" warden:"required"` // GPU indices 0..gpus-1
+	CPUs      int    `yaml:"cpus" warden:"required"` // logical CPUs 0..cpus-1
+	NUMANodes int    `yaml:"numa_nodes"`             // nodes 0..numa_nodes-1; default 1
+}
+
+// Budget is the cumulative GPU-hour cap.
+type Budget struct {
+	Meta             Meta    `yaml:"-"`
+	CapGPUHours      float64 `yaml:"cap_gpu_hours" warden:"required"`
+	ConsumedGPUHours float64 `yaml:"consumed_gpu_hours"` // spent before this campaign, counted against the cap
+	Unit             string  `yaml:"unit"`               // what a GPU-hour is here, e.g. "H20-hours"
+}
+
+// ProvenanceFile is a file whose SHA-256 is recorded at campaign start and
+// re-checked at resume. Relative paths are relative to the protocol file.
+type ProvenanceFile struct {
+	Meta    Meta   `yaml:"-"`
+	Path    string `yaml:"path" warden:"required"`
+	Role    string `yaml:"role" warden:"required"` // client, helper, mapping, manifest, config, ...
+	Private bool   `yaml:"private"`                // hashed only, never copied; must be 0600 in a 0700 directory
+	Note    string `yaml:"note"`
+}
+
+// Slot is a set of GPUs with its CPU mask, NUMA node and port.
+type Slot struct {
+	Meta Meta   `yaml:"-"`
+	Name string `yaml:"name" warden:"required"`
+	GPUs []int  `yaml:"gpus" warden:"required"`
+	CPUs string `yaml:"cpus" warden:"required"` // CPU list, e.g. "0-19" or "0,2,4-7"
+	NUMA *int   `yaml:"numa"`
+	Port int    `yaml:"port" warden:"required"`
+}
+
+// Regime says how many runs may share the host. Regimes are listed in
+// fallback order: the first whose gate passes (or that needs none) is used.
+type Regime struct {
+	Meta        Meta     `yaml:"-"`
+	Name        string   `yaml:"name" warden:"required"`
+	Concurrency int      `yaml:"concurrency" warden:"required"`
+	Slots       []string `yaml:"slots"` // default: the first `concurrency` slots
+	Gated       bool     `yaml:"gated"` // needs its co-location check to pass first
+}
+
+// Class is a run class: how long a client may drain before the run is
+// quarantined, and when the hard watchdog ends it.
+type Class struct {
+	Meta            Meta    `yaml:"-"`
+	Name            string  `yaml:"name" warden:"required"`
+	DrainAllowanceS float64 `yaml:"drain_allowance_s" warden:"required"`
+	WatchdogS       float64 `yaml:"watchdog_s" warden:"required"` // drain seconds after which the client is ended and the run fails
+	Note            string  `yaml:"note"`
+}
+
+// Server kinds with a known readiness probe.
+var serverKinds = map[string]Health{
+	"vllm":        {Path: "/health", Status: 200},
+	"sglang":      {Path: "/health", Status: 200},
+	"vllm-omni":   {Path: "/health", Status: 200},
+	"sglang-omni": {Path: "/health", Status: 200},
+	"standin":     {Path: "/health", Status: 200},
+	"custom":      {},
+}
+
+// Server is an inference-server template.
+type Server struct {
+	Meta           Meta              `yaml:"-"`
+	Name           string            `yaml:"name" warden:"required"`
+	Kind           string            `yaml:"kind" warden:"required"` // vllm, sglang, vllm-omni, sglang-omni, standin, custom
+	Command        Command           `yaml:"command" warden:"required"`
+	Env            map[string]string `yaml:"env"`
+	Health         *Health           `yaml:"health"`           // default per kind; required for custom
+	ReadyTimeoutS  float64           `yaml:"ready_timeout_s"`  // default 900
+	ShutdownGraceS float64           `yaml:"shutdown_grace_s"` // after SIGTERM to the API parent; default 60
+	GroupGraceS    float64           `yaml:"group_grace_s"`    // after SIGTERM to the group, before SIGKILL; default 10
+	Expect         []Expect          `yaml:"expect"`           // effective values the startup log must show
+}
+
+// Health is a readiness probe.
+type Health struct {
+	Meta   Meta   `yaml:"-"`
+	Path   string `yaml:"path" warden:"required"`
+	Status int    `yaml:"status"` // default 200
+}
+
+// Expect is an effective value the server's startup log must show: a
+// regular expression matched against each line of its output.
+type Expect struct {
+	Meta    Meta   `yaml:"-"`
+	Name    string `yaml:"name" warden:"required"`
+	Pattern string `yaml:"pattern" warden:"required"`
+}
+
+// Load is a load point: what the client does against a fresh server.
+type Load struct {
+	Meta        Meta              `yaml:"-"`
+	Name        string            `yaml:"name" warden:"required"`
+	Kind        string            `yaml:"kind" warden:"required"`
+	Server      string            `yaml:"server"` // server template; default the first
+	Client      Command           `yaml:"client" warden:"required"`
+	Env         map[string]string `yaml:"env"`
+	Needs       []Need            `yaml:"needs"`
+	ExpectedS   float64           `yaml:"expected_s" warden:"required"` // conservative duration, server start to cleanup
+	Measured    *bool             `yaml:"measured"`                     // counts toward stop thresholds; default by kind
+	ClientStart string            `yaml:"client_start"`                 // after-ready (default) or at-start (cold start)
+	Class       string            `yaml:"class"`                        // overrides the axis value's class
+}
+
+// Load kinds and whether each is measured by default.
+var loadKinds = map[string]bool{
+	"saturation":   true,
+	"moderate":     true,
+	"confirmation": true,
+	"burn-in":      false,
+	"background":   false,
+	"cold-start":   true,
+	"closed-loop":  true,
+	"open-loop":    true,
+	"aa":           true,
+	"smoke":        false,
+}
+
+// Need is a run this load needs: its result directory is given to the
+// commands as ${NEED_<AS>_DIR}. Written as a load name of the same cell
+// ("saturation", exported as NEED_SATURATION_DIR) or as
+// {run: RUN-ID-TEMPLATE, as: NAME}.
+type Need struct {
+	Pos  Pos
+	Load string // a load of the same cell, or
+	Run  string // a run id template
+	As   string
+}
+
+// Axis is one dimension of the matrices, with its values in order.
+type Axis struct {
+	Meta   Meta        `yaml:"-"`
+	Name   string      `yaml:"name" warden:"required"` // lower-case; exported as ${NAME} in upper case
+	Values []AxisValue `yaml:"values" warden:"required"`
+}
+
+// AxisValue is one value of an axis and what it brings to a run.
+type AxisValue struct {
+	Meta       Meta              `yaml:"-"`
+	ID         string            `yaml:"id" warden:"required"`
+	Note       string            `yaml:"note"`
+	Class      string            `yaml:"class"`       // run class of cells with this value
+	GPUs       int               `yaml:"gpus"`        // GPUs a run of this value needs
+	Server     string            `yaml:"server"`      // server template
+	ServerArgs []string          `yaml:"server_args"` // appended to the server command
+	Expect     []Expect          `yaml:"expect"`      // added to the server's expectations
+	Vars       map[string]string `yaml:"vars"`        // exported as ${NAME}; may use protocol vars
+	Prepare    *Command          `yaml:"prepare"`     // run once, CPU only, before the campaign's first GPU run
+}
+
+// Phase is a step of the campaign: phases run in order, each to completion.
+type Phase struct {
+	Meta       Meta        `yaml:"-"`
+	Name       string      `yaml:"name" warden:"required"`
+	Kind       string      `yaml:"kind" warden:"required"`
+	ID         string      `yaml:"id"` // run id template; default ${CELL_ID}.${LOAD}, plus .r${REPEAT} with repeats
+	Matrix     *Matrix     `yaml:"matrix"`
+	Loads      []string    `yaml:"loads"`
+	Order      Order       `yaml:"order"`
+	Repeats    int         `yaml:"repeats"` // process-level repeats of every cell; default 1
+	Regime     string      `yaml:"regime"`  // pin the phase to a regime instead of the campaign's
+	Colocation *Colocation `yaml:"colocation"`
+}
+
+var phaseKinds = map[string]bool{
+	"colocation":   true,
+	"burn-in":      true,
+	"primary":      true,
+	"confirmation": true,
+	"aa":           true,
+	"cold-start":   true,
+	"steady-state": true,
+	"smoke":        true,
+}
+
+// Colocation is a co-location validity check: a target measured solo and
+// then beside background loads, once per gated regime, in order.
+type Colocation struct {
+	Meta           Meta              `yaml:"-"`
+	Target         map[string]string `yaml:"target" warden:"required"` // axis name -> value id
+	Slot           string            `yaml:"slot" warden:"required"`
+	Loads          []string          `yaml:"loads" warden:"required"`           // target loads, in order
+	BackgroundLoad string            `yaml:"background_load" warden:"required"` // load run by each background
+	Checks         []ColocCheck      `yaml:"checks" warden:"required"`
+	Gate           ColocGate         `yaml:"gate" warden:"required"`
+}
+
+// ColocCheck validates one regime.
+type ColocCheck struct {
+	Meta        Meta         `yaml:"-"`
+	Regime      string       `yaml:"regime" warden:"required"`
+	Backgrounds []Background `yaml:"backgrounds" warden:"required"`
+}
+
+// Background is one background load of a co-location check.
+type Background struct {
+	Meta Meta              `yaml:"-"`
+	Cell map[string]string `yaml:"cell" warden:"required"`
+	Slot string            `yaml:"slot" warden:"required"`
+}
+
+// ColocGate is the pass rule of a co-location check.
+type ColocGate struct {
+	Meta                Meta     `yaml:"-"`
+	ThroughputFile      string   `yaml:"throughput_file" warden:"required"`  // JSON file in the attempt directory
+	ThroughputField     string   `yaml:"throughput_field" warden:"required"` // dotted path of the throughput in it
+	ThroughputTolerance float64  `yaml:"throughput_tolerance" warden:"required"`
+	Compare             string   `yaml:"compare"`   // the target load compared (default: the last)
+	Validator           *Command `yaml:"validator"` // prints {"figures": {...}}; each figure compared solo vs co-located
+	FigureTolerance     float64  `yaml:"figure_tolerance"`
+}
+
+// Cleanup is the cleanup gate's rule.
+type Cleanup struct {
+	Meta     Meta    `yaml:"-"`
+	TimeoutS float64 `yaml:"timeout_s"` // default 120
+}
+
+// StopRules are the protocol's stop thresholds (fractions of measured runs).
+type StopRules struct {
+	Meta                  Meta     `yaml:"-"`
+	QuarantinedFractionGT *float64 `yaml:"quarantined_fraction_gt"`
+	FailedFractionGT      *float64 `yaml:"failed_fraction_gt"`
+}
+
+// Retries says how many exact retries an infrastructure failure gets.
+type Retries struct {
+	Meta           Meta `yaml:"-"`
+	Infrastructure int  `yaml:"infrastructure"`
+}
+
+// Privacy is the privacy scan's rule.
+type Privacy struct {
+	Meta            Meta     `yaml:"-"`
+	ForbiddenFields []string `yaml:"forbidden_fields"`
+}
+
+// Validator is a command run after each attempt of the named loads (all
+// loads when none are named).
+type Validator struct {
+	Meta    Meta     `yaml:"-"`
+	Name    string   `yaml:"name" warden:"required"`
+	Command Command  `yaml:"command" warden:"required"`
+	Loads   []string `yaml:"loads"`
+}
+
+// Command is an argument vector, or {shell: "..."} run by /bin/sh -c. Each
+// argument may use ${NAME} variables; $$ is a literal $.
+type Command struct {
+	Pos    Pos
+	Argv   []string
+	ArgPos []Pos
+	Shell  string
+}
+
+// IsZero reports whether no command was given.
+func (c Command) IsZero() bool { return len(c.Argv) == 0 && c.Shell == "" }
+
+func (c *Command) decodeNode(d *decoder, n *yaml.Node, path string) {
+	c.Pos = posOf(n)
+	switch n.Kind {
+	case yaml.SequenceNode:
+		if len(n.Content) == 0 {
+			d.c.add(posOf(n), path, "command is empty")
+			return
+		}
+		for i, a := range n.Content {
+			a, ok := d.resolve(a)
+			if !ok {
+				continue
+			}
+			if s, ok := d.scalarString(a, joinIndex(path, i)); ok {
+				c.Argv = append(c.Argv, s)
+				c.ArgPos = append(c.ArgPos, posOf(a))
+			}
+		}
+	case yaml.MappingNode:
+		var s struct {
+			Meta  Meta   `yaml:"-"`
+			Shell string `yaml:"shell" warden:"required"`
+		}
+		d.decode(n, reflectValue(&s), path)
+		if _, given := s.Meta.Fields["shell"]; given && strings.TrimSpace(s.Shell) == "" {
+			d.c.add(s.Meta.At("shell"), join(path, "shell"), "shell command is empty")
+		}
+		c.Shell = s.Shell
+		c.ArgPos = []Pos{s.Meta.At("shell")}
+	default:
+		d.c.add(posOf(n), path, "expected a command: a list of arguments, or {shell: \"...\"}; got %s", kindName(n))
+	}
+}
+
+func (nd *Need) decodeNode(d *decoder, n *yaml.Node, path string) {
+	nd.Pos = posOf(n)
+	if n.Kind == yaml.ScalarNode {
+		if s, ok := d.scalarString(n, path); ok {
+			nd.Load = s
+			nd.As = strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
+		}
+		return
+	}
+	var s struct {
+		Meta Meta   `yaml:"-"`
+		Run  string `yaml:"run" warden:"required"`
+		As   string `yaml:"as" warden:"required"`
+	}
+	d.decode(n, reflectValue(&s), path)
+	nd.Run, nd.As = s.Run, s.As
+}
+
+// Matrix selects cells: each axis named gets the listed values (a single
+// value may be written without a list); cells are the cartesian product.
+// include adds cells (each entry is itself a product); exclude removes every
+// cell that matches all the axes an entry names, as in a CI matrix.
+type Matrix struct {
+	Pos     Pos
+	Axes    map[string]Selection
+	Include []map[string]Selection
+	Exclude []map[string]Selection
+}
+
+// Selection is the values chosen for one axis.
+type Selection struct {
+	Pos    Pos
+	Values []string
+}
+
+func (m *Matrix) decodeNode(d *decoder, n *yaml.Node, path string) {
+	m.Pos = posOf(n)
+	m.Axes = map[string]Selection{}
+	if n.Kind != yaml.MappingNode {
+		d.c.add(posOf(n), path, "expected a matrix (a mapping of axis names to values), got %s", kindName(n))
+		return
+	}
+	for _, kv := range d.pairs(n, path) {
+		k, v := kv[0], kv[1]
+		switch k.Value {
+		case "include", "exclude":
+			v, ok := d.resolve(v)
+			if !ok {
+				continue
+			}
+			if v.Kind != yaml.SequenceNode {
+				d.c.add(posOf(v), join(path, k.Value), "expected a list of axis selections, got %s", kindName(v))
+				continue
+			}
+			for i, e := range v.Content {
+				e, ok := d.resolve(e)
+				if !ok {
+					continue
+				}
+				p := joinIndex(join(path, k.Value), i)
+				if e.Kind != yaml.MappingNode {
+					d.c.add(posOf(e), p, "expected a mapping of axis names to values, got %s", kindName(e))
+					continue
+				}
+				sel := map[string]Selection{}
+				for _, kv2 := range d.pairs(e, p) {
+					sel[kv2[0].Value] = d.selection(kv2[1], join(p, kv2[0].Value))
+				}
+				if k.Value == "include" {
+					m.Include = append(m.Include, sel)
+				} else {
+					m.Exclude = append(m.Exclude, sel)
+				}
+			}
+		default:
+			m.Axes[k.Value] = d.selection(v, join(path, k.Value))
+		}
+	}
+}
+
+func (d *decoder) selection(n *yaml.Node, path string) Selection {
+	n, ok := d.resolve(n)
+	if !ok {
+		return Selection{}
+	}
+	s := Selection{Pos: posOf(n)}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if v, ok := d.scalarString(n, path); ok {
+			s.Values = []string{v}
+		}
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			e, ok := d.resolve(e)
+			if !ok {
+				continue
+			}
+			if v, ok := d.scalarString(e, joinIndex(path, i)); ok {
+				s.Values = append(s.Values, v)
+			}
+		}
+	default:
+		d.c.add(posOf(n), path, "expected a value or a list of values, got %s", kindName(n))
+	}
+	return s
+}
+
+// Order is how a phase orders its cells: "listed" (as declared), or
+// {by: sha256, key: TEMPLATE} (ascending SHA-256 of the expanded key), or
+// {by: shuffle, seed: N} (ascending SHA-256 of "N:CELL"), or
+// {by: alternate, axis: NAME, seed: N} (each value's cells shuffled as
+// above, then interleaved value by value in axis order).
+type Order struct {
+	Meta Meta   `yaml:"-"`
+	By   string `yaml:"by" warden:"required"`
+	Key  string `yaml:"key"`
+	Seed int64  `yaml:"seed"`
+	Axis string `yaml:"axis"`
+}
+
+func (o *Order) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind == yaml.ScalarNode {
+		if s, ok := d.scalarString(n, path); ok {
+			o.By = s
+			o.Meta = Meta{Pos: posOf(n), Fields: map[string]Pos{"by": posOf(n)}}
+		}
+		return
+	}
+	type plain Order
+	var p plain
+	d.decodeStruct(n, reflectValue(&p), path)
+	*o = Order(p)
+}
+
+func joinIndex(path string, i int) string { return path + "[" + itoa(i) + "]" }
