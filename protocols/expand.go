@@ -74,6 +74,7 @@ func (b *builder) expand() *Plan {
 		}
 		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
 	}
+	b.checkGatedRegimes()
 	b.resolveNeeds()
 	b.prepareSteps(plan)
 
@@ -637,7 +638,7 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 		}
 		return ids
 	}
-	solo := group("solo", "solo", co.Slot, "", nil)
+	group("solo", "solo", co.Slot, "", nil)
 	soloCompare := fmt.Sprintf("coloc.solo.%s.%s", target.id(), compare)
 	cond := ""
 	cells := 1
@@ -713,19 +714,6 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 		b.gates = append(b.gates, gate)
 		cond = "gate " + gate.Name + " failed"
 		cells += len(bgRuns)
-	}
-	_ = solo
-	for _, r := range b.p.Regimes {
-		if !r.Gated {
-			continue
-		}
-		found := false
-		for _, g := range b.gates {
-			found = found || g.Regime == r.Name
-		}
-		if !found {
-			c.add(r.Meta.At("gated"), "regimes."+r.Name, "regime %q is gated but no co-location check validates it", r.Name)
-		}
 	}
 	return cells
 }
@@ -860,5 +848,22 @@ func (b *builder) regimeInfo(plan *Plan) {
 	plan.Regime = b.opts.Regime
 	if plan.Regime == "" && len(plan.Regimes) > 0 {
 		plan.Regime = plan.Regimes[0].Name
+	}
+}
+
+// checkGatedRegimes reports a gated regime that no co-location check
+// validates: it could never be used.
+func (b *builder) checkGatedRegimes() {
+	for _, r := range b.p.Regimes {
+		if !r.Gated {
+			continue
+		}
+		found := false
+		for _, g := range b.gates {
+			found = found || g.Regime == r.Name
+		}
+		if !found {
+			b.c.add(r.Meta.At("gated"), "regimes."+r.Name, "regime %q is gated but no co-location check validates it", r.Name)
+		}
 	}
 }

@@ -1,0 +1,342 @@
+package protocols
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func planPhase3(t testing.TB) *Plan {
+	t.Helper()
+	p, err := PlanFile("opprof-phase3.yaml", Options{})
+	if err != nil {
+		t.Fatalf("plan opprof-phase3.yaml: %v", err)
+	}
+	return p
+}
+
+// TestPhase3Order checks the plan against the seed protocol's rules,
+// computed here independently of the planner: the 24 cells of the sparse
+// design sorted by SHA256("20260713:" + pattern + ":" + config), each
+// saturation directly followed by its moderate.
+func TestPhase3Order(t *testing.T) {
+	p := planPhase3(t)
+
+	var cells [][2]string
+	for _, pat := range []string{"P01", "P02", "P03", "P04", "P05", "P06", "P07", "P08", "P09", "P10", "P11"} {
+		cells = append(cells, [2]string{pat, "C00"})
+	}
+	for _, pat := range []string{"P01", "P03", "P06", "P10"} {
+		for _, cfg := range []string{"C10", "C01", "C11"} {
+			cells = append(cells, [2]string{pat, cfg})
+		}
+	}
+	cells = append(cells, [2]string{"P10", "C00-TP2"})
+	key := func(c [2]string) string {
+		s := sha256.Sum256([]byte("20260713:" + c[0] + ":" + c[1]))
+		return hex.EncodeToString(s[:])
+	}
+	sort.Slice(cells, func(i, j int) bool { return key(cells[i]) < key(cells[j]) })
+	var want []string
+	for _, c := range cells {
+		want = append(want, c[0]+"/"+c[1]+" saturation", c[0]+"/"+c[1]+" moderate")
+	}
+
+	var got []string
+	for _, r := range p.Runs {
+		if r.Phase == "matrix" {
+			got = append(got, r.Cell+" "+r.Kind)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("matrix order:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(cells) != 24 || p.Totals.PrimaryCells != 24 {
+		t.Fatalf("cells = %d, plan primary cells = %d; want 24", len(cells), p.Totals.PrimaryCells)
+	}
+	if p.Totals.ByKind["saturation"] != 24 || p.Totals.ByKind["moderate"] != 24 {
+		t.Fatalf("primary runs by kind = %v, want 24 saturation and 24 moderate", p.Totals.ByKind)
+	}
+	if p.Totals.ByKind["burn-in"] != 5 || p.Totals.ByKind["confirmation"] != 4 {
+		t.Fatalf("by kind = %v, want 5 burn-ins and 4 confirmations", p.Totals.ByKind)
+	}
+	if p.Totals.Measured != 52 {
+		t.Fatalf("measured runs = %d, want 52 (48 primary + 4 confirmations)", p.Totals.Measured)
+	}
+
+	// every moderate needs its own cell's saturation, which directly precedes it
+	for i, r := range p.Runs {
+		if r.Kind == "moderate" && r.Phase == "matrix" {
+			prev := p.Runs[i-1]
+			if prev.Kind != "saturation" || prev.Cell != r.Cell || len(r.Needs) != 1 || r.Needs[0] != prev.ID || r.NeedVars["NEED_SATURATION_DIR"] != prev.ID {
+				t.Fatalf("%s needs %v; previous run %s", r.ID, r.Needs, prev.ID)
+			}
+		}
+	}
+
+	// phases in order: co-location, burn-ins (one per config), matrix, confirmations
+	var phases []string
+	for _, r := range p.Runs {
+		if len(phases) == 0 || phases[len(phases)-1] != r.Phase {
+			phases = append(phases, r.Phase)
+		}
+	}
+	if strings.Join(phases, ",") != "colocation,burn-in,matrix,confirmation" {
+		t.Fatalf("phase order %v", phases)
+	}
+	var burn, conf []string
+	for _, r := range p.Runs {
+		switch r.Kind {
+		case "burn-in":
+			burn = append(burn, r.Axes["config"])
+			if r.Axes["pattern"] != "P06" {
+				t.Fatalf("burn-in %s is not P06", r.ID)
+			}
+		case "confirmation":
+			conf = append(conf, r.Cell)
+			if len(r.Needs) != 1 || r.Needs[0] != r.Axes["pattern"]+".C00.saturation" {
+				t.Fatalf("confirmation %s needs %v", r.ID, r.Needs)
+			}
+		}
+	}
+	if strings.Join(burn, ",") != "C00,C10,C01,C11,C00-TP2" {
+		t.Fatalf("burn-ins %v", burn)
+	}
+	if strings.Join(conf, ",") != "P10/C00,P06/C00,P03/C00,P01/C00" {
+		t.Fatalf("confirmations %v", conf)
+	}
+
+	// budget
+	tot := p.Totals
+	if tot.BudgetCapGPUHours != 16.0 || tot.BudgetConsumedGPUHours != 3.964 {
+		t.Fatalf("budget cap %v consumed %v", tot.BudgetCapGPUHours, tot.BudgetConsumedGPUHours)
+	}
+}
+
+func TestPhase3Colocation(t *testing.T) {
+	p := planPhase3(t)
+	bg := map[string][]string{}
+	for _, r := range p.Runs {
+		if r.Kind == "background" {
+			bg[r.Regime] = append(bg[r.Regime], r.Axes["pattern"]+"@"+r.Slot)
+		}
+	}
+	if got := strings.Join(bg["eight-way"], ","); got != "P01@gpu1,P02@gpu2,P03@gpu3,P04@gpu4,P06@gpu5,P07@gpu6,P08@gpu7" {
+		t.Fatalf("eight-way backgrounds %s", got)
+	}
+	if got := strings.Join(bg["four-way"], ","); got != "P01@gpu1,P03@gpu2,P06@gpu3" {
+		t.Fatalf("four-way backgrounds %s", got)
+	}
+	target, ok := p.RunByID("coloc.eight-way.P05.C00.moderate")
+	if !ok || target.Slot != "gpu0" || len(target.Backgrounds) != 7 || target.Needs[0] != "coloc.eight-way.P05.C00.saturation" {
+		t.Fatalf("eight-way target %+v", target)
+	}
+	four, _ := p.RunByID("coloc.four-way.P05.C00.saturation")
+	if four.Condition != "gate colocation/eight-way failed" {
+		t.Fatalf("four-way check condition %q", four.Condition)
+	}
+	if len(p.Gates) != 2 || p.Gates[0].Solo != "coloc.solo.P05.C00.moderate" || p.Gates[0].ThroughputTolerance != 0.03 {
+		t.Fatalf("gates %+v", p.Gates)
+	}
+	// drain classes (A-P3-3, A-P3-5)
+	for _, r := range p.Runs {
+		want := 120.0
+		switch r.Axes["pattern"] {
+		case "P10":
+			want = 600
+		case "P04", "P06", "P07", "P08", "P11":
+			want = 240
+		}
+		if r.DrainS != want {
+			t.Fatalf("%s drain allowance %v, want %v", r.ID, r.DrainS, want)
+		}
+	}
+	// TP2 runs take two GPUs
+	tp2, _ := p.RunByID("P10.C00-TP2.saturation")
+	if tp2.GPUs != 2 || len(tp2.PlannedGPUs) != 2 {
+		t.Fatalf("TP2 run gpus %d planned %v", tp2.GPUs, tp2.PlannedGPUs)
+	}
+	// C01's server gets --max-num-batched-tokens 2048 and expects it in its log
+	c01, _ := p.RunByID("P01.C01.saturation")
+	args := strings.Join(c01.Server.Command.Argv, " ")
+	if !strings.HasSuffix(args, "--max-num-batched-tokens 2048") || !strings.Contains(args, "--port ${PORT}") {
+		t.Fatalf("C01 server command %s", args)
+	}
+	found := false
+	for _, e := range c01.Server.Expect {
+		found = found || (e.Name == "max_num_batched_tokens" && strings.Contains(e.Pattern, "2048"))
+	}
+	if !found {
+		t.Fatalf("C01 expectations %+v", c01.Server.Expect)
+	}
+}
+
+func TestPlanJSONFields(t *testing.T) {
+	p := planPhase3(t)
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Schema   int `json:"schema"`
+		Protocol struct {
+			Name   string `json:"name"`
+			SHA256 string `json:"sha256"`
+		} `json:"protocol"`
+		Runs []struct {
+			ID        string   `json:"id"`
+			Phase     string   `json:"phase"`
+			Kind      string   `json:"kind"`
+			Needs     []string `json:"needs"`
+			GPUs      *int     `json:"gpus"`
+			ExpectedS *float64 `json:"expected_s"`
+		} `json:"runs"`
+		Totals struct {
+			ByKind   map[string]int `json:"by_kind"`
+			Estimate *float64       `json:"gpu_hours_estimate"`
+			Cap      *float64       `json:"budget_cap_gpu_hours"`
+			Consumed *float64       `json:"budget_consumed_gpu_hours"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Schema != PlanSchema || m.Protocol.Name != "opprof-phase3" || len(m.Protocol.SHA256) != 64 {
+		t.Fatalf("header %+v", m)
+	}
+	for _, r := range m.Runs {
+		if r.ID == "" || r.Phase == "" || r.Kind == "" || r.Needs == nil && r.Kind == "moderate" || r.GPUs == nil || r.ExpectedS == nil {
+			t.Fatalf("run missing fields: %+v", r)
+		}
+	}
+	if m.Totals.Estimate == nil || *m.Totals.Cap != 16 || *m.Totals.Consumed != 3.964 || m.Totals.ByKind["saturation"] != 24 {
+		t.Fatalf("totals %+v", m.Totals)
+	}
+}
+
+// The plan is reproducible byte for byte.
+func TestPlanDeterministic(t *testing.T) {
+	a, _ := json.Marshal(planPhase3(t))
+	b, _ := json.Marshal(planPhase3(t))
+	if string(a) != string(b) {
+		t.Fatal("two plans of the same protocol differ")
+	}
+}
+
+func TestCanonicalHash(t *testing.T) {
+	base := "warden: 1\nname: x\nbudget: {cap_gpu_hours: 16.0, consumed_gpu_hours: 3.964}\nlist: [a, b]\n"
+	same := []string{
+		"# a comment\nname: x   # trailing\nwarden: 1\nbudget:\n  consumed_gpu_hours: 3.964\n  cap_gpu_hours: 16\nlist:\n  - a\n  - b\n",
+		"warden: 1\nname: \"x\"\nbudget: {consumed_gpu_hours: 3.9640, cap_gpu_hours: 1.6e1}\nlist: [a, b]\n",
+	}
+	different := []string{
+		"warden: 1\nname: x\nbudget: {cap_gpu_hours: 16.0, consumed_gpu_hours: 3.965}\nlist: [a, b]\n",
+		"warden: 1\nname: x\nbudget: {cap_gpu_hours: 16.0, consumed_gpu_hours: 3.964}\nlist: [b, a]\n",
+		"warden: 1\nname: \"1\"\nbudget: {cap_gpu_hours: 16.0, consumed_gpu_hours: 3.964}\nlist: [a, b]\n",
+	}
+	h0, err := SHA256([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range same {
+		if h, _ := SHA256([]byte(s)); h != h0 {
+			t.Errorf("hash changed with comments, layout or key order:\n%s", s)
+		}
+	}
+	for _, s := range different {
+		if h, _ := SHA256([]byte(s)); h == h0 {
+			t.Errorf("hash did not change with content:\n%s", s)
+		}
+	}
+	// a string "1" and a number 1 are different
+	a, _ := SHA256([]byte("v: 1\n"))
+	b, _ := SHA256([]byte("v: \"1\"\n"))
+	if a == b {
+		t.Error("string and number hash alike")
+	}
+}
+
+func TestExpandLaunchVars(t *testing.T) {
+	p := planPhase3(t)
+	r, _ := p.RunByID("P05.C00.moderate")
+	vars := map[string]string{"PORT": "8004", "ATTEMPT_DIR": "/c/runs/P05.C00.moderate/a1", "NEED_SATURATION_DIR": "/c/runs/P05.C00.saturation/a2"}
+	var out []string
+	for _, a := range r.Client.Argv {
+		s, err := Expand(a, vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	got := strings.Join(out, " ")
+	for _, want := range []string{"--base-url http://127.0.0.1:8004", "--saturation-result /c/runs/P05.C00.saturation/a2/client/result.json", "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/P05.jsonl", "--result-dir /c/runs/P05.C00.moderate/a1/client"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("client command %q lacks %q", got, want)
+		}
+	}
+	if _, err := Expand("${PORT}", map[string]string{}); err == nil {
+		t.Fatal("expanding an absent variable succeeded")
+	}
+	// $$ survives planning as a literal $
+	if s, err := Expand("a$$b", nil); err != nil || s != "a$b" {
+		t.Fatalf("Expand(a$$b) = %q, %v", s, err)
+	}
+}
+
+func TestShippedProtocolsPlan(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".yaml") {
+			n++
+			if _, err := PlanFile(e.Name(), Options{}); err != nil {
+				t.Errorf("%s: %v", e.Name(), err)
+			}
+		}
+	}
+	if n < 1 {
+		t.Fatal("no protocols found")
+	}
+}
+
+func BenchmarkPlanPhase3(b *testing.B) {
+	data, err := os.ReadFile("opprof-phase3.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := PlanBytes("opprof-phase3.yaml", data, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func FuzzPlan(f *testing.F) {
+	for _, name := range []string{"opprof-phase3.yaml", "testdata/mini.yaml"} {
+		if data, err := os.ReadFile(name); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add([]byte("warden: 1\n"))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := PlanBytes("fuzz.yaml", data, Options{})
+		if err == nil {
+			if _, err := json.Marshal(p); err != nil {
+				t.Fatalf("valid plan does not marshal: %v", err)
+			}
+			return
+		}
+		if err.Error() == "" {
+			t.Fatal("empty error")
+		}
+	})
+}

@@ -1,0 +1,218 @@
+package protocols
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+func readMini(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/mini.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMiniIsValid(t *testing.T) {
+	p, err := PlanBytes("mini.yaml", []byte(readMini(t)), Options{})
+	if err != nil {
+		t.Fatalf("mini protocol: %v", err)
+	}
+	var ids []string
+	for _, r := range p.Runs {
+		ids = append(ids, r.ID)
+	}
+	if got, want := strings.Join(ids, " "), "A.sat A.mod B.sat B.mod"; got != want {
+		t.Fatalf("runs = %s, want %s", got, want)
+	}
+	if got := p.Runs[1].NeedVars["NEED_SAT_DIR"]; got != "A.sat" {
+		t.Fatalf("A.mod NEED_SAT_DIR = %q", got)
+	}
+}
+
+// Each case edits the valid mini protocol into a malformed one and names
+// the exact problem it must produce.
+func TestProblems(t *testing.T) {
+	cases := []struct {
+		name     string
+		old, new string // replace the first old with new; old "" means the whole file is new
+		line     int
+		col      int // 0: not checked
+		field    string
+		msg      string
+	}{
+		{"unknown key", `host: {gpus: 2, cpus: 4}`, `host: {gpus: 2, cpus: 4, gpu: 3}`, 3, 26, "host.gpu",
+			`unknown field "gpu" in host (known fields: cpus, gpu_model, gpus, name, numa_nodes)`},
+		{"duplicate key", "name: mini\n", "name: mini\nname: other\n", 3, 1, "name",
+			`duplicate key "name" (first given at line 2)`},
+		{"wrong type", `host: {gpus: 2,`, `host: {gpus: two,`, 3, 14, "host.gpus",
+			`expected a whole number, got "two"`},
+		{"wrong type list", `gpus: [0], cpus: "0-1"`, `gpus: 0, cpus: "0-1"`, 6, 22, "slots[0].gpus",
+			`expected a list, got the number 0`},
+		{"missing required", `budget: {cap_gpu_hours: 1.0}`, `budget: {unit: H20-hours}`, 4, 9, "budget.cap_gpu_hours",
+			`required field "cap_gpu_hours" is missing from budget`},
+		{"missing section", "phases:\n  - name: main\n    kind: primary\n    matrix: {pattern: [A, B]}\n    loads: [sat, mod]\n", "", 1, 1, "phases",
+			`required field "phases" is missing from the protocol`},
+		{"unknown variable", `"${PORT}"]`, `"${PROT}"]`, 15, 40, "servers.srv.command[3]",
+			`unknown variable ${PROT}`},
+		{"need variable not declared", `"${ATTEMPT_DIR}"]`, `"${NEED_MOD_DIR}"]`, 20, 45, "loads.sat.client[3]",
+			`unknown variable ${NEED_MOD_DIR} (this load does not need a run exported under that name)`},
+		{"bare dollar", `"${ATTEMPT_DIR}"]`, `"$ATTEMPT_DIR"]`, 20, 45, "loads.sat.client[3]",
+			`$ATTEMPT_DIR is not expanded (commands run without a shell): write ${ATTEMPT_DIR}, or $$ for a literal $`},
+		{"unclosed variable", `"${PORT}"]`, `"${PORT"]`, 15, 40, "servers.srv.command[3]",
+			`unclosed ${ (write $$ for a literal $)`},
+		{"need on missing run", `needs: [sat]`, `needs: [{run: "X.sat", as: SAT}]`, 23, 13, "needs",
+			`run A.mod needs run "X.sat", which the protocol does not define`},
+		{"need on missing load", `needs: [sat]`, `needs: [sad]`, 23, 13, "loads[1].needs[0]",
+			`needs load "sad", which is not defined`},
+		{"dependency cycle", "    kind: saturation\n", "    kind: saturation\n    needs: [mod]\n", 24, 13, "needs",
+			`dependency cycle: A.sat -> A.mod -> A.sat`},
+		{"overlapping cpus", `cpus: "2-3", port: 9001`, `cpus: "1-3", port: 9001`, 7, 33, "slots[1].cpus",
+			`CPUs 1 are also in slot s0; CPU masks of slots must be disjoint`},
+		{"gpu outside host", `gpus: [1], cpus: "2-3"`, `gpus: [2], cpus: "2-3"`, 7, 22, "slots[1].gpus",
+			`GPU 2 is outside the host, which has GPUs 0-1`},
+		{"shared gpu", `gpus: [1], cpus: "2-3"`, `gpus: [0], cpus: "2-3"`, 7, 22, "slots[1].gpus",
+			`GPU 0 is already in slot s0; slots cannot share GPUs`},
+		{"cpu outside host", `cpus: "2-3"`, `cpus: "2-5"`, 7, 33, "slots[1].cpus",
+			`CPUs 4-5 are outside the host, which has CPUs 0-3`},
+		{"bad cpu list", `cpus: "2-3"`, `cpus: "2-x"`, 7, 33, "slots[1].cpus",
+			`"2-x" is not a CPU range (write low-high, low <= high)`},
+		{"numa outside host", `cpus: "2-3", port`, `cpus: "2-3", numa: 3, port`, 7, 46, "slots[1].numa",
+			`NUMA node 3 is outside the host, which has nodes 0-0`},
+		{"duplicate port", `port: 9001`, `port: 9000`, 7, 46, "slots[1].port",
+			`port 9000 is already slot s0's`},
+		{"zero budget", `cap_gpu_hours: 1.0`, `cap_gpu_hours: 0`, 4, 25, "budget.cap_gpu_hours",
+			`the GPU-hour cap must be positive, got 0`},
+		{"negative budget", `cap_gpu_hours: 1.0`, `cap_gpu_hours: -2.5`, 4, 25, "budget.cap_gpu_hours",
+			`the GPU-hour cap must be positive, got -2.5`},
+		{"consumed over cap", `cap_gpu_hours: 1.0}`, `cap_gpu_hours: 1.0, consumed_gpu_hours: 1.5}`, 4, 50, "budget.consumed_gpu_hours",
+			`1.5 GPU-hours already consumed leaves nothing under the cap of 1`},
+		{"empty matrix", `matrix: {pattern: [A, B]}`, `matrix: {pattern: [A, B], exclude: [{pattern: [A, B]}]}`, 32, 13, "phases[0].matrix",
+			`the matrix selects no cells`},
+		{"unknown axis", `matrix: {pattern: [A, B]}`, `matrix: {pattern: [A, B], color: red}`, 32, 38, "phases[0].matrix.color",
+			`unknown axis "color" (axes: pattern)`},
+		{"unknown axis value", `matrix: {pattern: [A, B]}`, `matrix: {pattern: [A, C]}`, 32, 23, "phases[0].matrix.pattern",
+			`axis "pattern" has no value "C"`},
+		{"duplicate run ids", "    kind: primary\n", "    kind: primary\n    id: x.${LOAD}\n", 34, 12, "",
+			`two runs have the id "x.sat" (the first is defined at line 34); give the phase an id: template that tells them apart`},
+		{"unsafe run id", `values: [{id: A}, {id: B}]`, `values: [{id: A}, {id: "../B"}]`, 28, 28, "axes[0].values[1].id",
+			`axis value "../B" is not a safe path component: use letters, digits, '.', '_' and '-', starting with a letter or digit, without ".."`},
+		{"unsafe run id template", "    kind: primary\n", "    kind: primary\n    id: run/${CELL_ID}.${LOAD}\n", 32, 9, "phases[0].id",
+			`run id "run/A.sat" is not a safe path component: use letters, digits, '.', '_' and '-', starting with a letter or digit, without ".."`},
+		{"unknown load in phase", `loads: [sat, mod]`, `loads: [sat, mad]`, 33, 12, "phases[0].loads[1]",
+			`unknown load "mad" (loads: mod, sat)`},
+		{"unknown class", `values: [{id: A}, {id: B}]`, `values: [{id: A, class: fast}, {id: B}]`, 28, 29, "axes[0].values[0].class",
+			`unknown class "fast" (classes: std)`},
+		{"unknown server", "    kind: moderate\n", "    kind: moderate\n    server: sglang\n", 23, 13, "loads[1].server",
+			`unknown server "sglang"`},
+		{"unknown load kind", `kind: saturation`, `kind: saturate`, 18, 11, "loads[0].kind",
+			`unknown load kind "saturate" (known: aa, background, burn-in, closed-loop, cold-start, confirmation, moderate, open-loop, saturation, smoke)`},
+		{"concurrency over slots", `concurrency: 2}`, `concurrency: 3}`, 9, 30, "regimes[0].concurrency",
+			`concurrency 3 needs 3 slots; the protocol declares 2`},
+		{"gated regime without check", `concurrency: 2}`, `concurrency: 2, gated: true}`, 9, 40, "regimes.two",
+			`regime "two" is gated but no co-location check validates it`},
+		{"unknown order", "    kind: primary\n", "    kind: primary\n    order: random\n", 32, 12, "phases[0].order.by",
+			`unknown order "random" (listed, sha256, shuffle, alternate)`},
+		{"sha256 order without key", "    kind: primary\n", "    kind: primary\n    order: {by: sha256}\n", 32, 12, "phases[0].order.key",
+			`order by sha256 needs a key template, e.g. key: "SEED:${PATTERN}:${CONFIG}"`},
+		{"format version", `warden: 1`, `warden: 2`, 1, 9, "warden",
+			`protocol format 2 is not supported; this controller reads format 1`},
+		{"watchdog shorter than allowance", `watchdog_s: 20`, `watchdog_s: 5`, 11, 52, "classes[0].watchdog_s",
+			`the hard watchdog (5 s) must not be shorter than the drain allowance (10 s)`},
+		{"bad expect regexp", "    kind: standin\n", "    kind: standin\n    expect: [{name: x, pattern: \"(\"}]\n", 15, 33, "servers[0].expect[0].pattern",
+			"not a valid regular expression: error parsing regexp: missing closing ): `(`"},
+		{"empty command", `client: [standin, client, --from, "${NEED_SAT_DIR}"]`, `client: []`, 25, 13, "loads[1].client",
+			`command is empty`},
+		{"merge key", "host: {gpus: 2, cpus: 4}", "host: {<<: {gpus: 2}, cpus: 4}", 3, 8, "host",
+			`merge keys (<<) are not supported; write the fields out`},
+		{"yaml syntax", "slots:\n", "slots: [\n", 5, 0, "",
+			`not valid YAML: did not find expected node content`},
+		{"empty file", "", "", 1, 0, "",
+			`the file is empty: a protocol starts with "warden: 1"`},
+		{"not a mapping", "", "- a\n- b\n", 1, 1, "",
+			`a protocol is a mapping of fields, starting with "warden: 1"`},
+		{"two documents", "", "warden: 1\n---\nname: x\n", 2, 1, "",
+			`a protocol file holds one YAML document; found a second one`},
+	}
+	base := readMini(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			text := tc.new
+			if tc.old != "" {
+				if !strings.Contains(base, tc.old) {
+					t.Fatalf("test bug: %q not in mini.yaml", tc.old)
+				}
+				text = strings.Replace(base, tc.old, tc.new, 1)
+			} else if tc.name == "missing section" {
+				text = strings.Replace(base, "phases:\n  - name: main\n    kind: primary\n    matrix: {pattern: [A, B]}\n    loads: [sat, mod]\n", "", 1)
+			}
+			_, err := PlanBytes("bad.yaml", []byte(text), Options{})
+			var ps *Problems
+			if !errors.As(err, &ps) {
+				t.Fatalf("want *Problems, got %v", err)
+			}
+			for _, p := range ps.List {
+				if p.Msg == tc.msg {
+					if p.File != "bad.yaml" || p.Pos.Line != tc.line || (tc.col != 0 && p.Pos.Column != tc.col) || p.Field != tc.field {
+						t.Fatalf("problem %q at %s:%d:%d field %q; want line %d col %d field %q", p.Msg, p.File, p.Pos.Line, p.Pos.Column, p.Field, tc.line, tc.col, tc.field)
+					}
+					return
+				}
+			}
+			t.Fatalf("no problem %q; got:\n%v", tc.msg, err)
+		})
+	}
+	if len(cases) < 25 {
+		t.Fatalf("only %d malformed protocols", len(cases))
+	}
+}
+
+func TestAllProblemsReported(t *testing.T) {
+	text := strings.NewReplacer(
+		`host: {gpus: 2, cpus: 4}`, `host: {gpus: 2, cpus: 4, color: red}`,
+		`cap_gpu_hours: 1.0`, `cap_gpu_hours: 0`,
+		`port: 9001`, `port: 9000`,
+	).Replace(readMini(t))
+	_, err := PlanBytes("bad.yaml", []byte(text), Options{})
+	var ps *Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("want problems, got %v", err)
+	}
+	if len(ps.List) != 3 {
+		t.Fatalf("want 3 problems, got %d:\n%v", len(ps.List), err)
+	}
+	if ps.List[0].Pos.Line != 3 || ps.List[1].Pos.Line != 4 || ps.List[2].Pos.Line != 7 {
+		t.Fatalf("problems not in file order:\n%v", err)
+	}
+}
+
+func TestProblemLimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(readMini(t))
+	b.WriteString("extra:\n")
+	for i := range MaxErrors + 20 {
+		b.WriteString("  - x\n")
+		_ = i
+	}
+	// every slot port duplicated many times
+	text := readMini(t)
+	var slots strings.Builder
+	for i := range MaxErrors + 20 {
+		slots.WriteString("  - {name: s" + itoa(i+2) + ", gpus: [9], cpus: \"0\", port: 9000}\n")
+	}
+	text = strings.Replace(text, "regimes:\n", slots.String()+"regimes:\n", 1)
+	_, err := PlanBytes("bad.yaml", []byte(text), Options{})
+	var ps *Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("want problems, got %v", err)
+	}
+	if len(ps.List) != MaxErrors || ps.Omitted == 0 {
+		t.Fatalf("listed %d, omitted %d; want %d listed and some omitted", len(ps.List), ps.Omitted, MaxErrors)
+	}
+	if !strings.Contains(err.Error(), "more problems not shown") {
+		t.Fatalf("error text does not say problems were omitted")
+	}
+}
