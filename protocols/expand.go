@@ -84,6 +84,14 @@ func (b *builder) expand() *Plan {
 	plan.Runs = b.runs
 	plan.Gates = b.gates
 	b.regimeInfo(plan)
+	for i := range plan.Runs {
+		if r := &plan.Runs[i]; r.Regime == "" {
+			r.Regime = plan.Regime
+			if ph := b.phase(r.Phase); ph != nil && ph.Regime != "" {
+				r.Regime = ph.Regime
+			}
+		}
+	}
 	if len(b.c.list) == 0 {
 		b.estimate(plan)
 	}
@@ -288,7 +296,7 @@ func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
 				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "%s (axis vars may use the protocol's vars)", e.msg)
 			}
 			if old, dup := vars[k]; dup && old != val {
-				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "variable %s is also set by the protocol or another axis value of cell %s", k, cl.display())
+				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "variable %s is already set, by the protocol's vars, an axis name or another axis value of cell %s", k, cl.display())
 			}
 			vars[k] = val
 		}
@@ -866,4 +874,13 @@ func (b *builder) checkGatedRegimes() {
 			b.c.add(r.Meta.At("gated"), "regimes."+r.Name, "regime %q is gated but no co-location check validates it", r.Name)
 		}
 	}
+}
+
+func (b *builder) phase(name string) *Phase {
+	for i := range b.p.Phases {
+		if b.p.Phases[i].Name == name {
+			return &b.p.Phases[i]
+		}
+	}
+	return nil
 }

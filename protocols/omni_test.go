@@ -1,0 +1,51 @@
+package protocols
+
+import "testing"
+
+// The A/B protocol says what the methodology asks: systems alternate in a
+// seeded order, every configuration has three process-level repeats, an
+// A/A pair comes first, and cold start is a phase of its own.
+func TestOmniAB(t *testing.T) {
+	p, err := PlanFile("omni-ab.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repeats := map[string]int{}
+	prev := map[string]string{}
+	for _, r := range p.Runs {
+		switch r.Phase {
+		case "aa":
+			if r.Cell != "vllm-omni/c8" {
+				t.Fatalf("A/A run %s on %s", r.ID, r.Cell)
+			}
+		case "cold-start", "closed-loop", "open-loop":
+			if last, ok := prev[r.Phase]; ok && last == r.Axes["system"] {
+				t.Fatalf("%s: two %s runs in a row at %s", r.Phase, last, r.ID)
+			}
+			prev[r.Phase] = r.Axes["system"]
+			repeats[r.Phase+"/"+r.Cell]++
+		}
+		if r.GPUs != 2 {
+			t.Fatalf("%s uses %d GPUs, want the same 2 for both systems", r.ID, r.GPUs)
+		}
+	}
+	if p.Totals.ByKind["aa"] != 2 || p.Totals.ByKind["cold-start"] != 6 || p.Totals.ByKind["closed-loop"] != 36 || p.Totals.ByKind["open-loop"] != 30 {
+		t.Fatalf("by kind %v", p.Totals.ByKind)
+	}
+	for cfg, n := range repeats {
+		if n != 3 {
+			t.Fatalf("%s has %d repeats, want 3", cfg, n)
+		}
+	}
+	// the seeded order is not simply the listed one
+	listed := true
+	for _, r := range p.Runs {
+		if r.Phase == "closed-loop" {
+			listed = r.Cell == "vllm-omni/c1" && r.Repeat == 1
+			break
+		}
+	}
+	if listed {
+		t.Fatal("closed-loop order starts with the first listed cell; the shuffle did nothing")
+	}
+}
