@@ -1,0 +1,417 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/google/renameio/v2"
+	bolt "go.etcd.io/bbolt"
+)
+
+// StateFileName is the name of the file written in an attempt's directory.
+const StateFileName = "state.json"
+
+// NewAttempt records attempt number previous+1 of runID, in state planned,
+// and appends its event. init, if not nil, fills in the other fields (slot,
+// GPUs, ...) inside the transaction; the run id, number, state, directory,
+// times and events are set by the store. An empty ProtocolSHA256 and a nil
+// Amendments are taken from the campaign. It fails with ErrRunDone for a
+// done run and ErrLiveAttempt while the previous attempt is live. When dir
+// is set, dir/state.json is written after the commit (see Transition).
+func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, error) {
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	var a Attempt
+	var events []Event
+	var campaign string
+	err := s.update("new attempt of run "+runID, func(tx *bolt.Tx) error {
+		var c Campaign
+		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
+			return err
+		}
+		campaign = c.ID
+		rb := tx.Bucket(bucketRuns)
+		var r Run
+		if err := get(rb, []byte(runID), &r); err != nil {
+			return err
+		}
+		switch {
+		case r.Done:
+			return ErrRunDone
+		case r.LastState.Live():
+			return fmt.Errorf("%w: attempt %d is %s", ErrLiveAttempt, r.Attempts, r.LastState)
+		}
+		if init != nil {
+			init(&a)
+		}
+		now := s.stamp()
+		a.RunID, a.N, a.State, a.Reason, a.PendingReason = runID, r.Attempts+1, Planned, "", ""
+		a.Dir, a.CreatedAt, a.UpdatedAt, a.EventSeqs = dir, now, now, nil
+		if a.ProtocolSHA256 == "" {
+			a.ProtocolSHA256 = c.ProtocolSHA256
+		}
+		if a.Amendments == nil {
+			ids, err := amendmentIDs(tx)
+			if err != nil {
+				return err
+			}
+			a.Amendments = ids
+		}
+		e, err := s.appendEvent(tx, Event{Run: runID, Attempt: a.N, From: "", To: string(Planned),
+			Message: "attempt created"})
+		if err != nil {
+			return err
+		}
+		a.EventSeqs = []uint64{e.Seq}
+		events = []Event{e}
+		r.Attempts, r.LastState = a.N, Planned
+		if err := put(rb, []byte(runID), r); err != nil {
+			return err
+		}
+		return put(tx.Bucket(bucketAttempts), attemptKey(runID, a.N), a)
+	})
+	if err != nil {
+		return Attempt{}, err
+	}
+	return a, s.writeStateFile(campaign, a, events)
+}
+
+// Transition moves attempt n of runID to state to, in one transaction that
+// checks the transition table, applies mutate (if not nil; it runs inside
+// the transaction, so keep it quick, and it may not change what
+// UpdateAttempt's may not), updates the run's derived fields and appends an
+// event carrying reason, msg and figures.
+//
+// Reasons: a transition to stopping with a reason leaves the happy path and
+// records it as PendingReason; failed takes reason, or else PendingReason,
+// and needs one; interrupted takes reason, or else ReasonInterrupted;
+// quarantined needs a reason; complete and quarantined are refused while a
+// PendingReason is set; other transitions take no reason. A violation fails
+// with ErrInvalid, an illegal transition with a *TransitionError, and a
+// second result for the run with ErrRunDone.
+//
+// After the commit, if the attempt has a Dir, Dir/state.json is rewritten
+// atomically. If only that write fails, the committed attempt is returned
+// with an error matching ErrStateFile; RewriteStateFile retries it.
+func (s *Store) Transition(runID string, n int, to AttemptState, reason Reason, msg string,
+	figures map[string]float64, mutate func(*Attempt) error) (Attempt, error) {
+	op := fmt.Sprintf("transition run %s attempt %d to %s", runID, n, to)
+	return s.changeAttempt(op, runID, n, func(tx *bolt.Tx, a *Attempt, r *Run) (*Event, error) {
+		if err := checkTransition(a.State, to); err != nil {
+			return nil, err
+		}
+		if to.result() && r.Done {
+			return nil, fmt.Errorf("%w: attempt %d is its result", ErrRunDone, r.Result)
+		}
+		if mutate != nil {
+			if err := keepIdentity(a, mutate); err != nil {
+				return nil, err
+			}
+		}
+		applied, err := applyReason(a, to, reason)
+		if err != nil {
+			return nil, err
+		}
+		from := a.State
+		a.State = to
+		if to.result() {
+			r.Done, r.Result = true, n
+		}
+		r.LastState = to
+		return &Event{From: string(from), To: string(to), Reason: string(applied),
+			Message: msg, Figures: figures}, nil
+	})
+}
+
+// applyReason checks reason against the transition to `to` and records it on
+// a. It returns the reason the event carries.
+func applyReason(a *Attempt, to AttemptState, reason Reason) (Reason, error) {
+	if reason != "" && !reason.Valid() {
+		return "", fmt.Errorf("%w: unknown reason %q", ErrInvalid, reason)
+	}
+	switch to {
+	case Stopping:
+		if reason != "" {
+			a.PendingReason = reason
+		}
+		return a.PendingReason, nil
+	case Failed:
+		if reason == "" {
+			reason = a.PendingReason
+		}
+		if reason == "" {
+			return "", fmt.Errorf("%w: failed needs a reason", ErrInvalid)
+		}
+	case Interrupted:
+		if reason == "" {
+			reason = ReasonInterrupted
+		}
+	case Quarantined, Complete:
+		if a.PendingReason != "" {
+			return "", fmt.Errorf("%w: %s while the failure %q is pending", ErrInvalid, to, a.PendingReason)
+		}
+		if to == Quarantined && reason == "" {
+			return "", fmt.Errorf("%w: quarantined needs a reason", ErrInvalid)
+		}
+		if to == Complete && reason != "" {
+			return "", fmt.Errorf("%w: complete takes no reason, got %q", ErrInvalid, reason)
+		}
+	default:
+		if reason != "" {
+			return "", fmt.Errorf("%w: %s takes no reason, got %q", ErrInvalid, to, reason)
+		}
+		return "", nil
+	}
+	a.Reason = reason
+	return reason, nil
+}
+
+// UpdateAttempt applies mutate to attempt n of runID without changing its
+// state and without appending an event: it records processes, signals (with
+// their times, in Signal.At), exits, commands and figures as they happen.
+// The event log holds state changes only; the attempt record and its
+// state.json hold these details. mutate runs inside the transaction and must
+// not change the run id, number, state, reasons, directory or events
+// (ErrInvalid). state.json is rewritten as in
+// Transition.
+func (s *Store) UpdateAttempt(runID string, n int, mutate func(*Attempt) error) (Attempt, error) {
+	op := fmt.Sprintf("update run %s attempt %d", runID, n)
+	return s.changeAttempt(op, runID, n, func(tx *bolt.Tx, a *Attempt, r *Run) (*Event, error) {
+		return nil, keepIdentity(a, mutate)
+	})
+}
+
+// changeAttempt loads attempt n of runID and its run, lets change modify
+// them and optionally name an event to append, stores both, commits, and
+// then rewrites the attempt's state.json.
+func (s *Store) changeAttempt(op, runID string, n int,
+	change func(tx *bolt.Tx, a *Attempt, r *Run) (*Event, error)) (Attempt, error) {
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	var a Attempt
+	var events []Event
+	var campaign string
+	err := s.update(op, func(tx *bolt.Tx) error {
+		var c Campaign
+		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
+			return err
+		}
+		campaign = c.ID
+		ab, rb := tx.Bucket(bucketAttempts), tx.Bucket(bucketRuns)
+		if err := get(ab, attemptKey(runID, n), &a); err != nil {
+			return err
+		}
+		var r Run
+		if err := get(rb, []byte(runID), &r); err != nil {
+			return err
+		}
+		e, err := change(tx, &a, &r)
+		if err != nil {
+			return err
+		}
+		a.UpdatedAt = s.stamp()
+		if e != nil {
+			e.Run, e.Attempt = runID, n
+			stored, err := s.appendEvent(tx, *e)
+			if err != nil {
+				return err
+			}
+			a.EventSeqs = append(a.EventSeqs, stored.Seq)
+		}
+		if events, err = attemptEvents(tx, a); err != nil {
+			return err
+		}
+		if err := put(rb, []byte(runID), r); err != nil {
+			return err
+		}
+		return put(ab, attemptKey(runID, n), a)
+	})
+	if err != nil {
+		return Attempt{}, err
+	}
+	return a, s.writeStateFile(campaign, a, events)
+}
+
+// attemptEvents reads the events a lists.
+func attemptEvents(tx *bolt.Tx, a Attempt) ([]Event, error) {
+	b := tx.Bucket(bucketEvents)
+	events := make([]Event, 0, len(a.EventSeqs))
+	for _, seq := range a.EventSeqs {
+		var e Event
+		if err := get(b, seqKey(seq), &e); err != nil {
+			return nil, fmt.Errorf("event %d of run %s attempt %d: %w", seq, a.RunID, a.N, err)
+		}
+		events = append(events, e)
+	}
+	return events, nil
+}
+
+// RewriteStateFile writes state.json of attempt n of runID again from the
+// database, e.g. after a crash between a commit and the file write.
+func (s *Store) RewriteStateFile(runID string, n int) error {
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	var a Attempt
+	var events []Event
+	var campaign string
+	err := s.view(fmt.Sprintf("read run %s attempt %d", runID, n), func(tx *bolt.Tx) error {
+		var c Campaign
+		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
+			return err
+		}
+		campaign = c.ID
+		if err := get(tx.Bucket(bucketAttempts), attemptKey(runID, n), &a); err != nil {
+			return err
+		}
+		var err error
+		events, err = attemptEvents(tx, a)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return s.writeStateFile(campaign, a, events)
+}
+
+// writeStateFile writes a.Dir/state.json atomically (temporary file in the
+// same directory, fsync, rename, fsync of the directory), mode 0644. It does
+// nothing when a.Dir is empty. Errors match ErrStateFile.
+func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error {
+	if a.Dir == "" {
+		return nil
+	}
+	err := func() error {
+		raw, err := json.MarshalIndent(StateFile{Campaign: campaign, Attempt: a, Events: events}, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+			return err
+		}
+		err = renameio.WriteFile(filepath.Join(a.Dir, StateFileName), append(raw, '\n'), 0o644,
+			renameio.WithTempDir(a.Dir), renameio.WithStaticPermissions(0o644))
+		if err != nil {
+			return err
+		}
+		d, err := os.Open(a.Dir)
+		if err != nil {
+			return err
+		}
+		return errors.Join(d.Sync(), d.Close())
+	}()
+	if err != nil {
+		return fmt.Errorf("write %s: %w: %w", filepath.Join(a.Dir, StateFileName), ErrStateFile, err)
+	}
+	return nil
+}
+
+// Attempt returns attempt n of runID, or ErrNotFound.
+func (s *Store) Attempt(runID string, n int) (Attempt, error) {
+	var a Attempt
+	err := s.view(fmt.Sprintf("read run %s attempt %d", runID, n), func(tx *bolt.Tx) error {
+		return get(tx.Bucket(bucketAttempts), attemptKey(runID, n), &a)
+	})
+	return a, err
+}
+
+// Attempts returns the attempts of runID in order.
+func (s *Store) Attempts(runID string) ([]Attempt, error) {
+	var out []Attempt
+	err := s.view("read attempts of run "+runID, func(tx *bolt.Tx) error {
+		prefix := attemptPrefix(runID)
+		c := tx.Bucket(bucketAttempts).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var a Attempt
+			if err := decode(k, v, &a); err != nil {
+				return err
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LiveAttempts returns the attempts not in a terminal state, in run order
+// of the runs bucket (by run id). It reads the runs and one attempt per
+// live run.
+func (s *Store) LiveAttempts() ([]Attempt, error) {
+	var out []Attempt
+	err := s.view("read live attempts", func(tx *bolt.Tx) error {
+		var err error
+		out, _, err = scanRuns(tx)
+		return err
+	})
+	return out, err
+}
+
+// Summary reads the campaign, counts the runs by state and reads the live
+// attempts in one transaction, without scanning the events.
+func (s *Store) Summary() (Summary, error) {
+	var sum Summary
+	err := s.view("read summary", func(tx *bolt.Tx) error {
+		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &sum.Campaign); err != nil {
+			return err
+		}
+		var err error
+		sum.Live, sum.RunsByState, err = scanRuns(tx)
+		for _, n := range sum.RunsByState {
+			sum.RunsTotal += n
+		}
+		sum.LastEventSeq = nextSeq(tx.Bucket(bucketEvents)) - 1
+		return err
+	})
+	return sum, err
+}
+
+// scanRuns makes one pass over the runs, counting them by state and reading
+// the latest attempt of each running run.
+func scanRuns(tx *bolt.Tx) ([]Attempt, map[string]int, error) {
+	var live []Attempt
+	counts := make(map[string]int)
+	ab := tx.Bucket(bucketAttempts)
+	err := tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+		// Only the derived fields: decoding less of each run is most of
+		// what makes the pass cheap.
+		var r struct {
+			Attempts  int          `json:"attempts"`
+			Done      bool         `json:"done"`
+			LastState AttemptState `json:"last_state"`
+		}
+		if err := decode(k, v, &r); err != nil {
+			return err
+		}
+		st := Run{Done: r.Done, LastState: r.LastState}.State()
+		counts[string(st)]++
+		if st == RunRunning {
+			var a Attempt
+			if err := get(ab, attemptKey(string(k), r.Attempts), &a); err != nil {
+				return fmt.Errorf("latest attempt of run %s: %w", k, err)
+			}
+			live = append(live, a)
+		}
+		return nil
+	})
+	return live, counts, err
+}
+
+// keepIdentity applies mutate to a and refuses changes to the fields that
+// only the store sets.
+func keepIdentity(a *Attempt, mutate func(*Attempt) error) error {
+	before := *a
+	before.EventSeqs = slices.Clone(a.EventSeqs)
+	if err := mutate(a); err != nil {
+		return err
+	}
+	if a.RunID != before.RunID || a.N != before.N || a.State != before.State ||
+		a.Reason != before.Reason || a.PendingReason != before.PendingReason ||
+		a.Dir != before.Dir || !slices.Equal(a.EventSeqs, before.EventSeqs) {
+		return fmt.Errorf("%w: mutate changed the id, state, reasons, directory or events", ErrInvalid)
+	}
+	return nil
+}

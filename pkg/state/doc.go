@@ -1,0 +1,119 @@
+// Package state is the campaign's durable record: a bbolt file, DIR/state.db,
+// holding the campaign, its runs and their attempts, an append-only event
+// log, the budget ledger, gate verdicts and amendments. It also writes each
+// attempt's DIR/runs/RUN/aN/state.json. It never starts processes or talks
+// to GPUs.
+//
+// # Schema
+//
+// Every value is JSON (encoding/json, snake_case keys), readable by other
+// tools. Sequence keys are big-endian uint64, so they sort numerically.
+//
+//	state.db
+//	├── meta
+//	│   └── "schema_version" -> 1              (JSON number)
+//	├── campaign
+//	│   └── "campaign" -> Campaign             (one record)
+//	├── runs
+//	│   └── <run id> -> Run                    (the plan; derived fields kept current)
+//	├── attempts
+//	│   └── <run id> NUL <%06d n> -> Attempt   (sorted by run, then number)
+//	├── events
+//	│   └── <seq> -> Event                     (append-only, 1..N)
+//	├── ledger
+//	│   └── <seq> -> LedgerEntry               (append-only, 1..N)
+//	├── gates
+//	│   └── <seq> -> GateVerdict               (append-only)
+//	└── amendments
+//	    └── <seq> -> Amendment                 (append-only, ids unique)
+//
+// Version 0 is a file without buckets; Open runs the upgrade functions from
+// the recorded version to SchemaVersion in one transaction, and refuses a
+// newer version (ErrSchemaTooNew). OpenReadOnly never upgrades
+// (ErrSchemaTooOld).
+//
+// # Attempt states
+//
+//	planned -> reserved | failed | interrupted
+//	reserved -> preflight | failed | interrupted
+//	preflight -> starting | failed | interrupted
+//	starting -> ready | stopping | interrupted
+//	ready -> measuring | stopping | interrupted
+//	measuring -> stopping | interrupted
+//	stopping -> cleanup | interrupted
+//	cleanup -> validating | failed | interrupted
+//	validating -> complete | quarantined | failed | interrupted
+//
+// complete, quarantined, failed and interrupted are terminal. The table lives
+// in attemptTransitions and only checkTransition reads it; an illegal move is
+// a *TransitionError naming both states. Once a server may be running
+// (starting, ready, measuring) a failure does not jump to failed: it moves to
+// stopping with a Reason, kept as PendingReason, and cleanup or validating
+// then end in failed with that reason, so the server is always shut down and
+// the GPUs proven empty. Reasons are strings that are never renamed.
+//
+// The campaign moves running -> stopped | complete and stopped -> running.
+//
+// # Invariants
+//
+// Check verifies these in one read transaction (a *Violation per breach,
+// each naming its Rule); Options.Strict verifies them inside every write
+// transaction before it commits.
+//
+//   - schema: schema_version is SchemaVersion and every bucket exists.
+//   - record: every value decodes and matches its key.
+//   - attempt-state: states and reasons are known; failed, quarantined and
+//     interrupted attempts carry a reason.
+//   - attempt-numbers: a run's attempts are numbered 1..N and Run.Attempts == N.
+//   - one-result: a run has at most one complete or quarantined attempt, and
+//     no attempt follows it.
+//   - one-live: only a run's latest attempt may be in a non-terminal state.
+//   - run-fields: Run.Done, Run.Result and Run.LastState agree with the
+//     attempts, so that counting runs by state reads the runs bucket only.
+//   - event-seq: event keys are 1..N without gaps.
+//   - event-chain: each attempt's events go "" -> planned -> ... with each
+//     From equal to the previous To; the last To is the attempt's State and
+//     Attempt.EventSeqs lists exactly those events. Campaign events (Run "")
+//     chain the same way and end at the campaign's State.
+//   - ledger: ledger keys are 1..N; prior + charge entries sum to
+//     Campaign.ConsumedGPUSeconds, reserve - release entries to
+//     Campaign.ReservedGPUSeconds, which never goes negative.
+//
+// Every write is one bbolt Update transaction; every state change (campaign
+// or attempt) appends its event in that same transaction. UpdateCampaign
+// (heartbeat) and UpdateAttempt (processes, signals with their times, exits)
+// change no state and append no event.
+//
+// # Files
+//
+// Transition, NewAttempt and UpdateAttempt rewrite the attempt's
+// Dir/state.json (StateFile: the attempt and its events) after the commit:
+// a temporary file in the same directory, fsync, rename, fsync of the
+// directory, mode 0644. A crash between the commit and the rename leaves the
+// previous file; the database is the truth and RewriteStateFile redoes it.
+//
+// # Caveats
+//
+//   - Values returned by the store are copies decoded from JSON; nothing
+//     points into bbolt's memory map. Code in this package must copy any
+//     []byte out of a transaction before it ends (decode does).
+//   - Nothing slow runs inside a transaction: no process start, no NVML, no
+//     HTTP, no file writes. The mutate and init callbacks run inside the
+//     write transaction and must only set fields.
+//   - One read-write handle per file: a second Open, in this process or
+//     another, fails with ErrLocked after Options.Timeout (default 1 s;
+//     never forever). OpenReadOnly takes a shared lock, so it also times out
+//     while a writer holds the file: query a live controller through its
+//     API, and open the file read-only only when no controller answers.
+//   - Open detects a truncated file or invalid meta pages before bbolt maps
+//     it (bbolt itself would fault reading past the end of the file) and
+//     reports ErrCorrupt; it never repairs. Garbage deeper in the file that
+//     makes bbolt fault or panic while opening is also reported as
+//     ErrCorrupt, but the memory map of such a file stays until the process
+//     exits, and garbage that looks valid enough can still crash bbolt (a
+//     freelist page claiming billions of entries): keep backups, and run
+//     `bbolt check` on a file that fails to open.
+//   - Strict mode reads the whole database on every write: it is for tests.
+//   - Check and Strict compare ledger sums with a tolerance of 1e-6 GPU
+//     seconds.
+package state

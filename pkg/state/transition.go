@@ -1,0 +1,171 @@
+package state
+
+import "fmt"
+
+// AttemptState is the state of an attempt. The values are stored as strings.
+type AttemptState string
+
+// Attempt states, in lifecycle order. The last four are terminal.
+const (
+	Planned     AttemptState = "planned"     // created, nothing reserved yet
+	Reserved    AttemptState = "reserved"    // budget reserved, slot assigned
+	Preflight   AttemptState = "preflight"   // checking GPUs, CPUs, port
+	Starting    AttemptState = "starting"    // server started, not healthy yet
+	Ready       AttemptState = "ready"       // server healthy
+	Measuring   AttemptState = "measuring"   // load client running
+	Stopping    AttemptState = "stopping"    // server being shut down
+	Cleanup     AttemptState = "cleanup"     // waiting for processes and GPU memory to go
+	Validating  AttemptState = "validating"  // validators and built-in checks
+	Complete    AttemptState = "complete"    // usable result
+	Quarantined AttemptState = "quarantined" // usable result, flagged (Reason says why)
+	Failed      AttemptState = "failed"      // no result (Reason says why)
+	Interrupted AttemptState = "interrupted" // the controller died or was stopped mid-attempt
+)
+
+// attemptTransitions is the transition table: the only place that says which
+// state may follow which. Terminal states have no entry.
+var attemptTransitions = map[AttemptState][]AttemptState{
+	Planned:    {Reserved, Failed, Interrupted},
+	Reserved:   {Preflight, Failed, Interrupted},
+	Preflight:  {Starting, Failed, Interrupted},
+	Starting:   {Ready, Stopping, Interrupted},
+	Ready:      {Measuring, Stopping, Interrupted},
+	Measuring:  {Stopping, Interrupted},
+	Stopping:   {Cleanup, Interrupted},
+	Cleanup:    {Validating, Failed, Interrupted},
+	Validating: {Complete, Quarantined, Failed, Interrupted},
+}
+
+// AttemptStates returns every attempt state in lifecycle order.
+func AttemptStates() []AttemptState {
+	return []AttemptState{Planned, Reserved, Preflight, Starting, Ready, Measuring,
+		Stopping, Cleanup, Validating, Complete, Quarantined, Failed, Interrupted}
+}
+
+// Valid reports whether s is a known state.
+func (s AttemptState) Valid() bool {
+	switch s {
+	case Planned, Reserved, Preflight, Starting, Ready, Measuring, Stopping, Cleanup,
+		Validating, Complete, Quarantined, Failed, Interrupted:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether s is a terminal state.
+func (s AttemptState) Terminal() bool {
+	return s == Complete || s == Quarantined || s == Failed || s == Interrupted
+}
+
+// Live reports whether s is a known, non-terminal state.
+func (s AttemptState) Live() bool { return s.Valid() && !s.Terminal() }
+
+// result reports whether an attempt in state s is the run's usable result.
+func (s AttemptState) result() bool { return s == Complete || s == Quarantined }
+
+// TransitionError is returned for a transition the table does not allow.
+type TransitionError struct {
+	From, To string
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("illegal transition from %q to %q", e.From, e.To)
+}
+
+// checkTransition returns a *TransitionError unless the table allows from -> to.
+func checkTransition(from, to AttemptState) error {
+	for _, next := range attemptTransitions[from] {
+		if next == to {
+			return nil
+		}
+	}
+	return &TransitionError{From: string(from), To: string(to)}
+}
+
+// campaignTransitions says which campaign state may follow which.
+var campaignTransitions = map[CampaignState][]CampaignState{
+	CampaignRunning: {CampaignStopped, CampaignComplete},
+	CampaignStopped: {CampaignRunning},
+}
+
+func checkCampaignTransition(from, to CampaignState) error {
+	for _, next := range campaignTransitions[from] {
+		if next == to {
+			return nil
+		}
+	}
+	return &TransitionError{From: string(from), To: string(to)}
+}
+
+// Reason says why an attempt ended in failed, quarantined or interrupted.
+// The values are stored as strings: never rename or remove one.
+type Reason string
+
+// Terminal reasons.
+const (
+	// ReasonServerExit: the server exited before the attempt was done with it.
+	ReasonServerExit Reason = "server-exit"
+	// ReasonServerNotReady: the server did not become healthy within its timeout.
+	ReasonServerNotReady Reason = "server-not-ready"
+	// ReasonClientFailed: the load client exited non-zero or reported failure.
+	ReasonClientFailed Reason = "client-failed"
+	// ReasonOOM: a process of the attempt ran out of host or GPU memory.
+	ReasonOOM Reason = "oom"
+	// ReasonGPUNotIdle: preflight found an assigned GPU busy or above its memory baseline.
+	ReasonGPUNotIdle Reason = "gpu-not-idle"
+	// ReasonForeignGPUProcess: another user's process appeared on an assigned GPU.
+	ReasonForeignGPUProcess Reason = "foreign-gpu-process"
+	// ReasonCleanupTimeout: processes or GPU memory were still there after the cleanup timeout.
+	ReasonCleanupTimeout Reason = "cleanup-timeout"
+	// ReasonCleanupFailed: cleanup could not be carried out (e.g. a signal or cgroup operation failed).
+	ReasonCleanupFailed Reason = "cleanup-failed"
+	// ReasonDrainWatchdog: the drain ran past the hard watchdog and the attempt was ended.
+	ReasonDrainWatchdog Reason = "drain-watchdog"
+	// ReasonDrainQuarantine: the drain ran past the class allowance (quarantined, usable).
+	ReasonDrainQuarantine Reason = "drain-quarantine"
+	// ReasonConfigMismatch: the server's startup log did not show the expected effective values.
+	ReasonConfigMismatch Reason = "config-mismatch"
+	// ReasonValidatorFailed: a protocol validator failed or returned a failing verdict.
+	ReasonValidatorFailed Reason = "validator-failed"
+	// ReasonPrivacyViolation: the privacy scan found a forbidden field in the run directory.
+	ReasonPrivacyViolation Reason = "privacy-violation"
+	// ReasonHashMismatch: a provenance file changed against its recorded hash.
+	ReasonHashMismatch Reason = "hash-mismatch"
+	// ReasonBudgetRefused: the reservation would have passed the GPU-hour cap.
+	ReasonBudgetRefused Reason = "budget-refused"
+	// ReasonInterrupted: the controller died or the host rebooted during the attempt.
+	ReasonInterrupted Reason = "interrupted"
+	// ReasonHarnessError: the controller itself failed (a bug or an I/O error).
+	ReasonHarnessError Reason = "harness-error"
+	// ReasonStopped: the operator stopped the campaign during the attempt.
+	ReasonStopped Reason = "stopped"
+	// ReasonQualityFailed: the client reported requests failing the quality check.
+	ReasonQualityFailed Reason = "quality-failed"
+	// ReasonDeadlineExceeded: the client reported requests past their deadline.
+	ReasonDeadlineExceeded Reason = "deadline-exceeded"
+	// ReasonWorkerLost: the client reported a lost server worker.
+	ReasonWorkerLost Reason = "worker-lost"
+	// ReasonClientCancelled: the client reported requests cancelled by the client.
+	ReasonClientCancelled Reason = "client-cancelled"
+	// ReasonAdmissionRejected: the client reported requests rejected at admission.
+	ReasonAdmissionRejected Reason = "admission-rejected"
+	// ReasonTransportError: the client reported connection or protocol errors.
+	ReasonTransportError Reason = "transport-error"
+	// ReasonInvalidOutput: the client reported malformed server output.
+	ReasonInvalidOutput Reason = "invalid-output"
+)
+
+// Valid reports whether r is a known reason.
+func (r Reason) Valid() bool {
+	switch r {
+	case ReasonServerExit, ReasonServerNotReady, ReasonClientFailed, ReasonOOM,
+		ReasonGPUNotIdle, ReasonForeignGPUProcess, ReasonCleanupTimeout, ReasonCleanupFailed,
+		ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
+		ReasonPrivacyViolation, ReasonHashMismatch, ReasonBudgetRefused, ReasonInterrupted,
+		ReasonHarnessError, ReasonStopped, ReasonQualityFailed, ReasonDeadlineExceeded,
+		ReasonWorkerLost, ReasonClientCancelled, ReasonAdmissionRejected, ReasonTransportError,
+		ReasonInvalidOutput:
+		return true
+	}
+	return false
+}

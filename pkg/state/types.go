@@ -1,0 +1,239 @@
+package state
+
+import "time"
+
+// CampaignState is the state of the whole campaign.
+type CampaignState string
+
+// Campaign states. See campaignTransitions for the allowed changes.
+const (
+	// CampaignRunning: the controller launches runs.
+	CampaignRunning CampaignState = "running"
+	// CampaignStopped: the controller launches nothing new and waits for a person;
+	// StopReason says why.
+	CampaignStopped CampaignState = "stopped"
+	// CampaignComplete: every run of the plan is done.
+	CampaignComplete CampaignState = "complete"
+)
+
+// Campaign is the single record of the campaign bucket.
+type Campaign struct {
+	ID             string        `json:"id"`
+	ProtocolName   string        `json:"protocol_name"`
+	ProtocolSHA256 string        `json:"protocol_sha256"`
+	ProtocolPath   string        `json:"protocol_path"`
+	Dir            string        `json:"dir"`
+	CreatedAt      time.Time     `json:"created_at"`
+	State          CampaignState `json:"state"`
+	// StopReason, StopDetail and StopFigures describe the last stop; they are
+	// cleared when the campaign runs again (the events keep the history).
+	StopReason  string             `json:"stop_reason,omitempty"`
+	StopDetail  string             `json:"stop_detail,omitempty"`
+	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
+	Regime      string             `json:"regime,omitempty"`
+	// BudgetCapGPUHours is the protocol's cap; PriorGPUHours what was consumed
+	// before this campaign (written to the ledger as a "prior" entry).
+	BudgetCapGPUHours float64 `json:"budget_cap_gpu_hours"`
+	PriorGPUHours     float64 `json:"prior_gpu_hours"`
+	// ConsumedGPUSeconds is the sum of the ledger's prior and charge entries;
+	// ReservedGPUSeconds the sum of reserve minus release entries. Only
+	// AddLedger changes them, in the transaction that appends the entry.
+	ConsumedGPUSeconds float64   `json:"consumed_gpu_seconds"`
+	ReservedGPUSeconds float64   `json:"reserved_gpu_seconds"`
+	Heartbeat          time.Time `json:"heartbeat"`
+	ControllerPID      int       `json:"controller_pid"`
+	ControllerBootID   string    `json:"controller_boot_id"`
+}
+
+// RunState is the state of a run, derived from its fields (see Run.State).
+type RunState string
+
+// Run states, as counted by Summary.
+const (
+	// RunPending: no attempt yet, or the last attempt was interrupted.
+	RunPending RunState = "pending"
+	// RunRunning: the last attempt is live (not in a terminal state).
+	RunRunning RunState = "running"
+	// RunComplete: the run has a complete attempt.
+	RunComplete RunState = "complete"
+	// RunQuarantined: the run has a quarantined attempt.
+	RunQuarantined RunState = "quarantined"
+	// RunFailed: the last attempt failed and the run is not done.
+	RunFailed RunState = "failed"
+)
+
+// Run is one unit of the plan. Attempts, Done, Result and LastState are
+// derived from the run's attempts; the store keeps them up to date so that
+// counting runs by state needs one pass over the runs bucket.
+type Run struct {
+	ID        string   `json:"id"`
+	Order     int      `json:"order"` // position in the plan
+	Phase     string   `json:"phase"`
+	Kind      string   `json:"kind"`
+	Cell      string   `json:"cell"`
+	Load      string   `json:"load"`
+	Needs     []string `json:"needs,omitempty"`
+	GPUs      int      `json:"gpus"`
+	ExpectedS float64  `json:"expected_s"`
+	Class     string   `json:"class"`
+
+	Attempts  int          `json:"attempts"`   // number of attempts
+	Done      bool         `json:"done"`       // has a complete or quarantined attempt
+	Result    int          `json:"result"`     // number of that attempt, 0 if none
+	LastState AttemptState `json:"last_state"` // state of the latest attempt, "" if none
+}
+
+// State derives the run's state from its fields.
+func (r Run) State() RunState {
+	switch {
+	case r.Done && r.LastState == Quarantined:
+		return RunQuarantined
+	case r.Done:
+		return RunComplete
+	case r.LastState == Failed:
+		return RunFailed
+	case r.LastState.Live():
+		return RunRunning
+	default:
+		return RunPending
+	}
+}
+
+// Attempt is one try of a run.
+type Attempt struct {
+	RunID     string       `json:"run_id"`
+	N         int          `json:"n"` // 1, 2, ... per run
+	State     AttemptState `json:"state"`
+	Reason    Reason       `json:"reason,omitempty"` // set by the terminal transition
+	Dir       string       `json:"dir"`
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
+	Slot      string       `json:"slot,omitempty"`
+	GPUIDs    []int        `json:"gpu_ids,omitempty"`
+	CPUs      string       `json:"cpus,omitempty"`
+	Port      int          `json:"port,omitempty"`
+	Procs     []Proc       `json:"procs,omitempty"`
+	Signals   []Signal     `json:"signals,omitempty"`
+	Exits     []Exit       `json:"exits,omitempty"`
+	Commands  [][]string   `json:"commands,omitempty"`
+	// PendingReason is the failure noted when the attempt left the happy path
+	// (the transition into stopping); the terminal transition applies it.
+	PendingReason  Reason             `json:"pending_reason,omitempty"`
+	Figures        map[string]float64 `json:"figures,omitempty"`
+	ProtocolSHA256 string             `json:"protocol_sha256"`
+	Amendments     []string           `json:"amendments,omitempty"`
+	// EventSeqs lists the sequence numbers of this attempt's events, in order.
+	EventSeqs []uint64 `json:"event_seqs"`
+}
+
+// Proc identifies a process an attempt started. A bare pid is never trusted
+// after a restart: PID, StartTime and BootID together name one process.
+type Proc struct {
+	Role      string    `json:"role"` // "server", "client", ...
+	PID       int       `json:"pid"`
+	StartTime uint64    `json:"start_time"` // clock ticks since boot, field 22 of /proc/PID/stat
+	BootID    string    `json:"boot_id"`
+	PGID      int       `json:"pgid"`
+	Cgroup    string    `json:"cgroup,omitempty"`
+	Argv      []string  `json:"argv"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// Signal records one signal sent on behalf of an attempt.
+type Signal struct {
+	At     time.Time `json:"at"`
+	Role   string    `json:"role"`
+	Target string    `json:"target"` // "pid", "group" or "cgroup"
+	PID    int       `json:"pid"`
+	Signal string    `json:"signal"`
+}
+
+// Exit records how one of an attempt's processes ended.
+type Exit struct {
+	Role   string    `json:"role"`
+	PID    int       `json:"pid"`
+	Code   int       `json:"code"`
+	Signal string    `json:"signal,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Event is one entry of the append-only event log. Attempt events have Run
+// and Attempt set and From/To attempt states; campaign events have Run ""
+// and From/To campaign states (equal for a note).
+type Event struct {
+	Seq     uint64             `json:"seq"`
+	Mono    int64              `json:"mono"` // CLOCK_MONOTONIC, ns
+	Wall    time.Time          `json:"wall"`
+	Run     string             `json:"run,omitempty"`
+	Attempt int                `json:"attempt,omitempty"`
+	From    string             `json:"from"`
+	To      string             `json:"to"`
+	Reason  string             `json:"reason,omitempty"`
+	Message string             `json:"message,omitempty"`
+	Figures map[string]float64 `json:"figures,omitempty"`
+}
+
+// Ledger entry kinds.
+const (
+	LedgerPrior   = "prior"   // GPU time consumed before this campaign
+	LedgerCharge  = "charge"  // GPU time an attempt held
+	LedgerReserve = "reserve" // a wave's conservative cost, before it starts
+	LedgerRelease = "release" // a reservation given back
+)
+
+// LedgerEntry is one entry of the budget ledger.
+type LedgerEntry struct {
+	Seq        uint64    `json:"seq"`
+	At         time.Time `json:"at"`
+	Kind       string    `json:"kind"`
+	Run        string    `json:"run,omitempty"`
+	Attempt    int       `json:"attempt,omitempty"`
+	GPUSeconds float64   `json:"gpu_seconds"`
+	Note       string    `json:"note,omitempty"`
+}
+
+// Gate verdicts.
+const (
+	VerdictPass  = "pass"
+	VerdictFail  = "fail"
+	VerdictError = "error"
+)
+
+// GateVerdict is the outcome of one gate check.
+type GateVerdict struct {
+	Seq     uint64             `json:"seq"`
+	Gate    string             `json:"gate"`
+	Run     string             `json:"run,omitempty"`
+	Attempt int                `json:"attempt,omitempty"`
+	Verdict string             `json:"verdict"`
+	Figures map[string]float64 `json:"figures,omitempty"`
+	Detail  string             `json:"detail,omitempty"`
+	At      time.Time          `json:"at"`
+}
+
+// Amendment is a dated, named change to the frozen protocol.
+type Amendment struct {
+	ID             string    `json:"id"`
+	Date           string    `json:"date"`
+	Title          string    `json:"title"`
+	Text           string    `json:"text"`
+	ProtocolSHA256 string    `json:"protocol_sha256"`
+	RegisteredAt   time.Time `json:"registered_at"`
+}
+
+// Summary is what a status query needs, read in one transaction without
+// scanning the events.
+type Summary struct {
+	Campaign     Campaign       `json:"campaign"`
+	RunsTotal    int            `json:"runs_total"`
+	RunsByState  map[string]int `json:"runs_by_state"` // keys are RunState values
+	Live         []Attempt      `json:"live"`
+	LastEventSeq uint64         `json:"last_event_seq"`
+}
+
+// StateFile is the content of an attempt's DIR/state.json.
+type StateFile struct {
+	Campaign string  `json:"campaign"`
+	Attempt  Attempt `json:"attempt"`
+	Events   []Event `json:"events"`
+}
