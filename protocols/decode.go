@@ -271,8 +271,13 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		got[f.name] = true
-		meta.Fields[f.name] = posOf(kv[1])
+		before := len(d.c.list) + d.c.extra
 		d.decode(kv[1], v.Field(f.index), join(path, f.name))
+		if len(d.c.list)+d.c.extra == before {
+			// only a field that decoded cleanly counts as given, so later
+			// checks do not pile a second complaint on a wrong type
+			meta.Fields[f.name] = posOf(kv[1])
+		}
 	}
 	for _, f := range fields {
 		if f.required && !got[f.name] {
