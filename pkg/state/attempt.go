@@ -293,9 +293,16 @@ func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error
 		if err := os.MkdirAll(a.Dir, 0o755); err != nil {
 			return err
 		}
-		err = renameio.WriteFile(filepath.Join(a.Dir, StateFileName), append(raw, '\n'), 0o644,
+		f, err := renameio.NewPendingFile(filepath.Join(a.Dir, StateFileName),
 			renameio.WithTempDir(a.Dir), renameio.WithStaticPermissions(0o644))
 		if err != nil {
+			return err
+		}
+		defer f.Cleanup()
+		if _, err := f.Write(append(raw, '\n')); err != nil {
+			return err
+		}
+		if err := f.CloseAtomicallyReplace(); err != nil {
 			return err
 		}
 		d, err := os.Open(a.Dir)

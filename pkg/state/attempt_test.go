@@ -225,6 +225,10 @@ func TestUpdateAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	drive(t, s, "r000", 1, pathTo(state.Stopping))
+	// The file is rewritten with mode 0644 whatever the old one had.
+	if err := os.Chmod(filepath.Join(dir, state.StateFileName), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := s.LastEventSeq()
 	sentAt := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
 	a, err := s.UpdateAttempt("r000", 1, func(a *state.Attempt) error {
@@ -242,6 +246,9 @@ func TestUpdateAttempt(t *testing.T) {
 	}
 	if sf := readStateFile(t, dir); len(sf.Attempt.Signals) != 1 || sf.Attempt.Signals[0].Signal != "SIGTERM" {
 		t.Errorf("state.json does not hold the signal: %+v", sf.Attempt.Signals)
+	}
+	if info, err := os.Stat(filepath.Join(dir, state.StateFileName)); err != nil || info.Mode().Perm() != 0o644 {
+		t.Errorf("rewritten state.json mode %v (%v), want 0644", info.Mode(), err)
 	}
 	_, err = s.UpdateAttempt("r000", 1, func(a *state.Attempt) error {
 		a.State = state.Complete
