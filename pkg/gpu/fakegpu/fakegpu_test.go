@@ -369,3 +369,31 @@ func TestStartTimeOfChildIsLater(t *testing.T) {
 		t.Fatalf("start times: child %d, self %d", child, self)
 	}
 }
+
+// BenchmarkMemoryUsedMiB reads a GPU with one live claim and seven stale
+// ones, as a controller polling for an empty GPU does.
+func BenchmarkMemoryUsedMiB(b *testing.B) {
+	dir := b.TempDir()
+	if err := Init(dir, 1, 143771); err != nil {
+		b.Fatal(err)
+	}
+	if err := Claim(dir, 0, 100); err != nil {
+		b.Fatal(err)
+	}
+	for pid := 1; pid <= 7; pid++ {
+		if err := ClaimFor(dir, 0, 1<<22+pid, 1, 0, 10); err != nil {
+			b.Fatal(err)
+		}
+	}
+	be, err := Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		used, err := be.MemoryUsedMiB(0)
+		if err != nil || used != 100 {
+			b.Fatalf("MemoryUsedMiB = %d, %v", used, err)
+		}
+	}
+}
