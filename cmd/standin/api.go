@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxTokensLimit bounds one request's generation.
+const maxTokensLimit = 1 << 16
+
+// completionRequest is the part of an OpenAI completions request the
+// stand-in reads. The prompt is only counted, never logged or stored.
+type completionRequest struct {
+	Model         string          `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	MaxTokens     *int            `json:"max_tokens"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type completionChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type completionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage,omitempty"`
+}
+
+// api serves the stand-in's HTTP endpoints.
+type api struct {
+	model string
+	// tokenInterval is the time to "generate" one token.
+	tokenInterval time.Duration
+	// healthy reports whether /health answers 200.
+	healthy func() bool
+	// inflight counts requests being handled, for the drain at shutdown.
+	inflight inflight
+}
+
+func (a *api) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", a.health)
+	mux.HandleFunc("GET /v1/models", a.models)
+	mux.HandleFunc("POST /v1/completions", a.completions)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.inflight.begin() {
+			writeError(w, http.StatusServiceUnavailable, "server is shutting down")
+			return
+		}
+		defer a.inflight.end()
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) health(w http.ResponseWriter, _ *http.Request) {
+	if !a.healthy() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (a *api) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []map[string]any{{
+			"id": a.model, "object": "model", "owned_by": "standin", "created": time.Now().Unix(),
+		}},
+	})
+}
+
+func (a *api) completions(w http.ResponseWriter, r *http.Request) {
+	if !a.healthy() {
+		writeError(w, http.StatusServiceUnavailable, "model is loading")
+		return
+	}
+	var req completionRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "request body is not a completions request")
+		return
+	}
+	if req.Model != "" && req.Model != a.model {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("the model %q does not exist", req.Model))
+		return
+	}
+	maxTokens := 16
+	if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 || maxTokens > maxTokensLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be between 1 and %d", maxTokensLimit))
+		return
+	}
+	promptTokens, ok := countPromptTokens(req.Prompt)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "prompt must be a string or an array")
+		return
+	}
+	gen := generation{
+		id:      fmt.Sprintf("cmpl-standin-%d", time.Now().UnixNano()),
+		created: time.Now().Unix(),
+		model:   a.model,
+		prompt:  promptTokens,
+		max:     maxTokens,
+	}
+	if req.Stream {
+		a.stream(r.Context(), w, gen, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	var text strings.Builder
+	err := a.generate(r.Context(), gen.max, func(i int) error {
+		text.WriteString(token(i))
+		return nil
+	})
+	if err != nil {
+		return // the client or the server went away
+	}
+	writeJSON(w, http.StatusOK, gen.response(text.String(), true, true))
+}
+
+// stream sends one server-sent event per token, then "[DONE]".
+func (a *api) stream(ctx context.Context, w http.ResponseWriter, gen generation, includeUsage bool) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	send := func(v any) error {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	err := a.generate(ctx, gen.max, func(i int) error {
+		resp := gen.response(token(i), i == gen.max-1, false)
+		return send(resp)
+	})
+	if err != nil {
+		return
+	}
+	if includeUsage {
+		resp := gen.response("", false, true)
+		resp.Choices = []completionChoice{}
+		if err := send(resp); err != nil {
+			return
+		}
+	}
+	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err == nil {
+		_ = rc.Flush()
+	}
+}
+
+// generate calls emit for each of n tokens, one every tokenInterval. It
+// stops early with the context's error.
+func (a *api) generate(ctx context.Context, n int, emit func(i int) error) error {
+	var tick <-chan time.Time
+	if a.tokenInterval > 0 {
+		t := time.NewTicker(a.tokenInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for i := 0; i < n; i++ {
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		} else if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := emit(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// generation describes one completion being produced.
+type generation struct {
+	id      string
+	created int64
+	model   string
+	prompt  int
+	max     int
+}
+
+func (g generation) response(text string, last, withUsage bool) completionResponse {
+	choice := completionChoice{Text: text}
+	if last {
+		reason := "length"
+		choice.FinishReason = &reason
+	}
+	resp := completionResponse{
+		ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
+		Choices: []completionChoice{choice},
+	}
+	if withUsage {
+		resp.Usage = &usage{PromptTokens: g.prompt, CompletionTokens: g.max, TotalTokens: g.prompt + g.max}
+	}
+	return resp
+}
+
+// token returns the placeholder text of the i-th generated token.
+func token(i int) string {
+	return fmt.Sprintf(" tok%d", i)
+}
+
+// countPromptTokens counts a string prompt's words, or an array prompt's
+// elements (token ids or strings).
+func countPromptTokens(raw json.RawMessage) (int, bool) {
+	if len(raw) == 0 {
+		return 0, true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return len(strings.Fields(s)), true
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal(raw, &arr); err == nil {
+		return len(arr), true
+	}
+	return 0, false
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers in the shape of OpenAI errors. Messages never quote
+// the request's prompt.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{
+		"error": map[string]any{"message": msg, "type": http.StatusText(status), "code": status},
+	})
+}
+
+// inflight counts requests being handled. Once closed it admits no more,
+// and idle reports when the last one has ended.
+type inflight struct {
+	mu     sync.Mutex
+	n      int           // guarded by mu
+	closed bool          // guarded by mu
+	idle   chan struct{} // guarded by mu; closed when closed and n == 0
+}
+
+func (f *inflight) begin() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.n++
+	return true
+}
+
+func (f *inflight) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.closed && f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// close admits no more requests and returns a channel closed when none is
+// in flight.
+func (f *inflight) close() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	idle := make(chan struct{})
+	if f.n == 0 {
+		close(idle)
+	} else {
+		f.idle = idle
+	}
+	return idle
+}

@@ -1,0 +1,90 @@
+// Command standin is a STAND-IN for an inference server and for a benchmark
+// load client, for Warden's tests and demo on hosts without a GPU. It is not
+// an inference server and not a benchmark client: it generates placeholder
+// tokens on a timer and measures nothing about any model.
+//
+// It behaves like vLLM as a process, which is what Warden has to manage:
+//
+//	standin server   an API parent that re-executes itself as an engine child
+//	                 in the same process group; the engine claims fake GPU
+//	                 memory (package fakegpu) that is released when it dies.
+//	                 GET /health, GET /v1/models, POST /v1/completions
+//	                 (OpenAI-shaped, streaming or not). SIGTERM to the parent
+//	                 drains in-flight requests up to --shutdown-timeout, tells
+//	                 the engine to exit, waits for it, and exits 0.
+//	standin client   a closed-loop load client with warm-up, clean (measured)
+//	                 and drain phases, reported as JSON lines to a phase file,
+//	                 and a result.json without prompts or generated text.
+//
+// Misbehaviour flags (--ignore-sigterm, --crash-after, --setsid-grandchild,
+// --hold-port, --never-healthy, --engine-survives, --fork; client --hang,
+// --fail, --drain-extra-s) reproduce what real servers and clients do wrong,
+// so that the controller's gates can be tested against them.
+//
+// Exit codes: 0 success; 1 failure (including --crash-after); 2 client
+// --fail after warm-up.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError ends the program with a given exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	return fmt.Sprintf("exit %d: %v", e.code, e.err)
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	err := newRootCmd().Execute()
+	if err == nil {
+		return
+	}
+	code := 1
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		err = ee.err
+	}
+	fmt.Fprintf(os.Stderr, "standin: %v\n", err)
+	os.Exit(code)
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "standin",
+		Short: "STAND-IN inference server and load client for Warden's tests and demos",
+		Long: `standin is a STAND-IN for an inference server (like vLLM) and a benchmark load
+client, for Warden's tests and demos on hosts without a GPU. It is NOT a real
+inference server and NOT a real benchmark client: it returns placeholder tokens
+on a timer and its figures say nothing about any model or GPU.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(newServerCmd(), newClientCmd(), newEngineCmd(),
+		newSleeperCmd(), newEscapeCmd(), newOrphanCmd())
+	return root
+}
+
+// newLogger returns a text logger on stderr naming the process's role.
+func newLogger(role string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("standin", role, "pid", os.Getpid())
+}
+
+// seconds converts a flag value in seconds to a duration.
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// engineExitTimeout bounds the parent's wait for its engine after telling it
+// to exit; then the parent kills it.
+const engineExitTimeout = 10 * time.Second
+
+// serverConfig holds the flags of "standin server".
+type serverConfig struct {
+	host             string
+	port             int
+	portFile         string
+	model            string
+	shutdownTimeoutS float64
+	tokenMS          float64
+	effectiveConfig  []string
+	holdPort         bool
+	neverHealthy     bool
+	engine           engineConfig
+}
+
+func newServerCmd() *cobra.Command {
+	var cfg serverConfig
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a STAND-IN inference server (tests and demos only; not a real inference server)",
+		Long: `Run a STAND-IN inference server for Warden's tests and demos. It is NOT a real
+inference server: it answers OpenAI-shaped completions with placeholder tokens,
+one every --token-ms, and runs no model.
+
+As a process it behaves like vLLM: an API parent that starts an engine child
+(this binary again) in the same process group. The engine claims fake GPU
+memory on each GPU in $CUDA_VISIBLE_DEVICES when $WARDEN_FAKE_GPU_DIR is set;
+the memory is released when the engine dies. /health answers 503 while the
+engine "loads" (--load-s) and 200 after. On SIGTERM the parent stops accepting
+requests, drains in-flight ones for up to --shutdown-timeout, tells the engine
+to exit, waits for it, and exits 0. Prompts are never logged.
+
+Endpoints: GET /health, GET /v1/models, POST /v1/completions
+({model, prompt, max_tokens, stream}).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("port") {
+				p, ok := os.LookupEnv("WARDEN_PORT")
+				if !ok {
+					return errors.New("server: --port or $WARDEN_PORT is required")
+				}
+				port, err := strconv.Atoi(p)
+				if err != nil {
+					return fmt.Errorf("server: $WARDEN_PORT=%q: %w", p, err)
+				}
+				cfg.port = port
+			}
+			return runServer(cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.host, "host", "127.0.0.1", "address to listen on")
+	f.IntVar(&cfg.port, "port", 0, "port to listen on (default $WARDEN_PORT; 0 picks a free port, see --port-file)")
+	f.StringVar(&cfg.portFile, "port-file", "", "write the bound port to this file (atomically) once listening")
+	f.StringVar(&cfg.model, "model", "standin", "model name served")
+	f.Float64Var(&cfg.shutdownTimeoutS, "shutdown-timeout", 5, "seconds to drain in-flight requests after SIGTERM")
+	f.Float64Var(&cfg.tokenMS, "token-ms", 1, "milliseconds per generated token")
+	f.StringArrayVar(&cfg.effectiveConfig, "effective-config", nil, "line to print to stdout at startup, like a real server's effective configuration (repeatable)")
+	f.IntVar(&cfg.engine.gpuMemMiB, "gpu-mem-mib", 0, "fake GPU memory the engine claims on each GPU in $CUDA_VISIBLE_DEVICES (needs $WARDEN_FAKE_GPU_DIR)")
+	f.Float64Var(&cfg.engine.loadS, "load-s", 0.5, "seconds of \"loading\" before /health answers 200")
+	// Misbehaviour.
+	f.BoolVar(&cfg.engine.ignoreSIGTERM, "ignore-sigterm", false, "misbehave: parent and engine ignore SIGTERM")
+	f.Float64Var(&cfg.engine.crashAfterS, "crash-after", 0, "misbehave: parent and engine exit with code 1 after this many seconds (0: never)")
+	f.BoolVar(&cfg.engine.setsidGrandchild, "setsid-grandchild", false, "misbehave: the engine leaves a process in a new session that holds fake GPU memory until killed")
+	f.BoolVar(&cfg.holdPort, "hold-port", false, "misbehave: a child inherits the listening socket and keeps the port bound after shutdown")
+	f.BoolVar(&cfg.neverHealthy, "never-healthy", false, "misbehave: /health answers 503 forever")
+	f.BoolVar(&cfg.engine.engineSurvives, "engine-survives", false, "misbehave: on SIGTERM the parent exits but the engine stays, holding its GPU memory")
+	f.IntVar(&cfg.engine.fork, "fork", 0, "misbehave: the engine starts this many sleeping children in the process group, left behind at exit")
+	return cmd
+}
+
+// server is a running API parent.
+type server struct {
+	cfg  serverConfig
+	log  *slog.Logger
+	api  *api
+	http *http.Server
+	// served receives Serve's result once it returns.
+	served chan error
+	// abort cancels the context of every request.
+	abort context.CancelFunc
+	eng   *engineHandle
+}
+
+func runServer(cfg serverConfig) error {
+	log := newLogger("server")
+	sigs := make(chan os.Signal, 1)
+	if cfg.engine.ignoreSIGTERM {
+		signal.Ignore(syscall.SIGTERM)
+		signal.Notify(sigs, syscall.SIGINT)
+	} else {
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	}
+	defer signal.Stop(sigs)
+
+	for _, line := range cfg.effectiveConfig {
+		fmt.Println(line)
+	}
+
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
+	if err != nil {
+		return fmt.Errorf("server: listen: %w", err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	log.Info("listening; this is a STAND-IN server, not a real inference server", "addr", ln.Addr().String())
+	if cfg.holdPort {
+		holder, err := holdListener(ln.(*net.TCPListener))
+		if err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		log.Info("a child holds the listening socket (--hold-port)", "holder_pid", holder.Process.Pid)
+		// Reaped here while the parent lives; left behind when it exits.
+		go func() { _ = holder.Wait() }()
+	}
+	if cfg.portFile != "" {
+		if err := writeFileAtomic(cfg.portFile, []byte(strconv.Itoa(port)+"\n")); err != nil {
+			return fmt.Errorf("server: port file: %w", err)
+		}
+	}
+
+	eng, err := startEngine(cfg.engine)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	log.Info("engine started", "engine_pid", eng.cmd.Process.Pid)
+
+	// Request contexts derive from hard; abort cancels them all when the
+	// drain runs out of time.
+	hard, abort := context.WithCancel(context.Background())
+	defer abort()
+	s := &server{cfg: cfg, log: log, served: make(chan error, 1), abort: abort, eng: eng}
+	s.api = &api{
+		model:         cfg.model,
+		tokenInterval: time.Duration(cfg.tokenMS * float64(time.Millisecond)),
+		healthy: func() bool {
+			return !cfg.neverHealthy && isClosed(eng.ready)
+		},
+	}
+	s.http = &http.Server{
+		Handler:           s.api.handler(),
+		BaseContext:       func(net.Listener) context.Context { return hard },
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	// Shutdown runs this after closing the listener.
+	s.http.RegisterOnShutdown(func() { log.Info("stopped accepting connections; draining in-flight requests") })
+	// Ends when the HTTP server is shut down or closed.
+	go func() { s.served <- s.http.Serve(ln) }()
+	return s.run(sigs)
+}
+
+// run waits for the engine to be ready and for a reason to stop.
+func (s *server) run(sigs <-chan os.Signal) error {
+	var crash <-chan time.Time
+	if s.cfg.engine.crashAfterS > 0 {
+		t := time.NewTimer(seconds(s.cfg.engine.crashAfterS))
+		defer t.Stop()
+		crash = t.C
+	}
+	ready := s.eng.ready
+	for {
+		select {
+		case <-ready:
+			ready = nil
+			if s.cfg.neverHealthy {
+				s.log.Info("engine ready; /health stays 503 (--never-healthy)")
+			} else {
+				s.log.Info("engine ready; healthy")
+			}
+		case sig := <-sigs:
+			s.log.Info("shutting down on signal", "signal", sig.String(), "shutdown_timeout_s", s.cfg.shutdownTimeoutS)
+			return s.shutdown()
+		case <-s.eng.done:
+			s.abort()
+			s.http.Close()
+			<-s.served
+			return fmt.Errorf("server: engine exited unexpectedly: %w", s.eng.err)
+		case <-crash:
+			return &exitError{code: 1, err: errors.New("server: crashing as asked (--crash-after)")}
+		case err := <-s.served:
+			_ = s.eng.stop(engineExitTimeout)
+			return fmt.Errorf("server: serve: %w", err)
+		}
+	}
+}
+
+// shutdown drains in-flight requests for up to the shutdown timeout, aborts
+// the rest, then tells the engine to exit and waits for it.
+func (s *server) shutdown() error {
+	idle := s.api.inflight.close()
+	ctx, cancel := context.WithTimeout(context.Background(), seconds(s.cfg.shutdownTimeoutS))
+	defer cancel()
+	if err := s.http.Shutdown(ctx); err != nil {
+		s.log.Warn("drain timed out; aborting in-flight requests", "err", err)
+		s.abort()
+		s.http.Close()
+	}
+	<-s.served
+	<-idle
+	s.log.Info("requests drained; telling the engine to exit")
+	if s.cfg.engine.engineSurvives {
+		s.eng.control.Close()
+		s.log.Warn("not waiting for the engine (--engine-survives)")
+		return nil
+	}
+	if err := s.eng.stop(engineExitTimeout); err != nil {
+		return fmt.Errorf("server: stop engine: %w", err)
+	}
+	s.log.Info("engine exited; bye")
+	return nil
+}
+
+// holdListener starts a sleeping child that inherits the listening socket,
+// so that the port stays bound after this process exits.
+func holdListener(ln *net.TCPListener) (*exec.Cmd, error) {
+	f, err := ln.File()
+	if err != nil {
+		return nil, fmt.Errorf("hold port: %w", err)
+	}
+	defer f.Close()
+	cmd, err := startSleeper(f)
+	if err != nil {
+		return nil, fmt.Errorf("hold port: %w", err)
+	}
+	// Passing f to a child put the socket, shared with ln, in blocking
+	// mode; the listener needs it non-blocking again.
+	rc, err := ln.SyscallConn()
+	if err == nil {
+		var nbErr error
+		err = rc.Control(func(fd uintptr) { nbErr = syscall.SetNonblock(int(fd), true) })
+		err = errors.Join(err, nbErr)
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("hold port: restore non-blocking mode: %w", err)
+	}
+	return cmd, nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
