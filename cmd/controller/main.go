@@ -38,12 +38,32 @@ func main() {
 }
 
 func newRoot() *cobra.Command {
+	var resumeFlag, foreground bool
+	var dir string
 	root := &cobra.Command{
-		Use:           "controller",
-		Short:         "Run pre-registered GPU serving benchmark campaigns",
+		Use:   "controller",
+		Short: "Run pre-registered GPU serving benchmark campaigns",
+		Long: `controller runs pre-registered benchmark campaigns against inference servers:
+
+  controller plan -f PROTOCOL            validate and expand, touching no GPU
+  controller start -f PROTOCOL -d DIR    create the campaign and run it, detached
+  controller --resume -d DIR             continue after a crash, reboot or stop
+  controller stop -d DIR                 stop gracefully, leaving it resumable
+
+ctlq shows what a campaign is doing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !resumeFlag {
+				return cmd.Help()
+			}
+			return resume(cmd, dir, "", foreground)
+		},
 	}
-	root.AddCommand(newPlanCmd())
+	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR (same as the resume command)")
+	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
+	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
+	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd())
 	return root
 }

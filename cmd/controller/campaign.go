@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/google/renameio/v2"
+
+	"warden/pkg/api"
+	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/provenance"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// settingsFile records how the campaign was started, for resume.
+const settingsFile = "controller.json"
+
+// settings are the campaign's start-time choices that resume reuses.
+type settings struct {
+	Schema       int    `json:"schema"`
+	ProtocolPath string `json:"protocol_path"` // absolute
+	Workdir      string `json:"workdir"`       // absolute; where commands run
+	GPUBackend   string `json:"gpu_backend"`   // "fake" or "nvml"
+	FakeGPUDir   string `json:"fake_gpu_dir,omitempty"`
+}
+
+func readSettings(dir string) (settings, error) {
+	var s settings
+	b, err := os.ReadFile(filepath.Join(dir, settingsFile))
+	if err != nil {
+		return s, fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, settingsFile, err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("read %s: %w", filepath.Join(dir, settingsFile), err)
+	}
+	return s, nil
+}
+
+func writeJSONFile(path string, v any, mode os.FileMode) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := renameio.WriteFile(path, append(b, '\n'), mode); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// createCampaign makes the campaign directory: the plan, the provenance
+// record, the settings and the state database. It refuses a directory that
+// holds anything else.
+func createCampaign(protocolPath, dir, backend string, now time.Time) (*protocols.Plan, error) {
+	abs, err := filepath.Abs(protocolPath)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := protocols.PlanFile(abs, protocols.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEmptyDir(dir, plan); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
+		return nil, fmt.Errorf("create campaign directory: %w", err)
+	}
+
+	workdir := plan.Protocol.Workdir
+	if !filepath.IsAbs(workdir) {
+		workdir = filepath.Join(filepath.Dir(abs), workdir)
+	}
+	entries := []provenance.Entry{{Path: abs, Role: "protocol"}}
+	for _, p := range plan.Provenance {
+		path := p.Path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(workdir, path)
+		}
+		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
+	}
+	if _, err := provenance.Record(dir, entries); err != nil {
+		return nil, err
+	}
+	if err := writeJSONFile(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
+		return nil, fmt.Errorf("write plan: %w", err)
+	}
+	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: backend}
+	if backend == "fake" {
+		st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
+		gpus := 0
+		for _, s := range plan.Slots {
+			for _, g := range s.GPUs {
+				gpus = max(gpus, g+1)
+			}
+		}
+		if err := fakegpu.Init(st.FakeGPUDir, gpus, 143771); err != nil {
+			return nil, fmt.Errorf("fake GPUs: %w", err)
+		}
+	}
+	if err := writeJSONFile(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
+		return nil, fmt.Errorf("write settings: %w", err)
+	}
+
+	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	runs := make([]state.Run, len(plan.Runs))
+	for i, r := range plan.Runs {
+		runs[i] = state.Run{
+			ID: r.ID, Order: i, Phase: r.Phase, Kind: r.Kind, Cell: r.Cell, Load: r.Load,
+			Needs: r.Needs, GPUs: r.GPUs, ExpectedS: r.ExpectedS, Class: r.Class,
+		}
+	}
+	c := state.Campaign{
+		ID:                fmt.Sprintf("%s-%s", plan.Protocol.Name, now.UTC().Format("20060102T150405Z")),
+		ProtocolName:      plan.Protocol.Name,
+		ProtocolSHA256:    plan.Protocol.SHA256,
+		ProtocolPath:      abs,
+		Dir:               dir,
+		CreatedAt:         now,
+		State:             state.CampaignRunning,
+		BudgetCapGPUHours: plan.Totals.BudgetCapGPUHours,
+		PriorGPUHours:     plan.Totals.BudgetConsumedGPUHours,
+	}
+	if err := store.CreateCampaign(c, runs); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// checkEmptyDir refuses a directory that holds another campaign or other
+// files.
+func checkEmptyDir(dir string, plan *protocols.Plan) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("campaign directory %s: %w", dir, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err == nil {
+		s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), time.Second)
+		if err != nil {
+			return fmt.Errorf("%s already holds a campaign (%v); choose another directory", dir, err)
+		}
+		defer s.Close()
+		c, err := s.Campaign()
+		if err != nil {
+			return fmt.Errorf("%s already holds a campaign database; choose another directory", dir)
+		}
+		if c.ProtocolSHA256 == plan.Protocol.SHA256 {
+			return fmt.Errorf("%s already holds campaign %s of this protocol; continue it with: controller resume -d %s", dir, c.ID, dir)
+		}
+		return fmt.Errorf("%s holds another campaign (%s, protocol %s sha256 %s); choose another directory", dir, c.ID, c.ProtocolName, c.ProtocolSHA256)
+	}
+	return fmt.Errorf("%s is not empty and holds no campaign; choose an empty or new directory", dir)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warden/pkg/api"
+	"warden/pkg/lockfile"
+	"warden/protocols"
+)
+
+func newStartCmd() *cobra.Command {
+	var file, dir, backend string
+	var foreground bool
+	cmd := &cobra.Command{
+		Use:   "start -f PROTOCOL -d DIR",
+		Short: "Create a campaign directory and run the campaign, detached",
+		Long: `start validates the protocol, creates the campaign directory (refusing one
+that holds anything else), records the protocol and every provenance file
+with its SHA-256, and runs the campaign in a detached controller (its own
+session, input from /dev/null, output to DIR/controller.log). It returns once
+the controller reports that it is running, and prints its pid.
+
+--foreground runs the controller in this process instead (for systemd and
+tests); it returns when the campaign completes, stops, or is stopped.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" || dir == "" {
+				return &exitError{2, errors.New("start: -f PROTOCOL and -d DIR are required")}
+			}
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			resolved, note, err := resolveBackend(backend)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
+			if _, err := createCampaign(file, abs, resolved, time.Now()); err != nil {
+				var ps *protocols.Problems
+				if errors.As(err, &ps) {
+					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
+				}
+				return &exitError{1, err}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
+			if foreground {
+				return runDaemon(daemonOptions{dir: abs, foreground: true, readyFD: -1})
+			}
+			return detach(cmd, abs)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
+	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
+	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")
+	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
+	return cmd
+}
+
+// resolveBackend turns "auto" into the backend this host has.
+func resolveBackend(backend string) (string, string, error) {
+	switch backend {
+	case "fake":
+		return "fake", "fake (file-backed GPUs in the campaign directory)", nil
+	case "nvml":
+		g, _, err := openGPUs("nvml", "")
+		if err != nil {
+			return "", "", err
+		}
+		if c, ok := g.(interface{ Close() error }); ok {
+			c.Close()
+		}
+		return "nvml", "NVML", nil
+	case "auto":
+		if g, _, err := openGPUs("nvml", ""); err == nil {
+			if c, ok := g.(interface{ Close() error }); ok {
+				c.Close()
+			}
+			return "nvml", "NVML (auto)", nil
+		} else {
+			return "fake", fmt.Sprintf("fake (auto: NVML unavailable: %v)", err), nil
+		}
+	}
+	return "", "", fmt.Errorf("unknown --gpu-backend %q (auto, nvml or fake)", backend)
+}
+
+func newResumeCmd() *cobra.Command {
+	var dir, backend string
+	var foreground bool
+	cmd := &cobra.Command{
+		Use:   "resume -d DIR",
+		Short: "Continue a campaign after a crash, a reboot, a stop or a stop for review",
+		Long: `resume takes the campaign's lock (refused while another controller holds it),
+re-hashes the protocol and every provenance file (a change is refused, naming
+the file and both hashes), ends what a dead controller left behind (only
+processes whose pid, start time and boot id match the records), marks those
+attempts interrupted, charges their GPU time, and continues with the first
+run that is not complete. It detaches like start unless --foreground.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return resume(cmd, dir, backend, foreground)
+		},
+	}
+	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
+	cmd.Flags().StringVar(&backend, "gpu-backend", "", "GPU backend; must match the campaign's")
+	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
+	return cmd
+}
+
+func resume(cmd *cobra.Command, dir, backend string, foreground bool) error {
+	if dir == "" {
+		return &exitError{2, errors.New("resume: -d DIR is required")}
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if _, err := readSettings(abs); err != nil {
+		return &exitError{2, err}
+	}
+	if foreground {
+		return runDaemon(daemonOptions{dir: abs, foreground: true, readyFD: -1, backend: backend})
+	}
+	if lockfile.Held(filepath.Join(abs, api.LockFile)) {
+		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
+	}
+	return detach(cmd, abs)
+}
+
+func newDaemonCmd() *cobra.Command {
+	var dir string
+	var readyFD int
+	cmd := &cobra.Command{
+		Use:    "daemon -d DIR",
+		Short:  "The detached controller (started by start and resume)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDaemon(daemonOptions{dir: dir, readyFD: readyFD})
+		},
+	}
+	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
+	cmd.Flags().IntVar(&readyFD, "ready-fd", -1, "file descriptor to report readiness on")
+	return cmd
+}
+
+// detach re-runs this binary as the daemon in a new session, with input
+// from /dev/null and output to DIR/controller.log, and returns once the
+// daemon reports that it runs (or why it could not).
+func detach(cmd *cobra.Command, dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	logf, err := os.OpenFile(filepath.Join(dir, api.LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		w.Close()
+		return err
+	}
+	defer logf.Close()
+	d := exec.Command(self, "daemon", "-d", dir, "--ready-fd", "3")
+	d.Stdin = nil // /dev/null
+	d.Stdout, d.Stderr = logf, logf
+	d.ExtraFiles = []*os.File{w}
+	d.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	d.Dir = "/"
+	if err := d.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start daemon: %w", err)
+	}
+	w.Close()
+	pid := d.Process.Pid
+	// The daemon outlives this command by design: it is released, not waited for.
+	d.Process.Release()
+
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(r).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case msg := <-line:
+		switch {
+		case strings.HasPrefix(msg, "ok "):
+			fmt.Fprintf(cmd.OutOrStdout(), "controller running, pid %s; follow it with: ctlq status -d %s\n", strings.TrimPrefix(msg, "ok "), dir)
+			return nil
+		case strings.HasPrefix(msg, "error: "):
+			return &exitError{1, errors.New(strings.TrimPrefix(msg, "error: "))}
+		default:
+			return &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
+		}
+	case <-time.After(2 * time.Minute):
+		return &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, filepath.Join(dir, api.LogFile))}
+	}
+}
+
+func newStopCmd() *cobra.Command {
+	var dir string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop -d DIR",
+		Short: "Stop the controller gracefully, leaving the campaign resumable",
+		Long: `stop asks the controller to end its in-flight runs (servers through their
+API parent, then cleanup), record them interrupted and exit. It returns when
+the controller has exited. The campaign is left stopped and resumable.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return &exitError{2, errors.New("stop: -d DIR is required")}
+			}
+			lock := filepath.Join(dir, api.LockFile)
+			if !lockfile.Held(lock) {
+				fmt.Fprintln(cmd.OutOrStdout(), "no controller runs in", dir)
+				return nil
+			}
+			pid := lockfile.Owner(lock)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := api.NewClient(dir, 10*time.Second).Stop(ctx)
+			cancel()
+			if err != nil {
+				return &exitError{1, fmt.Errorf("ask controller pid %d to stop: %w", pid, err)}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "stopping controller pid %d", pid)
+			deadline := time.Now().Add(timeout)
+			last := time.Now()
+			for lockfile.Held(lock) {
+				if time.Now().After(deadline) {
+					fmt.Fprintln(cmd.OutOrStdout())
+					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(dir, api.LogFile))}
+				}
+				if time.Since(last) > 5*time.Second {
+					fmt.Fprint(cmd.OutOrStdout(), ".")
+					last = time.Now()
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "\ncontroller exited; resume with: controller resume -d", dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the controller to exit")
+	return cmd
+}

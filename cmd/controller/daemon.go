@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"warden/pkg/api"
+	"warden/pkg/budget"
+	"warden/pkg/gates"
+	"warden/pkg/launch"
+	"warden/pkg/lockfile"
+	"warden/pkg/provenance"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// heartbeatEvery is how often the controller records that it is alive.
+// It also bounds how often the loop looks at the records when nothing
+// happens, which keeps its own CPU use negligible beside a benchmark.
+const heartbeatEvery = 2 * time.Second
+
+// controller is one daemon supervising one campaign directory.
+type controller struct {
+	dir     string
+	set     settings
+	plan    *protocols.Plan
+	store   *state.Store
+	lock    *lockfile.Lock
+	reaper  *launch.Reaper
+	cgroups *launch.Manager
+	starter *launch.Launcher
+	gpus    gates.GPUs
+	log     zerolog.Logger
+	boot    launch.BootIDSource
+	uid     int
+	now     func() time.Time
+
+	stopOnce sync.Once
+	stopReq  chan struct{} // closed when an operator asks the controller to stop
+
+	// Owned by the loop goroutine.
+	active   map[int]*unitRun // unit number -> its runner
+	busy     map[string]int   // slot name -> unit number using it
+	results  chan unitResult
+	reserved map[string]float64 // run id -> GPU-seconds reserved and not yet released
+	regime   protocols.RegimeInfo
+}
+
+// daemonOptions come from the command line.
+type daemonOptions struct {
+	dir        string
+	foreground bool
+	readyFD    int // when >= 0, "ok PID\n" or "error: ...\n" is written here once
+	backend    string
+	boot       launch.BootIDSource
+}
+
+// runDaemon takes the campaign, reconciles what a previous controller left,
+// and executes runs until the campaign completes, stops, or the controller
+// is asked to stop.
+func runDaemon(opts daemonOptions) (err error) {
+	ready := func(msg string) {
+		if opts.readyFD < 0 {
+			return
+		}
+		f := os.NewFile(uintptr(opts.readyFD), "ready")
+		fmt.Fprintln(f, msg)
+		f.Close()
+		opts.readyFD = -1
+	}
+	defer func() {
+		if err != nil {
+			ready("error: " + err.Error())
+		}
+	}()
+
+	dir, err := filepath.Abs(opts.dir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
+		return fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
+	}
+	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
+	if err != nil {
+		var he *lockfile.HeldError
+		if errors.As(err, &he) {
+			return fmt.Errorf("refused: controller pid %d already runs campaign %s", he.PID, dir)
+		}
+		return err
+	}
+	defer lock.Release()
+
+	logFile, err := os.OpenFile(filepath.Join(dir, api.LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	defer logFile.Close()
+	var out = zerolog.MultiLevelWriter(logFile)
+	if opts.foreground {
+		out = zerolog.MultiLevelWriter(logFile, zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	}
+	log := zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger()
+
+	set, err := readSettings(dir)
+	if err != nil {
+		return err
+	}
+	if opts.backend != "" && opts.backend != set.GPUBackend {
+		return fmt.Errorf("campaign uses GPU backend %q; --gpu-backend %s cannot change it", set.GPUBackend, opts.backend)
+	}
+	plan, err := api.ReadPlan(dir)
+	if err != nil {
+		return fmt.Errorf("read plan: %w", err)
+	}
+	if err := provenance.Verify(dir); err != nil {
+		return fmt.Errorf("refused: a recorded input changed since the campaign started (register an amendment to change it):\n%w", err)
+	}
+	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
+	if err != nil {
+		return err
+	}
+	if err := launch.BecomeSubreaper(); err != nil {
+		return err
+	}
+	reaper := launch.NewReaper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := reaper.Start(ctx); err != nil {
+		return err
+	}
+	defer reaper.Close()
+	camp, err := store.Campaign()
+	if err != nil {
+		return err
+	}
+	cg, err := launch.NewManager("warden-" + camp.ID)
+	if err != nil {
+		log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
+	}
+	boot := opts.boot
+	c := &controller{
+		dir: dir, set: set, plan: plan, store: store, lock: lock, reaper: reaper, cgroups: cg,
+		starter: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot},
+		gpus:    gpus, log: log, boot: boot, uid: os.Getuid(), now: time.Now,
+		stopReq: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
+		results: make(chan unitResult, 64), reserved: map[string]float64{},
+	}
+	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", plan.Protocol.Name).Msg("controller starting")
+
+	if err := c.reconcileLeftovers(ctx); err != nil {
+		return err
+	}
+	bootID, _ := readBootID(boot)
+	err = store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.ControllerPID = os.Getpid()
+		cp.ControllerBootID = bootID
+		cp.Heartbeat = c.now()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if camp.State == state.CampaignStopped {
+		if err := store.SetCampaignState(state.CampaignRunning, "resume", "resumed by an operator after review", nil); err != nil {
+			return err
+		}
+	}
+
+	srv, err := c.serve()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var sigWG sync.WaitGroup
+	sigWG.Add(1)
+	go func() {
+		defer sigWG.Done()
+		select {
+		case s := <-sigs:
+			log.Info().Str("signal", s.String()).Msg("stopping on signal")
+			c.requestStop()
+		case <-ctx.Done():
+		}
+	}()
+	defer sigWG.Wait()
+	defer cancel()
+
+	ready(fmt.Sprintf("ok %d", os.Getpid()))
+	err = c.loop(ctx)
+	if cg != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = cg.Cleanup(cctx)
+		ccancel()
+	}
+	log.Info().Err(err).Msg("controller exiting")
+	return err
+}
+
+func readBootID(b launch.BootIDSource) (string, error) {
+	if b == nil {
+		return launch.ReadBootID()
+	}
+	return b()
+}
+
+func (c *controller) requestStop() {
+	c.stopOnce.Do(func() { close(c.stopReq) })
+}
+
+// serve starts the read-only API on DIR/ctl.sock, owner-only.
+func (c *controller) serve() (*http.Server, error) {
+	sock := filepath.Join(c.dir, api.SocketFile)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	sv := &api.Server{
+		Store: c.store, Dir: c.dir, Now: c.now, Stop: c.requestStop,
+		Controller: func() api.Controller {
+			cp, _ := c.store.Campaign()
+			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
+		},
+	}
+	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error().Err(err).Msg("api server")
+		}
+	}()
+	return srv, nil
+}
+
+// heartbeat records that the controller is alive.
+func (c *controller) heartbeat() {
+	err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.Heartbeat = c.now()
+		return nil
+	})
+	if err != nil {
+		c.log.Error().Err(err).Msg("heartbeat")
+	}
+}
+
+// account is the budget as the ledger stands.
+func (c *controller) account() (budget.Account, error) {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return budget.Account{}, err
+	}
+	return budget.Account{
+		CapGPUSeconds:      budget.Seconds(cp.BudgetCapGPUHours),
+		ConsumedGPUSeconds: cp.ConsumedGPUSeconds,
+		ReservedGPUSeconds: cp.ReservedGPUSeconds,
+	}, nil
+}
+
+// stopCampaign records a stop for review: nothing new is launched.
+func (c *controller) stopCampaign(reason, detail string, figures map[string]float64) {
+	cp, err := c.store.Campaign()
+	if err == nil && cp.State != state.CampaignRunning {
+		return
+	}
+	c.log.Warn().Str("reason", reason).Str("detail", detail).Interface("figures", figures).Msg("campaign stopped for review")
+	if err := c.store.SetCampaignState(state.CampaignStopped, reason, detail, figures); err != nil {
+		c.log.Error().Err(err).Msg("record stop")
+	}
+}

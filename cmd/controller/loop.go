@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"warden/pkg/budget"
+	"warden/pkg/launch"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// The loop is level-triggered: each pass reads the records (which runs
+// are done, which units run now, the campaign's state) and decides what to
+// launch. It keeps no memory of events beyond the units it is running, so
+// after a restart the first pass simply looks at everything once.
+
+// unitRun is a unit in flight: one or more runs executed back to back on
+// the same slots (a cell's loads).
+type unitRun struct {
+	unit   int
+	runs   []protocols.Run
+	slots  []protocols.SlotInfo
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// unitResult is how a unit ended.
+type unitResult struct {
+	unit        int
+	failedRun   string       // run that failed for good, if any
+	reason      state.Reason // its reason
+	detail      string
+	stop        bool // the failure stops the campaign
+	interrupted bool
+	quarantined int // runs of the unit that ended quarantined
+}
+
+func (c *controller) loop(ctx context.Context) error {
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	ctx, cancelRunners := context.WithCancel(ctx)
+	defer cancelRunners()
+	stopping := false
+	for {
+		if !stopping {
+			if err := c.schedule(ctx); err != nil {
+				c.log.Error().Err(err).Msg("schedule")
+				c.stopCampaign("harness-error", err.Error(), nil)
+			}
+		}
+		if len(c.active) == 0 {
+			cp, err := c.store.Campaign()
+			if err != nil {
+				return err
+			}
+			switch {
+			case stopping:
+				c.log.Info().Msg("stopped by operator; campaign is resumable")
+				return nil
+			case cp.State == state.CampaignStopped:
+				c.log.Warn().Str("reason", cp.StopReason).Msg("campaign stopped for review; controller exits")
+				return nil
+			case c.allDone():
+				if err := c.store.SetCampaignState(state.CampaignComplete, "complete", "every run of the plan is done", nil); err != nil {
+					return err
+				}
+				c.log.Info().Msg("campaign complete")
+				return nil
+			}
+		}
+		select {
+		case res := <-c.results:
+			c.finishUnit(res)
+		case <-tick.C:
+			c.heartbeat()
+		case <-c.stopReq:
+			if !stopping {
+				stopping = true
+				c.log.Info().Int("active_units", len(c.active)).Msg("stop requested: ending in-flight runs")
+				c.operatorStop()
+				cancelRunners()
+			}
+		}
+	}
+}
+
+// operatorStop records the operator's stop: the campaign waits for a
+// person and is resumable.
+func (c *controller) operatorStop() {
+	c.stopCampaign("operator-stop", "stopped by an operator (controller stop or SIGTERM); resume with controller resume", nil)
+}
+
+// allDone reports whether every run that must execute is done.
+func (c *controller) allDone() bool {
+	runs, err := c.store.Runs()
+	if err != nil {
+		return false
+	}
+	for i, r := range runs {
+		if !r.Done && c.plan.Runs[i].Condition == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *controller) finishUnit(res unitResult) {
+	u := c.active[res.unit]
+	if u == nil {
+		return
+	}
+	<-u.done
+	delete(c.active, res.unit)
+	for s, unit := range c.busy {
+		if unit == res.unit {
+			delete(c.busy, s)
+		}
+	}
+	for _, r := range u.runs {
+		c.release(r.ID, 0)
+	}
+	if res.failedRun != "" && res.stop {
+		c.stopCampaign(string(res.reason), fmt.Sprintf("run %s failed: %s", res.failedRun, res.detail), nil)
+	}
+	c.checkStopRules()
+}
+
+// checkStopRules applies the protocol's thresholds. The denominator is the
+// plan's measured runs: a stop comes as soon as the fraction is sure to
+// pass the threshold.
+func (c *controller) checkStopRules() {
+	runs, err := c.store.Runs()
+	if err != nil {
+		return
+	}
+	measured, quarantined, failed := 0, 0, 0
+	for i, r := range runs {
+		if !c.plan.Runs[i].Measured {
+			continue
+		}
+		measured++
+		switch r.State() {
+		case state.RunQuarantined:
+			quarantined++
+		case state.RunFailed:
+			failed++
+		}
+	}
+	if measured == 0 {
+		return
+	}
+	if q := c.plan.Stop.QuarantinedFractionGT; q != nil && float64(quarantined)/float64(measured) > *q {
+		c.stopCampaign("quarantine-threshold", fmt.Sprintf("%d of %d measured runs are drain-quarantined, more than %.0f%%", quarantined, measured, *q*100),
+			map[string]float64{"quarantined": float64(quarantined), "measured": float64(measured), "threshold": *q})
+	}
+	if f := c.plan.Stop.FailedFractionGT; f != nil && float64(failed)/float64(measured) > *f {
+		c.stopCampaign("failure-threshold", fmt.Sprintf("%d of %d measured runs failed, more than %.0f%%", failed, measured, *f*100),
+			map[string]float64{"failed": float64(failed), "measured": float64(measured), "threshold": *f})
+	}
+}
+
+// schedule launches the next wave: in plan order, the units of the
+// current phase whose needs are done and for which slots are free.
+func (c *controller) schedule(ctx context.Context) error {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return err
+	}
+	if cp.State != state.CampaignRunning {
+		return nil
+	}
+	runs, err := c.store.Runs()
+	if err != nil {
+		return err
+	}
+	if len(runs) != len(c.plan.Runs) {
+		return fmt.Errorf("the database has %d runs, the plan %d", len(runs), len(c.plan.Runs))
+	}
+	done := map[string]bool{}
+	for _, r := range runs {
+		done[r.ID] = r.Done
+	}
+	regime, err := c.chooseRegime()
+	if err != nil {
+		c.stopCampaign("no-regime", err.Error(), nil)
+		return nil
+	}
+	c.regime = regime
+
+	// the current phase: the first with a run that must execute and is not done
+	phase := ""
+	for _, r := range c.plan.Runs {
+		if r.Condition == "" && !done[r.ID] {
+			phase = r.Phase
+			break
+		}
+	}
+	if phase == "" {
+		return nil
+	}
+
+	type launchable struct {
+		unit  int
+		runs  []protocols.Run
+		slots []protocols.SlotInfo
+	}
+	var wave []launchable
+	busy := map[string]bool{}
+	for s := range c.busy {
+		busy[s] = true
+	}
+	for _, unit := range c.units(phase) {
+		if c.active[unit[0].Unit] != nil {
+			continue
+		}
+		var todo []protocols.Run
+		for _, r := range unit {
+			if !done[r.ID] && r.Condition == "" {
+				todo = append(todo, r)
+			}
+		}
+		if len(todo) == 0 {
+			continue
+		}
+		if unit[0].Slot != "" || len(unit[0].Backgrounds) > 0 || unit[0].Kind == "background" {
+			return c.unsupportedColocation(unit[0])
+		}
+		for _, n := range todo[0].Needs {
+			if !done[n] && !slices.ContainsFunc(todo, func(r protocols.Run) bool { return r.ID == n }) {
+				return fmt.Errorf("run %s needs %s, which is not done", todo[0].ID, n)
+			}
+		}
+		gpus := 0
+		for _, r := range todo {
+			gpus = max(gpus, r.GPUs)
+		}
+		slots := c.freeSlots(regime, busy, gpus)
+		if slots == nil {
+			break // in order: a later unit does not overtake one waiting for slots
+		}
+		for _, s := range slots {
+			busy[s.Name] = true
+		}
+		wave = append(wave, launchable{unit: unit[0].Unit, runs: todo, slots: slots})
+	}
+	if len(wave) == 0 {
+		return nil
+	}
+
+	// reserve the wave's conservative cost before any of it starts
+	acct, err := c.account()
+	if err != nil {
+		return err
+	}
+	var items []budget.Item
+	for _, w := range wave {
+		for _, r := range w.runs {
+			items = append(items, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: r.ExpectedS})
+		}
+	}
+	if _, err := acct.Reserve(items); err != nil {
+		var ref *budget.Refusal
+		if errors.As(err, &ref) {
+			c.stopCampaign("budget", ref.Error(), ref.Figures())
+			return nil
+		}
+		return err
+	}
+	for _, it := range items {
+		cost := float64(it.GPUs) * it.ExpectedS
+		if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: cost, Note: "wave reservation"}); err != nil {
+			return err
+		}
+		c.reserved[it.Run] += cost
+	}
+	c.log.Info().Int("units", len(wave)).Int("runs", len(items)).Float64("reserved_gpu_hours", budget.Hours(budget.Cost(items))).Str("regime", regime.Name).Msg("launching wave")
+	for _, w := range wave {
+		uctx, cancel := context.WithCancel(ctx)
+		u := &unitRun{unit: w.unit, runs: w.runs, slots: w.slots, cancel: cancel, done: make(chan struct{})}
+		c.active[w.unit] = u
+		for _, s := range w.slots {
+			c.busy[s.Name] = w.unit
+		}
+		go func() {
+			defer close(u.done)
+			defer cancel()
+			c.results <- c.runUnit(uctx, u)
+		}()
+	}
+	return nil
+}
+
+// unsupportedColocation stops the campaign at a co-location check, which
+// this controller does not yet execute.
+func (c *controller) unsupportedColocation(r protocols.Run) error {
+	c.stopCampaign("harness-error", fmt.Sprintf("run %s is part of a co-location check, which this controller cannot execute yet", r.ID), nil)
+	return nil
+}
+
+// units returns the phase's units in plan order.
+func (c *controller) units(phase string) [][]protocols.Run {
+	var out [][]protocols.Run
+	for _, r := range c.plan.Runs {
+		if r.Phase != phase {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1][0].Unit == r.Unit {
+			out[n-1] = append(out[n-1], r)
+		} else {
+			out = append(out, []protocols.Run{r})
+		}
+	}
+	return out
+}
+
+// chooseRegime is the first regime in fallback order that needs no gate
+// or whose gate passed.
+func (c *controller) chooseRegime() (protocols.RegimeInfo, error) {
+	verdicts, err := c.store.GateVerdicts("")
+	if err != nil {
+		return protocols.RegimeInfo{}, err
+	}
+	passed := map[string]bool{}
+	for _, v := range verdicts {
+		passed[v.Gate] = v.Verdict == "pass"
+	}
+	for _, r := range c.plan.Regimes {
+		if r.Gate == "" || passed[r.Gate] {
+			return r, nil
+		}
+	}
+	return protocols.RegimeInfo{}, errors.New("no regime is authorized: every regime needs a co-location gate that has not passed")
+}
+
+// freeSlots finds adjacent free slots of the regime with enough GPUs,
+// the earliest in the regime's order; nil when none are free.
+func (c *controller) freeSlots(regime protocols.RegimeInfo, busy map[string]bool, gpus int) []protocols.SlotInfo {
+	byName := map[string]protocols.SlotInfo{}
+	for _, s := range c.plan.Slots {
+		byName[s.Name] = s
+	}
+	for i := range regime.Slots {
+		var take []protocols.SlotInfo
+		have := 0
+		for j := i; j < len(regime.Slots) && have < gpus; j++ {
+			s := byName[regime.Slots[j]]
+			if busy[s.Name] {
+				break
+			}
+			take = append(take, s)
+			have += len(s.GPUs)
+		}
+		if have >= gpus {
+			return take
+		}
+	}
+	return nil
+}
+
+// release returns a run's outstanding reservation to the budget.
+func (c *controller) release(run string, attempt int) {
+	amt := c.reserved[run]
+	if amt <= 0 {
+		return
+	}
+	if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "release", Run: run, Attempt: attempt, GPUSeconds: amt, Note: "reservation released"}); err != nil {
+		c.log.Error().Err(err).Str("run", run).Msg("release reservation")
+		return
+	}
+	delete(c.reserved, run)
+}
+
+// reconcileLeftovers looks at what a previous controller left: every live
+// attempt is ended. Its recorded processes are reclaimed only where pid,
+// start time and boot id all match (a reused pid, or any pid after a
+// reboot, is never signalled); the attempt becomes interrupted and its GPU
+// time is charged to the last heartbeat plus the time to reclaim.
+// Reservations still open are released.
+func (c *controller) reconcileLeftovers(ctx context.Context) error {
+	live, err := c.store.LiveAttempts()
+	if err != nil {
+		return err
+	}
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return err
+	}
+	for _, a := range live {
+		start := c.now()
+		var sigs []state.Signal
+		for _, p := range a.Procs {
+			lo := launch.Leftover{Leader: launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}, Role: p.Role, Cgroup: p.Cgroup}
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 5 * time.Second})
+			cancel()
+			sigs = append(sigs, toSignals(recs)...)
+			if err != nil {
+				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
+			}
+		}
+		charge := 0.0
+		if srv := serverProc(a); srv != nil && cp.Heartbeat.After(srv.StartedAt) {
+			charge = budget.Charge(len(a.GPUIDs), srv.StartedAt, cp.Heartbeat.Add(c.now().Sub(start)))
+		}
+		if charge > 0 {
+			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: "interrupted: to the last heartbeat plus reclaim"}); err != nil {
+				return err
+			}
+		}
+		_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
+			"the controller died or stopped; left-overs reclaimed at resume", map[string]float64{"gpu_seconds": charge},
+			func(at *state.Attempt) error { at.Signals = append(at.Signals, sigs...); return nil })
+		if err != nil {
+			return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
+		}
+		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
+	}
+	// release reservations left open
+	ledger, err := c.store.Ledger()
+	if err != nil {
+		return err
+	}
+	open := map[string]float64{}
+	for _, e := range ledger {
+		switch e.Kind {
+		case "reserve":
+			open[e.Run] += e.GPUSeconds
+		case "release":
+			open[e.Run] -= e.GPUSeconds
+		}
+	}
+	for run, amt := range open {
+		if amt > 1e-9 {
+			c.reserved[run] = amt
+			c.release(run, 0)
+		}
+	}
+	return nil
+}
+
+func serverProc(a state.Attempt) *state.Proc {
+	for i := range a.Procs {
+		if a.Procs[i].Role == "server" {
+			return &a.Procs[i]
+		}
+	}
+	return nil
+}
+
+func toSignals(recs []launch.SignalRecord) []state.Signal {
+	out := make([]state.Signal, len(recs))
+	for i, r := range recs {
+		out[i] = state.Signal{At: r.At, Role: r.Role, Target: r.Target, PID: r.PID, Signal: r.Signal}
+	}
+	return out
+}

@@ -1,0 +1,772 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"warden/pkg/budget"
+	"warden/pkg/gates"
+	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/launch"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// Failure reasons that an exact retry may cure: the infrastructure, not
+// the workload or the configuration.
+var retryable = map[state.Reason]bool{
+	state.ReasonServerExit:     true,
+	state.ReasonServerNotReady: true,
+	state.ReasonClientFailed:   true,
+	state.ReasonHarnessError:   true,
+}
+
+// Failure reasons that stop the campaign for review whatever the retries
+// (the seed's stop conditions).
+var stopsCampaign = map[state.Reason]bool{
+	state.ReasonGPUNotIdle:        true,
+	state.ReasonForeignGPUProcess: true,
+	state.ReasonCleanupTimeout:    true,
+	state.ReasonCleanupFailed:     true,
+	state.ReasonConfigMismatch:    true,
+	state.ReasonPrivacyViolation:  true,
+	state.ReasonOOM:               true,
+	state.ReasonHashMismatch:      true,
+}
+
+// outcome is how one attempt ended.
+type outcome struct {
+	state       state.AttemptState
+	reason      state.Reason
+	detail      string
+	interrupted bool
+}
+
+// runUnit executes the unit's runs back to back. A failed run gets the
+// protocol's exact retries when its reason allows; otherwise the unit ends
+// and says whether the failure stops the campaign.
+func (c *controller) runUnit(ctx context.Context, u *unitRun) unitResult {
+	res := unitResult{unit: u.unit}
+	for _, r := range u.runs {
+		retries := 0
+		for {
+			out := c.runAttempt(ctx, r, u.slots)
+			if out.interrupted {
+				res.interrupted = true
+				return res
+			}
+			if out.state == state.Complete || out.state == state.Quarantined {
+				if out.state == state.Quarantined {
+					res.quarantined++
+				}
+				break
+			}
+			if retryable[out.reason] && retries < c.plan.Retries && ctx.Err() == nil {
+				retries++
+				c.log.Warn().Str("run", r.ID).Str("reason", string(out.reason)).Int("retry", retries).Msg("exact retry after an infrastructure failure")
+				continue
+			}
+			res.failedRun, res.reason, res.detail = r.ID, out.reason, out.detail
+			res.stop = true // a failure that is not retried stops the campaign for review
+			return res
+		}
+	}
+	return res
+}
+
+// attempt is the working state of one attempt.
+type attempt struct {
+	c       *controller
+	run     protocols.Run
+	n       int
+	dir     string
+	slots   []protocols.SlotInfo
+	gpuIDs  []int
+	cpus    []int
+	port    int
+	vars    map[string]string
+	env     []string
+	server  *launch.Proc
+	client  *launch.Proc
+	started time.Time // server start, for the GPU charge
+	drainAt time.Time
+	quarant bool
+}
+
+func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
+	_, err := a.c.store.Transition(a.run.ID, a.n, to, reason, msg, figures, mutate)
+	if err != nil && !errors.Is(err, state.ErrStateFile) {
+		return err
+	}
+	if err != nil {
+		a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("state.json")
+	}
+	a.c.log.Info().Str("run", a.run.ID).Int("attempt", a.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
+	return nil
+}
+
+func (a *attempt) update(mutate func(*state.Attempt) error) {
+	if _, err := a.c.store.UpdateAttempt(a.run.ID, a.n, mutate); err != nil && !errors.Is(err, state.ErrStateFile) {
+		a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("update attempt")
+	}
+}
+
+func (a *attempt) gate(v gates.Verdict) {
+	_, err := a.c.store.AddGateVerdict(state.GateVerdict{Gate: v.Gate, Run: a.run.ID, Attempt: a.n, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At})
+	if err != nil {
+		a.c.log.Error().Err(err).Str("gate", v.Gate).Msg("record gate verdict")
+	}
+	appendJSONLine(filepath.Join(a.dir, "gates.jsonl"), v)
+}
+
+// runAttempt executes one attempt of a run from a fresh server to a
+// terminal state. Every step is a recorded transition; nothing slow
+// happens inside a database transaction.
+func (c *controller) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo) outcome {
+	run, err := c.store.Run(r.ID)
+	if err != nil {
+		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
+	}
+	a := &attempt{c: c, run: r, n: run.Attempts + 1, slots: slots}
+	a.dir = filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(a.n))
+	for _, s := range slots {
+		a.gpuIDs = append(a.gpuIDs, s.GPUs...)
+		cpus, _ := protocols.ParseCPUList(s.CPUs)
+		a.cpus = append(a.cpus, cpus...)
+	}
+	a.port = slots[0].Port
+	if err := os.MkdirAll(a.dir, 0o755); err != nil {
+		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
+	}
+	slotNames := make([]string, len(slots))
+	for i, s := range slots {
+		slotNames[i] = s.Name
+	}
+	cp, _ := c.store.Campaign()
+	amends, _ := c.store.Amendments()
+	_, err = c.store.NewAttempt(r.ID, a.dir, func(at *state.Attempt) {
+		at.Slot = strings.Join(slotNames, "+")
+		at.GPUIDs = a.gpuIDs
+		at.CPUs = protocols.FormatCPUList(a.cpus)
+		at.Port = a.port
+		at.ProtocolSHA256 = cp.ProtocolSHA256
+		for _, am := range amends {
+			at.Amendments = append(at.Amendments, am.ID)
+		}
+	})
+	if err != nil && !errors.Is(err, state.ErrStateFile) {
+		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
+	}
+	return a.execute(ctx)
+}
+
+func (a *attempt) execute(ctx context.Context) outcome {
+	c := a.c
+	if err := a.transition(state.Reserved, "", "budget reserved for the wave", nil, nil); err != nil {
+		return a.harness(err)
+	}
+	if ctx.Err() != nil {
+		return a.interrupt("stopped before preflight")
+	}
+
+	// preflight
+	if err := a.transition(state.Preflight, "", "checking GPUs and port", nil, nil); err != nil {
+		return a.harness(err)
+	}
+	snap, err := c.gpus.Snapshot(a.gpuIDs)
+	if err != nil {
+		return a.fail(state.ReasonHarnessError, "read GPUs: "+err.Error())
+	}
+	pv := gates.Preflight(snap, 0, c.uid, c.now())
+	a.gate(pv)
+	if !pv.Passed() {
+		reason := state.ReasonGPUNotIdle
+		if pv.Foreign() {
+			reason = state.ReasonForeignGPUProcess
+		}
+		return a.fail(reason, pv.Detail)
+	}
+	if pp := gates.PortFree(a.port, c.now()); !pp.Passed() {
+		a.gate(pp)
+		return a.fail(state.ReasonHarnessError, pp.Detail)
+	} else {
+		a.gate(pp)
+	}
+
+	// starting
+	if err := a.prepareCommands(); err != nil {
+		return a.fail(state.ReasonHarnessError, err.Error())
+	}
+	if err := a.transition(state.Starting, "", "starting server", nil, nil); err != nil {
+		return a.harness(err)
+	}
+	srv, err := a.start("server", a.run.Server.Command, a.run.Server.Env)
+	if err != nil {
+		return a.fail(state.ReasonHarnessError, "start server: "+err.Error())
+	}
+	a.server, a.started = srv, srv.Started
+	if a.run.ClientStart == "at-start" {
+		if cl, err := a.start("client", a.run.Client, a.run.Env); err != nil {
+			return a.stopThenFail(state.ReasonHarnessError, "start client: "+err.Error())
+		} else {
+			a.client = cl
+		}
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, time.Duration(a.run.Server.ReadyTimeoutS*float64(time.Second)))
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", a.port, a.run.Server.HealthPath)
+	err = launch.Probe(readyCtx, url, a.run.Server.HealthStatus, 100*time.Millisecond, srv.Done())
+	cancel()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return a.stopThenInterrupt("stopped while the server was starting")
+	case errors.Is(err, launch.ErrExited):
+		return a.stopThenFail(state.ReasonServerExit, fmt.Sprintf("server exited before it was ready (%s)", exitText(srv.Exit())))
+	default:
+		return a.stopThenFail(state.ReasonServerNotReady, fmt.Sprintf("server not ready within %.0f s: %v", a.run.Server.ReadyTimeoutS, err))
+	}
+	if err := a.transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.now().Sub(a.started).Seconds()}, nil); err != nil {
+		return a.harness(err)
+	}
+	if cv := a.effectiveConfig(); !cv.Passed() {
+		a.gate(cv)
+		return a.stopThenFail(state.ReasonConfigMismatch, cv.Detail)
+	} else if len(a.run.Server.Expect) > 0 {
+		a.gate(cv)
+	}
+
+	// measuring
+	if a.client == nil {
+		cl, err := a.start("client", a.run.Client, a.run.Env)
+		if err != nil {
+			return a.stopThenFail(state.ReasonHarnessError, "start client: "+err.Error())
+		}
+		a.client = cl
+	}
+	if err := a.transition(state.Measuring, "", "client running", nil, nil); err != nil {
+		return a.harness(err)
+	}
+	reason, detail := a.supervise(ctx)
+	if reason == state.ReasonInterrupted {
+		return a.stopThenInterrupt(detail)
+	}
+	if reason != "" {
+		return a.stopThenFail(reason, detail)
+	}
+	return a.stopThenValidate()
+}
+
+// supervise waits for the client while watching the server and the
+// client's drain. It wakes once a second to read the phase file; nothing
+// else runs while a benchmark measures.
+func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	phaseFile := a.vars["PHASE_FILE"]
+	for {
+		select {
+		case <-a.client.Done():
+			a.recordExit(a.client)
+			ex := a.client.Exit()
+			if ex.Code != 0 || ex.Signal != "" {
+				return state.ReasonClientFailed, "client " + exitText(ex)
+			}
+			a.checkDrain(phaseFile)
+			return "", ""
+		case <-a.server.Done():
+			a.recordExit(a.server)
+			return state.ReasonServerExit, "server exited while the client ran (" + exitText(a.server.Exit()) + ")"
+		case <-ctx.Done():
+			return state.ReasonInterrupted, "stopped while measuring"
+		case <-tick.C:
+			if r, d := a.checkDrain(phaseFile); r != "" {
+				return r, d
+			}
+		}
+	}
+}
+
+// checkDrain reads the client's phases: past the class allowance the run
+// is quarantined; past the watchdog the client is ended and the run fails.
+func (a *attempt) checkDrain(phaseFile string) (state.Reason, string) {
+	if a.drainAt.IsZero() {
+		a.drainAt = drainStart(phaseFile)
+		if a.drainAt.IsZero() {
+			return "", ""
+		}
+	}
+	end := a.c.now()
+	if t := phaseTime(phaseFile, "done"); !t.IsZero() {
+		end = t
+	}
+	drained := end.Sub(a.drainAt).Seconds()
+	if drained > a.run.WatchdogS {
+		return state.ReasonDrainWatchdog, fmt.Sprintf("drain ran %.1f s, past the %.0f s watchdog of class %s", drained, a.run.WatchdogS, a.run.Class)
+	}
+	if drained > a.run.DrainS && !a.quarant {
+		a.quarant = true
+		a.c.log.Warn().Str("run", a.run.ID).Float64("drain_s", drained).Float64("allowance_s", a.run.DrainS).Msg("drain over allowance: run quarantined")
+	}
+	return "", ""
+}
+
+func drainStart(path string) time.Time { return phaseTime(path, "drain") }
+
+// phaseTime is when the client first reported the phase; zero if not yet.
+func phaseTime(path, phase string) time.Time {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var p struct {
+			Phase string    `json:"phase"`
+			T     time.Time `json:"t"`
+		}
+		if json.Unmarshal(sc.Bytes(), &p) == nil && p.Phase == phase {
+			return p.T
+		}
+	}
+	return time.Time{}
+}
+
+// stopThenValidate ends the server gracefully, proves cleanup, runs the
+// validators and records the terminal state.
+func (a *attempt) stopThenValidate() outcome {
+	if err := a.transition(state.Stopping, "", "stopping server through its API parent", nil, nil); err != nil {
+		return a.harness(err)
+	}
+	a.shutdown()
+	if out, ok := a.cleanup(); !ok {
+		return out
+	}
+	if err := a.transition(state.Validating, "", "validating artifacts", nil, nil); err != nil {
+		return a.harness(err)
+	}
+	if r, d := a.validate(); r != "" {
+		return a.terminal(state.Failed, r, d)
+	}
+	if a.quarant {
+		drained := 0.0
+		if done := phaseTime(a.vars["PHASE_FILE"], "done"); !done.IsZero() {
+			drained = done.Sub(a.drainAt).Seconds()
+		}
+		return a.terminalFig(state.Quarantined, state.ReasonDrainQuarantine,
+			fmt.Sprintf("drain %.1f s over the %.0f s allowance of class %s", drained, a.run.DrainS, a.run.Class),
+			map[string]float64{"drain_s": drained, "drain_allowance_s": a.run.DrainS})
+	}
+	return a.terminal(state.Complete, "", "run complete")
+}
+
+// stopThenFail leaves the happy path: note the reason, stop everything,
+// prove cleanup, then fail.
+func (a *attempt) stopThenFail(reason state.Reason, detail string) outcome {
+	if err := a.transition(state.Stopping, reason, detail, nil, nil); err != nil {
+		return a.harness(err)
+	}
+	a.shutdown()
+	if out, ok := a.cleanup(); !ok {
+		return out
+	}
+	return a.terminal(state.Failed, reason, detail)
+}
+
+// stopThenInterrupt ends the attempt's processes for an operator stop;
+// the run restarts from a fresh server on resume.
+func (a *attempt) stopThenInterrupt(detail string) outcome {
+	if a.server != nil || a.client != nil {
+		a.shutdown()
+		a.charge(a.c.now())
+	}
+	if err := a.transition(state.Interrupted, state.ReasonInterrupted, detail, nil, nil); err != nil {
+		return a.harness(err)
+	}
+	return outcome{state: state.Interrupted, reason: state.ReasonInterrupted, detail: detail, interrupted: true}
+}
+
+func (a *attempt) interrupt(detail string) outcome { return a.stopThenInterrupt(detail) }
+
+// fail ends an attempt that started no process.
+func (a *attempt) fail(reason state.Reason, detail string) outcome {
+	return a.terminal(state.Failed, reason, detail)
+}
+
+func (a *attempt) harness(err error) outcome {
+	a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("record transition")
+	if a.server != nil || a.client != nil {
+		a.shutdown()
+	}
+	return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
+}
+
+func (a *attempt) terminal(to state.AttemptState, reason state.Reason, detail string) outcome {
+	return a.terminalFig(to, reason, detail, nil)
+}
+
+func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) outcome {
+	if err := a.transition(to, reason, detail, figures, nil); err != nil {
+		return a.harness(err)
+	}
+	return outcome{state: to, reason: reason, detail: detail}
+}
+
+// shutdown stops the client (if still running) and the server: SIGTERM to
+// the API parent, its grace, then the group and the cgroup. Every signal
+// is recorded with its time.
+func (a *attempt) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration((a.run.Server.ShutdownGraceS+a.run.Server.GroupGraceS+30)*float64(time.Second)))
+	defer cancel()
+	var sigs []state.Signal
+	if a.client != nil {
+		recs, err := launch.Stop(ctx, a.client, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 2 * time.Second})
+		sigs = append(sigs, toSignals(recs)...)
+		if err != nil {
+			a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop client")
+		}
+		a.recordExit(a.client)
+	}
+	if a.server != nil {
+		recs, err := launch.Stop(ctx, a.server, launch.StopOptions{
+			Grace:      time.Duration(a.run.Server.ShutdownGraceS * float64(time.Second)),
+			GroupGrace: time.Duration(a.run.Server.GroupGraceS * float64(time.Second)),
+		})
+		sigs = append(sigs, toSignals(recs)...)
+		if err != nil {
+			a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop server")
+		}
+		a.recordExit(a.server)
+	}
+	if len(sigs) > 0 {
+		a.update(func(at *state.Attempt) error { at.Signals = append(at.Signals, sigs...); return nil })
+	}
+}
+
+// cleanup proves the attempt's processes are gone and its GPUs back to
+// baseline within the protocol's timeout, then charges the GPU time.
+func (a *attempt) cleanup() (outcome, bool) {
+	if err := a.transition(state.Cleanup, "", "proving cleanup", nil, nil); err != nil {
+		return a.harness(err), false
+	}
+	start := a.c.now()
+	deadline := start.Add(time.Duration(a.c.plan.CleanupS * float64(time.Second)))
+	var v gates.Verdict
+	for {
+		pids := a.livePIDs()
+		snap, err := a.c.gpus.Snapshot(a.gpuIDs)
+		now := a.c.now()
+		if err != nil {
+			v = gates.Verdict{Gate: "cleanup", Verdict: gates.Error, Detail: err.Error(), At: now}
+		} else {
+			v = gates.Cleanup(pids, snap, 0, now.Sub(start), now)
+		}
+		if v.Passed() || now.After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the world, not waiting for a test condition
+	}
+	a.gate(v)
+	a.charge(a.c.now())
+	if !v.Passed() {
+		return a.terminal(state.Failed, state.ReasonCleanupTimeout, "cleanup gate: "+v.Detail), false
+	}
+	return outcome{}, true
+}
+
+// charge records the attempt's GPU time from server start to now, once.
+func (a *attempt) charge(end time.Time) {
+	if a.started.IsZero() {
+		return
+	}
+	amt := budget.Charge(len(a.gpuIDs), a.started, end)
+	a.started = time.Time{}
+	if _, err := a.c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt, Note: "server start to cleanup"}); err != nil {
+		a.c.log.Error().Err(err).Msg("charge")
+	}
+}
+
+// livePIDs lists processes of the attempt still alive: in its cgroups and
+// process groups.
+func (a *attempt) livePIDs() []int {
+	var pids []int
+	for _, p := range []*launch.Proc{a.server, a.client} {
+		if p == nil {
+			continue
+		}
+		if l := p.Leaf(); !l.IsZero() {
+			if ps, err := l.Procs(); err == nil {
+				pids = append(pids, ps...)
+			}
+		}
+		if ps, err := launch.GroupPIDs(p.PGID); err == nil {
+			for _, pid := range ps {
+				if !contains(pids, pid) {
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return pids
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// validate runs the protocol's validators and the built-in checks.
+func (a *attempt) validate() (state.Reason, string) {
+	for _, v := range a.run.Validators {
+		argv, err := a.expandCommand(v.Command)
+		if err != nil {
+			return state.ReasonHarnessError, err.Error()
+		}
+		p, err := a.c.starter.Start(launch.Spec{
+			Role: "validator:" + v.Name, Argv: argv, Env: a.env, Dir: a.c.set.Workdir,
+			StdoutPath: filepath.Join(a.dir, "validator-"+v.Name+".out"), StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
+		})
+		if err != nil {
+			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %v", v.Name, err)
+		}
+		<-p.Done()
+		ex := p.Exit()
+		vd := gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Pass, At: a.c.now(), Figures: map[string]float64{"exit_code": float64(ex.Code)}}
+		if ex.Code != 0 || ex.Signal != "" {
+			vd.Verdict, vd.Detail = gates.Fail, exitText(ex)
+		}
+		a.gate(vd)
+		if !vd.Passed() {
+			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
+		}
+	}
+	return "", ""
+}
+
+// effectiveConfig checks the server's startup output for the protocol's
+// expected values.
+func (a *attempt) effectiveConfig() gates.Verdict {
+	v := gates.Verdict{Gate: "effective-config", Verdict: gates.Pass, At: a.c.now()}
+	if len(a.run.Server.Expect) == 0 {
+		return v
+	}
+	var text []byte
+	for _, f := range []string{"server.out", "server.err"} {
+		b, _ := os.ReadFile(filepath.Join(a.dir, f))
+		text = append(text, b...)
+	}
+	var missing []string
+	for _, e := range a.run.Server.Expect {
+		re, err := regexp.Compile(e.Pattern)
+		if err != nil || !re.Match(text) {
+			missing = append(missing, fmt.Sprintf("%s (/%s/)", e.Name, e.Pattern))
+		}
+	}
+	if len(missing) > 0 {
+		v.Verdict = gates.Fail
+		v.Detail = "the server's startup log does not show the expected effective values: " + strings.Join(missing, ", ")
+	}
+	return v
+}
+
+// prepareCommands fixes the attempt's launch variables and environment
+// and writes commands.log and environment.json.
+func (a *attempt) prepareCommands() error {
+	c := a.c
+	gpuStrs := make([]string, len(a.gpuIDs))
+	for i, g := range a.gpuIDs {
+		gpuStrs[i] = strconv.Itoa(g)
+	}
+	numa := ""
+	if a.slots[0].NUMA != nil {
+		numa = strconv.Itoa(*a.slots[0].NUMA)
+	}
+	slotNames := make([]string, len(a.slots))
+	for i, s := range a.slots {
+		slotNames[i] = s.Name
+	}
+	a.vars = map[string]string{
+		"CAMPAIGN_DIR": c.dir,
+		"RUN_DIR":      filepath.Dir(a.dir),
+		"ATTEMPT_DIR":  a.dir,
+		"ATTEMPT":      strconv.Itoa(a.n),
+		"GPU_IDS":      strings.Join(gpuStrs, ","),
+		"GPU_COUNT":    strconv.Itoa(len(a.gpuIDs)),
+		"CPUS":         protocols.FormatCPUList(a.cpus),
+		"NUMA_NODE":    numa,
+		"PORT":         strconv.Itoa(a.port),
+		"SLOT":         strings.Join(slotNames, "+"),
+		"REGIME":       c.regime.Name,
+		"PHASE_FILE":   filepath.Join(a.dir, "phases.jsonl"),
+		"PROTOCOL_DIR": filepath.Dir(c.set.ProtocolPath),
+		"WORKDIR":      c.set.Workdir,
+	}
+	for as, run := range a.run.NeedVars {
+		res, err := c.resultDir(run)
+		if err != nil {
+			return fmt.Errorf("run %s needs %s: %w", a.run.ID, run, err)
+		}
+		a.vars[as] = res
+	}
+	env := os.Environ()
+	env = append(env,
+		"CUDA_VISIBLE_DEVICES="+a.vars["GPU_IDS"],
+		"WARDEN_RUN_ID="+a.run.ID,
+		"WARDEN_ATTEMPT="+a.vars["ATTEMPT"],
+		"WARDEN_RUN_DIR="+a.vars["RUN_DIR"],
+		"WARDEN_ATTEMPT_DIR="+a.dir,
+		"WARDEN_CAMPAIGN_DIR="+c.dir,
+		"WARDEN_PORT="+a.vars["PORT"],
+		"WARDEN_GPU_IDS="+a.vars["GPU_IDS"],
+		"WARDEN_CPUS="+a.vars["CPUS"],
+		"WARDEN_PHASE_FILE="+a.vars["PHASE_FILE"],
+	)
+	if c.set.GPUBackend == "fake" {
+		env = append(env, fakegpu.EnvDir+"="+c.set.FakeGPUDir)
+	}
+	a.env = env
+	return writeJSONFile(filepath.Join(a.dir, "environment.json"), map[string]any{
+		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.set.Workdir,
+		"protocol_sha256": c.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
+	}, 0o644)
+}
+
+// resultDir is the directory of a needed run's result: its complete (or
+// quarantined) attempt.
+func (c *controller) resultDir(run string) (string, error) {
+	r, err := c.store.Run(run)
+	if err != nil {
+		return "", err
+	}
+	if !r.Done {
+		return "", fmt.Errorf("run %s is not done", run)
+	}
+	return filepath.Join(c.dir, "runs", run, "a"+strconv.Itoa(r.Result)), nil
+}
+
+func (a *attempt) expandCommand(cmd protocols.CommandSpec) ([]string, error) {
+	if cmd.Shell != "" {
+		s, err := protocols.Expand(cmd.Shell, a.vars)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"/bin/sh", "-c", s}, nil
+	}
+	out := make([]string, len(cmd.Argv))
+	for i, arg := range cmd.Argv {
+		s, err := protocols.Expand(arg, a.vars)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// start launches the server or the client in its own process group and
+// cgroup, pinned to the slot's CPUs from its first instruction, and
+// records its identity before anything else happens.
+func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[string]string) (*launch.Proc, error) {
+	argv, err := a.expandCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	env := append([]string(nil), a.env...)
+	for _, k := range sortedKeys(extraEnv) {
+		v, err := protocols.Expand(extraEnv[k], a.vars)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, k+"="+v)
+	}
+	appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
+	p, err := a.c.starter.Start(launch.Spec{
+		Role: role, Argv: argv, Env: env, Dir: a.c.set.Workdir,
+		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),
+		CPUs:   a.cpus,
+		Cgroup: fmt.Sprintf("%s.a%d.%s", a.run.ID, a.n, role),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.update(func(at *state.Attempt) error {
+		at.Procs = append(at.Procs, state.Proc{
+			Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID, PGID: p.PGID,
+			Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started,
+		})
+		at.Commands = append(at.Commands, argv)
+		return nil
+	})
+	return p, nil
+}
+
+func (a *attempt) recordExit(p *launch.Proc) {
+	select {
+	case <-p.Done():
+	default:
+		return
+	}
+	ex := p.Exit()
+	a.update(func(at *state.Attempt) error {
+		for _, e := range at.Exits {
+			if e.PID == p.PID {
+				return nil
+			}
+		}
+		at.Exits = append(at.Exits, state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
+		return nil
+	})
+}
+
+func exitText(ex launch.ExitStatus) string {
+	if ex.Signal != "" {
+		return "killed by " + ex.Signal
+	}
+	return "exit code " + strconv.Itoa(ex.Code)
+}
+
+func shellQuote(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`|&;<>(){}*?[]#~") {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		} else {
+			out[i] = a
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// appendLine appends a line to a log file and syncs it.
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.WriteString(line + "\n")
+	f.Sync()
+}
+
+func appendJSONLine(path string, v any) {
+	b, err := json.Marshal(v)
+	if err == nil {
+		appendLine(path, string(b))
+	}
+}
+
+var _ = syscall.SIGTERM

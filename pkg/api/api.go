@@ -1,0 +1,262 @@
+// Package api is the controller's read-only query API: the JSON types
+// `ctlq` prints, the functions that build them from a campaign's state
+// database, the HTTP handler the controller serves on its Unix socket, and
+// the client `ctlq` uses. The same builders answer through the socket and,
+// when no controller answers, from the database opened read-only, so both
+// paths print the same thing.
+package api
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"time"
+
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// Schema is the version of every JSON document of this package.
+const Schema = 1
+
+// Files of a campaign directory that the API reads or names.
+const (
+	StateFile  = "state.db"
+	PlanFile   = "plan.json"
+	SocketFile = "ctl.sock"
+	LockFile   = "controller.lock"
+	LogFile    = "controller.log"
+)
+
+// Status is `ctlq status -o json`.
+type Status struct {
+	Schema     int            `json:"schema"`
+	Source     string         `json:"source"` // "socket" or "database"
+	Campaign   CampaignStatus `json:"campaign"`
+	Controller Controller     `json:"controller"`
+	Runs       RunCounts      `json:"runs"`
+	Budget     BudgetStatus   `json:"budget"`
+	Current    []Current      `json:"current"`
+	ETAS       *float64       `json:"eta_s"`
+	LastEvent  uint64         `json:"last_event_seq"`
+}
+
+// CampaignStatus is the campaign part of a Status.
+type CampaignStatus struct {
+	ID          string             `json:"id"`
+	Protocol    string             `json:"protocol"`
+	SHA256      string             `json:"protocol_sha256"`
+	Dir         string             `json:"dir"`
+	State       string             `json:"state"` // running, stopped, complete
+	StopReason  string             `json:"stop_reason"`
+	StopDetail  string             `json:"stop_detail,omitempty"`
+	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
+	Regime      string             `json:"regime,omitempty"`
+	CreatedAt   time.Time          `json:"created_at"`
+}
+
+// Controller is what is known of the controller process.
+type Controller struct {
+	Alive         bool      `json:"alive"`
+	PID           int       `json:"pid"`
+	Heartbeat     time.Time `json:"heartbeat"`
+	HeartbeatAgeS float64   `json:"heartbeat_age_s"`
+}
+
+// RunCounts counts runs by state (pending, running, complete, quarantined, failed).
+type RunCounts struct {
+	Total   int            `json:"total"`
+	ByState map[string]int `json:"by_state"`
+}
+
+// BudgetStatus is the GPU-hour budget.
+type BudgetStatus struct {
+	Unit              string  `json:"unit,omitempty"`
+	CapGPUHours       float64 `json:"cap_gpu_hours"`
+	ConsumedGPUHours  float64 `json:"consumed_gpu_hours"`
+	ReservedGPUHours  float64 `json:"reserved_gpu_hours"`
+	RemainingGPUHours float64 `json:"remaining_gpu_hours"`
+}
+
+// Current is a live attempt.
+type Current struct {
+	Run      string  `json:"run"`
+	Attempt  int     `json:"attempt"`
+	State    string  `json:"state"`
+	Slot     string  `json:"slot,omitempty"`
+	ElapsedS float64 `json:"elapsed_s"`
+}
+
+// RunBrief is one element of `ctlq runs -o json`.
+type RunBrief struct {
+	ID       string         `json:"id"`
+	Phase    string         `json:"phase"`
+	Kind     string         `json:"kind"`
+	Cell     string         `json:"cell,omitempty"`
+	State    string         `json:"state"`
+	Attempts []AttemptBrief `json:"attempts"`
+}
+
+// AttemptBrief is an attempt in a RunBrief.
+type AttemptBrief struct {
+	N      int    `json:"n"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// RunDetail is `ctlq show RUN -o json`.
+type RunDetail struct {
+	Schema   int                 `json:"schema"`
+	Run      state.Run           `json:"run"`
+	State    string              `json:"state"`
+	Attempts []state.Attempt     `json:"attempts"`
+	Events   []state.Event       `json:"events"`
+	Gates    []state.GateVerdict `json:"gates"`
+}
+
+// Events is `ctlq events -o json`.
+type Events struct {
+	Schema int           `json:"schema"`
+	Events []state.Event `json:"events"`
+}
+
+// BuildStatus builds the status from the database. ctl is what the caller
+// knows of the controller; its HeartbeatAgeS is computed here.
+func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Status, error) {
+	sum, err := s.Summary()
+	if err != nil {
+		return Status{}, err
+	}
+	c := sum.Campaign
+	st := Status{
+		Schema: Schema,
+		Campaign: CampaignStatus{
+			ID: c.ID, Protocol: c.ProtocolName, SHA256: c.ProtocolSHA256, Dir: c.Dir, State: string(c.State),
+			StopReason: c.StopReason, StopDetail: c.StopDetail, StopFigures: c.StopFigures, Regime: c.Regime, CreatedAt: c.CreatedAt,
+		},
+		Controller: ctl,
+		Runs:       RunCounts{Total: sum.RunsTotal, ByState: sum.RunsByState},
+		Budget: BudgetStatus{
+			CapGPUHours:      c.BudgetCapGPUHours,
+			ConsumedGPUHours: c.ConsumedGPUSeconds / 3600,
+			ReservedGPUHours: c.ReservedGPUSeconds / 3600,
+		},
+		Current:   []Current{},
+		LastEvent: sum.LastEventSeq,
+	}
+	st.Budget.RemainingGPUHours = st.Budget.CapGPUHours - st.Budget.ConsumedGPUHours - st.Budget.ReservedGPUHours
+	if st.Controller.PID == 0 {
+		st.Controller.PID = c.ControllerPID
+	}
+	if st.Controller.Heartbeat.IsZero() {
+		st.Controller.Heartbeat = c.Heartbeat
+	}
+	if !st.Controller.Heartbeat.IsZero() {
+		st.Controller.HeartbeatAgeS = now.Sub(st.Controller.Heartbeat).Seconds()
+	}
+	for _, a := range sum.Live {
+		st.Current = append(st.Current, Current{
+			Run: a.RunID, Attempt: a.N, State: string(a.State), Slot: a.Slot,
+			ElapsedS: now.Sub(a.CreatedAt).Seconds(),
+		})
+	}
+	if plan, err := ReadPlan(dir); err == nil {
+		st.Budget.Unit = plan.Totals.Unit
+		st.ETAS = eta(s, plan)
+	}
+	return st, nil
+}
+
+// eta estimates the seconds left: the expected seconds of the runs not yet
+// done, spread over the regime's slots.
+func eta(s *state.Store, plan *protocols.Plan) *float64 {
+	runs, err := s.Runs()
+	if err != nil {
+		return nil
+	}
+	conc := 1
+	for _, r := range plan.Regimes {
+		if r.Name == plan.Regime {
+			conc = max(1, r.Concurrency)
+		}
+	}
+	var left float64
+	for _, r := range runs {
+		if !r.Done {
+			left += r.ExpectedS
+		}
+	}
+	v := left / float64(conc)
+	return &v
+}
+
+// ReadPlan reads the plan a campaign was started with.
+func ReadPlan(dir string) (*protocols.Plan, error) {
+	b, err := os.ReadFile(filepath.Join(dir, PlanFile))
+	if err != nil {
+		return nil, err
+	}
+	var p protocols.Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// BuildRuns lists runs in plan order with their attempts; state filters
+// by run state when not empty.
+func BuildRuns(s *state.Store, filter string) ([]RunBrief, error) {
+	runs, err := s.Runs()
+	if err != nil {
+		return nil, err
+	}
+	out := []RunBrief{}
+	for _, r := range runs {
+		if filter != "" && string(r.State()) != filter {
+			continue
+		}
+		b := RunBrief{ID: r.ID, Phase: r.Phase, Kind: r.Kind, Cell: r.Cell, State: string(r.State()), Attempts: []AttemptBrief{}}
+		if r.Attempts > 0 {
+			atts, err := s.Attempts(r.ID)
+			if err != nil {
+				return nil, err
+			}
+			for _, a := range atts {
+				b.Attempts = append(b.Attempts, AttemptBrief{N: a.N, State: string(a.State), Reason: string(a.Reason)})
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// BuildRun is the detail of one run.
+func BuildRun(s *state.Store, id string) (RunDetail, error) {
+	r, err := s.Run(id)
+	if err != nil {
+		return RunDetail{}, err
+	}
+	d := RunDetail{Schema: Schema, Run: r, State: string(r.State()), Attempts: []state.Attempt{}, Events: []state.Event{}}
+	if d.Attempts, err = s.Attempts(id); err != nil {
+		return RunDetail{}, err
+	}
+	if d.Attempts == nil {
+		d.Attempts = []state.Attempt{}
+	}
+	for _, a := range d.Attempts {
+		for _, seq := range a.EventSeqs {
+			evs, err := s.Events(seq-1, 1)
+			if err != nil {
+				return RunDetail{}, err
+			}
+			d.Events = append(d.Events, evs...)
+		}
+	}
+	if d.Gates, err = s.GateVerdicts(id); err != nil {
+		return RunDetail{}, err
+	}
+	if d.Gates == nil {
+		d.Gates = []state.GateVerdict{}
+	}
+	return d, nil
+}

@@ -1,0 +1,176 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"warden/pkg/state"
+)
+
+// Server is what the controller gives the handler.
+type Server struct {
+	Store *state.Store
+	Dir   string
+	// Controller reports the controller's own pid and last heartbeat.
+	Controller func() Controller
+	// Stop asks the controller to stop gracefully; it returns at once.
+	Stop func()
+	Now  func() time.Time
+}
+
+// Handler serves the API: GET /v1/status, /v1/runs[?state=S], /v1/runs/ID,
+// /v1/events[?after=N&limit=M]; POST /v1/stop.
+func (sv *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		ctl := sv.Controller()
+		ctl.Alive = true
+		st, err := BuildStatus(sv.Store, sv.Dir, ctl, sv.Now())
+		st.Source = "socket"
+		reply(w, st, err)
+	})
+	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		runs, err := BuildRuns(sv.Store, r.URL.Query().Get("state"))
+		reply(w, runs, err)
+	})
+	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		d, err := BuildRun(sv.Store, r.PathValue("id"))
+		reply(w, d, err)
+	})
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		if limit <= 0 || limit > 10000 {
+			limit = 1000
+		}
+		evs, err := sv.Store.Events(after, limit)
+		if evs == nil {
+			evs = []state.Event{}
+		}
+		reply(w, Events{Schema: Schema, Events: evs}, err)
+	})
+	mux.HandleFunc("POST /v1/stop", func(w http.ResponseWriter, r *http.Request) {
+		sv.Stop()
+		reply(w, map[string]any{"schema": Schema, "stopping": true}, nil)
+	})
+	return mux
+}
+
+type errorBody struct {
+	Error    string `json:"error"`
+	NotFound bool   `json:"not_found,omitempty"`
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		code := http.StatusInternalServerError
+		nf := errors.Is(err, state.ErrNotFound)
+		if nf {
+			code = http.StatusNotFound
+		}
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(errorBody{Error: err.Error(), NotFound: nf})
+		return
+	}
+	json.NewEncoder(w).Encode(v)
+}
+
+// Client talks to a controller through its socket.
+type Client struct {
+	hc *http.Client
+}
+
+// ErrNoController is returned when no controller answers on the socket.
+var ErrNoController = errors.New("no controller answers on the socket")
+
+// NewClient returns a client for the campaign in dir. Each request has
+// the given timeout.
+func NewClient(dir string, timeout time.Duration) *Client {
+	sock := filepath.Join(dir, SocketFile)
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		DisableKeepAlives: true,
+	}
+	return &Client{hc: &http.Client{Transport: tr, Timeout: timeout}}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) error {
+	u := "http://controller" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoController, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoController, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var eb errorBody
+		_ = json.Unmarshal(body, &eb)
+		if eb.NotFound {
+			return fmt.Errorf("%s: %w", eb.Error, state.ErrNotFound)
+		}
+		return fmt.Errorf("controller: %s (HTTP %d)", eb.Error, resp.StatusCode)
+	}
+	return json.Unmarshal(body, out)
+}
+
+// Status asks for the status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st)
+	return st, err
+}
+
+// Runs lists runs, filtered by state when not empty.
+func (c *Client) Runs(ctx context.Context, stateFilter string) ([]RunBrief, error) {
+	var out []RunBrief
+	q := url.Values{}
+	if stateFilter != "" {
+		q.Set("state", stateFilter)
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/runs", q, &out)
+	return out, err
+}
+
+// Run is one run's detail.
+func (c *Client) Run(ctx context.Context, id string) (RunDetail, error) {
+	var d RunDetail
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &d)
+	return d, err
+}
+
+// Events returns events after the sequence number.
+func (c *Client) Events(ctx context.Context, after uint64, limit int) (Events, error) {
+	var e Events
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	err := c.do(ctx, http.MethodGet, "/v1/events", q, &e)
+	return e, err
+}
+
+// Stop asks the controller to stop gracefully.
+func (c *Client) Stop(ctx context.Context) error {
+	var out map[string]any
+	return c.do(ctx, http.MethodPost, "/v1/stop", nil, &out)
+}

@@ -1,0 +1,125 @@
+// Package gates holds the campaign's checks and their verdicts. A gate
+// reads what it is given (GPU snapshots, files, figures) and returns a
+// Verdict; it never starts or kills a process and never writes state. The
+// controller gathers the inputs and records the verdicts.
+package gates
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Verdicts.
+const (
+	Pass  = "pass"
+	Fail  = "fail"
+	Error = "error"
+)
+
+// Verdict is the outcome of one gate, with its figures.
+type Verdict struct {
+	Gate    string             `json:"gate"`
+	Verdict string             `json:"verdict"`
+	Detail  string             `json:"detail,omitempty"`
+	Figures map[string]float64 `json:"figures,omitempty"`
+	At      time.Time          `json:"at"`
+}
+
+// Passed reports whether the verdict is a pass.
+func (v Verdict) Passed() bool { return v.Verdict == Pass }
+
+// GPUProc is a compute process on a GPU.
+type GPUProc struct {
+	PID     int
+	UID     int
+	UsedMiB int
+}
+
+// GPUState is one GPU as read at one moment.
+type GPUState struct {
+	Index   int
+	UUID    string
+	UsedMiB int
+	Procs   []GPUProc
+}
+
+// GPUs reads the state of GPUs. Implementations bound the time of every
+// call; the controller calls them off its main loop.
+type GPUs interface {
+	// Name says which backend answers ("nvml", "fake").
+	Name() string
+	// Snapshot reads the GPUs with the given indices.
+	Snapshot(indices []int) ([]GPUState, error)
+}
+
+// Preflight checks that the run's GPUs are idle before launch: no compute
+// process and memory at most the baseline. A process of another user is
+// named as such (the seed's "another user's GPU process appears").
+func Preflight(gpus []GPUState, baselineMiB int, ownUID int, now time.Time) Verdict {
+	v := Verdict{Gate: "preflight", Verdict: Pass, Figures: map[string]float64{}, At: now}
+	var problems []string
+	for _, g := range gpus {
+		v.Figures["gpu"+strconv.Itoa(g.Index)+"_used_mib"] = float64(g.UsedMiB)
+		for _, p := range g.Procs {
+			who := "a process"
+			if p.UID != ownUID {
+				who = "another user's process"
+				v.Figures["foreign_processes"]++
+			}
+			problems = append(problems, fmt.Sprintf("GPU %d: %s (pid %d, uid %d) holds %d MiB", g.Index, who, p.PID, p.UID, p.UsedMiB))
+		}
+		if g.UsedMiB > baselineMiB && len(g.Procs) == 0 {
+			problems = append(problems, fmt.Sprintf("GPU %d: %d MiB used, baseline %d MiB", g.Index, g.UsedMiB, baselineMiB))
+		}
+	}
+	if len(problems) > 0 {
+		v.Verdict = Fail
+		v.Detail = "GPU not idle: " + strings.Join(problems, "; ")
+	}
+	return v
+}
+
+// Foreign reports whether a failed preflight found another user's process.
+func (v Verdict) Foreign() bool { return v.Figures["foreign_processes"] > 0 }
+
+// PortFree checks that nothing listens on the loopback port.
+func PortFree(port int, now time.Time) Verdict {
+	v := Verdict{Gate: "port", Verdict: Pass, Figures: map[string]float64{"port": float64(port)}, At: now}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		v.Verdict = Fail
+		v.Detail = fmt.Sprintf("port %d is in use: %v", port, err)
+		return v
+	}
+	l.Close()
+	return v
+}
+
+// Cleanup judges the end of an attempt: every process it started is gone
+// and its GPUs' memory is back to the baseline. pids are the attempt's
+// processes still alive; waited is how long cleanup took so far.
+func Cleanup(pids []int, gpus []GPUState, baselineMiB int, waited time.Duration, now time.Time) Verdict {
+	v := Verdict{Gate: "cleanup", Verdict: Pass, Figures: map[string]float64{"cleanup_s": waited.Seconds(), "live_processes": float64(len(pids))}, At: now}
+	var problems []string
+	if len(pids) > 0 {
+		problems = append(problems, fmt.Sprintf("processes still alive: %v", pids))
+	}
+	for _, g := range gpus {
+		v.Figures["gpu"+strconv.Itoa(g.Index)+"_used_mib"] = float64(g.UsedMiB)
+		if g.UsedMiB > baselineMiB {
+			var holders []string
+			for _, p := range g.Procs {
+				holders = append(holders, fmt.Sprintf("pid %d %d MiB", p.PID, p.UsedMiB))
+			}
+			problems = append(problems, fmt.Sprintf("GPU %d: %d MiB used, baseline %d MiB (%s)", g.Index, g.UsedMiB, baselineMiB, strings.Join(holders, ", ")))
+		}
+	}
+	if len(problems) > 0 {
+		v.Verdict = Fail
+		v.Detail = strings.Join(problems, "; ")
+	}
+	return v
+}
