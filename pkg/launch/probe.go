@@ -1,0 +1,102 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ErrExited is returned (wrapped) by Probe when the process being probed
+// exits before it became ready.
+var ErrExited = errors.New("process exited before it was ready")
+
+// ProbeRequestTimeout bounds each HTTP request Probe makes.
+const ProbeRequestTimeout = 2 * time.Second
+
+// DefaultProbeInterval is used when Probe is given an interval <= 0.
+const DefaultProbeInterval = 250 * time.Millisecond
+
+// Probe polls url with HTTP GET until it answers wantStatus. Each request
+// has its own deadline (ProbeRequestTimeout, or less if ctx ends sooner);
+// attempts are interval apart. It returns nil on the wanted status, an
+// error wrapping ErrExited as soon as exited is closed (a nil channel never
+// closes), and an error wrapping ctx.Err() when ctx ends; so it runs no
+// longer than ctx allows. The last failure seen is part of the error.
+func Probe(ctx context.Context, url string, wantStatus int, interval time.Duration, exited <-chan struct{}) error {
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	if _, err := http.NewRequest(http.MethodGet, url, nil); err != nil {
+		return fmt.Errorf("probe %s: %w", url, err)
+	}
+	// pctx also ends when the process exits, so a request in flight is
+	// abandoned at once.
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-exited:
+			cancel()
+		case <-pctx.Done():
+		}
+	}()
+
+	client := &http.Client{
+		// No redirects: a health endpoint answers itself.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	}
+	defer client.CloseIdleConnections()
+
+	fail := func(last error) error {
+		select {
+		case <-exited:
+			return fmt.Errorf("probe %s: %w (last: %v)", url, ErrExited, last)
+		default:
+		}
+		return fmt.Errorf("probe %s: %w (last: %v)", url, ctx.Err(), last)
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last error
+	for {
+		select {
+		case <-pctx.Done():
+			return fail(last)
+		case <-timer.C:
+		}
+		ok, err := probeOnce(pctx, client, url, wantStatus)
+		if ok {
+			return nil
+		}
+		last = err
+		timer.Reset(interval)
+	}
+}
+
+func probeOnce(ctx context.Context, client *http.Client, url string, want int) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, ProbeRequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return false, fmt.Errorf("status %d, want %d", resp.StatusCode, want)
+	}
+	return true, nil
+}
