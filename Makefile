@@ -1,5 +1,8 @@
 GO ?= go
 BIN := bin
+DEMO_DIR ?= demo-campaign
+# go-nvml's cgo wrappers call NVML functions the header marks deprecated.
+export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
 .PHONY: build test demo fuzz bench clean
 
@@ -8,7 +11,22 @@ build:
 
 test: build
 	$(GO) vet ./...
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+# A demo campaign on the stand-in server and fake GPUs: started detached,
+# followed until the controller exits, then summarized.
+demo: build
+	rm -rf $(DEMO_DIR)
+	$(BIN)/controller start -f protocols/demo.yaml -d $(DEMO_DIR) --gpu-backend fake
+	$(BIN)/ctlq events -f -d $(DEMO_DIR)
+	$(BIN)/ctlq status -d $(DEMO_DIR)
+	$(BIN)/ctlq runs -d $(DEMO_DIR)
+
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzPlan -fuzztime 10m ./protocols
+
+bench:
+	$(GO) test -run XXX -bench . -benchtime 20x ./protocols ./pkg/state
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DEMO_DIR)
