@@ -151,7 +151,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	cg, err := launch.NewManager("warden-" + camp.ID)
+	cg, err := launch.NewManager(camp.ID)
 	if err != nil {
 		log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
 	}
