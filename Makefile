@@ -1,6 +1,7 @@
 GO ?= go
 BIN := bin
-DEMO_DIR ?= demo-campaign
+# Go ignores directories starting with _: the campaign copies .go provenance files.
+DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 

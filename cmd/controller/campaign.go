@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,7 +130,7 @@ func createCampaign(protocolPath, dir, backend string, now time.Time) (*protocol
 		}
 	}
 	c := state.Campaign{
-		ID:                fmt.Sprintf("%s-%s", plan.Protocol.Name, now.UTC().Format("20060102T150405Z")),
+		ID:                fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16)),
 		ProtocolName:      plan.Protocol.Name,
 		ProtocolSHA256:    plan.Protocol.SHA256,
 		ProtocolPath:      abs,

@@ -101,10 +101,29 @@ type attempt struct {
 	started time.Time // server start, for the GPU charge
 	drainAt time.Time
 	quarant bool
+
+	// exits and signals not yet recorded: they are written with the next
+	// transition, in its transaction, rather than one transaction each
+	pendExits []state.Exit
+	pendSigs  []state.Signal
+	exited    map[int]bool // pids whose exit is noted
+	state     state.AttemptState
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
-	_, err := a.c.store.Transition(a.run.ID, a.n, to, reason, msg, figures, mutate)
+	exits, sigs := a.pendExits, a.pendSigs
+	_, err := a.c.store.Transition(a.run.ID, a.n, to, reason, msg, figures, func(at *state.Attempt) error {
+		at.Exits = append(at.Exits, exits...)
+		at.Signals = append(at.Signals, sigs...)
+		if mutate != nil {
+			return mutate(at)
+		}
+		return nil
+	})
+	if err == nil || errors.Is(err, state.ErrStateFile) {
+		a.pendExits, a.pendSigs = nil, nil
+		a.state = to
+	}
 	if err != nil && !errors.Is(err, state.ErrStateFile) {
 		return err
 	}
@@ -222,10 +241,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 			a.client = cl
 		}
 	}
-	readyCtx, cancel := context.WithTimeout(ctx, time.Duration(a.run.Server.ReadyTimeoutS*float64(time.Second)))
-	url := fmt.Sprintf("http://127.0.0.1:%d%s", a.port, a.run.Server.HealthPath)
-	err = launch.Probe(readyCtx, url, a.run.Server.HealthStatus, 100*time.Millisecond, srv.Done())
-	cancel()
+	err = a.probeReady(ctx, srv)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -264,6 +280,23 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		return a.stopThenFail(reason, detail)
 	}
 	return a.stopThenValidate()
+}
+
+// probeReady polls the server's health until it answers the expected
+// status, the server exits, or the protocol's ready timeout passes. It
+// polls every 5 ms for the first second (a stand-in or a warm server is
+// ready at once) and every 250 ms after that (a real one loads for minutes).
+func (a *attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
+	readyCtx, cancel := context.WithTimeout(ctx, time.Duration(a.run.Server.ReadyTimeoutS*float64(time.Second)))
+	defer cancel()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", a.port, a.run.Server.HealthPath)
+	fast, cancelFast := context.WithTimeout(readyCtx, time.Second)
+	err := launch.Probe(fast, url, a.run.Server.HealthStatus, 5*time.Millisecond, srv.Done())
+	cancelFast()
+	if err == nil || errors.Is(err, launch.ErrExited) || readyCtx.Err() != nil {
+		return err
+	}
+	return launch.Probe(readyCtx, url, a.run.Server.HealthStatus, 250*time.Millisecond, srv.Done())
 }
 
 // supervise waits for the client while watching the server and the
@@ -398,8 +431,13 @@ func (a *attempt) stopThenInterrupt(detail string) outcome {
 
 func (a *attempt) interrupt(detail string) outcome { return a.stopThenInterrupt(detail) }
 
-// fail ends an attempt that started no process.
+// fail ends an attempt with a failure, by the legal path from where it
+// is: directly before any process started, through stopping and cleanup
+// after.
 func (a *attempt) fail(reason state.Reason, detail string) outcome {
+	if a.server != nil || a.client != nil || a.state == state.Starting {
+		return a.stopThenFail(reason, detail)
+	}
 	return a.terminal(state.Failed, reason, detail)
 }
 
@@ -448,9 +486,7 @@ func (a *attempt) shutdown() {
 		}
 		a.recordExit(a.server)
 	}
-	if len(sigs) > 0 {
-		a.update(func(at *state.Attempt) error { at.Signals = append(at.Signals, sigs...); return nil })
-	}
+	a.pendSigs = append(a.pendSigs, sigs...)
 }
 
 // cleanup proves the attempt's processes are gone and its GPUs back to
@@ -714,22 +750,22 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 	return p, nil
 }
 
+// recordExit notes a process's exit, once; the next transition records it.
 func (a *attempt) recordExit(p *launch.Proc) {
 	select {
 	case <-p.Done():
 	default:
 		return
 	}
+	if a.exited == nil {
+		a.exited = map[int]bool{}
+	}
+	if a.exited[p.PID] {
+		return
+	}
+	a.exited[p.PID] = true
 	ex := p.Exit()
-	a.update(func(at *state.Attempt) error {
-		for _, e := range at.Exits {
-			if e.PID == p.PID {
-				return nil
-			}
-		}
-		at.Exits = append(at.Exits, state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
-		return nil
-	})
+	a.pendExits = append(a.pendExits, state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
 }
 
 func exitText(ex launch.ExitStatus) string {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Per-run overhead: N runs of a stand-in server that is ready at once and a
+# client that exits at once, through the controller (every transition
+# fsynced), against a plain bash loop doing the same process work (start the
+# server in its own group, poll its health with curl, run the client, kill
+# the group, wait). Prints runs per second for both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-200}
+PORT=${PORT:-18590}
+make -s build
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT; [ -n "${KEEP:-}" ] && trap - EXIT
+
+values=""
+for i in $(seq -f "%03g" 1 "$N"); do values="$values{id: r$i}, "; done
+cat > "$work/overhead.yaml" <<YAML
+warden: 1
+name: overhead
+workdir: $PWD
+host: {gpus: 1, cpus: 1}
+budget: {cap_gpu_hours: 100}
+slots: [{name: s0, gpus: [0], cpus: "0", port: $PORT}]
+regimes: [{name: solo, concurrency: 1}]
+classes: [{name: c, drain_allowance_s: 10, watchdog_s: 20}]
+cleanup: {timeout_s: 10}
+servers:
+  - {name: standin, kind: standin, command: [bin/standin, server, --port, "\${PORT}", --load-s, "0", --shutdown-timeout, "0"], shutdown_grace_s: 5, group_grace_s: 1}
+loads:
+  - {name: quick, kind: smoke, expected_s: 1, client: [bin/standin, client, --warmup-s, "0", --measure-s, "0.01", --drain-s, "0"]}
+axes: [{name: run, values: [${values%, }]}]
+phases: [{name: all, kind: smoke, matrix: {run: all}, loads: [quick]}]
+YAML
+# every value of the axis
+sed -i "s/matrix: {run: all}/matrix: {run: [$(seq -f "r%03g" 1 "$N" | paste -sd, -)]}/" "$work/overhead.yaml"
+
+start=$(date +%s.%N)
+bin/controller start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$work/camp" >/dev/null 2>"$work/controller.err"
+end=$(date +%s.%N)
+ctl=$(echo "$start $end" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}')
+complete=$(bin/ctlq runs -d "$work/camp" --state complete -o json | grep -c '"id"' || true)
+
+start=$(date +%s.%N)
+for i in $(seq 1 "$N"); do
+  setsid bin/standin server --port "$PORT" --load-s 0 --shutdown-timeout 0 >/dev/null 2>&1 &
+  pid=$!
+  until curl -fs "http://127.0.0.1:$PORT/health" >/dev/null; do sleep 0.01; done
+  WARDEN_PORT=$PORT bin/standin client --warmup-s 0 --measure-s 0.01 --drain-s 0 >/dev/null 2>&1 || true
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  while kill -0 -- "-$pid" 2>/dev/null; do sleep 0.01; done
+done
+end=$(date +%s.%N)
+loop=$(echo "$start $end" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}')
+
+echo "runs: $N (controller completed $complete)"
+echo "controller: $ctl runs/s (every transition fsynced)"
+echo "bash loop:  $loop runs/s"
