@@ -69,7 +69,14 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 		}
 		a.EventSeqs = []uint64{e.Seq}
 		events = []Event{e}
+		before := r
 		r.Attempts, r.LastState = a.N, Planned
+		if err := updateCounters(tx, before, r); err != nil {
+			return err
+		}
+		if err := setLive(tx, runID, a.N, true); err != nil {
+			return err
+		}
 		if err := put(rb, []byte(runID), r); err != nil {
 			return err
 		}
@@ -187,8 +194,9 @@ func (s *Store) UpdateAttempt(runID string, n int, mutate func(*Attempt) error) 
 }
 
 // changeAttempt loads attempt n of runID and its run, lets change modify
-// them and optionally name an event to append, stores both, commits, and
-// then rewrites the attempt's state.json.
+// them and optionally name an event to append, stores both with the
+// counters and the live index they imply, commits, and then rewrites the
+// attempt's state.json.
 func (s *Store) changeAttempt(op, runID string, n int,
 	change func(tx *bolt.Tx, a *Attempt, r *Run) (*Event, error)) (Attempt, error) {
 	s.fileMu.Lock()
@@ -210,9 +218,18 @@ func (s *Store) changeAttempt(op, runID string, n int,
 		if err := get(rb, []byte(runID), &r); err != nil {
 			return err
 		}
+		beforeRun, wasLive := r, a.State.Live()
 		e, err := change(tx, &a, &r)
 		if err != nil {
 			return err
+		}
+		if err := updateCounters(tx, beforeRun, r); err != nil {
+			return err
+		}
+		if a.State.Live() != wasLive {
+			if err := setLive(tx, runID, n, a.State.Live()); err != nil {
+				return err
+			}
 		}
 		a.UpdatedAt = s.stamp()
 		if e != nil {
@@ -344,67 +361,44 @@ func (s *Store) Attempts(runID string) ([]Attempt, error) {
 	return out, err
 }
 
-// LiveAttempts returns the attempts not in a terminal state, in run order
-// of the runs bucket (by run id). It reads the runs and one attempt per
-// live run.
+// LiveAttempts returns the attempts not in a terminal state, in run id
+// order. It reads the live index and one attempt per entry.
 func (s *Store) LiveAttempts() ([]Attempt, error) {
 	var out []Attempt
 	err := s.view("read live attempts", func(tx *bolt.Tx) error {
 		var err error
-		out, _, err = scanRuns(tx)
+		out, err = liveAttempts(tx)
 		return err
 	})
 	return out, err
 }
 
-// Summary reads the campaign, counts the runs by state and reads the live
-// attempts in one transaction, without scanning the events.
+// Summary reads the campaign, the counters and the live attempts in one
+// transaction. Its cost does not grow with the number of runs or events:
+// it reads neither bucket.
 func (s *Store) Summary() (Summary, error) {
 	var sum Summary
 	err := s.view("read summary", func(tx *bolt.Tx) error {
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &sum.Campaign); err != nil {
 			return err
 		}
-		var err error
-		sum.Live, sum.RunsByState, err = scanRuns(tx)
-		for _, n := range sum.RunsByState {
-			sum.RunsTotal += n
-		}
-		sum.LastEventSeq = nextSeq(tx.Bucket(bucketEvents)) - 1
-		return err
-	})
-	return sum, err
-}
-
-// scanRuns makes one pass over the runs, counting them by state and reading
-// the latest attempt of each running run.
-func scanRuns(tx *bolt.Tx) ([]Attempt, map[string]int, error) {
-	var live []Attempt
-	counts := make(map[string]int)
-	ab := tx.Bucket(bucketAttempts)
-	err := tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-		// Only the derived fields: decoding less of each run is most of
-		// what makes the pass cheap.
-		var r struct {
-			Attempts  int          `json:"attempts"`
-			Done      bool         `json:"done"`
-			LastState AttemptState `json:"last_state"`
-		}
-		if err := decode(k, v, &r); err != nil {
+		c, err := getCounters(tx)
+		if err != nil {
 			return err
 		}
-		st := Run{Done: r.Done, LastState: r.LastState}.State()
-		counts[string(st)]++
-		if st == RunRunning {
-			var a Attempt
-			if err := get(ab, attemptKey(string(k), r.Attempts), &a); err != nil {
-				return fmt.Errorf("latest attempt of run %s: %w", k, err)
-			}
-			live = append(live, a)
+		sum.RunsByState = make(map[string]int, len(c.RunsByState))
+		for st, n := range c.RunsByState {
+			sum.RunsByState[st] = n
+			sum.RunsTotal += n
 		}
+		sum.RemainingExpectedS = c.RemainingExpectedS
+		if sum.Live, err = liveAttempts(tx); err != nil {
+			return err
+		}
+		sum.LastEventSeq = nextSeq(tx.Bucket(bucketEvents)) - 1
 		return nil
 	})
-	return live, counts, err
+	return sum, err
 }
 
 // keepIdentity applies mutate to a and refuses changes to the fields that

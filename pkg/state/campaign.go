@@ -26,6 +26,9 @@ func (s *Store) CreateCampaign(c Campaign, runs []Run) error {
 		if c.PriorGPUHours < 0 || c.BudgetCapGPUHours < 0 {
 			return fmt.Errorf("%w: negative GPU hours", ErrInvalid)
 		}
+		if c.RegimeConcurrency < 0 {
+			return fmt.Errorf("%w: negative regime concurrency %d", ErrInvalid, c.RegimeConcurrency)
+		}
 		now := s.stamp()
 		if c.CreatedAt.IsZero() {
 			c.CreatedAt = now
@@ -35,6 +38,7 @@ func (s *Store) CreateCampaign(c Campaign, runs []Run) error {
 		c.ConsumedGPUSeconds, c.ReservedGPUSeconds = 0, 0
 
 		rb := tx.Bucket(bucketRuns)
+		n := counters{RunsByState: map[string]int{}}
 		for _, r := range runs {
 			if r.ID == "" || strings.ContainsRune(r.ID, 0) {
 				return fmt.Errorf("%w: run id %q", ErrInvalid, r.ID)
@@ -46,6 +50,10 @@ func (s *Store) CreateCampaign(c Campaign, runs []Run) error {
 			if err := put(rb, []byte(r.ID), r); err != nil {
 				return err
 			}
+			n.insert(r)
+		}
+		if err := put(cb, keyCounters, n); err != nil {
+			return err
 		}
 		if c.PriorGPUHours > 0 {
 			e := LedgerEntry{At: now, Kind: LedgerPrior, GPUSeconds: c.PriorGPUHours * 3600,
@@ -73,10 +81,11 @@ func (s *Store) Campaign() (Campaign, error) {
 }
 
 // UpdateCampaign applies mutate to the campaign record without appending an
-// event: it is for the heartbeat, the controller's identity and the regime.
-// mutate must not change the state or the ledger totals (use SetCampaignState
-// and AddLedger); doing so fails with ErrInvalid. mutate runs inside the
-// write transaction: keep it quick.
+// event: it is for the heartbeat, the controller's identity, the regime and
+// its concurrency, and the budget unit. mutate must not change the id, the
+// state or the ledger totals (use SetCampaignState and AddLedger), nor set a
+// negative RegimeConcurrency; doing so fails with ErrInvalid. mutate runs
+// inside the write transaction: keep it quick.
 func (s *Store) UpdateCampaign(mutate func(*Campaign) error) error {
 	return s.update("update campaign", func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCampaign)
@@ -92,6 +101,9 @@ func (s *Store) UpdateCampaign(mutate func(*Campaign) error) error {
 			c.ConsumedGPUSeconds != before.ConsumedGPUSeconds ||
 			c.ReservedGPUSeconds != before.ReservedGPUSeconds {
 			return fmt.Errorf("%w: id, state and ledger totals change only through their own methods", ErrInvalid)
+		}
+		if c.RegimeConcurrency < 0 {
+			return fmt.Errorf("%w: negative regime concurrency %d", ErrInvalid, c.RegimeConcurrency)
 		}
 		return put(b, keyCampaign, c)
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -27,6 +28,8 @@ const (
 	RuleEventSeq       Rule = "event-seq"       // event keys 1..N without gaps
 	RuleEventChain     Rule = "event-chain"     // each attempt's events chain to its state
 	RuleLedger         Rule = "ledger"          // ledger sums equal the campaign totals
+	RuleCounters       Rule = "counters"        // the counters record equals a count of the runs
+	RuleLiveIndex      Rule = "live-index"      // the live index names exactly the live attempts
 )
 
 // Violation is one broken invariant found by Check. errors.Is(v, ErrInvariant)
@@ -103,6 +106,7 @@ func check(tx *bolt.Tx) error {
 
 	// Attempts, grouped by run; keys sort by number within a run.
 	byRun := map[string][]Attempt{}
+	liveKeys := map[string]bool{} // keys of the attempts in a live state
 	_ = tx.Bucket(bucketAttempts).ForEach(func(k, v []byte) error {
 		i := bytes.IndexByte(k, 0)
 		n, err := strconv.Atoi(string(k[i+1:]))
@@ -130,6 +134,9 @@ func check(tx *bolt.Tx) error {
 		}
 		if (a.State == Failed || a.State == Quarantined || a.State == Interrupted) && a.Reason == "" {
 			add(RuleAttemptState, "%s is %s without a reason", name, a.State)
+		}
+		if a.State.Live() {
+			liveKeys[string(k)] = true
 		}
 		if _, ok := runs[a.RunID]; !ok {
 			add(RuleRecord, "%s belongs to no run", name)
@@ -167,6 +174,43 @@ func check(tx *bolt.Tx) error {
 		if r.LastState != last {
 			add(RuleRunFields, "run %s: last_state = %q, latest attempt is %q", id, r.LastState, last)
 		}
+	}
+
+	// Counters: a count of the runs as recorded. A run's own fields are
+	// checked against its attempts above (run-fields).
+	scanned := counters{RunsByState: map[string]int{}}
+	for _, id := range runIDs {
+		scanned.insert(runs[id])
+	}
+	var stored counters
+	campaignRecorded := tx.Bucket(bucketCampaign).Get(keyCampaign) != nil
+	switch err := get(tx.Bucket(bucketCampaign), keyCounters, &stored); {
+	case errors.Is(err, ErrNotFound):
+		if campaignRecorded {
+			add(RuleCounters, "the counters record is missing")
+		}
+	case err != nil:
+		add(RuleCounters, "counters: %v", err)
+	case !campaignRecorded:
+		add(RuleCounters, "a counters record without a campaign")
+	case !stored.equal(scanned):
+		add(RuleCounters, "counters say %v runs by state and %g s remaining; the runs say %v and %g s",
+			stored.RunsByState, stored.RemainingExpectedS, scanned.RunsByState, scanned.RemainingExpectedS)
+	}
+
+	// Live index: exactly the keys of the attempts in a live state.
+	_ = tx.Bucket(bucketLive).ForEach(func(k, v []byte) error {
+		switch {
+		case !liveKeys[string(k)]:
+			add(RuleLiveIndex, "the live index names %q, which is not a live attempt", k)
+		case len(v) != 0:
+			add(RuleLiveIndex, "the live index entry %q has a value", k)
+		}
+		delete(liveKeys, string(k))
+		return nil
+	})
+	for _, k := range slices.Sorted(maps.Keys(liveKeys)) {
+		add(RuleLiveIndex, "live attempt %q is missing from the live index", k)
 	}
 
 	// Events: contiguous keys, and per attempt a chain from "" to its state.

@@ -11,13 +11,16 @@
 //
 //	state.db
 //	├── meta
-//	│   └── "schema_version" -> 1              (JSON number)
+//	│   └── "schema_version" -> 2              (JSON number)
 //	├── campaign
-//	│   └── "campaign" -> Campaign             (one record)
+//	│   ├── "campaign" -> Campaign             (one record)
+//	│   └── "counters" -> counters             (derived from the runs; since version 2)
 //	├── runs
 //	│   └── <run id> -> Run                    (the plan; derived fields kept current)
 //	├── attempts
 //	│   └── <run id> NUL <%06d n> -> Attempt   (sorted by run, then number)
+//	├── live                                   (since version 2)
+//	│   └── <attempt key> -> empty             (the attempts in a non-terminal state)
 //	├── events
 //	│   └── <seq> -> Event                     (append-only, 1..N)
 //	├── ledger
@@ -27,10 +30,21 @@
 //	└── amendments
 //	    └── <seq> -> Amendment                 (append-only, ids unique)
 //
+// The counters record is {"runs_by_state": {RunState: count, ...},
+// "remaining_expected_s": sum of Run.ExpectedS over the runs not done}; a
+// state with no runs has no key. CreateCampaign writes it with the runs,
+// and NewAttempt and Transition change it in the transaction that changes a
+// run's state or Done. The live index holds one empty value per attempt in
+// a non-terminal state, under the attempt's key: NewAttempt adds it and the
+// transition to a terminal state removes it. With them, Summary (and so a
+// status query) reads the campaign bucket and the live attempts only: its
+// cost does not grow with the number of runs or events.
+//
 // Version 0 is a file without buckets; Open runs the upgrade functions from
 // the recorded version to SchemaVersion in one transaction, and refuses a
 // newer version (ErrSchemaTooNew). OpenReadOnly never upgrades
-// (ErrSchemaTooOld).
+// (ErrSchemaTooOld). The upgrade from 1 to 2 computes the counters from the
+// runs and the live index from the attempts.
 //
 // # Attempt states
 //
@@ -70,6 +84,13 @@
 //   - one-live: only a run's latest attempt may be in a non-terminal state.
 //   - run-fields: Run.Done, Run.Result and Run.LastState agree with the
 //     attempts, so that counting runs by state reads the runs bucket only.
+//   - counters: with a campaign recorded, the counters record exists and
+//     equals a count of the runs by Run.State, and its remaining seconds the
+//     sum of ExpectedS over the runs not done (within 1e-6 s plus 1e-9 of
+//     the sum: the counter is changed one run at a time); without a
+//     campaign there is no counters record.
+//   - live-index: the live bucket names exactly the attempts in a
+//     non-terminal state, each with an empty value.
 //   - event-seq: event keys are 1..N without gaps.
 //   - event-chain: each attempt's events go "" -> planned -> ... with each
 //     From equal to the previous To; the last To is the attempt's State and
@@ -114,6 +135,12 @@
 //     freelist page claiming billions of entries): keep backups, and run
 //     `bbolt check` on a file that fails to open.
 //   - Strict mode reads the whole database on every write: it is for tests.
+//   - Options.NoSync skips the fsync at each commit: it is for building
+//     large fixtures in tests and benchmarks, never for a campaign, since a
+//     crash can lose committed transactions.
+//   - Summary and LiveAttempts trust the counters and the live index; a
+//     missing counters record or an index entry naming no attempt is
+//     returned as a *Violation, and only Check compares them with the runs.
 //   - Check and Strict compare ledger sums with a tolerance of 1e-6 GPU
 //     seconds.
 package state

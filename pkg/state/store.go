@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,11 @@ type Options struct {
 	// Now returns the wall time recorded in records and events. Nil means
 	// time.Now.
 	Now func() time.Time
+	// NoSync skips the fsync at every commit (bbolt's NoSync). It is for
+	// building large fixtures in tests and benchmarks only, never for a
+	// campaign: a crash or power loss can lose committed transactions or
+	// leave a file that no longer opens.
+	NoSync bool
 }
 
 // Store is the campaign's durable record. Its methods are safe for
@@ -107,6 +113,7 @@ func open(path string, opts Options, readOnly bool) (_ *Store, err error) {
 	db, err = bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:  timeout,
 		ReadOnly: readOnly,
+		NoSync:   opts.NoSync && !readOnly,
 		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
 			f, err := os.OpenFile(name, flag, perm)
 			file = f
@@ -241,17 +248,23 @@ var (
 	bucketLedger     = []byte("ledger")
 	bucketGates      = []byte("gates")
 	bucketAmendments = []byte("amendments")
+	bucketLive       = []byte("live")
 
 	keySchemaVersion = []byte("schema_version")
 	keyCampaign      = []byte("campaign")
+	keyCounters      = []byte("counters")
 )
 
-// allBuckets lists the buckets of the current schema.
-var allBuckets = [][]byte{bucketMeta, bucketCampaign, bucketRuns, bucketAttempts,
+// bucketsV1 are the buckets of schema version 1; the upgrade from 0 creates
+// them and nothing else, whatever later versions add.
+var bucketsV1 = [][]byte{bucketMeta, bucketCampaign, bucketRuns, bucketAttempts,
 	bucketEvents, bucketLedger, bucketGates, bucketAmendments}
 
+// allBuckets lists the buckets of the current schema.
+var allBuckets = append(slices.Clip(bucketsV1), bucketLive)
+
 // SchemaVersion is the schema this package writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // upgradeFunc upgrades the schema from version N to N+1 inside tx.
 type upgradeFunc func(tx *bolt.Tx) error
@@ -260,13 +273,16 @@ type upgradeFunc func(tx *bolt.Tx) error
 var upgrades = []upgradeFunc{
 	// 0 -> 1: version 0 is a file without buckets (a new file). Create them.
 	func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
+		for _, name := range bucketsV1 {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
 		return nil
 	},
+	// 1 -> 2: the counters record and the live index, computed from the
+	// runs and attempts.
+	upgradeCounters,
 }
 
 // schemaVersion returns the recorded version, 0 when there is none.

@@ -174,28 +174,28 @@ func TestSchemaUpgrade(t *testing.T) {
 
 	var buckets []string
 	rawUpdate(t, path, func(tx *bolt.Tx) error {
-		if v := string(tx.Bucket([]byte("meta")).Get([]byte("schema_version"))); v != "1" {
-			t.Errorf("schema_version %q after upgrade, want 1", v)
+		if v := string(tx.Bucket([]byte("meta")).Get([]byte("schema_version"))); v != "2" {
+			t.Errorf("schema_version %q after upgrade, want 2", v)
 		}
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
 			buckets = append(buckets, string(name))
 			return nil
 		})
 	})
-	want := "amendments attempts campaign events gates ledger meta runs"
+	want := "amendments attempts campaign events gates ledger live meta runs"
 	if got := strings.Join(buckets, " "); got != want {
 		t.Errorf("buckets %q, want %q", got, want)
 	}
 
 	// A newer version is refused, read-write and read-only.
 	rawUpdate(t, path, func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("2"))
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("3"))
 	})
 	if _, err := state.Open(path, state.Options{}); !errors.Is(err, state.ErrSchemaTooNew) {
-		t.Errorf("Open of version 2: %v, want ErrSchemaTooNew", err)
+		t.Errorf("Open of version 3: %v, want ErrSchemaTooNew", err)
 	}
 	if _, err := state.OpenReadOnly(path, time.Second); !errors.Is(err, state.ErrSchemaTooNew) {
-		t.Errorf("OpenReadOnly of version 2: %v, want ErrSchemaTooNew", err)
+		t.Errorf("OpenReadOnly of version 3: %v, want ErrSchemaTooNew", err)
 	}
 }
 

@@ -31,6 +31,12 @@ type Campaign struct {
 	StopDetail  string             `json:"stop_detail,omitempty"`
 	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
 	Regime      string             `json:"regime,omitempty"`
+	// RegimeConcurrency is how many runs the regime runs at once (the ETA
+	// divides the remaining expected seconds by it; 0 counts as 1).
+	RegimeConcurrency int `json:"regime_concurrency"`
+	// BudgetUnit names the unit of the budget figures, as the protocol
+	// states it; empty means GPU-hours.
+	BudgetUnit string `json:"budget_unit"`
 	// BudgetCapGPUHours is the protocol's cap; PriorGPUHours what was consumed
 	// before this campaign (written to the ledger as a "prior" entry).
 	BudgetCapGPUHours float64 `json:"budget_cap_gpu_hours"`
@@ -63,8 +69,8 @@ const (
 )
 
 // Run is one unit of the plan. Attempts, Done, Result and LastState are
-// derived from the run's attempts; the store keeps them up to date so that
-// counting runs by state needs one pass over the runs bucket.
+// derived from the run's attempts; the store keeps them up to date, and the
+// counters record (runs by state, remaining expected seconds) with them.
 type Run struct {
 	ID        string   `json:"id"`
 	Order     int      `json:"order"` // position in the plan
@@ -222,13 +228,15 @@ type Amendment struct {
 }
 
 // Summary is what a status query needs, read in one transaction without
-// scanning the events.
+// scanning the runs or the events.
 type Summary struct {
 	Campaign     Campaign       `json:"campaign"`
 	RunsTotal    int            `json:"runs_total"`
-	RunsByState  map[string]int `json:"runs_by_state"` // keys are RunState values
+	RunsByState  map[string]int `json:"runs_by_state"` // keys are RunState values; no key for a count of 0
 	Live         []Attempt      `json:"live"`
 	LastEventSeq uint64         `json:"last_event_seq"`
+	// RemainingExpectedS is the sum of Run.ExpectedS over the runs not done.
+	RemainingExpectedS float64 `json:"remaining_expected_s"`
 }
 
 // StateFile is the content of an attempt's DIR/state.json.
