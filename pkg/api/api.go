@@ -121,7 +121,13 @@ type Events struct {
 }
 
 // BuildStatus builds the status from the database. ctl is what the caller
-// knows of the controller; its HeartbeatAgeS is computed here.
+// knows of the controller; its HeartbeatAgeS is computed here. It reads the
+// store's Summary only, so its cost does not grow with the number of runs
+// or events; the ETA is the expected seconds of the runs not done, spread
+// over Campaign.RegimeConcurrency slots (at least one), and the budget unit
+// is Campaign.BudgetUnit. Nothing is read from dir, the campaign
+// directory: plan.json can be large, and the figures the status needs from
+// it are kept in the campaign record.
 func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Status, error) {
 	sum, err := s.Summary()
 	if err != nil {
@@ -160,34 +166,10 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 			ElapsedS: now.Sub(a.CreatedAt).Seconds(),
 		})
 	}
-	if plan, err := ReadPlan(dir); err == nil {
-		st.Budget.Unit = plan.Totals.Unit
-		st.ETAS = eta(s, plan)
-	}
+	st.Budget.Unit = c.BudgetUnit
+	etaS := sum.RemainingExpectedS / float64(max(1, c.RegimeConcurrency))
+	st.ETAS = &etaS
 	return st, nil
-}
-
-// eta estimates the seconds left: the expected seconds of the runs not yet
-// done, spread over the regime's slots.
-func eta(s *state.Store, plan *protocols.Plan) *float64 {
-	runs, err := s.Runs()
-	if err != nil {
-		return nil
-	}
-	conc := 1
-	for _, r := range plan.Regimes {
-		if r.Name == plan.Regime {
-			conc = max(1, r.Concurrency)
-		}
-	}
-	var left float64
-	for _, r := range runs {
-		if !r.Done {
-			left += r.ExpectedS
-		}
-	}
-	v := left / float64(conc)
-	return &v
 }
 
 // ReadPlan reads the plan a campaign was started with.

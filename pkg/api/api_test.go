@@ -1,0 +1,158 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/state"
+)
+
+// newStore opens a strict store in dir holding a campaign whose runs
+// expect 100, 200, 300 and 400 s: r0 complete, r1 measuring, r2 failed,
+// r3 without an attempt.
+func newStore(t *testing.T, dir string, c state.Campaign) *state.Store {
+	t.Helper()
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	runs := []state.Run{
+		{ID: "r0", Order: 0, ExpectedS: 100}, {ID: "r1", Order: 1, ExpectedS: 200},
+		{ID: "r2", Order: 2, ExpectedS: 300}, {ID: "r3", Order: 3, ExpectedS: 400},
+	}
+	if err := s.CreateCampaign(c, runs); err != nil {
+		t.Fatal(err)
+	}
+	move := func(run string, states ...state.AttemptState) {
+		t.Helper()
+		if _, err := s.NewAttempt(run, "", func(a *state.Attempt) { a.Slot = "slot-" + run }); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range states {
+			var reason state.Reason
+			if st == state.Failed {
+				reason = state.ReasonGPUNotIdle
+			}
+			if _, err := s.Transition(run, 1, st, reason, "", nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	happy := []state.AttemptState{state.Reserved, state.Preflight, state.Starting, state.Ready,
+		state.Measuring, state.Stopping, state.Cleanup, state.Validating, state.Complete}
+	move("r0", happy...)
+	move("r1", happy[:5]...)
+	move("r2", state.Failed)
+	return s
+}
+
+// TestBuildStatus: counts, current attempts, ETA and budget unit come from
+// the campaign record and its counters; plan.json is not read.
+func TestBuildStatus(t *testing.T) {
+	tests := []struct {
+		name        string
+		concurrency int
+		wantETA     float64
+	}{
+		{"concurrency 0 counts as 1", 0, 900}, // r1 + r2 + r3 are not done
+		{"concurrency 1", 1, 900},
+		{"concurrency 3", 3, 300},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// A plan.json that would fail to decode: the status must not need it.
+			if err := os.WriteFile(filepath.Join(dir, api.PlanFile), []byte("{not json"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, dir, state.Campaign{ID: "c1", BudgetCapGPUHours: 10, BudgetUnit: "H200-hours",
+				RegimeConcurrency: tt.concurrency, Regime: "pair"})
+			beat := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
+			now := beat.Add(3 * time.Second)
+			st, err := api.BuildStatus(s, dir, api.Controller{PID: 42, Heartbeat: beat}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.ETAS == nil || *st.ETAS != tt.wantETA {
+				t.Errorf("eta %v, want %g", st.ETAS, tt.wantETA)
+			}
+			if st.Budget.Unit != "H200-hours" || st.Budget.CapGPUHours != 10 {
+				t.Errorf("budget %+v", st.Budget)
+			}
+			want := map[string]int{"complete": 1, "running": 1, "failed": 1, "pending": 1}
+			if st.Runs.Total != 4 || !reflect.DeepEqual(st.Runs.ByState, want) {
+				t.Errorf("runs %+v, want 4 %v", st.Runs, want)
+			}
+			if len(st.Current) != 1 || st.Current[0].Run != "r1" || st.Current[0].State != "measuring" ||
+				st.Current[0].Slot != "slot-r1" {
+				t.Errorf("current %+v", st.Current)
+			}
+			last, _ := s.LastEventSeq()
+			if st.LastEvent != last || st.Campaign.ID != "c1" || st.Campaign.Regime != "pair" ||
+				st.Controller.PID != 42 || st.Controller.HeartbeatAgeS != 3 {
+				t.Errorf("status %+v", st)
+			}
+		})
+	}
+}
+
+// serve serves the API for s on DIR/ctl.sock until the test ends.
+func serve(t testing.TB, s *state.Store, dir string, now func() time.Time) {
+	t.Helper()
+	ln, err := net.Listen("unix", filepath.Join(dir, api.SocketFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := &api.Server{Store: s, Dir: dir, Now: now, Stop: func() {},
+		Controller: func() api.Controller { return api.Controller{PID: os.Getpid(), Heartbeat: now()} }}
+	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		wg.Wait()
+	})
+}
+
+// TestStatusSocketMatchesDatabase: the status through the socket is the
+// one built from the database, marked with its source.
+func TestStatusSocketMatchesDatabase(t *testing.T) {
+	dir := t.TempDir()
+	s := newStore(t, dir, state.Campaign{ID: "c1", BudgetUnit: "GPU-hours", RegimeConcurrency: 2})
+	now := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
+	serve(t, s, dir, func() time.Time { return now })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := api.NewClient(dir, 30*time.Second).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := api.BuildStatus(s, dir, api.Controller{Alive: true, PID: os.Getpid(), Heartbeat: now}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Source = "socket"
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("through the socket\n%+v\nfrom the database\n%+v", got, want)
+	}
+	if got.ETAS == nil || *got.ETAS != 450 || got.Budget.Unit != "GPU-hours" {
+		t.Errorf("eta %v, unit %q; want 450 and GPU-hours", got.ETAS, got.Budget.Unit)
+	}
+}
