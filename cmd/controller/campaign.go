@@ -139,6 +139,9 @@ func createCampaign(protocolPath, dir, backend string, now time.Time) (*protocol
 		State:             state.CampaignRunning,
 		BudgetCapGPUHours: plan.Totals.BudgetCapGPUHours,
 		PriorGPUHours:     plan.Totals.BudgetConsumedGPUHours,
+		BudgetUnit:        plan.Totals.Unit,
+		Regime:            plan.Regime,
+		RegimeConcurrency: regimeConcurrency(plan, plan.Regime),
 	}
 	if err := store.CreateCampaign(c, runs); err != nil {
 		return nil, err
@@ -184,4 +187,13 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+func regimeConcurrency(plan *protocols.Plan, name string) int {
+	for _, r := range plan.Regimes {
+		if r.Name == name {
+			return r.Concurrency
+		}
+	}
+	return 1
 }

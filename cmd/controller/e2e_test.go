@@ -331,6 +331,9 @@ func TestFullCampaign(t *testing.T) {
 		if v := c.gateVerdict(s, r.ID, "cleanup"); v.Verdict != "pass" {
 			t.Fatalf("%s cleanup gate %+v", r.ID, v)
 		}
+		if a.Figures["gpu_seconds"] <= 0 {
+			t.Fatalf("%s charged no GPU time: %v", r.ID, a.Figures)
+		}
 		if len(a.Procs) != 2 || a.Procs[0].StartTime == 0 || a.Procs[0].BootID == "" {
 			t.Fatalf("%s process identities %+v", r.ID, a.Procs)
 		}
@@ -588,6 +591,88 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	}
 	if after != interrupted {
 		t.Fatalf("interrupted attempts: %d before resume, %d after", interrupted, after)
+	}
+	c.assertNoProcesses()
+}
+
+func TestKilledControllerResumes(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	pid := lockfile.Owner(lock)
+	waitFor(t, "a run measuring", 60*time.Second, func() bool {
+		for _, cur := range c.liveStatus().Current {
+			if cur.State == string(state.Measuring) {
+				return true
+			}
+		}
+		return false
+	})
+	// the controller dies without a chance to clean up; its children live on
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the controller to die", 30*time.Second, func() bool { return !lockfile.Held(lock) })
+	orphans := c.campaignPIDs()
+	if len(orphans) == 0 {
+		t.Fatal("no server or client outlived the killed controller; the test shows nothing")
+	}
+	// ctlq says the controller is gone while the campaign is unfinished
+	ctlq := filepath.Join(filepath.Dir(controllerBin), "ctlq")
+	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
+		t.Fatalf("build ctlq: %v\n%s", err, out)
+	}
+	cmd := exec.Command(ctlq, "status", "-d", c.dir)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 4 {
+		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+
+	if out, code := c.controller("--resume", "-d", c.dir); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, out)
+	}
+	waitFor(t, "the campaign to finish", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+	for _, p := range orphans {
+		if err := syscall.Kill(p, 0); err == nil {
+			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); !bytes.Contains(st, []byte(") Z")) {
+				t.Fatalf("left-over pid %d still alive after resume", p)
+			}
+		}
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s %s", cp.State, cp.StopDetail)
+	}
+	interrupted := 0
+	runs, _ := s.Runs()
+	for _, r := range runs {
+		for _, a := range c.attempts(s, r.ID) {
+			if a.State == state.Interrupted {
+				interrupted++
+				if a.Figures["gpu_seconds"] <= 0 {
+					t.Fatalf("interrupted attempt %s a%d charged nothing", r.ID, a.N)
+				}
+				kills := 0
+				for _, sg := range a.Signals {
+					if sg.Signal == "SIGTERM" || sg.Signal == "SIGKILL" {
+						kills++
+					}
+				}
+				if kills == 0 {
+					t.Fatalf("left-overs of %s a%d were not signalled", r.ID, a.N)
+				}
+			}
+		}
+		if !r.Done {
+			t.Fatalf("run %s not done", r.ID)
+		}
+	}
+	if interrupted == 0 {
+		t.Fatal("no attempt marked interrupted after the crash")
 	}
 	c.assertNoProcesses()
 }

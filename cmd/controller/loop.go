@@ -45,8 +45,11 @@ func (c *controller) loop(ctx context.Context) error {
 	ctx, cancelRunners := context.WithCancel(ctx)
 	defer cancelRunners()
 	stopping := false
+	look := true // look at the records and schedule on this pass
+	lastLook := c.now()
 	for {
-		if !stopping {
+		if look && !stopping {
+			look, lastLook = false, c.now()
 			if err := c.schedule(ctx); err != nil {
 				c.log.Error().Err(err).Msg("schedule")
 				c.stopCampaign("harness-error", err.Error(), nil)
@@ -75,8 +78,10 @@ func (c *controller) loop(ctx context.Context) error {
 		select {
 		case res := <-c.results:
 			c.finishUnit(res)
+			look = true
 		case <-tick.C:
 			c.heartbeat()
+			look = c.now().Sub(lastLook) >= resyncEvery
 		case <-c.stopReq:
 			if !stopping {
 				stopping = true
@@ -188,6 +193,16 @@ func (c *controller) schedule(ctx context.Context) error {
 	if err != nil {
 		c.stopCampaign("no-regime", err.Error(), nil)
 		return nil
+	}
+	if c.regime.Name != regime.Name {
+		err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+			cp.Regime, cp.RegimeConcurrency = regime.Name, regime.Concurrency
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		c.log.Info().Str("regime", regime.Name).Int("concurrency", regime.Concurrency).Msg("regime in force")
 	}
 	c.regime = regime
 
@@ -390,10 +405,14 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 		return err
 	}
 	for _, a := range live {
-		start := c.now()
 		var sigs []state.Signal
+		held := false // a recorded process still lived at resume
 		for _, p := range a.Procs {
-			lo := launch.Leftover{Leader: launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}, Role: p.Role, Cgroup: p.Cgroup}
+			id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
+			if alive, _ := id.Alive(c.boot); alive {
+				held = true
+			}
+			lo := launch.Leftover{Leader: id, Role: p.Role, Cgroup: p.Cgroup}
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 5 * time.Second})
 			cancel()
@@ -402,9 +421,19 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
 			}
 		}
+		// Never under-count: GPUs held by a left-over were held from the
+		// server's start until it was killed just now; otherwise they were
+		// held at least until the last sign of life (heartbeat or record).
 		charge := 0.0
-		if srv := serverProc(a); srv != nil && cp.Heartbeat.After(srv.StartedAt) {
-			charge = budget.Charge(len(a.GPUIDs), srv.StartedAt, cp.Heartbeat.Add(c.now().Sub(start)))
+		if srv := serverProc(a); srv != nil {
+			end := cp.Heartbeat
+			if a.UpdatedAt.After(end) {
+				end = a.UpdatedAt
+			}
+			if held || len(sigs) > 0 {
+				end = c.now()
+			}
+			charge = budget.Charge(len(a.GPUIDs), srv.StartedAt, end)
 		}
 		if charge > 0 {
 			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: "interrupted: to the last heartbeat plus reclaim"}); err != nil {
@@ -413,7 +442,14 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 		}
 		_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
 			"the controller died or stopped; left-overs reclaimed at resume", map[string]float64{"gpu_seconds": charge},
-			func(at *state.Attempt) error { at.Signals = append(at.Signals, sigs...); return nil })
+			func(at *state.Attempt) error {
+				at.Signals = append(at.Signals, sigs...)
+				if at.Figures == nil {
+					at.Figures = map[string]float64{}
+				}
+				at.Figures["gpu_seconds"] = charge
+				return nil
+			})
 		if err != nil {
 			return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
 		}

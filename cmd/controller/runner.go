@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,7 +98,7 @@ type attempt struct {
 	server  *launch.Proc
 	client  *launch.Proc
 	started time.Time // server start, for the GPU charge
-	drainAt time.Time
+	phases  *phaseWatcher
 	quarant bool
 
 	// exits and signals not yet recorded: they are written with the next
@@ -108,13 +107,20 @@ type attempt struct {
 	pendSigs  []state.Signal
 	exited    map[int]bool // pids whose exit is noted
 	state     state.AttemptState
+	figures   map[string]float64 // the attempt's own figures, written with each transition
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
-	exits, sigs := a.pendExits, a.pendSigs
+	exits, sigs, figs := a.pendExits, a.pendSigs, a.figures
 	_, err := a.c.store.Transition(a.run.ID, a.n, to, reason, msg, figures, func(at *state.Attempt) error {
 		at.Exits = append(at.Exits, exits...)
 		at.Signals = append(at.Signals, sigs...)
+		if len(figs) > 0 && at.Figures == nil {
+			at.Figures = map[string]float64{}
+		}
+		for k, v := range figs {
+			at.Figures[k] = v
+		}
 		if mutate != nil {
 			return mutate(at)
 		}
@@ -269,6 +275,8 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		}
 		a.client = cl
 	}
+	a.phases = newPhaseWatcher(a.vars["PHASE_FILE"])
+	defer a.phases.close()
 	if err := a.transition(state.Measuring, "", "client running", nil, nil); err != nil {
 		return a.harness(err)
 	}
@@ -300,12 +308,11 @@ func (a *attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 }
 
 // supervise waits for the client while watching the server and the
-// client's drain. It wakes once a second to read the phase file; nothing
-// else runs while a benchmark measures.
+// client's drain. It wakes once a second to read what the client appended
+// to its phase file; nothing else runs while a benchmark measures.
 func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	phaseFile := a.vars["PHASE_FILE"]
 	for {
 		select {
 		case <-a.client.Done():
@@ -314,7 +321,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			if ex.Code != 0 || ex.Signal != "" {
 				return state.ReasonClientFailed, "client " + exitText(ex)
 			}
-			a.checkDrain(phaseFile)
+			a.checkDrain()
 			return "", ""
 		case <-a.server.Done():
 			a.recordExit(a.server)
@@ -322,7 +329,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 		case <-ctx.Done():
 			return state.ReasonInterrupted, "stopped while measuring"
 		case <-tick.C:
-			if r, d := a.checkDrain(phaseFile); r != "" {
+			if r, d := a.checkDrain(); r != "" {
 				return r, d
 			}
 		}
@@ -331,18 +338,18 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 
 // checkDrain reads the client's phases: past the class allowance the run
 // is quarantined; past the watchdog the client is ended and the run fails.
-func (a *attempt) checkDrain(phaseFile string) (state.Reason, string) {
-	if a.drainAt.IsZero() {
-		a.drainAt = drainStart(phaseFile)
-		if a.drainAt.IsZero() {
-			return "", ""
-		}
+func (a *attempt) checkDrain() (state.Reason, string) {
+	a.phases.poll()
+	drainAt := a.phases.at("drain")
+	if drainAt.IsZero() {
+		return "", ""
 	}
 	end := a.c.now()
-	if t := phaseTime(phaseFile, "done"); !t.IsZero() {
+	if t := a.phases.at("done"); !t.IsZero() {
 		end = t
 	}
-	drained := end.Sub(a.drainAt).Seconds()
+	drained := end.Sub(drainAt).Seconds()
+	a.setFigure("drain_s", drained)
 	if drained > a.run.WatchdogS {
 		return state.ReasonDrainWatchdog, fmt.Sprintf("drain ran %.1f s, past the %.0f s watchdog of class %s", drained, a.run.WatchdogS, a.run.Class)
 	}
@@ -351,28 +358,6 @@ func (a *attempt) checkDrain(phaseFile string) (state.Reason, string) {
 		a.c.log.Warn().Str("run", a.run.ID).Float64("drain_s", drained).Float64("allowance_s", a.run.DrainS).Msg("drain over allowance: run quarantined")
 	}
 	return "", ""
-}
-
-func drainStart(path string) time.Time { return phaseTime(path, "drain") }
-
-// phaseTime is when the client first reported the phase; zero if not yet.
-func phaseTime(path, phase string) time.Time {
-	f, err := os.Open(path)
-	if err != nil {
-		return time.Time{}
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var p struct {
-			Phase string    `json:"phase"`
-			T     time.Time `json:"t"`
-		}
-		if json.Unmarshal(sc.Bytes(), &p) == nil && p.Phase == phase {
-			return p.T
-		}
-	}
-	return time.Time{}
 }
 
 // stopThenValidate ends the server gracefully, proves cleanup, runs the
@@ -392,10 +377,7 @@ func (a *attempt) stopThenValidate() outcome {
 		return a.terminal(state.Failed, r, d)
 	}
 	if a.quarant {
-		drained := 0.0
-		if done := phaseTime(a.vars["PHASE_FILE"], "done"); !done.IsZero() {
-			drained = done.Sub(a.drainAt).Seconds()
-		}
+		drained := a.figures["drain_s"]
 		return a.terminalFig(state.Quarantined, state.ReasonDrainQuarantine,
 			fmt.Sprintf("drain %.1f s over the %.0f s allowance of class %s", drained, a.run.DrainS, a.run.Class),
 			map[string]float64{"drain_s": drained, "drain_allowance_s": a.run.DrainS})
@@ -520,6 +502,13 @@ func (a *attempt) cleanup() (outcome, bool) {
 	return outcome{}, true
 }
 
+func (a *attempt) setFigure(k string, v float64) {
+	if a.figures == nil {
+		a.figures = map[string]float64{}
+	}
+	a.figures[k] = v
+}
+
 // charge records the attempt's GPU time from server start to now, once.
 func (a *attempt) charge(end time.Time) {
 	if a.started.IsZero() {
@@ -527,6 +516,7 @@ func (a *attempt) charge(end time.Time) {
 	}
 	amt := budget.Charge(len(a.gpuIDs), a.started, end)
 	a.started = time.Time{}
+	a.setFigure("gpu_seconds", amt)
 	if _, err := a.c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt, Note: "server start to cleanup"}); err != nil {
 		a.c.log.Error().Err(err).Msg("charge")
 	}

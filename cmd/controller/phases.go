@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"time"
+)
+
+// phaseWatcher follows the client's phase file (JSON lines appended by
+// the client) and remembers when each phase was first reported. It keeps
+// the file open and reads only what was appended since the last look, so
+// watching costs one read a second while a benchmark measures.
+type phaseWatcher struct {
+	path    string
+	f       *os.File
+	partial []byte               // an incomplete last line
+	first   map[string]time.Time // phase -> time first reported
+}
+
+func newPhaseWatcher(path string) *phaseWatcher {
+	return &phaseWatcher{path: path, first: map[string]time.Time{}}
+}
+
+// poll reads what the client appended.
+func (w *phaseWatcher) poll() {
+	if w.f == nil {
+		f, err := os.Open(w.path)
+		if err != nil {
+			return // not written yet
+		}
+		w.f = f
+	}
+	buf := make([]byte, 4096)
+	for {
+		n, err := w.f.Read(buf)
+		w.partial = append(w.partial, buf[:n]...)
+		if err == io.EOF || n == 0 || err != nil {
+			break
+		}
+	}
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		var p struct {
+			Phase string    `json:"phase"`
+			T     time.Time `json:"t"`
+		}
+		if json.Unmarshal(w.partial[:i], &p) == nil && p.Phase != "" {
+			if _, seen := w.first[p.Phase]; !seen {
+				w.first[p.Phase] = p.T
+			}
+		}
+		w.partial = w.partial[i+1:]
+	}
+}
+
+// at is when the phase was first reported; zero if not yet.
+func (w *phaseWatcher) at(phase string) time.Time { return w.first[phase] }
+
+func (w *phaseWatcher) close() {
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+}
