@@ -97,6 +97,10 @@ func createCampaign(protocolPath, dir, backend string, now time.Time) (*protocol
 	if _, err := provenance.Record(dir, entries); err != nil {
 		return nil, err
 	}
+	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
+	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars, os.Stderr); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
 	if err := writeJSONFile(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
 		return nil, fmt.Errorf("write plan: %w", err)
 	}
