@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/state"
+)
+
+var ctlqBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ctlq-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctlqBin = filepath.Join(dir, "ctlq")
+	if out, err := exec.Command("go", "build", "-o", ctlqBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// campaignDir makes a campaign database in the given state, as a
+// controller that has exited would leave it.
+func campaignDir(t *testing.T, final state.CampaignState) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs := []state.Run{
+		{ID: "a.saturation", Order: 0, Phase: "matrix", Kind: "saturation", GPUs: 1, ExpectedS: 100},
+		{ID: "a.moderate", Order: 1, Phase: "matrix", Kind: "moderate", Needs: []string{"a.saturation"}, GPUs: 1, ExpectedS: 100},
+	}
+	c := state.Campaign{ID: "t-1", ProtocolName: "t", ProtocolSHA256: strings.Repeat("ab", 32), Dir: dir, CreatedAt: time.Now(),
+		State: state.CampaignRunning, BudgetCapGPUHours: 16, PriorGPUHours: 3.964, BudgetUnit: "H20-hours", RegimeConcurrency: 1}
+	if err := s.CreateCampaign(c, runs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.NewAttempt("a.saturation", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []state.AttemptState{state.Reserved, state.Preflight} {
+		if _, err := s.Transition("a.saturation", 1, to, "", "", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Transition("a.saturation", 1, state.Failed, state.ReasonGPUNotIdle, "GPU 0 not idle", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	switch final {
+	case state.CampaignStopped:
+		if err := s.SetCampaignState(state.CampaignStopped, "gpu-not-idle", "run a.saturation failed", nil); err != nil {
+			t.Fatal(err)
+		}
+	case state.CampaignComplete:
+		for _, r := range runs {
+			a, err := s.NewAttempt(r.ID, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, to := range []state.AttemptState{state.Reserved, state.Preflight, state.Starting, state.Ready, state.Measuring, state.Stopping, state.Cleanup, state.Validating, state.Complete} {
+				if _, err := s.Transition(r.ID, a.N, to, "", "", nil, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := s.SetCampaignState(state.CampaignComplete, "complete", "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(ctlqBin, args...)
+	cmd.Env = append(os.Environ(), "WARDEN_DIR=")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func TestStatusExitCodes(t *testing.T) {
+	cases := []struct {
+		state state.CampaignState
+		code  int
+	}{
+		{state.CampaignComplete, 0},
+		{state.CampaignStopped, 3},
+		{state.CampaignRunning, 4}, // no controller holds the campaign
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.state), func(t *testing.T) {
+			dir := campaignDir(t, tc.state)
+			out, code := run(t, "status", "-d", dir, "-o", "json")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			var st api.Status
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				t.Fatalf("status JSON: %v\n%s", err, out)
+			}
+			if st.Schema != api.Schema || st.Campaign.State != string(tc.state) || st.Controller.Alive || st.Source != "database" ||
+				st.Runs.Total != 2 || st.Budget.CapGPUHours != 16 || st.Budget.ConsumedGPUHours < 3.964 {
+				t.Fatalf("status %+v", st)
+			}
+			if tc.state == state.CampaignStopped && st.Campaign.StopReason != "gpu-not-idle" {
+				t.Fatalf("stop reason %q", st.Campaign.StopReason)
+			}
+		})
+	}
+}
+
+func TestNotACampaign(t *testing.T) {
+	out, code := run(t, "status", "-d", t.TempDir())
+	if code != 2 || !strings.Contains(out, "is not a campaign directory") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	out, code = run(t, "status")
+	if code != 2 || !strings.Contains(out, "give -d DIR or set WARDEN_DIR") {
+		t.Fatalf("no dir: exit %d:\n%s", code, out)
+	}
+}
+
+func TestRunsAndShow(t *testing.T) {
+	dir := campaignDir(t, state.CampaignStopped)
+	out, code := run(t, "runs", "-d", dir, "-o", "json")
+	if code != 0 {
+		t.Fatalf("runs exit %d:\n%s", code, out)
+	}
+	var runs []struct {
+		ID       string `json:"id"`
+		Kind     string `json:"kind"`
+		State    string `json:"state"`
+		Attempts []struct {
+			N      int    `json:"n"`
+			State  string `json:"state"`
+			Reason string `json:"reason"`
+		} `json:"attempts"`
+	}
+	if err := json.Unmarshal([]byte(out), &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].ID != "a.saturation" || runs[0].State != "failed" || len(runs[0].Attempts) != 1 ||
+		runs[0].Attempts[0].Reason != "gpu-not-idle" || runs[1].State != "pending" || runs[1].Kind != "moderate" {
+		t.Fatalf("runs %+v", runs)
+	}
+	out, _ = run(t, "runs", "-d", dir, "--state", "failed")
+	if !strings.Contains(out, "a.saturation") || strings.Contains(out, "a.moderate") {
+		t.Fatalf("filtered runs:\n%s", out)
+	}
+	out, code = run(t, "show", "-d", dir, "a.saturation")
+	if code != 0 || !strings.Contains(out, "preflight   -> failed") || !strings.Contains(out, "gpu-not-idle") {
+		t.Fatalf("show exit %d:\n%s", code, out)
+	}
+	out, code = run(t, "show", "-d", dir, "nope")
+	if code != 2 || !strings.Contains(out, `no run "nope"`) {
+		t.Fatalf("show missing: exit %d:\n%s", code, out)
+	}
+	out, code = run(t, "events", "-d", dir)
+	if code != 0 || !strings.Contains(out, "a.saturation a1") || !strings.Contains(out, "running -> stopped") {
+		t.Fatalf("events exit %d:\n%s", code, out)
+	}
+}
