@@ -676,3 +676,36 @@ func TestKilledControllerResumes(t *testing.T) {
 	}
 	c.assertNoProcesses()
 }
+
+func TestStartRefusesAnotherCampaign(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{}))
+	// the same protocol again: told to resume instead
+	out, code := c.controller("start", "-f", writeProtocol(t, scenario{}), "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	if code == 0 || !strings.Contains(out, "holds") {
+		t.Fatalf("second start in the same directory: exit %d:\n%s", code, out)
+	}
+	// a different protocol: refused, naming the campaign there
+	out, code = c.controller("start", "-f", writeProtocol(t, scenario{measureS: "0.7"}), "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	if code == 0 || !strings.Contains(out, "holds another campaign (e2e-") {
+		t.Fatalf("other protocol: exit %d:\n%s", code, out)
+	}
+	// a directory with other files
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "notes.txt"), []byte("x"), 0o644)
+	out, code = c.controller("start", "-f", writeProtocol(t, scenario{}), "-d", other, "--gpu-backend", "fake", "--foreground")
+	if code == 0 || !strings.Contains(out, "is not empty and holds no campaign") {
+		t.Fatalf("non-empty directory: exit %d:\n%s", code, out)
+	}
+	// an invalid protocol: exit 2 with the problems, nothing created
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("warden: 1\nname: x\nbogus: 1\n"), 0o644)
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	out, code = c.controller("start", "-f", bad, "-d", fresh, "--gpu-backend", "fake")
+	if code != 2 || !strings.Contains(out, `bad.yaml:3:1: bogus: unknown field "bogus"`) {
+		t.Fatalf("invalid protocol: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an invalid protocol created %s", fresh)
+	}
+}
