@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"warden/pkg/gates"
 
 	"warden/pkg/budget"
 	"warden/pkg/launch"
@@ -26,6 +28,9 @@ type unitRun struct {
 	slots  []protocols.SlotInfo
 	cancel context.CancelFunc
 	done   chan struct{}
+	coloc  bool                // a co-location block
+	gate   *protocols.GateInfo // the gate a co-location block decides
+	regime string
 }
 
 // unitResult is how a unit ended.
@@ -99,18 +104,77 @@ func (c *controller) operatorStop() {
 	c.stopCampaign("operator-stop", "stopped by an operator (controller stop or SIGTERM); resume with controller resume", nil)
 }
 
-// allDone reports whether every run that must execute is done.
+// allDone reports whether every run that must execute is done: every run
+// without a condition, and every conditional run whose condition holds
+// (a later co-location check after a failed gate).
 func (c *controller) allDone() bool {
 	runs, err := c.store.Runs()
 	if err != nil {
 		return false
 	}
-	for i, r := range runs {
-		if !r.Done && c.plan.Runs[i].Condition == "" {
+	verdicts, err := c.gateVerdicts()
+	if err != nil {
+		return false
+	}
+	done := map[string]bool{}
+	for _, r := range runs {
+		done[r.ID] = r.Done
+	}
+	for _, r := range c.plan.Runs {
+		need, known := required(r, verdicts)
+		if !known || (need && !satisfied(r, done)) {
 			return false
 		}
 	}
 	return true
+}
+
+// gateVerdicts is the last verdict of each campaign-level gate.
+func (c *controller) gateVerdicts() (map[string]string, error) {
+	vs, err := c.store.GateVerdicts("")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, v := range vs {
+		out[v.Gate] = v.Verdict
+	}
+	return out, nil
+}
+
+// satisfied says whether a run needs nothing more: it is done, or it is a
+// background load whose targets are all done (it only served beside them).
+func satisfied(r protocols.Run, done map[string]bool) bool {
+	if done[r.ID] {
+		return true
+	}
+	if r.Kind != "background" || len(r.Until) == 0 {
+		return false
+	}
+	for _, t := range r.Until {
+		if !done[t] {
+			return false
+		}
+	}
+	return true
+}
+
+// required says whether a run must execute: runs without a condition
+// always; a run conditional on "gate G failed" once G failed. known is
+// false while the gate has no verdict yet.
+func required(r protocols.Run, verdicts map[string]string) (need, known bool) {
+	if r.Condition == "" {
+		return true, true
+	}
+	gate, ok := strings.CutSuffix(strings.TrimPrefix(r.Condition, "gate "), " failed")
+	if !ok {
+		return false, true
+	}
+	v, seen := verdicts[gate]
+	if !seen {
+		return false, false
+	}
+	return v == gates.Fail, true
 }
 
 func (c *controller) finishUnit(res unitResult) {
@@ -168,6 +232,16 @@ func (c *controller) checkStopRules() {
 	}
 }
 
+// launchable is a unit ready to start on its slots.
+type launchable struct {
+	unit   int
+	runs   []protocols.Run
+	slots  []protocols.SlotInfo
+	coloc  bool // a co-location block: backgrounds beside a target
+	gate   *protocols.GateInfo
+	regime string
+}
+
 // schedule launches the next wave: in plan order, the units of the
 // current phase whose needs are done and for which slots are free.
 func (c *controller) schedule(ctx context.Context) error {
@@ -189,40 +263,55 @@ func (c *controller) schedule(ctx context.Context) error {
 	for _, r := range runs {
 		done[r.ID] = r.Done
 	}
-	regime, err := c.chooseRegime()
+	verdicts, err := c.gateVerdicts()
 	if err != nil {
-		c.stopCampaign("no-regime", err.Error(), nil)
-		return nil
+		return err
 	}
-	if c.regime.Name != regime.Name {
-		err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
-			cp.Regime, cp.RegimeConcurrency = regime.Name, regime.Concurrency
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		c.log.Info().Str("regime", regime.Name).Int("concurrency", regime.Concurrency).Msg("regime in force")
-	}
-	c.regime = regime
 
-	// the current phase: the first with a run that must execute and is not done
-	phase := ""
+	// the current phase: the first with a run that must execute and is not
+	// done, or whose need is not known yet
+	phase, phaseKind := "", ""
 	for _, r := range c.plan.Runs {
-		if r.Condition == "" && !done[r.ID] {
-			phase = r.Phase
+		if need, known := required(r, verdicts); !known || (need && !satisfied(r, done)) {
+			phase, phaseKind = r.Phase, r.PhaseKind
 			break
 		}
 	}
 	if phase == "" {
 		return nil
 	}
-
-	type launchable struct {
-		unit  int
-		runs  []protocols.Run
-		slots []protocols.SlotInfo
+	var wave []launchable
+	if phaseKind == "colocation" {
+		wave = c.colocationWave(phase, done, verdicts)
+	} else {
+		regime, err := c.chooseRegime()
+		if err != nil {
+			c.stopCampaign("no-regime", err.Error(), nil)
+			return nil
+		}
+		if c.regime.Name != regime.Name {
+			err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+				cp.Regime, cp.RegimeConcurrency = regime.Name, regime.Concurrency
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			c.log.Info().Str("regime", regime.Name).Int("concurrency", regime.Concurrency).Msg("regime in force")
+		}
+		c.regime = regime
+		if wave, err = c.matrixWave(phase, regime, done, verdicts); err != nil {
+			return err
+		}
 	}
+	if len(wave) == 0 {
+		return nil
+	}
+	return c.launch(ctx, wave)
+}
+
+// matrixWave picks the units of a phase to start now under the regime.
+func (c *controller) matrixWave(phase string, regime protocols.RegimeInfo, done map[string]bool, verdicts map[string]string) ([]launchable, error) {
 	var wave []launchable
 	busy := map[string]bool{}
 	for s := range c.busy {
@@ -234,19 +323,16 @@ func (c *controller) schedule(ctx context.Context) error {
 		}
 		var todo []protocols.Run
 		for _, r := range unit {
-			if !done[r.ID] && r.Condition == "" {
+			if need, _ := required(r, verdicts); need && !done[r.ID] {
 				todo = append(todo, r)
 			}
 		}
 		if len(todo) == 0 {
 			continue
 		}
-		if unit[0].Slot != "" || len(unit[0].Backgrounds) > 0 || unit[0].Kind == "background" {
-			return c.unsupportedColocation(unit[0])
-		}
 		for _, n := range todo[0].Needs {
 			if !done[n] && !slices.ContainsFunc(todo, func(r protocols.Run) bool { return r.ID == n }) {
-				return fmt.Errorf("run %s needs %s, which is not done", todo[0].ID, n)
+				return nil, fmt.Errorf("run %s needs %s, which is not done", todo[0].ID, n)
 			}
 		}
 		gpus := 0
@@ -260,13 +346,80 @@ func (c *controller) schedule(ctx context.Context) error {
 		for _, s := range slots {
 			busy[s.Name] = true
 		}
-		wave = append(wave, launchable{unit: unit[0].Unit, runs: todo, slots: slots})
+		wave = append(wave, launchable{unit: unit[0].Unit, runs: todo, slots: slots, regime: regime.Name})
 	}
-	if len(wave) == 0 {
+	return wave, nil
+}
+
+// colocationWave picks the next block of a co-location check: the target
+// solo, then each regime's backgrounds and target, a later regime only
+// after the gate before it failed. Blocks run one at a time on their
+// fixed slots.
+func (c *controller) colocationWave(phase string, done map[string]bool, verdicts map[string]string) []launchable {
+	if len(c.active) > 0 {
 		return nil
 	}
+	byName := map[string]protocols.SlotInfo{}
+	for _, s := range c.plan.Slots {
+		byName[s.Name] = s
+	}
+	var blocks [][]protocols.Run
+	for _, r := range c.plan.Runs {
+		if r.Phase != phase {
+			continue
+		}
+		if n := len(blocks); n > 0 && blocks[n-1][0].Regime == r.Regime {
+			blocks[n-1] = append(blocks[n-1], r)
+		} else {
+			blocks = append(blocks, []protocols.Run{r})
+		}
+	}
+	for _, b := range blocks {
+		need, known := required(b[0], verdicts)
+		if !known {
+			return nil // wait for the gate before it
+		}
+		if !need {
+			continue
+		}
+		var todo []protocols.Run
+		for _, r := range b {
+			if !satisfied(r, done) {
+				todo = append(todo, r)
+			}
+		}
+		var gate *protocols.GateInfo
+		for i := range c.plan.Gates {
+			if c.plan.Gates[i].Regime == b[0].Regime {
+				gate = &c.plan.Gates[i]
+			}
+		}
+		if len(todo) == 0 {
+			if gate != nil {
+				if _, seen := verdicts[gate.Name]; !seen {
+					// the block's runs completed but the gate was never judged
+					// (the controller died in between): judge it now
+					return []launchable{{unit: b[0].Unit, coloc: true, gate: gate, regime: b[0].Regime}}
+				}
+			}
+			continue
+		}
+		var slots []protocols.SlotInfo
+		seen := map[string]bool{}
+		for _, r := range todo {
+			if !seen[r.Slot] {
+				seen[r.Slot] = true
+				slots = append(slots, byName[r.Slot])
+			}
+		}
+		return []launchable{{unit: b[0].Unit, runs: todo, slots: slots, coloc: true, gate: gate, regime: b[0].Regime}}
+	}
+	return nil
+}
 
-	// reserve the wave's conservative cost before any of it starts
+// launch reserves the wave's conservative cost before any of it starts,
+// then starts each unit in its own goroutine.
+func (c *controller) launch(ctx context.Context, wave []launchable) error {
 	acct, err := c.account()
 	if err != nil {
 		return err
@@ -292,10 +445,10 @@ func (c *controller) schedule(ctx context.Context) error {
 		}
 		c.reserved[it.Run] += cost
 	}
-	c.log.Info().Int("units", len(wave)).Int("runs", len(items)).Float64("reserved_gpu_hours", budget.Hours(budget.Cost(items))).Str("regime", regime.Name).Msg("launching wave")
+	c.log.Info().Int("units", len(wave)).Int("runs", len(items)).Float64("reserved_gpu_hours", budget.Hours(budget.Cost(items))).Msg("launching wave")
 	for _, w := range wave {
 		uctx, cancel := context.WithCancel(ctx)
-		u := &unitRun{unit: w.unit, runs: w.runs, slots: w.slots, cancel: cancel, done: make(chan struct{})}
+		u := &unitRun{unit: w.unit, runs: w.runs, slots: w.slots, cancel: cancel, done: make(chan struct{}), gate: w.gate, coloc: w.coloc, regime: w.regime}
 		c.active[w.unit] = u
 		for _, s := range w.slots {
 			c.busy[s.Name] = w.unit
@@ -303,16 +456,13 @@ func (c *controller) schedule(ctx context.Context) error {
 		go func() {
 			defer close(u.done)
 			defer cancel()
-			c.results <- c.runUnit(uctx, u)
+			if u.coloc {
+				c.results <- c.runColocation(uctx, u)
+			} else {
+				c.results <- c.runUnit(uctx, u)
+			}
 		}()
 	}
-	return nil
-}
-
-// unsupportedColocation stops the campaign at a co-location check, which
-// this controller does not yet execute.
-func (c *controller) unsupportedColocation(r protocols.Run) error {
-	c.stopCampaign("harness-error", fmt.Sprintf("run %s is part of a co-location check, which this controller cannot execute yet", r.ID), nil)
 	return nil
 }
 

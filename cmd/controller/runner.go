@@ -59,7 +59,7 @@ func (c *controller) runUnit(ctx context.Context, u *unitRun) unitResult {
 	for _, r := range u.runs {
 		retries := 0
 		for {
-			out := c.runAttempt(ctx, r, u.slots)
+			out := c.runAttempt(ctx, r, u.slots, attemptOpts{regime: u.regime})
 			if out.interrupted {
 				res.interrupted = true
 				return res
@@ -108,6 +108,7 @@ type attempt struct {
 	exited    map[int]bool // pids whose exit is noted
 	state     state.AttemptState
 	figures   map[string]float64 // the attempt's own figures, written with each transition
+	opts      attemptOpts
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
@@ -157,12 +158,22 @@ func (a *attempt) gate(v gates.Verdict) {
 // runAttempt executes one attempt of a run from a fresh server to a
 // terminal state. Every step is a recorded transition; nothing slow
 // happens inside a database transaction.
-func (c *controller) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo) outcome {
+// attemptOpts shape an attempt beyond its run.
+type attemptOpts struct {
+	regime string // the regime in force, exported as ${REGIME}
+	// For a background load of a co-location check: measuring receives the
+	// run id once its client runs, and closing until ends the client (the
+	// target is done); the run then completes normally.
+	measuring chan<- string
+	until     <-chan struct{}
+}
+
+func (c *controller) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attemptOpts) outcome {
 	run, err := c.store.Run(r.ID)
 	if err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
-	a := &attempt{c: c, run: r, n: run.Attempts + 1, slots: slots}
+	a := &attempt{c: c, run: r, n: run.Attempts + 1, slots: slots, opts: opts}
 	a.dir = filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(a.n))
 	for _, s := range slots {
 		a.gpuIDs = append(a.gpuIDs, s.GPUs...)
@@ -280,6 +291,9 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	if err := a.transition(state.Measuring, "", "client running", nil, nil); err != nil {
 		return a.harness(err)
 	}
+	if a.opts.measuring != nil {
+		a.opts.measuring <- a.run.ID
+	}
 	reason, detail := a.supervise(ctx)
 	if reason == state.ReasonInterrupted {
 		return a.stopThenInterrupt(detail)
@@ -318,6 +332,9 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 		case <-a.client.Done():
 			a.recordExit(a.client)
 			ex := a.client.Exit()
+			if a.opts.until != nil {
+				return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
+			}
 			if ex.Code != 0 || ex.Signal != "" {
 				return state.ReasonClientFailed, "client " + exitText(ex)
 			}
@@ -328,6 +345,11 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			return state.ReasonServerExit, "server exited while the client ran (" + exitText(a.server.Exit()) + ")"
 		case <-ctx.Done():
 			return state.ReasonInterrupted, "stopped while measuring"
+		case <-a.opts.until:
+			// a background load: its target is done; end the client
+			// gracefully, which is this run's normal end
+			a.stopClient()
+			return "", ""
 		case <-tick.C:
 			if r, d := a.checkDrain(); r != "" {
 				return r, d
@@ -440,6 +462,18 @@ func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail
 		return a.harness(err)
 	}
 	return outcome{state: to, reason: reason, detail: detail}
+}
+
+// stopClient ends the client gracefully: SIGTERM, a grace, the group.
+func (a *attempt) stopClient() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	recs, err := launch.Stop(ctx, a.client, launch.StopOptions{Grace: 10 * time.Second, GroupGrace: 2 * time.Second})
+	a.pendSigs = append(a.pendSigs, toSignals(recs)...)
+	if err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop client")
+	}
+	a.recordExit(a.client)
 }
 
 // shutdown stops the client (if still running) and the server: SIGTERM to
@@ -636,7 +670,7 @@ func (a *attempt) prepareCommands() error {
 		"NUMA_NODE":    numa,
 		"PORT":         strconv.Itoa(a.port),
 		"SLOT":         strings.Join(slotNames, "+"),
-		"REGIME":       c.regime.Name,
+		"REGIME":       a.opts.regime,
 		"PHASE_FILE":   filepath.Join(a.dir, "phases.jsonl"),
 		"PROTOCOL_DIR": filepath.Dir(c.set.ProtocolPath),
 		"WORKDIR":      c.set.Workdir,

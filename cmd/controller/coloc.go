@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"warden/pkg/gates"
+	"warden/pkg/launch"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// runColocation executes one block of a co-location check (A-P3-1): the
+// background loads start first and keep serving while the target's loads
+// run back to back on its slot; then the backgrounds are stopped and the
+// check's gate is judged. The solo block is the target alone.
+func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
+	res := unitResult{unit: u.unit}
+	slotByName := map[string]protocols.SlotInfo{}
+	for _, s := range c.plan.Slots {
+		slotByName[s.Name] = s
+	}
+	var bgs, targets []protocols.Run
+	for _, r := range u.runs {
+		if r.Kind == "background" {
+			bgs = append(bgs, r)
+		} else {
+			targets = append(targets, r)
+		}
+	}
+	fail := func(run string, out outcome) unitResult {
+		res.failedRun, res.reason, res.detail, res.stop = run, out.reason, out.detail, true
+		return res
+	}
+
+	// until ends the backgrounds normally once every target is done; on a
+	// failure they are cancelled instead and end interrupted, so that a
+	// restarted block runs them again beside its target.
+	until := make(chan struct{})
+	bctx, cancelBG := context.WithCancel(ctx)
+	defer cancelBG()
+	measuring := make(chan string, len(bgs))
+	type bgEnd struct {
+		run string
+		out outcome
+	}
+	ended := make(chan bgEnd, len(bgs))
+	var wg sync.WaitGroup
+	collect := func() []bgEnd {
+		wg.Wait()
+		var outs []bgEnd
+		for len(ended) > 0 {
+			outs = append(outs, <-ended)
+		}
+		return outs
+	}
+	for _, r := range bgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, measuring: measuring, until: until})
+			ended <- bgEnd{r.ID, out}
+		}()
+	}
+	for n := 0; n < len(bgs); {
+		select {
+		case <-measuring:
+			n++
+		case e := <-ended:
+			cancelBG()
+			collect()
+			if e.out.interrupted || ctx.Err() != nil {
+				res.interrupted = true
+				return res
+			}
+			return fail(e.run, e.out)
+		}
+	}
+	if len(bgs) > 0 {
+		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.regime).Msg("co-location backgrounds serving; running the target")
+	}
+	for _, r := range targets {
+		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime})
+		if out.interrupted {
+			cancelBG()
+			collect()
+			res.interrupted = true
+			return res
+		}
+		if out.state != state.Complete && out.state != state.Quarantined {
+			cancelBG()
+			collect()
+			return fail(r.ID, out)
+		}
+	}
+	close(until)
+	for _, o := range collect() {
+		if o.out.interrupted {
+			res.interrupted = true
+			return res
+		}
+		if o.out.state != state.Complete && o.out.state != state.Quarantined {
+			return fail(o.run, o.out)
+		}
+	}
+	if u.gate != nil && ctx.Err() == nil {
+		c.judgeColocation(*u.gate)
+	}
+	return res
+}
+
+// judgeColocation compares the co-located target with the solo target
+// (throughput within the tolerance, and the validator's figures) and
+// records the gate's verdict; a later regime runs only after a fail.
+func (c *controller) judgeColocation(g protocols.GateInfo) {
+	now := c.now()
+	record := func(v gates.Verdict) {
+		v.Gate = g.Name
+		if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: g.Name, Run: g.Target, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
+			c.log.Error().Err(err).Str("gate", g.Name).Msg("record gate verdict")
+		}
+		c.log.Info().Str("gate", g.Name).Str("verdict", v.Verdict).Str("detail", v.Detail).Interface("figures", v.Figures).Msg("co-location gate")
+	}
+	soloDir, err := c.resultDir(g.Solo)
+	if err != nil {
+		record(gates.Verdict{Verdict: gates.Error, Detail: err.Error(), At: now})
+		return
+	}
+	targetDir, err := c.resultDir(g.Target)
+	if err != nil {
+		record(gates.Verdict{Verdict: gates.Error, Detail: err.Error(), At: now})
+		return
+	}
+	solo, coloc := gates.Measurement{Figures: map[string]float64{}}, gates.Measurement{Figures: map[string]float64{}}
+	if solo.Throughput, err = gates.ReadThroughput(filepath.Join(soloDir, g.ThroughputFile), g.ThroughputField); err != nil {
+		record(gates.Verdict{Verdict: gates.Error, Detail: "solo throughput: " + err.Error(), At: now})
+		return
+	}
+	if coloc.Throughput, err = gates.ReadThroughput(filepath.Join(targetDir, g.ThroughputFile), g.ThroughputField); err != nil {
+		record(gates.Verdict{Verdict: gates.Error, Detail: "co-located throughput: " + err.Error(), At: now})
+		return
+	}
+	var vv *gates.Verdict
+	if g.Validator != nil {
+		v := c.runGateValidator(g, soloDir, targetDir)
+		vv = &v
+		// figures reported in pairs, solo.X and coloc.X, are compared
+		for k, x := range v.Figures {
+			if name, ok := strings.CutPrefix(k, "solo."); ok {
+				solo.Figures[name] = x
+			} else if name, ok := strings.CutPrefix(k, "coloc."); ok {
+				coloc.Figures[name] = x
+			}
+		}
+	}
+	v := gates.Colocation(solo, coloc, g.ThroughputTolerance, g.FigureTolerance, c.now())
+	if vv != nil && !vv.Passed() && v.Verdict == gates.Pass {
+		v.Verdict = vv.Verdict
+		v.Detail = "validator: " + vv.Detail
+	}
+	record(v)
+}
+
+// runGateValidator runs the co-location gate's validator with the two
+// result directories and reads its verdict.
+func (c *controller) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
+	vars := map[string]string{
+		"NEED_SOLO_DIR": soloDir, "NEED_TARGET_DIR": targetDir, "CAMPAIGN_DIR": c.dir,
+		"WORKDIR": c.set.Workdir, "PROTOCOL_DIR": filepath.Dir(c.set.ProtocolPath),
+	}
+	argv, err := expandSpec(*g.Validator, vars)
+	if err != nil {
+		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: err.Error(), At: c.now()}
+	}
+	out := filepath.Join(targetDir, "gate-"+strings.ReplaceAll(g.Name, "/", "-")+".out")
+	p, err := c.starter.Start(launch.Spec{
+		Role: "gate-validator", Argv: argv, Env: append(os.Environ(), "NEED_SOLO_DIR="+soloDir, "NEED_TARGET_DIR="+targetDir),
+		Dir: c.set.Workdir, StdoutPath: out, StderrPath: out + ".err",
+	})
+	if err != nil {
+		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: fmt.Sprintf("start validator: %v", err), At: c.now()}
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Minute):
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		launch.Stop(ctx, p, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 5 * time.Second})
+		cancel()
+	}
+	ex := p.Exit()
+	stdout, _ := os.ReadFile(out)
+	return gates.ValidatorResult(g.Name, ex.Code, ex.Signal, stdout, c.now())
+}

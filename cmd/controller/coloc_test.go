@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"warden/pkg/state"
+)
+
+// colocProtocol is a co-location check on two fake GPUs: target p1 on s0,
+// a background p2 on s1, two gated regimes in fallback order. The gate's
+// validator fails the first regime when failFirst, and every regime when
+// failAll; throughput alone always passes (tolerance 0.99).
+func colocProtocol(t *testing.T, failFirst, failAll bool) string {
+	t.Helper()
+	ports := freePorts(t, 2)
+	verdictA, verdictB := "pass", "pass"
+	if failFirst || failAll {
+		verdictA = "fail"
+	}
+	if failAll {
+		verdictB = "fail"
+	}
+	y := fmt.Sprintf(`warden: 1
+name: coloc
+host: {gpus: 2, cpus: 2}
+budget: {cap_gpu_hours: 1.0}
+vars: {STANDIN: %q}
+slots:
+  - {name: s0, gpus: [0], cpus: "0", port: %d}
+  - {name: s1, gpus: [1], cpus: "1", port: %d}
+regimes:
+  - {name: pair-a, concurrency: 2, gated: true}
+  - {name: pair-b, concurrency: 2, gated: true}
+classes:
+  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
+cleanup: {timeout_s: 10}
+servers:
+  - name: standin
+    kind: standin
+    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "512"]
+    shutdown_grace_s: 2
+    group_grace_s: 1
+loads:
+  - name: saturation
+    kind: saturation
+    expected_s: 10
+    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]
+  - name: background
+    kind: background
+    expected_s: 5
+    client: ["${STANDIN}", client, --warmup-s, "0", --measure-s, "120", --drain-s, "1", --concurrency, "1"]
+axes:
+  - name: pattern
+    values: [{id: p1}, {id: p2}]
+phases:
+  - name: colocation
+    kind: colocation
+    colocation:
+      target: {pattern: p1}
+      slot: s0
+      loads: [saturation]
+      background_load: background
+      checks:
+        - {regime: pair-a, backgrounds: [{cell: {pattern: p2}, slot: s1}]}
+        - {regime: pair-b, backgrounds: [{cell: {pattern: p2}, slot: s1}]}
+      gate:
+        throughput_file: client/result.json
+        throughput_field: throughput_rps
+        throughput_tolerance: 0.99
+        figure_tolerance: 0.03
+        validator:
+          shell: |
+            case "$NEED_TARGET_DIR" in
+              *pair-a*) echo '{"verdict": "%s", "detail": "operator shares moved"}' ;;
+              *) echo '{"verdict": "%s"}' ;;
+            esac
+  - name: matrix
+    kind: primary
+    matrix: {pattern: [p1, p2]}
+    loads: [saturation]
+`, standinBin, ports[0], ports[1], verdictA, verdictB)
+	path := filepath.Join(t.TempDir(), "coloc.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestColocationFallsBack(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(colocProtocol(t, true, false))
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete || cp.Regime != "pair-b" {
+		t.Fatalf("campaign %s (%s) regime %q", cp.State, cp.StopDetail, cp.Regime)
+	}
+	verdicts := map[string]string{}
+	vs, _ := s.GateVerdicts("")
+	for _, v := range vs {
+		verdicts[v.Gate] = v.Verdict
+	}
+	if verdicts["colocation/pair-a"] != "fail" || verdicts["colocation/pair-b"] != "pass" {
+		t.Fatalf("gate verdicts %v", verdicts)
+	}
+	// the background served from before the target started until after it ended
+	for _, regime := range []string{"pair-a", "pair-b"} {
+		bg := c.attempts(s, "coloc."+regime+".bg.p2")
+		tg := c.attempts(s, "coloc."+regime+".p1.saturation")
+		if len(bg) != 1 || bg[0].State != state.Complete || len(tg) != 1 || tg[0].State != state.Complete {
+			t.Fatalf("%s: background %+v target %+v", regime, bg, tg)
+		}
+		bgMeasuring, bgStopping := eventTime(t, s, bg[0], state.Measuring), eventTime(t, s, bg[0], state.Stopping)
+		tgStart, tgDone := eventTime(t, s, tg[0], state.Starting), eventTime(t, s, tg[0], state.Complete)
+		if !(bgMeasuring < tgStart && tgDone < bgStopping) {
+			t.Fatalf("%s: background measuring at event %d, stopping at %d; target starting at %d, complete at %d", regime, bgMeasuring, bgStopping, tgStart, tgDone)
+		}
+	}
+	// the matrix ran after the check
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		if as := c.attempts(s, run); len(as) != 1 || as[0].State != state.Complete || as[0].Slot == "" {
+			t.Fatalf("%s: %+v", run, as)
+		}
+	}
+	c.assertNoProcesses()
+}
+
+func TestColocationAllRegimesFail(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(colocProtocol(t, false, true))
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != "no-regime" {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	runs, _ := s.Runs()
+	for _, r := range runs {
+		if r.Phase == "matrix" && r.Attempts != 0 {
+			t.Fatalf("matrix run %s launched without an authorized regime", r.ID)
+		}
+	}
+	c.assertNoProcesses()
+}
+
+// eventTime is the sequence number of the attempt's transition to a state.
+func eventTime(t *testing.T, s *state.Store, a state.Attempt, to state.AttemptState) uint64 {
+	t.Helper()
+	for _, seq := range a.EventSeqs {
+		evs, err := s.Events(seq-1, 1)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("event %d: %v", seq, err)
+		}
+		if evs[0].To == string(to) {
+			return seq
+		}
+	}
+	t.Fatalf("%s a%d never reached %s", a.RunID, a.N, to)
+	return 0
+}
