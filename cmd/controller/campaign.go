@@ -29,6 +29,14 @@ type settings struct {
 	Workdir      string `json:"workdir"`       // absolute; where commands run
 	GPUBackend   string `json:"gpu_backend"`   // "fake" or "nvml"
 	FakeGPUDir   string `json:"fake_gpu_dir,omitempty"`
+	Cgroups      string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
+}
+
+// startOptions are the choices of controller start.
+type startOptions struct {
+	backend    string // resolved: "fake" or "nvml"
+	fakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
+	cgroups    string
 }
 
 func readSettings(dir string) (settings, error) {
@@ -66,7 +74,7 @@ func syncDir(dir string) error {
 // createCampaign makes the campaign directory: the plan, the provenance
 // record, the settings and the state database. It refuses a directory that
 // holds anything else.
-func createCampaign(protocolPath, dir, backend string, now time.Time) (*protocols.Plan, error) {
+func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*protocols.Plan, error) {
 	abs, err := filepath.Abs(protocolPath)
 	if err != nil {
 		return nil, err
@@ -104,17 +112,30 @@ func createCampaign(protocolPath, dir, backend string, now time.Time) (*protocol
 	if err := writeJSONFile(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
 		return nil, fmt.Errorf("write plan: %w", err)
 	}
-	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: backend}
-	if backend == "fake" {
-		st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
+	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
+	if st.Cgroups == "" {
+		st.Cgroups = "auto"
+	}
+	if so.backend == "fake" {
+		// The fake GPUs stand for the host: a directory given by the
+		// operator is shared with whatever else claims GPUs there.
+		st.FakeGPUDir = so.fakeGPUDir
+		if st.FakeGPUDir == "" {
+			st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
+		}
+		if st.FakeGPUDir, err = filepath.Abs(st.FakeGPUDir); err != nil {
+			return nil, err
+		}
 		gpus := 0
 		for _, s := range plan.Slots {
 			for _, g := range s.GPUs {
 				gpus = max(gpus, g+1)
 			}
 		}
-		if err := fakegpu.Init(st.FakeGPUDir, gpus, 143771); err != nil {
-			return nil, fmt.Errorf("fake GPUs: %w", err)
+		if _, err := os.Stat(filepath.Join(st.FakeGPUDir, "gpus.json")); errors.Is(err, os.ErrNotExist) {
+			if err := fakegpu.Init(st.FakeGPUDir, gpus, 143771); err != nil {
+				return nil, fmt.Errorf("fake GPUs: %w", err)
+			}
 		}
 	}
 	if err := writeJSONFile(filepath.Join(dir, settingsFile), st, 0o644); err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 func newStartCmd() *cobra.Command {
-	var file, dir, backend string
+	var file, dir, backend, fakeDir, cgroups string
 	var foreground bool
 	cmd := &cobra.Command{
 		Use:   "start -f PROTOCOL -d DIR",
@@ -47,7 +47,10 @@ tests); it returns when the campaign completes, stops, or is stopped.`,
 				return &exitError{2, err}
 			}
 			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
-			if _, err := createCampaign(file, abs, resolved, time.Now()); err != nil {
+			if cgroups != "auto" && cgroups != "off" {
+				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
+			}
+			if _, err := createCampaign(file, abs, startOptions{backend: resolved, fakeGPUDir: fakeDir, cgroups: cgroups}, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
 					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
@@ -65,6 +68,8 @@ tests); it returns when the campaign completes, stops, or is stopped.`,
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")
 	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
+	cmd.Flags().StringVar(&fakeDir, "fake-gpus", "", "with the fake backend: the fake host's GPU directory (default DIR/fake-gpus, created)")
+	cmd.Flags().StringVar(&cgroups, "cgroups", "auto", "auto: a cgroup per process where cgroup v2 is writable; off: process groups and sessions only")
 	return cmd
 }
 

@@ -160,9 +160,11 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	cg, err := launch.NewManager(camp.ID)
-	if err != nil {
-		log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
+	var cg *launch.Manager
+	if set.Cgroups != "off" {
+		if cg, err = launch.NewManager(camp.ID); err != nil {
+			log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
+		}
 	}
 	boot := opts.boot
 	c := &controller{

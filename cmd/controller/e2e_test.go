@@ -64,6 +64,10 @@ type scenario struct {
 	loadsModer  bool
 	quarantined string // stop threshold
 	drainExtra  int    // patterns whose client drains 2 s longer than needed
+	cleanupS    string
+	capGPUHours string
+	expect      string // a pattern the server's log must show
+	server      string // replaces the server command
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -119,7 +123,7 @@ func writeProtocol(t *testing.T, sc scenario) string {
 	y := fmt.Sprintf(`warden: 1
 name: e2e
 host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: 1.0}
+budget: {cap_gpu_hours: %s}
 vars: {STANDIN: %q}
 slots:
   - {name: s0, gpus: [0], cpus: "0", port: %d}
@@ -128,15 +132,15 @@ regimes:
   - {name: two, concurrency: 2}
 classes:
   - {name: c, drain_allowance_s: %s, watchdog_s: %s}
-cleanup: {timeout_s: 10}
+cleanup: {timeout_s: %s}
 servers:
   - name: standin
     kind: standin
-    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True" %s]
+    command: %s
     ready_timeout_s: %s
     shutdown_grace_s: 2
     group_grace_s: 1
-    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}]
+    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]
 loads:
   - name: saturation
     kind: saturation
@@ -158,7 +162,9 @@ phases:
     loads: %s
 retries: {infrastructure: %d}
 stop: {quarantined_fraction_gt: %s}
-`, standinBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), sc.serverArgs, def(sc.readyS, "10"),
+`, def(sc.capGPUHours, "1.0"), standinBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
+		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
+		def(sc.readyS, "10"), def(sc.expect, "chunked"),
 		def(sc.measureS, "0.5"), sc.clientArgs, def(sc.measureS, "0.5"), sc.clientArgs,
 		strings.Join(vals, ", "), patternIDs(sc.patterns),
 		loads, sc.retries, def(sc.quarantined, "0.9"))

@@ -515,6 +515,7 @@ func (a *attempt) cleanup() (outcome, bool) {
 	deadline := start.Add(time.Duration(a.c.plan.CleanupS * float64(time.Second)))
 	var v gates.Verdict
 	for {
+		a.killAdopted()
 		pids := a.livePIDs()
 		snap, err := a.c.gpus.Snapshot(a.gpuIDs)
 		now := a.c.now()
@@ -531,7 +532,17 @@ func (a *attempt) cleanup() (outcome, bool) {
 	a.gate(v)
 	a.charge(a.c.now())
 	if !v.Passed() {
-		return a.terminal(state.Failed, state.ReasonCleanupTimeout, "cleanup gate: "+v.Detail), false
+		reason := state.ReasonCleanupTimeout
+		if snap, err := a.c.gpus.Snapshot(a.gpuIDs); err == nil {
+			for _, g := range snap {
+				for _, p := range g.Procs {
+					if p.UID != a.c.uid {
+						reason = state.ReasonForeignGPUProcess // another user's process holds the GPU
+					}
+				}
+			}
+		}
+		return a.terminal(state.Failed, reason, "cleanup gate: "+v.Detail), false
 	}
 	return outcome{}, true
 }
@@ -553,6 +564,26 @@ func (a *attempt) charge(end time.Time) {
 	a.setFigure("gpu_seconds", amt)
 	if _, err := a.c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt, Note: "server start to cleanup"}); err != nil {
 		a.c.log.Error().Err(err).Msg("charge")
+	}
+}
+
+// killAdopted ends descendants of the attempt that escaped its process
+// groups (setsid, double fork) and were reparented to the controller:
+// without a cgroup nothing else reaches them. Each is identified by the
+// attempt's directory in its inherited environment and by being our child.
+func (a *attempt) killAdopted() {
+	ids, err := launch.Adopted(a.c.boot, "WARDEN_ATTEMPT_DIR="+a.dir)
+	if err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("look for adopted descendants")
+		return
+	}
+	for _, id := range ids {
+		rec, err := launch.Signal(a.c.boot, id, "adopted", syscall.SIGKILL)
+		if err != nil {
+			continue // gone already, or no longer ours
+		}
+		a.pendSigs = append(a.pendSigs, toSignals([]launch.SignalRecord{rec})...)
+		a.c.log.Warn().Str("run", a.run.ID).Int("pid", id.PID).Msg("killed a descendant that escaped its process group")
 	}
 }
 
@@ -828,5 +859,3 @@ func appendJSONLine(path string, v any) {
 		appendLine(path, string(b))
 	}
 }
-
-var _ = syscall.SIGTERM

@@ -337,6 +337,7 @@ func TestEscapedGrandchildWithoutCgroupsIsReparented(t *testing.T) {
 	dir := t.TempDir()
 	spec := childSpec(t, "escape", dir)
 	spec.Cgroup = "ignored"
+	spec.Env = append(spec.Env, "LAUNCH_TEST_MARKER="+dir)
 	p := start(t, l, spec)
 	if p.Cgroup != "" {
 		t.Errorf("Proc.Cgroup = %q without cgroups", p.Cgroup)
@@ -367,7 +368,16 @@ func TestEscapedGrandchildWithoutCgroupsIsReparented(t *testing.T) {
 	if alive, err := gid.Alive(nil); err != nil || !alive {
 		t.Fatalf("escaped grandchild alive=%v err=%v; expected it to survive Stop without cgroups", alive, err)
 	}
-	if _, err := Signal(nil, gid, "escapee", syscall.SIGKILL); err != nil {
+	// Adopted finds it by the marker its environment inherited, and only
+	// with the right marker.
+	if ids, err := Adopted(nil, "WARDEN_ATTEMPT_DIR=/no/such/attempt"); err != nil || len(ids) != 0 {
+		t.Fatalf("Adopted with another marker = %v, %v", ids, err)
+	}
+	ids, err := Adopted(nil, "LAUNCH_TEST_MARKER="+dir)
+	if err != nil || len(ids) != 1 || ids[0] != gid {
+		t.Fatalf("Adopted = %v, %v; want the escapee %v", ids, err, gid)
+	}
+	if _, err := Signal(nil, ids[0], "escapee", syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the reaper to record the escapee's exit", func() (bool, error) {

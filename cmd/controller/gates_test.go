@@ -1,0 +1,199 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/lockfile"
+	"warden/pkg/state"
+)
+
+// sleeper starts a process the test owns, to hold fake GPU memory as if it
+// were someone else's; it is killed and waited for at cleanup.
+func sleeper(t *testing.T) (int, uint64) {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	st, err := fakegpu.StartTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid, st
+}
+
+// fakeHost makes a fake host with two GPUs that the test and the
+// campaign share.
+func fakeHost(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "gpus")
+	if err := fakegpu.Init(dir, 2, 143771); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPreflightGPUNotIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		uid    int
+		reason state.Reason
+	}{
+		{"own leftover", os.Getuid(), state.ReasonGPUNotIdle},
+		{"another user", 4242, state.ReasonForeignGPUProcess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := fakeHost(t)
+			pid, st := sleeper(t)
+			if err := fakegpu.ClaimFor(host, 0, pid, st, tc.uid, 2048); err != nil {
+				t.Fatal(err)
+			}
+			c := newCampaign(t)
+			out, code := c.controller("start", "-f", writeProtocol(t, scenario{patterns: 2}), "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", host, "--foreground")
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 2000))
+			}
+			s := c.store()
+			cp, _ := s.Campaign()
+			if cp.State != state.CampaignStopped || cp.StopReason != string(tc.reason) {
+				t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+			}
+			as := c.attempts(s, "p1.saturation")
+			if len(as) != 1 || as[0].Reason != tc.reason || len(as[0].Procs) != 0 {
+				t.Fatalf("attempts %+v", as)
+			}
+			v := c.gateVerdict(s, "p1.saturation", "preflight")
+			if v.Verdict != "fail" || !strings.Contains(v.Detail, "pid") || v.Figures["gpu0_used_mib"] != 2048 {
+				t.Fatalf("preflight verdict %+v", v)
+			}
+			// p2 runs on GPU 1 in the same wave; nothing after the stop
+			runs, _ := s.Runs()
+			for _, r := range runs {
+				if r.Attempts > 1 {
+					t.Fatalf("run %s retried after a preflight stop", r.ID)
+				}
+			}
+			c.assertNoProcesses()
+		})
+	}
+}
+
+func TestForeignProcessAppears(t *testing.T) {
+	host := fakeHost(t)
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 3, measureS: "2", cleanupS: "2"})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", host); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	var gpu int = -1
+	waitFor(t, "a run measuring", 60*time.Second, func() bool {
+		for _, cur := range c.liveStatus().Current {
+			if cur.State == string(state.Measuring) {
+				gpu = map[string]int{"s0": 0, "s1": 1}[cur.Slot]
+				return true
+			}
+		}
+		return false
+	})
+	// another user's process takes memory on the GPU while the run measures
+	pid, st := sleeper(t)
+	if err := fakegpu.ClaimFor(host, gpu, pid, st, 4242, 4096); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	waitFor(t, "the controller to stop", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonForeignGPUProcess) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	if !strings.Contains(cp.StopDetail, "pid") {
+		t.Fatalf("stop detail does not name the process: %s", cp.StopDetail)
+	}
+	c.assertNoProcesses()
+}
+
+// An engine child that escapes everything the controller can see (a new
+// session, a cleared environment, no cgroup) keeps its GPU memory: the
+// cleanup gate fails naming it, and the campaign stops.
+func TestCleanupGateFails(t *testing.T) {
+	host := fakeHost(t)
+	c := newCampaign(t)
+	server := `{shell: 'env -i PATH="$PATH" WARDEN_FAKE_GPU_DIR="$WARDEN_FAKE_GPU_DIR" CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES" setsid ${STANDIN} orphan --gpu-mem-mib 512 >/dev/null 2>&1 & exec ${STANDIN} server --port ${PORT} --load-s 0.2 --shutdown-timeout 1 --effective-config "effective config: enable_chunked_prefill=True"'}`
+	proto := writeProtocol(t, scenario{server: server, cleanupS: "2"})
+	t.Cleanup(func() { killClaimers(t, host) })
+	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", host, "--cgroups", "off", "--foreground")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 2000))
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonCleanupTimeout) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	v := c.gateVerdict(s, "p1.saturation", "cleanup")
+	if v.Verdict != "fail" || v.Figures["gpu0_used_mib"] != 512 || !strings.Contains(v.Detail, "MiB used") || !strings.Contains(v.Detail, "pid ") {
+		t.Fatalf("cleanup verdict %+v", v)
+	}
+}
+
+// killClaimers ends the processes that hold claims on the fake host: the
+// test's own descendants that escaped the campaign.
+func killClaimers(t *testing.T, host string) {
+	b, err := fakegpu.Open(host)
+	if err != nil {
+		return
+	}
+	for i := range b.Count() {
+		procs, _ := b.Processes(i)
+		for _, p := range procs {
+			if st, err := fakegpu.StartTime(p.PID); err == nil && st == p.StartTime {
+				syscall.Kill(p.PID, syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+func TestBudgetRefusedBeforeWave(t *testing.T) {
+	c := newCampaign(t)
+	// the first wave reserves 2 runs x 10 s x 1 GPU = 20 GPU-s; the cap is 18 GPU-s
+	c.runForeground(writeProtocol(t, scenario{patterns: 2, capGPUHours: "0.005"}))
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != "budget" || cp.StopFigures["wave_gpu_hours"] <= 0 || cp.StopFigures["cap_gpu_hours"] != 0.005 {
+		t.Fatalf("campaign %s %s %v", cp.State, cp.StopReason, cp.StopFigures)
+	}
+	runs, _ := s.Runs()
+	for _, r := range runs {
+		if r.Attempts != 0 {
+			t.Fatalf("run %s launched after the budget refusal", r.ID)
+		}
+	}
+	if cp.ReservedGPUSeconds != 0 {
+		t.Fatalf("reserved %v after a refused wave", cp.ReservedGPUSeconds)
+	}
+}
+
+func TestConfigMismatchStops(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonConfigMismatch) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].Reason != state.ReasonConfigMismatch || !strings.Contains(cp.StopDetail, "max_num_batched_tokens") {
+		t.Fatalf("attempts %+v; detail %s", as, cp.StopDetail)
+	}
+	c.assertNoProcesses()
+}
