@@ -1,7 +1,3 @@
-// Package gates holds the campaign's checks and their verdicts. A gate
-// reads what it is given (GPU snapshots, files, figures) and returns a
-// Verdict; it never starts or kills a process and never writes state. The
-// controller gathers the inputs and records the verdicts.
 package gates
 
 import (
@@ -58,6 +54,13 @@ type GPUs interface {
 // Preflight checks that the run's GPUs are idle before launch: no compute
 // process and memory at most the baseline. A process of another user is
 // named as such (the seed's "another user's GPU process appears").
+//
+// Figures: gpuN_used_mib per GPU, foreign_processes when another user's
+// process was seen (see Foreign).
+//
+// A fail is the seed's stop condition 2: the caller launches nothing,
+// fails the attempt (gpu-not-idle, or foreign-gpu-process when Foreign),
+// and stops the campaign for review. It never touches the other process.
 func Preflight(gpus []GPUState, baselineMiB int, ownUID int, now time.Time) Verdict {
 	v := Verdict{Gate: "preflight", Verdict: Pass, Figures: map[string]float64{}, At: now}
 	var problems []string
@@ -85,7 +88,10 @@ func Preflight(gpus []GPUState, baselineMiB int, ownUID int, now time.Time) Verd
 // Foreign reports whether a failed preflight found another user's process.
 func (v Verdict) Foreign() bool { return v.Figures["foreign_processes"] > 0 }
 
-// PortFree checks that nothing listens on the loopback port.
+// PortFree checks that nothing listens on the loopback port, by binding it
+// for an instant. Figures: port. A fail means the slot's port is taken: the
+// caller does not launch and stops for review, since the server would bind
+// elsewhere or fail.
 func PortFree(port int, now time.Time) Verdict {
 	v := Verdict{Gate: "port", Verdict: Pass, Figures: map[string]float64{"port": float64(port)}, At: now}
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -101,6 +107,12 @@ func PortFree(port int, now time.Time) Verdict {
 // Cleanup judges the end of an attempt: every process it started is gone
 // and its GPUs' memory is back to the baseline. pids are the attempt's
 // processes still alive; waited is how long cleanup took so far.
+//
+// Figures: cleanup_s, live_processes, gpuN_used_mib per GPU.
+//
+// The caller polls until a pass or its timeout; a fail at the timeout is
+// the seed's stop condition 2 ("final GPU cleanup does not return to
+// zero"): the run fails with cleanup-timeout and the campaign stops.
 func Cleanup(pids []int, gpus []GPUState, baselineMiB int, waited time.Duration, now time.Time) Verdict {
 	v := Verdict{Gate: "cleanup", Verdict: Pass, Figures: map[string]float64{"cleanup_s": waited.Seconds(), "live_processes": float64(len(pids))}, At: now}
 	var problems []string
