@@ -1,0 +1,369 @@
+package gates
+
+import (
+	"bytes"
+	"compress/gzip"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var forbidden = []string{"prompt", "messages", "content", "generated_text"}
+
+const (
+	secretASCII = "Summarize the following clinical note for patient Alice Wong"
+	secretQuote = "He said \"stop\"\nand left the room at noon <quietly>"
+	secretUni   = "Résumé of naïve café owners: 東京の話 🍣 and more"
+	secretShort = "Alice Wong" // under MinSubstringLen: not used
+)
+
+var secrets = [][]byte{[]byte(secretASCII), []byte(secretQuote), []byte(secretUni), []byte(secretShort)}
+
+// tree writes files (slash-separated relative paths) under a new directory.
+func tree(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	for rel, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func gz(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// filler is n bytes of log-like text that holds nothing private.
+func filler(n int) []byte {
+	line := []byte("INFO 07-13 01:02:03 step=1234 batch=64 kv_usage=0.81 tokens=512\n")
+	return bytes.Repeat(line, n/len(line)+1)[:n]
+}
+
+func jsonASCII(s string) string { return string(jsonEscape([]byte(s), true, false)) }
+func jsonPlain(s string) string { return string(jsonEscape([]byte(s), false, false)) }
+
+func TestPrivacyScan(t *testing.T) {
+	now := time.Date(2026, 7, 13, 0, 0, 0, 0, time.UTC)
+	const limit = 1 << 20
+	big := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	sha := func(s string) string { return substringID([]byte(s)) }
+
+	cases := []struct {
+		name    string
+		files   map[string][]byte
+		setup   func(t *testing.T, dir string)
+		skip    func(string) bool
+		limit   int64
+		verdict string
+		figures map[string]float64
+		detail  []string
+		absent  []string
+	}{
+		{name: "clean attempt",
+			files: map[string][]byte{
+				"commands.log":       []byte("vllm serve --manifest /private/p10.jsonl sha256=ab12\n"),
+				"client/result.json": []byte(`{"clean": {"completed_rps": 3.2, "prompt_tokens": 5120}, "kind": "prompt", "note": "prompt text is hashed"}`),
+				"opprof/a.jsonl":     []byte("{\"step\":1}\n{\"step\":2}\n"),
+			},
+			verdict: Pass,
+			figures: map[string]float64{"files_scanned": 3, "files_parsed": 2, "files_streamed": 0, "findings": 0, "substrings": 3, "substrings_short": 1}},
+		{name: "forbidden key deep in JSON",
+			files:   map[string][]byte{"client/result.json": []byte(`{"requests": [{"id": 1}, {"id": 2, "prompt": "x"}]}`)},
+			verdict: Fail, figures: map[string]float64{"findings": 1, "files_parsed": 1},
+			detail: []string{`client/result.json: forbidden field "prompt" at $.requests[1].prompt`}},
+		{name: "forbidden key in a JSON line",
+			files:   map[string][]byte{"client/segments.jsonl": []byte("{\"seg\":0}\n{\"seg\":1,\"req\":{\"messages\":[]}}\n")},
+			verdict: Fail, detail: []string{`client/segments.jsonl: forbidden field "messages" at line 2 $.req.messages`}},
+		{name: "forbidden key in a log line, as bytes",
+			files:   map[string][]byte{"server.log": []byte("INFO ok\nDEBUG body={\"generated_text\" :\t\"...\" (truncated\n")},
+			verdict: Fail, detail: []string{`server.log: forbidden field "generated_text" (line 2, bytes)`}},
+		{name: "field names in prose do not fail",
+			files:   map[string][]byte{"server.log": []byte("content: disabled\nprompt caching on; \"messages\" were counted\n")},
+			verdict: Pass},
+		{name: "torn last JSON line",
+			files:   map[string][]byte{"client/segments.jsonl": []byte("{\"seg\":0}\n{\"content\": \"abc")},
+			verdict: Fail, detail: []string{`forbidden field "content" (line 2, bytes)`}},
+		{name: "private substring in a log",
+			files:   map[string][]byte{"client.log": []byte("request 17: " + secretASCII[:50] + secretASCII[50:] + "...\n")},
+			verdict: Fail, figures: map[string]float64{"findings": 1},
+			detail: []string{"client.log: private substring " + sha(secretASCII)}},
+		{name: "escaped substring in a parsed JSON value",
+			files:   map[string][]byte{"analysis/sanity.json": []byte(`{"sample": "` + jsonPlain(secretQuote) + `"}`)},
+			verdict: Fail, figures: map[string]float64{"findings": 1},
+			detail: []string{"analysis/sanity.json: private substring " + sha(secretQuote) + " (JSON-escaped)"}},
+		{name: "ASCII-escaped substring in a streamed file",
+			files:   map[string][]byte{"client/raw.jsonl": big(filler(limit), []byte(`{"x": "`+jsonASCII(secretUni)+`"}`+"\n"))},
+			verdict: Fail, figures: map[string]float64{"files_streamed": 1, "files_parsed": 0},
+			detail: []string{"client/raw.jsonl: private substring " + sha(secretUni) + " (JSON-escaped, ASCII only)"}},
+		{name: "short substrings are not used",
+			files:   map[string][]byte{"client.log": []byte("patient " + secretShort + "\n")},
+			verdict: Pass, figures: map[string]float64{"substrings_short": 1}},
+		{name: "gzip trace with a forbidden key",
+			files:   map[string][]byte{"traces/w0.pt.trace.json.gz": gz(t, []byte(`{"traceEvents": [{"name": "gemm", "args": {"content": "z"}}]}`))},
+			verdict: Fail, figures: map[string]float64{"files_gzip": 1, "files_parsed": 1},
+			detail: []string{`traces/w0.pt.trace.json.gz: forbidden field "content" at $.traceEvents[0].args.content`}},
+		{name: "truncated gzip is searched as far as it goes",
+			files: map[string][]byte{"traces/w1.pt.trace.json.gz": func() []byte {
+				z := gz(t, big([]byte(secretASCII), filler(200000)))
+				return z[:len(z)/2]
+			}()},
+			verdict: Fail, figures: map[string]float64{"files_gzip": 1, "files_gzip_truncated": 1, "files_unreadable": 0},
+			detail: []string{"traces/w1.pt.trace.json.gz: private substring " + sha(secretASCII)}},
+		{name: "gzip magic without a gzip stream is searched as bytes",
+			files:   map[string][]byte{"blob.bin": big([]byte{0x1f, 0x8b, 0x00}, []byte(secretASCII))},
+			verdict: Fail, figures: map[string]float64{"files_gzip": 0},
+			detail: []string{"blob.bin: private substring " + sha(secretASCII)}},
+		{name: "matches across the streaming chunk boundary",
+			files: map[string][]byte{
+				"a.log": big(filler(chunkSize-20), []byte(secretASCII), filler(limit)),
+				"b.log": big(filler(chunkSize-70), []byte(`{"prompt"`+strings.Repeat(" ", 63)+`: 1}`), filler(limit)),
+			},
+			verdict: Fail, figures: map[string]float64{"files_streamed": 2, "findings": 2},
+			detail: []string{"a.log: private substring " + sha(secretASCII), `b.log: forbidden field "prompt" (bytes)`}},
+		{name: "no parsing at limit 0: keys found as bytes",
+			files:   map[string][]byte{"client/result.json": []byte(`{"a": {"prompt": 1}}`)},
+			limit:   -1,
+			verdict: Fail, figures: map[string]float64{"files_streamed": 1, "files_parsed": 0},
+			detail: []string{`client/result.json: forbidden field "prompt" (bytes)`}},
+		{name: "symbolic links are reported, not followed",
+			files: map[string][]byte{"ok.log": []byte("fine\n")},
+			setup: func(t *testing.T, dir string) {
+				outside := tree(t, map[string][]byte{"p10.jsonl": []byte(`{"prompt": "` + secretASCII + `"}`)})
+				if err := os.Symlink(filepath.Join(outside, "p10.jsonl"), filepath.Join(dir, "manifest.jsonl")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			verdict: Pass, figures: map[string]float64{"symlinks": 1, "files_scanned": 1},
+			detail: []string{"symbolic links not followed: manifest.jsonl"}},
+		{name: "a FIFO is not opened",
+			setup: func(t *testing.T, dir string) {
+				if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			verdict: Pass, figures: map[string]float64{"irregular": 1, "files_scanned": 0},
+			detail: []string{"not read: pipe"}},
+		{name: "skipped directory",
+			files:   map[string][]byte{"private/p10.jsonl": []byte(`{"prompt": "x"}`), "ok.log": []byte("fine\n")},
+			skip:    func(rel string) bool { return rel == "private" },
+			verdict: Pass, figures: map[string]float64{"files_skipped": 1, "files_scanned": 1}},
+		{name: "findings beyond twenty are counted",
+			files: func() map[string][]byte {
+				m := map[string][]byte{}
+				for i := range 25 {
+					m["r"+strconv.Itoa(100+i)+".json"] = []byte(`{"content": 1}`)
+				}
+				return m
+			}(),
+			verdict: Fail, figures: map[string]float64{"findings": 25, "files_scanned": 25},
+			detail: []string{"r100.json", "r119.json", "and 5 more"}, absent: []string{"r120.json"}},
+		{name: "corrupt gzip cannot be certified",
+			files: map[string][]byte{"traces/bad.json.gz": func() []byte {
+				z := gz(t, filler(100000))
+				for i := 20; i < len(z)-20; i += 7 {
+					z[i] ^= 0x5a
+				}
+				return z
+			}()},
+			verdict: Error, figures: map[string]float64{"files_unreadable": 1},
+			detail: []string{"could not scan: traces/bad.json.gz"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := tree(t, c.files)
+			if c.setup != nil {
+				c.setup(t, dir)
+			}
+			lim := int64(limit)
+			if c.limit != 0 {
+				lim = c.limit
+			}
+			v := PrivacyScan(dir, forbidden, secrets, c.skip, lim, now)
+			if v.Verdict != c.verdict || v.Gate != "privacy" || !v.At.Equal(now) {
+				t.Fatalf("got %s, want %s: %s\nfigures %v", v.Verdict, c.verdict, v.Detail, v.Figures)
+			}
+			for k, want := range c.figures {
+				if got, ok := v.Figures[k]; !ok || got != want {
+					t.Errorf("figure %s = %v (present %v), want %v", k, got, ok, want)
+				}
+			}
+			if c.skip == nil {
+				// Plain files: every byte is examined once.
+				var total int
+				plain := true
+				for rel, b := range c.files {
+					total += len(b)
+					plain = plain && !strings.HasSuffix(rel, ".gz")
+				}
+				if plain && v.Figures["bytes_scanned"] != float64(total) {
+					t.Errorf("bytes_scanned %v, want %d", v.Figures["bytes_scanned"], total)
+				}
+			}
+			for _, d := range c.detail {
+				if !strings.Contains(v.Detail, d) {
+					t.Errorf("detail %q lacks %q", v.Detail, d)
+				}
+			}
+			for _, d := range c.absent {
+				if strings.Contains(v.Detail, d) {
+					t.Errorf("detail %q holds %q", v.Detail, d)
+				}
+			}
+			for _, s := range secrets {
+				for _, form := range []string{string(s), string(s[:min(16, len(s))]), jsonPlain(string(s)), jsonASCII(string(s))} {
+					if strings.Contains(v.Detail, form) {
+						t.Fatalf("the detail reveals a private substring: %q", v.Detail)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPrivacyScanNotADirectory(t *testing.T) {
+	now := time.Now()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "missing"), file} {
+		if v := PrivacyScan(p, forbidden, nil, nil, 1<<20, now); v.Verdict != Error {
+			t.Errorf("%s: %+v, want error", p, v)
+		}
+	}
+}
+
+// TestStreamAgainstNaive compares the streaming search, at many chunk
+// sizes, with a plain search of the whole content.
+func TestStreamAgainstNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = `ab "::` // small, so near-misses are everywhere
+	fieldRE := regexp.MustCompile(`"ab"[ \t\r\n]{0,64}:`)
+	hits, fieldHits := 0, 0
+	for round := range 300 {
+		data := make([]byte, 50+rng.IntN(3000))
+		for i := range data {
+			data[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		var subs [][]byte
+		for range 1 + rng.IntN(6) {
+			n := MinSubstringLen + rng.IntN(40)
+			if rng.IntN(2) == 0 && n < len(data) {
+				at := rng.IntN(len(data) - n)
+				subs = append(subs, bytes.Clone(data[at:at+n]))
+			} else {
+				s := make([]byte, n)
+				for i := range s {
+					s[i] = alphabet[rng.IntN(len(alphabet))]
+				}
+				subs = append(subs, s)
+			}
+		}
+		s := newPrivacyScan([]string{"ab"}, subs, 0)
+		s.chunk = 1 + rng.IntN(200)
+		s.seen = map[string]bool{}
+		if err := s.stream(bytes.NewReader(data), "f"); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]bool{}
+		for i, p := range s.m.pats {
+			if bytes.Contains(data, p) {
+				want["f: private substring "+s.m.id[i]] = true
+				hits++
+			}
+		}
+		if fieldRE.Match(data) {
+			want[`f: forbidden field "ab" (bytes)`] = true
+			fieldHits++
+		}
+		got := map[string]bool{}
+		for _, f := range s.findings {
+			f = strings.TrimSuffix(strings.TrimSuffix(f, " (JSON-escaped)"), " (JSON-escaped, HTML-safe)")
+			got[f] = true
+		}
+		if len(got) != len(want) {
+			t.Fatalf("round %d chunk %d: got %v, want %v", round, s.chunk, got, want)
+		}
+		for k := range want {
+			if !got[k] {
+				t.Fatalf("round %d chunk %d: missing %s; got %v", round, s.chunk, k, got)
+			}
+		}
+		if s.fig["bytes_scanned"] != float64(len(data)) {
+			t.Fatalf("bytes_scanned %v, want %d", s.fig["bytes_scanned"], len(data))
+		}
+	}
+	if hits < 100 || fieldHits < 100 || fieldHits > 290 {
+		t.Fatalf("the rounds did not exercise both outcomes: %d substring hits, %d of 300 with the field", hits, fieldHits)
+	}
+}
+
+func TestJSONEscape(t *testing.T) {
+	cases := []struct {
+		in                string
+		ascii, html, want string
+	}{
+		{in: "a\"b\\c\n\t\x01", want: `a\"b\\c\n\t\u0001`},
+		{in: "<é>", want: "<é>"},
+		{in: "<é>", ascii: "y", want: `<\u00e9>`},
+		{in: "<é>\u2028", html: "y", want: `\u003cé\u003e\u2028`},
+		{in: "🍣", ascii: "y", want: `\ud83c\udf63`},
+		{in: "a\xffb", ascii: "y", want: "a\xffb"},
+	}
+	for _, c := range cases {
+		if got := string(jsonEscape([]byte(c.in), c.ascii != "", c.html != "")); got != c.want {
+			t.Errorf("jsonEscape(%q, ascii %v, html %v) = %q, want %q", c.in, c.ascii != "", c.html != "", got, c.want)
+		}
+	}
+}
+
+func BenchmarkPrivacyStream(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run("substrings="+strconv.Itoa(n), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			subs := make([][]byte, n)
+			for i := range subs {
+				s := make([]byte, 64)
+				for j := range s {
+					s[j] = byte('a' + rng.IntN(26))
+				}
+				subs[i] = s
+			}
+			data := filler(32 << 20)
+			b.SetBytes(int64(len(data)))
+			b.ResetTimer()
+			for b.Loop() {
+				s := newPrivacyScan(forbidden, subs, 0)
+				s.seen = map[string]bool{}
+				if err := s.stream(bytes.NewReader(data), "f"); err != nil {
+					b.Fatal(err)
+				}
+				if len(s.findings) != 0 {
+					b.Fatal(s.findings)
+				}
+			}
+		})
+	}
+}
