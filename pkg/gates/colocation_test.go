@@ -1,0 +1,122 @@
+package gates
+
+import (
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestColocation(t *testing.T) {
+	now := time.Date(2026, 7, 13, 0, 0, 0, 0, time.UTC)
+	solo := Measurement{Throughput: 10, Figures: map[string]float64{"moe": 0.41, "attention": 0.22, "gemm": 0.18}}
+	with := func(tp float64, figs map[string]float64) Measurement {
+		return Measurement{Throughput: tp, Figures: figs}
+	}
+	cases := []struct {
+		name           string
+		solo, coloc    Measurement
+		ttol, ftol     float64
+		verdict        string
+		figures        map[string]float64
+		detail, absent []string
+	}{
+		{"same placement effect within bounds", solo, with(9.8, map[string]float64{"moe": 0.40, "attention": 0.235, "gemm": 0.19, "other": 0.9}), 0.03, 0.03, Pass,
+			map[string]float64{"t_solo": 10, "t_coloc": 9.8, "ratio": 0.98}, nil, nil},
+		{"throughput drop of 5%", solo, with(9.5, map[string]float64{"moe": 0.41, "attention": 0.22, "gemm": 0.18}), 0.03, 0.03, Fail,
+			map[string]float64{"ratio": 0.95, "diff_moe": 0}, []string{"throughput ratio 0.9500"}, []string{"moe moved"}},
+		{"a share moved 5 points", solo, with(10.1, map[string]float64{"moe": 0.36, "attention": 0.22, "gemm": 0.18}), 0.03, 0.03, Fail,
+			nil, []string{"moe moved by -0.0500"}, []string{"throughput ratio", "attention moved"}},
+		{"exactly at the bound fails (strict)", with(4, map[string]float64{"a": 0.25}), with(6, map[string]float64{"a": 0.75}), 0.5, 0.5, Fail,
+			map[string]float64{"ratio": 1.5, "diff_a": 0.5}, []string{"throughput ratio 1.5000", "a moved by 0.5000"}, nil},
+		{"a share missing", solo, with(10, map[string]float64{"moe": 0.41, "gemm": 0.18}), 0.03, 0.03, Fail,
+			nil, []string{"attention is missing from the co-located measurement"}, []string{"gemm moved"}},
+		{"NaN share fails", solo, with(10, map[string]float64{"moe": math.NaN(), "attention": 0.22, "gemm": 0.18}), 0.03, 0.03, Fail,
+			nil, []string{"moe moved"}, nil},
+		{"zero solo throughput", with(0, nil), with(3, nil), 0.03, 0.03, Error, nil, []string{"solo throughput 0 is not positive"}, nil},
+		{"negative co-located throughput", solo, with(-1, nil), 0.03, 0.03, Error, nil, []string{"co-located throughput -1 is invalid"}, nil},
+		{"zero tolerance", solo, solo, 0, 0.03, Error, nil, []string{"tolerances must be positive"}, nil},
+		{"zero co-located throughput fails", solo, with(0, solo.Figures), 0.03, 0.03, Fail, map[string]float64{"ratio": 0}, []string{"throughput ratio 0.0000"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := Colocation(c.solo, c.coloc, c.ttol, c.ftol, now)
+			if v.Verdict != c.verdict || v.Gate != "colocation" || !v.At.Equal(now) {
+				t.Fatalf("got %+v, want %s", v, c.verdict)
+			}
+			for k, want := range c.figures {
+				if got, ok := v.Figures[k]; !ok || math.Abs(got-want) > 1e-12 {
+					t.Errorf("figure %s = %v (present %v), want %v", k, got, ok, want)
+				}
+			}
+			for _, d := range c.detail {
+				if !strings.Contains(v.Detail, d) {
+					t.Errorf("detail %q lacks %q", v.Detail, d)
+				}
+			}
+			for _, d := range c.absent {
+				if strings.Contains(v.Detail, d) {
+					t.Errorf("detail %q holds %q", v.Detail, d)
+				}
+			}
+		})
+	}
+	// Keys only in the co-located measurement are not compared.
+	v := Colocation(solo, with(10, map[string]float64{"moe": 0.41, "attention": 0.22, "gemm": 0.18, "other": 0.99}), 0.03, 0.03, now)
+	if _, ok := v.Figures["diff_other"]; ok || !v.Passed() {
+		t.Errorf("extra co-located key compared: %+v", v)
+	}
+}
+
+func TestReadThroughput(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "result.json")
+	doc := `{"clean": {"completed_rps": 12.5, "requests": 3000, "label": "x"},
+	         "windows": [{"share": 0.4}, {"share": 0.25}], "big": 1e3}`
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := []struct {
+		field string
+		want  float64
+	}{{"clean.completed_rps", 12.5}, {"clean.requests", 3000}, {"windows.1.share", 0.25}, {"big", 1000}}
+	for _, g := range good {
+		got, err := ReadThroughput(path, g.field)
+		if err != nil || got != g.want {
+			t.Errorf("ReadThroughput(%s) = %v, %v; want %v", g.field, got, err, g.want)
+		}
+	}
+	bad := []struct {
+		field   string
+		noField bool
+		msg     string
+	}{
+		{"clean.completed", true, "field clean.completed"},
+		{"nope.completed_rps", true, "field nope"},
+		{"windows.2.share", true, "index out of an array of 2"},
+		{"clean.completed_rps.x", true, "clean.completed_rps is not an object"},
+		{"clean.label", false, "is string, not a number"},
+		{"clean", false, "not a number"},
+		{"", false, "empty field path"},
+	}
+	for _, b := range bad {
+		_, err := ReadThroughput(path, b.field)
+		if err == nil || errors.Is(err, ErrNoField) != b.noField || !strings.Contains(err.Error(), b.msg) {
+			t.Errorf("ReadThroughput(%q): err %v, want ErrNoField=%v and %q", b.field, err, b.noField, b.msg)
+		}
+	}
+	if _, err := ReadThroughput(filepath.Join(dir, "missing.json"), "a"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	broken := filepath.Join(dir, "broken.json")
+	if err := os.WriteFile(broken, []byte(`{"clean": {"completed_rps": 1`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadThroughput(broken, "clean.completed_rps"); err == nil || errors.Is(err, ErrNoField) {
+		t.Errorf("truncated JSON: %v", err)
+	}
+}
