@@ -45,6 +45,9 @@ func (b *builder) expand() *Plan {
 		CleanupS: p.Cleanup.TimeoutS,
 		Stop:     StopInfo{QuarantinedFractionGT: p.Stop.QuarantinedFractionGT, FailedFractionGT: p.Stop.FailedFractionGT},
 	}
+	if _, given := p.Privacy.Meta.Fields["forbidden_fields"]; !given {
+		plan.Privacy = DefaultForbiddenFields
+	}
 	if plan.Protocol.Workdir == "" {
 		plan.Protocol.Workdir = "."
 	}

@@ -283,6 +283,12 @@ type Retries struct {
 	Infrastructure int  `yaml:"infrastructure"`
 }
 
+// DefaultForbiddenFields are the fields no artifact may hold when the
+// protocol does not list its own (the seed's privacy contract: prompts,
+// messages, content, generated text). An empty list switches the field
+// check off.
+var DefaultForbiddenFields = []string{"prompt", "messages", "content", "generated_text"}
+
 // Privacy is the privacy scan's rule.
 type Privacy struct {
 	Meta            Meta     `yaml:"-"`

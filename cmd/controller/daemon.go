@@ -60,6 +60,10 @@ type controller struct {
 	results  chan unitResult
 	reserved map[string]float64 // run id -> GPU-seconds reserved and not yet released
 	regime   protocols.RegimeInfo
+
+	// private holds substrings of the private inputs that no artifact may
+	// contain (the privacy scan); read once at start.
+	private [][]byte
 }
 
 // daemonOptions come from the command line.
@@ -173,6 +177,9 @@ func runDaemon(opts daemonOptions) (err error) {
 		gpus:    gpus, log: log, boot: boot, uid: os.Getuid(), now: time.Now,
 		stopReq: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
+	}
+	if c.private, err = privateSubstrings(dir); err != nil {
+		return err
 	}
 	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", plan.Protocol.Name).Msg("controller starting")
 
@@ -306,4 +313,25 @@ func (c *controller) stopCampaign(reason, detail string, figures map[string]floa
 	if err := c.store.SetCampaignState(state.CampaignStopped, reason, detail, figures); err != nil {
 		c.log.Error().Err(err).Msg("record stop")
 	}
+}
+
+// privateSubstrings reads the private inputs recorded at start and takes
+// the substrings the privacy scan looks for in every attempt's artifacts.
+func privateSubstrings(dir string) ([][]byte, error) {
+	entries, err := provenance.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, e := range entries {
+		if !e.Private {
+			continue
+		}
+		subs, err := gates.PrivateSubstrings(e.Path, gates.MinSubstringLen, 100000)
+		if err != nil {
+			return nil, fmt.Errorf("read private input %s for the privacy scan: %w", e.Path, err)
+		}
+		out = append(out, subs...)
+	}
+	return out, nil
 }

@@ -476,7 +476,7 @@ func TestQuarantineThresholdStops(t *testing.T) {
 	c.runForeground(writeProtocol(t, scenario{drainExtra: 2, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.2"}))
 	s := c.store()
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != "quarantine-threshold" || cp.StopFigures["quarantined"] < 1 || cp.StopFigures["measured"] != 4 {
+	if cp.State != state.CampaignStopped || cp.StopReason != "quarantined-fraction" || cp.StopFigures["quarantined"] < 1 || cp.StopFigures["measured"] != 4 {
 		t.Fatalf("campaign %s %s %v", cp.State, cp.StopReason, cp.StopFigures)
 	}
 	// the run in flight finished; nothing new was launched after the stop

@@ -197,3 +197,26 @@ func TestConfigMismatchStops(t *testing.T) {
 	}
 	c.assertNoProcesses()
 }
+
+func TestPrivacyViolation(t *testing.T) {
+	c := newCampaign(t)
+	// a client that leaves a record with a prompt field in its output
+	proto := writeProtocol(t, scenario{patterns: 2, clientArgs: `, --max-tokens, "4"`})
+	b, _ := os.ReadFile(proto)
+	leaky := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" , --max-tokens, "4"]`,
+		`client: {shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && echo "{\"request\": 1, \"prompt\": \"tell me a secret\"}" > "$WARDEN_ATTEMPT_DIR/client/requests.jsonl" && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2'}`, 1)
+	if leaky == string(b) {
+		t.Fatal("test bug: client command not replaced")
+	}
+	os.WriteFile(proto, []byte(leaky), 0o644)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonPrivacyViolation) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	v := c.gateVerdict(s, "p1.saturation", "privacy")
+	if v.Verdict != "fail" || !strings.Contains(v.Detail, "client/requests.jsonl") || !strings.Contains(v.Detail, "prompt") || strings.Contains(v.Detail, "tell me a secret") {
+		t.Fatalf("privacy verdict %+v", v)
+	}
+}

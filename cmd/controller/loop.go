@@ -198,37 +198,29 @@ func (c *controller) finishUnit(res unitResult) {
 	c.checkStopRules()
 }
 
-// checkStopRules applies the protocol's thresholds. The denominator is the
-// plan's measured runs: a stop comes as soon as the fraction is sure to
-// pass the threshold.
+// checkStopRules applies the protocol's thresholds (the gates' stop
+// rules); the denominator is the plan's measured runs.
 func (c *controller) checkStopRules() {
 	runs, err := c.store.Runs()
 	if err != nil {
 		return
 	}
-	measured, quarantined, failed := 0, 0, 0
+	var n gates.Counts
 	for i, r := range runs {
 		if !c.plan.Runs[i].Measured {
 			continue
 		}
-		measured++
+		n.Measured++
 		switch r.State() {
 		case state.RunQuarantined:
-			quarantined++
+			n.Quarantined++
 		case state.RunFailed:
-			failed++
+			n.Failed++
 		}
 	}
-	if measured == 0 {
-		return
-	}
-	if q := c.plan.Stop.QuarantinedFractionGT; q != nil && float64(quarantined)/float64(measured) > *q {
-		c.stopCampaign("quarantine-threshold", fmt.Sprintf("%d of %d measured runs are drain-quarantined, more than %.0f%%", quarantined, measured, *q*100),
-			map[string]float64{"quarantined": float64(quarantined), "measured": float64(measured), "threshold": *q})
-	}
-	if f := c.plan.Stop.FailedFractionGT; f != nil && float64(failed)/float64(measured) > *f {
-		c.stopCampaign("failure-threshold", fmt.Sprintf("%d of %d measured runs failed, more than %.0f%%", failed, measured, *f*100),
-			map[string]float64{"failed": float64(failed), "measured": float64(measured), "threshold": *f})
+	rules := gates.StopRules{QuarantinedFractionGT: c.plan.Stop.QuarantinedFractionGT, FailedFractionGT: c.plan.Stop.FailedFractionGT}
+	if stop, rule, detail, figures := rules.Evaluate(n); stop {
+		c.stopCampaign(rule, detail, figures)
 	}
 }
 

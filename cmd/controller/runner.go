@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,6 +108,8 @@ type attempt struct {
 	state     state.AttemptState
 	figures   map[string]float64 // the attempt's own figures, written with each transition
 	opts      attemptOpts
+	// drainVerdict is the drain gate once the client reported done
+	drainVerdict *gates.Verdict
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
@@ -372,12 +373,19 @@ func (a *attempt) checkDrain() (state.Reason, string) {
 	}
 	drained := end.Sub(drainAt).Seconds()
 	a.setFigure("drain_s", drained)
-	if drained > a.run.WatchdogS {
+	v, outcome := gates.Drain(drained, a.run.DrainS, a.run.WatchdogS, a.c.now())
+	switch outcome {
+	case gates.DrainWatchdog:
+		a.gate(v)
 		return state.ReasonDrainWatchdog, fmt.Sprintf("drain ran %.1f s, past the %.0f s watchdog of class %s", drained, a.run.WatchdogS, a.run.Class)
+	case gates.DrainQuarantine:
+		if !a.quarant {
+			a.quarant = true
+			a.c.log.Warn().Str("run", a.run.ID).Float64("drain_s", drained).Float64("allowance_s", a.run.DrainS).Msg("drain over allowance: run quarantined")
+		}
 	}
-	if drained > a.run.DrainS && !a.quarant {
-		a.quarant = true
-		a.c.log.Warn().Str("run", a.run.ID).Float64("drain_s", drained).Float64("allowance_s", a.run.DrainS).Msg("drain over allowance: run quarantined")
+	if !a.phases.at("done").IsZero() {
+		a.drainVerdict = &v
 	}
 	return "", ""
 }
@@ -394,6 +402,9 @@ func (a *attempt) stopThenValidate() outcome {
 	}
 	if err := a.transition(state.Validating, "", "validating artifacts", nil, nil); err != nil {
 		return a.harness(err)
+	}
+	if a.drainVerdict != nil {
+		a.gate(*a.drainVerdict)
 	}
 	if r, d := a.validate(); r != "" {
 		return a.terminal(state.Failed, r, d)
@@ -620,30 +631,37 @@ func contains(xs []int, x int) bool {
 	return false
 }
 
-// validate runs the protocol's validators and the built-in checks.
+// validate runs the protocol's validators (exit code and JSON verdict)
+// and the built-in privacy scan of the attempt directory.
 func (a *attempt) validate() (state.Reason, string) {
 	for _, v := range a.run.Validators {
 		argv, err := a.expandCommand(v.Command)
 		if err != nil {
 			return state.ReasonHarnessError, err.Error()
 		}
+		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
 		p, err := a.c.starter.Start(launch.Spec{
 			Role: "validator:" + v.Name, Argv: argv, Env: a.env, Dir: a.c.set.Workdir,
-			StdoutPath: filepath.Join(a.dir, "validator-"+v.Name+".out"), StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
+			StdoutPath: out, StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
 		})
 		if err != nil {
 			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %v", v.Name, err)
 		}
 		<-p.Done()
 		ex := p.Exit()
-		vd := gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Pass, At: a.c.now(), Figures: map[string]float64{"exit_code": float64(ex.Code)}}
-		if ex.Code != 0 || ex.Signal != "" {
-			vd.Verdict, vd.Detail = gates.Fail, exitText(ex)
-		}
+		stdout, _ := os.ReadFile(out)
+		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.c.now())
 		a.gate(vd)
 		if !vd.Passed() {
 			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}
+	}
+	pv := gates.PrivacyScan(a.dir, a.c.plan.Privacy, a.c.private, func(rel string) bool {
+		return rel == "state.json" || rel == "gates.jsonl" // the controller's own records
+	}, 64<<20, a.c.now())
+	a.gate(pv)
+	if !pv.Passed() {
+		return state.ReasonPrivacyViolation, "privacy scan: " + pv.Detail
 	}
 	return "", ""
 }
@@ -651,27 +669,11 @@ func (a *attempt) validate() (state.Reason, string) {
 // effectiveConfig checks the server's startup output for the protocol's
 // expected values.
 func (a *attempt) effectiveConfig() gates.Verdict {
-	v := gates.Verdict{Gate: "effective-config", Verdict: gates.Pass, At: a.c.now()}
-	if len(a.run.Server.Expect) == 0 {
-		return v
+	expects := make([]gates.Expect, len(a.run.Server.Expect))
+	for i, e := range a.run.Server.Expect {
+		expects[i] = gates.Expect{Name: e.Name, Pattern: e.Pattern}
 	}
-	var text []byte
-	for _, f := range []string{"server.out", "server.err"} {
-		b, _ := os.ReadFile(filepath.Join(a.dir, f))
-		text = append(text, b...)
-	}
-	var missing []string
-	for _, e := range a.run.Server.Expect {
-		re, err := regexp.Compile(e.Pattern)
-		if err != nil || !re.Match(text) {
-			missing = append(missing, fmt.Sprintf("%s (/%s/)", e.Name, e.Pattern))
-		}
-	}
-	if len(missing) > 0 {
-		v.Verdict = gates.Fail
-		v.Detail = "the server's startup log does not show the expected effective values: " + strings.Join(missing, ", ")
-	}
-	return v
+	return gates.EffectiveConfigDir(a.dir, expects, a.c.now())
 }
 
 // prepareCommands fixes the attempt's launch variables and environment
