@@ -1,43 +1,73 @@
-// Package nvmlgpu reads GPUs through NVML (github.com/NVIDIA/go-nvml,
-// cgo). NVML calls can hang on a lost GPU, so every read runs off the
-// caller's goroutine with a deadline; a timed-out read returns an error and
-// its goroutine ends when NVML returns.
 package nvmlgpu
 
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"warden/pkg/gates"
+	"warden/pkg/gpu"
 )
 
-// ErrTimeout is returned when NVML does not answer within the deadline.
+// ErrTimeout is returned when NVML does not answer within the deadline, and
+// by every call made while an earlier call that timed out has not returned.
 var ErrTimeout = errors.New("nvml: no answer within the deadline")
+
+// eventReasonsSymbol is the NVML function for clock-event reasons (driver
+// 535 and later); older drivers have only the throttle-reasons one.
+const eventReasonsSymbol = "nvmlDeviceGetCurrentClocksEventReasons"
 
 // Backend reads GPUs through an nvml.Interface: the real library, or one
 // of go-nvml's mock servers in tests.
 type Backend struct {
 	lib     nvml.Interface
 	timeout time.Duration
+	sysfs   string
+	// numCPUs sizes the CPU-affinity mask: the host's possible CPUs.
+	numCPUs int
+	// eventReasons says whether the driver has eventReasonsSymbol.
+	eventReasons bool
+	// abandoned counts calls past their deadline that NVML has not
+	// answered yet; while it is above zero, calls are refused.
+	abandoned atomic.Int32
 }
 
-// Open initializes NVML. It fails (ERROR_LIBRARY_NOT_FOUND) where there is
-// no driver.
-func Open(lib nvml.Interface, timeout time.Duration) (*Backend, error) {
+// Option adjusts a Backend at Open.
+type Option func(*Backend)
+
+// WithSysfs reads sysfs (NUMA nodes, possible CPUs) under root instead of
+// /sys. Tests point it at a directory they build.
+func WithSysfs(root string) Option {
+	return func(b *Backend) { b.sysfs = root }
+}
+
+// Open initializes NVML, with timeout as the deadline of every later call.
+// lib nil is the real library, which fails with ERROR_LIBRARY_NOT_FOUND
+// where there is no driver.
+func Open(lib nvml.Interface, timeout time.Duration, opts ...Option) (*Backend, error) {
 	if lib == nil {
 		lib = nvml.New()
 	}
-	b := &Backend{lib: lib, timeout: timeout}
+	b := &Backend{lib: lib, timeout: timeout, sysfs: "/sys"}
+	for _, o := range opts {
+		o(b)
+	}
+	b.numCPUs = possibleCPUs(b.sysfs)
 	err := b.call(func() error {
 		if ret := lib.Init(); ret != nvml.SUCCESS {
-			return fmt.Errorf("nvml init: %s", lib.ErrorString(ret))
+			return fmt.Errorf("nvml init: %w", ret)
 		}
+		b.eventReasons = lib.Extensions().LookupSymbol(eventReasonsSymbol) == nil
 		return nil
 	})
 	if err != nil {
@@ -53,57 +83,332 @@ func (b *Backend) Name() string { return "nvml" }
 func (b *Backend) Close() error {
 	return b.call(func() error {
 		if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
-			return fmt.Errorf("nvml shutdown: %s", b.lib.ErrorString(ret))
+			return fmt.Errorf("nvml shutdown: %w", ret)
 		}
 		return nil
 	})
 }
 
-// call runs fn with the deadline.
+// Count returns the number of GPUs NVML sees.
+func (b *Backend) Count() (int, error) {
+	var n int
+	err := b.call(func() error {
+		var ret nvml.Return
+		n, ret = b.lib.DeviceGetCount()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("nvml device count: %w", ret)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Call states, for the goroutine and the caller to agree on who reports.
+const (
+	running int32 = iota
+	answered
+	abandoned
+)
+
+// call runs fn off the caller's goroutine with the deadline. fn must not
+// touch anything the caller reads after a timeout.
 func (b *Backend) call(fn func() error) error {
-	done := make(chan error, 1) // buffered: a late answer does not block the goroutine
-	go func() { done <- fn() }()
+	if n := b.abandoned.Load(); n > 0 {
+		return fmt.Errorf("nvml: %d earlier call(s) past the deadline have not returned: %w", n, ErrTimeout)
+	}
+	var state atomic.Int32
+	done := make(chan error, 1) // buffered: the goroutine never blocks on it
+	go func() {
+		err := fn()
+		if state.CompareAndSwap(running, answered) {
+			done <- err
+			return
+		}
+		b.abandoned.Add(-1) // the caller gave up on this call
+	}()
 	t := time.NewTimer(b.timeout)
 	defer t.Stop()
 	select {
 	case err := <-done:
 		return err
 	case <-t.C:
-		return ErrTimeout
+		if state.CompareAndSwap(running, abandoned) {
+			b.abandoned.Add(1)
+			return fmt.Errorf("nvml: no answer within %s: %w", b.timeout, ErrTimeout)
+		}
+		return <-done // answered just as the deadline passed
 	}
 }
 
-// Snapshot reads memory used (v2: 0 on an idle GPU) and the compute
-// processes of the GPUs with the given indices.
-func (b *Backend) Snapshot(indices []int) ([]gates.GPUState, error) {
-	var out []gates.GPUState
+// Read reads the given fields of the GPUs with the given indices, in that
+// order. A field the device does not support is left absent.
+func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) {
+	out := make([]gpu.Reading, 0, len(indices))
 	err := b.call(func() error {
 		for _, i := range indices {
-			dev, ret := b.lib.DeviceGetHandleByIndex(i)
-			if ret != nvml.SUCCESS {
-				return fmt.Errorf("nvml GPU %d: %s", i, b.lib.ErrorString(ret))
+			r, err := b.read(i, fields)
+			if err != nil {
+				return err
 			}
-			st := gates.GPUState{Index: i}
-			if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
-				st.UUID = uuid
-			}
-			mem, ret := dev.GetMemoryInfo_v2()
-			if ret != nvml.SUCCESS {
-				return fmt.Errorf("nvml GPU %d memory: %s", i, b.lib.ErrorString(ret))
-			}
-			st.UsedMiB = int(mem.Used >> 20)
-			procs, ret := dev.GetComputeRunningProcesses()
-			if ret != nvml.SUCCESS {
-				return fmt.Errorf("nvml GPU %d processes: %s", i, b.lib.ErrorString(ret))
-			}
-			for _, p := range procs {
-				st.Procs = append(st.Procs, gates.GPUProc{PID: int(p.Pid), UID: uidOf(int(p.Pid)), UsedMiB: int(p.UsedGpuMemory >> 20)})
-			}
-			out = append(out, st)
+			out = append(out, r)
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Sample reads the fast fields (gpu.Fast): memory, clocks, clock-event
+// reasons, power and temperature.
+func (b *Backend) Sample(indices []int) ([]gpu.Reading, error) {
+	return b.Read(indices, gpu.Fast)
+}
+
+// Energy reads the energy counters alone (milliseconds per GPU).
+func (b *Backend) Energy(indices []int) ([]gpu.Reading, error) {
+	return b.Read(indices, gpu.Energy)
+}
+
+// Info reads every field.
+func (b *Backend) Info(indices []int) ([]gpu.Reading, error) {
+	return b.Read(indices, gpu.All)
+}
+
+// Snapshot reads memory used (v2: 0 on an idle GPU) and the compute
+// processes of the GPUs with the given indices, for the gates. Either one
+// unsupported is an error: the gates cannot judge a GPU without them.
+func (b *Backend) Snapshot(indices []int) ([]gates.GPUState, error) {
+	rs, err := b.Read(indices, gpu.Memory|gpu.Processes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gates.GPUState, 0, len(rs))
+	for _, r := range rs {
+		if r.MemoryUsedMiB == nil || r.Procs == nil {
+			return nil, fmt.Errorf("nvml GPU %d: memory or processes: %w", r.Index, nvml.ERROR_NOT_SUPPORTED)
+		}
+		st := gates.GPUState{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
+		for _, p := range r.Procs {
+			st.Procs = append(st.Procs, gates.GPUProc{PID: p.PID, UID: p.UID, UsedMiB: p.UsedMiB})
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// supported sorts the answer of one NVML call for an optional field: true
+// to use the value, false to leave the field absent, or an error.
+func supported(i int, what string, ret nvml.Return) (bool, error) {
+	switch ret {
+	case nvml.SUCCESS:
+		return true, nil
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		return false, nil
+	}
+	return false, fmt.Errorf("nvml GPU %d %s: %w", i, what, ret)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// read reads one GPU. It runs inside call.
+func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
+	r := gpu.Reading{Index: i, NUMANode: -1}
+	dev, ret := b.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return r, fmt.Errorf("nvml GPU %d handle: %w", i, ret)
+	}
+	if r.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
+		return r, fmt.Errorf("nvml GPU %d uuid: %w", i, ret)
+	}
+	if fields&gpu.Topology != 0 {
+		if err := b.readTopology(i, dev, &r); err != nil {
+			return r, err
+		}
+	}
+	if fields&gpu.Memory != 0 {
+		mem, ret := dev.GetMemoryInfo_v2()
+		if ok, err := supported(i, "memory", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.MemoryUsedMiB = ptr(int(mem.Used >> 20))
+			r.MemoryTotalMiB = ptr(int(mem.Total >> 20))
+		}
+	}
+	if fields&gpu.Processes != 0 {
+		procs, ret := dev.GetComputeRunningProcesses()
+		if ok, err := supported(i, "processes", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.Procs = make([]gpu.Proc, 0, len(procs))
+			for _, p := range procs {
+				used := -1
+				if p.UsedGpuMemory != math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
+					used = int(p.UsedGpuMemory >> 20)
+				}
+				r.Procs = append(r.Procs, gpu.Proc{PID: int(p.Pid), UID: uidOf(int(p.Pid)), UsedMiB: used})
+			}
+		}
+	}
+	if fields&gpu.Clocks != 0 {
+		for _, c := range []struct {
+			typ  nvml.ClockType
+			dst  **int
+			what string
+		}{{nvml.CLOCK_SM, &r.SMClockMHz, "SM clock"}, {nvml.CLOCK_MEM, &r.MemClockMHz, "memory clock"}} {
+			mhz, ret := dev.GetClockInfo(c.typ)
+			if ok, err := supported(i, c.what, ret); err != nil {
+				return r, err
+			} else if ok {
+				*c.dst = ptr(int(mhz))
+			}
+		}
+	}
+	if fields&gpu.ClockReasons != 0 {
+		var mask uint64
+		if b.eventReasons {
+			mask, ret = dev.GetCurrentClocksEventReasons()
+		} else {
+			mask, ret = dev.GetCurrentClocksThrottleReasons()
+		}
+		if ok, err := supported(i, "clock-event reasons", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.ClockEventReasons = ptr(mask)
+			r.ClockEventReasonNames = gpu.ReasonNames(mask)
+		}
+	}
+	if fields&gpu.Power != 0 {
+		mw, ret := dev.GetPowerUsage()
+		if ok, err := supported(i, "power", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.PowerW = ptr(float64(mw) / 1000)
+		}
+		mw, ret = dev.GetEnforcedPowerLimit()
+		if ok, err := supported(i, "power limit", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.PowerLimitW = ptr(float64(mw) / 1000)
+		}
+	}
+	if fields&gpu.Temperature != 0 {
+		c, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU)
+		if ok, err := supported(i, "temperature", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.TemperatureC = ptr(int(c))
+		}
+	}
+	if fields&gpu.Energy != 0 {
+		mj, ret := dev.GetTotalEnergyConsumption()
+		if ok, err := supported(i, "energy", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.EnergyMJ = ptr(mj)
+		}
+	}
+	if fields&gpu.MIG != 0 {
+		current, _, ret := dev.GetMigMode()
+		if ok, err := supported(i, "MIG mode", ret); err != nil {
+			return r, err
+		} else if ok {
+			r.MIGMode = ptr(current)
+		}
+	}
+	return r, nil
+}
+
+// readTopology fills the name, PCI bus id, CPU affinity and NUMA node.
+func (b *Backend) readTopology(i int, dev nvml.Device, r *gpu.Reading) error {
+	name, ret := dev.GetName()
+	if ok, err := supported(i, "name", ret); err != nil {
+		return err
+	} else if ok {
+		r.Name = name
+	}
+	pci, ret := dev.GetPciInfo()
+	if ok, err := supported(i, "PCI info", ret); err != nil {
+		return err
+	} else if ok {
+		r.PCIBusID = cString(pci.BusId[:])
+		r.NUMANode = numaNode(b.sysfs, r.PCIBusID)
+	}
+	words, ret := dev.GetCpuAffinity(b.numCPUs)
+	if ok, err := supported(i, "CPU affinity", ret); err != nil {
+		return err
+	} else if ok {
+		r.CPUAffinity = maskCPUs(words)
+	}
+	return nil
+}
+
+// cString converts a NUL-terminated C char array.
+func cString(cs []int8) string {
+	b := make([]byte, 0, len(cs))
+	for _, c := range cs {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+// maskCPUs lists the CPUs set in an affinity mask of machine words, CPU
+// w*UintSize+j being bit j of word w.
+func maskCPUs(words []uint) []int {
+	var cpus []int
+	for w, word := range words {
+		for word != 0 {
+			j := bits.TrailingZeros(word)
+			word &^= 1 << j
+			cpus = append(cpus, w*bits.UintSize+j)
+		}
+	}
+	return cpus
+}
+
+// sysfsBusID turns NVML's bus id ("00000000:18:00.0") into the name sysfs
+// gives the device ("0000:18:00.0").
+func sysfsBusID(id string) string {
+	id = strings.ToLower(id)
+	if domain, rest, ok := strings.Cut(id, ":"); ok && len(domain) == 8 && strings.HasPrefix(domain, "0000") {
+		id = domain[4:] + ":" + rest
+	}
+	return id
+}
+
+// numaNode reads the NUMA node of a PCI device from sysfs, -1 when it is
+// not known.
+func numaNode(sysfs, busID string) int {
+	id := sysfsBusID(busID)
+	if id == "" || strings.ContainsAny(id, "/") || id == "." || id == ".." {
+		return -1
+	}
+	data, err := os.ReadFile(filepath.Join(sysfs, "bus", "pci", "devices", id, "numa_node"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// possibleCPUs counts the CPUs the host can have (highest possible CPU +
+// 1), to size the affinity mask; the CPUs this process sees when sysfs
+// does not say.
+func possibleCPUs(sysfs string) int {
+	data, err := os.ReadFile(filepath.Join(sysfs, "devices", "system", "cpu", "possible"))
+	if err == nil {
+		if cpus, err := gpu.ParseCPUList(string(data)); err == nil && len(cpus) > 0 {
+			return max(cpus[len(cpus)-1]+1, runtime.NumCPU())
+		}
+	}
+	return runtime.NumCPU()
 }
 
 // uidOf reads the real uid of a host pid; -1 when it cannot be read (a
