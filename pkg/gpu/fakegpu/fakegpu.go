@@ -12,6 +12,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"warden/pkg/gpu"
 )
 
 // EnvDir is the environment variable through which processes learn the
@@ -37,6 +40,24 @@ type Device struct {
 	UUID     string `json:"uuid"`
 	Name     string `json:"name"`
 	TotalMiB int    `json:"total_mib"`
+	// CPUs lists the CPUs close to the GPU in the Linux CPU-list format
+	// ("0-15,32-47"); empty when not known.
+	CPUs string `json:"cpus,omitempty"`
+	// NUMANode is the GPU's NUMA node, -1 when not known. Its zero value is
+	// node 0: say -1 in InitWith when there is no node. A gpus.json written
+	// before the field existed reads as -1.
+	NUMANode int `json:"numa_node"`
+}
+
+// UnmarshalJSON decodes a device, with NUMANode -1 when the field is absent.
+func (d *Device) UnmarshalJSON(data []byte) error {
+	type plain Device
+	p := plain{NUMANode: -1}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	*d = Device(p)
+	return nil
 }
 
 // Process is one live process holding memory on a fake GPU.
@@ -55,12 +76,29 @@ type devicesDoc struct {
 	Devices []Device `json:"devices"`
 }
 
-// Init creates the fake host in dir: n GPUs of totalMiB each, and an empty
-// claims directory per GPU. gpus.json is written once: if it already exists,
-// Init returns an error that wraps fs.ErrExist and changes nothing.
+// Init creates the fake host in dir: n GPUs of totalMiB each, with no CPU
+// affinity or NUMA node, and an empty claims directory per GPU. gpus.json is
+// written once: if it already exists, Init returns an error that wraps
+// fs.ErrExist and changes nothing.
 func Init(dir string, n, totalMiB int) error {
 	if n <= 0 || totalMiB <= 0 {
 		return fmt.Errorf("init fake GPUs in %s: need n > 0 and totalMiB > 0, got %d and %d", dir, n, totalMiB)
+	}
+	devices := make([]Device, n)
+	for i := range devices {
+		devices[i] = Device{TotalMiB: totalMiB, NUMANode: -1}
+	}
+	return InitWith(dir, devices)
+}
+
+// InitWith creates the fake host in dir with the given devices, in index
+// order. Index is set from the position; an empty UUID gets a random one
+// ("GPU-fake-<index>-<hex>") and an empty Name DeviceName. TotalMiB must be
+// positive, CPUs empty or a valid CPU list, NUMANode -1 or more. Like Init,
+// it refuses (fs.ErrExist) a directory that already has gpus.json.
+func InitWith(dir string, devices []Device) error {
+	if len(devices) == 0 {
+		return fmt.Errorf("init fake GPUs in %s: no devices", dir)
 	}
 	path := filepath.Join(dir, devicesFile)
 	if _, err := os.Lstat(path); err == nil {
@@ -68,18 +106,23 @@ func Init(dir string, n, totalMiB int) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("init fake GPUs %s: %w", path, err)
 	}
-	doc := devicesDoc{Schema: schema, Devices: make([]Device, n)}
-	for i := range doc.Devices {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return fmt.Errorf("init fake GPUs in %s: uuid: %w", dir, err)
+	doc := devicesDoc{Schema: schema, Devices: make([]Device, len(devices))}
+	for i, d := range devices {
+		d.Index = i
+		if d.UUID == "" {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return fmt.Errorf("init fake GPUs in %s: uuid: %w", dir, err)
+			}
+			d.UUID = fmt.Sprintf("GPU-fake-%d-%s", i, hex.EncodeToString(b[:]))
 		}
-		doc.Devices[i] = Device{
-			Index:    i,
-			UUID:     fmt.Sprintf("GPU-fake-%d-%s", i, hex.EncodeToString(b[:])),
-			Name:     DeviceName,
-			TotalMiB: totalMiB,
+		if d.Name == "" {
+			d.Name = DeviceName
 		}
+		if err := d.validate(); err != nil {
+			return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
+		}
+		doc.Devices[i] = d
 		if err := mkdirSynced(filepath.Join(dir, claimsDir, strconv.Itoa(i))); err != nil {
 			return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
 		}
@@ -94,20 +137,52 @@ func Init(dir string, n, totalMiB int) error {
 	return nil
 }
 
+// validate checks a device's figures.
+func (d Device) validate() error {
+	if d.TotalMiB <= 0 {
+		return fmt.Errorf("GPU %d: need total_mib > 0, got %d", d.Index, d.TotalMiB)
+	}
+	if d.NUMANode < -1 {
+		return fmt.Errorf("GPU %d: need numa_node -1 or more, got %d", d.Index, d.NUMANode)
+	}
+	if _, err := gpu.ParseCPUList(d.CPUs); err != nil {
+		return fmt.Errorf("GPU %d: %w", d.Index, err)
+	}
+	return nil
+}
+
 // Backend reads a fake host. It is immutable after Open.
 type Backend struct {
 	dir     string
 	devices []Device
+	// now reads the clock for the energy counters.
+	now func() time.Time
+}
+
+// OpenOption adjusts a Backend at Open.
+type OpenOption func(*Backend)
+
+// WithClock makes the Backend read time from now instead of time.Now. The
+// energy counters advance by this clock; tests pass one they move.
+func WithClock(now func() time.Time) OpenOption {
+	return func(b *Backend) { b.now = now }
 }
 
 // Open reads the devices of the fake host in dir.
-func Open(dir string) (*Backend, error) {
+func Open(dir string, opts ...OpenOption) (*Backend, error) {
 	devices, err := readDevices(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open fake GPUs: %w", err)
 	}
-	return &Backend{dir: dir, devices: devices}, nil
+	b := &Backend{dir: dir, devices: devices, now: time.Now}
+	for _, o := range opts {
+		o(b)
+	}
+	return b, nil
 }
+
+// Name is "fake".
+func (b *Backend) Name() string { return "fake" }
 
 // Dir returns the directory of the fake host.
 func (b *Backend) Dir() string { return b.dir }
@@ -174,6 +249,9 @@ func readDevices(dir string) ([]Device, error) {
 	for i, d := range doc.Devices {
 		if d.Index != i {
 			return nil, fmt.Errorf("decode %s: device at position %d has index %d", path, i, d.Index)
+		}
+		if err := d.validate(); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", path, err)
 		}
 	}
 	return doc.Devices, nil
