@@ -45,7 +45,7 @@ type controller struct {
 	reaper  *launch.Reaper
 	cgroups *launch.Manager
 	starter *launch.Launcher
-	gpus    gates.GPUs
+	gpus    gpuBackend
 	log     zerolog.Logger
 	boot    launch.BootIDSource
 	uid     int

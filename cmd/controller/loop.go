@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 
 	"warden/pkg/budget"
@@ -437,6 +438,7 @@ func (c *controller) launch(ctx context.Context, wave []launchable) error {
 		}
 		c.reserved[it.Run] += cost
 	}
+	failpoint.Hit("wave-reserved")
 	c.log.Info().Int("units", len(wave)).Int("runs", len(items)).Float64("reserved_gpu_hours", budget.Hours(budget.Cost(items))).Msg("launching wave")
 	for _, w := range wave {
 		uctx, cancel := context.WithCancel(ctx)

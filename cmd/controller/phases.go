@@ -17,6 +17,8 @@ type phaseWatcher struct {
 	f       *os.File
 	partial []byte               // an incomplete last line
 	first   map[string]time.Time // phase -> time first reported
+	// successes is the count the client reported with "done", if any
+	successes *int
 }
 
 func newPhaseWatcher(path string) *phaseWatcher {
@@ -46,12 +48,16 @@ func (w *phaseWatcher) poll() {
 			break
 		}
 		var p struct {
-			Phase string    `json:"phase"`
-			T     time.Time `json:"t"`
+			Phase     string    `json:"phase"`
+			T         time.Time `json:"t"`
+			Successes *int      `json:"successes"`
 		}
 		if json.Unmarshal(w.partial[:i], &p) == nil && p.Phase != "" {
 			if _, seen := w.first[p.Phase]; !seen {
 				w.first[p.Phase] = p.T
+			}
+			if p.Phase == "done" && p.Successes != nil {
+				w.successes = p.Successes
 			}
 		}
 		w.partial = w.partial[i+1:]

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"warden/pkg/failpoint"
+	"warden/pkg/gpu/sample"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
@@ -110,10 +112,13 @@ type attempt struct {
 	opts      attemptOpts
 	// drainVerdict is the drain gate once the client reported done
 	drainVerdict *gates.Verdict
+	sampler      *sample.Sampler
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
 	exits, sigs, figs := a.pendExits, a.pendSigs, a.figures
+	failpoint.Hit("before-transition:" + string(to))
+	defer failpoint.Hit("after-transition:" + string(to))
 	_, err := a.c.store.Transition(a.run.ID, a.n, to, reason, msg, figures, func(at *state.Attempt) error {
 		at.Exits = append(at.Exits, exits...)
 		at.Signals = append(at.Signals, sigs...)
@@ -204,6 +209,7 @@ func (c *controller) runAttempt(ctx context.Context, r protocols.Run, slots []pr
 	if err != nil && !errors.Is(err, state.ErrStateFile) {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
+	failpoint.Hit("attempt-created")
 	return a.execute(ctx)
 }
 
@@ -233,6 +239,13 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		}
 		return a.fail(reason, pv.Detail)
 	}
+	readings := a.recordHost("preflight")
+	if cl := a.checkCPULocal(readings); cl.Verdict == gates.Fail {
+		a.gate(cl)
+		return a.fail(state.ReasonHarnessError, "slot "+strings.Join(slotNamesOf(a.slots), "+")+": "+cl.Detail)
+	} else {
+		a.gate(cl)
+	}
 	if pp := gates.PortFree(a.port, c.now()); !pp.Passed() {
 		a.gate(pp)
 		return a.fail(state.ReasonHarnessError, pp.Detail)
@@ -247,6 +260,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	if err := a.transition(state.Starting, "", "starting server", nil, nil); err != nil {
 		return a.harness(err)
 	}
+	a.startSampler(readings)
 	srv, err := a.start("server", a.run.Server.Command, a.run.Server.Env)
 	if err != nil {
 		return a.fail(state.ReasonHarnessError, "start server: "+err.Error())
@@ -296,6 +310,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		a.opts.measuring <- a.run.ID
 	}
 	reason, detail := a.supervise(ctx)
+	a.recordHost("postmeasure")
 	if reason == state.ReasonInterrupted {
 		return a.stopThenInterrupt(detail)
 	}
@@ -438,6 +453,7 @@ func (a *attempt) stopThenInterrupt(detail string) outcome {
 		a.shutdown()
 		a.charge(a.c.now())
 	}
+	a.stopSampler()
 	if err := a.transition(state.Interrupted, state.ReasonInterrupted, detail, nil, nil); err != nil {
 		return a.harness(err)
 	}
@@ -461,6 +477,7 @@ func (a *attempt) harness(err error) outcome {
 	if a.server != nil || a.client != nil {
 		a.shutdown()
 	}
+	a.stopSampler()
 	return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 }
 
@@ -514,6 +531,9 @@ func (a *attempt) shutdown() {
 		a.recordExit(a.server)
 	}
 	a.pendSigs = append(a.pendSigs, sigs...)
+	if len(sigs) > 0 {
+		failpoint.Hit("signals-sent-unrecorded")
+	}
 }
 
 // cleanup proves the attempt's processes are gone and its GPUs back to
@@ -542,6 +562,7 @@ func (a *attempt) cleanup() (outcome, bool) {
 	}
 	a.gate(v)
 	a.charge(a.c.now())
+	a.stopSampler()
 	if !v.Passed() {
 		reason := state.ReasonCleanupTimeout
 		if snap, err := a.c.gpus.Snapshot(a.gpuIDs); err == nil {
@@ -576,6 +597,7 @@ func (a *attempt) charge(end time.Time) {
 	if _, err := a.c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt, Note: "server start to cleanup"}); err != nil {
 		a.c.log.Error().Err(err).Msg("charge")
 	}
+	failpoint.Hit("charged")
 }
 
 // killAdopted ends descendants of the attempt that escaped its process
@@ -796,6 +818,7 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 	if err != nil {
 		return nil, err
 	}
+	failpoint.Hit(role + "-started-unrecorded")
 	a.update(func(at *state.Attempt) error {
 		at.Procs = append(at.Procs, state.Proc{
 			Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID, PGID: p.PGID,

@@ -205,7 +205,7 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 			return fmt.Errorf("client: %w", err)
 		}
 	}
-	if err := phases.mark(phaseDone); err != nil {
+	if err := phases.markWith(phaseDone, &res.Completed); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
 	fmt.Printf("standin client (stand-in, not a benchmark): requests=%d completed=%d failed=%d throughput_rps=%.3f output_tokens_per_s=%.3f\n",

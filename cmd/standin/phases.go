@@ -25,6 +25,9 @@ type phaseLine struct {
 	// MonoNS is CLOCK_MONOTONIC in nanoseconds, comparable across the
 	// processes of one boot.
 	MonoNS int64 `json:"mono_ns"`
+	// Successes is reported with "done": requests completed successfully
+	// in the clean interval, for the controller's energy per request.
+	Successes *int `json:"successes,omitempty"`
 }
 
 // phaseLog appends phase changes to a file as JSON lines, fsynced one by
@@ -46,7 +49,10 @@ func openPhaseLog(path string) (*phaseLog, error) {
 }
 
 // mark appends one line for phase.
-func (p *phaseLog) mark(phase string) error {
+func (p *phaseLog) mark(phase string) error { return p.markWith(phase, nil) }
+
+// markWith appends one line for phase, with the success count when given.
+func (p *phaseLog) markWith(phase string, successes *int) error {
 	if p == nil {
 		return nil
 	}
@@ -55,9 +61,10 @@ func (p *phaseLog) mark(phase string) error {
 		return fmt.Errorf("phase %s: monotonic clock: %w", phase, err)
 	}
 	data, err := json.Marshal(phaseLine{
-		Phase:  phase,
-		T:      time.Now().UTC().Format(time.RFC3339Nano),
-		MonoNS: ts.Nano(),
+		Phase:     phase,
+		T:         time.Now().UTC().Format(time.RFC3339Nano),
+		MonoNS:    ts.Nano(),
+		Successes: successes,
 	})
 	if err != nil {
 		return fmt.Errorf("phase %s: %w", phase, err)

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"time"
+	"warden/protocols"
+
+	"warden/pkg/gates"
+	"warden/pkg/gpu"
+	"warden/pkg/gpu/sample"
+)
+
+// sampleEvery is the interval of the GPU sampler while a server runs.
+const sampleEvery = time.Second
+
+// hostRecord is written before the run and again after its measured
+// interval: the GPUs (UUIDs, clocks, temperature, power and its limit, MIG
+// mode, memory, processes) and the host (load average, other users'
+// processes).
+type hostRecord struct {
+	At   time.Time     `json:"at"`
+	GPUs []gpu.Reading `json:"gpus"`
+	Host any           `json:"host"`
+	Err  string        `json:"error,omitempty"`
+}
+
+// recordHost writes a hostRecord to name in the attempt directory and
+// returns the GPU readings.
+func (a *attempt) recordHost(name string) []gpu.Reading {
+	rec := hostRecord{At: a.c.now()}
+	readings, err := a.c.gpus.Info(a.gpuIDs)
+	if err != nil {
+		rec.Err = err.Error()
+	}
+	rec.GPUs = readings
+	if h, err := gates.ReadHostRecord(a.c.uid); err == nil {
+		rec.Host = h
+		a.setFigure(name+"_load1", h.LoadAvg1)
+		a.setFigure(name+"_other_users_procs", float64(h.OtherUsersCount))
+	}
+	if err := writeJSONFile(filepath.Join(a.dir, name+".json"), rec, 0o644); err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
+	}
+	return readings
+}
+
+// checkCPULocal judges whether the slot's CPUs are local to its GPUs.
+func (a *attempt) checkCPULocal(readings []gpu.Reading) gates.Verdict {
+	aff := map[int][]int{}
+	for _, r := range readings {
+		aff[r.Index] = r.CPUAffinity
+	}
+	return gates.CPULocal(a.cpus, aff, a.c.now())
+}
+
+// startSampler samples the GPUs into gpu-samples.jsonl while the server
+// runs, and reads the energy counters at the start.
+func (a *attempt) startSampler(idle []gpu.Reading) {
+	for _, r := range idle {
+		if r.PowerW != nil {
+			a.setFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
+		}
+	}
+	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: sampleEvery, Path: filepath.Join(a.dir, "gpu-samples.jsonl")})
+	if err == nil {
+		err = s.Start(context.Background())
+	}
+	if err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+		return
+	}
+	a.sampler = s
+}
+
+// stopSampler ends the sampler and records its figures: energy per GPU
+// from the counters and from the samples, the sampler's own cost, and the
+// dynamic energy per successful request over the clean interval.
+func (a *attempt) stopSampler() {
+	if a.sampler == nil {
+		return
+	}
+	sum, err := a.sampler.Stop()
+	a.sampler = nil
+	if err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+	}
+	a.setFigure("samples", float64(sum.Samples))
+	a.setFigure("samples_missed", float64(sum.Missed))
+	a.setFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)
+	a.setFigure("sampler_read_max_ms", float64(sum.MaxReadTime.Microseconds())/1000)
+	for _, g := range sum.GPUs {
+		i := strconv.Itoa(g.Index)
+		a.setFigure("energy_sampled_j_gpu"+i, g.EnergyJ)
+		a.setFigure("mean_power_w_gpu"+i, g.MeanPowerW)
+		if g.CounterEnergyJ != nil {
+			a.setFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
+		}
+	}
+	if e, err := a.energyPerRequest(); err == nil && !math.IsNaN(e) {
+		a.setFigure("energy_per_request_j", e)
+	} else if err != nil {
+		a.c.log.Info().Str("run", a.run.ID).Str("why", err.Error()).Msg("no energy per request")
+	}
+}
+
+// energyPerRequest is the methodology's dynamic energy per successful
+// request: the integral of (power - idle power) over the clean interval,
+// summed over the run's GPUs, divided by the successes the client
+// reported with its "done" phase.
+func (a *attempt) energyPerRequest() (float64, error) {
+	if a.phases == nil || a.phases.successes == nil {
+		return 0, fmt.Errorf("the client reported no successes")
+	}
+	t0, t1 := a.phases.at("clean"), a.phases.at("drain")
+	if t0.IsZero() || t1.IsZero() {
+		return 0, fmt.Errorf("the client reported no clean interval")
+	}
+	recs, err := sample.ReadFile(filepath.Join(a.dir, "gpu-samples.jsonl"))
+	if err != nil || len(recs) == 0 {
+		return 0, fmt.Errorf("no GPU samples: %v", err)
+	}
+	// wall time to CLOCK_MONOTONIC, by the first sample's pair
+	off := recs[0].MonoNS - recs[0].Time.UnixNano()
+	idle := map[int]float64{}
+	for _, g := range a.gpuIDs {
+		idle[g] = a.figures["idle_power_w_gpu"+strconv.Itoa(g)]
+	}
+	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, *a.phases.successes)
+}
+
+func slotNamesOf(slots []protocols.SlotInfo) []string {
+	out := make([]string, len(slots))
+	for i, s := range slots {
+		out[i] = s.Name
+	}
+	return out
+}
