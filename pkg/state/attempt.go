@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"warden/pkg/failpoint"
 
 	"github.com/google/renameio/v2"
 	bolt "go.etcd.io/bbolt"
@@ -319,6 +320,7 @@ func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error
 		if _, err := f.Write(append(raw, '\n')); err != nil {
 			return err
 		}
+		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
 		if err := f.CloseAtomicallyReplace(); err != nil {
 			return err
 		}

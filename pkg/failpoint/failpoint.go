@@ -1,0 +1,46 @@
+// Package failpoint kills the process at named points between durable
+// steps, so crash tests can prove that every state the controller can die
+// in is one it resumes from. Failpoints exist only in a build made for
+// tests (go build -tags failpoints); in every other build Hit is an empty
+// function the compiler removes.
+//
+// In a failpoints build, $WARDEN_FAILPOINT names one point, optionally
+// with the hit to fire on: "after-transition:measuring" or
+// "after-transition:measuring@2" (the second time). When the point is hit,
+// the process kills itself with SIGKILL: no deferred function, no flush,
+// as in a power cut of the process.
+package failpoint
+
+// EnvVar names the failpoint to fire.
+const EnvVar = "WARDEN_FAILPOINT"
+
+// Names lists every failpoint, in the order a run meets them. Hit refuses
+// (panics, in a failpoints build) a name that is not listed, so the list
+// stays complete and a crash test can walk all of them.
+var Names = []string{
+	"wave-reserved",
+	"attempt-created",
+	"before-transition:reserved", "after-transition:reserved",
+	"before-transition:preflight", "after-transition:preflight",
+	"before-transition:starting", "after-transition:starting",
+	"server-started-unrecorded",
+	"before-transition:ready", "after-transition:ready",
+	"client-started-unrecorded",
+	"before-transition:measuring", "after-transition:measuring",
+	"before-transition:stopping", "after-transition:stopping",
+	"signals-sent-unrecorded",
+	"before-transition:cleanup", "after-transition:cleanup",
+	"charged",
+	"before-transition:validating", "after-transition:validating",
+	"before-transition:complete", "after-transition:complete",
+	"state-json-before-rename",
+}
+
+func known(name string) bool {
+	for _, n := range Names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
