@@ -76,7 +76,15 @@ func readHostRecord(procRoot string, ownUID, max int) (HostRecord, error) {
 	}
 	sort.Ints(pids)
 	for _, pid := range pids {
-		p, kthread, err := readProc(filepath.Join(procRoot, strconv.Itoa(pid)), pid)
+		dir := filepath.Join(procRoot, strconv.Itoa(pid))
+		// On procfs one stat says whose a process is (/proc/PID belongs to
+		// the process's uid); only other users' processes are read further.
+		if fi, err := os.Stat(dir); err == nil && procRoot == "/proc" {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == ownUID {
+				continue
+			}
+		}
+		p, kthread, err := readProc(dir, pid)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) || errors.Is(err, errProcGone) {
 			continue // exited during the scan
 		}

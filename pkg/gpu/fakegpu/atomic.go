@@ -52,3 +52,28 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// writeFileRenamed writes data to a temporary file in the same directory
+// and renames it over path, without fsync: readers see the old or the new
+// content whole, but a power cut may lose the update.
+func writeFileRenamed(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
+}
