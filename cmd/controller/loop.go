@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"warden/pkg/failpoint"
@@ -536,8 +537,11 @@ func (c *controller) release(run string, attempt int) {
 // reconcileLeftovers looks at what a previous controller left: every live
 // attempt is ended. Its recorded processes are reclaimed only where pid,
 // start time and boot id all match (a reused pid, or any pid after a
-// reboot, is never signalled); the attempt becomes interrupted and its GPU
-// time is charged to the last heartbeat plus the time to reclaim.
+// reboot, is never signalled); processes of the attempt that were never
+// recorded (the controller died between a start and its record) are found
+// and killed in the same boot only (reclaimUnrecorded). The attempt
+// becomes interrupted and its GPU time is charged to the last heartbeat
+// plus the time to reclaim, less what was charged before the crash.
 // Reservations still open are released.
 func (c *controller) reconcileLeftovers(ctx context.Context) error {
 	live, err := c.store.LiveAttempts()
@@ -548,6 +552,20 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ledger, err := c.store.Ledger()
+	if err != nil {
+		return err
+	}
+	// charged: the attempts whose GPU time is on the ledger already (the
+	// controller died after charging them), with the time of the charge
+	charged := map[string]time.Time{}
+	for _, e := range ledger {
+		if e.Kind == state.LedgerCharge {
+			charged[attemptKey(e.Run, e.Attempt)] = e.At
+		}
+	}
+	bootID, _ := readBootID(c.boot)
+	sameBoot := bootID != "" && bootID == cp.ControllerBootID
 	for _, a := range live {
 		var sigs []state.Signal
 		held := false // a recorded process still lived at resume
@@ -565,19 +583,39 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
 			}
 		}
+		unrec, uerr := c.reclaimUnrecorded(ctx, a, sameBoot)
+		sigs = append(sigs, unrec...)
+		if uerr != nil {
+			c.log.Warn().Err(uerr).Str("run", a.RunID).Int("attempt", a.N).Msg("reclaim unrecorded processes")
+		}
+		held = held || len(sigs) > 0
 		// Never under-count: GPUs held by a left-over were held from the
-		// server's start until it was killed just now; otherwise they were
-		// held at least until the last sign of life (heartbeat or record).
+		// server's start (or, for a server never recorded, from the last
+		// record before it started) until it was killed just now;
+		// otherwise they were held at least until the last sign of life
+		// (heartbeat or record). Time charged already is not charged again.
+		var start time.Time
+		lastCharge, wasCharged := charged[attemptKey(a.RunID, a.N)]
+		switch srv := serverProc(a); {
+		case wasCharged:
+			if held {
+				start = lastCharge
+			}
+		case srv != nil:
+			start = srv.StartedAt
+		case held:
+			start = a.UpdatedAt
+		}
 		charge := 0.0
-		if srv := serverProc(a); srv != nil {
+		if !start.IsZero() {
 			end := cp.Heartbeat
 			if a.UpdatedAt.After(end) {
 				end = a.UpdatedAt
 			}
-			if held || len(sigs) > 0 {
+			if held {
 				end = c.now()
 			}
-			charge = budget.Charge(len(a.GPUIDs), srv.StartedAt, end)
+			charge = budget.Charge(len(a.GPUIDs), start, end)
 		}
 		if charge > 0 {
 			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: "interrupted: to the last heartbeat plus reclaim"}); err != nil {
@@ -591,7 +629,7 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 				if at.Figures == nil {
 					at.Figures = map[string]float64{}
 				}
-				at.Figures["gpu_seconds"] = charge
+				at.Figures["gpu_seconds"] += charge
 				return nil
 			})
 		if err != nil {
@@ -600,10 +638,6 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
 	}
 	// release reservations left open
-	ledger, err := c.store.Ledger()
-	if err != nil {
-		return err
-	}
 	open := map[string]float64{}
 	for _, e := range ledger {
 		switch e.Kind {
@@ -621,6 +655,8 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 	}
 	return nil
 }
+
+func attemptKey(run string, n int) string { return run + "\x00" + strconv.Itoa(n) }
 
 func serverProc(a state.Attempt) *state.Proc {
 	for i := range a.Procs {
