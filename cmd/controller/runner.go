@@ -107,9 +107,12 @@ type attempt struct {
 	pendExits []state.Exit
 	pendSigs  []state.Signal
 	exited    map[int]bool // pids whose exit is noted
-	state     state.AttemptState
-	figures   map[string]float64 // the attempt's own figures, written with each transition
-	opts      attemptOpts
+	// gate verdicts and ledger entries written with the next transition
+	pendGates  []state.GateVerdict
+	pendLedger []state.LedgerEntry
+	state      state.AttemptState
+	figures    map[string]float64 // the attempt's own figures, written with each transition
+	opts       attemptOpts
 	// drainVerdict is the drain gate once the client reported done
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
@@ -117,9 +120,10 @@ type attempt struct {
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
 	exits, sigs, figs := a.pendExits, a.pendSigs, a.figures
+	with := state.With{Gates: a.pendGates, Ledger: a.pendLedger}
 	failpoint.Hit("before-transition:" + string(to))
 	defer failpoint.Hit("after-transition:" + string(to))
-	_, err := a.c.store.Transition(a.run.ID, a.n, to, reason, msg, figures, func(at *state.Attempt) error {
+	_, err := a.c.store.TransitionWith(a.run.ID, a.n, to, reason, msg, figures, func(at *state.Attempt) error {
 		at.Exits = append(at.Exits, exits...)
 		at.Signals = append(at.Signals, sigs...)
 		if len(figs) > 0 && at.Figures == nil {
@@ -132,9 +136,9 @@ func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg str
 			return mutate(at)
 		}
 		return nil
-	})
+	}, with)
 	if err == nil || errors.Is(err, state.ErrStateFile) {
-		a.pendExits, a.pendSigs = nil, nil
+		a.pendExits, a.pendSigs, a.pendGates, a.pendLedger = nil, nil, nil, nil
 		a.state = to
 	}
 	if err != nil && !errors.Is(err, state.ErrStateFile) {
@@ -153,11 +157,13 @@ func (a *attempt) update(mutate func(*state.Attempt) error) {
 	}
 }
 
+// gate notes a gate's verdict: gates.jsonl at once, the database with the
+// attempt's next transition (in its transaction).
 func (a *attempt) gate(v gates.Verdict) {
-	_, err := a.c.store.AddGateVerdict(state.GateVerdict{Gate: v.Gate, Run: a.run.ID, Attempt: a.n, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At})
-	if err != nil {
-		a.c.log.Error().Err(err).Str("gate", v.Gate).Msg("record gate verdict")
+	if v.At.IsZero() {
+		v.At = a.c.now()
 	}
+	a.pendGates = append(a.pendGates, state.GateVerdict{Gate: v.Gate, Run: a.run.ID, Attempt: a.n, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At})
 	appendJSONLine(filepath.Join(a.dir, "gates.jsonl"), v)
 }
 
@@ -594,9 +600,9 @@ func (a *attempt) charge(end time.Time) {
 	amt := budget.Charge(len(a.gpuIDs), a.started, end)
 	a.started = time.Time{}
 	a.setFigure("gpu_seconds", amt)
-	if _, err := a.c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt, Note: "server start to cleanup"}); err != nil {
-		a.c.log.Error().Err(err).Msg("charge")
-	}
+	// recorded with the next transition; a crash before it is charged at
+	// resume, from the server's start to the attempt's last record
+	a.pendLedger = append(a.pendLedger, state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt, Note: "server start to cleanup"})
 	failpoint.Hit("charged")
 }
 

@@ -108,8 +108,33 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 // with an error matching ErrStateFile; RewriteStateFile retries it.
 func (s *Store) Transition(runID string, n int, to AttemptState, reason Reason, msg string,
 	figures map[string]float64, mutate func(*Attempt) error) (Attempt, error) {
+	return s.TransitionWith(runID, n, to, reason, msg, figures, mutate, With{})
+}
+
+// With is what a transition records beside it, in its transaction: gate
+// verdicts and budget ledger entries of the same attempt. One commit (and
+// one fsync) instead of one each.
+type With struct {
+	Gates  []GateVerdict
+	Ledger []LedgerEntry
+}
+
+// TransitionWith is Transition that also records the gate verdicts and
+// ledger entries in with, atomically with the transition.
+func (s *Store) TransitionWith(runID string, n int, to AttemptState, reason Reason, msg string,
+	figures map[string]float64, mutate func(*Attempt) error, with With) (Attempt, error) {
 	op := fmt.Sprintf("transition run %s attempt %d to %s", runID, n, to)
 	return s.changeAttempt(op, runID, n, func(tx *bolt.Tx, a *Attempt, r *Run) (*Event, error) {
+		for i := range with.Gates {
+			if err := s.addGate(tx, &with.Gates[i]); err != nil {
+				return nil, err
+			}
+		}
+		for i := range with.Ledger {
+			if err := s.addLedgerTx(tx, &with.Ledger[i]); err != nil {
+				return nil, err
+			}
+		}
 		if err := checkTransition(a.State, to); err != nil {
 			return nil, err
 		}

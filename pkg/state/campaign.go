@@ -297,22 +297,44 @@ func (s *Store) Ledger() ([]LedgerEntry, error) {
 // to now. The stored verdict is returned.
 func (s *Store) AddGateVerdict(g GateVerdict) (GateVerdict, error) {
 	err := s.update("add gate verdict "+g.Gate, func(tx *bolt.Tx) error {
-		if g.Gate == "" {
-			return fmt.Errorf("%w: empty gate name", ErrInvalid)
-		}
-		switch g.Verdict {
-		case VerdictPass, VerdictFail, VerdictError:
-		default:
-			return fmt.Errorf("%w: verdict %q", ErrInvalid, g.Verdict)
-		}
-		if g.At.IsZero() {
-			g.At = s.stamp()
-		}
-		b := tx.Bucket(bucketGates)
-		g.Seq = nextSeq(b)
-		return put(b, seqKey(g.Seq), g)
+		return s.addGate(tx, &g)
 	})
 	return g, err
+}
+
+// addGate validates and appends a gate verdict inside tx.
+func (s *Store) addGate(tx *bolt.Tx, g *GateVerdict) error {
+	if g.Gate == "" {
+		return fmt.Errorf("%w: empty gate name", ErrInvalid)
+	}
+	switch g.Verdict {
+	case VerdictPass, VerdictFail, VerdictError:
+	default:
+		return fmt.Errorf("%w: verdict %q", ErrInvalid, g.Verdict)
+	}
+	if g.At.IsZero() {
+		g.At = s.stamp()
+	}
+	b := tx.Bucket(bucketGates)
+	g.Seq = nextSeq(b)
+	return put(b, seqKey(g.Seq), *g)
+}
+
+// addLedgerTx appends a ledger entry inside tx and updates the campaign's
+// totals in the same transaction.
+func (s *Store) addLedgerTx(tx *bolt.Tx, e *LedgerEntry) error {
+	cb := tx.Bucket(bucketCampaign)
+	var c Campaign
+	if err := get(cb, keyCampaign, &c); err != nil {
+		return err
+	}
+	if e.At.IsZero() {
+		e.At = s.stamp()
+	}
+	if err := addLedger(tx, &c, e); err != nil {
+		return err
+	}
+	return put(cb, keyCampaign, c)
 }
 
 // GateVerdicts returns the verdicts recorded for runID in order, or every
