@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -171,6 +172,9 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 	boot := opts.boot
+	if f := os.Getenv(bootIDFileEnv); boot == nil && f != "" {
+		boot = bootIDFromFile(f)
+	}
 	c := &controller{
 		dir: dir, set: set, plan: plan, store: store, lock: lock, reaper: reaper, cgroups: cg,
 		starter: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot},
@@ -234,6 +238,26 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log.Info().Err(err).Msg("controller exiting")
 	return err
+}
+
+// bootIDFileEnv names a file whose content replaces the kernel's boot id
+// (for tests that simulate a reboot; never set it on a real host: a
+// campaign could then mistake a reboot for the same boot).
+const bootIDFileEnv = "WARDEN_BOOT_ID_FILE"
+
+// bootIDFromFile is a BootIDSource that reads the boot id from path.
+func bootIDFromFile(path string) launch.BootIDSource {
+	return func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("read boot id from %s (%s): %w", path, bootIDFileEnv, err)
+		}
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("read boot id from %s (%s): empty", path, bootIDFileEnv)
+		}
+		return id, nil
+	}
 }
 
 func readBootID(b launch.BootIDSource) (string, error) {
