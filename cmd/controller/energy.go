@@ -31,7 +31,18 @@ type hostRecord struct {
 // recordHost writes a hostRecord to name in the attempt directory and
 // returns the GPU readings.
 func (a *attempt) recordHost(name string) []gpu.Reading {
+	readings, figs := a.readHost(name)
+	for k, v := range figs {
+		a.setFigure(k, v)
+	}
+	return readings
+}
+
+// readHost is recordHost without touching the attempt's figures, which it
+// returns: safe to run beside the attempt's own goroutine.
+func (a *attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
 	rec := hostRecord{At: a.c.now()}
+	figs := map[string]float64{}
 	readings, err := a.c.gpus.Info(a.gpuIDs)
 	if err != nil {
 		rec.Err = err.Error()
@@ -39,13 +50,34 @@ func (a *attempt) recordHost(name string) []gpu.Reading {
 	rec.GPUs = readings
 	if h, err := gates.ReadHostRecord(a.c.uid); err == nil {
 		rec.Host = h
-		a.setFigure(name+"_load1", h.LoadAvg1)
-		a.setFigure(name+"_other_users_procs", float64(h.OtherUsersCount))
+		figs[name+"_load1"] = h.LoadAvg1
+		figs[name+"_other_users_procs"] = float64(h.OtherUsersCount)
 	}
 	if err := writeJSONFile(filepath.Join(a.dir, name+".json"), rec, 0o644); err != nil {
 		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
 	}
-	return readings
+	return readings, figs
+}
+
+// recordPostMeasure takes the record after the measured interval beside
+// the server's shutdown; joinPostMeasure waits for it.
+func (a *attempt) recordPostMeasure() {
+	ch := make(chan map[string]float64, 1)
+	a.post = ch
+	go func() {
+		_, figs := a.readHost("postmeasure")
+		ch <- figs
+	}()
+}
+
+func (a *attempt) joinPostMeasure() {
+	if a.post == nil {
+		return
+	}
+	for k, v := range <-a.post {
+		a.setFigure(k, v)
+	}
+	a.post = nil
 }
 
 // checkCPULocal judges whether the slot's CPUs are local to its GPUs.

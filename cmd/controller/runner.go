@@ -116,6 +116,7 @@ type attempt struct {
 	// drainVerdict is the drain gate once the client reported done
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
+	post         chan map[string]float64 // the post-measure record's figures, when taken
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
@@ -316,7 +317,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		a.opts.measuring <- a.run.ID
 	}
 	reason, detail := a.supervise(ctx)
-	a.recordHost("postmeasure")
+	a.recordPostMeasure()
 	if reason == state.ReasonInterrupted {
 		return a.stopThenInterrupt(detail)
 	}
@@ -460,6 +461,7 @@ func (a *attempt) stopThenInterrupt(detail string) outcome {
 		a.charge(a.c.now())
 	}
 	a.stopSampler()
+	a.joinPostMeasure()
 	if err := a.transition(state.Interrupted, state.ReasonInterrupted, detail, nil, nil); err != nil {
 		return a.harness(err)
 	}
@@ -545,6 +547,7 @@ func (a *attempt) shutdown() {
 // cleanup proves the attempt's processes are gone and its GPUs back to
 // baseline within the protocol's timeout, then charges the GPU time.
 func (a *attempt) cleanup() (outcome, bool) {
+	a.joinPostMeasure()
 	if err := a.transition(state.Cleanup, "", "proving cleanup", nil, nil); err != nil {
 		return a.harness(err), false
 	}
