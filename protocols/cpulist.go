@@ -7,8 +7,11 @@ import (
 	"strings"
 )
 
+// maxCPU bounds CPU numbers, so a mistyped range cannot ask for gigabytes.
+const maxCPU = 1<<16 - 1
+
 // ParseCPUList parses a Linux CPU list ("0-19", "0,2,4-7") into sorted,
-// distinct CPU numbers.
+// distinct CPU numbers, each at most 65535.
 func ParseCPUList(s string) ([]int, error) {
 	seen := map[int]bool{}
 	s = strings.TrimSpace(s)
@@ -29,8 +32,8 @@ func ParseCPUList(s string) ([]int, error) {
 				return nil, fmt.Errorf("%q is not a CPU range (write low-high, low <= high)", part)
 			}
 		}
-		if b-a > 1<<16 {
-			return nil, fmt.Errorf("%q is too large a CPU range", part)
+		if b > maxCPU {
+			return nil, fmt.Errorf("%q names a CPU above %d", part, maxCPU)
 		}
 		for c := a; c <= b; c++ {
 			seen[c] = true

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"warden/protocols"
 )
 
 // Fields selects what a read asks of a GPU. Index and UUID are always read.
@@ -148,39 +149,19 @@ func ReasonNames(mask uint64) []string {
 	return names
 }
 
-// maxCPU bounds the CPU numbers ParseCPUList accepts, so that a mistyped
-// range cannot ask for gigabytes.
-const maxCPU = 1<<16 - 1
-
 // ParseCPUList parses the Linux CPU-list format ("0-3,8,10-11", as in
 // /sys/devices/system/cpu/online and cpuset.cpus) into ascending CPU
-// numbers without repeats. Blank input gives nil; CPU numbers above 65535
-// are refused.
+// numbers without repeats, as the protocols package does; blank input (an
+// unknown affinity) gives nil.
 func ParseCPUList(s string) ([]int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
+	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	var cpus []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		first, err := strconv.Atoi(lo)
-		if err != nil || first < 0 || first > maxCPU {
-			return nil, fmt.Errorf("parse CPU list %q: bad CPU %q", s, lo)
-		}
-		last := first
-		if isRange {
-			last, err = strconv.Atoi(hi)
-			if err != nil || last < first || last > maxCPU {
-				return nil, fmt.Errorf("parse CPU list %q: bad range %q", s, part)
-			}
-		}
-		for c := first; c <= last; c++ {
-			cpus = append(cpus, c)
-		}
+	cpus, err := protocols.ParseCPUList(s)
+	if err != nil {
+		return nil, fmt.Errorf("parse CPU list %q: %w", s, err)
 	}
-	slices.Sort(cpus)
-	return slices.Compact(cpus), nil
+	return cpus, nil
 }
 
 // FormatCPUList writes CPU numbers in the Linux CPU-list format, merging
@@ -189,22 +170,5 @@ func ParseCPUList(s string) ([]int, error) {
 func FormatCPUList(cpus []int) string {
 	sorted := slices.Clone(cpus)
 	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	var b strings.Builder
-	for i := 0; i < len(sorted); {
-		j := i
-		for j+1 < len(sorted) && sorted[j+1] == sorted[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(sorted[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(sorted[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
+	return protocols.FormatCPUList(slices.Compact(sorted))
 }
