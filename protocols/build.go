@@ -489,6 +489,14 @@ func (b *builder) validate() {
 			c.add(p.Stop.Meta.At(fr.name), "stop."+fr.name, "a fraction of runs is at least 0 and below 1, got %v", *fr.v)
 		}
 	}
+	for _, gb := range []struct {
+		v    *float64
+		name string
+	}{{p.Stop.MinFreeGB, "min_free_gb"}, {p.Stop.MaxArtifactsGB, "max_artifacts_gb"}} {
+		if gb.v != nil && *gb.v <= 0 {
+			c.add(p.Stop.Meta.At(gb.name), "stop."+gb.name, "must be positive, got %v", *gb.v)
+		}
+	}
 	if p.Retries.Infrastructure < 0 {
 		c.add(p.Retries.Meta.At("infrastructure"), "retries.infrastructure", "retries cannot be negative, got %d", p.Retries.Infrastructure)
 	}

@@ -43,7 +43,8 @@ func (b *builder) expand() *Plan {
 		Retries:  p.Retries.Infrastructure,
 		Privacy:  p.Privacy.ForbiddenFields,
 		CleanupS: p.Cleanup.TimeoutS,
-		Stop:     StopInfo{QuarantinedFractionGT: p.Stop.QuarantinedFractionGT, FailedFractionGT: p.Stop.FailedFractionGT},
+		Stop: StopInfo{QuarantinedFractionGT: p.Stop.QuarantinedFractionGT, FailedFractionGT: p.Stop.FailedFractionGT,
+			MinFreeGB: p.Stop.MinFreeGB, MaxArtifactsGB: p.Stop.MaxArtifactsGB},
 	}
 	if _, given := p.Privacy.Meta.Fields["forbidden_fields"]; !given {
 		plan.Privacy = DefaultForbiddenFields

@@ -166,6 +166,8 @@ type ValidatorSpec struct {
 type StopInfo struct {
 	QuarantinedFractionGT *float64 `json:"quarantined_fraction_gt,omitempty"`
 	FailedFractionGT      *float64 `json:"failed_fraction_gt,omitempty"`
+	MinFreeGB             *float64 `json:"min_free_gb,omitempty"`
+	MaxArtifactsGB        *float64 `json:"max_artifacts_gb,omitempty"`
 }
 
 // Totals sums up the plan.

@@ -220,3 +220,23 @@ func TestPrivacyViolation(t *testing.T) {
 		t.Fatalf("privacy verdict %+v", v)
 	}
 }
+
+func TestDiskLimitStops(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 2})
+	b, _ := os.ReadFile(proto)
+	// no file system here has a petabyte free
+	os.WriteFile(proto, []byte(strings.Replace(string(b), "stop: {", "stop: {min_free_gb: 1000000, ", 1)), 0o644)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != "disk" || cp.StopFigures["min_free_gb"] != 1e6 || !strings.Contains(cp.StopDetail, "GB free") {
+		t.Fatalf("campaign %s %s %v %s", cp.State, cp.StopReason, cp.StopFigures, cp.StopDetail)
+	}
+	runs, _ := s.Runs()
+	for _, r := range runs {
+		if r.Attempts != 0 {
+			t.Fatalf("run %s launched despite the disk limit", r.ID)
+		}
+	}
+}

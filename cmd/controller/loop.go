@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -411,9 +414,46 @@ func (c *controller) colocationWave(phase string, done map[string]bool, verdicts
 	return nil
 }
 
+// checkDisk applies the protocol's disk limits before a wave: free space
+// on the campaign's file system and the size of the runs' artifacts.
+func (c *controller) checkDisk() bool {
+	st := c.plan.Stop
+	if st.MinFreeGB == nil && st.MaxArtifactsGB == nil {
+		return true
+	}
+	var sfs unix.Statfs_t
+	var free uint64
+	if err := unix.Statfs(c.dir, &sfs); err == nil {
+		free = sfs.Bavail * uint64(sfs.Bsize)
+	}
+	var used uint64
+	if st.MaxArtifactsGB != nil {
+		filepath.WalkDir(filepath.Join(c.dir, "runs"), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					used += uint64(fi.Size())
+				}
+			}
+			return nil
+		})
+	}
+	v := gates.Disk(free, used, st.MinFreeGB, st.MaxArtifactsGB, c.now())
+	if !v.Passed() {
+		if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: v.Gate, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
+			c.log.Error().Err(err).Msg("record disk gate")
+		}
+		c.stopCampaign("disk", v.Detail, v.Figures)
+		return false
+	}
+	return true
+}
+
 // launch reserves the wave's conservative cost before any of it starts,
 // then starts each unit in its own goroutine.
 func (c *controller) launch(ctx context.Context, wave []launchable) error {
+	if !c.checkDisk() {
+		return nil
+	}
 	acct, err := c.account()
 	if err != nil {
 		return err
@@ -653,6 +693,7 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 			c.release(run, 0)
 		}
 	}
+	c.repairStateFiles()
 	return nil
 }
 
