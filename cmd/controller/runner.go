@@ -142,6 +142,7 @@ func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg str
 		a.pendExits, a.pendSigs, a.pendGates, a.pendLedger = nil, nil, nil, nil
 		a.state = to
 	}
+	a.c.stopIfDiskFull(err)
 	if err != nil && !errors.Is(err, state.ErrStateFile) {
 		return err
 	}
@@ -153,9 +154,11 @@ func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg str
 }
 
 func (a *attempt) update(mutate func(*state.Attempt) error) {
-	if _, err := a.c.store.UpdateAttempt(a.run.ID, a.n, mutate); err != nil && !errors.Is(err, state.ErrStateFile) {
+	_, err := a.c.store.UpdateAttempt(a.run.ID, a.n, mutate)
+	if err != nil && !errors.Is(err, state.ErrStateFile) {
 		a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("update attempt")
 	}
+	a.c.stopIfDiskFull(err)
 }
 
 // gate notes a gate's verdict: gates.jsonl at once, the database with the

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"warden/pkg/state"
+)
+
+// stopIfDiskFull stops the campaign for review when err says that the
+// file system of the campaign directory is full: attempts can no longer
+// keep their records and artifacts. The runs in flight end as they can;
+// nothing new starts, and resume continues once space is freed.
+func (c *controller) stopIfDiskFull(err error) {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return
+	}
+	c.stopCampaign(string(state.ReasonHarnessError), fmt.Sprintf(
+		"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err), nil)
+}
+
+// stateFileTail is how many of the last events resume looks at to find
+// the attempts whose state.json may lag behind the database.
+const stateFileTail = 1000
+
+// repairStateFiles rewrites the state.json of recently changed attempts
+// whose file does not match the database: a controller that died between
+// a commit and the file's rename, or could not write it (a full disk),
+// left it behind. Only the attempts named by the last stateFileTail events
+// are looked at, so resume stays quick on large campaigns.
+func (c *controller) repairStateFiles() {
+	last, err := c.store.LastEventSeq()
+	if err != nil {
+		c.log.Warn().Err(err).Msg("look for stale state.json files")
+		return
+	}
+	events, err := c.store.Events(max(last, stateFileTail)-stateFileTail, 0)
+	if err != nil {
+		c.log.Warn().Err(err).Msg("look for stale state.json files")
+		return
+	}
+	seen := map[string]bool{}
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		if e.Run == "" || seen[attemptKey(e.Run, e.Attempt)] {
+			continue
+		}
+		seen[attemptKey(e.Run, e.Attempt)] = true
+		a, err := c.store.Attempt(e.Run, e.Attempt)
+		if err != nil || a.Dir == "" || stateFileCurrent(a) {
+			continue
+		}
+		if err := c.store.RewriteStateFile(a.RunID, a.N); err != nil {
+			c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Msg("rewrite state.json")
+			continue
+		}
+		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Msg("state.json lagged behind the database; rewritten")
+	}
+}
+
+// stateFileCurrent reports whether the attempt's state.json holds its
+// recorded state and events.
+func stateFileCurrent(a state.Attempt) bool {
+	b, err := os.ReadFile(filepath.Join(a.Dir, state.StateFileName))
+	if err != nil {
+		return false
+	}
+	var sf state.StateFile
+	if err := json.Unmarshal(b, &sf); err != nil {
+		return false
+	}
+	return sf.Attempt.State == a.State && len(sf.Events) == len(a.EventSeqs) && sf.Attempt.UpdatedAt.Equal(a.UpdatedAt)
+}
