@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,10 +194,12 @@ func detach(cmd *cobra.Command, dir string) error {
 	// The daemon outlives this command by design: it is released, not waited for.
 	d.Process.Release()
 
+	// The daemon writes one message and closes its end (or dies): read to
+	// the end, as an error may span lines (a refusal lists each file).
 	line := make(chan string, 1)
 	go func() {
-		s, _ := bufio.NewReader(r).ReadString('\n')
-		line <- strings.TrimSpace(s)
+		b, _ := io.ReadAll(r)
+		line <- strings.TrimSpace(string(b))
 	}()
 	select {
 	case msg := <-line:

@@ -139,7 +139,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		return fmt.Errorf("read plan: %w", err)
 	}
 	if err := provenance.Verify(dir); err != nil {
-		return fmt.Errorf("refused: a recorded input changed since the campaign started (register an amendment to change it):\n%w", err)
+		return fmt.Errorf("refused: a recorded input changed since the campaign started (register an amendment to change it)%s:\n%w", missingHint(dir, err), err)
 	}
 	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
 	if err != nil {
@@ -238,6 +238,24 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log.Info().Err(err).Msg("controller exiting")
 	return err
+}
+
+// missingHint tells where to find a copy when a recorded input is missing
+// (deleted or moved): provenance keeps a copy of every public input.
+func missingHint(dir string, err error) string {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		var ce *provenance.ChangedError
+		if errors.As(e, &ce) && ce.Now == "" {
+			return "; restore a missing file from its copy in " + filepath.Join(dir, provenance.SubDir, provenance.Files)
+		}
+	}
+	return ""
 }
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id
