@@ -501,6 +501,9 @@ func (b *builder) validate() {
 		c.add(p.Retries.Meta.At("infrastructure"), "retries.infrastructure", "retries cannot be negative, got %d", p.Retries.Infrastructure)
 	}
 	defaultPositive(c, &p.Cleanup.TimeoutS, 120, p.Cleanup.Meta, "cleanup", "timeout_s")
+	if v := p.SampleIntervalS; v != nil && (*v < 0 || (*v > 0 && *v < 0.01)) {
+		c.add(p.Meta.At("sample_interval_s"), "sample_interval_s", "a sampling interval is 0 (off) or at least 0.01 s, got %v", *v)
+	}
 
 	// validators and provenance
 	vnames := map[string]bool{}

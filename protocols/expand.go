@@ -46,6 +46,10 @@ func (b *builder) expand() *Plan {
 		Stop: StopInfo{QuarantinedFractionGT: p.Stop.QuarantinedFractionGT, FailedFractionGT: p.Stop.FailedFractionGT,
 			MinFreeGB: p.Stop.MinFreeGB, MaxArtifactsGB: p.Stop.MaxArtifactsGB},
 	}
+	plan.SampleS = 1
+	if p.SampleIntervalS != nil {
+		plan.SampleS = *p.SampleIntervalS
+	}
 	if _, given := p.Privacy.Meta.Fields["forbidden_fields"]; !given {
 		plan.Privacy = DefaultForbiddenFields
 	}

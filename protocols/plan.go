@@ -23,6 +23,7 @@ type Plan struct {
 	Retries    int              `json:"retries_infrastructure"`
 	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
 	CleanupS   float64          `json:"cleanup_timeout_s"`
+	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling
 	Totals     Totals           `json:"totals"`
 }
 

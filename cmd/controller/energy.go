@@ -14,9 +14,6 @@ import (
 	"warden/pkg/gpu/sample"
 )
 
-// sampleEvery is the interval of the GPU sampler while a server runs.
-const sampleEvery = time.Second
-
 // hostRecord is written before the run and again after its measured
 // interval: the GPUs (UUIDs, clocks, temperature, power and its limit, MIG
 // mode, memory, processes) and the host (load average, other users'
@@ -97,7 +94,11 @@ func (a *attempt) startSampler(idle []gpu.Reading) {
 			a.setFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
 		}
 	}
-	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: sampleEvery, Path: filepath.Join(a.dir, "gpu-samples.jsonl")})
+	if a.c.plan.SampleS <= 0 {
+		return
+	}
+	every := time.Duration(a.c.plan.SampleS * float64(time.Second))
+	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl")})
 	if err == nil {
 		err = s.Start(context.Background())
 	}

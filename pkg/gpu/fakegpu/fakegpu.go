@@ -273,6 +273,12 @@ func readClaims(dir string) ([]claimRecord, error) {
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") || !e.Type().IsRegular() {
 			continue
 		}
+		// A claim is named <pid>-<start time>.json: a claimant that is gone
+		// is skipped without reading its file, which keeps a sample cheap
+		// on a host with many old claims.
+		if pid, start, ok := parseClaimName(name); ok && !alive(pid, start) {
+			continue
+		}
 		path := filepath.Join(dir, name)
 		data, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -288,4 +294,18 @@ func readClaims(dir string) ([]claimRecord, error) {
 		claims = append(claims, c)
 	}
 	return claims, nil
+}
+
+// parseClaimName reads the pid and start time from a claim's file name.
+func parseClaimName(name string) (pid int, start uint64, ok bool) {
+	p, st, found := strings.Cut(strings.TrimSuffix(name, ".json"), "-")
+	if !found {
+		return 0, 0, false
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil {
+		return 0, 0, false
+	}
+	start, err = strconv.ParseUint(st, 10, 64)
+	return pid, start, err == nil
 }
