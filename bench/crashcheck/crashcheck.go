@@ -62,6 +62,10 @@ type Attempt struct {
 	// Files maps each file of a terminal attempt's directory (relative
 	// path) to its SHA-256; nil for a live attempt.
 	Files map[string]string `json:"files,omitempty"`
+	// StaleStateFile says that the attempt's state.json did not match the
+	// database (the controller died between its commit and the file's
+	// rename, or could not write it): resume may complete that write.
+	StaleStateFile bool `json:"stale_state_file,omitempty"`
 	// AliveAt is the last snapshot time at which a process carrying the
 	// attempt's directory in its environment was alive: its GPUs were held
 	// at least until then.
@@ -106,6 +110,7 @@ func Take(dir string) (*Snapshot, []string, error) {
 				if sa.Files, err = hashDir(a.Dir); err != nil {
 					return nil, nil, err
 				}
+				sa.StaleStateFile = stateFileAgrees(a) != ""
 			}
 			if alive[a.Dir] {
 				sa.AliveAt = snap.At
@@ -146,7 +151,15 @@ func Compare(prev, cur *Snapshot) []string {
 		if ca.State != pa.State {
 			vs = append(vs, fmt.Sprintf("attempt %s was %s, now %s", k, pa.State, ca.State))
 		}
-		if d := diffFiles(pa.Files, ca.Files); d != "" {
+		before, after := pa.Files, ca.Files
+		if pa.StaleStateFile {
+			// the write the crash cut short may be completed; Final
+			// checks that the file then matches the database
+			before, after = maps.Clone(before), maps.Clone(after)
+			delete(before, state.StateFileName)
+			delete(after, state.StateFileName)
+		}
+		if d := diffFiles(before, after); d != "" {
 			vs = append(vs, fmt.Sprintf("attempt %s ended (%s) before the crash, but its directory changed: %s", k, pa.State, d))
 		}
 	}

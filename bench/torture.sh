@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Torture: kill the controller with SIGKILL at random moments until its
+# campaign completes, resume it after every kill, and check the promises of
+# crash-consistent resume after each kill and at the end (bench/check):
+# the store's invariants, no complete attempt started again, no ended
+# attempt's directory written again, exactly one result per run, no process
+# of the campaign left, no fake GPU memory held, and a budget ledger never
+# below the GPU time really used. Campaigns are repeated until KILLS kills.
+#
+#   KILLS=500 PATTERNS=25 MAX_SLEEP=1.5 bench/torture.sh
+#
+# A campaign has 2 x PATTERNS very short stand-in runs (a saturation run and
+# the moderate run that needs its result, per pattern) on two fake GPUs.
+# The controller is started detached; after each start or resume the script
+# sleeps a random 0..MAX_SLEEP s, kills the pid in DIR/controller.lock and
+# resumes. Output: kills, kills survived, and invariant violations (target 0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KILLS=${KILLS:-500}
+PATTERNS=${PATTERNS:-25}
+MAX_SLEEP=${MAX_SLEEP:-1.5}
+KEEP=${KEEP:-0} # 1: keep the work directory
+
+work=$(mktemp -d /tmp/torture.XXXXXX)
+bin=$work/bin
+go build -o "$bin/" ./cmd/controller ./cmd/standin ./bench/check
+
+dir=""
+# held: a controller holds the campaign's lock.
+held() { [ -e "$1/controller.lock" ] && ! flock -n -s "$1/controller.lock" true; }
+# ours PID DIR: pid is this script's controller daemon for DIR.
+ours() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$bin/controller daemon -d $2 "; }
+finish() {
+	if [ -n "$dir" ] && held "$dir"; then
+		"$bin/controller" stop -d "$dir" --timeout 60s >/dev/null 2>&1 || true
+	fi
+	if [ "$KEEP" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap finish EXIT
+
+# free_port: a loopback port nothing listens on.
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 20000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+write_protocol() {
+	local p0 p1 vals="" ids="" i
+	p0=$(free_port)
+	p1=$(free_port)
+	while [ "$p1" = "$p0" ]; do p1=$(free_port); done
+	for ((i = 1; i <= PATTERNS; i++)); do
+		vals+="{id: p$i}, "
+		ids+="p$i, "
+	done
+	cat >"$1" <<YAML
+warden: 1
+name: torture
+host: {gpus: 2, cpus: 2}
+budget: {cap_gpu_hours: 100}
+vars: {STANDIN: "$bin/standin"}
+slots:
+  - {name: s0, gpus: [0], cpus: "0", port: $p0}
+  - {name: s1, gpus: [1], cpus: "1", port: $p1}
+regimes:
+  - {name: two, concurrency: 2}
+classes:
+  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
+cleanup: {timeout_s: 10}
+servers:
+  - name: standin
+    kind: standin
+    command: ["\${STANDIN}", server, --port, "\${PORT}", --load-s, "0.05", --shutdown-timeout, "1", --gpu-mem-mib, "1024"]
+    ready_timeout_s: 10
+    shutdown_grace_s: 2
+    group_grace_s: 1
+loads:
+  - name: saturation
+    kind: saturation
+    expected_s: 5
+    client: ["\${STANDIN}", client, --warmup-s, "0.05", --measure-s, "0.1", --drain-s, "2", --concurrency, "2", --result-dir, "\${ATTEMPT_DIR}/client"]
+  - name: moderate
+    kind: moderate
+    needs: [saturation]
+    expected_s: 5
+    env: {SATURATION: "\${NEED_SATURATION_DIR}"}
+    client: ["\${STANDIN}", client, --warmup-s, "0.05", --measure-s, "0.1", --drain-s, "2", --concurrency, "1", --result-dir, "\${ATTEMPT_DIR}/client"]
+axes:
+  - name: pattern
+    values: [${vals%, }]
+phases:
+  - name: matrix
+    kind: primary
+    matrix: {pattern: [${ids%, }]}
+    loads: [saturation, moderate]
+retries: {infrastructure: 2}
+stop: {quarantined_fraction_gt: 0.9}
+YAML
+}
+
+rand_sleep() { awk -v r="$RANDOM" -v m="$MAX_SLEEP" 'BEGIN { printf "%.3f", r / 32767 * m }'; }
+
+# check DIR SNAPSHOT [-final]: run the checker, print and count violations.
+violations=0
+check() {
+	local out rc=0
+	out=$("$bin/check" -d "$1" -snapshot "$2" ${3:-}) || rc=$?
+	if [ "$rc" -eq 2 ]; then
+		echo "check failed on $1: $out" >&2
+		violations=$((violations + 1))
+		return 1
+	fi
+	if [ -n "$out" ]; then
+		echo "$out" | sed "s|^|  $(basename "$1"): |"
+		violations=$((violations + $(grep -c '^violation:' <<<"$out")))
+		return 1
+	fi
+}
+
+kills=0
+survived=0
+campaigns=0
+runs=0
+start=$(date +%s)
+while [ "$kills" -lt "$KILLS" ]; do
+	campaigns=$((campaigns + 1))
+	dir=$work/c$campaigns
+	snap=$work/c$campaigns.snapshot
+	write_protocol "$work/torture-$campaigns.yaml"
+	if ! out=$("$bin/controller" start -f "$work/torture-$campaigns.yaml" -d "$dir" --gpu-backend fake 2>&1); then
+		echo "start failed: $out" >&2
+		exit 2
+	fi
+	ckills=0
+	while :; do
+		sleep "$(rand_sleep)"
+		held "$dir" || break # the campaign ended on its own
+		pid=$(cat "$dir/controller.lock")
+		ours "$pid" "$dir" || break
+		kill -9 "$pid"
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+		kills=$((kills + 1))
+		ckills=$((ckills + 1))
+		ok=1
+		check "$dir" "$snap" || ok=0
+		if ! out=$("$bin/controller" resume -d "$dir" 2>&1); then
+			echo "  c$campaigns: resume after kill $kills failed: $out"
+			violations=$((violations + 1))
+			break
+		fi
+		survived=$((survived + ok))
+		if ((kills % 50 == 0)); then
+			echo "  ... $kills kills, $violations violations, $(($(date +%s) - start)) s"
+		fi
+	done
+	while held "$dir"; do sleep 0.1; done
+	check "$dir" "$snap" -final || true
+	n=$(grep -c '"id": "p[0-9]*\.' "$dir/plan.json" || true)
+	runs=$((runs + n))
+	echo "campaign c$campaigns: $n runs, $ckills kills, $(ls -d "$dir"/runs/*/a* | wc -l) attempts"
+done
+echo "campaigns: $campaigns ($runs runs), $(($(date +%s) - start)) s"
+echo "kills: $kills"
+echo "kills survived: $survived"
+echo "invariant violations: $violations"
+[ "$violations" -eq 0 ]
