@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/lockfile"
+	"warden/pkg/state"
+)
+
+// Hostile children, beside the SIGTERM-ignoring server and the setsid
+// grandchild of e2e_test.go: a server whose engine leaves a hundred
+// processes in its group, and one whose engine is stopped (SIGSTOP, the
+// stand-in for uninterruptible sleep). Each runs with a cgroup per process
+// and with process groups only.
+
+// procState is the state letter of /proc/PID/stat ('T' when stopped), 0
+// when the process is gone.
+func procState(pid int) byte {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(st, ')')
+	if i < 0 || i+2 >= len(st) {
+		return 0
+	}
+	return st[i+2]
+}
+
+// engines lists the live stand-in engines of the campaign.
+func (c *campaign) engines() []int {
+	var out []int
+	for _, pid := range c.campaignPIDs() {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmd, []byte("\x00engine\x00")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// startDetached starts the campaign's controller detached with the given
+// cgroup mode.
+func (c *campaign) startDetached(proto, cgroups string) {
+	c.t.Helper()
+	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)
+	if code != 0 {
+		c.t.Fatalf("start exited %d:\n%s", code, out)
+	}
+}
+
+func (c *campaign) waitExit() {
+	c.t.Helper()
+	lock := filepath.Join(c.dir, api.LockFile)
+	waitFor(c.t, "the controller to finish", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+}
+
+// serverSignals is the server's recorded signal sequence, "SIGNAL/target".
+func serverSignals(a state.Attempt) string {
+	var seq []string
+	for _, sg := range a.Signals {
+		if sg.Role == "server" {
+			seq = append(seq, sg.Signal+"/"+sg.Target)
+		}
+	}
+	return strings.Join(seq, " ")
+}
+
+func TestServerForksAHundred(t *testing.T) {
+	for _, cg := range []string{"auto", "off"} {
+		t.Run("cgroups="+cg, func(t *testing.T) {
+			c := newCampaign(t)
+			c.startDetached(writeProtocol(t, scenario{serverArgs: `, --fork, "100"`, measureS: "3"}), cg)
+			c.waitMeasuring()
+			n := 0
+			waitFor(t, "the engine's hundred children", 60*time.Second, func() bool {
+				n = len(c.campaignPIDs())
+				return n >= 102 // API parent, engine, 100 children (and the client)
+			})
+			c.waitExit()
+			s := c.store()
+			as := c.attempts(s, "p1.saturation")
+			if len(as) != 1 || as[0].State != state.Complete {
+				t.Fatalf("attempts %+v", as)
+			}
+			// the API parent exited on SIGTERM; the children were left in
+			// the group and ended by the group (and cgroup) signals
+			if got := serverSignals(as[0]); !strings.HasPrefix(got, "SIGTERM/pid SIGTERM/group") {
+				t.Fatalf("server signals %q: want SIGTERM to the API parent, then to the group it left behind", got)
+			}
+			if v := c.gateVerdict(s, "p1.saturation", "cleanup"); v.Verdict != "pass" || v.Figures["gpu0_used_mib"] != 0 {
+				t.Fatalf("cleanup gate %+v", v)
+			}
+			c.assertNoProcesses()
+			t.Logf("%d processes of the campaign seen while measuring; signals %s", n, serverSignals(as[0]))
+		})
+	}
+}
+
+func TestStoppedEngineIsKilled(t *testing.T) {
+	for _, cg := range []string{"auto", "off"} {
+		t.Run("cgroups="+cg, func(t *testing.T) {
+			c := newCampaign(t)
+			c.startDetached(writeProtocol(t, scenario{measureS: "2"}), cg)
+			c.waitMeasuring()
+			var engine int
+			waitFor(t, "the engine", 30*time.Second, func() bool {
+				if es := c.engines(); len(es) == 1 {
+					engine = es[0]
+					return true
+				}
+				return false
+			})
+			if err := syscall.Kill(engine, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the engine to stop", 30*time.Second, func() bool { return procState(engine) == 'T' })
+			c.waitExit()
+			if st := procState(engine); st != 0 && st != 'Z' {
+				t.Fatalf("the stopped engine %d survived the campaign (state %c)", engine, st)
+			}
+			s := c.store()
+			as := c.attempts(s, "p1.saturation")
+			if len(as) != 1 || as[0].State != state.Complete {
+				t.Fatalf("attempts %+v", as)
+			}
+			// a stopped engine cannot take its parent's word or SIGTERM;
+			// only SIGKILL (or cgroup.kill) ends it
+			got := serverSignals(as[0])
+			if !strings.Contains(got, "SIGKILL/group") && !strings.Contains(got, "SIGKILL/cgroup") {
+				t.Fatalf("server signals %q: want SIGKILL to the group or cgroup", got)
+			}
+			if v := c.gateVerdict(s, "p1.saturation", "cleanup"); v.Verdict != "pass" || v.Figures["gpu0_used_mib"] != 0 {
+				t.Fatalf("cleanup gate %+v", v)
+			}
+			c.assertNoProcesses()
+		})
+	}
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/state"
+)
+
+// benchRuns is the size of the campaign BenchmarkResume10000Runs resumes.
+const benchRuns = 10000
+
+// writeBigProtocol writes a protocol of n one-load runs on two slots.
+func writeBigProtocol(b *testing.B, dir string, n int) string {
+	b.Helper()
+	ports := freePortsB(b, 2)
+	var vals, ids strings.Builder
+	for i := range n {
+		fmt.Fprintf(&vals, "{id: p%d}, ", i+1)
+		fmt.Fprintf(&ids, "p%d, ", i+1)
+	}
+	y := fmt.Sprintf(`warden: 1
+name: big
+host: {gpus: 2, cpus: 2}
+budget: {cap_gpu_hours: 1000}
+vars: {STANDIN: %q}
+slots:
+  - {name: s0, gpus: [0], cpus: "0", port: %d}
+  - {name: s1, gpus: [1], cpus: "1", port: %d}
+regimes:
+  - {name: two, concurrency: 2}
+classes:
+  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
+cleanup: {timeout_s: 10}
+servers:
+  - {name: standin, kind: standin, command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --gpu-mem-mib, "1024"], ready_timeout_s: 10}
+loads:
+  - {name: saturation, kind: saturation, expected_s: 10, client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2"]}
+axes:
+  - name: pattern
+    values: [%s]
+phases:
+  - {name: matrix, kind: primary, matrix: {pattern: [%s]}, loads: [saturation]}
+`, standinBin, ports[0], ports[1], strings.TrimSuffix(vals.String(), ", "), strings.TrimSuffix(ids.String(), ", "))
+	path := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+func freePortsB(b *testing.B, n int) []int {
+	b.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// bigCampaign creates a campaign of benchRuns runs in dir whose runs are
+// all complete but the last, as a controller would have left them: each
+// with a complete attempt, its events and its ledger entries. The last
+// hundred attempts have directories and state.json files.
+func bigCampaign(b *testing.B, dir string) {
+	b.Helper()
+	proto := writeBigProtocol(b, b.TempDir(), benchRuns)
+	fake := filepath.Join(b.TempDir(), "gpus")
+	if err := fakegpu.Init(fake, 2, 143771); err != nil {
+		b.Fatal(err)
+	}
+	plan, err := createCampaign(proto, dir, startOptions{backend: "fake", fakeGPUDir: fake, cgroups: "auto"}, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	path := []state.AttemptState{state.Reserved, state.Preflight, state.Starting, state.Ready,
+		state.Measuring, state.Stopping, state.Cleanup, state.Validating, state.Complete}
+	for i, r := range plan.Runs[:len(plan.Runs)-1] {
+		adir := ""
+		if i >= len(plan.Runs)-101 {
+			adir = filepath.Join(dir, "runs", r.ID, "a1")
+		}
+		if _, err := s.NewAttempt(r.ID, adir, func(a *state.Attempt) { a.GPUIDs = []int{i % 2} }); err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range []state.LedgerEntry{
+			{Kind: state.LedgerReserve, Run: r.ID, GPUSeconds: 10},
+			{Kind: state.LedgerRelease, Run: r.ID, GPUSeconds: 10},
+			{Kind: state.LedgerCharge, Run: r.ID, Attempt: 1, GPUSeconds: 3},
+		} {
+			if _, err := s.AddLedger(e); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, to := range path {
+			if _, err := s.Transition(r.ID, 1, to, "", "", nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := s.Check(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// killCampaign ends what a resumed controller in dir started: the
+// controller itself and every process carrying the directory.
+func killCampaign(dir string, controller *exec.Cmd) {
+	controller.Process.Kill()
+	controller.Wait()
+	marker := []byte("WARDEN_CAMPAIGN_DIR=" + dir + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(env, marker) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// BenchmarkResume10000Runs times a resume of a 10,000-run campaign whose
+// runs are all complete but the last, from the exec of
+// "controller resume --foreground" to its "launching wave" log line (the
+// reservation of the next run, just before its attempt starts). Target:
+// under 1 s.
+func BenchmarkResume10000Runs(b *testing.B) {
+	fixture := filepath.Join(b.TempDir(), "fixture")
+	bigCampaign(b, fixture)
+	work := filepath.Join(b.TempDir(), "camp")
+	var total time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		os.RemoveAll(work)
+		if out, err := exec.Command("cp", "-a", fixture, work).CombinedOutput(); err != nil {
+			b.Fatalf("copy the fixture: %v %s", err, out)
+		}
+		cmd := exec.Command(controllerBin, "resume", "-d", work, "--foreground")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(stderr)
+		launched := false
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "launching wave") {
+				launched = true
+				break
+			}
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		killCampaign(work, cmd)
+		if !launched {
+			b.Fatal("the resumed controller exited without launching the last run")
+		}
+		total += elapsed
+		b.StartTimer()
+	}
+	b.StopTimer()
+	mean := total / time.Duration(b.N)
+	b.ReportMetric(mean.Seconds(), "s/resume-to-launch")
+	b.Logf("resume of a %d-run campaign reached the launch of the next run in %v (mean of %d)", benchRuns, mean.Round(time.Millisecond), b.N)
+}
