@@ -13,13 +13,17 @@
 # the moderate run that needs its result, per pattern) on two fake GPUs.
 # The controller is started detached; after each start or resume the script
 # sleeps a random 0..MAX_SLEEP s, kills the pid in DIR/controller.lock and
-# resumes. Output: kills, kills survived, and invariant violations (target 0).
+# resumes; after one kill in EARLY, a foreground resume is also killed
+# 0..0.3 s after its start, while it reconciles what was left. A kill is
+# survived when the checks after it pass. Output: kills, kills survived,
+# and invariant violations (target 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS=${KILLS:-500}
 PATTERNS=${PATTERNS:-25}
 MAX_SLEEP=${MAX_SLEEP:-1.5}
-KEEP=${KEEP:-0} # 1: keep the work directory
+EARLY=${EARLY:-4} # 1 in EARLY kills is followed by one during the resume; 0: none
+KEEP=${KEEP:-0}   # 1: keep the work directory
 
 work=$(mktemp -d /tmp/torture.XXXXXX)
 bin=$work/bin
@@ -124,6 +128,7 @@ check() {
 }
 
 kills=0
+early=0
 survived=0
 campaigns=0
 runs=0
@@ -149,12 +154,27 @@ while [ "$kills" -lt "$KILLS" ]; do
 		ckills=$((ckills + 1))
 		ok=1
 		check "$dir" "$snap" || ok=0
+		survived=$((survived + ok))
+		if ((EARLY > 0 && RANDOM % EARLY == 0)); then
+			# a kill during the resume itself, while it reconciles what
+			# the last kill left: a foreground resume, killed 0..0.3 s in
+			"$bin/controller" resume -d "$dir" --foreground >/dev/null 2>&1 &
+			fg=$!
+			sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", r / 32767 * 0.3 }')"
+			kill -9 "$fg" 2>/dev/null || true
+			wait "$fg" 2>/dev/null || true
+			kills=$((kills + 1))
+			early=$((early + 1))
+			ckills=$((ckills + 1))
+			ok=1
+			check "$dir" "$snap" || ok=0
+			survived=$((survived + ok))
+		fi
 		if ! out=$("$bin/controller" resume -d "$dir" 2>&1); then
 			echo "  c$campaigns: resume after kill $kills failed: $out"
 			violations=$((violations + 1))
 			break
 		fi
-		survived=$((survived + ok))
 		if ((kills % 50 == 0)); then
 			echo "  ... $kills kills, $violations violations, $(($(date +%s) - start)) s"
 		fi
@@ -166,7 +186,7 @@ while [ "$kills" -lt "$KILLS" ]; do
 	echo "campaign c$campaigns: $n runs, $ckills kills, $(ls -d "$dir"/runs/*/a* | wc -l) attempts"
 done
 echo "campaigns: $campaigns ($runs runs), $(($(date +%s) - start)) s"
-echo "kills: $kills"
+echo "kills: $kills ($early of them during a resume)"
 echo "kills survived: $survived"
 echo "invariant violations: $violations"
 [ "$violations" -eq 0 ]
