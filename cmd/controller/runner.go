@@ -617,6 +617,9 @@ func (a *attempt) charge(end time.Time) {
 // without a cgroup nothing else reaches them. Each is identified by the
 // attempt's directory in its inherited environment and by being our child.
 func (a *attempt) killAdopted() {
+	if a.c.cgroups.Available() {
+		return // the attempt's cgroups hold its escapees; they were killed with them
+	}
 	ids, err := launch.Adopted(a.c.boot, "WARDEN_ATTEMPT_DIR="+a.dir)
 	if err != nil {
 		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("look for adopted descendants")
@@ -641,8 +644,10 @@ func (a *attempt) livePIDs() []int {
 			continue
 		}
 		if l := p.Leaf(); !l.IsZero() {
+			// the leaf holds the whole group and every escapee: no scan of /proc
 			if ps, err := l.Procs(); err == nil {
 				pids = append(pids, ps...)
+				continue
 			}
 		}
 		if ps, err := launch.GroupPIDs(p.PGID); err == nil {

@@ -238,6 +238,13 @@ func (s *shutdown) empty() (bool, error) {
 	if !s.leaderGone() {
 		return false, nil
 	}
+	if !s.leaf.IsZero() {
+		// Every member of the group was born in the leaf (children inherit
+		// their cgroup), so an empty leaf means an empty group, without a
+		// scan of /proc.
+		pop, err := s.leaf.Populated()
+		return !pop, err
+	}
 	members, err := s.groupMembers()
 	if err != nil || len(members) > 0 {
 		return false, err
