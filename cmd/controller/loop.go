@@ -607,8 +607,11 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 	bootID, _ := readBootID(c.boot)
 	sameBoot := bootID != "" && bootID == cp.ControllerBootID
 	for _, a := range live {
+		a = c.noteLeftovers(a, sameBoot)
 		var sigs []state.Signal
-		held := false // a recorded process still lived at resume
+		// processes of the attempt lived at this resume, or at an earlier
+		// one that died before it had ended them
+		held := a.Figures[leftoversFigure] > 0
 		for _, p := range a.Procs {
 			id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
 			if alive, _ := id.Alive(c.boot); alive {

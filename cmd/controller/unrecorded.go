@@ -64,6 +64,52 @@ func (c *controller) reclaimUnrecorded(ctx context.Context, a state.Attempt, sam
 	return sigs, errors.Join(errs...)
 }
 
+// leftoversFigure marks, in an attempt's figures, that a resume found
+// processes of the attempt alive. It is recorded before any of them is
+// signalled: a resume that dies while ending them leaves the mark, and the
+// next resume charges the attempt's GPUs up to its own time, as they may
+// have been held until just before.
+const leftoversFigure = "leftovers_alive_at_resume"
+
+// noteLeftovers records leftoversFigure on a live attempt when any of its
+// processes, recorded or (in the same boot) not, is alive now; it returns
+// the attempt as recorded.
+func (c *controller) noteLeftovers(a state.Attempt, sameBoot bool) state.Attempt {
+	if a.Figures[leftoversFigure] > 0 {
+		return a
+	}
+	alive := false
+	for _, p := range a.Procs {
+		id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
+		if ok, _ := id.Alive(c.boot); ok {
+			alive = true
+		}
+	}
+	if !alive && sameBoot && a.Dir != "" {
+		ids, _ := marked(c.boot, "WARDEN_ATTEMPT_DIR="+a.Dir)
+		alive = len(ids) > 0
+	}
+	if !alive {
+		return a
+	}
+	got, err := c.store.UpdateAttempt(a.RunID, a.N, func(at *state.Attempt) error {
+		if at.Figures == nil {
+			at.Figures = map[string]float64{}
+		}
+		at.Figures[leftoversFigure] = 1
+		return nil
+	})
+	if err != nil && !errors.Is(err, state.ErrStateFile) {
+		c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Msg("note left-over processes")
+		if a.Figures == nil {
+			a.Figures = map[string]float64{}
+		}
+		a.Figures[leftoversFigure] = 1 // charge as held all the same
+		return a
+	}
+	return got
+}
+
 func recordedCgroup(a state.Attempt, path string) bool {
 	for _, p := range a.Procs {
 		if p.Cgroup == path {
