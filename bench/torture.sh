@@ -30,13 +30,31 @@ bin=$work/bin
 go build -o "$bin/" ./cmd/controller ./cmd/standin ./bench/check
 
 dir=""
+fg=""
 # held: a controller holds the campaign's lock.
 held() { [ -e "$1/controller.lock" ] && ! flock -n -s "$1/controller.lock" true; }
 # ours PID DIR: pid is this script's controller daemon for DIR.
 ours() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$bin/controller daemon -d $2 "; }
+# campaign_pids DIR: the live processes carrying the campaign directory.
+campaign_pids() {
+	local p
+	for p in /proc/[0-9]*; do
+		if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qxF "WARDEN_CAMPAIGN_DIR=$1"; then
+			echo "${p#/proc/}"
+		fi
+	done
+}
 finish() {
+	if [ -n "$fg" ]; then
+		kill -9 "$fg" 2>/dev/null || true
+		wait "$fg" 2>/dev/null || true
+	fi
 	if [ -n "$dir" ] && held "$dir"; then
 		"$bin/controller" stop -d "$dir" --timeout 60s >/dev/null 2>&1 || true
+	fi
+	# what a killed controller left, when the script itself is interrupted
+	if [ -n "$dir" ]; then
+		for p in $(campaign_pids "$dir"); do kill -9 "$p" 2>/dev/null || true; done
 	fi
 	if [ "$KEEP" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
 }
@@ -163,6 +181,7 @@ while [ "$kills" -lt "$KILLS" ]; do
 			sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", r / 32767 * 0.3 }')"
 			kill -9 "$fg" 2>/dev/null || true
 			wait "$fg" 2>/dev/null || true
+			fg=""
 			kills=$((kills + 1))
 			early=$((early + 1))
 			ckills=$((ckills + 1))
