@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,13 +44,24 @@ func Acquire(path string) (*Lock, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &HeldError{Path: path, PID: Owner(path)}
+			// The holder may have the lock but not yet its pid written:
+			// look again briefly rather than report pid 0.
+			pid := Owner(path)
+			for i := 0; pid == 0 && i < 50; i++ {
+				time.Sleep(10 * time.Millisecond)
+				pid = Owner(path)
+			}
+			return nil, &HeldError{Path: path, PID: pid}
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	err = f.Truncate(0)
+	// The pid is written over the old one and the tail cut after, so a
+	// reader sees a whole pid on the first line at every moment once one
+	// was written.
+	line := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	_, err = f.WriteAt(line, 0)
 	if err == nil {
-		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		err = f.Truncate(int64(len(line)))
 	}
 	if err == nil {
 		err = f.Sync()
@@ -79,7 +91,8 @@ func Owner(path string) int {
 	if err != nil {
 		return 0
 	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
 	return pid
 }
 
