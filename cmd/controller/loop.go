@@ -633,8 +633,8 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 		}
 		held = held || len(sigs) > 0
 		// Never under-count: GPUs held by a left-over were held from the
-		// server's start (or, for a server never recorded, from the last
-		// record before it started) until it was killed just now;
+		// server's start (or, for a server never recorded, from the
+		// attempt's creation, before it started) until it was killed now;
 		// otherwise they were held at least until the last sign of life
 		// (heartbeat or record). Time charged already is not charged again.
 		var start time.Time
@@ -647,7 +647,7 @@ func (c *controller) reconcileLeftovers(ctx context.Context) error {
 		case srv != nil:
 			start = srv.StartedAt
 		case held:
-			start = a.UpdatedAt
+			start = a.CreatedAt
 		}
 		charge := 0.0
 		if !start.IsZero() {
