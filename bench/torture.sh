@@ -60,11 +60,12 @@ finish() {
 }
 trap finish EXIT
 
-# free_port: a loopback port nothing listens on.
+# free_port: a loopback port nothing listens on, below the ephemeral range
+# (32768 and up by default), so that no other program is handed it meanwhile.
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return

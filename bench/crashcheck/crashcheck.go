@@ -43,7 +43,7 @@ import (
 
 // Tolerance is how far below the GPU time it can prove used the ledger may
 // fall for one attempt (clock readings taken microseconds apart).
-const Tolerance = 0.05
+const Tolerance = 0.005
 
 // Snapshot is what a crash test knows of a campaign at one moment with no
 // controller running.
