@@ -505,6 +505,22 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
+// waitMeasuring waits until a run of the campaign measures and returns it.
+func (c *campaign) waitMeasuring() api.Current {
+	c.t.Helper()
+	var found api.Current
+	waitFor(c.t, "a run measuring", 60*time.Second, func() bool {
+		for _, cur := range c.liveStatus().Current {
+			if cur.State == string(state.Measuring) {
+				found = cur
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
 func (c *campaign) liveStatus() api.Status {
 	c.t.Helper()
 	cl := api.NewClient(c.dir, 5*time.Second)
@@ -536,14 +552,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	}
 
 	// stop while a run measures
-	waitFor(t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				return true
-			}
-		}
-		return false
-	})
+	c.waitMeasuring()
 	out, code = c.controller("stop", "-d", c.dir)
 	if code != 0 || !strings.Contains(out, "controller exited") {
 		t.Fatalf("stop exited %d:\n%s", code, out)
@@ -609,14 +618,7 @@ func TestKilledControllerResumes(t *testing.T) {
 	}
 	lock := filepath.Join(c.dir, api.LockFile)
 	pid := lockfile.Owner(lock)
-	waitFor(t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				return true
-			}
-		}
-		return false
-	})
+	c.waitMeasuring()
 	// the controller dies without a chance to clean up; its children live on
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

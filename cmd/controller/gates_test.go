@@ -94,16 +94,7 @@ func TestForeignProcessAppears(t *testing.T) {
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", host); code != 0 {
 		t.Fatalf("start exited %d:\n%s", code, out)
 	}
-	var gpu int = -1
-	waitFor(t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				gpu = map[string]int{"s0": 0, "s1": 1}[cur.Slot]
-				return true
-			}
-		}
-		return false
-	})
+	gpu := map[string]int{"s0": 0, "s1": 1}[c.waitMeasuring().Slot]
 	// another user's process takes memory on the GPU while the run measures
 	pid, st := sleeper(t)
 	if err := fakegpu.ClaimFor(host, gpu, pid, st, 4242, 4096); err != nil {

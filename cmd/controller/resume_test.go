@@ -21,19 +21,6 @@ import (
 // Resume after a crash when the recorded identities no longer name the
 // processes: a pid reused by an unrelated process, and a reboot.
 
-// waitMeasuring waits until a run of the live campaign measures.
-func (c *campaign) waitMeasuring() {
-	c.t.Helper()
-	waitFor(c.t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				return true
-			}
-		}
-		return false
-	})
-}
-
 // unrelated starts a process the test owns that has nothing to do with
 // the campaign, and returns it; it is killed and waited for at cleanup.
 func unrelated(t *testing.T) *exec.Cmd {

@@ -22,14 +22,7 @@ func TestSIGTERMStopsGracefully(t *testing.T) {
 	}
 	lock := filepath.Join(c.dir, api.LockFile)
 	pid := lockfile.Owner(lock)
-	waitFor(t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				return true
-			}
-		}
-		return false
-	})
+	c.waitMeasuring()
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
