@@ -34,9 +34,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/renameio/v2"
-
 	"warden/pkg/api"
+	"warden/pkg/atomicfile"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/state"
 )
@@ -484,7 +483,7 @@ func (s *Snapshot) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(path, b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("save snapshot: %w", err)
 	}
 	return nil

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/pkg/atomicfile"
 )
 
 // failureBackoff is how long a worker pauses after a failed request, so that
@@ -243,11 +245,7 @@ func writeResult(dir string, res result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("result directory: %w", err)
 	}
-	data, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
-	}
-	return writeFileAtomic(filepath.Join(dir, "result.json"), append(data, '\n'))
+	return atomicfile.WriteJSON(filepath.Join(dir, "result.json"), res, 0o644)
 }
 
 // sleepCtx waits for d or until ctx is done.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/pkg/atomicfile"
 )
 
 // engineExitTimeout bounds the parent's wait for its engine after telling it
@@ -136,7 +138,7 @@ func runServer(cfg serverConfig) error {
 		go func() { _ = holder.Wait() }()
 	}
 	if cfg.portFile != "" {
-		if err := writeFileAtomic(cfg.portFile, []byte(strconv.Itoa(port)+"\n")); err != nil {
+		if err := atomicfile.WriteFile(cfg.portFile, []byte(strconv.Itoa(port)+"\n"), 0o644); err != nil {
 			return fmt.Errorf("server: port file: %w", err)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/google/renameio/v2"
+	"warden/pkg/atomicfile"
 )
 
 // Entry is one recorded file.
@@ -110,7 +110,7 @@ func Record(campaignDir string, entries []Entry) ([]Entry, error) {
 		out[i] = e
 	}
 	dir := filepath.Join(campaignDir, SubDir)
-	if err := os.MkdirAll(filepath.Join(dir, Files), 0o755); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Join(dir, Files), 0o755); err != nil {
 		return nil, fmt.Errorf("provenance: %w", err)
 	}
 	for _, e := range out {
@@ -122,7 +122,7 @@ func Record(campaignDir string, entries []Entry) ([]Entry, error) {
 			return nil, fmt.Errorf("provenance: %w", err)
 		}
 		dst := filepath.Join(dir, Files, copyName(e.Path))
-		if err := renameio.WriteFile(dst, data, 0o444); err != nil {
+		if err := atomicfile.WriteFile(dst, data, 0o444); err != nil {
 			return nil, fmt.Errorf("provenance: copy %s: %w", e.Path, err)
 		}
 	}
@@ -134,11 +134,8 @@ func Record(campaignDir string, entries []Entry) ([]Entry, error) {
 		}
 		fmt.Fprintf(&b, "%s  %s\t%s%s\n", e.SHA256, e.Path, e.Role, priv)
 	}
-	if err := renameio.WriteFile(filepath.Join(dir, SumFile), b.Bytes(), 0o444); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, SumFile), b.Bytes(), 0o444); err != nil {
 		return nil, fmt.Errorf("provenance: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		return nil, err
 	}
 	return out, nil
 }
@@ -190,13 +187,4 @@ func Verify(campaignDir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -3,15 +3,15 @@ package state
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"warden/pkg/failpoint"
 
-	"github.com/google/renameio/v2"
 	bolt "go.etcd.io/bbolt"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/failpoint"
 )
 
 // StateFileName is the name of the file written in an attempt's directory.
@@ -328,35 +328,20 @@ func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error
 	if a.Dir == "" {
 		return nil
 	}
-	err := func() error {
-		raw, err := json.MarshalIndent(StateFile{Campaign: campaign, Attempt: a, Events: events}, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(a.Dir, 0o755); err != nil {
-			return err
-		}
-		f, err := renameio.NewPendingFile(filepath.Join(a.Dir, StateFileName),
-			renameio.WithTempDir(a.Dir), renameio.WithStaticPermissions(0o644))
-		if err != nil {
-			return err
-		}
-		defer f.Cleanup()
-		if _, err := f.Write(append(raw, '\n')); err != nil {
-			return err
-		}
-		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
-		if err := f.CloseAtomicallyReplace(); err != nil {
-			return err
-		}
-		d, err := os.Open(a.Dir)
-		if err != nil {
-			return err
-		}
-		return errors.Join(d.Sync(), d.Close())
-	}()
+	path := filepath.Join(a.Dir, StateFileName)
+	raw, err := json.MarshalIndent(StateFile{Campaign: campaign, Attempt: a, Events: events}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("write %s: %w: %w", filepath.Join(a.Dir, StateFileName), ErrStateFile, err)
+		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
+	}
+	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
+	}
+	err = atomicfile.WriteFile(path, append(raw, '\n'), 0o644, atomicfile.BeforeRename(func() {
+		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
+	}))
+	if err != nil {
+		// err says "write PATH: ...".
+		return fmt.Errorf("%w: %w", ErrStateFile, err)
 	}
 	return nil
 }

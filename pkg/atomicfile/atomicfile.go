@@ -1,0 +1,138 @@
+// Package atomicfile writes files so that a crash leaves either the old
+// content or the new one, whole, and the new one survives a power cut once
+// a write has returned.
+//
+// WriteFile's promise: the data goes to a temporary file in the same
+// directory as the target, which is fsynced, renamed over the target, and
+// then the directory itself is fsynced, so the rename is durable too.
+// Readers never see a partial file. A failed write removes its temporary
+// file and leaves the target as it was (unless the failure is the final
+// directory fsync: the rename has then happened but may not be durable).
+//
+// MkdirAll gives directories the same durability: each parent whose entry
+// list changed is fsynced.
+package atomicfile
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
+)
+
+// Option changes how WriteFile and WriteJSON write.
+type Option func(*config)
+
+type config struct {
+	beforeRename func()
+}
+
+// BeforeRename returns an Option that calls f after the temporary file has
+// been written and fsynced and before it is renamed over the target: at that
+// point the target still holds its old content. Crash tests kill the process
+// there.
+func BeforeRename(f func()) Option {
+	return func(c *config) { c.beforeRename = f }
+}
+
+// WriteFile writes data to path atomically and durably, with permissions
+// mode (not subject to the umask, and not copied from an existing file):
+// a temporary file in the same directory, fsync, rename over path, fsync
+// of the directory. The directory must exist.
+func WriteFile(path string, data []byte, mode os.FileMode, opts ...Option) error {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := write(path, data, mode, cfg); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func write(path string, data []byte, mode os.FileMode, cfg config) error {
+	dir := filepath.Dir(path)
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir),
+		renameio.WithPermissions(mode), renameio.WithStaticPermissions(mode))
+	if err != nil {
+		return fmt.Errorf("create temporary file: %w", err)
+	}
+	defer f.Cleanup() // removes the temporary file unless it was renamed
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync temporary file: %w", err)
+	}
+	if cfg.beforeRename != nil {
+		cfg.beforeRename()
+	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	return SyncDir(dir)
+}
+
+// WriteJSON writes v as JSON, indented by two spaces and ending in a
+// newline, to path through WriteFile.
+func WriteJSON(path string, v any, mode os.FileMode, opts ...Option) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write %s: encode: %w", path, err)
+	}
+	return WriteFile(path, append(data, '\n'), mode, opts...)
+}
+
+// SyncDir fsyncs the directory dir, making the creation, removal and
+// renaming of its entries durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	if err := errors.Join(d.Sync(), d.Close()); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// MkdirAll creates dir and any missing parents with permissions mode
+// (before the umask), as os.MkdirAll does, and fsyncs each parent whose
+// entry list it changed, so that the new directories survive a power cut.
+// A dir that already exists is left alone; one that exists but is not a
+// directory is an error.
+func MkdirAll(dir string, mode os.FileMode) error {
+	if err := mkdirAll(filepath.Clean(dir), mode); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func mkdirAll(dir string, mode os.FileMode) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: fs.ErrExist}
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAll(parent, mode); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, mode); err != nil {
+		// Made meanwhile by someone else: sync the parent all the same, as
+		// its maker may not have yet.
+		fi, serr := os.Stat(dir)
+		if !errors.Is(err, fs.ErrExist) || serr != nil || !fi.IsDir() {
+			return err
+		}
+	}
+	return SyncDir(parent)
+}
