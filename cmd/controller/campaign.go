@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +11,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/renameio/v2"
-
 	"warden/pkg/api"
+	"warden/pkg/atomicfile"
 	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/launch"
 	"warden/pkg/provenance"
+	"warden/pkg/runner"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -51,24 +53,18 @@ func readSettings(dir string) (settings, error) {
 	return s, nil
 }
 
-func writeJSONFile(path string, v any, mode os.FileMode) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+// runLedger runs the ledger commands through a launcher of their own: the
+// starting command has no other children to reap.
+func runLedger(dir, workdir string, cmds []protocols.CommandSpec, vars map[string]string) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	reaper := launch.NewReaper()
+	if err := reaper.Start(context.Background()); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(path, append(b, '\n'), mode); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	defer reaper.Close()
+	return runner.RunLedger(&launch.Launcher{Reaper: reaper}, dir, workdir, cmds, vars, os.Stderr)
 }
 
 // createCampaign makes the campaign directory: the plan, the provenance
@@ -106,10 +102,10 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		return nil, err
 	}
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
-	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars, os.Stderr); err != nil {
+	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	if err := writeJSONFile(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
 		return nil, fmt.Errorf("write plan: %w", err)
 	}
 	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
@@ -138,7 +134,7 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 			}
 		}
 	}
-	if err := writeJSONFile(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
 		return nil, fmt.Errorf("write settings: %w", err)
 	}
 

@@ -371,7 +371,7 @@ func TestServerNeverHealthy(t *testing.T) {
 		}
 	}
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonServerNotReady) || !strings.Contains(cp.StopDetail, "p1.saturation") {
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonServerNotReady) || !strings.Contains(cp.StopDetail, "p1.saturation") {
 		t.Fatalf("campaign %s %s %q", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	c.assertNoProcesses()

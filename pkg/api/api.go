@@ -48,7 +48,7 @@ type CampaignStatus struct {
 	SHA256      string             `json:"protocol_sha256"`
 	Dir         string             `json:"dir"`
 	State       string             `json:"state"` // running, stopped, complete
-	StopReason  string             `json:"stop_reason"`
+	StopReason  state.StopReason   `json:"stop_reason"`
 	StopDetail  string             `json:"stop_detail,omitempty"`
 	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
 	Regime      string             `json:"regime,omitempty"`

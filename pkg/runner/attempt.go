@@ -1,8 +1,8 @@
-package main
+package runner
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"warden/pkg/atomicfile"
 	"warden/pkg/failpoint"
 	"warden/pkg/gpu/sample"
 
@@ -22,28 +23,6 @@ import (
 	"warden/protocols"
 )
 
-// Failure reasons that an exact retry may cure: the infrastructure, not
-// the workload or the configuration.
-var retryable = map[state.Reason]bool{
-	state.ReasonServerExit:     true,
-	state.ReasonServerNotReady: true,
-	state.ReasonClientFailed:   true,
-	state.ReasonHarnessError:   true,
-}
-
-// Failure reasons that stop the campaign for review whatever the retries
-// (the seed's stop conditions).
-var stopsCampaign = map[state.Reason]bool{
-	state.ReasonGPUNotIdle:        true,
-	state.ReasonForeignGPUProcess: true,
-	state.ReasonCleanupTimeout:    true,
-	state.ReasonCleanupFailed:     true,
-	state.ReasonConfigMismatch:    true,
-	state.ReasonPrivacyViolation:  true,
-	state.ReasonOOM:               true,
-	state.ReasonHashMismatch:      true,
-}
-
 // outcome is how one attempt ended.
 type outcome struct {
 	state       state.AttemptState
@@ -52,33 +31,36 @@ type outcome struct {
 	interrupted bool
 }
 
-// runUnit executes the unit's runs back to back. A failed run gets the
-// protocol's exact retries when its reason allows; otherwise the unit ends
-// and says whether the failure stops the campaign.
-func (c *controller) runUnit(ctx context.Context, u *unitRun) unitResult {
-	res := unitResult{unit: u.unit}
-	for _, r := range u.runs {
+// runUnit executes the unit's runs back to back. After each attempt the
+// outcome policy (Next) says what follows: the next run, an exact retry,
+// or the end of the unit with a failure that stops the campaign.
+func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
+	res := unitResult{unit: u.Unit}
+	for _, r := range u.Runs {
 		retries := 0
 		for {
-			out := c.runAttempt(ctx, r, u.slots, attemptOpts{regime: u.regime})
-			if out.interrupted {
+			out := c.runAttempt(ctx, r, u.Slots, attemptOpts{regime: u.Regime})
+			v := Next(out.state, out.reason, retries, c.plan.Retries)
+			switch v.Next {
+			case Restart:
 				res.interrupted = true
 				return res
-			}
-			if out.state == state.Complete || out.state == state.Quarantined {
-				if out.state == state.Quarantined {
-					res.quarantined++
+			case Quarantine:
+				res.quarantined++
+			case Retry:
+				if ctx.Err() != nil {
+					res.interrupted = true
+					return res
 				}
-				break
-			}
-			if retryable[out.reason] && retries < c.plan.Retries && ctx.Err() == nil {
 				retries++
 				c.log.Warn().Str("run", r.ID).Str("reason", string(out.reason)).Int("retry", retries).Msg("exact retry after an infrastructure failure")
+				failpoint.Hit("retry-decided")
 				continue
+			case StopForReview:
+				res.failedRun, res.reason, res.detail, res.verdict = r.ID, out.reason, out.detail, v
+				return res
 			}
-			res.failedRun, res.reason, res.detail = r.ID, out.reason, out.detail
-			res.stop = true // a failure that is not retried stops the campaign for review
-			return res
+			break
 		}
 	}
 	return res
@@ -86,7 +68,7 @@ func (c *controller) runUnit(ctx context.Context, u *unitRun) unitResult {
 
 // attempt is the working state of one attempt.
 type attempt struct {
-	c       *controller
+	c       *Runner
 	run     protocols.Run
 	n       int
 	dir     string
@@ -117,6 +99,10 @@ type attempt struct {
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
 	post         chan map[string]float64 // the post-measure record's figures, when taken
+	// stopErr holds what went wrong ending the attempt's processes (a
+	// signal or cgroup operation that failed): a cleanup gate that then
+	// fails is cleanup-failed, not a timeout.
+	stopErr error
 }
 
 func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
@@ -184,7 +170,7 @@ type attemptOpts struct {
 	until     <-chan struct{}
 }
 
-func (c *controller) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attemptOpts) outcome {
+func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attemptOpts) outcome {
 	run, err := c.store.Run(r.ID)
 	if err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
@@ -289,7 +275,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	case ctx.Err() != nil:
 		return a.stopThenInterrupt("stopped while the server was starting")
 	case errors.Is(err, launch.ErrExited):
-		return a.stopThenFail(state.ReasonServerExit, fmt.Sprintf("server exited before it was ready (%s)", exitText(srv.Exit())))
+		return a.stopThenFail(a.serverExitReason(), fmt.Sprintf("server exited before it was ready (%s)%s", exitText(srv.Exit()), a.oomNote()))
 	default:
 		return a.stopThenFail(state.ReasonServerNotReady, fmt.Sprintf("server not ready within %.0f s: %v", a.run.Server.ReadyTimeoutS, err))
 	}
@@ -368,7 +354,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			return "", ""
 		case <-a.server.Done():
 			a.recordExit(a.server)
-			return state.ReasonServerExit, "server exited while the client ran (" + exitText(a.server.Exit()) + ")"
+			return a.serverExitReason(), "server exited while the client ran (" + exitText(a.server.Exit()) + ")" + a.oomNote()
 		case <-ctx.Done():
 			return state.ReasonInterrupted, "stopped while measuring"
 		case <-a.opts.until:
@@ -503,46 +489,47 @@ func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail
 	return outcome{state: to, reason: reason, detail: detail}
 }
 
-// stopClient ends the client gracefully: SIGTERM, a grace, the group.
-func (a *attempt) stopClient() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// Grace periods of the processes an attempt starts, set once on their
+// launch specs (the server's come from the protocol). The client gets time
+// to write its results after SIGTERM; a validator is a short check.
+const (
+	clientGrace      = 10 * time.Second
+	clientGroupGrace = 2 * time.Second
+	validatorGrace   = 5 * time.Second
+	// stopSlack is how much longer than its graces a shutdown may take
+	// before it is abandoned (SIGKILL and the wait for the group).
+	stopSlack = 30 * time.Second
+)
+
+// stopProc ends p with its spec's grace periods and notes the signals
+// for the next transition.
+func (a *attempt) stopProc(p *launch.Proc) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.Stop.Grace+p.Stop.GroupGrace+stopSlack)
 	defer cancel()
-	recs, err := launch.Stop(ctx, a.client, launch.StopOptions{Grace: 10 * time.Second, GroupGrace: 2 * time.Second})
+	recs, err := p.Shutdown(ctx)
 	a.pendSigs = append(a.pendSigs, toSignals(recs)...)
 	if err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop client")
+		a.stopErr = errors.Join(a.stopErr, err)
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Str("role", p.Role).Msg("stop")
 	}
-	a.recordExit(a.client)
+	a.recordExit(p)
 }
+
+// stopClient ends the client gracefully: SIGTERM, its grace, the group.
+func (a *attempt) stopClient() { a.stopProc(a.client) }
 
 // shutdown stops the client (if still running) and the server: SIGTERM to
 // the API parent, its grace, then the group and the cgroup. Every signal
 // is recorded with its time.
 func (a *attempt) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration((a.run.Server.ShutdownGraceS+a.run.Server.GroupGraceS+30)*float64(time.Second)))
-	defer cancel()
-	var sigs []state.Signal
+	n := len(a.pendSigs)
 	if a.client != nil {
-		recs, err := launch.Stop(ctx, a.client, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 2 * time.Second})
-		sigs = append(sigs, toSignals(recs)...)
-		if err != nil {
-			a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop client")
-		}
-		a.recordExit(a.client)
+		a.stopProc(a.client)
 	}
 	if a.server != nil {
-		recs, err := launch.Stop(ctx, a.server, launch.StopOptions{
-			Grace:      time.Duration(a.run.Server.ShutdownGraceS * float64(time.Second)),
-			GroupGrace: time.Duration(a.run.Server.GroupGraceS * float64(time.Second)),
-		})
-		sigs = append(sigs, toSignals(recs)...)
-		if err != nil {
-			a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop server")
-		}
-		a.recordExit(a.server)
+		a.stopProc(a.server)
 	}
-	a.pendSigs = append(a.pendSigs, sigs...)
-	if len(sigs) > 0 {
+	if len(a.pendSigs) > n {
 		failpoint.Hit("signals-sent-unrecorded")
 	}
 }
@@ -577,6 +564,9 @@ func (a *attempt) cleanup() (outcome, bool) {
 	a.stopSampler()
 	if !v.Passed() {
 		reason := state.ReasonCleanupTimeout
+		if a.stopErr != nil {
+			reason = state.ReasonCleanupFailed
+		}
 		if snap, err := a.c.gpus.Snapshot(a.gpuIDs); err == nil {
 			for _, g := range snap {
 				for _, p := range g.Procs {
@@ -680,8 +670,9 @@ func (a *attempt) validate() (state.Reason, string) {
 		}
 		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
 		p, err := a.c.starter.Start(launch.Spec{
-			Role: "validator:" + v.Name, Argv: argv, Env: a.env, Dir: a.c.set.Workdir,
+			Role: "validator:" + v.Name, Argv: argv, Env: a.env, Dir: a.c.workdir,
 			StdoutPath: out, StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
+			Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace},
 		})
 		if err != nil {
 			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %v", v.Name, err)
@@ -744,8 +735,8 @@ func (a *attempt) prepareCommands() error {
 		"SLOT":         strings.Join(slotNames, "+"),
 		"REGIME":       a.opts.regime,
 		"PHASE_FILE":   filepath.Join(a.dir, "phases.jsonl"),
-		"PROTOCOL_DIR": filepath.Dir(c.set.ProtocolPath),
-		"WORKDIR":      c.set.Workdir,
+		"PROTOCOL_DIR": filepath.Dir(c.protocolPath),
+		"WORKDIR":      c.workdir,
 	}
 	for as, run := range a.run.NeedVars {
 		res, err := c.resultDir(run)
@@ -767,19 +758,19 @@ func (a *attempt) prepareCommands() error {
 		"WARDEN_CPUS="+a.vars["CPUS"],
 		"WARDEN_PHASE_FILE="+a.vars["PHASE_FILE"],
 	)
-	if c.set.GPUBackend == "fake" {
-		env = append(env, fakegpu.EnvDir+"="+c.set.FakeGPUDir)
+	if c.fakeGPUDir != "" {
+		env = append(env, fakegpu.EnvDir+"="+c.fakeGPUDir)
 	}
 	a.env = env
-	return writeJSONFile(filepath.Join(a.dir, "environment.json"), map[string]any{
-		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.set.Workdir,
+	return atomicfile.WriteJSON(filepath.Join(a.dir, "environment.json"), map[string]any{
+		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.workdir,
 		"protocol_sha256": c.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
 	}, 0o644)
 }
 
 // resultDir is the directory of a needed run's result: its complete (or
 // quarantined) attempt.
-func (c *controller) resultDir(run string) (string, error) {
+func (c *Runner) resultDir(run string) (string, error) {
 	r, err := c.store.Run(run)
 	if err != nil {
 		return "", err
@@ -791,22 +782,7 @@ func (c *controller) resultDir(run string) (string, error) {
 }
 
 func (a *attempt) expandCommand(cmd protocols.CommandSpec) ([]string, error) {
-	if cmd.Shell != "" {
-		s, err := protocols.Expand(cmd.Shell, a.vars)
-		if err != nil {
-			return nil, err
-		}
-		return []string{"/bin/sh", "-c", s}, nil
-	}
-	out := make([]string, len(cmd.Argv))
-	for i, arg := range cmd.Argv {
-		s, err := protocols.Expand(arg, a.vars)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = s
-	}
-	return out, nil
+	return expandCommand(cmd, a.vars)
 }
 
 // start launches the server or the client in its own process group and
@@ -827,10 +803,11 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 	}
 	appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
 	p, err := a.c.starter.Start(launch.Spec{
-		Role: role, Argv: argv, Env: env, Dir: a.c.set.Workdir,
+		Role: role, Argv: argv, Env: env, Dir: a.c.workdir,
 		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),
 		CPUs:   a.cpus,
 		Cgroup: fmt.Sprintf("%s.a%d.%s", a.run.ID, a.n, role),
+		Stop:   a.stopOptions(role),
 	})
 	if err != nil {
 		return nil, err
@@ -845,6 +822,18 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		return nil
 	})
 	return p, nil
+}
+
+// stopOptions are the grace periods of the server (the protocol's) and
+// of the client.
+func (a *attempt) stopOptions(role string) launch.StopOptions {
+	if role == "server" {
+		return launch.StopOptions{
+			Grace:      time.Duration(a.run.Server.ShutdownGraceS * float64(time.Second)),
+			GroupGrace: time.Duration(a.run.Server.GroupGraceS * float64(time.Second)),
+		}
+	}
+	return launch.StopOptions{Grace: clientGrace, GroupGrace: clientGroupGrace}
 }
 
 // recordExit notes a process's exit, once; the next transition records it.
@@ -884,20 +873,48 @@ func shellQuote(argv []string) string {
 	return strings.Join(out, " ")
 }
 
-// appendLine appends a line to a log file and syncs it.
-func appendLine(path, line string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	f.WriteString(line + "\n")
-	f.Sync()
+// oomMarkers are what PyTorch and the CUDA runtime print when a server runs
+// out of GPU memory (torch.OutOfMemoryError's message begins "CUDA out of
+// memory"; the CUDA runtime's error string is "out of memory").
+var oomMarkers = [][]byte{
+	[]byte("CUDA out of memory"),
+	[]byte("OutOfMemoryError"),
+	[]byte("CUDA error: out of memory"),
 }
 
-func appendJSONLine(path string, v any) {
-	b, err := json.Marshal(v)
-	if err == nil {
-		appendLine(path, string(b))
+// oomTail is how much of the end of the server's output is searched.
+const oomTail = 256 << 10
+
+// serverOOM returns the marker found when the end of the server's output
+// says it ran out of GPU memory ("" otherwise).
+func (a *attempt) serverOOM() string {
+	for _, name := range []string{"server.err", "server.out"} {
+		tail, err := readTail(filepath.Join(a.dir, name), oomTail)
+		if err != nil {
+			continue
+		}
+		for _, m := range oomMarkers {
+			if bytes.Contains(tail, m) {
+				return string(m)
+			}
+		}
 	}
+	return ""
+}
+
+// serverExitReason is why an attempt whose server exited failed: oom when
+// its output says it ran out of GPU memory (seed 002 stop condition 2,
+// "GPU OOM"), server-exit otherwise.
+func (a *attempt) serverExitReason() state.Reason {
+	if a.serverOOM() != "" {
+		return state.ReasonOOM
+	}
+	return state.ReasonServerExit
+}
+
+func (a *attempt) oomNote() string {
+	if m := a.serverOOM(); m != "" {
+		return "; its output says " + strconv.Quote(m)
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"context"
@@ -19,14 +19,14 @@ import (
 // background loads start first and keep serving while the target's loads
 // run back to back on its slot; then the backgrounds are stopped and the
 // check's gate is judged. The solo block is the target alone.
-func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
-	res := unitResult{unit: u.unit}
+func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
+	res := unitResult{unit: u.Unit}
 	slotByName := map[string]protocols.SlotInfo{}
 	for _, s := range c.plan.Slots {
 		slotByName[s.Name] = s
 	}
 	var bgs, targets []protocols.Run
-	for _, r := range u.runs {
+	for _, r := range u.Runs {
 		if r.Kind == "background" {
 			bgs = append(bgs, r)
 		} else {
@@ -34,7 +34,10 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 	}
 	fail := func(run string, out outcome) unitResult {
-		res.failedRun, res.reason, res.detail, res.stop = run, out.reason, out.detail, true
+		// a co-location block is not retried: its gate judges the block
+		// as it ran
+		res.failedRun, res.reason, res.detail = run, out.reason, out.detail
+		res.verdict = Next(out.state, out.reason, 0, 0)
 		return res
 	}
 
@@ -82,7 +85,7 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 	}
 	if len(bgs) > 0 {
-		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.regime).Msg("co-location backgrounds serving; running the target")
+		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 	for _, r := range targets {
 		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime})
@@ -108,8 +111,8 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 			return fail(o.run, o.out)
 		}
 	}
-	if u.gate != nil && ctx.Err() == nil {
-		c.judgeColocation(*u.gate)
+	if u.Gate != nil && ctx.Err() == nil {
+		c.judgeColocation(*u.Gate)
 	}
 	return res
 }
@@ -117,7 +120,7 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 // judgeColocation compares the co-located target with the solo target
 // (throughput within the tolerance, and the validator's figures) and
 // records the gate's verdict; a later regime runs only after a fail.
-func (c *controller) judgeColocation(g protocols.GateInfo) {
+func (c *Runner) judgeColocation(g protocols.GateInfo) {
 	now := c.now()
 	record := func(v gates.Verdict) {
 		v.Gate = g.Name
@@ -166,31 +169,36 @@ func (c *controller) judgeColocation(g protocols.GateInfo) {
 	record(v)
 }
 
+// gateValidatorTimeout bounds a co-location gate's validator.
+const gateValidatorTimeout = 10 * time.Minute
+
 // runGateValidator runs the co-location gate's validator with the two
 // result directories and reads its verdict.
-func (c *controller) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
+func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
 	vars := map[string]string{
 		"NEED_SOLO_DIR": soloDir, "NEED_TARGET_DIR": targetDir, "CAMPAIGN_DIR": c.dir,
-		"WORKDIR": c.set.Workdir, "PROTOCOL_DIR": filepath.Dir(c.set.ProtocolPath),
+		"WORKDIR": c.workdir, "PROTOCOL_DIR": filepath.Dir(c.protocolPath),
 	}
-	argv, err := expandSpec(*g.Validator, vars)
+	argv, err := expandCommand(*g.Validator, vars)
 	if err != nil {
 		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: err.Error(), At: c.now()}
 	}
 	out := filepath.Join(targetDir, "gate-"+strings.ReplaceAll(g.Name, "/", "-")+".out")
 	p, err := c.starter.Start(launch.Spec{
 		Role: "gate-validator", Argv: argv, Env: append(os.Environ(), "NEED_SOLO_DIR="+soloDir, "NEED_TARGET_DIR="+targetDir),
-		Dir: c.set.Workdir, StdoutPath: out, StderrPath: out + ".err",
+		Dir: c.workdir, StdoutPath: out, StderrPath: out + ".err",
+		Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace},
 	})
 	if err != nil {
 		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: fmt.Sprintf("start validator: %v", err), At: c.now()}
 	}
 	select {
 	case <-p.Done():
-	case <-time.After(10 * time.Minute):
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		launch.Stop(ctx, p, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 5 * time.Second})
+	case <-time.After(gateValidatorTimeout):
+		ctx, cancel := context.WithTimeout(context.Background(), 2*validatorGrace+stopSlack)
+		p.Shutdown(ctx)
 		cancel()
+		<-p.Done()
 	}
 	ex := p.Exit()
 	stdout, _ := os.ReadFile(out)

@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"encoding/json"
@@ -15,12 +15,12 @@ import (
 // file system of the campaign directory is full: attempts can no longer
 // keep their records and artifacts. The runs in flight end as they can;
 // nothing new starts, and resume continues once space is freed.
-func (c *controller) stopIfDiskFull(err error) {
+func (c *Runner) stopIfDiskFull(err error) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		return
 	}
-	c.stopCampaign(string(state.ReasonHarnessError), fmt.Sprintf(
-		"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err), nil)
+	c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
+		"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
 }
 
 // stateFileTail is how many of the last events resume looks at to find
@@ -32,7 +32,7 @@ const stateFileTail = 1000
 // a commit and the file's rename, or could not write it (a full disk),
 // left it behind. Only the attempts named by the last stateFileTail events
 // are looked at, so resume stays quick on large campaigns.
-func (c *controller) repairStateFiles() {
+func (c *Runner) repairStateFiles() {
 	last, err := c.store.LastEventSeq()
 	if err != nil {
 		c.log.Warn().Err(err).Msg("look for stale state.json files")

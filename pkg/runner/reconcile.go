@@ -1,7 +1,6 @@
-package main
+package runner
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"warden/pkg/budget"
 
 	"warden/pkg/launch"
 	"warden/pkg/state"
@@ -25,7 +25,7 @@ import (
 // waited for. sameBoot must say that the host is still in the boot the
 // dead controller ran in: after a reboot nothing of it can be alive, and
 // nothing is signalled.
-func (c *controller) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoot bool) ([]state.Signal, error) {
+func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoot bool) ([]state.Signal, error) {
 	if !sameBoot || a.Dir == "" {
 		return nil, nil
 	}
@@ -44,7 +44,7 @@ func (c *controller) reclaimUnrecorded(ctx context.Context, a state.Attempt, sam
 			}
 		}
 	}
-	ids, err := marked(c.boot, "WARDEN_ATTEMPT_DIR="+a.Dir)
+	ids, err := launch.Marked(c.boot, "WARDEN_ATTEMPT_DIR="+a.Dir, launch.AllProcesses)
 	if err != nil {
 		return sigs, errors.Join(append(errs, err)...)
 	}
@@ -74,7 +74,7 @@ const leftoversFigure = "leftovers_alive_at_resume"
 // noteLeftovers records leftoversFigure on a live attempt when any of its
 // processes, recorded or (in the same boot) not, is alive now; it returns
 // the attempt as recorded.
-func (c *controller) noteLeftovers(a state.Attempt, sameBoot bool) state.Attempt {
+func (c *Runner) noteLeftovers(a state.Attempt, sameBoot bool) state.Attempt {
 	if a.Figures[leftoversFigure] > 0 {
 		return a
 	}
@@ -86,7 +86,7 @@ func (c *controller) noteLeftovers(a state.Attempt, sameBoot bool) state.Attempt
 		}
 	}
 	if !alive && sameBoot && a.Dir != "" {
-		ids, _ := marked(c.boot, "WARDEN_ATTEMPT_DIR="+a.Dir)
+		ids, _ := launch.Marked(c.boot, "WARDEN_ATTEMPT_DIR="+a.Dir, launch.AllProcesses)
 		alive = len(ids) > 0
 	}
 	if !alive {
@@ -124,36 +124,6 @@ func isDir(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// marked lists the live processes (not this one) whose environment holds
-// marker, a "KEY=value" string, with their identities.
-func marked(boot launch.BootIDSource, marker string) ([]launch.Identity, error) {
-	want := []byte("\x00" + marker + "\x00")
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("scan /proc for %s: %w", marker, err)
-	}
-	self := os.Getpid()
-	var out []launch.Identity
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(append([]byte{0}, env...), want) {
-			continue // gone, not readable (another user's), or not ours
-		}
-		id, err := launch.Lookup(pid, boot)
-		if err != nil {
-			continue
-		}
-		if alive, _ := id.Alive(boot); alive {
-			out = append(out, id)
-		}
-	}
-	return out, nil
-}
-
 // waitGone waits until every process named is gone (a zombie counts as
 // gone), polling /proc, for at most 30 s.
 func waitGone(ctx context.Context, boot launch.BootIDSource, ids []launch.Identity) error {
@@ -177,4 +147,153 @@ func waitGone(ctx context.Context, boot launch.BootIDSource, ids []launch.Identi
 		case <-tick.C:
 		}
 	}
+}
+
+// reclaimGrace is what a left-over's API parent, then its group, get
+// after SIGTERM at resume before SIGKILL.
+const reclaimGrace = 5 * time.Second
+
+// reconcileLeftovers looks at what a previous controller left: every live
+// attempt is ended. Its recorded processes are reclaimed only where pid,
+// start time and boot id all match (a reused pid, or any pid after a
+// reboot, is never signalled); processes of the attempt that were never
+// recorded (the controller died between a start and its record) are found
+// and killed in the same boot only (reclaimUnrecorded). The attempt
+// becomes interrupted and its GPU time is charged to the last heartbeat
+// plus the time to reclaim, less what was charged before the crash.
+// Reservations still open are released.
+func (c *Runner) reconcileLeftovers(ctx context.Context) error {
+	live, err := c.store.LiveAttempts()
+	if err != nil {
+		return err
+	}
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return err
+	}
+	ledger, err := c.store.Ledger()
+	if err != nil {
+		return err
+	}
+	// charged: the attempts whose GPU time is on the ledger already (the
+	// controller died after charging them), with the time of the charge
+	charged := map[string]time.Time{}
+	for _, e := range ledger {
+		if e.Kind == state.LedgerCharge {
+			charged[attemptKey(e.Run, e.Attempt)] = e.At
+		}
+	}
+	bootID, _ := c.bootID()
+	sameBoot := bootID != "" && bootID == cp.ControllerBootID
+	for _, a := range live {
+		a = c.noteLeftovers(a, sameBoot)
+		var sigs []state.Signal
+		// processes of the attempt lived at this resume, or at an earlier
+		// one that died before it had ended them
+		held := a.Figures[leftoversFigure] > 0
+		for _, p := range a.Procs {
+			id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
+			if alive, _ := id.Alive(c.boot); alive {
+				held = true
+			}
+			lo := launch.Leftover{Leader: id, Role: p.Role, Cgroup: p.Cgroup}
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: reclaimGrace, GroupGrace: reclaimGrace})
+			cancel()
+			sigs = append(sigs, toSignals(recs)...)
+			if err != nil {
+				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
+			}
+		}
+		unrec, uerr := c.reclaimUnrecorded(ctx, a, sameBoot)
+		sigs = append(sigs, unrec...)
+		if uerr != nil {
+			c.log.Warn().Err(uerr).Str("run", a.RunID).Int("attempt", a.N).Msg("reclaim unrecorded processes")
+		}
+		held = held || len(sigs) > 0
+		// Never under-count: GPUs held by a left-over were held from the
+		// server's start (or, for a server never recorded, from the
+		// attempt's creation, before it started) until it was killed now;
+		// otherwise they were held at least until the last sign of life
+		// (heartbeat or record). Time charged already is not charged again.
+		var start time.Time
+		lastCharge, wasCharged := charged[attemptKey(a.RunID, a.N)]
+		switch srv := serverProc(a); {
+		case wasCharged:
+			if held {
+				start = lastCharge
+			}
+		case srv != nil:
+			start = srv.StartedAt
+		case held:
+			start = a.CreatedAt
+		}
+		charge := 0.0
+		if !start.IsZero() {
+			end := cp.Heartbeat
+			if a.UpdatedAt.After(end) {
+				end = a.UpdatedAt
+			}
+			if held {
+				end = c.now()
+			}
+			charge = budget.Charge(len(a.GPUIDs), start, end)
+		}
+		if charge > 0 {
+			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: "interrupted: to the last heartbeat plus reclaim"}); err != nil {
+				return err
+			}
+		}
+		_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
+			"the controller died or stopped; left-overs reclaimed at resume", map[string]float64{"gpu_seconds": charge},
+			func(at *state.Attempt) error {
+				at.Signals = append(at.Signals, sigs...)
+				if at.Figures == nil {
+					at.Figures = map[string]float64{}
+				}
+				at.Figures["gpu_seconds"] += charge
+				return nil
+			})
+		if err != nil {
+			return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
+		}
+		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
+	}
+	// release reservations left open
+	open := map[string]float64{}
+	for _, e := range ledger {
+		switch e.Kind {
+		case "reserve":
+			open[e.Run] += e.GPUSeconds
+		case "release":
+			open[e.Run] -= e.GPUSeconds
+		}
+	}
+	for run, amt := range open {
+		if amt > 1e-9 {
+			c.reserved[run] = amt
+			c.release(run, 0)
+		}
+	}
+	c.repairStateFiles()
+	return nil
+}
+
+func attemptKey(run string, n int) string { return run + "\x00" + strconv.Itoa(n) }
+
+func serverProc(a state.Attempt) *state.Proc {
+	for i := range a.Procs {
+		if a.Procs[i].Role == "server" {
+			return &a.Procs[i]
+		}
+	}
+	return nil
+}
+
+func toSignals(recs []launch.SignalRecord) []state.Signal {
+	out := make([]state.Signal, len(recs))
+	for i, r := range recs {
+		out[i] = state.Signal{At: r.At, Role: r.Role, Target: r.Target, PID: r.PID, Signal: r.Signal}
+	}
+	return out
 }

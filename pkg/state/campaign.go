@@ -127,7 +127,7 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 		c.State = state
 		switch state {
 		case CampaignStopped:
-			c.StopReason, c.StopDetail, c.StopFigures = reason, detail, maps.Clone(figures)
+			c.StopReason, c.StopDetail, c.StopFigures = StopReason(reason), detail, maps.Clone(figures)
 		case CampaignRunning:
 			c.StopReason, c.StopDetail, c.StopFigures = "", "", nil
 		}

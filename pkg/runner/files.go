@@ -1,0 +1,85 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"syscall"
+
+	"warden/protocols"
+)
+
+// appendLine appends a line to a log file and syncs it.
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.WriteString(line + "\n")
+	f.Sync()
+}
+
+func appendJSONLine(path string, v any) {
+	b, err := json.Marshal(v)
+	if err == nil {
+		appendLine(path, string(b))
+	}
+}
+
+// expandCommand expands a command's ${VAR}s: an argument vector, or a
+// shell line run by /bin/sh -c.
+func expandCommand(c protocols.CommandSpec, vars map[string]string) ([]string, error) {
+	if c.Shell != "" {
+		s, err := protocols.Expand(c.Shell, vars)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"/bin/sh", "-c", s}, nil
+	}
+	out := make([]string, len(c.Argv))
+	for i, arg := range c.Argv {
+		s, err := protocols.Expand(arg, vars)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// readTail reads at most the last n bytes of a regular file, without
+// blocking on anything else a child may have put there.
+func readTail(path string, n int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, min(fi.Size(), n))
+	k, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:k], nil
+}
