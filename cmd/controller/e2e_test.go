@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +69,8 @@ type scenario struct {
 	capGPUHours string
 	expect      string // a pattern the server's log must show
 	server      string // replaces the server command
+	client      string // replaces the saturation load's client command
+	quarantine  []int  // patterns (1-based) whose client drains 2 s longer, beside the first drainExtra
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -111,7 +114,7 @@ func writeProtocol(t *testing.T, sc scenario) string {
 	var vals []string
 	for i := range sc.patterns {
 		extra := "0"
-		if i < sc.drainExtra {
+		if i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) {
 			extra = "2"
 		}
 		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
@@ -145,7 +148,7 @@ loads:
   - name: saturation
     kind: saturation
     expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]
+    client: %s
   - name: moderate
     kind: moderate
     needs: [saturation]
@@ -165,7 +168,8 @@ stop: {quarantined_fraction_gt: %s}
 `, def(sc.capGPUHours, "1.0"), standinBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
 		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
 		def(sc.readyS, "10"), def(sc.expect, "chunked"),
-		def(sc.measureS, "0.5"), sc.clientArgs, def(sc.measureS, "0.5"), sc.clientArgs,
+		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
+		def(sc.measureS, "0.5"), sc.clientArgs,
 		strings.Join(vals, ", "), patternIDs(sc.patterns),
 		loads, sc.retries, def(sc.quarantined, "0.9"))
 	path := filepath.Join(t.TempDir(), "e2e.yaml")

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 	"warden/pkg/budget"
+	"warden/pkg/failpoint"
 
 	"warden/pkg/launch"
 	"warden/pkg/state"
@@ -244,6 +245,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 				return err
 			}
 		}
+		failpoint.Hit("before-transition:interrupted")
 		_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
 			"the controller died or stopped; left-overs reclaimed at resume", map[string]float64{"gpu_seconds": charge},
 			func(at *state.Attempt) error {
@@ -257,6 +259,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
 		}
+		failpoint.Hit("after-transition:interrupted")
 		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
 	}
 	// release reservations left open
