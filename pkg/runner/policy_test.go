@@ -132,3 +132,34 @@ func TestEveryReasonProduced(t *testing.T) {
 		}
 	}
 }
+
+// docs/outcomes.md lists every reason with its action, and every stop
+// reason.
+func TestDocsListEveryReason(t *testing.T) {
+	b, err := os.ReadFile("../../docs/outcomes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	words := map[Action]string{Retry: "retry", StopForReview: "stop for review", Quarantine: "quarantine", Restart: "restart"}
+	for _, r := range state.Reasons {
+		found := false
+		reasons, _, _ := strings.Cut(doc, "## Why a campaign stops")
+		for _, line := range strings.Split(reasons, "\n") {
+			if strings.HasPrefix(line, "| `"+string(r)+"`") {
+				found = true
+				if !strings.Contains(line, words[Policy[r].Action]) {
+					t.Errorf("docs/outcomes.md says %q for %s; the policy says %s", line, r, Policy[r].Action)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("docs/outcomes.md has no row for reason %s", r)
+		}
+	}
+	for _, s := range state.StopReasons {
+		if !strings.Contains(doc, "| `"+string(s)+"` |") {
+			t.Errorf("docs/outcomes.md has no row for stop reason %s", s)
+		}
+	}
+}
