@@ -29,6 +29,16 @@ type Option func(*config)
 
 type config struct {
 	beforeRename func()
+	noSync       bool
+}
+
+// NoSync returns an Option that skips every fsync: the rename is still
+// atomic (readers see the old content or the new one, whole), but a power
+// cut may lose the write or leave an empty file. It is for files derived
+// from a durable record that the caller rebuilds after a crash (the
+// attempts' state.json, which resume rewrites from the database).
+func NoSync() Option {
+	return func(c *config) { c.noSync = true }
 }
 
 // BeforeRename returns an Option that calls f after the temporary file has
@@ -56,6 +66,9 @@ func WriteFile(path string, data []byte, mode os.FileMode, opts ...Option) error
 
 func write(path string, data []byte, mode os.FileMode, cfg config) error {
 	dir := filepath.Dir(path)
+	if cfg.noSync {
+		return writeNoSync(dir, path, data, mode, cfg)
+	}
 	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir),
 		renameio.WithPermissions(mode), renameio.WithStaticPermissions(mode))
 	if err != nil {
@@ -135,4 +148,37 @@ func mkdirAll(dir string, mode os.FileMode) error {
 		}
 	}
 	return SyncDir(parent)
+}
+
+// writeNoSync is write without fsync: a temporary file, renamed into place.
+func writeNoSync(dir, path string, data []byte, mode os.FileMode, cfg config) error {
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp")
+	if err != nil {
+		return fmt.Errorf("create temporary file: %w", err)
+	}
+	tmp := f.Name()
+	renamed := false
+	defer func() {
+		if !renamed {
+			os.Remove(tmp)
+		}
+	}()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
+	}
+	if cfg.beforeRename != nil {
+		cfg.beforeRename()
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	renamed = true
+	return nil
 }

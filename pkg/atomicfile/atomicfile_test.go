@@ -200,3 +200,39 @@ func TestSyncDir(t *testing.T) {
 		t.Errorf("SyncDir of a missing directory: %v", err)
 	}
 }
+
+// NoSync keeps every promise but durability: content, mode, the old
+// content visible until the rename, no temporary file left on failure.
+func TestNoSync(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := os.WriteFile(path, []byte("old content"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var during string
+	err := WriteFile(path, []byte("new"), 0o640, NoSync(), BeforeRename(func() {
+		b, _ := os.ReadFile(path)
+		during = string(b)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if during != "old content" {
+		t.Errorf("before the rename the file held %q, want the old content", during)
+	}
+	got, _ := os.ReadFile(path)
+	fi, err := os.Stat(path)
+	if err != nil || string(got) != "new" || fi.Mode().Perm() != 0o640 {
+		t.Errorf("after NoSync write: %q mode %v (%v); want \"new\" 0640", got, fi.Mode().Perm(), err)
+	}
+	err = WriteFile(path, []byte("newer"), 0o644, NoSync(), BeforeRename(func() {
+		os.Remove(path)
+		os.MkdirAll(filepath.Join(path, "sub"), 0o755)
+	}))
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("a failed NoSync write: %v; want an error naming %s", err, path)
+	}
+	if names := entries(t, dir); len(names) != 1 || names[0] != "f" {
+		t.Errorf("after a failed NoSync write the directory holds %q, want only f", names)
+	}
+}

@@ -12,15 +12,19 @@ import (
 	"warden/protocols"
 )
 
-// appendLine appends a line to a log file and syncs it.
+// appendLine appends a line to one of the attempt's readable logs
+// (commands.log, gates.jsonl). They are copies, for the reader of the
+// attempt directory, of what the database records durably with the
+// attempt's transitions (its commands, its gate verdicts), so they are not
+// fsynced: a power cut may lose their last lines, never a record.
+// O_NOFOLLOW: a link a child planted there is not followed.
 func appendLine(path, line string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return
 	}
 	defer f.Close()
 	f.WriteString(line + "\n")
-	f.Sync()
 }
 
 func appendJSONLine(path string, v any) {

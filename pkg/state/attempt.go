@@ -86,7 +86,7 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, a, events)
+	return a, s.writeStateFile(campaign, a, events, false)
 }
 
 // Transition moves attempt n of runID to state to, in one transaction that
@@ -277,7 +277,7 @@ func (s *Store) changeAttempt(op, runID string, n int,
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, a, events)
+	return a, s.writeStateFile(campaign, a, events, false)
 }
 
 // attemptEvents reads the events a lists.
@@ -318,13 +318,21 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 	if err != nil {
 		return err
 	}
-	return s.writeStateFile(campaign, a, events)
+	return s.writeStateFile(campaign, a, events, true)
 }
 
 // writeStateFile writes a.Dir/state.json atomically (temporary file in the
-// same directory, fsync, rename, fsync of the directory), mode 0644. It does
-// nothing when a.Dir is empty. Errors match ErrStateFile.
-func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error {
+// same directory, renamed into place), mode 0644. It does nothing when
+// a.Dir is empty. Errors match ErrStateFile.
+//
+// The file is derived from the database, which every transition commits
+// and fsyncs; so after a transition the file is renamed into place without
+// fsyncs of its own (two per transition, the larger part of the per-run
+// cost of supervision). A power cut may leave a recent attempt's file
+// stale or empty: resume rewrites those from the database
+// (RewriteStateFile, with durable set: fsync of the file and the
+// directory).
+func (s *Store) writeStateFile(campaign string, a Attempt, events []Event, durable bool) error {
 	if a.Dir == "" {
 		return nil
 	}
@@ -336,9 +344,13 @@ func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error
 	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
 		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
 	}
-	err = atomicfile.WriteFile(path, append(raw, '\n'), 0o644, atomicfile.BeforeRename(func() {
+	opts := []atomicfile.Option{atomicfile.BeforeRename(func() {
 		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
-	}))
+	})}
+	if !durable {
+		opts = append(opts, atomicfile.NoSync())
+	}
+	err = atomicfile.WriteFile(path, append(raw, '\n'), 0o644, opts...)
 	if err != nil {
 		// err says "write PATH: ...".
 		return fmt.Errorf("%w: %w", ErrStateFile, err)
