@@ -24,7 +24,15 @@ type Verdict struct {
 	Detail  string             `json:"detail,omitempty"`
 	Figures map[string]float64 `json:"figures,omitempty"`
 	At      time.Time          `json:"at"`
+	// Class is what kind of failure a validator reports, when it says:
+	// ClassProfileArtifact (a profiler trace is missing or broken: an
+	// infrastructure/profile-artifact failure that an exact rerun may
+	// cure). Empty: a failure of the run itself.
+	Class string `json:"class,omitempty"`
 }
+
+// ClassProfileArtifact is the Class of a failed profile artifact.
+const ClassProfileArtifact = "profile-artifact"
 
 // Passed reports whether the verdict is a pass.
 func (v Verdict) Passed() bool { return v.Verdict == Pass }

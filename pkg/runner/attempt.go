@@ -683,7 +683,11 @@ func (a *attempt) validate() (state.Reason, string) {
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.c.now())
 		a.gate(vd)
 		if !vd.Passed() {
-			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
+			reason := state.ReasonValidatorFailed
+			if vd.Class == gates.ClassProfileArtifact {
+				reason = state.ReasonProfileArtifact
+			}
+			return reason, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}
 	}
 	pv := gates.PrivacyScan(a.dir, a.c.plan.Privacy, a.c.private, func(rel string) bool {

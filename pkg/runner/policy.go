@@ -54,6 +54,7 @@ var Policy = map[state.Reason]Rule{
 	// is allowed only for an infrastructure/profile-artifact failure").
 	state.ReasonServerNotReady: {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
 	state.ReasonHarnessError:   {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
+	state.ReasonProfileArtifact: {Retry, "002 Budget and hard stop conditions: one exact rerun for a profile-artifact failure"},
 
 	// Stop list item 1: "effective config mismatch".
 	state.ReasonConfigMismatch: {StopForReview, "002 stop condition 1: effective config mismatch"},

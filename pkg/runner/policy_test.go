@@ -30,6 +30,7 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonPrivacyViolation:  StopForReview,
 		state.ReasonInterrupted:       Restart,
 		state.ReasonHarnessError:      Retry,
+		state.ReasonProfileArtifact:   Retry,
 	}
 	if len(Policy) != len(state.Reasons) {
 		t.Errorf("the policy has %d rules for %d reasons", len(Policy), len(state.Reasons))
@@ -97,7 +98,7 @@ func TestEveryReasonProduced(t *testing.T) {
 		"ReasonDrainWatchdog": state.ReasonDrainWatchdog, "ReasonDrainQuarantine": state.ReasonDrainQuarantine,
 		"ReasonConfigMismatch": state.ReasonConfigMismatch, "ReasonValidatorFailed": state.ReasonValidatorFailed,
 		"ReasonPrivacyViolation": state.ReasonPrivacyViolation, "ReasonInterrupted": state.ReasonInterrupted,
-		"ReasonHarnessError": state.ReasonHarnessError,
+		"ReasonHarnessError": state.ReasonHarnessError, "ReasonProfileArtifact": state.ReasonProfileArtifact,
 	}
 	if len(names) != len(state.Reasons) {
 		t.Fatalf("the test names %d reasons, state has %d: add the new one here", len(names), len(state.Reasons))

@@ -131,6 +131,9 @@ const (
 	ReasonConfigMismatch Reason = "config-mismatch"
 	// ReasonValidatorFailed: a protocol validator failed or returned a failing verdict.
 	ReasonValidatorFailed Reason = "validator-failed"
+	// ReasonProfileArtifact: a validator found a profiler artifact missing
+	// or broken (a Layer-2 trace window): an exact rerun may cure it.
+	ReasonProfileArtifact Reason = "profile-artifact"
 	// ReasonPrivacyViolation: the privacy scan found a forbidden field in the run directory.
 	ReasonPrivacyViolation Reason = "privacy-violation"
 	// ReasonInterrupted: the controller died, stopped, or the host rebooted during the attempt.
@@ -144,7 +147,7 @@ var Reasons = []Reason{
 	ReasonServerExit, ReasonServerNotReady, ReasonClientFailed, ReasonOOM,
 	ReasonGPUNotIdle, ReasonForeignGPUProcess, ReasonCleanupTimeout, ReasonCleanupFailed,
 	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
-	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError,
+	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
 }
 
 // Valid reports whether r is a known reason.
