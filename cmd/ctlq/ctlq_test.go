@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,27 @@ func TestStatusExitCodes(t *testing.T) {
 	}
 }
 
+// TestOperatorStopExitCode: an operator's own stop is not a stop for
+// review; ctlq status says so with its own exit code.
+func TestOperatorStopExitCode(t *testing.T) {
+	dir := campaignDir(t, state.CampaignRunning)
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetCampaignState(state.CampaignStopped, string(state.StopOperator), "stopped by an operator", nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	out, code := run(t, "status", "-d", dir)
+	if code != exitOperatorStop || exitOperatorStop == exitStopped {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitOperatorStop, out)
+	}
+	if !strings.Contains(out, "operator-stop") || !strings.Contains(out, "(every 10 s)") && !strings.Contains(out, "no heartbeat") {
+		t.Fatalf("status:\n%s", out)
+	}
+}
+
 func TestNotACampaign(t *testing.T) {
 	out, code := run(t, "status", "-d", t.TempDir())
 	if code != 2 || !strings.Contains(out, "is not a campaign directory") {
@@ -150,19 +172,26 @@ func TestRunsAndShow(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("runs exit %d:\n%s", code, out)
 	}
-	var runs []struct {
-		ID       string `json:"id"`
-		Kind     string `json:"kind"`
-		State    string `json:"state"`
-		Attempts []struct {
-			N      int    `json:"n"`
-			State  string `json:"state"`
-			Reason string `json:"reason"`
-		} `json:"attempts"`
+	var doc struct {
+		Schema int `json:"schema"`
+		Runs   []struct {
+			ID       string `json:"id"`
+			Kind     string `json:"kind"`
+			State    string `json:"state"`
+			Attempts []struct {
+				N      int    `json:"n"`
+				State  string `json:"state"`
+				Reason string `json:"reason"`
+			} `json:"attempts"`
+		} `json:"runs"`
 	}
-	if err := json.Unmarshal([]byte(out), &runs); err != nil {
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err)
 	}
+	if doc.Schema != api.Schema {
+		t.Fatalf("runs schema %d", doc.Schema)
+	}
+	runs := doc.Runs
 	if len(runs) != 2 || runs[0].ID != "a.saturation" || runs[0].State != "failed" || len(runs[0].Attempts) != 1 ||
 		runs[0].Attempts[0].Reason != "gpu-not-idle" || runs[1].State != "pending" || runs[1].Kind != "moderate" {
 		t.Fatalf("runs %+v", runs)
@@ -172,7 +201,7 @@ func TestRunsAndShow(t *testing.T) {
 		t.Fatalf("filtered runs:\n%s", out)
 	}
 	out, code = run(t, "show", "-d", dir, "a.saturation")
-	if code != 0 || !strings.Contains(out, "preflight   -> failed") || !strings.Contains(out, "gpu-not-idle") {
+	if code != 0 || !regexp.MustCompile(`preflight +failed +gpu-not-idle`).MatchString(out) {
 		t.Fatalf("show exit %d:\n%s", code, out)
 	}
 	out, code = run(t, "show", "-d", dir, "nope")
@@ -182,5 +211,73 @@ func TestRunsAndShow(t *testing.T) {
 	out, code = run(t, "events", "-d", dir)
 	if code != 0 || !strings.Contains(out, "a.saturation a1") || !strings.Contains(out, "running -> stopped") {
 		t.Fatalf("events exit %d:\n%s", code, out)
+	}
+}
+
+// TestShowReadsAsText: no Go syntax, aligned columns, argv that a shell
+// reads back, and a CPU-locality check the GPU backend could not make
+// shown as not applicable rather than as an error.
+func TestShowReadsAsText(t *testing.T) {
+	dir := campaignDir(t, state.CampaignStopped)
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateAttempt("a.saturation", 1, func(a *state.Attempt) error {
+		a.Procs = []state.Proc{{Role: "server", PID: 10, PGID: 10, Argv: []string{"srv", "--config", "a b=c", "it's", ""}}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []state.GateVerdict{
+		{Gate: "preflight", Run: "a.saturation", Attempt: 1, Verdict: state.VerdictPass, Figures: map[string]float64{"gpu0_used_mib": 0}},
+		{Gate: "cpu-local", Run: "a.saturation", Attempt: 1, Verdict: state.VerdictError, Detail: "CPU affinity unknown for GPU 0",
+			Figures: map[string]float64{"slot_cpus": 1, "nonlocal_cpus": 0}},
+		{Gate: "cpu-local", Run: "a.saturation", Attempt: 1, Verdict: state.VerdictFail, Detail: "CPUs 3 are not local to GPU 0",
+			Figures: map[string]float64{"slot_cpus": 1, "nonlocal_cpus": 1, "gpu0_nonlocal_cpus": 1}},
+	} {
+		if _, err := s.AddGateVerdict(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	out, code := run(t, "show", "-d", dir, "a.saturation")
+	if code != 0 {
+		t.Fatalf("show exit %d:\n%s", code, out)
+	}
+	for _, bad := range []string{"map[", "[]", "%!"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("show prints Go syntax %q:\n%s", bad, out)
+		}
+	}
+	if want := `srv --config 'a b=c' 'it'\''s' ''`; !strings.Contains(out, want) {
+		t.Errorf("argv not shell-quoted, want %s:\n%s", want, out)
+	}
+	if !regexp.MustCompile(`(?m)^  cpu-local +n/a +not judged`).MatchString(out) {
+		t.Errorf("an unjudged CPU-locality check reads as an error:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^  cpu-local +fail +CPUs 3 are not local`).MatchString(out) {
+		t.Errorf("a failed CPU-locality check is not shown as failed:\n%s", out)
+	}
+	if !strings.Contains(out, "gpu0_used_mib=0") {
+		t.Errorf("figures not written as name=value:\n%s", out)
+	}
+	// the transition rows line up under their header
+	lines := strings.Split(out, "\n")
+	to, rows := -1, 0
+	for _, line := range lines {
+		if strings.HasPrefix(line, "  TIME") {
+			to = strings.Index(line, " TO ") + 1
+			continue
+		}
+		if to > 0 && regexp.MustCompile(`^  \d\d:\d\d:\d\d\.\d{3}  `).MatchString(line) {
+			rows++
+			if len(line) <= to || line[to-2:to] != "  " || line[to] == ' ' {
+				t.Errorf("transition row not aligned under TO (column %d): %q", to, line)
+			}
+		}
+	}
+	if rows == 0 {
+		t.Errorf("no transition rows:\n%s", out)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,10 +26,11 @@ import (
 
 // Exit codes of ctlq status.
 const (
-	exitOK          = 0 // running with a live controller, or complete
-	exitOther       = 2 // anything else: not a campaign, unreadable, usage
-	exitStopped     = 3 // stopped for review
-	exitControllerX = 4 // the controller is not alive while the campaign is unfinished
+	exitOK           = 0 // running with a live controller, or complete
+	exitOther        = 2 // anything else: not a campaign, unreadable, usage
+	exitStopped      = 3 // stopped for review
+	exitControllerX  = 4 // the controller is not alive while the campaign is unfinished
+	exitOperatorStop = 5 // stopped by an operator (controller stop, SIGTERM): resumable as it is
 )
 
 type exitError struct {
@@ -70,6 +72,7 @@ Exit status of ctlq status:
   0  the campaign runs with a live controller, or is complete
   3  the campaign is stopped for review (stop_reason says why)
   4  the controller is not alive while the campaign is unfinished
+  5  an operator stopped the campaign (stop_reason operator-stop): resume it as it is
   2  anything else (not a campaign directory, unreadable, bad usage)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -172,6 +175,8 @@ func statusExit(st api.Status) error {
 	switch {
 	case st.Campaign.State == string(state.CampaignComplete):
 		return nil
+	case st.Campaign.State == string(state.CampaignStopped) && st.Campaign.StopReason == state.StopOperator:
+		return &exitError{exitOperatorStop, nil}
 	case st.Campaign.State == string(state.CampaignStopped):
 		return &exitError{exitStopped, nil}
 	case st.Campaign.State == string(state.CampaignRunning) && !st.Controller.Alive:
@@ -190,11 +195,7 @@ func printStatus(w io.Writer, st api.Status) {
 		fmt.Fprintf(w, " (%s: %s)", c.StopReason, c.StopDetail)
 	}
 	fmt.Fprintln(w)
-	alive := "not alive"
-	if st.Controller.Alive {
-		alive = "alive"
-	}
-	fmt.Fprintf(w, "controller pid %d, %s, heartbeat %.1f s ago (via %s)\n", st.Controller.PID, alive, st.Controller.HeartbeatAgeS, st.Source)
+	fmt.Fprintf(w, "controller %s (via %s)\n", liveness(st.Controller), st.Source)
 	var states []string
 	for k := range st.Runs.ByState {
 		states = append(states, k)
@@ -212,7 +213,7 @@ func printStatus(w io.Writer, st api.Status) {
 	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f, reserved %.3f, remaining %.3f %s\n",
 		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
 	for _, cur := range st.Current {
-		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s on %s\n", cur.Run, cur.Attempt, cur.State, cur.ElapsedS, cur.Slot)
+		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot)
 	}
 	if st.ETAS != nil && c.State == string(state.CampaignRunning) {
 		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
@@ -243,7 +244,7 @@ func newRunsCmd(o *options) *cobra.Command {
 				return &exitError{exitOther, err}
 			}
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), runs)
+				return writeJSON(cmd.OutOrStdout(), api.Runs{Schema: api.Schema, Runs: runs})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUN\tPHASE\tKIND\tSTATE\tATTEMPTS")
@@ -310,29 +311,177 @@ func printRun(w io.Writer, d api.RunDetail) {
 		if a.Reason != "" {
 			fmt.Fprintf(w, " (%s)", a.Reason)
 		}
-		fmt.Fprintf(w, "\n  dir %s\n  slot %s, GPUs %v, CPUs %s, port %d\n", a.Dir, a.Slot, a.GPUIDs, a.CPUs, a.Port)
+		fmt.Fprintf(w, "\n  dir   %s\n", a.Dir)
+		fmt.Fprintf(w, "  slot  %s, GPUs %s, CPUs %s, port %s\n", orDash(a.Slot), joinInts(a.GPUIDs), orDash(a.CPUs), portText(a.Port))
+
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TIME\tFROM\tTO\tREASON\tMESSAGE")
 		for _, e := range d.Events {
 			if e.Run == a.RunID && e.Attempt == a.N {
-				fmt.Fprintf(w, "  %s  %-11s -> %-11s %s %s\n", e.Wall.Format("15:04:05.000"), e.From, e.To, e.Reason, e.Message)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Wall.Local().Format("15:04:05.000"), orDash(e.From), e.To, orDash(e.Reason), e.Message)
 			}
 		}
-		for _, p := range a.Procs {
-			fmt.Fprintf(w, "  %s pid %d (start %d, pgid %d): %s\n", p.Role, p.PID, p.StartTime, p.PGID, strings.Join(p.Argv, " "))
+		tw.Flush()
+		if len(a.Procs) > 0 {
+			fmt.Fprintln(w, "  processes")
+			for _, p := range a.Procs {
+				fmt.Fprintf(w, "    %s pid %d (start %d, pgid %d): %s\n", p.Role, p.PID, p.StartTime, p.PGID, shellJoin(p.Argv))
+			}
 		}
+		// exits and signals, in the order they happened
+		type happening struct {
+			at   time.Time
+			what string
+		}
+		var hs []happening
 		for _, x := range a.Exits {
 			how := fmt.Sprintf("exit code %d", x.Code)
 			if x.Signal != "" {
 				how = "killed by " + x.Signal
 			}
-			fmt.Fprintf(w, "  %s  %s pid %d %s\n", x.At.Format("15:04:05.000"), x.Role, x.PID, how)
+			hs = append(hs, happening{x.At, fmt.Sprintf("%s pid %d %s", x.Role, x.PID, how)})
 		}
 		for _, s := range a.Signals {
-			fmt.Fprintf(w, "  %s  %s to %s %d (%s)\n", s.At.Format("15:04:05.000"), s.Signal, s.Target, s.PID, s.Role)
+			hs = append(hs, happening{s.At, fmt.Sprintf("%s to %s %d (%s)", s.Signal, s.Target, s.PID, s.Role)})
+		}
+		sort.SliceStable(hs, func(i, j int) bool { return hs[i].at.Before(hs[j].at) })
+		for _, h := range hs {
+			fmt.Fprintf(w, "  %s  %s\n", h.at.Local().Format("15:04:05.000"), h.what)
+		}
+		var gates []state.GateVerdict
+		for _, g := range d.Gates {
+			if g.Attempt == a.N {
+				gates = append(gates, g)
+			}
+		}
+		if len(gates) > 0 {
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  GATE\tVERDICT\tDETAIL\tFIGURES")
+			for _, g := range gates {
+				verdict, detail := gateText(g)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", g.Gate, verdict, orDash(detail), figuresText(g.Figures))
+			}
+			tw.Flush()
 		}
 	}
+	var runGates []state.GateVerdict
 	for _, g := range d.Gates {
-		fmt.Fprintf(w, "gate %s (attempt %d): %s %s %v\n", g.Gate, g.Attempt, g.Verdict, g.Detail, g.Figures)
+		if g.Attempt == 0 {
+			runGates = append(runGates, g)
+		}
 	}
+	if len(runGates) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "GATE\tVERDICT\tDETAIL\tFIGURES")
+		for _, g := range runGates {
+			verdict, detail := gateText(g)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Gate, verdict, orDash(detail), figuresText(g.Figures))
+		}
+		tw.Flush()
+	}
+}
+
+// gateText is how a verdict reads to an operator. The cpu-local gate
+// errs when the GPU backend reports no CPU affinity for a GPU (the fake
+// backend never does): that is a check that could not be made, not a
+// fault, so it reads "n/a". The verdict itself stays an error in the
+// records and in -o json; only its presentation differs. A cpu-local
+// verdict that judged some GPU has a gpuN_nonlocal_cpus figure.
+func gateText(g state.GateVerdict) (verdict, detail string) {
+	if g.Gate == "cpu-local" && g.Verdict == state.VerdictError && g.Figures["slot_cpus"] > 0 {
+		judged := false
+		for k := range g.Figures {
+			if strings.HasPrefix(k, "gpu") && strings.HasSuffix(k, "_nonlocal_cpus") {
+				judged = true
+			}
+		}
+		if !judged {
+			return "n/a", "not judged: no CPU affinity from the GPU backend"
+		}
+	}
+	return g.Verdict, g.Detail
+}
+
+// figuresText writes figures as sorted name=value pairs.
+func figuresText(f map[string]float64) string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.FormatFloat(f[k], 'g', 6, 64)
+	}
+	return strings.Join(parts, " ")
+}
+
+// shellJoin quotes argv so that a POSIX shell reads it back as the same
+// words.
+func shellJoin(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = shellQuote(a)
+	}
+	return strings.Join(out, " ")
+}
+
+func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	safe := true
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("@%+=:,./_-", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func portText(p int) string {
+	if p == 0 {
+		return "-"
+	}
+	return strconv.Itoa(p)
+}
+
+func joinInts(xs []int) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+// liveness is the controller's line of ctlq status.
+func liveness(c api.Controller) string {
+	hb := "no heartbeat yet"
+	if !c.Heartbeat.IsZero() {
+		hb = fmt.Sprintf("heartbeat %.1f s ago (every %.0f s)", c.HeartbeatAgeS, c.HeartbeatIntervalS)
+	}
+	switch {
+	case c.Healthy:
+		return fmt.Sprintf("pid %d, healthy: %s", c.PID, hb)
+	case c.Alive:
+		return fmt.Sprintf("pid %d, alive but its heartbeat is late: %s", c.PID, hb)
+	}
+	return fmt.Sprintf("pid %d, not running: last %s", c.PID, hb)
 }
 
 func newEventsCmd(o *options) *cobra.Command {
@@ -341,7 +490,11 @@ func newEventsCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "The event log; -f follows it until the controller exits",
-		Args:  cobra.NoArgs,
+		Long: `events prints the event log, one event a line. With -o json the output is
+JSON lines: one object per event, each with "schema" beside the event's
+fields (seq, mono, wall, run, attempt, from, to, reason, message, figures),
+so that -f can stream them.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
 			retries := 0
@@ -377,7 +530,7 @@ func newEventsCmd(o *options) *cobra.Command {
 				retries = 0
 				for _, e := range evs {
 					if o.output == "json" {
-						json.NewEncoder(w).Encode(e)
+						json.NewEncoder(w).Encode(api.EventLine{Schema: api.Schema, Event: e})
 					} else {
 						printEvent(w, e)
 					}
@@ -387,6 +540,9 @@ func newEventsCmd(o *options) *cobra.Command {
 					return nil
 				}
 				if len(evs) == 0 && !st.Controller.Alive {
+					if o.output == "json" {
+						return nil
+					}
 					fmt.Fprintf(w, "controller not running; campaign %s", st.Campaign.State)
 					if st.Campaign.StopReason != "" {
 						fmt.Fprintf(w, " (%s: %s)", st.Campaign.StopReason, st.Campaign.StopDetail)

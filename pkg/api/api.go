@@ -55,12 +55,23 @@ type CampaignStatus struct {
 	CreatedAt   time.Time          `json:"created_at"`
 }
 
+// HeartbeatInterval is how often a running controller records its
+// heartbeat (the runner's heartbeatEvery). A heartbeat younger than
+// HeartbeatStale reads as healthy.
+const (
+	HeartbeatInterval = 10 * time.Second
+	HeartbeatStale    = 3 * HeartbeatInterval
+)
+
 // Controller is what is known of the controller process.
 type Controller struct {
-	Alive         bool      `json:"alive"`
-	PID           int       `json:"pid"`
-	Heartbeat     time.Time `json:"heartbeat"`
-	HeartbeatAgeS float64   `json:"heartbeat_age_s"`
+	Alive              bool      `json:"alive"`
+	PID                int       `json:"pid"`
+	Heartbeat          time.Time `json:"heartbeat"`
+	HeartbeatAgeS      float64   `json:"heartbeat_age_s"`
+	HeartbeatIntervalS float64   `json:"heartbeat_interval_s"`
+	// Healthy: alive, with a heartbeat younger than HeartbeatStale.
+	Healthy bool `json:"healthy"`
 }
 
 // RunCounts counts runs by state (pending, running, complete, quarantined, failed).
@@ -80,14 +91,23 @@ type BudgetStatus struct {
 
 // Current is a live attempt.
 type Current struct {
-	Run      string  `json:"run"`
-	Attempt  int     `json:"attempt"`
-	State    string  `json:"state"`
-	Slot     string  `json:"slot,omitempty"`
+	Run     string `json:"run"`
+	Attempt int    `json:"attempt"`
+	State   string `json:"state"`
+	Slot    string `json:"slot,omitempty"`
+	// ElapsedS is the attempt's age; InStateS the time since its last
+	// transition, that is, in State.
 	ElapsedS float64 `json:"elapsed_s"`
+	InStateS float64 `json:"in_state_s"`
 }
 
-// RunBrief is one element of `ctlq runs -o json`.
+// Runs is `ctlq runs -o json` and the answer of GET /v1/runs.
+type Runs struct {
+	Schema int        `json:"schema"`
+	Runs   []RunBrief `json:"runs"`
+}
+
+// RunBrief is one element of Runs.
 type RunBrief struct {
 	ID       string         `json:"id"`
 	Phase    string         `json:"phase"`
@@ -114,10 +134,18 @@ type RunDetail struct {
 	Gates    []state.GateVerdict `json:"gates"`
 }
 
-// Events is `ctlq events -o json`.
+// Events is the answer of GET /v1/events.
 type Events struct {
 	Schema int           `json:"schema"`
 	Events []state.Event `json:"events"`
+}
+
+// EventLine is one line of `ctlq events -o json`: the events are JSON
+// lines (one object per line, so -f can stream them), each an event with
+// the schema beside its fields.
+type EventLine struct {
+	Schema int `json:"schema"`
+	state.Event
 }
 
 // BuildStatus builds the status from the database. ctl is what the caller
@@ -157,13 +185,20 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 	if st.Controller.Heartbeat.IsZero() {
 		st.Controller.Heartbeat = c.Heartbeat
 	}
+	st.Controller.HeartbeatIntervalS = HeartbeatInterval.Seconds()
 	if !st.Controller.Heartbeat.IsZero() {
-		st.Controller.HeartbeatAgeS = now.Sub(st.Controller.Heartbeat).Seconds()
+		age := now.Sub(st.Controller.Heartbeat)
+		st.Controller.HeartbeatAgeS = age.Seconds()
+		st.Controller.Healthy = st.Controller.Alive && age < HeartbeatStale
 	}
 	for _, a := range sum.Live {
+		in := a.UpdatedAt
+		if in.IsZero() {
+			in = a.CreatedAt
+		}
 		st.Current = append(st.Current, Current{
 			Run: a.RunID, Attempt: a.N, State: string(a.State), Slot: a.Slot,
-			ElapsedS: now.Sub(a.CreatedAt).Seconds(),
+			ElapsedS: now.Sub(a.CreatedAt).Seconds(), InStateS: now.Sub(in).Seconds(),
 		})
 	}
 	st.Budget.Unit = c.BudgetUnit

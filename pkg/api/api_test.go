@@ -106,6 +106,59 @@ func TestBuildStatus(t *testing.T) {
 	}
 }
 
+// TestLivenessAndTimeInState: a controller that beats on time reads as
+// healthy, with the interval beside the age; a live attempt's time in
+// its state counts from its last transition, not from its creation.
+func TestLivenessAndTimeInState(t *testing.T) {
+	dir := t.TempDir()
+	clock := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateCampaign(state.Campaign{ID: "c", State: state.CampaignRunning}, []state.Run{{ID: "r", ExpectedS: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.NewAttempt("r", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []state.AttemptState{state.Reserved, state.Preflight, state.Starting, state.Ready, state.Measuring} {
+		if _, err := s.Transition("r", 1, st, "", "", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(10 * time.Second)
+	}
+	clock = clock.Add(-10 * time.Second) // measuring began at +40 s
+	if _, err := s.Transition("r", 1, state.Stopping, "", "", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Add(16 * time.Second)
+	tests := []struct {
+		name    string
+		ctl     api.Controller
+		healthy bool
+	}{
+		{"beat 9.7 s ago", api.Controller{Alive: true, Heartbeat: now.Add(-9700 * time.Millisecond)}, true},
+		{"beat 31 s ago", api.Controller{Alive: true, Heartbeat: now.Add(-31 * time.Second)}, false},
+		{"not alive", api.Controller{Heartbeat: now.Add(-time.Second)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := api.BuildStatus(s, dir, tt.ctl, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Controller.Healthy != tt.healthy || st.Controller.HeartbeatIntervalS != api.HeartbeatInterval.Seconds() {
+				t.Errorf("controller %+v, want healthy %v", st.Controller, tt.healthy)
+			}
+			if len(st.Current) != 1 || st.Current[0].State != "stopping" || st.Current[0].InStateS != 16 || st.Current[0].ElapsedS != 56 {
+				t.Errorf("current %+v, want stopping for 16 s of an attempt 56 s old", st.Current)
+			}
+		})
+	}
+}
+
 // serve serves the API for s on DIR/ctl.sock until the test ends.
 func serve(t testing.TB, s *state.Store, dir string, now func() time.Time) {
 	t.Helper()

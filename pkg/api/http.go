@@ -40,7 +40,7 @@ func (sv *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
 		runs, err := BuildRuns(sv.Store, r.URL.Query().Get("state"))
-		reply(w, runs, err)
+		reply(w, Runs{Schema: Schema, Runs: runs}, err)
 	})
 	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		d, err := BuildRun(sv.Store, r.PathValue("id"))
@@ -145,13 +145,13 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 
 // Runs lists runs, filtered by state when not empty.
 func (c *Client) Runs(ctx context.Context, stateFilter string) ([]RunBrief, error) {
-	var out []RunBrief
+	var out Runs
 	q := url.Values{}
 	if stateFilter != "" {
 		q.Set("state", stateFilter)
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/runs", q, &out)
-	return out, err
+	return out.Runs, err
 }
 
 // Run is one run's detail.
