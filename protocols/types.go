@@ -99,12 +99,15 @@ type Regime struct {
 
 // Class is a run class: how long a client may drain before the run is
 // quarantined, and when the hard watchdog ends it.
+//
+// A Class is also part of the Plan's JSON form, so it carries JSON names
+// (the YAML ones) and leaves its Meta out.
 type Class struct {
-	Meta            Meta    `yaml:"-"`
-	Name            string  `yaml:"name" warden:"required"`
-	DrainAllowanceS float64 `yaml:"drain_allowance_s" warden:"required"`
-	WatchdogS       float64 `yaml:"watchdog_s" warden:"required"` // drain seconds after which the client is ended and the run fails
-	Note            string  `yaml:"note"`
+	Meta            Meta    `yaml:"-" json:"-"`
+	Name            string  `yaml:"name" json:"name" warden:"required"`
+	DrainAllowanceS float64 `yaml:"drain_allowance_s" json:"drain_allowance_s" warden:"required"`
+	WatchdogS       float64 `yaml:"watchdog_s" json:"watchdog_s" warden:"required"` // drain seconds after which the client is ended and the run fails
+	Note            string  `yaml:"note" json:"note,omitempty"`
 }
 
 // Server kinds with a known readiness probe.

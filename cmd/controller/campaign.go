@@ -39,6 +39,9 @@ type startOptions struct {
 	backend    string // resolved: "fake" or "nvml"
 	fakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
 	cgroups    string
+	// allowOverBudget starts a campaign whose estimate or worst case
+	// passes the budget cap (it then stops when a wave would pass it).
+	allowOverBudget bool
 }
 
 func readSettings(dir string) (settings, error) {
@@ -78,6 +81,9 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 	plan, err := protocols.PlanFile(abs, protocols.Options{})
 	if err != nil {
 		return nil, err
+	}
+	if err := overBudget(plan); err != nil && !so.allowOverBudget {
+		return nil, &exitError{exitOverBudget, fmt.Errorf("refused: %w; give --allow-over-budget to start it anyway (it stops when a wave would pass the cap)", err)}
 	}
 	if err := checkEmptyDir(dir, plan); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,9 +20,31 @@ import (
 	"warden/protocols"
 )
 
+// result is the -o json document of start, resume and stop.
+type result struct {
+	Schema int    `json:"schema"`
+	Action string `json:"action"` // start, resume, stop
+	Dir    string `json:"dir"`
+	// PID is the controller's pid: the one started (start, resume), or the
+	// one stopped (stop; 0 when none ran).
+	PID int `json:"pid"`
+	// Running: a controller runs the campaign when the command returns
+	// (start and resume detached); Foreground: it ran in this process.
+	Running    bool   `json:"running"`
+	Foreground bool   `json:"foreground,omitempty"`
+	Note       string `json:"note,omitempty"`
+}
+
+func checkOutput(output string) error {
+	if output != "table" && output != "json" {
+		return &exitError{2, fmt.Errorf("unknown output %q (table or json)", output)}
+	}
+	return nil
+}
+
 func newStartCmd() *cobra.Command {
-	var file, dir, backend, fakeDir, cgroups string
-	var foreground bool
+	var file, dir, backend, fakeDir, cgroups, output string
+	var foreground, allowOver bool
 	cmd := &cobra.Command{
 		Use:   "start -f PROTOCOL -d DIR",
 		Short: "Create a campaign directory and run the campaign, detached",
@@ -32,11 +55,19 @@ session, input from /dev/null, output to DIR/controller.log). It returns once
 the controller reports that it is running, and prints its pid.
 
 --foreground runs the controller in this process instead (for systemd and
-tests); it returns when the campaign completes, stops, or is stopped.`,
+tests); it returns when the campaign completes, stops, or is stopped. Its log
+goes to DIR/controller.log and to stderr: readable lines when stderr is a
+terminal, JSON lines otherwise (a journal, a pipe).
+
+start refuses a protocol whose GPU-hour estimate, or worst case, passes the
+budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" || dir == "" {
 				return &exitError{2, errors.New("start: -f PROTOCOL and -d DIR are required")}
+			}
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
@@ -50,20 +81,26 @@ tests); it returns when the campaign completes, stops, or is stopped.`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			if _, err := createCampaign(file, abs, startOptions{backend: resolved, fakeGPUDir: fakeDir, cgroups: cgroups}, time.Now()); err != nil {
+			so := startOptions{backend: resolved, fakeGPUDir: fakeDir, cgroups: cgroups, allowOverBudget: allowOver}
+			if _, err := createCampaign(file, abs, so, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
 					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
 				}
+				var ee *exitError
+				if errors.As(err, &ee) {
+					return ee
+				}
 				return &exitError{1, err}
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
-			if foreground {
-				return runDaemon(daemonOptions{dir: abs, foreground: true, readyFD: -1})
+			if output != "json" {
+				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
 			}
-			return detach(cmd, abs)
+			return launchController(cmd, "start", abs, foreground, "", output)
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
+	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")
@@ -100,8 +137,29 @@ func resolveBackend(backend string) (string, string, error) {
 	return "", "", fmt.Errorf("unknown --gpu-backend %q (auto, nvml or fake)", backend)
 }
 
+// launchController runs the controller in this process (foreground) or
+// detached, and reports how in the output format.
+func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string) error {
+	if foreground {
+		err := runDaemon(daemonOptions{dir: dir, foreground: true, readyFD: -1, backend: backend})
+		if err == nil && output == "json" {
+			return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: os.Getpid(), Foreground: true})
+		}
+		return err
+	}
+	pid, err := detach(dir)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: pid, Running: true})
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "controller running, pid %d; follow it with: ctlq status -d %s\n", pid, dir)
+	return nil
+}
+
 func newResumeCmd() *cobra.Command {
-	var dir, backend string
+	var dir, backend, output string
 	var foreground bool
 	cmd := &cobra.Command{
 		Use:   "resume -d DIR",
@@ -114,18 +172,22 @@ attempts interrupted, charges their GPU time, and continues with the first
 run that is not complete. It detaches like start unless --foreground.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return resume(cmd, dir, backend, foreground)
+			return resume(cmd, dir, backend, foreground, output)
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "", "GPU backend; must match the campaign's")
 	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
 	return cmd
 }
 
-func resume(cmd *cobra.Command, dir, backend string, foreground bool) error {
+func resume(cmd *cobra.Command, dir, backend string, foreground bool, output string) error {
 	if dir == "" {
 		return &exitError{2, errors.New("resume: -d DIR is required")}
+	}
+	if err := checkOutput(output); err != nil {
+		return err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -134,13 +196,10 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool) error {
 	if _, err := readSettings(abs); err != nil {
 		return &exitError{2, err}
 	}
-	if foreground {
-		return runDaemon(daemonOptions{dir: abs, foreground: true, readyFD: -1, backend: backend})
-	}
-	if lockfile.Held(filepath.Join(abs, api.LockFile)) {
+	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
 	}
-	return detach(cmd, abs)
+	return launchController(cmd, "resume", abs, foreground, backend, output)
 }
 
 func newDaemonCmd() *cobra.Command {
@@ -161,22 +220,22 @@ func newDaemonCmd() *cobra.Command {
 }
 
 // detach re-runs this binary as the daemon in a new session, with input
-// from /dev/null and output to DIR/controller.log, and returns once the
-// daemon reports that it runs (or why it could not).
-func detach(cmd *cobra.Command, dir string) error {
+// from /dev/null and output to DIR/controller.log, and returns its pid once
+// the daemon reports that it runs (or why it could not).
+func detach(dir string) (int, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer r.Close()
 	logf, err := os.OpenFile(filepath.Join(dir, api.LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		w.Close()
-		return err
+		return 0, err
 	}
 	defer logf.Close()
 	d := exec.Command(self, "daemon", "-d", dir, "--ready-fd", "3")
@@ -187,7 +246,7 @@ func detach(cmd *cobra.Command, dir string) error {
 	d.Dir = "/"
 	if err := d.Start(); err != nil {
 		w.Close()
-		return fmt.Errorf("start daemon: %w", err)
+		return 0, fmt.Errorf("start daemon: %w", err)
 	}
 	w.Close()
 	pid := d.Process.Pid
@@ -205,63 +264,94 @@ func detach(cmd *cobra.Command, dir string) error {
 	case msg := <-line:
 		switch {
 		case strings.HasPrefix(msg, "ok "):
-			fmt.Fprintf(cmd.OutOrStdout(), "controller running, pid %s; follow it with: ctlq status -d %s\n", strings.TrimPrefix(msg, "ok "), dir)
-			return nil
+			reported, err := strconv.Atoi(strings.TrimPrefix(msg, "ok "))
+			if err != nil {
+				reported = pid
+			}
+			return reported, nil
 		case strings.HasPrefix(msg, "error: "):
-			return &exitError{1, errors.New(strings.TrimPrefix(msg, "error: "))}
+			return 0, &exitError{1, errors.New(strings.TrimPrefix(msg, "error: "))}
 		default:
-			return &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
+			return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
 		}
 	case <-time.After(2 * time.Minute):
-		return &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, filepath.Join(dir, api.LogFile))}
+		return 0, &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, filepath.Join(dir, api.LogFile))}
 	}
 }
 
 func newStopCmd() *cobra.Command {
-	var dir string
+	var dir, output string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "stop -d DIR",
 		Short: "Stop the controller gracefully, leaving the campaign resumable",
 		Long: `stop asks the controller to end its in-flight runs (servers through their
 API parent, then cleanup), record them interrupted and exit. It returns when
-the controller has exited. The campaign is left stopped and resumable.`,
+the controller has exited. The campaign is left stopped (stop reason
+operator-stop) and resumable.
+
+Exit status: 0 when the controller exited, or when none ran in the campaign;
+1 when it could not be asked or did not exit within --timeout; 2 when DIR is
+not a campaign directory (no state.db) or the usage is wrong.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return &exitError{2, errors.New("stop: -d DIR is required")}
 			}
-			lock := filepath.Join(dir, api.LockFile)
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			if _, err := os.Stat(filepath.Join(abs, api.StateFile)); err != nil {
+				return &exitError{2, fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, api.StateFile)}
+			}
+			human := output != "json"
+			out := cmd.OutOrStdout()
+			lock := filepath.Join(abs, api.LockFile)
 			if !lockfile.Held(lock) {
-				fmt.Fprintln(cmd.OutOrStdout(), "no controller runs in", dir)
-				return nil
+				if human {
+					fmt.Fprintln(out, "no controller runs in", abs)
+					return nil
+				}
+				return writeJSON(out, result{Schema: 1, Action: "stop", Dir: abs, Note: "no controller ran"})
 			}
 			pid := lockfile.Owner(lock)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := api.NewClient(dir, 10*time.Second).Stop(ctx)
+			err = api.NewClient(abs, 10*time.Second).Stop(ctx)
 			cancel()
 			if err != nil {
 				return &exitError{1, fmt.Errorf("ask controller pid %d to stop: %w", pid, err)}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "stopping controller pid %d", pid)
+			if human {
+				fmt.Fprintf(out, "stopping controller pid %d", pid)
+			}
 			deadline := time.Now().Add(timeout)
 			last := time.Now()
 			for lockfile.Held(lock) {
 				if time.Now().After(deadline) {
-					fmt.Fprintln(cmd.OutOrStdout())
-					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(dir, api.LogFile))}
+					if human {
+						fmt.Fprintln(out)
+					}
+					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
 				}
-				if time.Since(last) > 5*time.Second {
-					fmt.Fprint(cmd.OutOrStdout(), ".")
+				if human && time.Since(last) > 5*time.Second {
+					fmt.Fprint(out, ".")
 					last = time.Now()
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "\ncontroller exited; resume with: controller resume -d", dir)
+			if !human {
+				return writeJSON(out, result{Schema: 1, Action: "stop", Dir: abs, PID: pid, Note: "controller exited; resume with: controller resume -d " + abs})
+			}
+			fmt.Fprintln(out, "\ncontroller exited; resume with: controller resume -d", abs)
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the controller to exit")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"warden/pkg/api"
 	"warden/pkg/launch"
@@ -81,7 +83,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer logFile.Close()
 	var out = zerolog.MultiLevelWriter(logFile)
 	if opts.foreground {
-		out = zerolog.MultiLevelWriter(logFile, zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+		out = zerolog.MultiLevelWriter(logFile, stderrLog(os.Stderr))
 	}
 	log := zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger()
 
@@ -203,6 +205,22 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log.Info().Err(err).Msg("controller exiting")
 	return err
+}
+
+// stderrLog is where a foreground controller also logs: readable, coloured
+// lines for a person at a terminal; JSON lines, with no escape sequences,
+// for anything else (systemd's journal, a pipe, a file).
+func stderrLog(f *os.File) io.Writer {
+	if isTerminal(f) {
+		return zerolog.ConsoleWriter{Out: f, TimeFormat: time.TimeOnly, NoColor: os.Getenv("NO_COLOR") != ""}
+	}
+	return f
+}
+
+// isTerminal says whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // missingHint tells where to find a copy when a recorded input is missing

@@ -157,7 +157,14 @@ func killClaimers(t *testing.T, host string) {
 func TestBudgetRefusedBeforeWave(t *testing.T) {
 	c := newCampaign(t)
 	// the first wave reserves 2 runs x 10 s x 1 GPU = 20 GPU-s; the cap is 18 GPU-s
-	c.runForeground(writeProtocol(t, scenario{patterns: 2, capGPUHours: "0.005"}))
+	// start refuses the protocol (its estimate passes the cap) unless told otherwise
+	proto := writeProtocol(t, scenario{patterns: 2, capGPUHours: "0.005"})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground"); code != exitOverBudget || !strings.Contains(out, "over budget") {
+		t.Fatalf("start over budget: exit %d, want %d:\n%s", code, exitOverBudget, out)
+	}
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground", "--allow-over-budget"); code != 0 {
+		t.Fatalf("start --allow-over-budget: exit %d:\n%s", code, tail(out, 3000))
+	}
 	s := c.store()
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != "budget" || cp.StopFigures["wave_gpu_hours"] <= 0 || cp.StopFigures["cap_gpu_hours"] != 0.005 {

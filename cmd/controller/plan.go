@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,18 @@ import (
 	"warden/protocols"
 )
 
+// Exit codes of controller plan (start refuses with exitOverBudget too).
+const (
+	exitInvalid    = 2 // the protocol is not valid
+	exitOverBudget = 3 // valid, but the estimate or the worst case passes the budget cap
+)
+
+// tableWidth is the width the plan table keeps to without --wide.
+const tableWidth = 120
+
 func newPlanCmd() *cobra.Command {
 	var file, output, regime string
+	var wide bool
 	cmd := &cobra.Command{
 		Use:   "plan -f PROTOCOL",
 		Short: "Validate a protocol and print its runs in execution order, without touching a GPU",
@@ -23,8 +34,15 @@ func newPlanCmd() *cobra.Command {
 order with the expected wall time and the GPU-hour estimate against the
 budget cap. It touches no GPU and writes nothing.
 
-Exit status: 0 when the protocol is valid, 2 when it is not (every problem
-is printed with its file, line, column and field).`,
+The table fits 120 columns (the run, its kind, GPUs, slot, expected
+seconds and condition); --wide adds phase, cell, load, needs, regime and
+class.
+
+Exit status: 0 when the protocol is valid and its estimate fits the budget;
+2 when it is not valid (every problem is printed with its file, line, column
+and field); 3 when it is valid but the GPU-hour estimate, or the worst case
+with every conditional run, passes the budget cap (start then refuses it
+unless --allow-over-budget).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -44,14 +62,23 @@ is printed with its file, line, column and field).`,
 			}
 			switch output {
 			case "json":
-				return writeJSON(cmd.OutOrStdout(), plan)
+				if err := writeJSON(cmd.OutOrStdout(), plan); err != nil {
+					return err
+				}
 			case "table", "":
-				return writePlanTable(cmd.OutOrStdout(), plan)
+				if err := writePlanTable(cmd.OutOrStdout(), plan, wide); err != nil {
+					return err
+				}
 			default:
 				return &exitError{2, fmt.Errorf("plan: unknown output %q (json or table)", output)}
 			}
+			if err := overBudget(plan); err != nil {
+				return &exitError{exitOverBudget, err}
+			}
+			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&wide, "wide", false, "every column, however wide")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	cmd.Flags().StringVar(&regime, "regime", "", "regime the estimate assumes (default: the protocol's first)")
@@ -64,34 +91,77 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func writePlanTable(w io.Writer, p *protocols.Plan) error {
+// overBudget says whether the plan's estimate, or its worst case (every
+// conditional run executes), passes the budget cap.
+func overBudget(p *protocols.Plan) error {
+	t := p.Totals
+	unit := t.Unit
+	if unit == "" {
+		unit = "GPU-hours"
+	}
+	switch {
+	case t.RemainingAfterEstimate < 0:
+		return fmt.Errorf("over budget: the estimate of %.3f %s passes the %.3f remaining of the cap %.3f by %.3f",
+			t.GPUHoursEstimate, unit, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterEstimate)
+	case t.RemainingAfterWorstCase < 0:
+		return fmt.Errorf("over budget in the worst case: the estimate of %.3f %s plus %.3f if every conditional run executes passes the %.3f remaining of the cap %.3f by %.3f",
+			t.GPUHoursEstimate, unit, t.ConditionalGPUHours, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterWorstCase)
+	}
+	return nil
+}
+
+// writePlanTable writes the plan as a table: without wide, the columns an
+// operator checks (run, kind, GPUs, slot, expected seconds, condition),
+// each line cut to tableWidth in its last column so run ids stay whole.
+func writePlanTable(w io.Writer, p *protocols.Plan, wide bool) error {
 	fmt.Fprintf(w, "protocol %s  sha256 %s\n", p.Protocol.Name, p.Protocol.SHA256)
 	fmt.Fprintf(w, "estimate assumes regime %s\n\n", p.Regime)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tRUN\tPHASE\tKIND\tCELL\tLOAD\tNEEDS\tGPUS\tSLOT\tREGIME\tCLASS\tEXPECTED_S\tWHEN")
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "#\tRUN\tPHASE\tKIND\tCELL\tLOAD\tNEEDS\tGPUS\tON\tSLOT\tREGIME\tCLASS\tEXPECTED_S\tWHEN")
+	} else {
+		fmt.Fprintln(tw, "#\tRUN\tKIND\tGPUS\tON\tSLOT\tEXPECTED_S\tWHEN")
+	}
 	for _, r := range p.Runs {
 		needs := strings.Join(r.Needs, ",")
 		if needs == "" {
 			needs = "-"
 		}
-		gpus := "-"
+		on := "-"
 		if len(r.PlannedGPUs) > 0 {
-			gpus = joinInts(r.PlannedGPUs)
+			on = joinInts(r.PlannedGPUs)
 		}
 		slot := strings.Join(r.PlannedSlots, "+")
 		if slot == "" {
 			slot = r.Slot
 		}
+		if slot == "" {
+			slot = "-"
+		}
 		when := "always"
 		if r.Condition != "" {
 			when = "if " + r.Condition
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d (%s)\t%s\t%s\t%s\t%.0f\t%s\n",
-			r.Index, r.ID, r.Phase, r.Kind, r.Cell, r.Load, needs, r.GPUs, gpus, slot, r.Regime, r.Class, r.ExpectedS, when)
+		if wide {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\n",
+				r.Index, r.ID, r.Phase, r.Kind, r.Cell, r.Load, needs, r.GPUs, on, slot, r.Regime, r.Class, r.ExpectedS, when)
+		} else {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%.0f\t%s\n",
+				r.Index, r.ID, r.Kind, r.GPUs, on, slot, r.ExpectedS, when)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if !wide && len([]rune(strings.TrimSuffix(line, "\n"))) > tableWidth {
+			line = string([]rune(line)[:tableWidth-1]) + "…\n"
+		}
+		io.WriteString(w, line)
+	}
+	fmt.Fprintln(w, "\nGPUS: how many GPUs the run needs. ON: the GPUs the estimate places it on;")
+	fmt.Fprintln(w, "- for a conditional run, which is placed only if it executes.")
 	t := p.Totals
 	fmt.Fprintf(w, "\n%d runs:", t.Runs)
 	kinds := make([]string, 0, len(t.ByKind))
@@ -102,7 +172,7 @@ func writePlanTable(w io.Writer, p *protocols.Plan) error {
 	for _, k := range kinds {
 		fmt.Fprintf(w, " %s %d,", k, t.ByKind[k])
 	}
-	fmt.Fprintf(w, " of which %d measured, %d conditional\n", t.Measured, t.Conditional)
+	fmt.Fprintf(w, "\n  of which %d measured, %d conditional\n", t.Measured, t.Conditional)
 	fmt.Fprintf(w, "primary cells: %d\n", t.PrimaryCells)
 	fmt.Fprintf(w, "expected wall time under %s: %.0f s (%.2f h)\n", p.Regime, t.ExpectedWallS, t.ExpectedWallS/3600)
 	unit := t.Unit

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestStopNotACampaign: a mistyped directory is an error, not "nothing
+// to stop".
+func TestStopNotACampaign(t *testing.T) {
+	c := newCampaign(t)
+	out, code := c.controller("stop", "-d", filepath.Join(t.TempDir(), "typo"))
+	if code != 2 || !strings.Contains(out, "is not a campaign directory") {
+		t.Fatalf("stop on a non-campaign: exit %d, want 2:\n%s", code, out)
+	}
+}
+
+// TestPlanOverBudget: a valid protocol whose estimate passes the cap has
+// its own exit code, and start refuses it (TestBudgetRefusedBeforeWave
+// starts one with --allow-over-budget).
+func TestPlanOverBudget(t *testing.T) {
+	c := newCampaign(t)
+	ok := writeProtocol(t, scenario{patterns: 2})
+	if out, code := c.controller("plan", "-f", ok); code != 0 {
+		t.Fatalf("plan within budget: exit %d:\n%s", code, out)
+	}
+	over := writeProtocol(t, scenario{patterns: 2, capGPUHours: "0.005"})
+	for _, args := range [][]string{{"plan", "-f", over}, {"plan", "-f", over, "-o", "json"}} {
+		out, code := c.controller(args...)
+		if code != exitOverBudget || exitOverBudget == exitInvalid || !strings.Contains(out, "over budget") {
+			t.Fatalf("%v: exit %d, want %d:\n%s", args, code, exitOverBudget, out)
+		}
+	}
+	out, code := c.controller("start", "-f", over, "-d", c.dir, "--gpu-backend", "fake")
+	if code != exitOverBudget || !strings.Contains(out, "--allow-over-budget") {
+		t.Fatalf("start over budget: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(c.dir); err == nil {
+		t.Fatal("a refused start created the campaign directory")
+	}
+}
+
+// TestPlanTableFits: the phase-3 plan table keeps to 120 columns with
+// every run id whole; --wide shows every column.
+func TestPlanTableFits(t *testing.T) {
+	proto := filepath.Join("..", "..", "protocols", "opprof-phase3.yaml")
+	c := newCampaign(t)
+	js, code := c.controller("plan", "-f", proto, "-o", "json")
+	if code != 0 {
+		t.Fatalf("plan -o json: exit %d:\n%s", code, tail(js, 2000))
+	}
+	var plan struct {
+		Runs []struct {
+			ID string `json:"id"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(js), &plan); err != nil || len(plan.Runs) == 0 {
+		t.Fatalf("plan JSON: %v", err)
+	}
+	out, code := c.controller("plan", "-f", proto)
+	if code != 0 {
+		t.Fatalf("plan: exit %d:\n%s", code, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > tableWidth {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+	for _, r := range plan.Runs {
+		if !regexp.MustCompile(`(?m)^\d+ +` + regexp.QuoteMeta(r.ID) + ` `).MatchString(out) {
+			t.Errorf("run id %s is not whole in the table", r.ID)
+		}
+	}
+	if strings.Contains(out, "(-)") || !strings.Contains(out, "ON: the GPUs the estimate places it on") {
+		t.Errorf("the GPUS notation is not explained:\n%s", out)
+	}
+	wide, code := c.controller("plan", "-f", proto, "--wide")
+	if code != 0 || !strings.Contains(wide, "NEEDS") || !strings.Contains(wide, "if gate colocation/eight-way failed") {
+		t.Fatalf("plan --wide: exit %d:\n%s", code, tail(wide, 2000))
+	}
+}
+
+// TestForegroundLogsJSONLines: a foreground controller whose stderr is
+// not a terminal writes JSON lines there, with no colour escapes.
+func TestForegroundLogsJSONLines(t *testing.T) {
+	c := newCampaign(t)
+	out := c.runForeground(writeProtocol(t, scenario{}))
+	if strings.Contains(out, "\x1b[") {
+		t.Fatalf("escape sequences in a pipe:\n%q", tail(out, 2000))
+	}
+	logs := 0
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "{") {
+			continue // start's own messages
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %v: %q", err, line)
+		}
+		if m["level"] == nil || m["message"] == nil {
+			t.Fatalf("log line without level or message: %q", line)
+		}
+		logs++
+	}
+	if logs == 0 {
+		t.Fatalf("no JSON log lines on stderr:\n%s", tail(out, 2000))
+	}
+}
+
+// snakeKey is what every key of a JSON document must look like.
+var snakeKey = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// dataMaps are the JSON objects whose keys are data, not field names:
+// names the protocol chose (environment variables, kinds, phases, axes)
+// and figure names. Their keys are not checked; their values are.
+var dataMaps = map[string]bool{
+	"env": true, "need_vars": true, "axes": true, "vars": true, "by_kind": true, "by_phase": true,
+	"by_state": true, "figures": true, "stop_figures": true,
+}
+
+// checkJSONDoc walks a document: it must be an object with a schema, and
+// every key outside dataMaps must be snake_case.
+func checkJSONDoc(t *testing.T, what string, doc []byte) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		t.Errorf("%s: not JSON: %v\n%s", what, err, tail(string(doc), 1000))
+		return
+	}
+	m, ok := v.(map[string]any)
+	if !ok || m["schema"] == nil {
+		t.Errorf("%s: not an object with a schema field:\n%s", what, tail(string(doc), 500))
+		return
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if !snakeKey.MatchString(k) {
+					t.Errorf("%s: key %q at %s is not snake_case", what, k, path)
+				}
+				if dataMaps[k] {
+					if inner, ok := e.(map[string]any); ok {
+						for dk, dv := range inner {
+							walk(path+"."+k+"["+dk+"]", dv)
+						}
+						continue
+					}
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(path+"[]", e)
+			}
+		}
+	}
+	walk("", v)
+}
+
+// TestEveryJSONDocument runs every command with -o json and walks what it
+// prints: each document has a schema and snake_case keys only.
+func TestEveryJSONDocument(t *testing.T) {
+	ctlq := filepath.Join(t.TempDir(), "ctlq")
+	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
+		t.Fatalf("build ctlq: %v\n%s", err, out)
+	}
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, loadsModer: true})
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("warden: 1\nname: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	ctl := func(name string, want int, args ...string) {
+		t.Helper()
+		cmd := exec.Command(controllerBin, args...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != want {
+			t.Fatalf("%s: exit %d, want %d: %v\n%s\n%s", name, code, want, err, tail(out.String(), 2000), tail(errb.String(), 2000))
+		}
+		docs[name] = out.String()
+	}
+	ctl("controller plan", 0, "plan", "-f", proto, "-o", "json")
+	ctl("controller plan (invalid)", 2, "plan", "-f", bad, "-o", "json")
+	ctl("controller start", 0, "start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground", "-o", "json")
+	ctl("controller stop", 0, "stop", "-d", c.dir, "-o", "json")
+	ctl("controller resume", 0, "resume", "-d", c.dir, "--foreground", "-o", "json")
+	q := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(ctlq, append(args, "-d", c.dir, "-o", "json")...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		docs[name] = string(out)
+	}
+	q("ctlq status", "status")
+	q("ctlq runs", "runs")
+	q("ctlq show", "show", "p1.saturation")
+	q("ctlq events", "events")
+	for name, out := range docs {
+		if name == "ctlq events" {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) < 2 {
+				t.Errorf("ctlq events: %d lines", len(lines))
+			}
+			for i, line := range lines {
+				checkJSONDoc(t, fmt.Sprintf("%s line %d", name, i+1), []byte(line))
+			}
+			continue
+		}
+		checkJSONDoc(t, name, []byte(out))
+	}
+}
