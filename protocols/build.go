@@ -93,12 +93,13 @@ func parseDoc(c *collector, data []byte) *yaml.Node {
 			return nil
 		}
 		msg := err.Error()
-		pos := Pos{}
+		pos, field := Pos{}, ""
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			pos.Line, _ = strconv.Atoi(m[1])
 			msg = m[2]
+			pos.Line, field = locateSyntaxError(data, pos.Line, msg)
 		}
-		c.add(pos, "", "not valid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+		c.add(pos, field, "not valid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
 		return nil
 	}
 	var next yaml.Node
