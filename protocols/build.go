@@ -627,14 +627,14 @@ func (b *builder) validateSlots() {
 		if s.NUMA != nil && (*s.NUMA < 0 || *s.NUMA >= p.Host.NUMANodes) {
 			c.add(s.Meta.At("numa"), f+".numa", "NUMA node %d is outside the host, which has nodes 0-%d", *s.NUMA, p.Host.NUMANodes-1)
 		}
-		if _, ok := s.Meta.Fields["port"]; ok {
+		if _, ok := s.Meta.Fields["port"]; ok && !s.Port.Auto {
 			switch {
-			case s.Port < 1 || s.Port > 65535:
-				c.add(s.Meta.At("port"), f+".port", "%d is not a TCP port", s.Port)
-			case ports[s.Port] != "":
-				c.add(s.Meta.At("port"), f+".port", "port %d is already slot %s's", s.Port, ports[s.Port])
+			case s.Port.N < 1 || s.Port.N > 65535:
+				c.add(s.Meta.At("port"), f+".port", "%d is not a TCP port", s.Port.N)
+			case ports[s.Port.N] != "":
+				c.add(s.Meta.At("port"), f+".port", "port %d is already slot %s's", s.Port.N, ports[s.Port.N])
 			default:
-				ports[s.Port] = s.Name
+				ports[s.Port.N] = s.Name
 			}
 		}
 	}

@@ -57,7 +57,7 @@ func (b *builder) expand() *Plan {
 		plan.Protocol.Workdir = "."
 	}
 	for _, s := range p.Slots {
-		info := SlotInfo{Name: s.Name, GPUs: s.GPUs, CPUs: s.CPUs, NUMA: s.NUMA, Port: s.Port}
+		info := SlotInfo{Name: s.Name, GPUs: s.GPUs, CPUs: s.CPUs, NUMA: s.NUMA, Port: s.Port.N, PortAuto: s.Port.Auto}
 		if si := b.slots[s.Name]; si != nil && si.cpus != nil {
 			info.CPUs = FormatCPUList(si.cpus)
 		}

@@ -53,7 +53,10 @@ type SlotInfo struct {
 	GPUs []int  `json:"gpus"`
 	CPUs string `json:"cpus"`
 	NUMA *int   `json:"numa,omitempty"`
-	Port int    `json:"port"`
+	// Port is 0 in a plan for a slot with port: auto (PortAuto) until
+	// controller start chooses a free one and records it in DIR/plan.json.
+	Port     int  `json:"port"`
+	PortAuto bool `json:"port_auto,omitempty"`
 }
 
 // ProvenanceInfo is a file to hash at campaign start.

@@ -128,6 +128,8 @@ func TestProblems(t *testing.T) {
 			`command is empty`},
 		{"merge key", "host: {gpus: 2, cpus: 4}", "host: {<<: {gpus: 2}, cpus: 4}", 3, 8, "host",
 			`merge keys (<<) are not supported; write the fields out`},
+		{"port neither number nor auto", `port: 9001}`, `port: any}`, 7, 0, "slots[1].port",
+			`expected a TCP port number or auto, got "any"`},
 		{"yaml syntax", "slots:\n", "slots: [\n", 5, 0, "",
 			`not valid YAML: did not find expected node content`},
 		// yaml.v3 names the line, counted from 0, where the enclosing list began
@@ -225,5 +227,18 @@ func TestProblemLimit(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "more problems not shown") {
 		t.Fatalf("error text does not say problems were omitted")
+	}
+}
+
+// TestPortAuto: port: auto leaves the port to controller start, and the
+// plan says so.
+func TestPortAuto(t *testing.T) {
+	text := strings.Replace(readMini(t), `port: 9001}`, `port: auto}`, 1)
+	p, err := PlanBytes("mini.yaml", []byte(text), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Slots[1]; !s.PortAuto || s.Port != 0 || p.Slots[0].PortAuto || p.Slots[0].Port != 9000 {
+		t.Fatalf("slots %+v", p.Slots)
 	}
 }

@@ -84,7 +84,27 @@ type Slot struct {
 	GPUs []int  `yaml:"gpus" warden:"required"`
 	CPUs string `yaml:"cpus" warden:"required"` // CPU list, e.g. "0-19" or "0,2,4-7"
 	NUMA *int   `yaml:"numa"`
-	Port int    `yaml:"port" warden:"required"`
+	// Port is the slot's server port: a number, or "auto" for one that
+	// controller start chooses free and records in the campaign's plan.
+	Port SlotPort `yaml:"port" warden:"required"`
+}
+
+// SlotPort is a slot's port: a fixed number, or auto.
+type SlotPort struct {
+	N    int
+	Auto bool
+}
+
+func (p *SlotPort) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		if n.Value == "auto" {
+			p.Auto = true
+			return
+		}
+		d.c.add(posOf(n), path, "expected a TCP port number or auto, got %s", kindName(n))
+		return
+	}
+	d.decode(n, reflectValue(&p.N), path)
 }
 
 // Regime says how many runs may share the host. Regimes are listed in

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,6 +111,9 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
 	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	if err := assignPorts(plan); err != nil {
+		return nil, err
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
 		return nil, fmt.Errorf("write plan: %w", err)
@@ -223,4 +227,39 @@ func regimeConcurrency(plan *protocols.Plan, name string) int {
 		}
 	}
 	return 1
+}
+
+// assignPorts gives every slot with port: auto a TCP port that is free now
+// on every address, distinct from every other slot's; plan.json records
+// it, so a resumed campaign uses the same ports. (A port can still be
+// taken between now and a run; the port gate then says so.)
+func assignPorts(plan *protocols.Plan) error {
+	used := map[int]bool{}
+	for _, s := range plan.Slots {
+		if !s.PortAuto {
+			used[s.Port] = true
+		}
+	}
+	for i := range plan.Slots {
+		s := &plan.Slots[i]
+		if !s.PortAuto {
+			continue
+		}
+		for tries := 0; ; tries++ {
+			if tries == 20 {
+				return fmt.Errorf("slot %s: no free port found for port: auto", s.Name)
+			}
+			ln, err := net.Listen("tcp", ":0")
+			if err != nil {
+				return fmt.Errorf("slot %s: choose a free port: %w", s.Name, err)
+			}
+			p := ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			if !used[p] {
+				used[p], s.Port = true, p
+				break
+			}
+		}
+	}
+	return nil
 }

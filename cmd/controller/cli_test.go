@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"warden/pkg/api"
+	"warden/pkg/state"
 )
 
 // TestStopNotACampaign: a mistyped directory is an error, not "nothing
@@ -225,5 +228,47 @@ func TestEveryJSONDocument(t *testing.T) {
 			continue
 		}
 		checkJSONDoc(t, name, []byte(out))
+	}
+}
+
+// TestAutoPortsChosenAndRecorded: slots with port: auto get free, distinct
+// ports at start, recorded in plan.json and used by the runs, so a port
+// that happens to be taken does not stop the campaign.
+func TestAutoPortsChosenAndRecorded(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 2})
+	b, err := os.ReadFile(proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = regexp.MustCompile(`port: \d+`).ReplaceAll(b, []byte("port: auto"))
+	if err := os.WriteFile(proto, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.runForeground(proto)
+	plan, err := api.ReadPlan(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[int]bool{}
+	for _, s := range plan.Slots {
+		if !s.PortAuto || s.Port <= 0 || ports[s.Port] {
+			t.Fatalf("slot %+v: no distinct recorded port", s)
+		}
+		ports[s.Port] = true
+	}
+	s := c.store()
+	defer s.Close()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	runs, _ := s.Runs()
+	for _, r := range runs {
+		for _, a := range c.attempts(s, r.ID) {
+			if !ports[a.Port] {
+				t.Fatalf("%s a%d used port %d, not a recorded one %v", r.ID, a.N, a.Port, ports)
+			}
+		}
 	}
 }
