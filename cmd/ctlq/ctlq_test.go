@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"warden/pkg/api"
 	"warden/pkg/state"
@@ -279,5 +283,63 @@ func TestShowReadsAsText(t *testing.T) {
 	}
 	if rows == 0 {
 		t.Errorf("no transition rows:\n%s", out)
+	}
+}
+
+// TestWatchInATerminal runs ctlq watch in a real pseudo-terminal: it
+// draws full-screen (alternate screen), ends by itself when no controller
+// runs the campaign, leaves the last frame on the terminal and exits with
+// the status code.
+func TestWatchInATerminal(t *testing.T) {
+	dir := campaignDir(t, state.CampaignStopped)
+	cmd := exec.Command(ctlqBin, "watch", "-d", dir)
+	cmd.Env = append(os.Environ(), "WARDEN_DIR=", "TERM=xterm-256color")
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(&out, f) // ends with EIO when the child exits
+	}()
+	werr := make(chan error, 1)
+	go func() { werr <- cmd.Wait() }()
+	select {
+	case <-werr:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("watch did not end on a campaign without a controller:\n%q", out.String())
+	}
+	f.Close()
+	<-done
+	if code := cmd.ProcessState.ExitCode(); code != exitStopped {
+		t.Errorf("exit %d, want %d", code, exitStopped)
+	}
+	text := out.String()
+	if !strings.Contains(text, "\x1b[?1049h") {
+		t.Errorf("no alternate screen in a terminal:\n%q", text)
+	}
+	plain := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`).ReplaceAllString(text, "")
+	for _, want := range []string{"campaign t-1", "stop reason gpu-not-idle", "runs ", "1/2 done", "budget", "slots", "last events", "watch ended"} {
+		if !strings.Contains(plain, want) {
+			t.Errorf("frame lacks %q:\n%s", want, plain)
+		}
+	}
+}
+
+// TestWatchPlain: when stdout is not a terminal, watch prints plain lines
+// with no escape sequences.
+func TestWatchPlain(t *testing.T) {
+	dir := campaignDir(t, state.CampaignComplete)
+	out, code := run(t, "watch", "-d", dir)
+	if code != 0 || strings.Contains(out, "\x1b") || !strings.Contains(out, "complete; runs 2/2 done") {
+		t.Fatalf("exit %d:\n%q", code, out)
+	}
+	out, code = run(t, "status", "-w", "-d", dir)
+	if code != 0 || !strings.Contains(out, "controller not running") {
+		t.Fatalf("status -w: exit %d:\n%q", code, out)
 	}
 }

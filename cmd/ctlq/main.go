@@ -79,7 +79,7 @@ Exit status of ctlq status:
 	}
 	root.PersistentFlags().StringVarP(&o.dir, "dir", "d", os.Getenv("WARDEN_DIR"), "campaign directory (default $WARDEN_DIR)")
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "table", "output: table or json")
-	root.AddCommand(newStatusCmd(o), newRunsCmd(o), newShowCmd(o), newEventsCmd(o))
+	root.AddCommand(newStatusCmd(o), newRunsCmd(o), newShowCmd(o), newEventsCmd(o), newWatchCmd(o))
 	return root
 }
 
@@ -147,11 +147,15 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func newStatusCmd(o *options) *cobra.Command {
-	return &cobra.Command{
+	var watch bool
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "The campaign's state, controller liveness, runs by state, budget and what runs now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if watch {
+				return runWatch(cmd, o, time.Second)
+			}
 			src, err := o.open()
 			if err != nil {
 				return err
@@ -169,6 +173,8 @@ func newStatusCmd(o *options) *cobra.Command {
 			return statusExit(st)
 		},
 	}
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "the live view of ctlq watch")
+	return cmd
 }
 
 func statusExit(st api.Status) error {

@@ -1,0 +1,542 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"warden/pkg/api"
+	"warden/pkg/gpu"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+func newWatchCmd(o *options) *cobra.Command {
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "A live view of the campaign, redrawn in place until the controller exits",
+		Long: `watch shows the campaign live: its state and stop reason, progress of all
+runs and of the measured runs, the GPU-hour budget (charged, in flight,
+reserved, cap), an ETA re-estimated from the durations seen so far, one lane
+per slot with its run, state and time in that state, GPU memory and power
+from the attempts' gpu-samples.jsonl, and the last events.
+
+On a terminal the view is full-screen and redrawn in place (q quits); the
+last frame is printed when it ends. When stdout is not a terminal, watch
+prints one plain line whenever something changes. Either way it ends when
+no controller runs the campaign (at once for a finished one).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWatch(cmd, o, interval)
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often to look")
+	return cmd
+}
+
+// runWatch is ctlq watch and ctlq status -w.
+func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
+	src, err := o.open()
+	if err != nil {
+		return err
+	}
+	src.close()
+	w := &watcher{o: o, dir: src.dir, started: map[string]time.Time{}}
+	if p, err := api.ReadPlan(src.dir); err == nil {
+		w.plan = p
+	}
+	out := cmd.OutOrStdout()
+	if f, ok := out.(*os.File); ok && isTerminal(f) {
+		return w.full(f, interval)
+	}
+	return w.plain(out, interval)
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// watcher polls a campaign: it keeps the event cursor and what the ETA
+// is re-estimated from.
+type watcher struct {
+	o    *options
+	dir  string
+	plan *protocols.Plan // nil when plan.json cannot be read
+
+	after  uint64
+	recent []state.Event
+	// started is when each attempt ("run aN") was created; durations of
+	// attempts that completed, with their runs' expected seconds, scale
+	// the ETA.
+	started                map[string]time.Time
+	actualS, expectedDoneS float64
+}
+
+// snapshot is one look at the campaign: what a frame draws.
+type snapshot struct {
+	at       time.Time
+	status   api.Status
+	done     int // runs in a terminal state
+	measured [2]int
+	ratio    float64 // actual / expected duration of the attempts completed so far
+	etaS     float64
+	inFlight float64 // GPU-hours of running attempts, not yet charged
+	lanes    []lane
+	events   []state.Event
+	ended    bool // no controller runs the campaign
+}
+
+type lane struct {
+	slot string
+	cur  *api.Current
+	gpus []gpu.Reading
+}
+
+func (w *watcher) planRun(id string) (protocols.Run, bool) {
+	if w.plan == nil {
+		return protocols.Run{}, false
+	}
+	for _, r := range w.plan.Runs {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return protocols.Run{}, false
+}
+
+// poll takes one snapshot, through the socket or the database.
+func (w *watcher) poll() (snapshot, error) {
+	var sn snapshot
+	src, err := w.o.open()
+	if err != nil {
+		return sn, err
+	}
+	defer src.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sn.at = time.Now()
+	if sn.status, err = src.status(); err != nil {
+		return sn, err
+	}
+	var runs []api.RunBrief
+	if src.store != nil {
+		runs, err = api.BuildRuns(src.store, "")
+	} else {
+		runs, err = src.client.Runs(ctx, "")
+	}
+	if err != nil {
+		return sn, err
+	}
+	for {
+		var evs []state.Event
+		if src.store != nil {
+			evs, err = src.store.Events(w.after, 1000)
+		} else {
+			var page api.Events
+			page, err = src.client.Events(ctx, w.after, 1000)
+			evs = page.Events
+		}
+		if err != nil {
+			return sn, err
+		}
+		for _, e := range evs {
+			w.see(e)
+		}
+		if len(evs) < 1000 {
+			break
+		}
+	}
+	sn.events = append([]state.Event(nil), w.recent...)
+
+	measured := map[string]bool{}
+	if w.plan != nil {
+		for _, r := range w.plan.Runs {
+			measured[r.ID] = r.Measured
+		}
+	}
+	for _, r := range runs {
+		terminal := r.State == "complete" || r.State == "quarantined" || r.State == "failed"
+		if terminal {
+			sn.done++
+		}
+		if measured[r.ID] {
+			sn.measured[1]++
+			if terminal {
+				sn.measured[0]++
+			}
+		}
+	}
+	sn.ratio = 1
+	if w.expectedDoneS > 0 {
+		sn.ratio = w.actualS / w.expectedDoneS
+	}
+	var runningS float64
+	for _, c := range sn.status.Current {
+		n := 1
+		exp := 0.0
+		if r, ok := w.planRun(c.Run); ok {
+			n, exp = max(1, r.GPUs), r.ExpectedS
+		}
+		sn.inFlight += c.ElapsedS * float64(n) / 3600
+		runningS += min(c.ElapsedS, exp*sn.ratio)
+	}
+	if sn.status.ETAS != nil {
+		sn.etaS = *sn.status.ETAS * sn.ratio
+		if k := len(sn.status.Current); k > 0 {
+			sn.etaS -= runningS / float64(k)
+		}
+		sn.etaS = max(0, sn.etaS)
+	}
+	sn.lanes = w.lanes(sn.status.Current)
+	sn.ended = !sn.status.Controller.Alive
+	return sn, nil
+}
+
+// see takes one event into the ETA's durations and the recent list.
+func (w *watcher) see(e state.Event) {
+	w.after = e.Seq
+	w.recent = append(w.recent, e)
+	if len(w.recent) > 6 {
+		w.recent = w.recent[len(w.recent)-6:]
+	}
+	if e.Run == "" || e.Attempt == 0 {
+		return
+	}
+	key := e.Run + " a" + strconv.Itoa(e.Attempt)
+	if e.From == "" {
+		w.started[key] = e.Wall
+	}
+	if e.To == string(state.Complete) {
+		if t0, ok := w.started[key]; ok {
+			if r, ok := w.planRun(e.Run); ok && r.ExpectedS > 0 {
+				w.actualS += e.Wall.Sub(t0).Seconds()
+				w.expectedDoneS += r.ExpectedS
+			}
+		}
+	}
+}
+
+// lanes is one lane per slot of the plan (or per live attempt when the
+// plan cannot be read), with the latest GPU sample of its attempt.
+func (w *watcher) lanes(cur []api.Current) []lane {
+	var names []string
+	if w.plan != nil {
+		for _, s := range w.plan.Slots {
+			names = append(names, s.Name)
+		}
+	}
+	var out []lane
+	used := map[int]bool{}
+	for _, name := range names {
+		l := lane{slot: name}
+		for i := range cur {
+			for _, s := range strings.Split(cur[i].Slot, "+") {
+				if s == name {
+					l.cur = &cur[i]
+					used[i] = true
+				}
+			}
+		}
+		out = append(out, l)
+	}
+	for i := range cur {
+		if !used[i] {
+			out = append(out, lane{slot: cur[i].Slot, cur: &cur[i]})
+		}
+	}
+	for i := range out {
+		if c := out[i].cur; c != nil {
+			out[i].gpus = lastSample(filepath.Join(w.dir, "runs", c.Run, "a"+strconv.Itoa(c.Attempt), "gpu-samples.jsonl"))
+		}
+	}
+	return out
+}
+
+// lastSample reads the GPU readings of the last periodic sample of an
+// attempt's gpu-samples.jsonl (energy lines carry no memory or power).
+func lastSample(path string) []gpu.Reading {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	const tailBytes = 16 << 10
+	off := max(0, fi.Size()-tailBytes)
+	b := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return nil
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var s struct {
+			Kind string        `json:"kind"`
+			GPUs []gpu.Reading `json:"gpus"`
+		}
+		if json.Unmarshal(lines[i], &s) == nil && s.Kind == "" && len(s.GPUs) > 0 {
+			return s.GPUs
+		}
+	}
+	return nil
+}
+
+// plain prints one line whenever the campaign's picture changes, until no
+// controller runs it.
+func (w *watcher) plain(out io.Writer, interval time.Duration) error {
+	last := ""
+	for {
+		sn, err := w.poll()
+		if err != nil {
+			return &exitError{exitOther, err}
+		}
+		line := plainLine(sn)
+		if line != last {
+			fmt.Fprintf(out, "%s %s\n", sn.at.Local().Format("15:04:05"), line)
+			last = line
+		}
+		if sn.ended {
+			return statusExit(sn.status)
+		}
+		time.Sleep(interval)
+	}
+}
+
+func plainLine(sn snapshot) string {
+	st := sn.status
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", st.Campaign.State)
+	if st.Campaign.StopReason != "" {
+		fmt.Fprintf(&b, " (%s)", st.Campaign.StopReason)
+	}
+	fmt.Fprintf(&b, "; runs %d/%d done, measured %d/%d; budget %.3f charged + %.3f reserved of %.3f",
+		sn.done, st.Runs.Total, sn.measured[0], sn.measured[1], st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.CapGPUHours)
+	if st.Campaign.State == string(state.CampaignRunning) && !sn.ended {
+		fmt.Fprintf(&b, "; eta %s", fmtDur(sn.etaS))
+	}
+	for _, l := range sn.lanes {
+		if l.cur != nil {
+			fmt.Fprintf(&b, "; %s: %s a%d %s", l.slot, l.cur.Run, l.cur.Attempt, l.cur.State)
+		}
+	}
+	if sn.ended {
+		b.WriteString("; controller not running")
+	}
+	return b.String()
+}
+
+func fmtDur(s float64) string {
+	d := time.Duration(s) * time.Second
+	if d >= time.Hour {
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	if d >= time.Minute {
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%ds", int(d.Seconds()))
+}
+
+// Full-screen view, drawn with Bubble Tea and Lip Gloss.
+
+type snapMsg struct {
+	sn  snapshot
+	err error
+}
+
+type model struct {
+	w        *watcher
+	interval time.Duration
+	sn       snapshot
+	have     bool
+	err      error
+	width    int
+}
+
+func (m model) pollCmd(delay time.Duration) tea.Cmd {
+	return tea.Tick(delay, func(time.Time) tea.Msg {
+		sn, err := m.w.poll()
+		return snapMsg{sn, err}
+	})
+}
+
+func (m model) Init() tea.Cmd { return m.pollCmd(0) }
+
+func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case snapMsg:
+		if msg.err != nil {
+			m.err = msg.err
+			return m, tea.Quit
+		}
+		m.sn, m.have = msg.sn, true
+		if m.sn.ended {
+			return m, tea.Quit
+		}
+		return m, m.pollCmd(m.interval)
+	case tea.WindowSizeMsg:
+		m.width = msg.Width
+	case tea.KeyMsg:
+		switch msg.String() {
+		case "q", "ctrl+c", "esc":
+			return m, tea.Quit
+		}
+	}
+	return m, nil
+}
+
+func (m model) View() string {
+	if !m.have {
+		return "reading " + m.w.dir + " ..."
+	}
+	return render(m.sn, m.width)
+}
+
+func (w *watcher) full(f *os.File, interval time.Duration) error {
+	p := tea.NewProgram(model{w: w, interval: interval, width: 100}, tea.WithAltScreen(), tea.WithOutput(f))
+	end, err := p.Run()
+	if err != nil {
+		return &exitError{exitOther, err}
+	}
+	m := end.(model)
+	if m.err != nil {
+		return &exitError{exitOther, m.err}
+	}
+	if m.have {
+		fmt.Fprintln(f, render(m.sn, m.width))
+	}
+	if !m.sn.ended {
+		return nil // the operator quit
+	}
+	return statusExit(m.sn.status)
+}
+
+var (
+	styTitle = lipgloss.NewStyle().Bold(true)
+	styDim   = lipgloss.NewStyle().Faint(true)
+	styBox   = lipgloss.NewStyle().Border(lipgloss.RoundedBorder()).Padding(0, 1)
+	styState = map[string]lipgloss.Style{
+		"running":  lipgloss.NewStyle().Foreground(lipgloss.Color("2")).Bold(true),
+		"complete": lipgloss.NewStyle().Foreground(lipgloss.Color("4")).Bold(true),
+		"stopped":  lipgloss.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
+	}
+	styCharged  = lipgloss.NewStyle().Foreground(lipgloss.Color("1"))
+	styInFlight = lipgloss.NewStyle().Foreground(lipgloss.Color("3"))
+	styReserved = lipgloss.NewStyle().Foreground(lipgloss.Color("6"))
+	styDone     = lipgloss.NewStyle().Foreground(lipgloss.Color("2"))
+)
+
+// bar draws parts of a whole as a bar of width cells; each part is a
+// fraction of total with its style and fill rune.
+func bar(width int, total float64, parts ...barPart) string {
+	var b strings.Builder
+	used := 0
+	for _, p := range parts {
+		if total <= 0 {
+			break
+		}
+		n := int(p.value / total * float64(width))
+		n = min(max(0, n), width-used)
+		b.WriteString(p.style.Render(strings.Repeat(p.fill, n)))
+		used += n
+	}
+	b.WriteString(styDim.Render(strings.Repeat("·", width-used)))
+	return b.String()
+}
+
+type barPart struct {
+	value float64
+	fill  string
+	style lipgloss.Style
+}
+
+// render draws a snapshot as the full-screen view.
+func render(sn snapshot, width int) string {
+	st := sn.status
+	c := st.Campaign
+	barW := max(20, min(60, width-40))
+	var b strings.Builder
+	stSty, ok := styState[c.State]
+	if !ok {
+		stSty = styTitle
+	}
+	fmt.Fprintf(&b, "%s  %s  %s\n", styTitle.Render("campaign "+c.ID), styDim.Render(fmt.Sprintf("protocol %s %.12s", c.Protocol, c.SHA256)), stSty.Render(c.State))
+	if c.StopReason != "" {
+		fmt.Fprintf(&b, "stop reason %s: %s\n", c.StopReason, c.StopDetail)
+	}
+	fmt.Fprintf(&b, "controller %s\n\n", liveness(st.Controller))
+
+	fmt.Fprintf(&b, "runs      %s %d/%d done\n", bar(barW, float64(max(1, st.Runs.Total)), barPart{float64(sn.done), "█", styDone}), sn.done, st.Runs.Total)
+	fmt.Fprintf(&b, "measured  %s %d/%d done\n", bar(barW, float64(max(1, sn.measured[1])), barPart{float64(sn.measured[0]), "█", styDone}), sn.measured[0], sn.measured[1])
+	bu := st.Budget
+	reservedRest := max(0, bu.ReservedGPUHours-sn.inFlight)
+	unit := bu.Unit
+	if unit == "" {
+		unit = "GPU-hours"
+	}
+	fmt.Fprintf(&b, "budget    %s %.3f/%.3f %s\n", bar(barW, bu.CapGPUHours,
+		barPart{bu.ConsumedGPUHours, "█", styCharged}, barPart{sn.inFlight, "▓", styInFlight}, barPart{reservedRest, "░", styReserved}),
+		bu.ConsumedGPUHours+sn.inFlight, bu.CapGPUHours, unit)
+	fmt.Fprintf(&b, "          %s charged %.3f  %s in flight %.3f  %s reserved %.3f  cap %.3f\n",
+		styCharged.Render("█"), bu.ConsumedGPUHours, styInFlight.Render("▓"), sn.inFlight, styReserved.Render("░"), bu.ReservedGPUHours, bu.CapGPUHours)
+	if c.State == string(state.CampaignRunning) && !sn.ended {
+		fmt.Fprintf(&b, "eta       %s (expected durations x %.2f, the pace so far)\n", fmtDur(sn.etaS), sn.ratio)
+	}
+
+	var lanes strings.Builder
+	fmt.Fprintln(&lanes, styTitle.Render("slots"))
+	slotW, runW := 4, 8
+	for _, l := range sn.lanes {
+		slotW = max(slotW, len(l.slot))
+		if l.cur != nil {
+			runW = max(runW, len(l.cur.Run)+len(strconv.Itoa(l.cur.Attempt))+2)
+		}
+	}
+	for _, l := range sn.lanes {
+		if l.cur == nil {
+			fmt.Fprintf(&lanes, "%-*s  %s\n", slotW, l.slot, styDim.Render("idle"))
+			continue
+		}
+		fmt.Fprintf(&lanes, "%-*s  %-*s  %-10s %6s", slotW, l.slot, runW, l.cur.Run+" a"+strconv.Itoa(l.cur.Attempt), l.cur.State, fmtDur(l.cur.InStateS))
+		for _, g := range l.gpus {
+			fmt.Fprintf(&lanes, "  GPU%d", g.Index)
+			if g.MemoryUsedMiB != nil {
+				fmt.Fprintf(&lanes, " %d MiB", *g.MemoryUsedMiB)
+			}
+			if g.PowerW != nil {
+				fmt.Fprintf(&lanes, " %.0f W", *g.PowerW)
+			}
+		}
+		lanes.WriteString("\n")
+	}
+	b.WriteString("\n" + styBox.Render(strings.TrimRight(lanes.String(), "\n")) + "\n")
+
+	var evs strings.Builder
+	fmt.Fprintln(&evs, styTitle.Render("last events"))
+	for _, e := range sn.events {
+		printEvent(&evs, e)
+	}
+	b.WriteString(styBox.Render(strings.TrimRight(evs.String(), "\n")) + "\n")
+	if sn.ended {
+		b.WriteString(styDim.Render("controller not running; watch ended") + "\n")
+	} else {
+		b.WriteString(styDim.Render(fmt.Sprintf("updated %s  q quits", sn.at.Local().Format("15:04:05"))) + "\n")
+	}
+	return b.String()
+}
