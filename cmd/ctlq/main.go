@@ -61,7 +61,7 @@ type options struct {
 }
 
 func newRoot() *cobra.Command {
-	o := &options{}
+	o := &options{output: "table"}
 	root := &cobra.Command{
 		Use:   "ctlq",
 		Short: "Query a Warden campaign",
@@ -78,9 +78,16 @@ Exit status of ctlq status:
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVarP(&o.dir, "dir", "d", os.Getenv("WARDEN_DIR"), "campaign directory (default $WARDEN_DIR)")
-	root.PersistentFlags().StringVarP(&o.output, "output", "o", "table", "output: table or json")
-	root.AddCommand(newStatusCmd(o), newRunsCmd(o), newShowCmd(o), newEventsCmd(o), newWatchCmd(o))
+	root.AddCommand(withOutput(newStatusCmd(o), o), withOutput(newRunsCmd(o), o), withOutput(newShowCmd(o), o),
+		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o))
 	return root
+}
+
+// withOutput gives a command -o: table or json. (ctlq report's -o is the
+// file it writes, so the flag is not the root's.)
+func withOutput(cmd *cobra.Command, o *options) *cobra.Command {
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output: table or json")
+	return cmd
 }
 
 // source answers queries through the socket or the database.

@@ -28,7 +28,7 @@ type Server struct {
 }
 
 // Handler serves the API: GET /v1/status, /v1/runs[?state=S], /v1/runs/ID,
-// /v1/events[?after=N&limit=M]; POST /v1/stop.
+// /v1/events[?after=N&limit=M], /v1/report; POST /v1/stop.
 func (sv *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +57,13 @@ func (sv *Server) Handler() http.Handler {
 			evs = []state.Event{}
 		}
 		reply(w, Events{Schema: Schema, Events: evs}, err)
+	})
+	mux.HandleFunc("GET /v1/report", func(w http.ResponseWriter, r *http.Request) {
+		ctl := sv.Controller()
+		ctl.Alive = true
+		rep, err := BuildReport(sv.Store, sv.Dir, ctl, sv.Now())
+		rep.Status.Source = "socket"
+		reply(w, rep, err)
 	})
 	mux.HandleFunc("POST /v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		sv.Stop()
@@ -167,6 +174,13 @@ func (c *Client) Events(ctx context.Context, after uint64, limit int) (Events, e
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(limit)}}
 	err := c.do(ctx, http.MethodGet, "/v1/events", q, &e)
 	return e, err
+}
+
+// Report asks for the campaign report's records.
+func (c *Client) Report(ctx context.Context) (Report, error) {
+	var r Report
+	err := c.do(ctx, http.MethodGet, "/v1/report", nil, &r)
+	return r, err
 }
 
 // Stop asks the controller to stop gracefully.

@@ -1,0 +1,669 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"html"
+	"html/template"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warden/pkg/api"
+	"warden/pkg/atomicfile"
+	"warden/pkg/gpu"
+	"warden/pkg/lockfile"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+func newReportCmd(o *options) *cobra.Command {
+	var file, tableJSON, csvFile string
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "One self-contained HTML report of the campaign, and its runs table as JSON and CSV",
+		Long: `report writes one HTML file that needs nothing else (its CSS, script and
+SVG charts are inline; it fetches nothing when opened) and prints well: the
+protocol and its hash, amendments, state and stop reason; a timeline of every
+attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
+attempt, states and times); the budget burned over time against the cap;
+the runs with outcomes, gate and validator verdicts and key figures
+(throughput, energy per request); GPU power, memory and clock traces from the
+samples; and a sanity block (host load, other users' processes, missed
+samples, failing gates).
+
+-o FILE names the HTML file (default DIR/report.html, "-" for stdout);
+--table-json and --csv write the runs table for analysis tools.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			src, err := o.open()
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			rep, err := src.report()
+			if err != nil {
+				return &exitError{exitOther, err}
+			}
+			plan, _ := api.ReadPlan(src.dir)
+			data := buildReportData(src.dir, rep, plan)
+			if file == "" {
+				file = filepath.Join(src.dir, "report.html")
+			}
+			if err := writeOut(cmd, file, func(w io.Writer) error { return writeReportHTML(w, data) }); err != nil {
+				return &exitError{exitOther, err}
+			}
+			if tableJSON != "" {
+				if err := writeOut(cmd, tableJSON, func(w io.Writer) error { return writeJSON(w, data.table()) }); err != nil {
+					return &exitError{exitOther, err}
+				}
+			}
+			if csvFile != "" {
+				if err := writeOut(cmd, csvFile, func(w io.Writer) error { return writeTableCSV(w, data.Rows) }); err != nil {
+					return &exitError{exitOther, err}
+				}
+			}
+			if file != "-" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "report written to", file)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "output", "o", "", "HTML file to write (default DIR/report.html; - for stdout)")
+	cmd.Flags().StringVar(&tableJSON, "table-json", "", "also write the runs table as JSON to this file")
+	cmd.Flags().StringVar(&csvFile, "csv", "", "also write the runs table as CSV to this file")
+	return cmd
+}
+
+func writeOut(cmd *cobra.Command, path string, write func(io.Writer) error) error {
+	if path == "-" {
+		return write(cmd.OutOrStdout())
+	}
+	var b strings.Builder
+	if err := write(&b); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func (s *source) report() (api.Report, error) {
+	if s.store == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		return s.client.Report(ctx)
+	}
+	ctl := api.Controller{Alive: lockfile.Held(filepath.Join(s.dir, api.LockFile))}
+	r, err := api.BuildReport(s.store, s.dir, ctl, time.Now())
+	r.Status.Source = "database"
+	return r, err
+}
+
+// TableSchema is the version of the runs table's JSON and CSV.
+const TableSchema = 1
+
+// Row is one run in the runs table (HTML, --table-json, --csv). Figures
+// are of the attempt that counts (the run's result, else its last).
+type Row struct {
+	Run               string   `json:"run"`
+	Phase             string   `json:"phase"`
+	Kind              string   `json:"kind"`
+	Cell              string   `json:"cell"`
+	Load              string   `json:"load"`
+	Measured          bool     `json:"measured"`
+	State             string   `json:"state"`
+	Attempts          int      `json:"attempts"`
+	Attempt           int      `json:"attempt"` // the one the figures are from; 0 if none
+	Outcome           string   `json:"outcome"` // that attempt's state
+	Reason            string   `json:"reason"`
+	GatesPassed       int      `json:"gates_passed"`
+	GatesNotPassed    []string `json:"gates_not_passed"` // "gate: verdict"
+	DurationS         *float64 `json:"duration_s"`
+	ThroughputRPS     *float64 `json:"throughput_rps"`
+	OutputTokensPerS  *float64 `json:"output_tokens_per_s"`
+	EnergyPerRequestJ *float64 `json:"energy_per_request_j"`
+	GPUSeconds        *float64 `json:"gpu_seconds"`
+}
+
+// Table is --table-json.
+type Table struct {
+	Schema   int    `json:"schema"`
+	Campaign string `json:"campaign"`
+	Protocol string `json:"protocol"`
+	SHA256   string `json:"protocol_sha256"`
+	Rows     []Row  `json:"rows"`
+}
+
+var csvHeader = []string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
+	"gates_passed", "gates_not_passed", "duration_s", "throughput_rps", "output_tokens_per_s", "energy_per_request_j", "gpu_seconds"}
+
+func writeTableCSV(w io.Writer, rows []Row) error {
+	cw := csv.NewWriter(w)
+	cw.Write(csvHeader)
+	f := func(p *float64) string {
+		if p == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*p, 'g', 8, 64)
+	}
+	for _, r := range rows {
+		cw.Write([]string{r.Run, r.Phase, r.Kind, r.Cell, r.Load, strconv.FormatBool(r.Measured), r.State, strconv.Itoa(r.Attempts),
+			strconv.Itoa(r.Attempt), r.Outcome, r.Reason, strconv.Itoa(r.GatesPassed), strings.Join(r.GatesNotPassed, "; "),
+			f(r.DurationS), f(r.ThroughputRPS), f(r.OutputTokensPerS), f(r.EnergyPerRequestJ), f(r.GPUSeconds)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// reportData is what the HTML template draws.
+type reportData struct {
+	Rep      api.Report
+	Plan     *protocols.Plan
+	Rows     []Row
+	Timeline template.HTML
+	Budget   template.HTML
+	Traces   []trace
+	Sanity   []sanityRow
+	Notes    []string // sanity findings, in words
+	Unit     string
+}
+
+type trace struct {
+	Title string
+	SVG   template.HTML
+}
+
+type sanityRow struct {
+	Attempt                    string
+	PreLoad, PostLoad          string
+	OtherProcs                 string
+	Samples, Missed, ReadMaxMS string
+	Flag                       bool
+}
+
+func (d *reportData) table() Table {
+	c := d.Rep.Status.Campaign
+	return Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows}
+}
+
+func fptr(m map[string]float64, k string) *float64 {
+	if v, ok := m[k]; ok {
+		return &v
+	}
+	return nil
+}
+
+// clientResult reads the figures the stand-in and common clients write to
+// client/result.json; a missing file or field leaves them empty.
+func clientResult(dir string) map[string]float64 {
+	b, err := os.ReadFile(filepath.Join(dir, "client", "result.json"))
+	if err != nil {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range m {
+		if f, ok := v.(float64); ok {
+			out[k] = f
+		}
+	}
+	return out
+}
+
+func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportData {
+	d := &reportData{Rep: rep, Plan: plan, Unit: rep.Status.Budget.Unit}
+	if d.Unit == "" {
+		d.Unit = "GPU-hours"
+	}
+	measured := map[string]bool{}
+	if plan != nil {
+		for _, r := range plan.Runs {
+			measured[r.ID] = r.Measured
+		}
+	}
+	for _, rd := range rep.Runs {
+		row := Row{Run: rd.Run.ID, Phase: rd.Run.Phase, Kind: rd.Run.Kind, Cell: rd.Run.Cell, Load: rd.Run.Load,
+			Measured: measured[rd.Run.ID], State: rd.State, Attempts: len(rd.Attempts), GatesNotPassed: []string{}}
+		var a *state.Attempt
+		for i := range rd.Attempts {
+			if rd.Attempts[i].N == rd.Run.Result {
+				a = &rd.Attempts[i]
+			}
+		}
+		if a == nil && len(rd.Attempts) > 0 {
+			a = &rd.Attempts[len(rd.Attempts)-1]
+		}
+		if a != nil {
+			row.Attempt, row.Outcome, row.Reason = a.N, string(a.State), string(a.Reason)
+			if a.State.Terminal() {
+				dur := a.UpdatedAt.Sub(a.CreatedAt).Seconds()
+				row.DurationS = &dur
+			}
+			res := clientResult(a.Dir)
+			row.ThroughputRPS, row.OutputTokensPerS = fptr(res, "throughput_rps"), fptr(res, "output_tokens_per_s")
+			row.EnergyPerRequestJ, row.GPUSeconds = fptr(a.Figures, "energy_per_request_j"), fptr(a.Figures, "gpu_seconds")
+			for _, g := range rd.Gates {
+				if g.Attempt != a.N && g.Attempt != 0 {
+					continue
+				}
+				if v, _ := gateText(g); v == state.VerdictPass || v == "n/a" {
+					row.GatesPassed++
+				} else {
+					row.GatesNotPassed = append(row.GatesNotPassed, g.Gate+": "+g.Verdict)
+				}
+			}
+		}
+		d.Rows = append(d.Rows, row)
+	}
+	d.Timeline = timelineSVG(rep)
+	d.Budget = budgetSVG(rep)
+	d.Traces = gpuTraces(rep)
+	d.Sanity, d.Notes = sanity(rep)
+	return d
+}
+
+// outcome colours, shared by the timeline, its legend and the table.
+var outcomeColour = map[string]string{
+	"complete": "#2e9d57", "quarantined": "#e0a020", "failed": "#d24a43", "interrupted": "#8a8f98",
+}
+
+func colourOf(st string) string {
+	if c, ok := outcomeColour[st]; ok {
+		return c
+	}
+	return "#3a78d4" // live
+}
+
+// span is the time range the charts share.
+func span(rep api.Report) (time.Time, time.Time) {
+	t0 := rep.Status.Campaign.CreatedAt
+	t1 := t0
+	for _, rd := range rep.Runs {
+		for _, a := range rd.Attempts {
+			if t0.IsZero() || a.CreatedAt.Before(t0) {
+				t0 = a.CreatedAt
+			}
+			end := a.UpdatedAt
+			if !a.State.Terminal() {
+				end = rep.GeneratedAt
+			}
+			if end.After(t1) {
+				t1 = end
+			}
+		}
+	}
+	for _, l := range rep.Ledger {
+		if l.At.After(t1) {
+			t1 = l.At
+		}
+	}
+	if !t1.After(t0) {
+		t1 = t0.Add(time.Second)
+	}
+	return t0, t1
+}
+
+const chartW = 1100
+
+func esc(s string) string { return html.EscapeString(s) }
+
+func timeAxis(b *strings.Builder, t0, t1 time.Time, x0, w, y, h float64) {
+	total := t1.Sub(t0).Seconds()
+	step := niceStep(total / 8)
+	for s := 0.0; s <= total+1e-9; s += step {
+		x := x0 + s/total*w
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="grid"/>`, x, y, x, y+h)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%s</text>`, x, y+h+14, esc(fmtDur(s)))
+	}
+}
+
+func niceStep(raw float64) float64 {
+	for _, s := range []float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400} {
+		if s >= raw {
+			return s
+		}
+	}
+	return 86400 * math.Ceil(raw/86400)
+}
+
+// timelineSVG draws one row per GPU and one bar per attempt on it.
+func timelineSVG(rep api.Report) template.HTML {
+	t0, t1 := span(rep)
+	gpus := map[int]bool{}
+	for _, rd := range rep.Runs {
+		for _, a := range rd.Attempts {
+			for _, g := range a.GPUIDs {
+				gpus[g] = true
+			}
+		}
+	}
+	ids := make([]int, 0, len(gpus))
+	for g := range gpus {
+		ids = append(ids, g)
+	}
+	sort.Ints(ids)
+	if len(ids) == 0 {
+		return template.HTML(`<p class="muted">No attempt has run yet.</p>`)
+	}
+	const left, rowH, top = 60.0, 28.0, 10.0
+	w := chartW - left - 20
+	h := top + float64(len(ids))*rowH
+	total := t1.Sub(t0).Seconds()
+	xOf := func(t time.Time) float64 { return left + t.Sub(t0).Seconds()/total*w }
+	row := map[int]int{}
+	for i, g := range ids {
+		row[g] = i
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="100%%" role="img" aria-label="attempts per GPU over time">`, chartW, h+30)
+	timeAxis(&b, t0, t1, left, w, top, float64(len(ids))*rowH)
+	for i, g := range ids {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="label" text-anchor="end">GPU %d</text>`, left-8, top+float64(i)*rowH+rowH/2+4, g)
+	}
+	for _, rd := range rep.Runs {
+		for _, a := range rd.Attempts {
+			end := a.UpdatedAt
+			if !a.State.Terminal() {
+				end = rep.GeneratedAt
+			}
+			var tip strings.Builder
+			fmt.Fprintf(&tip, "%s attempt %d: %s", a.RunID, a.N, a.State)
+			if a.Reason != "" {
+				fmt.Fprintf(&tip, " (%s)", a.Reason)
+			}
+			fmt.Fprintf(&tip, "\nslot %s\n", a.Slot)
+			var marks []float64
+			for _, e := range rd.Events {
+				if e.Attempt != a.N {
+					continue
+				}
+				fmt.Fprintf(&tip, "%s %s\n", e.Wall.UTC().Format("15:04:05"), e.To)
+				switch e.To {
+				case string(state.Ready), string(state.Measuring), string(state.Stopping):
+					marks = append(marks, xOf(e.Wall))
+				}
+			}
+			x1, x2 := xOf(a.CreatedAt), xOf(end)
+			for _, g := range a.GPUIDs {
+				y := top + float64(row[g])*rowH + 4
+				fmt.Fprintf(&b, `<g class="att" data-run="%s"><title>%s</title><rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" rx="2" fill="%s"/>`,
+					esc(a.RunID), esc(tip.String()), x1, y, math.Max(1.5, x2-x1), rowH-8, colourOf(string(a.State)))
+				for _, m := range marks {
+					fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="phase"/>`, m, y, m, y+rowH-8)
+				}
+				if x2-x1 > float64(len(a.RunID))*6+8 {
+					fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" class="bar">%s</text>`, x1+4, y+(rowH-8)/2+4, esc(a.RunID))
+				}
+				b.WriteString(`</g>`)
+			}
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// budgetSVG draws the GPU-hours charged over time (prior consumption
+// first), what is charged or reserved, and the cap.
+func budgetSVG(rep api.Report) template.HTML {
+	t0, t1 := span(rep)
+	bu := rep.Status.Budget
+	prior := bu.ConsumedGPUHours
+	for _, l := range rep.Ledger {
+		if l.Kind == state.LedgerCharge {
+			prior -= l.GPUSeconds / 3600
+		}
+	}
+	prior = math.Max(0, prior)
+	type pt struct {
+		t           time.Time
+		charged, rs float64
+	}
+	pts := []pt{{t0, prior, prior}}
+	charged, reserved := prior, 0.0
+	for _, l := range rep.Ledger {
+		switch l.Kind {
+		case state.LedgerCharge:
+			charged += l.GPUSeconds / 3600
+		case state.LedgerReserve:
+			reserved += l.GPUSeconds / 3600
+		case state.LedgerRelease:
+			reserved -= l.GPUSeconds / 3600
+		}
+		pts = append(pts, pt{l.At, charged, charged + math.Max(0, reserved)})
+	}
+	pts = append(pts, pt{t1, charged, charged + math.Max(0, reserved)})
+	ymax := bu.CapGPUHours
+	for _, p := range pts {
+		ymax = math.Max(ymax, p.rs)
+	}
+	ymax *= 1.08
+	if ymax <= 0 {
+		ymax = 1
+	}
+	const left, top, ch = 60.0, 10.0, 200.0
+	w := chartW - left - 20
+	total := t1.Sub(t0).Seconds()
+	x := func(t time.Time) float64 { return left + t.Sub(t0).Seconds()/total*w }
+	y := func(v float64) float64 { return top + ch - v/ymax*ch }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="100%%" role="img" aria-label="budget over time">`, chartW, top+ch+30)
+	timeAxis(&b, t0, t1, left, w, top, ch)
+	for i := 0; i <= 4; i++ {
+		v := ymax / 1.08 * float64(i) / 4
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="tick" text-anchor="end">%.3g</text>`, left-6, y(v)+4, v)
+	}
+	step := func(val func(pt) float64) string {
+		var p strings.Builder
+		for i, q := range pts {
+			if i == 0 {
+				fmt.Fprintf(&p, "M%.1f,%.1f", x(q.t), y(val(q)))
+				continue
+			}
+			fmt.Fprintf(&p, " H%.1f V%.1f", x(q.t), y(val(q)))
+		}
+		return p.String()
+	}
+	fmt.Fprintf(&b, `<path d="%s" class="reserved"/>`, step(func(p pt) float64 { return p.rs }))
+	fmt.Fprintf(&b, `<path d="%s" class="charged"/>`, step(func(p pt) float64 { return p.charged }))
+	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" class="cap"/><text x="%.0f" y="%.1f" class="label" text-anchor="end">cap %.3f</text>`,
+		left, left+w, y(bu.CapGPUHours), y(bu.CapGPUHours), left+w, y(bu.CapGPUHours)-4, bu.CapGPUHours)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// sample is one GPU reading at a time.
+type sample struct {
+	t                 time.Time
+	power, mem, clock float64
+	hasP, hasM, hasC  bool
+}
+
+// readSamples reads an attempt's periodic GPU samples per GPU index.
+func readSamples(path string, into map[int][]sample) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var s struct {
+			Kind string        `json:"kind"`
+			Time time.Time     `json:"time"`
+			GPUs []gpu.Reading `json:"gpus"`
+		}
+		if json.Unmarshal(sc.Bytes(), &s) != nil || s.Kind != "" {
+			continue
+		}
+		for _, g := range s.GPUs {
+			x := sample{t: s.Time}
+			if g.PowerW != nil {
+				x.power, x.hasP = *g.PowerW, true
+			}
+			if g.MemoryUsedMiB != nil {
+				x.mem, x.hasM = float64(*g.MemoryUsedMiB), true
+			}
+			if g.SMClockMHz != nil {
+				x.clock, x.hasC = float64(*g.SMClockMHz), true
+			}
+			into[g.Index] = append(into[g.Index], x)
+		}
+	}
+}
+
+var gpuColours = []string{"#3a78d4", "#d24a43", "#2e9d57", "#e0a020", "#8e5bd0", "#1aa3a3", "#c4579b", "#6b7a8f"}
+
+// gpuTraces draws power, memory and SM clock over time, one line per GPU.
+func gpuTraces(rep api.Report) []trace {
+	per := map[int][]sample{}
+	for _, rd := range rep.Runs {
+		for _, a := range rd.Attempts {
+			readSamples(filepath.Join(a.Dir, "gpu-samples.jsonl"), per)
+		}
+	}
+	if len(per) == 0 {
+		return nil
+	}
+	ids := make([]int, 0, len(per))
+	for g := range per {
+		sort.Slice(per[g], func(i, j int) bool { return per[g][i].t.Before(per[g][j].t) })
+		ids = append(ids, g)
+	}
+	sort.Ints(ids)
+	t0, t1 := span(rep)
+	metrics := []struct {
+		title string
+		get   func(sample) (float64, bool)
+	}{
+		{"power (W)", func(s sample) (float64, bool) { return s.power, s.hasP }},
+		{"memory used (MiB)", func(s sample) (float64, bool) { return s.mem, s.hasM }},
+		{"SM clock (MHz)", func(s sample) (float64, bool) { return s.clock, s.hasC }},
+	}
+	var out []trace
+	for _, m := range metrics {
+		ymax := 0.0
+		for _, g := range ids {
+			for _, s := range per[g] {
+				if v, ok := m.get(s); ok {
+					ymax = math.Max(ymax, v)
+				}
+			}
+		}
+		if ymax <= 0 {
+			ymax = 1
+		}
+		ymax *= 1.1
+		const left, top, ch = 60.0, 10.0, 150.0
+		w := chartW - left - 20
+		total := t1.Sub(t0).Seconds()
+		var b strings.Builder
+		fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="100%%" role="img" aria-label="%s">`, chartW, top+ch+30, esc(m.title))
+		timeAxis(&b, t0, t1, left, w, top, ch)
+		for i := 0; i <= 3; i++ {
+			v := ymax / 1.1 * float64(i) / 3
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="tick" text-anchor="end">%.4g</text>`, left-6, top+ch-v/ymax*ch+4, v)
+		}
+		for k, g := range ids {
+			ss := per[g]
+			stride := max(1, len(ss)/800)
+			var p strings.Builder
+			var prev time.Time
+			for i := 0; i < len(ss); i += stride {
+				v, ok := m.get(ss[i])
+				if !ok {
+					continue
+				}
+				cmd := "L"
+				// a gap of more than 30 s (between attempts) breaks the line
+				if p.Len() == 0 || ss[i].t.Sub(prev) > 30*time.Second {
+					cmd = "M"
+				}
+				prev = ss[i].t
+				fmt.Fprintf(&p, "%s%.1f,%.1f ", cmd, left+ss[i].t.Sub(t0).Seconds()/total*w, top+ch-v/ymax*ch)
+			}
+			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.3"><title>GPU %d</title></path>`, p.String(), gpuColours[k%len(gpuColours)], g)
+		}
+		b.WriteString(`</svg>`)
+		var legend strings.Builder
+		for k, g := range ids {
+			fmt.Fprintf(&legend, `<span class="key"><i style="background:%s"></i>GPU %d</span>`, gpuColours[k%len(gpuColours)], g)
+		}
+		out = append(out, trace{Title: m.title, SVG: template.HTML(b.String() + `<div class="legend">` + legend.String() + `</div>`)})
+	}
+	return out
+}
+
+// sanity lists, per attempt, what says whether the host was quiet, and
+// the findings worth a look.
+func sanity(rep api.Report) ([]sanityRow, []string) {
+	var rows []sanityRow
+	var notes []string
+	missed, others, failing := 0.0, 0.0, 0
+	f := func(m map[string]float64, k string) string {
+		if v, ok := m[k]; ok {
+			return strconv.FormatFloat(v, 'g', 4, 64)
+		}
+		return "-"
+	}
+	for _, rd := range rep.Runs {
+		for _, a := range rd.Attempts {
+			fg := a.Figures
+			if fg == nil {
+				continue
+			}
+			r := sanityRow{Attempt: fmt.Sprintf("%s a%d", a.RunID, a.N), PreLoad: f(fg, "preflight_load1"), PostLoad: f(fg, "postmeasure_load1"),
+				OtherProcs: f(fg, "preflight_other_users_procs") + " / " + f(fg, "postmeasure_other_users_procs"),
+				Samples:    f(fg, "samples"), Missed: f(fg, "samples_missed"), ReadMaxMS: f(fg, "sampler_read_max_ms")}
+			o := fg["preflight_other_users_procs"] + fg["postmeasure_other_users_procs"]
+			r.Flag = fg["samples_missed"] > 0 || o > 0
+			missed += fg["samples_missed"]
+			others += o
+			rows = append(rows, r)
+		}
+		for _, g := range rd.Gates {
+			if v, _ := gateText(g); v != state.VerdictPass && v != "n/a" {
+				failing++
+			}
+		}
+	}
+	notes = append(notes, fmt.Sprintf("%d attempt(s) with figures; %g GPU sample(s) missed; %g other users' process(es) seen at preflight or after measuring; %d gate verdict(s) not passed.",
+		len(rows), missed, others, failing))
+	if c := rep.Status.Campaign; c.StopReason != "" {
+		notes = append(notes, fmt.Sprintf("The campaign stopped: %s (%s).", c.StopReason, c.StopDetail))
+	}
+	return rows, notes
+}
+
+func f3(p *float64) string {
+	if p == nil {
+		return "–"
+	}
+	return strconv.FormatFloat(*p, 'f', 3, 64)
+}
+
+func writeReportHTML(w io.Writer, d *reportData) error {
+	t, err := template.New("report").Funcs(template.FuncMap{
+		"f3":     f3,
+		"colour": colourOf,
+		"join":   strings.Join,
+		"time":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+		"short":  func(s string) string { return s[:min(12, len(s))] },
+	}).Parse(reportTemplate)
+	if err != nil {
+		return err
+	}
+	return t.Execute(w, d)
+}

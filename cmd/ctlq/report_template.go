@@ -1,0 +1,139 @@
+package main
+
+// reportTemplate is the report page: everything inline, nothing fetched.
+// The Content-Security-Policy forbids every request the page could make,
+// so a mistake shows as a console error instead of a silent fetch.
+const reportTemplate = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Warden report: {{.Rep.Status.Campaign.ID}}</title>
+<link rel="icon" href="data:,">
+<style>
+:root { --fg:#1d2330; --muted:#6b7280; --line:#d9dde3; --bg:#ffffff; --head:#f4f6f9; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); margin: 0 auto; max-width: 1180px; padding: 24px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+.muted { color: var(--muted); }
+.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 10px 0; }
+.kv dt { color: var(--muted); } .kv dd { margin: 0; }
+.state { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-weight: 600; }
+.state.running { background: #3a78d4; } .state.complete { background: #2e9d57; } .state.stopped { background: #d24a43; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12.5px; }
+table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: left; vertical-align: top; }
+th { background: var(--head); position: sticky; top: 0; cursor: pointer; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.hl td { background: #fff6d6; }
+.dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-right: 5px; vertical-align: middle; }
+svg.chart { display: block; margin: 6px 0; }
+svg .grid { stroke: #eceff3; } svg .tick { font-size: 10px; fill: var(--muted); } svg .label { font-size: 11px; fill: var(--fg); }
+svg .bar { font-size: 10px; fill: #fff; pointer-events: none; }
+td { white-space: nowrap; } td.wrap { white-space: normal; }
+svg .phase { stroke: rgba(255,255,255,.85); stroke-width: 1.2; }
+svg .att rect:hover { stroke: #000; stroke-width: 1.2; }
+svg .charged { fill: none; stroke: #d24a43; stroke-width: 2; } svg .reserved { fill: none; stroke: #e0a020; stroke-width: 1.2; stroke-dasharray: 4 3; }
+svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
+.legend { font-size: 12px; color: var(--muted); } .key { margin-right: 14px; } .key i { display: inline-block; width: 12px; height: 10px; margin-right: 4px; vertical-align: middle; }
+.bad { color: #d24a43; font-weight: 600; }
+#tip { position: fixed; pointer-events: none; background: #1d2330; color: #fff; padding: 6px 8px; border-radius: 4px; font: 12px/1.35 ui-monospace, monospace; white-space: pre; display: none; z-index: 5; }
+@media print { body { max-width: none; padding: 0; } th { position: static; } #tip { display: none !important; } h2 { break-after: avoid; } svg.chart, tr { break-inside: avoid; } }
+</style>
+</head>
+<body>
+{{- $c := .Rep.Status.Campaign}}
+<h1>{{$c.Protocol}} <span class="muted">campaign {{$c.ID}}</span></h1>
+<div><span class="state {{$c.State}}">{{$c.State}}</span>{{if $c.StopReason}} <span class="bad">stop reason {{$c.StopReason}}</span>: {{$c.StopDetail}}{{end}}</div>
+<dl class="kv">
+<dt>protocol sha256</dt><dd class="mono">{{$c.SHA256}}</dd>
+{{- if .Plan}}<dt>title</dt><dd>{{.Plan.Protocol.Title}}</dd><dt>frozen</dt><dd>{{.Plan.Protocol.Frozen}}</dd>{{end}}
+<dt>directory</dt><dd class="mono">{{$c.Dir}}</dd>
+<dt>created</dt><dd>{{time $c.CreatedAt}}</dd>
+<dt>regime</dt><dd>{{$c.Regime}}</dd>
+<dt>runs</dt><dd>{{.Rep.Status.Runs.Total}}: {{range $k, $v := .Rep.Status.Runs.ByState}}{{$k}} {{$v}} &nbsp;{{end}}</dd>
+<dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ConsumedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
+<dt>report generated</dt><dd>{{time .Rep.GeneratedAt}} (from the {{.Rep.Status.Source}})</dd>
+</dl>
+<h2>Amendments</h2>
+{{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> ({{.Date}}): {{.Title}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
+
+<h2>Attempts per GPU</h2>
+<div class="legend"><span class="key"><i style="background:#2e9d57"></i>complete</span><span class="key"><i style="background:#e0a020"></i>quarantined</span><span class="key"><i style="background:#d24a43"></i>failed</span><span class="key"><i style="background:#8a8f98"></i>interrupted</span><span class="key"><i style="background:#3a78d4"></i>in flight</span> white ticks: ready, measuring, stopping. Hover a bar for its run, states and times; click it to find its row.</div>
+{{.Timeline}}
+
+<h2>Budget over time</h2>
+<div class="legend"><span class="key"><i style="background:#d24a43"></i>charged (with prior consumption)</span><span class="key"><i style="background:#e0a020"></i>charged + reserved</span><span class="key"><i style="background:#1d2330"></i>cap</span> ({{.Unit}})</div>
+{{.Budget}}
+
+<h2>Runs</h2>
+<table id="runs">
+<thead><tr><th>run</th><th>phase</th><th>kind</th><th>cell</th><th>state</th><th>attempts</th><th>gates</th><th>duration s</th><th>throughput req/s</th><th>output tok/s</th><th>energy J/req</th><th>GPU s</th></tr></thead>
+<tbody>
+{{- range .Rows}}
+<tr data-run="{{.Run}}"><td class="mono">{{.Run}}{{if .Measured}} <span class="muted">measured</span>{{end}}</td><td>{{.Phase}}</td><td>{{.Kind}}</td><td>{{.Cell}}</td>
+<td><span class="dot" style="background:{{colour .State}}"></span>{{.State}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</td>
+<td class="num">{{.Attempts}}</td>
+<td class="wrap">{{.GatesPassed}} passed{{if .GatesNotPassed}}; <span class="bad">{{join .GatesNotPassed ", "}}</span>{{end}}</td>
+<td class="num">{{f3 .DurationS}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .OutputTokensPerS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td><td class="num">{{f3 .GPUSeconds}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+
+<h2>GPU traces</h2>
+{{if .Traces}}{{range .Traces}}<h3 style="font-size:14px;margin:12px 0 0">{{.Title}}</h3>{{.SVG}}{{end}}{{else}}<p class="muted">No GPU samples.</p>{{end}}
+
+<h2>Sanity</h2>
+{{range .Notes}}<p>{{.}}</p>{{end}}
+<table>
+<thead><tr><th>attempt</th><th>load1 before</th><th>load1 after</th><th>other users' procs before / after</th><th>samples</th><th>missed</th><th>slowest read ms</th></tr></thead>
+<tbody>
+{{- range .Sanity}}
+<tr><td class="mono">{{.Attempt}}</td><td class="num">{{.PreLoad}}</td><td class="num">{{.PostLoad}}</td><td class="num{{if .Flag}} bad{{end}}">{{.OtherProcs}}</td><td class="num">{{.Samples}}</td><td class="num{{if .Flag}} bad{{end}}">{{.Missed}}</td><td class="num">{{.ReadMaxMS}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+<div id="tip"></div>
+<script>
+(function () {
+  "use strict";
+  var tip = document.getElementById("tip");
+  document.querySelectorAll("svg .att").forEach(function (g) {
+    var t = g.querySelector("title");
+    var text = t ? t.textContent : "";
+    if (t) { g.setAttribute("data-tip", text); t.remove(); }
+    g.addEventListener("mousemove", function (e) {
+      tip.textContent = text; tip.style.display = "block";
+      tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 14) + "px";
+    });
+    g.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+    g.addEventListener("click", function () {
+      var row = document.querySelector('#runs tr[data-run="' + CSS.escape(g.getAttribute("data-run")) + '"]');
+      if (!row) { return; }
+      document.querySelectorAll("#runs tr.hl").forEach(function (r) { r.classList.remove("hl"); });
+      row.classList.add("hl"); row.scrollIntoView({block: "center"});
+    });
+  });
+  document.querySelectorAll("#runs th").forEach(function (th, i) {
+    th.addEventListener("click", function () {
+      var body = document.querySelector("#runs tbody");
+      var rows = Array.prototype.slice.call(body.rows);
+      var dir = th.getAttribute("data-dir") === "asc" ? -1 : 1;
+      th.setAttribute("data-dir", dir === 1 ? "asc" : "desc");
+      rows.sort(function (a, b) {
+        var x = a.cells[i].textContent.trim(), y = b.cells[i].textContent.trim();
+        var nx = parseFloat(x), ny = parseFloat(y);
+        if (!isNaN(nx) && !isNaN(ny)) { return (nx - ny) * dir; }
+        return x.localeCompare(y) * dir;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+  document.body.setAttribute("data-ready", "1");
+})();
+</script>
+</body>
+</html>
+`
