@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"warden/pkg/api"
 	"warden/pkg/state"
@@ -270,5 +274,51 @@ func TestAutoPortsChosenAndRecorded(t *testing.T) {
 				t.Fatalf("%s a%d used port %d, not a recorded one %v", r.ID, a.N, a.Port, ports)
 			}
 		}
+	}
+}
+
+// TestMetricsScrapedWhileRunning starts a controller with both metrics
+// outputs, scrapes the listener while a run measures, and reads the
+// textfile it leaves after an operator's stop.
+func TestMetricsScrapedWhileRunning(t *testing.T) {
+	c := newCampaign(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	textfile := filepath.Join(t.TempDir(), "warden.prom")
+	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--metrics", "0.0.0.0:9", "--foreground"); code != 2 || !strings.Contains(out, "not a loopback address") {
+		t.Fatalf("non-loopback metrics address: exit %d:\n%s", code, out)
+	}
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--metrics", addr, "--metrics-textfile", textfile); code != 0 {
+		t.Fatalf("start: exit %d:\n%s", code, out)
+	}
+	c.waitMeasuring()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("parse exposition: %v", err)
+	}
+	running := 0.0
+	for _, m := range fams["warden_runs"].GetMetric() {
+		if m.GetLabel()[0].GetValue() == "running" {
+			running = m.GetGauge().GetValue()
+		}
+	}
+	if running < 1 || fams["warden_controller_heartbeat_age_seconds"] == nil || fams["warden_budget_gpu_hours"] == nil {
+		t.Fatalf("scrape while measuring: running %g, families %d", running, len(fams))
+	}
+	if out, code := c.controller("stop", "-d", c.dir); code != 0 {
+		t.Fatalf("stop: exit %d:\n%s", code, out)
+	}
+	b, err := os.ReadFile(textfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `warden_campaign_stop_reason{reason="operator-stop"} 1`) {
+		t.Fatalf("textfile after stop:\n%s", b)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
+	"warden/pkg/metrics"
 	"warden/protocols"
 )
 
@@ -45,6 +46,7 @@ func checkOutput(output string) error {
 func newStartCmd() *cobra.Command {
 	var file, dir, backend, fakeDir, cgroups, output string
 	var foreground, allowOver bool
+	var mo metricsOptions
 	cmd := &cobra.Command{
 		Use:   "start -f PROTOCOL -d DIR",
 		Short: "Create a campaign directory and run the campaign, detached",
@@ -67,6 +69,9 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 				return &exitError{2, errors.New("start: -f PROTOCOL and -d DIR are required")}
 			}
 			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if err := mo.check(); err != nil {
 				return err
 			}
 			abs, err := filepath.Abs(dir)
@@ -96,11 +101,12 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if output != "json" {
 				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
 			}
-			return launchController(cmd, "start", abs, foreground, "", output)
+			return launchController(cmd, "start", abs, foreground, "", output, mo)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
+	mo.flags(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")
@@ -139,15 +145,15 @@ func resolveBackend(backend string) (string, string, error) {
 
 // launchController runs the controller in this process (foreground) or
 // detached, and reports how in the output format.
-func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string) error {
+func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string, mo metricsOptions) error {
 	if foreground {
-		err := runDaemon(daemonOptions{dir: dir, foreground: true, readyFD: -1, backend: backend})
+		err := runDaemon(daemonOptions{dir: dir, foreground: true, readyFD: -1, backend: backend, metrics: mo})
 		if err == nil && output == "json" {
 			return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: os.Getpid(), Foreground: true})
 		}
 		return err
 	}
-	pid, err := detach(dir)
+	pid, err := detach(dir, mo)
 	if err != nil {
 		return err
 	}
@@ -161,6 +167,7 @@ func launchController(cmd *cobra.Command, action, dir string, foreground bool, b
 func newResumeCmd() *cobra.Command {
 	var dir, backend, output string
 	var foreground bool
+	var mo metricsOptions
 	cmd := &cobra.Command{
 		Use:   "resume -d DIR",
 		Short: "Continue a campaign after a crash, a reboot, a stop or a stop for review",
@@ -172,9 +179,10 @@ attempts interrupted, charges their GPU time, and continues with the first
 run that is not complete. It detaches like start unless --foreground.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return resume(cmd, dir, backend, foreground, output)
+			return resume(cmd, dir, backend, foreground, output, mo)
 		},
 	}
+	mo.flags(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "", "GPU backend; must match the campaign's")
@@ -182,11 +190,14 @@ run that is not complete. It detaches like start unless --foreground.`,
 	return cmd
 }
 
-func resume(cmd *cobra.Command, dir, backend string, foreground bool, output string) error {
+func resume(cmd *cobra.Command, dir, backend string, foreground bool, output string, mo metricsOptions) error {
 	if dir == "" {
 		return &exitError{2, errors.New("resume: -d DIR is required")}
 	}
 	if err := checkOutput(output); err != nil {
+		return err
+	}
+	if err := mo.check(); err != nil {
 		return err
 	}
 	abs, err := filepath.Abs(dir)
@@ -199,21 +210,23 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
 	}
-	return launchController(cmd, "resume", abs, foreground, backend, output)
+	return launchController(cmd, "resume", abs, foreground, backend, output, mo)
 }
 
 func newDaemonCmd() *cobra.Command {
 	var dir string
 	var readyFD int
+	var mo metricsOptions
 	cmd := &cobra.Command{
 		Use:    "daemon -d DIR",
 		Short:  "The detached controller (started by start and resume)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDaemon(daemonOptions{dir: dir, readyFD: readyFD})
+			return runDaemon(daemonOptions{dir: dir, readyFD: readyFD, metrics: mo})
 		},
 	}
+	mo.flags(cmd)
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
 	cmd.Flags().IntVar(&readyFD, "ready-fd", -1, "file descriptor to report readiness on")
 	return cmd
@@ -222,7 +235,7 @@ func newDaemonCmd() *cobra.Command {
 // detach re-runs this binary as the daemon in a new session, with input
 // from /dev/null and output to DIR/controller.log, and returns its pid once
 // the daemon reports that it runs (or why it could not).
-func detach(dir string) (int, error) {
+func detach(dir string, mo metricsOptions) (int, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
@@ -238,7 +251,14 @@ func detach(dir string) (int, error) {
 		return 0, err
 	}
 	defer logf.Close()
-	d := exec.Command(self, "daemon", "-d", dir, "--ready-fd", "3")
+	args := []string{"daemon", "-d", dir, "--ready-fd", "3"}
+	if mo.addr != "" {
+		args = append(args, "--metrics", mo.addr)
+	}
+	if mo.textfile != "" {
+		args = append(args, "--metrics-textfile", mo.textfile)
+	}
+	d := exec.Command(self, args...)
 	d.Stdin = nil // /dev/null
 	d.Stdout, d.Stderr = logf, logf
 	d.ExtraFiles = []*os.File{w}
@@ -354,4 +374,24 @@ not a campaign directory (no state.db) or the usage is wrong.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the controller to exit")
 	return cmd
+}
+
+// metricsOptions are the opt-in Prometheus outputs of a controller.
+type metricsOptions struct {
+	addr     string // loopback listener, "" for none
+	textfile string // node_exporter textfile, "" for none
+}
+
+func (mo *metricsOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&mo.addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path")
+	cmd.Flags().StringVar(&mo.textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom)")
+}
+
+func (mo metricsOptions) check() error {
+	if mo.addr != "" {
+		if err := metrics.CheckLoopback(mo.addr); err != nil {
+			return &exitError{2, err}
+		}
+	}
+	return nil
 }

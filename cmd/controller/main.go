@@ -58,7 +58,7 @@ ctlq shows what a campaign is doing.`,
 			if !resumeFlag {
 				return cmd.Help()
 			}
-			return resume(cmd, dir, "", foreground, "table")
+			return resume(cmd, dir, "", foreground, "table", metricsOptions{})
 		},
 	}
 	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR (same as the resume command)")
