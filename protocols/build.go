@@ -244,7 +244,7 @@ func (b *builder) validate() {
 		}
 		for j, s := range r.Slots {
 			if _, ok := b.slots[s]; !ok {
-				c.add(r.Meta.At("slots"), fmt.Sprintf("%s.slots[%d]", f, j), "unknown slot %q", s)
+				c.add(r.Meta.At("slots"), fmt.Sprintf("%s.slots[%d]", f, j), "unknown slot %q (slots: %s)", s, strings.Join(sortedKeys(b.slots), ", "))
 			}
 		}
 	}
@@ -329,7 +329,7 @@ func (b *builder) validate() {
 			c.add(l.Meta.At("kind"), f+".kind", "unknown load kind %q (known: %s)", l.Kind, strings.Join(sortedKeys(loadKinds), ", "))
 		}
 		if l.Server != "" && b.servers[l.Server] == nil {
-			c.add(l.Meta.At("server"), f+".server", "unknown server %q", l.Server)
+			c.add(l.Meta.At("server"), f+".server", "unknown server %q (servers: %s)", l.Server, strings.Join(sortedKeys(b.servers), ", "))
 		}
 		if l.Class != "" && b.classes[l.Class] == nil {
 			c.add(l.Meta.At("class"), f+".class", "unknown class %q (classes: %s)", l.Class, strings.Join(sortedKeys(b.classes), ", "))
@@ -408,7 +408,7 @@ func (b *builder) validate() {
 				c.add(v.Meta.At("class"), vf+".class", "unknown class %q (classes: %s)", v.Class, strings.Join(sortedKeys(b.classes), ", "))
 			}
 			if v.Server != "" && b.servers[v.Server] == nil {
-				c.add(v.Meta.At("server"), vf+".server", "unknown server %q", v.Server)
+				c.add(v.Meta.At("server"), vf+".server", "unknown server %q (servers: %s)", v.Server, strings.Join(sortedKeys(b.servers), ", "))
 			}
 			if v.GPUs < 0 {
 				c.add(v.Meta.At("gpus"), vf+".gpus", "GPU count cannot be negative, got %d", v.GPUs)
@@ -518,7 +518,7 @@ func (b *builder) validate() {
 		}
 		for j, l := range v.Loads {
 			if b.loads[l] == nil {
-				c.add(v.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q", l)
+				c.add(v.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q (loads: %s)", l, strings.Join(sortedKeys(b.loads), ", "))
 			}
 		}
 	}

@@ -592,13 +592,13 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 	c := b.c
 	target, ok := b.cellFromRef(co.Target, co.Meta.At("target"), f+".target")
 	if b.slots[co.Slot] == nil && co.Slot != "" {
-		c.add(co.Meta.At("slot"), f+".slot", "unknown slot %q", co.Slot)
+		c.add(co.Meta.At("slot"), f+".slot", "unknown slot %q (slots: %s)", co.Slot, strings.Join(sortedKeys(b.slots), ", "))
 		ok = false
 	}
 	var loads []*Load
 	for j, l := range co.Loads {
 		if b.loads[l] == nil {
-			c.add(co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q", l)
+			c.add(co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q (loads: %s)", l, strings.Join(sortedKeys(b.loads), ", "))
 			ok = false
 			continue
 		}
@@ -606,7 +606,7 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 	}
 	bgLoad := b.loads[co.BackgroundLoad]
 	if bgLoad == nil && co.BackgroundLoad != "" {
-		c.add(co.Meta.At("background_load"), f+".background_load", "unknown load %q", co.BackgroundLoad)
+		c.add(co.Meta.At("background_load"), f+".background_load", "unknown load %q (loads: %s)", co.BackgroundLoad, strings.Join(sortedKeys(b.loads), ", "))
 		ok = false
 	}
 	compare := co.Gate.Compare
@@ -678,7 +678,7 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 			bf := fmt.Sprintf("%s.backgrounds[%d]", cf, j)
 			bc, ok := b.cellFromRef(bg.Cell, bg.Meta.At("cell"), bf+".cell")
 			if b.slots[bg.Slot] == nil {
-				c.add(bg.Meta.At("slot"), bf+".slot", "unknown slot %q", bg.Slot)
+				c.add(bg.Meta.At("slot"), bf+".slot", "unknown slot %q (slots: %s)", bg.Slot, strings.Join(sortedKeys(b.slots), ", "))
 				continue
 			}
 			if used[bg.Slot] {

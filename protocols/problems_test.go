@@ -107,7 +107,9 @@ func TestProblems(t *testing.T) {
 		{"unknown class", `values: [{id: A}, {id: B}]`, `values: [{id: A, class: fast}, {id: B}]`, 28, 29, "axes[0].values[0].class",
 			`unknown class "fast" (classes: std)`},
 		{"unknown server", "    kind: moderate\n", "    kind: moderate\n    server: sglang\n", 23, 13, "loads[1].server",
-			`unknown server "sglang"`},
+			`unknown server "sglang" (servers: srv)`},
+		{"unknown slot in regime", `{name: two, concurrency: 2}`, `{name: two, concurrency: 2, slots: [s0, s9]}`, 9, 0, "regimes[0].slots[1]",
+			`unknown slot "s9" (slots: s0, s1)`},
 		{"unknown load kind", `kind: saturation`, `kind: saturate`, 18, 11, "loads[0].kind",
 			`unknown load kind "saturate" (known: aa, background, burn-in, closed-loop, cold-start, confirmation, moderate, open-loop, saturation, smoke)`},
 		{"concurrency over slots", `concurrency: 2}`, `concurrency: 3}`, 9, 30, "regimes[0].concurrency",
@@ -153,6 +155,11 @@ func TestProblems(t *testing.T) {
 	base := readMini(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// an unknown name of a mapping or an enumeration comes with the
+			// names that are allowed (variables are listed in docs/protocol.md)
+			if strings.HasPrefix(tc.msg, "unknown ") && !strings.HasPrefix(tc.msg, "unknown variable") && !strings.Contains(tc.msg, " (") {
+				t.Errorf("%q does not list the allowed names", tc.msg)
+			}
 			text := tc.new
 			if tc.old != "" {
 				if !strings.Contains(base, tc.old) {
