@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test demo fuzz bench clean
+.PHONY: build test demo fuzz bench clean man
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -22,6 +22,11 @@ demo: build
 	$(BIN)/ctlq events -f -d $(DEMO_DIR)
 	$(BIN)/ctlq status -d $(DEMO_DIR)
 	$(BIN)/ctlq runs -d $(DEMO_DIR)
+
+# Man pages of every command, generated from the commands' help.
+man: build
+	$(BIN)/controller man $(BIN)/man
+	$(BIN)/ctlq man $(BIN)/man
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzPlan -fuzztime 10m ./protocols

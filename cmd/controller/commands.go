@@ -110,9 +110,11 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")
+	cmd.RegisterFlagCompletionFunc("gpu-backend", cobra.FixedCompletions([]string{"auto", "nvml", "fake"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
 	cmd.Flags().StringVar(&fakeDir, "fake-gpus", "", "with the fake backend: the fake host's GPU directory (default DIR/fake-gpus, created)")
 	cmd.Flags().StringVar(&cgroups, "cgroups", "auto", "auto: a cgroup per process where cgroup v2 is writable; off: process groups and sessions only")
+	cmd.RegisterFlagCompletionFunc("cgroups", cobra.FixedCompletions([]string{"auto", "off"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

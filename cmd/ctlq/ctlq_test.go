@@ -343,3 +343,28 @@ func TestWatchPlain(t *testing.T) {
 		t.Fatalf("status -w: exit %d:\n%q", code, out)
 	}
 }
+
+// TestCompletion: run ids complete from the campaign, states from their
+// list; man pages are generated for every command.
+func TestCompletion(t *testing.T) {
+	dir := campaignDir(t, state.CampaignStopped)
+	out, code := run(t, "__complete", "show", "-d", dir, "a.s")
+	if code != 0 || !strings.Contains(out, "a.saturation\tfailed") || strings.Contains(out, "a.moderate") {
+		t.Fatalf("complete run ids: exit %d:\n%s", code, out)
+	}
+	out, _ = run(t, "__complete", "runs", "--state", "")
+	for _, s := range runStates {
+		if !strings.Contains(out, s+"\n") {
+			t.Errorf("state %s not completed:\n%s", s, out)
+		}
+	}
+	man := t.TempDir()
+	if out, code := run(t, "man", man); code != 0 {
+		t.Fatalf("man: exit %d:\n%s", code, out)
+	}
+	for _, page := range []string{"ctlq.1", "ctlq-watch.1", "ctlq-report.1", "ctlq-status.1"} {
+		if _, err := os.Stat(filepath.Join(man, page)); err != nil {
+			t.Errorf("no man page %s: %v", page, err)
+		}
+	}
+}

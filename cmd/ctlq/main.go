@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
@@ -79,7 +80,7 @@ Exit status of ctlq status:
 	}
 	root.PersistentFlags().StringVarP(&o.dir, "dir", "d", os.Getenv("WARDEN_DIR"), "campaign directory (default $WARDEN_DIR)")
 	root.AddCommand(withOutput(newStatusCmd(o), o), withOutput(newRunsCmd(o), o), withOutput(newShowCmd(o), o),
-		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o))
+		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o), newManCmd(root))
 	return root
 }
 
@@ -276,14 +277,16 @@ func newRunsCmd(o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&filter, "state", "", "only runs in this state (pending, running, complete, quarantined, failed)")
+	cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(runStates, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "show RUN",
-		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show RUN",
+		Short:             "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := o.open()
 			if err != nil {
@@ -590,4 +593,53 @@ func printEvent(w io.Writer, e state.Event) {
 		fmt.Fprintf(w, " %s", e.Message)
 	}
 	fmt.Fprintln(w)
+}
+
+// runStates are the run states --state takes.
+var runStates = []string{string(state.RunPending), string(state.RunRunning), string(state.RunComplete), string(state.RunQuarantined), string(state.RunFailed)}
+
+// completeRuns completes a run id from the campaign in -d DIR.
+func (o *options) completeRuns(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	src, err := o.open()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+	}
+	defer src.close()
+	var runs []api.RunBrief
+	if src.store != nil {
+		runs, err = api.BuildRuns(src.store, "")
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		runs, err = src.client.Runs(ctx, "")
+		cancel()
+	}
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+	}
+	var out []string
+	for _, r := range runs {
+		if strings.HasPrefix(r.ID, prefix) {
+			out = append(out, r.ID+"\t"+r.State)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// newManCmd writes man pages for every command (make man).
+func newManCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write man pages of every command into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
+			return doc.GenManTree(root, &doc.GenManHeader{Title: "CTLQ", Section: "1", Source: "Warden"}, args[0])
+		},
+	}
 }
