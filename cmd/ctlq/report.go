@@ -276,7 +276,7 @@ func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportDa
 
 // outcome colours, shared by the timeline, its legend and the table.
 var outcomeColour = map[string]string{
-	"complete": "#2e9d57", "quarantined": "#e0a020", "failed": "#d24a43", "interrupted": "#8a8f98",
+	"complete": "#2e9d57", "quarantined": "#e0a020", "failed": "#d24a43", "interrupted": "#8a8f98", "pending": "#c9ced6",
 }
 
 func colourOf(st string) string {

@@ -46,10 +46,10 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 <body>
 {{- $c := .Rep.Status.Campaign}}
 <h1>{{$c.Protocol}} <span class="muted">campaign {{$c.ID}}</span></h1>
-<div><span class="state {{$c.State}}">{{$c.State}}</span>{{if $c.StopReason}} <span class="bad">stop reason {{$c.StopReason}}</span>: {{$c.StopDetail}}{{end}}</div>
+<div><span class="state {{$c.State}}">{{$c.State}}</span>{{if and (eq $c.State "running") (not .Rep.Status.Controller.Alive)}} <span class="bad">no controller runs it (crashed or killed): controller resume -d {{$c.Dir}}</span>{{end}}{{if $c.StopReason}} <span class="bad">stop reason {{$c.StopReason}}</span>: {{$c.StopDetail}}{{end}}</div>
 <dl class="kv">
 <dt>protocol sha256</dt><dd class="mono">{{$c.SHA256}}</dd>
-{{- if .Plan}}<dt>title</dt><dd>{{.Plan.Protocol.Title}}</dd><dt>frozen</dt><dd>{{.Plan.Protocol.Frozen}}</dd>{{end}}
+{{- if .Plan}}{{if .Plan.Protocol.Title}}<dt>title</dt><dd>{{.Plan.Protocol.Title}}</dd>{{end}}{{if .Plan.Protocol.Frozen}}<dt>frozen</dt><dd>{{.Plan.Protocol.Frozen}}</dd>{{end}}{{end}}
 <dt>directory</dt><dd class="mono">{{$c.Dir}}</dd>
 <dt>created</dt><dd>{{time $c.CreatedAt}}</dd>
 <dt>regime</dt><dd>{{$c.Regime}}</dd>
@@ -76,7 +76,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 <tr data-run="{{.Run}}"><td class="mono">{{.Run}}{{if .Measured}} <span class="muted">measured</span>{{end}}</td><td>{{.Phase}}</td><td>{{.Kind}}</td><td>{{.Cell}}</td>
 <td><span class="dot" style="background:{{colour .State}}"></span>{{.State}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</td>
 <td class="num">{{.Attempts}}</td>
-<td class="wrap">{{.GatesPassed}} passed{{if .GatesNotPassed}}; <span class="bad">{{join .GatesNotPassed ", "}}</span>{{end}}</td>
+<td class="wrap">{{if .Attempt}}{{.GatesPassed}} passed{{if .GatesNotPassed}}; <span class="bad">{{join .GatesNotPassed ", "}}</span>{{end}}{{else}}–{{end}}</td>
 <td class="num">{{f3 .DurationS}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .OutputTokensPerS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td><td class="num">{{f3 .GPUSeconds}}</td></tr>
 {{- end}}
 </tbody>
