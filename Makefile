@@ -15,11 +15,11 @@ test: build
 	$(GO) test -count=1 -timeout 30m ./...
 
 # A demo campaign on the stand-in server and fake GPUs: started detached,
-# followed until the controller exits, then summarized.
+# watched live until the controller exits, then summarized.
 demo: build
 	rm -rf $(DEMO_DIR)
 	$(BIN)/controller start -f protocols/demo.yaml -d $(DEMO_DIR) --gpu-backend fake
-	$(BIN)/ctlq events -f -d $(DEMO_DIR)
+	$(BIN)/ctlq watch -d $(DEMO_DIR)
 	$(BIN)/ctlq status -d $(DEMO_DIR)
 	$(BIN)/ctlq runs -d $(DEMO_DIR)
 

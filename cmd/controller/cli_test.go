@@ -12,8 +12,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
+	"github.com/creack/pty"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -180,10 +182,7 @@ func checkJSONDoc(t *testing.T, what string, doc []byte) {
 // TestEveryJSONDocument runs every command with -o json and walks what it
 // prints: each document has a schema and snake_case keys only.
 func TestEveryJSONDocument(t *testing.T) {
-	ctlq := filepath.Join(t.TempDir(), "ctlq")
-	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
-		t.Fatalf("build ctlq: %v\n%s", err, out)
-	}
+	ctlq := buildCtlq(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, loadsModer: true})
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
@@ -320,5 +319,85 @@ func TestMetricsScrapedWhileRunning(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `warden_campaign_stop_reason{reason="operator-stop"} 1`) {
 		t.Fatalf("textfile after stop:\n%s", b)
+	}
+}
+
+// buildCtlq builds ctlq for a test.
+func buildCtlq(t *testing.T) string {
+	t.Helper()
+	ctlq := filepath.Join(t.TempDir(), "ctlq")
+	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
+		t.Fatalf("build ctlq: %v\n%s", err, out)
+	}
+	return ctlq
+}
+
+// TestWatchLiveCampaign runs ctlq watch in a pseudo-terminal beside a
+// running controller: it redraws while runs measure, shows the slots'
+// lanes, and ends by itself when the controller exits.
+func TestWatchLiveCampaign(t *testing.T) {
+	ctlq := buildCtlq(t)
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 2, measureS: "2", loadsModer: true})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start: exit %d:\n%s", code, out)
+	}
+	cmd := exec.Command(ctlq, "watch", "-d", c.dir, "--interval", "200ms")
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		answerTerminal(f, &out)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("watch did not end with the controller")
+	}
+	f.Close()
+	<-copied
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("watch exit %d, want 0 (complete)", code)
+	}
+	plain := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`).ReplaceAllString(out.String(), "")
+	for _, want := range []string{"measuring", "s0 ", "s1 ", "eta", "complete", "watch ended"} {
+		if !strings.Contains(plain, want) {
+			t.Errorf("the live view never showed %q:\n%s", want, tail(plain, 3000))
+		}
+	}
+	if n := strings.Count(plain, "q quits"); n < 2 {
+		t.Errorf("the view was drawn %d times while the campaign ran", n)
+	}
+}
+
+// answerTerminal copies a pseudo-terminal's output into out and answers
+// the queries a terminal answers: the background colour (OSC 11) and the
+// cursor position (CSI 6n). Without answers the terminal library waits
+// seconds for them before it draws.
+func answerTerminal(f *os.File, out *bytes.Buffer) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		chunk := buf[:n]
+		out.Write(chunk)
+		if bytes.Contains(chunk, []byte("\x1b]11;?")) {
+			f.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
+		}
+		if bytes.Contains(chunk, []byte("\x1b[6n")) {
+			f.Write([]byte("\x1b[1;1R"))
+		}
+		if err != nil {
+			return
+		}
 	}
 }

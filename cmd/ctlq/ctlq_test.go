@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,7 +302,22 @@ func TestWatchInATerminal(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(&out, f) // ends with EIO when the child exits
+		// a terminal answers the background-colour and cursor queries;
+		// without answers the terminal library waits seconds for them
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf) // ends with EIO when the child exits
+			out.Write(buf[:n])
+			if bytes.Contains(buf[:n], []byte("\x1b]11;?")) {
+				f.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
+			}
+			if bytes.Contains(buf[:n], []byte("\x1b[6n")) {
+				f.Write([]byte("\x1b[1;1R"))
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	werr := make(chan error, 1)
 	go func() { werr <- cmd.Wait() }()

@@ -119,8 +119,23 @@ func (w *watcher) planRun(id string) (protocols.Run, bool) {
 	return protocols.Run{}, false
 }
 
-// poll takes one snapshot, through the socket or the database.
+// poll takes one snapshot. While a controller exits there is a moment
+// when it no longer answers on its socket but still holds the database:
+// poll tries again for a few seconds before it gives up.
 func (w *watcher) poll() (snapshot, error) {
+	var err error
+	for try := 0; try < 30; try++ {
+		var sn snapshot
+		if sn, err = w.pollOnce(); err == nil {
+			return sn, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return snapshot{}, err
+}
+
+// pollOnce takes one snapshot, through the socket or the database.
+func (w *watcher) pollOnce() (snapshot, error) {
 	var sn snapshot
 	src, err := w.o.open()
 	if err != nil {
@@ -409,6 +424,10 @@ func (m model) View() string {
 }
 
 func (w *watcher) full(f *os.File, interval time.Duration) error {
+	// The view uses no adaptive colours: saying so spares the terminal a
+	// background-colour query, which a terminal that does not answer
+	// (a pseudo-terminal under test, some multiplexers) makes wait.
+	lipgloss.SetHasDarkBackground(true)
 	p := tea.NewProgram(model{w: w, interval: interval, width: 100}, tea.WithAltScreen(), tea.WithOutput(f))
 	end, err := p.Run()
 	if err != nil {
