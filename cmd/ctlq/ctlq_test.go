@@ -382,3 +382,21 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashedCampaign: a campaign left running by a dead controller is
+// told apart by watch (exit 4, at once) and by the report's header.
+func TestCrashedCampaign(t *testing.T) {
+	dir := campaignDir(t, state.CampaignRunning)
+	out, code := run(t, "watch", "-d", dir)
+	if code != exitControllerX || !strings.Contains(out, "controller not running") {
+		t.Fatalf("watch on a crashed campaign: exit %d:\n%s", code, out)
+	}
+	page := filepath.Join(t.TempDir(), "r.html")
+	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
+		t.Fatalf("report: exit %d:\n%s", code, out)
+	}
+	b, _ := os.ReadFile(page)
+	if !strings.Contains(string(b), "no controller runs it") {
+		t.Fatal("the report of a crashed campaign does not say that no controller runs it")
+	}
+}
