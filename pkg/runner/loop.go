@@ -46,17 +46,27 @@ type unitResult struct {
 func (c *Runner) Run(ctx context.Context) error {
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
+	ended := ctx.Done() // the caller's context: its end is a stop
 	ctx, cancelRunners := context.WithCancel(ctx)
 	defer cancelRunners()
 	stopping := false
 	look := true // look at the records and decide on this pass
 	lastLook := c.now()
-	var ended []UnitEnd
+	var finished []UnitEnd
+	stop := func(detail string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		c.log.Info().Int("active_units", len(c.active)).Msg(detail + ": ending in-flight runs")
+		c.stopCampaign(Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
+		cancelRunners()
+	}
 	for {
 		if look && !stopping {
 			look, lastLook = false, c.now()
-			complete, err := c.step(ctx, ended)
-			ended = nil
+			complete, err := c.step(ctx, finished)
+			finished = nil
 			if err != nil {
 				return err
 			}
@@ -84,19 +94,17 @@ func (c *Runner) Run(ctx context.Context) error {
 		select {
 		case res := <-c.results:
 			if e := c.finishUnit(res); e != nil {
-				ended = append(ended, *e)
+				finished = append(finished, *e)
 			}
 			look = true
 		case <-tick.C:
 			c.heartbeat()
 			look = c.now().Sub(lastLook) >= resyncEvery
 		case <-c.stopReq:
-			if !stopping {
-				stopping = true
-				c.log.Info().Int("active_units", len(c.active)).Msg("stop requested: ending in-flight runs")
-				c.stopCampaign(Stop{Reason: state.StopOperator, Detail: "stopped by an operator (controller stop or SIGTERM); resume with controller resume"})
-				cancelRunners()
-			}
+			stop("stopped by an operator (controller stop or SIGTERM)")
+		case <-ended:
+			ended = nil // a closed channel: look once
+			stop("the runner's context ended")
 		}
 	}
 }

@@ -52,8 +52,8 @@ type Rule struct {
 var Policy = map[state.Reason]Rule{
 	// Infrastructure failures: one exact rerun (seed 002, "One exact rerun
 	// is allowed only for an infrastructure/profile-artifact failure").
-	state.ReasonServerNotReady: {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
-	state.ReasonHarnessError:   {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
+	state.ReasonServerNotReady:  {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
+	state.ReasonHarnessError:    {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
 	state.ReasonProfileArtifact: {Retry, "002 Budget and hard stop conditions: one exact rerun for a profile-artifact failure"},
 
 	// Stop list item 1: "effective config mismatch".
