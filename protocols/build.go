@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -205,6 +206,14 @@ func (b *builder) validate() {
 		c.add(bu.Meta.At("consumed_gpu_hours"), "budget.consumed_gpu_hours", "%v GPU-hours already consumed leaves nothing under the cap of %v", bu.ConsumedGPUHours, bu.CapGPUHours)
 	}
 
+	switch bu.Reserve {
+	case "":
+		bu.Reserve = "nominal"
+	case "nominal", "bounds":
+	default:
+		c.add(bu.Meta.At("reserve"), "budget.reserve", "reserve is nominal or bounds, got %q", bu.Reserve)
+	}
+
 	// vars
 	for _, name := range sortedKeys(p.Vars) {
 		pos := p.Meta.At("vars")
@@ -335,6 +344,21 @@ func (b *builder) validate() {
 		}
 		if _, ok := l.Meta.Fields["expected_s"]; ok && l.ExpectedS <= 0 {
 			c.add(l.Meta.At("expected_s"), f+".expected_s", "expected duration must be positive, got %v", l.ExpectedS)
+		}
+		if _, ok := l.Meta.Fields["deadline_s"]; ok && l.DeadlineS <= 0 {
+			c.add(l.Meta.At("deadline_s"), f+".deadline_s", "the measuring deadline must be positive, got %v", l.DeadlineS)
+		}
+		switch l.AdmissionEnd {
+		case "":
+			l.AdmissionEnd = "phase-file"
+		case "phase-file", "result-file":
+		default:
+			c.add(l.Meta.At("admission_end"), f+".admission_end", "admission_end is phase-file or result-file, got %q", l.AdmissionEnd)
+		}
+		if l.ResultFile == "" {
+			l.ResultFile = "client/result.json"
+		} else if filepath.IsAbs(l.ResultFile) || strings.HasPrefix(filepath.Clean(l.ResultFile), "..") {
+			c.add(l.Meta.At("result_file"), f+".result_file", "result_file is relative to the attempt directory and stays inside it, got %q", l.ResultFile)
 		}
 		switch l.ClientStart {
 		case "":

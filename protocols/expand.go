@@ -373,6 +373,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		ID: id, Phase: ph.Name, PhaseKind: ph.Kind, Cell: cl.display(), Axes: axes,
 		Load: load.Name, Repeat: max(cl.repeat, 1), GPUs: 1, ExpectedS: load.ExpectedS,
 		ClientStart: load.ClientStart, NeedVars: map[string]string{},
+		AdmissionEnd: load.AdmissionEnd, ResultFile: load.ResultFile,
 	}
 	switch ph.Kind {
 	case "primary", "steady-state":
@@ -420,6 +421,10 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	if cls := b.classes[class]; cls != nil {
 		r.Class, r.DrainS, r.WatchdogS = class, cls.DrainAllowanceS, cls.WatchdogS
+	}
+	r.DeadlineS = load.DeadlineS
+	if r.DeadlineS == 0 {
+		r.DeadlineS = load.ExpectedS + r.WatchdogS
 	} else if class == "" {
 		c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", id, load.Name)
 	}

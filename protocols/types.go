@@ -65,6 +65,11 @@ type Budget struct {
 	CapGPUHours      float64 `yaml:"cap_gpu_hours" warden:"required"`
 	ConsumedGPUHours float64 `yaml:"consumed_gpu_hours"` // spent before this campaign, counted against the cap
 	Unit             string  `yaml:"unit"`               // what a GPU-hour is here, e.g. "H20-hours"
+	// Reserve says how conservative a wave's reservation is: "nominal"
+	// (default: each run's expected_s) or "bounds" (each run's worst case:
+	// ready timeout + measuring deadline + shutdown graces + cleanup
+	// timeout).
+	Reserve string `yaml:"reserve"`
 }
 
 // ProvenanceFile is a file whose SHA-256 is recorded at campaign start and
@@ -159,6 +164,18 @@ type Load struct {
 	Measured    *bool             `yaml:"measured"`                     // counts toward stop thresholds; default by kind
 	ClientStart string            `yaml:"client_start"`                 // after-ready (default) or at-start (cold start)
 	Class       string            `yaml:"class"`                        // overrides the axis value's class
+	// DeadlineS is the measuring deadline: seconds from the client's start
+	// to its exit, past which the run is ended (reason measure-deadline).
+	// Default: expected_s plus the class's drain watchdog.
+	DeadlineS float64 `yaml:"deadline_s"`
+	// AdmissionEnd says where the end of admission (the start of drain)
+	// is read: "phase-file" (default: the client's drain and done lines in
+	// $WARDEN_PHASE_FILE) or "result-file" (ResultFile's drain.start_mono_ns
+	// and drain.end_mono_ns, CLOCK_MONOTONIC nanoseconds).
+	AdmissionEnd string `yaml:"admission_end"`
+	// ResultFile is the client's result, relative to the attempt
+	// directory; default client/result.json.
+	ResultFile string `yaml:"result_file"`
 }
 
 // Load kinds and whether each is measured by default.

@@ -209,8 +209,9 @@ func printStatus(w io.Writer, st api.Status) {
 	if unit == "" {
 		unit = "GPU-hours"
 	}
-	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f, reserved %.3f, remaining %.3f %s\n",
-		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
+	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f (charged %.3f + in flight %.3f), reserved %.3f, remaining %.3f %s\n",
+		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours+st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours, st.Budget.InFlightGPUHours,
+		st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
 	for _, cur := range st.Current {
 		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s on %s\n", cur.Run, cur.Attempt, cur.State, cur.ElapsedS, cur.Slot)
 	}

@@ -99,6 +99,9 @@ type attempt struct {
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
 	post         chan map[string]float64 // the post-measure record's figures, when taken
+	// ctx is the attempt's context; its cause says why it ended early
+	// (errBudgetExhausted, or an operator's stop).
+	ctx context.Context
 	// stopErr holds what went wrong ending the attempt's processes (a
 	// signal or cgroup operation that failed): a cleanup gate that then
 	// fails is cleanup-failed, not a timeout.
@@ -211,6 +214,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 
 func (a *attempt) execute(ctx context.Context) outcome {
 	c := a.c
+	a.ctx = ctx
 	if err := a.transition(state.Reserved, "", "budget reserved for the wave", nil, nil); err != nil {
 		return a.harness(err)
 	}
@@ -262,6 +266,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		return a.fail(state.ReasonHarnessError, "start server: "+err.Error())
 	}
 	a.server, a.started = srv, srv.Started
+	c.flights.add(a.key(), len(a.gpuIDs), srv.Started)
 	if a.run.ClientStart == "at-start" {
 		if cl, err := a.start("client", a.run.Client, a.run.Env); err != nil {
 			return a.stopThenFail(state.ReasonHarnessError, "start client: "+err.Error())
@@ -339,6 +344,15 @@ func (a *attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// The measuring deadline, from the client's start. A background load
+	// has none of its own: it ends when its target is done, and the
+	// target's deadline bounds it.
+	var deadline <-chan time.Time
+	if a.opts.until == nil && a.run.DeadlineS > 0 {
+		t := time.NewTimer(time.Until(a.client.Started.Add(seconds(a.run.DeadlineS))))
+		defer t.Stop()
+		deadline = t.C
+	}
 	for {
 		select {
 		case <-a.client.Done():
@@ -350,8 +364,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			if ex.Code != 0 || ex.Signal != "" {
 				return state.ReasonClientFailed, "client " + exitText(ex)
 			}
-			a.checkDrain()
-			return "", ""
+			return a.finalDrain(ex.At)
 		case <-a.server.Done():
 			a.recordExit(a.server)
 			return a.serverExitReason(), "server exited while the client ran (" + exitText(a.server.Exit()) + ")" + a.oomNote()
@@ -362,27 +375,46 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			// gracefully, which is this run's normal end
 			a.stopClient()
 			return "", ""
+		case <-deadline:
+			ran := a.c.now().Sub(a.client.Started).Seconds()
+			a.setFigure("measure_deadline_s", a.run.DeadlineS)
+			a.setFigure("client_ran_s", ran)
+			a.stopClient()
+			return state.ReasonMeasureDeadline, fmt.Sprintf("the client ran %.1f s, past the %.0f s measuring deadline of load %s; ended", ran, a.run.DeadlineS, a.run.Load)
 		case <-tick.C:
-			if r, d := a.checkDrain(); r != "" {
-				return r, d
+			if a.run.AdmissionEnd == "phase-file" {
+				if r, d := a.checkDrain(time.Time{}); r != "" {
+					return r, d
+				}
 			}
 		}
 	}
 }
 
+// seconds converts protocol seconds to a Duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
 // checkDrain reads the client's phases: past the class allowance the run
 // is quarantined; past the watchdog the client is ended and the run fails.
-func (a *attempt) checkDrain() (state.Reason, string) {
+// end, when set, is when the client exited: the drain ended then at the
+// latest.
+func (a *attempt) checkDrain(end time.Time) (state.Reason, string) {
 	a.phases.poll()
 	drainAt := a.phases.at("drain")
 	if drainAt.IsZero() {
 		return "", ""
 	}
-	end := a.c.now()
 	if t := a.phases.at("done"); !t.IsZero() {
 		end = t
+	} else if end.IsZero() {
+		end = a.c.now()
 	}
-	drained := end.Sub(drainAt).Seconds()
+	return a.judgeDrain(end.Sub(drainAt).Seconds(), !a.phases.at("done").IsZero() || !end.IsZero())
+}
+
+// judgeDrain applies the class's allowance and watchdog to a drain of
+// drained seconds; final says the drain is over (its verdict is kept).
+func (a *attempt) judgeDrain(drained float64, final bool) (state.Reason, string) {
 	a.setFigure("drain_s", drained)
 	v, outcome := gates.Drain(drained, a.run.DrainS, a.run.WatchdogS, a.c.now())
 	switch outcome {
@@ -394,11 +426,43 @@ func (a *attempt) checkDrain() (state.Reason, string) {
 			a.quarant = true
 			a.c.log.Warn().Str("run", a.run.ID).Float64("drain_s", drained).Float64("allowance_s", a.run.DrainS).Msg("drain over allowance: run quarantined")
 		}
+	case gates.DrainUnknown:
+		a.gate(v)
+		return state.ReasonHarnessError, "drain gate: " + v.Detail
 	}
-	if !a.phases.at("done").IsZero() {
+	if final {
 		a.drainVerdict = &v
 	}
 	return "", ""
+}
+
+// finalDrain judges the drain once the client exited 0, from the source
+// the load declares. A source that never says when admission stopped
+// fails the drain gate (fail closed): the run fails with drain-unseen.
+func (a *attempt) finalDrain(exited time.Time) (state.Reason, string) {
+	switch a.run.AdmissionEnd {
+	case "result-file":
+		path := filepath.Join(a.dir, a.run.ResultFile)
+		start, end, err := readDrainTimes(path)
+		if err != nil {
+			return a.drainUnseen(fmt.Sprintf("no drain times in the client's result %s: %v", a.run.ResultFile, err))
+		}
+		return a.judgeDrain(float64(end-start)/1e9, true)
+	default:
+		if r, d := a.checkDrain(exited); r != "" {
+			return r, d
+		}
+		if a.phases.at("drain").IsZero() {
+			return a.drainUnseen("the client never said when admission stopped: no drain line in its phase file " + filepath.Base(a.vars["PHASE_FILE"]))
+		}
+		return "", ""
+	}
+}
+
+func (a *attempt) drainUnseen(detail string) (state.Reason, string) {
+	a.gate(gates.Verdict{Gate: "drain", Verdict: gates.Fail, Detail: detail, At: a.c.now(),
+		Figures: map[string]float64{"allowance_s": a.run.DrainS, "watchdog_s": a.run.WatchdogS}})
+	return state.ReasonDrainUnseen, "drain gate: " + detail
 }
 
 // stopThenValidate ends the server gracefully, proves cleanup, runs the
@@ -451,11 +515,18 @@ func (a *attempt) stopThenInterrupt(detail string) outcome {
 	}
 	a.stopSampler()
 	a.joinPostMeasure()
-	if err := a.transition(state.Interrupted, state.ReasonInterrupted, detail, nil, nil); err != nil {
+	reason := state.ReasonInterrupted
+	if a.ctx != nil && errors.Is(context.Cause(a.ctx), errBudgetExhausted) {
+		reason, detail = state.ReasonBudgetExhausted, "the campaign's GPU time reached its cap: "+detail
+	}
+	if err := a.transition(state.Interrupted, reason, detail, nil, nil); err != nil {
 		return a.harness(err)
 	}
-	return outcome{state: state.Interrupted, reason: state.ReasonInterrupted, detail: detail, interrupted: true}
+	return outcome{state: state.Interrupted, reason: reason, detail: detail, interrupted: true}
 }
+
+// key names the attempt in the runner's registries.
+func (a *attempt) key() string { return attemptKey(a.run.ID, a.n) }
 
 func (a *attempt) interrupt(detail string) outcome { return a.stopThenInterrupt(detail) }
 
@@ -475,6 +546,8 @@ func (a *attempt) harness(err error) outcome {
 		a.shutdown()
 	}
 	a.stopSampler()
+	// the attempt stays live in the records: resume charges it
+	a.c.flights.remove(a.key())
 	return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 }
 
@@ -595,6 +668,7 @@ func (a *attempt) charge(end time.Time) {
 	}
 	amt := budget.Charge(len(a.gpuIDs), a.started, end)
 	a.started = time.Time{}
+	a.c.flights.remove(a.key())
 	a.setFigure("gpu_seconds", amt)
 	// recorded with the next transition; a crash before it is charged at
 	// resume, from the server's start to the attempt's last record

@@ -141,7 +141,7 @@ func Decide(v View) Decision {
 	}
 	for _, w := range d.Launch {
 		for _, r := range w.Runs {
-			d.Reserve = append(d.Reserve, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: r.ExpectedS})
+			d.Reserve = append(d.Reserve, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: reserveS(v.Plan, r)})
 		}
 	}
 	if _, err := v.Account.Reserve(d.Reserve); err != nil {
@@ -152,6 +152,15 @@ func Decide(v View) Decision {
 		return Decision{Err: err}
 	}
 	return d
+}
+
+// reserveS is the seconds a run's reservation counts: its expected
+// duration, or its worst case when the protocol reserves at the bounds.
+func reserveS(p *protocols.Plan, r protocols.Run) float64 {
+	if p.Totals.Reserve == "bounds" && r.BoundS > 0 {
+		return r.BoundS
+	}
+	return r.ExpectedS
 }
 
 // thresholds applies the protocol's stop rules; the denominator is the

@@ -87,3 +87,56 @@ func readTail(path string, n int64) ([]byte, error) {
 	}
 	return b[:k], nil
 }
+
+// maxChildFile bounds what the runner reads of a file a child wrote.
+const maxChildFile = 64 << 20
+
+// readChildFile reads a file a child wrote: opened without following a
+// link and without blocking (a FIFO planted there is refused, not waited
+// on), a regular file only, at most maxChildFile bytes.
+func readChildFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if fi.Size() > maxChildFile {
+		return nil, fmt.Errorf("%s is %d bytes, over the %d read limit", path, fi.Size(), maxChildFile)
+	}
+	return io.ReadAll(io.LimitReader(f, maxChildFile))
+}
+
+// readDrainTimes reads the drain's start and end (CLOCK_MONOTONIC
+// nanoseconds) from a client's result file: drain.start_mono_ns and
+// drain.end_mono_ns, as Warden's load client writes them.
+func readDrainTimes(path string) (start, end int64, err error) {
+	b, err := readChildFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	var r struct {
+		Drain *struct {
+			StartMonoNS int64 `json:"start_mono_ns"`
+			EndMonoNS   int64 `json:"end_mono_ns"`
+		} `json:"drain"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return 0, 0, fmt.Errorf("decode: %w", err)
+	}
+	switch {
+	case r.Drain == nil:
+		return 0, 0, errors.New("no drain object")
+	case r.Drain.StartMonoNS <= 0 || r.Drain.EndMonoNS <= 0:
+		return 0, 0, errors.New("drain.start_mono_ns or drain.end_mono_ns missing")
+	case r.Drain.EndMonoNS < r.Drain.StartMonoNS:
+		return 0, 0, fmt.Errorf("drain ends (%d) before it starts (%d)", r.Drain.EndMonoNS, r.Drain.StartMonoNS)
+	}
+	return r.Drain.StartMonoNS, r.Drain.EndMonoNS, nil
+}

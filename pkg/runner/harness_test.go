@@ -101,6 +101,11 @@ type protocol struct {
 	retries     int
 	quarantined string // stop.quarantined_fraction_gt; "0.9" when ""
 	capGPUHours string // budget cap; "1.0" when ""
+	// client replaces the saturation client (a YAML flow value); saturation
+	// holds extra YAML lines of the saturation load (indented by four).
+	client     string
+	saturation string
+	expectedS  string // both loads' expected_s; "10" when ""
 }
 
 // standinServer is the stand-in server's argument vector (YAML flow)
@@ -185,12 +190,13 @@ servers:
 loads:
   - name: saturation
     kind: saturation
-    expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]
+    expected_s: %s
+    client: %s
+%s
   - name: moderate
     kind: moderate
     needs: [saturation]
-    expected_s: 10
+    expected_s: %s
     env: {SATURATION: "${NEED_SATURATION_DIR}"}
     client: ["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
 axes:
@@ -206,7 +212,9 @@ stop: {quarantined_fraction_gt: %s}
 `, def(p.capGPUHours, "1.0"), standinBin, ports[0], ports[1],
 		def(p.drainS, "5"), def(p.watchdogS, "20"),
 		def(p.server, standinServer(p.serverArgs)), def(p.readyS, "10"),
-		measure, p.clientArgs, measure,
+		def(p.expectedS, "10"),
+		def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
+		p.saturation, def(p.expectedS, "10"), measure,
 		strings.Join(vals, ", "), strings.Join(ids, ", "), loads,
 		p.retries, def(p.quarantined, "0.9"))
 	path := filepath.Join(dir, "protocol.yaml")

@@ -81,6 +81,16 @@ var Policy = map[state.Reason]Rule{
 	// Stop list item 8: a prompt or generated text outside the private directory.
 	state.ReasonPrivacyViolation: {StopForReview, "002 stop condition 8: a prompt or generated-text field appears"},
 
+	// A run that passes its measuring deadline hangs: a failure, as a hang
+	// past the drain watchdog is.
+	state.ReasonMeasureDeadline: {StopForReview, "002 A-P3-5 (drain quarantine): drain serves as a hang watchdog; nothing runs unbounded"},
+	// Fail closed: a drain nobody can time is not a drain within budget
+	// (stop condition 3, "drain exceeds" its allowance, cannot be judged).
+	state.ReasonDrainUnseen: {StopForReview, "002 stop condition 3: the drain cannot be judged"},
+	// The cap is a hard stop (A-P3-4); the runs it ended restart from a
+	// fresh server once a person raised the cap or froze the matrix.
+	state.ReasonBudgetExhausted: {Restart, "002 A-P3-4: a hard stop at the cumulative cap"},
+
 	// A-P3-2: resumption "cleans up controller-owned PIDs before restarting
 	// the incomplete run from its fresh-server boundary".
 	state.ReasonInterrupted: {Restart, "002 A-P3-2: restart the incomplete run from its fresh-server boundary"},

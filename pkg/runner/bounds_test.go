@@ -1,0 +1,129 @@
+package runner_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/budget"
+	"warden/pkg/state"
+)
+
+// Nothing runs unbounded: a client past its measuring deadline is ended,
+// a drain nobody can time fails closed, and the budget is a hard stop
+// while runs are in flight.
+
+func interrupted(r state.Reason) state.Attempt { return state.Attempt{State: state.Interrupted, Reason: r} }
+
+// A client that never ends is ended at the load's measuring deadline,
+// through the graceful path (SIGTERM first, recorded), and the run fails:
+// a hang stops the campaign for review.
+func TestMeasureDeadlineEndsAHang(t *testing.T) {
+	c := newCampaign(t, protocol{client: `{shell: 'exec sleep 3600'}`, saturation: "    deadline_s: 1", retries: 1})
+	c.run()
+	c.wantStopped(state.StopForRun(state.ReasonMeasureDeadline))
+	a := c.wantAttempts("p1.saturation", failed(state.ReasonMeasureDeadline))[0]
+	if a.Figures["measure_deadline_s"] != 1 || a.Figures["client_ran_s"] < 1 {
+		t.Errorf("figures %v", a.Figures)
+	}
+	var term bool
+	for _, s := range a.Signals {
+		if s.Role == "client" && s.Signal == "SIGTERM" {
+			term = true
+		}
+	}
+	if !term {
+		t.Errorf("the client was not sent SIGTERM first: %+v", a.Signals)
+	}
+	c.wantClean()
+}
+
+// A client that exits 0 without ever saying when admission stopped fails
+// its drain gate: the run is not complete by default.
+func TestNoDrainPhaseFailsClosed(t *testing.T) {
+	c := newCampaign(t, protocol{client: `{shell: 'exit 0'}`})
+	c.run()
+	c.wantStopped(state.StopForRun(state.ReasonDrainUnseen))
+	c.wantAttempts("p1.saturation", failed(state.ReasonDrainUnseen))
+	if v := c.gate("p1.saturation", 1, "drain"); v.Verdict != "fail" || !strings.Contains(v.Detail, "never said when admission stopped") {
+		t.Errorf("drain gate %+v", v)
+	}
+	c.wantClean()
+}
+
+// A load whose end of admission is in its result file: the drain is timed
+// from drain.start_mono_ns and drain.end_mono_ns; over the allowance the
+// run is quarantined; a result without them fails closed.
+func TestDrainFromResultFile(t *testing.T) {
+	cases := []struct {
+		name   string
+		result string
+		want   state.Attempt
+	}{
+		{"within the allowance", `{"drain":{"start_mono_ns":1000000000,"end_mono_ns":1500000000}}`, ok},
+		{"over the allowance", `{"drain":{"start_mono_ns":1000000000,"end_mono_ns":4000000000}}`, state.Attempt{State: state.Quarantined, Reason: state.ReasonDrainQuarantine}},
+		{"no drain times", `{"clean":{}}`, failed(state.ReasonDrainUnseen)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			client := `{shell: 'mkdir -p "$$WARDEN_ATTEMPT_DIR/client" && printf %s ''` + tc.result + `'' > "$$WARDEN_ATTEMPT_DIR/client/result.json"'}`
+			c := newCampaign(t, protocol{client: client, saturation: "    admission_end: result-file", drainS: "1", watchdogS: "20"})
+			c.run()
+			as := c.wantAttempts("p1.saturation", tc.want)
+			switch tc.want.State {
+			case state.Complete:
+				c.wantComplete()
+			case state.Quarantined:
+				// the one measured run is quarantined: past the threshold
+				c.wantStopped(state.StopQuarantinedFraction)
+				if d := as[0].Figures["drain_s"]; d != 3 {
+					t.Errorf("drain_s %v, want 3", d)
+				}
+			}
+			c.wantClean()
+		})
+	}
+}
+
+// The budget is a hard stop while runs are in flight: two clients that
+// never end pass a cap of 7.2 GPU-s; the status counts their GPU time as
+// it accrues; the controller ends both gracefully, stops the campaign as
+// budget-exhausted, and charges at most about one tick past the cap.
+func TestBudgetHardStopInFlight(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 2, expectedS: "1", capGPUHours: "0.002",
+		client: `{shell: 'exec sleep 3600'}`, saturation: "    deadline_s: 600"})
+	r := c.start(c.newRunner())
+	c.waitAttempt(r, "an attempt measuring", func(a state.Attempt) bool { return a.State == state.Measuring })
+	st, err := api.BuildStatus(c.store, c.dir, api.Controller{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Budget.InFlightGPUHours <= 0 || st.Budget.ConsumedGPUHours != 0 {
+		t.Errorf("status while measuring: in flight %v, charged %v GPU-h; want GPU time in flight, nothing charged yet", st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours)
+	}
+	r.wait(t)
+	cp := c.wantStopped(state.StopBudgetExhausted)
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		c.wantAttempts(run, interrupted(state.ReasonBudgetExhausted))
+	}
+	capS := budget.Seconds(0.002)
+	over := cp.ConsumedGPUSeconds - capS
+	t.Logf("charged %.3f GPU-s against a cap of %.1f: overrun %.3f GPU-s", cp.ConsumedGPUSeconds, capS, over)
+	// one tick (1 s) of two GPUs, plus the graceful end of the runs
+	if over > 2*1.0+2 {
+		t.Errorf("charged %.3f GPU-s, %.3f past the %.1f cap", cp.ConsumedGPUSeconds, over, capS)
+	}
+	l := c.ledger()
+	var noted float64
+	for _, e := range l.entries {
+		if e.Kind == state.LedgerOverrun {
+			noted += e.GPUSeconds
+		}
+	}
+	if over > 0 && (noted < over-1e-6 || noted > over+1e-6) {
+		t.Errorf("overrun on the ledger %.6f GPU-s, charged past the cap %.6f", noted, over)
+	}
+	c.wantLedgerSettled()
+	c.wantClean()
+}
