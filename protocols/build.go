@@ -317,6 +317,11 @@ func (b *builder) validate() {
 		defaultPositive(c, &s.ReadyTimeoutS, 900, s.Meta, f, "ready_timeout_s")
 		defaultPositive(c, &s.ShutdownGraceS, 60, s.Meta, f, "shutdown_grace_s")
 		defaultPositive(c, &s.GroupGraceS, 10, s.Meta, f, "group_grace_s")
+		if s.ConfigEndpoint == "" {
+			s.ConfigEndpoint = configEndpoints[s.Kind]
+		} else if !strings.HasPrefix(s.ConfigEndpoint, "/") {
+			c.add(s.Meta.At("config_endpoint"), f+".config_endpoint", "the config endpoint is a path starting with /, got %q", s.ConfigEndpoint)
+		}
 		b.checkExpects(s.Expect, f+".expect")
 		b.checkEnvNames(s.Env, s.Meta.At("env"), f+".env")
 	}
@@ -573,11 +578,18 @@ func defaultPositive(c *collector, v *float64, def float64, m Meta, f, name stri
 
 func (b *builder) checkExpects(es []Expect, f string) {
 	for i, e := range es {
-		if e.Pattern == "" {
-			continue
-		}
-		if _, err := regexp.Compile(e.Pattern); err != nil {
-			b.c.add(e.Meta.At("pattern"), fmt.Sprintf("%s[%d].pattern", f, i), "not a valid regular expression: %v", err)
+		ef := fmt.Sprintf("%s[%d]", f, i)
+		switch {
+		case e.Pattern != "" && (e.Path != "" || e.Equals.JSON != ""):
+			b.c.add(e.Meta.Pos, ef, "an expectation is a log pattern or a path with its value (equals), not both")
+		case e.Pattern == "" && e.Path == "":
+			b.c.add(e.Meta.Pos, ef, "an expectation needs a pattern (the startup log) or a path and equals (the server's reported configuration)")
+		case e.Path != "" && e.Equals.JSON == "":
+			b.c.add(e.Meta.Pos, ef+".equals", "the expectation at path %q needs the value it must hold (equals)", e.Path)
+		case e.Pattern != "":
+			if _, err := regexp.Compile(e.Pattern); err != nil {
+				b.c.add(e.Meta.At("pattern"), ef+".pattern", "not a valid regular expression: %v", err)
+			}
 		}
 	}
 }

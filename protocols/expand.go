@@ -413,7 +413,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		}
 		serverArgs = append(serverArgs, v.ServerArgs...)
 		for _, e := range v.Expect {
-			expects = append(expects, ExpectSpec{Name: e.Name, Pattern: e.Pattern})
+			expects = append(expects, expectSpec(e))
 		}
 	}
 	if class == "" && len(b.p.Classes) == 1 {
@@ -444,13 +444,13 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		r.Server = ServerSpec{
 			Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
 			Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
-			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS,
+			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS, ConfigEndpoint: s.ConfigEndpoint,
 		}
 		if s.Health != nil {
 			r.Server.HealthPath, r.Server.HealthStatus = s.Health.Path, s.Health.Status
 		}
 		for _, e := range s.Expect {
-			r.Server.Expect = append(r.Server.Expect, ExpectSpec{Name: e.Name, Pattern: e.Pattern})
+			r.Server.Expect = append(r.Server.Expect, expectSpec(e))
 		}
 		r.Server.Expect = append(r.Server.Expect, expects...)
 	}

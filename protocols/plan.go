@@ -1,5 +1,7 @@
 package protocols
 
+import "encoding/json"
+
 // PlanSchema is the version of the Plan's JSON form.
 const PlanSchema = 1
 
@@ -153,6 +155,7 @@ type ServerSpec struct {
 	HealthPath     string            `json:"health_path"`
 	HealthStatus   int               `json:"health_status"`
 	ReadyTimeoutS  float64           `json:"ready_timeout_s"`
+	ConfigEndpoint string            `json:"config_endpoint,omitempty"`
 	ShutdownGraceS float64           `json:"shutdown_grace_s"`
 	GroupGraceS    float64           `json:"group_grace_s"`
 	Expect         []ExpectSpec      `json:"expect,omitempty"`
@@ -160,8 +163,18 @@ type ServerSpec struct {
 
 // ExpectSpec is an effective value the server log must show.
 type ExpectSpec struct {
-	Name    string `json:"name"`
-	Pattern string `json:"pattern"`
+	Name    string          `json:"name"`
+	Pattern string          `json:"pattern,omitempty"`
+	Path    string          `json:"path,omitempty"`
+	Equals  json.RawMessage `json:"equals,omitempty"`
+}
+
+func expectSpec(e Expect) ExpectSpec {
+	x := ExpectSpec{Name: e.Name, Pattern: e.Pattern, Path: e.Path}
+	if e.Equals.JSON != "" {
+		x.Equals = json.RawMessage(e.Equals.JSON)
+	}
+	return x
 }
 
 // ValidatorSpec is a validator command for a run.

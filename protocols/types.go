@@ -1,6 +1,9 @@
 package protocols
 
 import (
+	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -122,6 +125,23 @@ var serverKinds = map[string]Health{
 	"custom":      {},
 }
 
+// configEndpoints is where each server kind reports its effective
+// configuration as JSON, when it does:
+//   - vLLM: GET /server_info?config_format=json, served with
+//     VLLM_SERVER_DEV_MODE=1 ({"vllm_config": ..., "vllm_env": ...,
+//     "system_env": ...}; vllm/entrypoints/serve/instrumentator/server_info.py);
+//   - SGLang: GET /get_server_info (the server arguments and scheduler
+//     info at the top level; python/sglang/srt/entrypoints/http_server.py).
+//
+// The stand-in serves both shapes.
+var configEndpoints = map[string]string{
+	"vllm":        "/server_info?config_format=json",
+	"vllm-omni":   "/server_info?config_format=json",
+	"sglang":      "/get_server_info",
+	"sglang-omni": "/get_server_info",
+	"standin":     "/server_info?config_format=json",
+}
+
 // Server is an inference-server template.
 type Server struct {
 	Meta           Meta              `yaml:"-"`
@@ -133,7 +153,11 @@ type Server struct {
 	ReadyTimeoutS  float64           `yaml:"ready_timeout_s"`  // default 900
 	ShutdownGraceS float64           `yaml:"shutdown_grace_s"` // after SIGTERM to the API parent; default 60
 	GroupGraceS    float64           `yaml:"group_grace_s"`    // after SIGTERM to the group, before SIGKILL; default 10
-	Expect         []Expect          `yaml:"expect"`           // effective values the startup log must show
+	Expect         []Expect          `yaml:"expect"`           // effective values the server must show
+	// ConfigEndpoint is the path the server reports its effective
+	// configuration at as JSON, for expectations with a path. Default per
+	// kind (configEndpoints); a custom server has none unless given.
+	ConfigEndpoint string `yaml:"config_endpoint"`
 }
 
 // Health is a readiness probe.
@@ -143,12 +167,45 @@ type Health struct {
 	Status int    `yaml:"status"` // default 200
 }
 
-// Expect is an effective value the server's startup log must show: a
-// regular expression matched against each line of its output.
+// Expect is an effective value the server must show: either a regular
+// expression its startup output must match (pattern), or a dotted JSON
+// path into the configuration it reports at its config endpoint and the
+// value it must hold there (path and equals).
 type Expect struct {
-	Meta    Meta   `yaml:"-"`
-	Name    string `yaml:"name" warden:"required"`
-	Pattern string `yaml:"pattern" warden:"required"`
+	Meta    Meta      `yaml:"-"`
+	Name    string    `yaml:"name" warden:"required"`
+	Pattern string    `yaml:"pattern"`
+	Path    string    `yaml:"path"`
+	Equals  JSONValue `yaml:"equals"`
+}
+
+// JSONValue is a YAML scalar kept as JSON: a number, true or false, null,
+// or a string.
+type JSONValue struct {
+	JSON string // empty when not given
+}
+
+func (j *JSONValue) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind != yaml.ScalarNode {
+		d.c.add(posOf(n), path, "expected a number, true, false, null or a string, got %s", kindName(n))
+		return
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!float":
+		f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.c.add(posOf(n), path, "expected a finite number, got %s", n.Value)
+			return
+		}
+		j.JSON = strconv.FormatFloat(f, 'g', -1, 64)
+	case "!!bool":
+		j.JSON = strconv.FormatBool(n.Value == "true" || n.Value == "True" || n.Value == "TRUE")
+	case "!!null":
+		j.JSON = "null"
+	default:
+		b, _ := json.Marshal(n.Value)
+		j.JSON = string(b)
+	}
 }
 
 // Load is a load point: what the client does against a fresh server.

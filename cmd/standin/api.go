@@ -56,6 +56,8 @@ type api struct {
 	healthy func() bool
 	// inflight counts requests being handled, for the drain at shutdown.
 	inflight inflight
+	// info is the effective configuration it reports.
+	info serverInfo
 }
 
 func (a *api) handler() http.Handler {
@@ -63,6 +65,7 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("GET /health", a.health)
 	mux.HandleFunc("GET /v1/models", a.models)
 	mux.HandleFunc("POST /v1/completions", a.completions)
+	a.info.register(mux, a.model)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.inflight.begin() {
 			writeError(w, http.StatusServiceUnavailable, "server is shutting down")

@@ -34,6 +34,7 @@ type serverConfig struct {
 	effectiveConfig  []string
 	holdPort         bool
 	neverHealthy     bool
+	info             serverInfo
 	engine           engineConfig
 }
 
@@ -87,6 +88,9 @@ Endpoints: GET /health, GET /v1/models, POST /v1/completions
 	f.Float64Var(&cfg.engine.crashAfterS, "crash-after", 0, "misbehave: parent and engine exit with code 1 after this many seconds (0: never)")
 	f.BoolVar(&cfg.engine.setsidGrandchild, "setsid-grandchild", false, "misbehave: the engine leaves a process in a new session that holds fake GPU memory until killed")
 	f.BoolVar(&cfg.holdPort, "hold-port", false, "misbehave: a child inherits the listening socket and keeps the port bound after shutdown")
+	f.IntVar(&cfg.info.maxNumSeqs, "max-num-seqs", 1024, "the scheduler's max_num_seqs it reports (vLLM's /server_info, SGLang's /get_server_info as max_running_requests)")
+	f.IntVar(&cfg.info.maxNumBatchedTokens, "max-num-batched-tokens", 8192, "the scheduler's max_num_batched_tokens it reports")
+	f.IntVar(&cfg.info.reportMaxNumSeqs, "report-max-num-seqs", -1, "misbehave: report this max_num_seqs instead of --max-num-seqs")
 	f.BoolVar(&cfg.neverHealthy, "never-healthy", false, "misbehave: /health answers 503 forever")
 	f.BoolVar(&cfg.engine.engineSurvives, "engine-survives", false, "misbehave: on SIGTERM the parent exits but the engine stays, holding its GPU memory")
 	f.IntVar(&cfg.engine.fork, "fork", 0, "misbehave: the engine starts this many sleeping children in the process group, left behind at exit")
@@ -156,6 +160,7 @@ func runServer(cfg serverConfig) error {
 	s := &server{cfg: cfg, log: log, served: make(chan error, 1), abort: abort, eng: eng}
 	s.api = &api{
 		model:         cfg.model,
+		info:          cfg.info,
 		tokenInterval: time.Duration(cfg.tokenMS * float64(time.Millisecond)),
 		healthy: func() bool {
 			return !cfg.neverHealthy && isClosed(eng.ready)

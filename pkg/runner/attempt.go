@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -287,11 +289,11 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	if err := a.transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.now().Sub(a.started).Seconds()}, nil); err != nil {
 		return a.harness(err)
 	}
-	if cv := a.effectiveConfig(); !cv.Passed() {
+	for _, cv := range a.effectiveConfig(ctx) {
 		a.gate(cv)
-		return a.stopThenFail(state.ReasonConfigMismatch, cv.Detail)
-	} else if len(a.run.Server.Expect) > 0 {
-		a.gate(cv)
+		if !cv.Passed() {
+			return a.stopThenFail(state.ReasonConfigMismatch, cv.Detail)
+		}
 	}
 
 	// measuring
@@ -774,14 +776,69 @@ func (a *attempt) validate() (state.Reason, string) {
 	return "", ""
 }
 
-// effectiveConfig checks the server's startup output for the protocol's
-// expected values.
-func (a *attempt) effectiveConfig() gates.Verdict {
-	expects := make([]gates.Expect, len(a.run.Server.Expect))
-	for i, e := range a.run.Server.Expect {
-		expects[i] = gates.Expect{Name: e.Name, Pattern: e.Pattern}
+// configTimeout bounds the request for the server's configuration.
+const configTimeout = 30 * time.Second
+
+// effectiveConfig checks the protocol's expected values: the log patterns
+// against the server's startup output, the paths against the
+// configuration the server reports at its config endpoint (kept as
+// server-config.json in the attempt). It returns a verdict for each kind
+// the run expects.
+func (a *attempt) effectiveConfig(ctx context.Context) []gates.Verdict {
+	var logs []gates.Expect
+	var paths []gates.ConfigExpect
+	for _, e := range a.run.Server.Expect {
+		if e.Path != "" {
+			paths = append(paths, gates.ConfigExpect{Name: e.Name, Path: e.Path, Equals: e.Equals})
+		} else {
+			logs = append(logs, gates.Expect{Name: e.Name, Pattern: e.Pattern})
+		}
 	}
-	return gates.EffectiveConfigDir(a.dir, expects, a.c.now())
+	var out []gates.Verdict
+	if len(logs) > 0 {
+		out = append(out, gates.EffectiveConfigDir(a.dir, logs, a.c.now()))
+	}
+	if len(paths) > 0 {
+		doc, err := a.fetchConfig(ctx)
+		if err != nil {
+			out = append(out, gates.Verdict{Gate: "effective-config", Verdict: gates.Error, At: a.c.now(),
+				Detail: "the server's configuration could not be read: " + err.Error()})
+		} else {
+			out = append(out, gates.ServerConfig(doc, paths, a.c.now()))
+		}
+	}
+	return out
+}
+
+// fetchConfig asks the server for its effective configuration and keeps
+// the answer in the attempt directory.
+func (a *attempt) fetchConfig(ctx context.Context) ([]byte, error) {
+	if a.run.Server.ConfigEndpoint == "" {
+		return nil, fmt.Errorf("server %s has no config endpoint", a.run.Server.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, configTimeout)
+	defer cancel()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", a.port, a.run.Server.ConfigEndpoint)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxChildFile))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(a.dir, "server-config.json"), body, 0o644, atomicfile.NoSync()); err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("keep the server's configuration")
+	}
+	return body, nil
 }
 
 // prepareCommands fixes the attempt's launch variables and environment

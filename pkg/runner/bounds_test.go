@@ -1,6 +1,8 @@
 package runner_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,9 @@ import (
 // a drain nobody can time fails closed, and the budget is a hard stop
 // while runs are in flight.
 
-func interrupted(r state.Reason) state.Attempt { return state.Attempt{State: state.Interrupted, Reason: r} }
+func interrupted(r state.Reason) state.Attempt {
+	return state.Attempt{State: state.Interrupted, Reason: r}
+}
 
 // A client that never ends is ended at the load's measuring deadline,
 // through the graceful path (SIGTERM first, recorded), and the run fails:
@@ -126,4 +130,36 @@ func TestBudgetHardStopInFlight(t *testing.T) {
 	}
 	c.wantLedgerSettled()
 	c.wantClean()
+}
+
+// The effective configuration is read from the server's own API (vLLM's
+// /server_info?config_format=json shape, which the stand-in serves): the
+// expected value passes and the answer is kept; a server that reports
+// another value stops the campaign as a config mismatch (seed stop
+// condition 1), beside a log pattern that still matches.
+func TestEffectiveConfigFromTheServer(t *testing.T) {
+	expect := `[{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: max_num_seqs, path: vllm_config.scheduler_config.max_num_seqs, equals: 64}]`
+	t.Run("as expected", func(t *testing.T) {
+		c := newCampaign(t, protocol{serverArgs: `, --max-num-seqs, "64"`, expect: expect})
+		c.run()
+		c.wantComplete()
+		a := c.wantAttempts("p1.saturation", ok)[0]
+		if _, err := os.Stat(filepath.Join(a.Dir, "server-config.json")); err != nil {
+			t.Errorf("the server's configuration was not kept: %v", err)
+		}
+		if v := c.gate("p1.saturation", 1, "effective-config"); v.Verdict != "pass" || v.Figures["max_num_seqs"] != 64 {
+			t.Errorf("effective-config gate %+v", v)
+		}
+		c.wantClean()
+	})
+	t.Run("reported otherwise", func(t *testing.T) {
+		c := newCampaign(t, protocol{serverArgs: `, --max-num-seqs, "64", --report-max-num-seqs, "1024"`, expect: expect, retries: 1})
+		c.run()
+		c.wantStopped(state.StopForRun(state.ReasonConfigMismatch))
+		c.wantAttempts("p1.saturation", failed(state.ReasonConfigMismatch))
+		if v := c.gate("p1.saturation", 1, "effective-config"); v.Verdict != "fail" || !strings.Contains(v.Detail, "is 1024, want 64") {
+			t.Errorf("effective-config gate %+v", v)
+		}
+		c.wantClean()
+	})
 }

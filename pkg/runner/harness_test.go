@@ -106,6 +106,8 @@ type protocol struct {
 	client     string
 	saturation string
 	expectedS  string // both loads' expected_s; "10" when ""
+	// expect replaces the server's expectations (a YAML flow list)
+	expect string
 }
 
 // standinServer is the stand-in server's argument vector (YAML flow)
@@ -186,7 +188,7 @@ servers:
     ready_timeout_s: %s
     shutdown_grace_s: 2
     group_grace_s: 1
-    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}]
+    expect: %s
 loads:
   - name: saturation
     kind: saturation
@@ -212,6 +214,7 @@ stop: {quarantined_fraction_gt: %s}
 `, def(p.capGPUHours, "1.0"), standinBin, ports[0], ports[1],
 		def(p.drainS, "5"), def(p.watchdogS, "20"),
 		def(p.server, standinServer(p.serverArgs)), def(p.readyS, "10"),
+		def(p.expect, `[{name: chunked, pattern: 'enable_chunked_prefill=True'}]`),
 		def(p.expectedS, "10"),
 		def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
 		p.saturation, def(p.expectedS, "10"), measure,
