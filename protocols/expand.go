@@ -625,6 +625,9 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 			c.add(co.Gate.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", co.Gate.ThroughputTolerance)
 		}
 	}
+	if co.Gate.ProfileWindows < 0 {
+		c.add(co.Gate.Meta.At("profile_windows"), f+".gate.profile_windows", "a number of profile windows cannot be negative, got %d", co.Gate.ProfileWindows)
+	}
 	if co.Gate.Validator != nil && co.Gate.FigureTolerance <= 0 {
 		c.add(co.Gate.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
 	}
@@ -727,6 +730,7 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 			Solo: soloCompare, Target: fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, target.id(), compare),
 			ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
 			ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
+			ProfileWindows: co.Gate.ProfileWindows,
 		}
 		if co.Gate.Validator != nil {
 			v := b.command(*co.Gate.Validator, f+".gate.validator", b.cellVars(ph, target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})

@@ -83,6 +83,7 @@ type GateInfo struct {
 	ThroughputTolerance float64      `json:"throughput_tolerance,omitempty"`
 	Validator           *CommandSpec `json:"validator,omitempty"`
 	FigureTolerance     float64      `json:"figure_tolerance,omitempty"`
+	ProfileWindows      int          `json:"profile_windows,omitempty"`
 	Condition           string       `json:"condition,omitempty"`
 }
 

@@ -341,6 +341,10 @@ type ColocGate struct {
 	Compare             string   `yaml:"compare"`   // the target load compared (default: the last)
 	Validator           *Command `yaml:"validator"` // prints {"figures": {...}}; each figure compared solo vs co-located
 	FigureTolerance     float64  `yaml:"figure_tolerance"`
+	// ProfileWindows, when set, is how many profile windows the compared
+	// target runs must each have had, counted from their phase files
+	// (A-P3-1: "exactly one 2+8 window per moderate target").
+	ProfileWindows int `yaml:"profile_windows"`
 }
 
 // Cleanup is the cleanup gate's rule.

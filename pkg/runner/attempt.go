@@ -31,6 +31,9 @@ type outcome struct {
 	reason      state.Reason
 	detail      string
 	interrupted bool
+	// earlyBackground: a background load whose client ended before its
+	// target was done
+	earlyBackground bool
 }
 
 // runUnit executes the unit's runs back to back. After each attempt the
@@ -101,6 +104,9 @@ type attempt struct {
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
 	post         chan map[string]float64 // the post-measure record's figures, when taken
+	// earlyBackground: this background load's client ended before its
+	// target was done
+	earlyBackground bool
 	// ctx is the attempt's context; its cause says why it ended early
 	// (errBudgetExhausted, or an operator's stop).
 	ctx context.Context
@@ -361,6 +367,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			a.recordExit(a.client)
 			ex := a.client.Exit()
 			if a.opts.until != nil {
+				a.earlyBackground = true
 				return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
 			}
 			if ex.Code != 0 || ex.Signal != "" {
@@ -561,7 +568,7 @@ func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail
 	if err := a.transition(to, reason, detail, figures, nil); err != nil {
 		return a.harness(err)
 	}
-	return outcome{state: to, reason: reason, detail: detail}
+	return outcome{state: to, reason: reason, detail: detail, earlyBackground: a.earlyBackground}
 }
 
 // Grace periods of the processes an attempt starts, set once on their
