@@ -3,12 +3,14 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -746,6 +748,7 @@ func contains(xs []int, x int) bool {
 // validate runs the protocol's validators (exit code and JSON verdict)
 // and the built-in privacy scan of the attempt directory.
 func (a *attempt) validate() (state.Reason, string) {
+	a.recordTerminalClasses()
 	for _, v := range a.run.Validators {
 		argv, err := a.expandCommand(v.Command)
 		if err != nil {
@@ -1059,4 +1062,37 @@ func (a *attempt) oomNote() string {
 		return "; its output says " + strconv.Quote(m)
 	}
 	return ""
+}
+
+// terminalClasses is the methodology's request-level taxonomy (seed 000):
+// the terminal class of every request, as Warden's load client counts
+// them in its result's totals.by_class.
+var terminalClasses = []string{
+	"success", "quality-failed", "client-cancelled", "deadline-exceeded", "admission-rejected",
+	"oom", "worker-lost", "transport-error", "invalid-output", "harness-error",
+}
+
+// recordTerminalClasses records, when the client's result reports them,
+// its requests' counts by terminal class as figures (requests_<class>);
+// a class the taxonomy does not know is counted as requests_other.
+func (a *attempt) recordTerminalClasses() {
+	b, err := readChildFile(filepath.Join(a.dir, a.run.ResultFile))
+	if err != nil {
+		return // no result: nothing reported
+	}
+	var r struct {
+		Totals *struct {
+			ByClass map[string]float64 `json:"by_class"`
+		} `json:"totals"`
+	}
+	if json.Unmarshal(b, &r) != nil || r.Totals == nil {
+		return
+	}
+	for class, n := range r.Totals.ByClass {
+		name := "requests_other"
+		if slices.Contains(terminalClasses, class) {
+			name = "requests_" + strings.ReplaceAll(class, "-", "_")
+		}
+		a.setFigure(name, a.figures[name]+n)
+	}
 }

@@ -163,3 +163,20 @@ func TestEffectiveConfigFromTheServer(t *testing.T) {
 		c.wantClean()
 	})
 }
+
+// The client's counts by the methodology's terminal classes are recorded
+// with the attempt.
+func TestTerminalClassesRecorded(t *testing.T) {
+	result := `{"drain":{"start_mono_ns":1000000000,"end_mono_ns":1100000000},"totals":{"admitted":12,"by_class":{"success":9,"deadline-exceeded":2,"transport-error":1}}}`
+	client := `{shell: 'mkdir -p "$$WARDEN_ATTEMPT_DIR/client" && printf %s ''` + result + `'' > "$$WARDEN_ATTEMPT_DIR/client/result.json"'}`
+	c := newCampaign(t, protocol{client: client, saturation: "    admission_end: result-file"})
+	c.run()
+	c.wantComplete()
+	a := c.wantAttempts("p1.saturation", ok)[0]
+	for k, want := range map[string]float64{"requests_success": 9, "requests_deadline_exceeded": 2, "requests_transport_error": 1} {
+		if a.Figures[k] != want {
+			t.Errorf("figure %s = %v, want %v (figures %v)", k, a.Figures[k], want, a.Figures)
+		}
+	}
+	c.wantClean()
+}
