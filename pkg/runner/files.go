@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"syscall"
+	"warden/pkg/safefile"
 
 	"warden/protocols"
 )
@@ -64,10 +65,10 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// readTail reads at most the last n bytes of a regular file, without
-// blocking on anything else a child may have put there.
+// readTail reads at most the last n bytes of a regular file (safefile:
+// no FIFO, device or link a child planted is waited on or followed).
 func readTail(path string, n int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -75,9 +76,6 @@ func readTail(path string, n int64) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
 	off := max(fi.Size()-n, 0)
 	b := make([]byte, min(fi.Size(), n))
@@ -91,27 +89,9 @@ func readTail(path string, n int64) ([]byte, error) {
 // maxChildFile bounds what the runner reads of a file a child wrote.
 const maxChildFile = 64 << 20
 
-// readChildFile reads a file a child wrote: opened without following a
-// link and without blocking (a FIFO planted there is refused, not waited
-// on), a regular file only, at most maxChildFile bytes.
-func readChildFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
-	}
-	if fi.Size() > maxChildFile {
-		return nil, fmt.Errorf("%s is %d bytes, over the %d read limit", path, fi.Size(), maxChildFile)
-	}
-	return io.ReadAll(io.LimitReader(f, maxChildFile))
-}
+// readChildFile reads a file a child wrote (safefile, at most maxChildFile
+// bytes).
+func readChildFile(path string) ([]byte, error) { return safefile.ReadFile(path, maxChildFile) }
 
 // readDrainTimes reads the drain's start and end (CLOCK_MONOTONIC
 // nanoseconds) from a client's result file: drain.start_mono_ns and
