@@ -240,3 +240,38 @@ func TestColocationProfileWindows(t *testing.T) {
 	}
 	c.assertNoProcesses()
 }
+
+// A client that leaves a FIFO where its result should be cannot wedge the
+// controller: the co-location read refuses it (not a regular file) instead
+// of blocking in open(2); the gate that cannot judge is judged once more,
+// then the campaign stops for review naming the error and the regime not
+// tried, and the controller exits.
+func TestColocationResultFIFO(t *testing.T) {
+	c := newCampaign(t)
+	proto := editProtocol(t, colocProtocol(t, false, false),
+		`    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,
+		`    client: {shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "${ATTEMPT_DIR}/client" || exit; case "$$WARDEN_RUN_ID" in *pair-a*) rm -f "${ATTEMPT_DIR}/client/result.json"; mkfifo "${ATTEMPT_DIR}/client/result.json";; esac'}`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	all, _ := s.GateVerdicts("")
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopGateError ||
+		!strings.Contains(cp.StopDetail, "a FIFO") || !strings.Contains(cp.StopDetail, "regimes not tried: pair-b") {
+		for _, v := range all {
+			if strings.HasPrefix(v.Gate, "colocation/") {
+				t.Logf("%s: %s %s", v.Gate, v.Verdict, v.Detail)
+			}
+		}
+		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	errs := 0
+	for _, v := range all {
+		if v.Gate == "colocation/pair-a" && v.Verdict == "error" {
+			errs++
+		}
+	}
+	if errs != 2 {
+		t.Errorf("pair-a judged %d times with an error, want 2 (once more after the first)", errs)
+	}
+	c.assertNoProcesses()
+}

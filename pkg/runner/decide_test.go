@@ -160,11 +160,13 @@ func TestDecideOnTheSeedPlan(t *testing.T) {
 			stop: state.StopNoRegime,
 		},
 		{
-			name: "regimes: an erroring gate authorizes nothing",
+			name: "regimes: an erroring gate authorizes nothing and falls back to nothing: judged twice, it stops naming the error",
 			w: func() *world {
-				return newWorld(p).done("coloc.*").verdict("colocation/eight-way", gates.Error).verdict("colocation/four-way", gates.Error)
+				w := newWorld(p).done("coloc.*").verdict("colocation/eight-way", gates.Error)
+				w.GateErrors = map[string]int{"colocation/eight-way": 2}
+				return w
 			},
-			stop: state.StopNoRegime,
+			stop: state.StopGateError,
 		},
 		{
 			name: "phase order: the matrix waits until every burn-in is done",

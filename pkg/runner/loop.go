@@ -189,12 +189,12 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	verdicts, err := c.gateVerdicts()
+	verdicts, details, errs, err := c.gateVerdicts()
 	if err != nil {
 		return View{}, err
 	}
 	v := View{
-		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts,
+		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
 		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
 		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
 	}
@@ -245,17 +245,21 @@ func (c *Runner) recordOverrun() {
 	c.log.Warn().Float64("overrun_gpu_s", over).Msg("budget stop: charged past the cap")
 }
 
-// gateVerdicts is the last verdict of each campaign-level gate.
-func (c *Runner) gateVerdicts() (map[string]string, error) {
+// gateVerdicts is the last verdict of each campaign-level gate, its
+// detail, and how many error verdicts each gate had.
+func (c *Runner) gateVerdicts() (verdicts, details map[string]string, errs map[string]int, err error) {
 	vs, err := c.store.GateVerdicts("")
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	out := map[string]string{}
+	verdicts, details, errs = map[string]string{}, map[string]string{}, map[string]int{}
 	for _, v := range vs {
-		out[v.Gate] = v.Verdict
+		verdicts[v.Gate], details[v.Gate] = v.Verdict, v.Detail
+		if v.Verdict == gates.Error {
+			errs[v.Gate]++
+		}
 	}
-	return out, nil
+	return verdicts, details, errs, nil
 }
 
 // finishUnit frees a unit's slots and reservations and returns what the

@@ -34,6 +34,10 @@ const (
 	// StopNoRegime: no regime is authorized (every one needs a gate that
 	// did not pass).
 	StopNoRegime StopReason = "no-regime"
+	// StopGateError: a regime's gate could not judge (an error verdict)
+	// before any regime was authorized; the detail names the error and the
+	// regimes not tried.
+	StopGateError StopReason = "gate-error"
 	// StopDisk: free disk space or the artifacts' size passed the
 	// protocol's limits before a wave.
 	StopDisk StopReason = "disk"
@@ -51,7 +55,7 @@ const (
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
-	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopDisk, StopQuarantinedFraction,
+	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
 	StopFailedFraction, StopHarnessError,
 }
 
