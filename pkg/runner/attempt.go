@@ -18,6 +18,7 @@ import (
 	"warden/pkg/atomicfile"
 	"warden/pkg/failpoint"
 	"warden/pkg/gpu/sample"
+	"warden/pkg/safefile"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
@@ -765,7 +766,7 @@ func (a *attempt) validate() (state.Reason, string) {
 		}
 		<-p.Done()
 		ex := p.Exit()
-		stdout, _ := os.ReadFile(out)
+		stdout, _ := safefile.ReadFile(out, maxChildFile)
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.c.now())
 		a.gate(vd)
 		if !vd.Passed() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
+	"warden/pkg/launch"
 	"warden/pkg/budget"
 	"warden/pkg/state"
 )
@@ -179,4 +180,60 @@ func TestTerminalClassesRecorded(t *testing.T) {
 		}
 	}
 	c.wantClean()
+}
+
+// A left-over already gone at resume is charged until the resume that
+// found it gone, not until the last heartbeat (never under-count), with
+// both bounds recorded; a server that was never recorded is charged from
+// the attempt's creation once the attempt passed preflight.
+func TestResumeChargesUntilKnownGone(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 2})
+	boot, err := launch.ReadBootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.Heartbeat, cp.ControllerBootID = now.Add(-50*time.Second), boot
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	to := func(run string, states ...state.AttemptState) {
+		if _, err := c.store.NewAttempt(run, filepath.Join(c.dir, "runs", run, "a1"), func(a *state.Attempt) { a.GPUIDs = []int{0} }); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range states {
+			if _, err := c.store.Transition(run, 1, st, "", "test", nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// p1: a server recorded 60 s ago, gone now (a pid that is no process)
+	to("p1.saturation", state.Reserved, state.Preflight, state.Starting)
+	if _, err := c.store.UpdateAttempt("p1.saturation", 1, func(a *state.Attempt) error {
+		a.Procs = append(a.Procs, state.Proc{Role: "server", PID: 1 << 22, StartTime: 1, BootID: boot, PGID: 1 << 22, StartedAt: now.Add(-60 * time.Second)})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// p2: the controller died between the server's start and its record
+	to("p2.saturation", state.Reserved, state.Preflight, state.Starting)
+
+	rn := c.newRunner()
+	if err := rn.Reconcile(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l := c.ledger()
+	if got := l.byAttempt["p1.saturation/a1"]; got < 60 {
+		t.Errorf("p1 charged %.3f GPU-s for a server started 60 s ago and found gone now; want at least 60", got)
+	}
+	a := c.attempts("p1.saturation")[0]
+	if a.State != state.Interrupted || a.Figures["charged_until_unix"] < float64(now.Unix()) ||
+		a.Figures["last_seen_alive_unix"] > a.Figures["charged_until_unix"] || a.Figures["last_seen_alive_unix"] <= 0 {
+		t.Errorf("p1: %s, figures %v; want the bounds recorded", a.State, a.Figures)
+	}
+	if got := l.byAttempt["p2.saturation/a1"]; got <= 0 {
+		t.Errorf("p2 (server never recorded, attempt past preflight) charged %.6f GPU-s; want its time since creation", got)
+	}
 }

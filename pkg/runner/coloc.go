@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"warden/pkg/safefile"
 
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -256,6 +257,6 @@ func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir strin
 		<-p.Done()
 	}
 	ex := p.Exit()
-	stdout, _ := os.ReadFile(out)
+	stdout, _ := safefile.ReadFile(out, maxChildFile)
 	return gates.ValidatorResult(g.Name, ex.Code, ex.Signal, stdout, c.now())
 }
