@@ -70,6 +70,13 @@ func runLedger(dir, workdir string, cmds []protocols.CommandSpec, vars map[strin
 // createCampaign makes the campaign directory: the plan, the provenance
 // record, the settings and the state database. It refuses a directory that
 // holds anything else.
+//
+// It creates nothing until its checks pass: the protocol is planned and
+// every provenance input is checked and hashed (a missing file, a FIFO, a
+// device, a file over the size limit is refused) before the directory is
+// made. A failure after that removes what this call made: the directory
+// and any parents it created, or, for a directory that existed (empty, as
+// checkEmptyDir requires), everything in it, leaving it existing and empty.
 func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*protocols.Plan, error) {
 	abs, err := filepath.Abs(protocolPath)
 	if err != nil {
@@ -82,10 +89,6 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 	if err := checkEmptyDir(dir, plan); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
-		return nil, fmt.Errorf("create campaign directory: %w", err)
-	}
-
 	workdir := plan.Protocol.Workdir
 	if !filepath.IsAbs(workdir) {
 		workdir = filepath.Join(filepath.Dir(abs), workdir)
@@ -98,15 +101,76 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		}
 		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
 	}
-	if _, err := provenance.Record(dir, entries); err != nil {
+	// The limit is the default until the protocol carries one
+	// (provenance_max_file_gb); then: MaxFileBytes from the plan.
+	provOpts := provenance.Options{}
+	hashed, err := provenance.Hash(entries, provOpts)
+	if err != nil {
 		return nil, err
+	}
+
+	undo, err := makeCampaignDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("create campaign directory: %w", err)
+	}
+	if err := populateCampaign(plan, abs, dir, workdir, hashed, provOpts, so, now); err != nil {
+		if uerr := undo(); uerr != nil {
+			return nil, fmt.Errorf("%w (and removing what this start made failed: %v)", err, uerr)
+		}
+		return nil, err
+	}
+	return plan, nil
+}
+
+// makeCampaignDir creates dir/runs and returns a function that removes
+// what it created: the topmost directory it had to create, or, when dir
+// already existed, every entry in dir (checkEmptyDir found it empty).
+func makeCampaignDir(dir string) (undo func() error, err error) {
+	dir = filepath.Clean(dir)
+	top := ""
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		top = d
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	undo = func() error {
+		if top != "" {
+			return os.RemoveAll(top)
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, e := range ents {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
+		return errors.Join(errs...)
+	}
+	if err := atomicfile.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
+		return nil, errors.Join(err, undo())
+	}
+	return undo, nil
+}
+
+// populateCampaign writes the campaign into its new directory: the
+// provenance record (copies checked against the hashes taken before), the
+// ledger, the plan, the settings, the fake GPUs and the state database.
+func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []provenance.Entry, provOpts provenance.Options, so startOptions, now time.Time) error {
+	var err error
+	if err := provenance.Write(dir, hashed, provOpts); err != nil {
+		return err
 	}
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
 	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars); err != nil {
-		return nil, fmt.Errorf("ledger: %w", err)
+		return fmt.Errorf("ledger: %w", err)
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
-		return nil, fmt.Errorf("write plan: %w", err)
+		return fmt.Errorf("write plan: %w", err)
 	}
 	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
 	if st.Cgroups == "" {
@@ -120,7 +184,7 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 			st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
 		}
 		if st.FakeGPUDir, err = filepath.Abs(st.FakeGPUDir); err != nil {
-			return nil, err
+			return err
 		}
 		gpus := 0
 		for _, s := range plan.Slots {
@@ -130,17 +194,17 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		}
 		if _, err := os.Stat(filepath.Join(st.FakeGPUDir, "gpus.json")); errors.Is(err, os.ErrNotExist) {
 			if err := fakegpu.Init(st.FakeGPUDir, gpus, 143771); err != nil {
-				return nil, fmt.Errorf("fake GPUs: %w", err)
+				return fmt.Errorf("fake GPUs: %w", err)
 			}
 		}
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
-		return nil, fmt.Errorf("write settings: %w", err)
+		return fmt.Errorf("write settings: %w", err)
 	}
 
 	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer store.Close()
 	runs := make([]state.Run, len(plan.Runs))
@@ -164,10 +228,7 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		Regime:            plan.Regime,
 		RegimeConcurrency: regimeConcurrency(plan, plan.Regime),
 	}
-	if err := store.CreateCampaign(c, runs); err != nil {
-		return nil, err
-	}
-	return plan, nil
+	return store.CreateCampaign(c, runs)
 }
 
 // checkEmptyDir refuses a directory that holds another campaign or other
