@@ -28,7 +28,7 @@ const (
 	exitOK          = 0 // running with a live controller, or complete
 	exitOther       = 2 // anything else: not a campaign, unreadable, usage
 	exitStopped     = 3 // stopped for review
-	exitControllerX = 4 // the controller is not alive while the campaign is unfinished
+	exitControllerX = 4 // the controller is not alive while the campaign is unfinished, or left attempts live
 )
 
 type exitError struct {
@@ -69,7 +69,8 @@ func newRoot() *cobra.Command {
 Exit status of ctlq status:
   0  the campaign runs with a live controller, or is complete
   3  the campaign is stopped for review (stop_reason says why)
-  4  the controller is not alive while the campaign is unfinished
+  4  the controller is not alive while the campaign is unfinished (or it left
+     attempts live: it died, during a stop say; resume reclaims them)
   2  anything else (not a campaign directory, unreadable, bad usage)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -172,6 +173,10 @@ func statusExit(st api.Status) error {
 	switch {
 	case st.Campaign.State == string(state.CampaignComplete):
 		return nil
+	case st.Campaign.State == string(state.CampaignStopped) && !st.Controller.Alive && len(st.Current) > 0:
+		// attempts still live with no controller: it died (during a stop,
+		// say) and left them; that is not a stop for review
+		return &exitError{exitControllerX, nil}
 	case st.Campaign.State == string(state.CampaignStopped):
 		return &exitError{exitStopped, nil}
 	case st.Campaign.State == string(state.CampaignRunning) && !st.Controller.Alive:

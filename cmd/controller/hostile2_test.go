@@ -1,0 +1,92 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/lockfile"
+	"warden/pkg/state"
+)
+
+// ctlqBin builds ctlq beside the controller under test.
+func ctlqBin(t *testing.T) string {
+	t.Helper()
+	ctlq := filepath.Join(filepath.Dir(controllerBin), "ctlq")
+	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
+		t.Fatalf("build ctlq: %v\n%s", err, out)
+	}
+	return ctlq
+}
+
+// Resume of a finished campaign says it is finished, starts nothing and
+// exits 0: it used to start a daemon that died on "illegal transition from
+// complete to complete".
+func TestResumeFinishedCampaign(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}))
+	s := c.store()
+	before, _ := s.LastEventSeq()
+	s.Close()
+	for _, args := range [][]string{{"resume", "-d", c.dir}, {"--resume", "-d", c.dir}, {"resume", "-d", c.dir, "--foreground"}} {
+		out, code := c.controller(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d:\n%s", args, code, out)
+		}
+		if args[len(args)-1] != "--foreground" && !strings.Contains(out, "is complete (1 runs); nothing to resume") {
+			t.Errorf("%v said:\n%s", args, out)
+		}
+		if lockfile.Held(filepath.Join(c.dir, api.LockFile)) {
+			t.Fatalf("%v left a controller running", args)
+		}
+	}
+	s = c.store()
+	after, _ := s.LastEventSeq()
+	cp, _ := s.Campaign()
+	if after != before || cp.State != state.CampaignComplete {
+		t.Errorf("resume of a finished campaign changed the records: events %d -> %d, state %s", before, after, cp.State)
+	}
+}
+
+// controller stop against a controller that is not alive while it left
+// attempts live says so and exits 4; it used to print "controller exited;
+// resume with ..." and exit 0, and ctlq status then said "stopped for
+// review". Resume then reclaims what it left.
+func TestStopAfterTheControllerDied(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	pid := lockfile.Owner(lock)
+	c.waitMeasuring()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the controller to die", 30*time.Second, func() bool { return !lockfile.Held(lock) })
+	out, code := c.controller("stop", "-d", c.dir)
+	if code != exitDied || !strings.Contains(out, "is not alive, but it left 1 attempt(s) live: p1.saturation attempt 1 (measuring)") ||
+		!strings.Contains(out, "controller resume -d") {
+		t.Fatalf("stop after the controller died: exit %d:\n%s", code, out)
+	}
+	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
+	sout, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 4 {
+		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), sout)
+	}
+	// resume reclaims the left-overs and runs again; a stop of a live
+	// controller then succeeds, leaving nothing live
+	if out, code := c.controller("resume", "-d", c.dir); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, out)
+	}
+	c.waitMeasuring()
+	if out, code := c.controller("stop", "-d", c.dir); code != 0 || !strings.Contains(out, "stopped (operator-stop) and resumable") {
+		t.Fatalf("stop of a live controller: exit %d:\n%s", code, out)
+	}
+	c.assertNoProcesses()
+}
