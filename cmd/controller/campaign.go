@@ -26,12 +26,16 @@ const settingsFile = "controller.json"
 
 // settings are the campaign's start-time choices that resume reuses.
 type settings struct {
-	Schema       int    `json:"schema"`
-	ProtocolPath string `json:"protocol_path"` // absolute
-	Workdir      string `json:"workdir"`       // absolute; where commands run
-	GPUBackend   string `json:"gpu_backend"`   // "fake" or "nvml"
-	FakeGPUDir   string `json:"fake_gpu_dir,omitempty"`
-	Cgroups      string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
+	Schema int `json:"schema"`
+	// CampaignID and ProtocolSHA256 tie the directory to its database:
+	// resume refuses a state.db whose campaign is another's.
+	CampaignID     string `json:"campaign_id,omitempty"`
+	ProtocolSHA256 string `json:"protocol_sha256,omitempty"`
+	ProtocolPath   string `json:"protocol_path"` // absolute
+	Workdir        string `json:"workdir"`       // absolute; where commands run
+	GPUBackend     string `json:"gpu_backend"`   // "fake" or "nvml"
+	FakeGPUDir     string `json:"fake_gpu_dir,omitempty"`
+	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
 }
 
 // startOptions are the choices of controller start.
@@ -172,7 +176,9 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	if err := atomicfile.WriteJSON(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
-	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
+	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
+	st := settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
+		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
 	if st.Cgroups == "" {
 		st.Cgroups = "auto"
 	}
@@ -215,7 +221,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		}
 	}
 	c := state.Campaign{
-		ID:                fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16)),
+		ID:                campaignID,
 		ProtocolName:      plan.Protocol.Name,
 		ProtocolSHA256:    plan.Protocol.SHA256,
 		ProtocolPath:      abs,
@@ -278,4 +284,37 @@ func regimeConcurrency(plan *protocols.Plan, name string) int {
 		}
 	}
 	return 1
+}
+
+// checkBelongs proves that the database belongs to the campaign directory:
+// the campaign id and the protocol hash agree across state.db,
+// controller.json, plan.json and provenance/SHA256SUMS (campaigns started
+// before controller.json recorded them are checked by the directory the
+// database was created in). A database copied from another campaign is
+// refused, naming both.
+func checkBelongs(dir string, set settings, plan *protocols.Plan, cp state.Campaign) error {
+	refuse := func(what, here, db string) error {
+		return fmt.Errorf("refused: %s holds another campaign's database: %s is %s here but %s in state.db (campaign %s, created in %s)",
+			dir, what, here, db, cp.ID, cp.Dir)
+	}
+	switch {
+	case set.CampaignID != "" && set.CampaignID != cp.ID:
+		return refuse("the campaign id", set.CampaignID+" (controller.json)", cp.ID)
+	case set.ProtocolSHA256 != "" && set.ProtocolSHA256 != cp.ProtocolSHA256:
+		return refuse("the protocol sha256", set.ProtocolSHA256+" (controller.json)", cp.ProtocolSHA256)
+	case plan.Protocol.SHA256 != cp.ProtocolSHA256:
+		return refuse("the protocol sha256", plan.Protocol.SHA256+" (plan.json)", cp.ProtocolSHA256)
+	case set.CampaignID == "" && filepath.Clean(cp.Dir) != filepath.Clean(dir):
+		return refuse("the campaign directory", dir, cp.Dir)
+	}
+	entries, err := provenance.Read(dir)
+	if err != nil {
+		return fmt.Errorf("read %s's provenance: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.Role == "protocol" && filepath.Clean(e.Path) != filepath.Clean(cp.ProtocolPath) {
+			return refuse("the protocol file", e.Path+" (provenance)", cp.ProtocolPath)
+		}
+	}
+	return nil
 }

@@ -123,6 +123,9 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkBelongs(dir, set, plan, camp); err != nil {
+		return err
+	}
 	if camp.State == state.CampaignComplete {
 		// a finished campaign: nothing to reconcile or run
 		log.Info().Msg("campaign complete; nothing to resume")

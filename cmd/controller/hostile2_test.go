@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -89,4 +90,38 @@ func TestStopAfterTheControllerDied(t *testing.T) {
 		t.Fatalf("stop of a live controller: exit %d:\n%s", code, out)
 	}
 	c.assertNoProcesses()
+}
+
+// Another campaign's database copied into a campaign directory is refused
+// at resume, naming both campaigns; the other campaign's live server is
+// never signalled (it used to be stopped by the impostor's resume).
+func TestResumeRefusesAnotherCampaignsDatabase(t *testing.T) {
+	victim := newCampaign(t)
+	if out, code := victim.controller("start", "-f", writeProtocol(t, scenario{patterns: 1, measureS: "30"}), "-d", victim.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start the victim: exit %d:\n%s", code, out)
+	}
+	t.Cleanup(func() { victim.controller("stop", "-d", victim.dir) })
+	victim.waitMeasuring()
+	before := victim.campaignPIDs()
+
+	res := newCampaign(t)
+	res.runForeground(writeProtocol(t, scenario{patterns: 1, measureS: "0.2", serverArgs: `, --token-ms, "2"`}))
+	b, err := os.ReadFile(filepath.Join(victim.dir, api.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(res.dir, api.StateFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := res.controller("--resume", "-d", res.dir, "--foreground")
+	if code == 0 || !strings.Contains(out, "holds another campaign's database") || !strings.Contains(out, victim.dir) {
+		t.Fatalf("resume with another campaign's database: exit %d:\n%s", code, out)
+	}
+	after := victim.campaignPIDs()
+	if len(before) == 0 || len(after) < len(before) {
+		t.Fatalf("the victim's processes: %v before, %v after the refused resume", before, after)
+	}
+	if st := victim.liveStatus(); st.Campaign.State != string(state.CampaignRunning) || len(st.Current) != 1 {
+		t.Fatalf("the victim after the refused resume: %+v", st)
+	}
 }

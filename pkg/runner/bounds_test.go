@@ -2,14 +2,15 @@ package runner_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/launch"
 	"warden/pkg/budget"
+	"warden/pkg/launch"
 	"warden/pkg/state"
 )
 
@@ -235,5 +236,50 @@ func TestResumeChargesUntilKnownGone(t *testing.T) {
 	}
 	if got := l.byAttempt["p2.saturation/a1"]; got <= 0 {
 		t.Errorf("p2 (server never recorded, attempt past preflight) charged %.6f GPU-s; want its time since creation", got)
+	}
+}
+
+// Resume never signals a process that does not carry this campaign's
+// directory, even when the records name it with an identity that checks
+// out (pid, start time, boot id): a live process the test started,
+// recorded as a left-over server, lives on.
+func TestReconcileSignalsOnlyThisCampaignsProcesses(t *testing.T) {
+	c := newCampaign(t, protocol{})
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	id, err := launch.Lookup(cmd.Process.Pid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, _ := launch.ReadBootID()
+	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error { cp.ControllerBootID = boot; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.store.NewAttempt("p1.saturation", filepath.Join(c.dir, "runs", "p1.saturation", "a1"), func(a *state.Attempt) { a.GPUIDs = []int{0} }); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []state.AttemptState{state.Reserved, state.Preflight, state.Starting} {
+		if _, err := c.store.Transition("p1.saturation", 1, st, "", "test", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.store.UpdateAttempt("p1.saturation", 1, func(a *state.Attempt) error {
+		a.Procs = append(a.Procs, state.Proc{Role: "server", PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, PGID: id.PID, StartedAt: time.Now()})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.newRunner().Reconcile(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if alive, _ := id.Alive(nil); !alive {
+		t.Fatal("resume signalled a process that is not this campaign's")
+	}
+	a := c.attempts("p1.saturation")[0]
+	if a.State != state.Interrupted || len(a.Signals) != 0 {
+		t.Errorf("attempt %s with signals %+v; want interrupted, nothing signalled", a.State, a.Signals)
 	}
 }

@@ -31,6 +31,9 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 	if !sameBoot || a.Dir == "" {
 		return nil, nil
 	}
+	if !strings.HasPrefix(filepath.Clean(a.Dir)+"/", filepath.Clean(c.dir)+"/") {
+		return nil, fmt.Errorf("attempt directory %s is not under the campaign directory %s: nothing searched or signalled", a.Dir, c.dir)
+	}
 	var sigs []state.Signal
 	var errs []error
 	if c.cgroups.Available() {
@@ -195,8 +198,13 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		held := a.Figures[leftoversFigure] > 0
 		for _, p := range a.Procs {
 			id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
-			if alive, _ := id.Alive(c.boot); alive {
+			alive, _ := id.Alive(c.boot)
+			if alive {
 				held = true
+			}
+			if why := c.foreign(p, id, alive); why != "" {
+				c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", p.PID).Str("why", why).Msg("a recorded process is not this campaign's: not signalled")
+				continue
 			}
 			lo := launch.Leftover{Leader: id, Role: p.Role, Cgroup: p.Cgroup}
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -297,6 +305,21 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	c.repairStateFiles()
 	return nil
+}
+
+// foreign says why a recorded process must not be signalled by this
+// campaign's resume ("" when it may be): its recorded cgroup is not under
+// this campaign's cgroup root, or, alive, it does not carry this campaign
+// directory in its environment (a database copied from another campaign
+// names that campaign's processes, with identities that check out).
+func (c *Runner) foreign(p state.Proc, id launch.Identity, alive bool) string {
+	if p.Cgroup != "" && c.cgroups.Available() && !strings.HasPrefix(filepath.Clean(p.Cgroup)+"/", filepath.Clean(c.cgroups.Root())+"/") {
+		return fmt.Sprintf("its cgroup %s is not under this campaign's", p.Cgroup)
+	}
+	if alive && !launch.Carries(id, "WARDEN_CAMPAIGN_DIR="+c.dir) {
+		return "it does not carry WARDEN_CAMPAIGN_DIR=" + c.dir
+	}
+	return ""
 }
 
 // serverMayHaveStarted says whether an attempt in state st may have started
