@@ -168,7 +168,7 @@ func (a *attempt) gate(v gates.Verdict) {
 		v.At = a.c.now()
 	}
 	a.pendGates = append(a.pendGates, state.GateVerdict{Gate: v.Gate, Run: a.run.ID, Attempt: a.n, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At})
-	appendJSONLine(filepath.Join(a.dir, "gates.jsonl"), v)
+	a.c.appendJSONLine(filepath.Join(a.dir, "gates.jsonl"), v)
 }
 
 // runAttempt executes one attempt of a run from a fresh server to a
@@ -197,7 +197,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 		a.cpus = append(a.cpus, cpus...)
 	}
 	a.port = slots[0].Port
-	if err := os.MkdirAll(a.dir, 0o755); err != nil {
+	if err := c.mkdirBeneath(a.dir); err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
 	slotNames := make([]string, len(slots))
@@ -846,7 +846,7 @@ func (a *attempt) fetchConfig(ctx context.Context) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(a.dir, "server-config.json"), body, 0o644, atomicfile.NoSync()); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(a.dir, "server-config.json"), body, 0o644, atomicfile.NoSync(), atomicfile.Beneath(a.c.dir)); err != nil {
 		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("keep the server's configuration")
 	}
 	return body, nil
@@ -911,7 +911,7 @@ func (a *attempt) prepareCommands() error {
 	return atomicfile.WriteJSON(filepath.Join(a.dir, "environment.json"), map[string]any{
 		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.workdir,
 		"protocol_sha256": c.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
-	}, 0o644)
+	}, 0o644, atomicfile.Beneath(c.dir))
 }
 
 // resultDir is the directory of a needed run's result: its complete (or
@@ -947,7 +947,7 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		}
 		env = append(env, k+"="+v)
 	}
-	appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
+	a.c.appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
 	p, err := a.c.starter.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.c.workdir,
 		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),

@@ -283,3 +283,27 @@ func TestReconcileSignalsOnlyThisCampaignsProcesses(t *testing.T) {
 		t.Errorf("attempt %s with signals %+v; want interrupted, nothing signalled", a.State, a.Signals)
 	}
 }
+
+// A client that plants links where the controller writes (its gates.jsonl
+// replaced by a link out of the campaign, its run directory replaced by a
+// link to a directory outside) makes the controller write nothing outside
+// the campaign directory.
+func TestPlantedLinksAreNotFollowed(t *testing.T) {
+	out := t.TempDir()
+	client := `{shell: 'ln -sf ` + out + `/gates.jsonl "$$WARDEN_ATTEMPT_DIR/gates.jsonl"; d="$$WARDEN_RUN_DIR"; mv "$$d" "$$d.moved" && ln -s ` + out + ` "$$d"; exit 0'}`
+	c := newCampaign(t, protocol{client: client})
+	c.run()
+	c.wantStopped(state.StopForRun(state.ReasonDrainUnseen))
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 0 {
+		t.Errorf("the controller wrote outside the campaign directory: %v", names)
+	}
+	c.wantClean()
+}

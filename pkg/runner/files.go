@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"warden/pkg/safefile"
 
@@ -17,52 +19,53 @@ import (
 // (commands.log, gates.jsonl). They are copies, for the reader of the
 // attempt directory, of what the database records durably with the
 // attempt's transitions (its commands, its gate verdicts), so they are not
-// fsynced: a power cut may lose their last lines, never a record.
-// O_NOFOLLOW: a link a child planted there is not followed.
-func appendLine(path, line string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+// fsynced: a power cut may lose their last lines, never a record. The file
+// is opened beneath the campaign directory, without following a link a
+// child planted in its path.
+func (c *Runner) appendLine(path, line string) {
+	rel, err := filepath.Rel(c.dir, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return
+	}
+	root, err := os.OpenRoot(c.dir)
 	if err != nil {
+		return
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		c.log.Warn().Err(err).Str("file", path).Msg("append to the attempt's log")
 		return
 	}
 	defer f.Close()
 	f.WriteString(line + "\n")
 }
 
-func appendJSONLine(path string, v any) {
+func (c *Runner) appendJSONLine(path string, v any) {
 	b, err := json.Marshal(v)
 	if err == nil {
-		appendLine(path, string(b))
+		c.appendLine(path, string(b))
 	}
 }
 
-// expandCommand expands a command's ${VAR}s: an argument vector, or a
-// shell line run by /bin/sh -c.
-func expandCommand(c protocols.CommandSpec, vars map[string]string) ([]string, error) {
-	if c.Shell != "" {
-		s, err := protocols.Expand(c.Shell, vars)
-		if err != nil {
-			return nil, err
-		}
-		return []string{"/bin/sh", "-c", s}, nil
+// mkdirBeneath creates a directory under the campaign directory, and its
+// parents, resolving beneath it: a link a child planted (its run directory
+// replaced by a link out of the campaign) fails it instead of being
+// followed.
+func (c *Runner) mkdirBeneath(dir string) error {
+	rel, err := filepath.Rel(c.dir, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("%s is not under the campaign directory %s", dir, c.dir)
 	}
-	out := make([]string, len(c.Argv))
-	for i, arg := range c.Argv {
-		s, err := protocols.Expand(arg, vars)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = s
+	root, err := os.OpenRoot(c.dir)
+	if err != nil {
+		return err
 	}
-	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	defer root.Close()
+	if err := root.MkdirAll(rel, 0o755); err != nil {
+		return fmt.Errorf("create %s beneath %s: %w", rel, c.dir, err)
 	}
-	slices.Sort(keys)
-	return keys
+	return nil
 }
 
 // readTail reads at most the last n bytes of a regular file (safefile:
@@ -119,4 +122,33 @@ func readDrainTimes(path string) (start, end int64, err error) {
 		return 0, 0, fmt.Errorf("drain ends (%d) before it starts (%d)", r.Drain.EndMonoNS, r.Drain.StartMonoNS)
 	}
 	return r.Drain.StartMonoNS, r.Drain.EndMonoNS, nil
+}
+
+// expandCommand expands a command's ${VAR}s: an argument vector, or a
+// shell line run by /bin/sh -c.
+func expandCommand(c protocols.CommandSpec, vars map[string]string) ([]string, error) {
+	if c.Shell != "" {
+		s, err := protocols.Expand(c.Shell, vars)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"/bin/sh", "-c", s}, nil
+	}
+	out := make([]string, len(c.Argv))
+	for i, arg := range c.Argv {
+		s, err := protocols.Expand(arg, vars)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
