@@ -134,8 +134,15 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	var cg *launch.Manager
 	if set.Cgroups != "off" {
-		if cg, err = launch.NewManager(camp.ID); err != nil {
-			log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
+		// Containment is never off silently: a manager that cannot be made
+		// is an error; where cgroup v2 is not there or not writable, the
+		// manager says so (Mode) and every attempt's processes record no
+		// cgroup, which ctlq show reports.
+		if cg, err = launch.NewManager(launch.CgroupName(camp.ID)); err != nil {
+			return fmt.Errorf("cgroups: %w", err)
+		}
+		if !cg.Available() {
+			log.Warn().Str("cgroups", cg.Mode()).Msg("cgroups unavailable; containing processes by process group and session only")
 		}
 	}
 	boot := opts.boot

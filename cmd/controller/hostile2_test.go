@@ -125,3 +125,34 @@ func TestResumeRefusesAnotherCampaignsDatabase(t *testing.T) {
 		t.Fatalf("the victim after the refused resume: %+v", st)
 	}
 }
+
+// Any name plan accepts works with containment: a 120-character run id
+// and a 110-character protocol name used to stop the campaign at cgroup
+// creation, or to turn containment off silently.
+func TestLongNamesKeepContainment(t *testing.T) {
+	c := newCampaign(t)
+	long := "p" + strings.Repeat("x", 109) // run id: 121 characters
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
+		"name: e2e", "name: e2e"+strings.Repeat("n", 107),
+		"{id: p1,", "{id: "+long+",",
+		"matrix: {pattern: [p1]}", "matrix: {pattern: ["+long+"]}")
+	out := c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s (%s: %s)\n%s", cp.State, cp.StopReason, cp.StopDetail, tail(out, 2000))
+	}
+	as := c.attempts(s, long+".saturation")
+	if len(as) != 1 || len(as[0].Procs) == 0 {
+		t.Fatalf("attempts %+v", as)
+	}
+	log, _ := os.ReadFile(filepath.Join(c.dir, api.LogFile))
+	if strings.Contains(string(log), "cgroups unavailable") {
+		t.Skip("cgroup v2 is not writable here: containment by process group, as the log says")
+	}
+	for _, p := range as[0].Procs {
+		if p.Cgroup == "" {
+			t.Errorf("%s pid %d is in no cgroup although cgroup v2 is writable", p.Role, p.PID)
+		}
+	}
+}

@@ -323,7 +323,11 @@ func printRun(w io.Writer, d api.RunDetail) {
 			}
 		}
 		for _, p := range a.Procs {
-			fmt.Fprintf(w, "  %s pid %d (start %d, pgid %d): %s\n", p.Role, p.PID, p.StartTime, p.PGID, strings.Join(p.Argv, " "))
+			contained := "cgroup " + p.Cgroup
+			if p.Cgroup == "" {
+				contained = "NOT in a cgroup: process group only"
+			}
+			fmt.Fprintf(w, "  %s pid %d (start %d, pgid %d, %s): %s\n", p.Role, p.PID, p.StartTime, p.PGID, contained, strings.Join(p.Argv, " "))
 		}
 		for _, x := range a.Exits {
 			how := fmt.Sprintf("exit code %d", x.Code)

@@ -952,7 +952,7 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		Role: role, Argv: argv, Env: env, Dir: a.c.workdir,
 		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),
 		CPUs:   a.cpus,
-		Cgroup: fmt.Sprintf("%s.a%d.%s", a.run.ID, a.n, role),
+		Cgroup: leafName(a.run.ID, a.n, role),
 		Stop:   a.stopOptions(role),
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 	var errs []error
 	if c.cgroups.Available() {
 		for _, role := range []string{"server", "client"} {
-			path := filepath.Join(c.cgroups.Root(), fmt.Sprintf("%s.a%d.%s", a.RunID, a.N, role))
+			path := filepath.Join(c.cgroups.Root(), leafName(a.RunID, a.N, role))
 			if recordedCgroup(a, path) || !isDir(path) {
 				continue
 			}
@@ -320,6 +320,13 @@ func (c *Runner) foreign(p state.Proc, id launch.Identity, alive bool) string {
 		return "it does not carry WARDEN_CAMPAIGN_DIR=" + c.dir
 	}
 	return ""
+}
+
+// leafName is the leaf cgroup of an attempt's server or client: run id,
+// attempt and role, hashed when that is not a valid cgroup name (too long,
+// odd characters), so that every run id plan accepts gets containment.
+func leafName(run string, n int, role string) string {
+	return launch.CgroupName(fmt.Sprintf("%s.a%d.%s", run, n, role))
 }
 
 // serverMayHaveStarted says whether an attempt in state st may have started
