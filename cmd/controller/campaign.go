@@ -158,6 +158,12 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 	if err := atomicfile.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
 		return nil, errors.Join(err, undo())
 	}
+	// Owner-only: the campaign holds pids, argv, paths and what the
+	// clients and servers printed (a leak of a private prompt among it);
+	// no other local user may read any of it.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, errors.Join(err, undo())
+	}
 	return undo, nil
 }
 

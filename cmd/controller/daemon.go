@@ -64,6 +64,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
 		return fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
 	}
+	// Campaigns made before the directory was owner-only become so.
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("make %s owner-only: %w", dir, err)
+		}
+	}
 	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
 	if err != nil {
 		var he *lockfile.HeldError

@@ -156,3 +156,28 @@ func TestLongNamesKeepContainment(t *testing.T) {
 		}
 	}
 }
+
+// The campaign directory is owner-only: another local user (uid 65534)
+// cannot read what a client printed (a leaked prompt, say), the plan or
+// the log.
+func TestCampaignDirectoryOwnerOnly(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a reader as another user")
+	}
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}))
+	fi, err := os.Stat(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("campaign directory mode %v, want 0700", fi.Mode().Perm())
+	}
+	for _, f := range []string{api.PlanFile, api.LogFile, "runs/p1.saturation/a1/client.out", "runs/p1.saturation/a1/state.json"} {
+		cmd := exec.Command("cat", filepath.Join(c.dir, f))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("uid 65534 read %s (%d bytes)", f, len(out))
+		}
+	}
+}
