@@ -209,6 +209,12 @@ func layer2Dir(f *findings, dir string, opts Layer2Options) Result {
 		if err != nil {
 			bad++
 			f.failf("%s: %v", name, err)
+			if m := rankInName.FindStringSubmatch(name); m != nil {
+				r, _ := strconv.Atoi(m[1])
+				byRank[r] = append(byRank[r], t) // counted as the rank's window; already failed
+			} else if opts.TP == 1 {
+				byRank[0] = append(byRank[0], t)
+			}
 			continue
 		}
 		events += t.Events

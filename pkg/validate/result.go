@@ -34,8 +34,8 @@ func (r Result) Gate(name string, at time.Time) gates.Verdict {
 // Passed reports whether r is a pass.
 func (r Result) Passed() bool { return r.Verdict == gates.Pass }
 
-// findings collects the problems of one check. Errors (the check could not
-// tell) outrank failures (the artifact breaks its contract).
+// findings collects the problems of one check: failures (the artifact
+// breaks its contract) and errors (the check could not tell).
 type findings struct {
 	errs  []string
 	fails []string
@@ -56,18 +56,20 @@ func (f *findings) notef(format string, a ...any) {
 }
 func (f *findings) fig(name string, v float64) { f.figs[name] = v }
 
-// result is the verdict of the findings: error when any error, fail when
-// any failure, else pass; the detail lists them in that order, then notes.
+// result is the verdict of the findings: fail when any failure (the
+// artifact breaks its contract, whatever else could not be told), error
+// when the check could not tell, else pass; the detail lists failures,
+// then errors, then notes.
 func (f *findings) result(passDetail string) Result {
 	r := Result{Verdict: gates.Pass, Figures: f.figs}
 	var parts []string
 	switch {
-	case len(f.errs) > 0:
-		r.Verdict = gates.Error
-		parts = append(append(parts, f.errs...), f.fails...)
 	case len(f.fails) > 0:
 		r.Verdict = gates.Fail
-		parts = append(parts, f.fails...)
+		parts = append(append(parts, f.fails...), f.errs...)
+	case len(f.errs) > 0:
+		r.Verdict = gates.Error
+		parts = append(parts, f.errs...)
 	default:
 		parts = append(parts, passDetail)
 	}
