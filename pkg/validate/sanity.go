@@ -230,7 +230,7 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 			declared = true
 			want := opts.Constants[pat]
 			fam.Expected = &want
-			if fam.Min == nil || *fam.Min != want || *fam.Max != want || a.missing > 0 {
+			if fam.Min == nil || !nearlyEqual(*fam.Min, want) || !nearlyEqual(*fam.Max, want) || a.missing > 0 {
 				fam.Flags = append(fam.Flags, fmt.Sprintf("declared constant %g does not hold (min %v, max %v, missing %d)", want, ptrStr(fam.Min), ptrStr(fam.Max), a.missing))
 			}
 		}
@@ -262,6 +262,12 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 	res := f.result(fmt.Sprintf("%d numeric families in %d file(s), no red flags", len(blk.Families), len(blk.Inputs)))
 	blk.Verdict = res.Verdict
 	return blk, res
+}
+
+// nearlyEqual compares a value with a declared constant to a relative
+// 1e-9: 0.6/3 is a constant 0.2 for the block.
+func nearlyEqual(a, b float64) bool {
+	return math.Abs(a-b) <= 1e-9*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
 }
 
 func ptrStr(p *float64) string {
