@@ -20,7 +20,8 @@ import (
 // gzipped Chrome trace per TP rank (--tp) to --traces-dir, named like the
 // torch tensorboard handler's files and holding what a Kineto trace holds
 // for the active steps only: ProfilerStep#2..#9 and one vLLM execute
-// annotation per step (cat user_annotation), a few kernel events per step
+// annotation per step (cat user_annotation, each with its
+// gpu_user_annotation copy on the GPU timeline), a few kernel events per step
 // (cat kernel), and "distributedInfo": {"rank": R}. Nothing is profiled.
 
 // Layer-2 breaks, each a way the seed says a window is not accepted.
@@ -139,7 +140,8 @@ func (p *profiler) trace(rank int) ([]byte, error) {
 	corr := 0
 	for s := first; s <= 9; s++ {
 		ts := t0 + float64(s)*1000
-		ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 1, Tid: 1, Ts: ts, Dur: 900})
+		ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 1, Tid: 1, Ts: ts, Dur: 900},
+			traceEvent{Ph: "X", Cat: "gpu_user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 0, Tid: 7, Ts: ts + 40, Dur: 820})
 		if s >= 2 && s-2 < execs {
 			ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: "execute_context_0(0)_generation_2(2)", Pid: 1, Tid: 1, Ts: ts + 5, Dur: 850},
 				traceEvent{Ph: "X", Cat: "gpu_user_annotation", Name: "execute_context_0(0)_generation_2(2)", Pid: 0, Tid: 7, Ts: ts + 50, Dur: 800})

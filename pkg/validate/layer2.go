@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"warden/pkg/gates"
 )
@@ -22,7 +24,8 @@ import (
 // profiler's tensorboard handler does (*.pt.trace.json.gz). The check
 // reads from each trace's "traceEvents" only complete events (ph "X"):
 //
-//   - "ProfilerStep#N": the profiler's step markers. With the server's
+//   - "ProfilerStep#N" (not the gpu_user_annotation copies Kineto adds on
+//     the GPU timeline): the profiler's step markers. With the server's
 //     wait=0, warm-up=2, active=8 schedule only the active steps are
 //     recorded, numbered 2 through 9.
 //   - user annotations (cat "user_annotation") named like vLLM's
@@ -109,6 +112,8 @@ func ReadTrace(r io.Reader, exec *regexp.Regexp) (TraceSummary, error) {
 					continue
 				}
 				switch {
+				case e.Cat == "gpu_user_annotation":
+					// the GPU-timeline copy of a CPU annotation: counted once, on the CPU side
 				case strings.HasPrefix(e.Name, "ProfilerStep#"):
 					n, err := strconv.Atoi(strings.TrimPrefix(e.Name, "ProfilerStep#"))
 					if err != nil {
@@ -203,8 +208,9 @@ func layer2Dir(f *findings, dir string, opts Layer2Options) Result {
 	byRank := map[int][]TraceSummary{}
 	bad := 0
 	kmin, emin, events := -1, -1, 0
-	for _, p := range paths {
-		t, err := readTraceFile(p, opts.ExecuteAnnotate)
+	read := readTraces(paths, opts.ExecuteAnnotate)
+	for i, p := range paths {
+		t, err := read[i].t, read[i].err
 		name := filepath.Base(p)
 		if err != nil {
 			bad++
@@ -254,6 +260,29 @@ func layer2Dir(f *findings, dir string, opts Layer2Options) Result {
 	f.fig("ranks", float64(len(byRank)))
 	checkRanks(f, byRank, opts)
 	return f.result(fmt.Sprintf("%d trace(s): %d rank(s), 2+8 steps, %d execute annotations each, kernels in every window", len(paths), opts.TP, opts.ActiveIters))
+}
+
+type traceRead struct {
+	t   TraceSummary
+	err error
+}
+
+// readTraces reads the traces a few at a time (each is streamed: memory
+// stays small), in the order of paths.
+func readTraces(paths []string, exec *regexp.Regexp) []traceRead {
+	out := make([]traceRead, len(paths))
+	sem := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), 4)))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t, err := readTraceFile(p, exec)
+			out[i] = traceRead{t, err}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 func readTraceFile(path string, exec *regexp.Regexp) (TraceSummary, error) {

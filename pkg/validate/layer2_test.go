@@ -26,6 +26,8 @@ func (tr trace) bytes() []byte {
 	for i, s := range tr.steps {
 		ts := float64(1000 + i*10000)
 		ev = append(ev, map[string]any{"ph": "X", "cat": "user_annotation", "name": fmt.Sprintf("ProfilerStep#%d", s), "ts": ts, "dur": 9000.0, "pid": 1, "tid": 1})
+		// Kineto's GPU-timeline copy of the annotation: not a second step
+		ev = append(ev, map[string]any{"ph": "X", "cat": "gpu_user_annotation", "name": fmt.Sprintf("ProfilerStep#%d", s), "ts": ts + 30, "dur": 8000.0, "pid": 0, "tid": 7})
 		if i < tr.execute {
 			ev = append(ev, map[string]any{"ph": "X", "cat": "user_annotation", "name": "execute_context_1(512)_generation_7(7)", "ts": ts + 10, "dur": 8000.0, "pid": 1, "tid": 1})
 			ev = append(ev, map[string]any{"ph": "X", "cat": "gpu_user_annotation", "name": "execute_context_1(512)_generation_7(7)", "ts": ts + 20, "dur": 8000.0, "pid": 0, "tid": 7})
