@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -171,7 +172,7 @@ func oneStream(dir string) (string, validate.Result, error) {
 }
 
 func newValidateLayer2Cmd() *cobra.Command {
-	var output string
+	var output, execPattern string
 	o := validate.DefaultLayer2()
 	var traces string
 	cmd := &cobra.Command{
@@ -194,6 +195,11 @@ the seed's one exact rerun.` + validateExit,
 			if traces == "" {
 				return usage("layer2: --traces DIR is required")
 			}
+			re, err := regexp.Compile(execPattern)
+			if err != nil {
+				return usage("layer2: --execute-pattern: %v", err)
+			}
+			o.ExecuteAnnotate = re
 			if o.TP < 1 || o.Windows < 0 || o.ActiveIters < 1 || o.WarmupIters < 0 {
 				return usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative")
 			}
@@ -207,6 +213,7 @@ the seed's one exact rerun.` + validateExit,
 	f.IntVar(&o.WarmupIters, "warmup-iters", o.WarmupIters, "profiler warm-up iterations (not recorded)")
 	f.IntVar(&o.ActiveIters, "active-iters", o.ActiveIters, "profiler active iterations")
 	f.StringVar(&o.Pattern, "pattern", o.Pattern, "file name pattern of the traces")
+	f.StringVar(&execPattern, "execute-pattern", o.ExecuteAnnotate.String(), "regular expression of an execute annotation's name (cat user_annotation)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
