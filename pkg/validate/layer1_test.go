@@ -142,8 +142,12 @@ func TestLayer1Files(t *testing.T) {
 	p := filepath.Join(dir, "s.jsonl")
 	os.WriteFile(p, stream, 0o644)
 	os.WriteFile(p+".footer.json", side, 0o644)
-	if r := Layer1Files(p, "", "", DefaultLayer1); r.Verdict != "pass" {
+	r := Layer1Files(p, "", "", DefaultLayer1)
+	if r.Verdict != "pass" {
 		t.Fatal(r)
+	}
+	if g := r.Gate("layer1", time.Now()); g.Gate != "validator:layer1" || !g.Passed() || g.Figures["records"] != 10 {
+		t.Fatalf("gate %+v", g)
 	}
 	if r := Layer1Files(filepath.Join(dir, "none.jsonl"), "", "", DefaultLayer1); r.Verdict != "error" {
 		t.Fatalf("missing stream: %v", r)
