@@ -56,6 +56,8 @@ func TestValidateCommandOutput(t *testing.T) {
 		{"validate", "sanity"},
 		{"validate", "sanity", "--input", dir, "--constant", "x"},
 		{"validate", "layer1", "--stream", stream, "-o", "yaml"},
+		{"validate", "layer1", "--stream", stream, "--bogus"},
+		{"validate", "layer2", "--traces", dir, "--tp", "two"},
 	} {
 		if out, code := c.controller(args...); code != 2 {
 			t.Fatalf("%v: exit %d, want 2\n%s", args, code, out)
