@@ -114,6 +114,18 @@ func TestValidatorLayer1(t *testing.T) {
 					t.Fatalf("layer1 gate %+v", v)
 				}
 			}},
+		// a real hard kill: the server ignores SIGTERM and is killed with
+		// its group, so no footer is written; the sidecar, flushed until
+		// the kill, is authoritative and fresh (A-P3-5: graceful shutdown
+		// is not an accounting dependency)
+		{name: "hard kill", sc: func() scenario { s := layer1Scenario(""); s.serverArgs += `, --ignore-sigterm`; return s }(),
+			runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
+			check: func(t *testing.T, c *campaign, s *state.Store) {
+				v := c.gateVerdict(s, "p1.saturation", "validator:layer1")
+				if v.Verdict != "pass" || v.Figures["footer"] != 0 || v.Figures["checkpoint_age_s"] > 0.2 {
+					t.Fatalf("layer1 gate %+v", v)
+				}
+			}},
 	}
 	for _, b := range []struct{ brk, detail string }{
 		{"drop", "dropped_records 2"},
