@@ -268,14 +268,31 @@ func TestValidatorClient(t *testing.T) {
 		// a missed moderate rate is semantic: no rerun, stop for review
 		{name: "rate", sc: clientScenario("", "rate"),
 			runs:     []wantRun{{"p1.saturation", complete1, noReason1}, {"p1.moderate", failed1, validator1}},
-			campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed},
+			campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed,
+			check: clientGateNames("p1.moderate", "client-moderate", "off λ")},
 	}
-	for _, brk := range []string{"failures", "tokens", "lag", "text", "segments"} {
-		cases = append(cases, validatorCase{name: brk, sc: clientScenario(brk, ""),
+	for _, b := range []struct{ brk, detail string }{
+		{"failures", "clean-segment request(s) failed"},
+		{"tokens", "other than the requested output tokens"},
+		{"lag", "generator lag over 1 s"},
+		{"text", "prompt or generated-text field"},
+		{"segments", "2 clean segments, want 3"},
+	} {
+		cases = append(cases, validatorCase{name: b.brk, sc: clientScenario(b.brk, ""),
 			runs:     []wantRun{{"p1.saturation", failed1, validator1}, {"p1.moderate", nil, nil}},
-			campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed})
+			campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed,
+			check: clientGateNames("p1.saturation", "client", b.detail)})
 	}
 	runValidatorCases(t, cases)
+}
+
+// clientGateNames checks that the run's client gate failed naming the rule.
+func clientGateNames(run, name, detail string) func(t *testing.T, c *campaign, s *state.Store) {
+	return func(t *testing.T, c *campaign, s *state.Store) {
+		if v := c.gateVerdict(s, run, "validator:"+name); v.Verdict != "fail" || !strings.Contains(v.Detail, detail) {
+			t.Fatalf("%s gate %+v, want a fail naming %q", name, v, detail)
+		}
+	}
 }
 
 func TestValidatorSanity(t *testing.T) {
