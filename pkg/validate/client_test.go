@@ -143,3 +143,26 @@ func TestScanForbidden(t *testing.T) {
 		}
 	}
 }
+
+// testdata/loadgen holds the files of a real loadgen run (saturation,
+// then moderate from it; 0.2 s segments against the stand-in), so that a
+// change of loadgen's format shows here.
+func TestClientReadsLoadgen(t *testing.T) {
+	o := DefaultClient()
+	o.SegmentSeconds = 0.2
+	if r := ClientDir("testdata/loadgen/saturation", o); r.Verdict != "pass" || r.Figures["records"] == 0 {
+		t.Fatalf("saturation: %+v", r)
+	}
+	o.SaturationResult = "testdata/loadgen/saturation/result.json"
+	r := ClientDir("testdata/loadgen/moderate", o)
+	if r.Verdict != "pass" || r.Figures["lambda_rps"] <= 0 || r.Figures["lambda_rps"] != r.Figures["expected_lambda_rps"] {
+		t.Fatalf("moderate: %+v", r)
+	}
+	o.RateFraction = 0.5 // not the fraction the client used
+	if r := ClientDir("testdata/loadgen/moderate", o); r.Verdict != "fail" || !strings.Contains(r.Detail, "client λ") {
+		t.Fatalf("moderate at another fraction: %+v", r)
+	}
+	if _, r := Sanity([]string{"testdata/loadgen"}, "testdata", DefaultSanity()); r.Verdict != "pass" || r.Figures["families"] < 50 {
+		t.Fatalf("sanity: %+v", r)
+	}
+}
