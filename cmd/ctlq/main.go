@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -274,7 +275,7 @@ func newRunsCmd(o *options) *cobra.Command {
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show RUN",
-		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts",
+		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := o.open()
@@ -297,7 +298,7 @@ func newShowCmd(o *options) *cobra.Command {
 				return &exitError{exitOther, err}
 			}
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), d)
+				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d)})
 			}
 			printRun(cmd.OutOrStdout(), d)
 			return nil
@@ -342,6 +343,13 @@ func printRun(w io.Writer, d api.RunDetail) {
 	}
 	for _, g := range d.Gates {
 		fmt.Fprintf(w, "gate %s (attempt %d): %s %s %v\n", g.Gate, g.Attempt, g.Verdict, g.Detail, g.Figures)
+	}
+	blocks := sanityBlocks(d)
+	for _, a := range d.Attempts {
+		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
+			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, filepath.Join(a.Dir, "sanity.json"))
+			printSanity(w, raw)
+		}
 	}
 }
 

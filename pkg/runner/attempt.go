@@ -750,6 +750,14 @@ func contains(xs []int, x int) bool {
 // and the built-in privacy scan of the attempt directory.
 func (a *attempt) validate() (state.Reason, string) {
 	a.recordTerminalClasses()
+	env := a.env
+	if len(a.run.Validators) > 0 {
+		path, err := a.writeSignals()
+		if err != nil {
+			return state.ReasonHarnessError, err.Error()
+		}
+		env = append(append([]string(nil), a.env...), EnvSignalsFile+"="+path)
+	}
 	for _, v := range a.run.Validators {
 		argv, err := a.expandCommand(v.Command)
 		if err != nil {
@@ -757,7 +765,7 @@ func (a *attempt) validate() (state.Reason, string) {
 		}
 		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
 		p, err := a.c.starter.Start(launch.Spec{
-			Role: "validator:" + v.Name, Argv: argv, Env: a.env, Dir: a.c.workdir,
+			Role: "validator:" + v.Name, Argv: argv, Env: env, Dir: a.c.workdir,
 			StdoutPath: out, StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
 			Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace},
 		})
@@ -785,6 +793,29 @@ func (a *attempt) validate() (state.Reason, string) {
 		return state.ReasonPrivacyViolation, "privacy scan: " + pv.Detail
 	}
 	return "", ""
+}
+
+// EnvSignalsFile names, in a validator's environment, the attempt's
+// signals.json: every signal the controller sent to the attempt's
+// processes, with its time (A-P3-5: the Layer-1 checkpoint is judged
+// against the signal to the server's API parent).
+const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
+
+// writeSignals writes the attempt's recorded signals, a JSON array of
+// state.Signal, to signals.json in the attempt directory, atomically, and
+// returns its path. The signals are those already recorded in the store
+// and those still pending for the next transition.
+func (a *attempt) writeSignals() (string, error) {
+	at, err := a.c.store.Attempt(a.run.ID, a.n)
+	if err != nil {
+		return "", fmt.Errorf("read the attempt's signals: %w", err)
+	}
+	sigs := append(append([]state.Signal{}, at.Signals...), a.pendSigs...)
+	path := filepath.Join(a.dir, "signals.json")
+	if err := atomicfile.WriteJSON(path, sigs, 0o644, atomicfile.Beneath(a.c.dir)); err != nil {
+		return "", fmt.Errorf("write signals.json: %w", err)
+	}
+	return path, nil
 }
 
 // configTimeout bounds the request for the server's configuration.
