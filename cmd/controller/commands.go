@@ -18,6 +18,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
+	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -36,7 +37,7 @@ type result struct {
 	Note       string `json:"note,omitempty"`
 }
 
-func checkOutput(output string) error {
+func checkTableOrJSON(output string) error {
 	if output != "table" && output != "json" {
 		return &exitError{2, fmt.Errorf("unknown output %q (table or json)", output)}
 	}
@@ -68,7 +69,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if file == "" || dir == "" {
 				return &exitError{2, errors.New("start: -f PROTOCOL and -d DIR are required")}
 			}
-			if err := checkOutput(output); err != nil {
+			if err := checkTableOrJSON(output); err != nil {
 				return err
 			}
 			if err := mo.check(); err != nil {
@@ -196,7 +197,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if dir == "" {
 		return &exitError{2, errors.New("resume: -d DIR is required")}
 	}
-	if err := checkOutput(output); err != nil {
+	if err := checkTableOrJSON(output); err != nil {
 		return err
 	}
 	if err := mo.check(); err != nil {
@@ -208,6 +209,15 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	}
 	if _, err := readSettings(abs); err != nil {
 		return &exitError{2, err}
+	}
+	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+		if done, msg := finished(abs); done {
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "resume", Dir: abs, Note: msg})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		}
 	}
 	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
@@ -301,6 +311,77 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	}
 }
 
+// finished says whether the campaign in dir is complete, with a line
+// that says so: resume then starts nothing.
+func finished(dir string) (bool, string) {
+	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	if err != nil {
+		return false, ""
+	}
+	defer st.Close()
+	cp, err := st.Campaign()
+	if err != nil || cp.State != state.CampaignComplete {
+		return false, ""
+	}
+	sum, err := st.Summary()
+	if err != nil {
+		return true, fmt.Sprintf("campaign %s in %s is complete; nothing to resume", cp.ID, dir)
+	}
+	return true, fmt.Sprintf("campaign %s in %s is complete (%d runs); nothing to resume", cp.ID, dir, sum.RunsTotal)
+}
+
+// exitDied is controller stop's exit status when the controller is not
+// alive while the campaign is unfinished: it died (before or during the
+// stop) and may have left processes; resume reclaims them.
+const exitDied = 4
+
+// afterStop reports what the records say once no controller holds the
+// campaign: stopped and resumable with nothing left live, finished, or a
+// controller that died and left attempts live (exit 4, never a success).
+// pid is the controller that was asked to stop (0: none was running).
+func afterStop(cmd *cobra.Command, dir string, pid int, human bool) error {
+	say := func(note string) error {
+		if human {
+			fmt.Fprintln(cmd.OutOrStdout(), note)
+			return nil
+		}
+		return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "stop", Dir: dir, PID: pid, Note: note})
+	}
+	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	if err != nil {
+		return &exitError{1, fmt.Errorf("read the campaign in %s: %w", dir, err)}
+	}
+	defer st.Close()
+	cp, err := st.Campaign()
+	if err != nil {
+		return &exitError{1, err}
+	}
+	live, err := st.LiveAttempts()
+	if err != nil {
+		return &exitError{1, err}
+	}
+	who := "the controller"
+	if pid != 0 {
+		who = fmt.Sprintf("controller pid %d", pid)
+	}
+	switch {
+	case cp.State == state.CampaignComplete:
+		return say(fmt.Sprintf("no controller runs in %s; the campaign is complete", dir))
+	case len(live) > 0:
+		runs := make([]string, len(live))
+		for i, a := range live {
+			runs[i] = fmt.Sprintf("%s attempt %d (%s)", a.RunID, a.N, a.State)
+		}
+		return &exitError{exitDied, fmt.Errorf("%s is not alive, but it left %d attempt(s) live: %s; their processes may still hold GPUs. Resume reclaims them: controller resume -d %s",
+			who, len(live), strings.Join(runs, ", "), dir)}
+	case cp.State == state.CampaignRunning:
+		return &exitError{exitDied, fmt.Errorf("%s is not alive and the campaign is unfinished (it died); resume continues it: controller resume -d %s", who, dir)}
+	case pid == 0:
+		return say(fmt.Sprintf("no controller runs in %s; the campaign is stopped (%s); resume with: controller resume -d %s", dir, cp.StopReason, dir))
+	}
+	return say(fmt.Sprintf("controller exited; the campaign is stopped (%s) and resumable: controller resume -d %s", cp.StopReason, dir))
+}
+
 func newStopCmd() *cobra.Command {
 	var dir, output string
 	var timeout time.Duration
@@ -312,15 +393,18 @@ API parent, then cleanup), record them interrupted and exit. It returns when
 the controller has exited. The campaign is left stopped (stop reason
 operator-stop) and resumable.
 
-Exit status: 0 when the controller exited, or when none ran in the campaign;
-1 when it could not be asked or did not exit within --timeout; 2 when DIR is
-not a campaign directory (no state.db) or the usage is wrong.`,
+Exit status: 0 when the controller stopped and nothing of the campaign is
+left live (or none ran and the campaign is stopped or complete); 1 when the
+controller could not be asked or did not exit within --timeout; 2 when DIR
+is not a campaign directory (no state.db) or the usage is wrong; 4 when the
+controller is not alive while the campaign is unfinished or attempts are
+left live (it died, before or during the stop): resume reclaims them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return &exitError{2, errors.New("stop: -d DIR is required")}
 			}
-			if err := checkOutput(output); err != nil {
+			if err := checkTableOrJSON(output); err != nil {
 				return err
 			}
 			abs, err := filepath.Abs(dir)
@@ -334,11 +418,7 @@ not a campaign directory (no state.db) or the usage is wrong.`,
 			out := cmd.OutOrStdout()
 			lock := filepath.Join(abs, api.LockFile)
 			if !lockfile.Held(lock) {
-				if human {
-					fmt.Fprintln(out, "no controller runs in", abs)
-					return nil
-				}
-				return writeJSON(out, result{Schema: 1, Action: "stop", Dir: abs, Note: "no controller ran"})
+				return afterStop(cmd, abs, 0, human)
 			}
 			pid := lockfile.Owner(lock)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -365,11 +445,10 @@ not a campaign directory (no state.db) or the usage is wrong.`,
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			if !human {
-				return writeJSON(out, result{Schema: 1, Action: "stop", Dir: abs, PID: pid, Note: "controller exited; resume with: controller resume -d " + abs})
+			if human {
+				fmt.Fprintln(out)
 			}
-			fmt.Fprintln(out, "\ncontroller exited; resume with: controller resume -d", abs)
-			return nil
+			return afterStop(cmd, abs, pid, human)
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")

@@ -68,6 +68,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
 		return fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
 	}
+	// Campaigns made before the directory was owner-only become so.
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("make %s owner-only: %w", dir, err)
+		}
+	}
 	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
 	if err != nil {
 		var he *lockfile.HeldError
@@ -127,10 +133,26 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkBelongs(dir, set, plan, camp); err != nil {
+		return err
+	}
+	if camp.State == state.CampaignComplete {
+		// a finished campaign: nothing to reconcile or run
+		log.Info().Msg("campaign complete; nothing to resume")
+		ready(fmt.Sprintf("ok %d", os.Getpid()))
+		return nil
+	}
 	var cg *launch.Manager
 	if set.Cgroups != "off" {
-		if cg, err = launch.NewManager(camp.ID); err != nil {
-			log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
+		// Containment is never off silently: a manager that cannot be made
+		// is an error; where cgroup v2 is not there or not writable, the
+		// manager says so (Mode) and every attempt's processes record no
+		// cgroup, which ctlq show reports.
+		if cg, err = launch.NewManager(launch.CgroupName(camp.ID)); err != nil {
+			return fmt.Errorf("cgroups: %w", err)
+		}
+		if !cg.Available() {
+			log.Warn().Str("cgroups", cg.Mode()).Msg("cgroups unavailable; containing processes by process group and session only")
 		}
 	}
 	boot := opts.boot
@@ -231,8 +253,11 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// missingHint tells where to find a copy when a recorded input is missing
-// (deleted or moved): provenance keeps a copy of every public input.
+// missingHint tells, for each recorded input that is missing (deleted or
+// moved) or no longer a regular file, where its copy is: provenance keeps
+// one copy of every public input, named by its recorded SHA-256, so the
+// hint points at the exact content recorded for that path. A private
+// input has no copy, and the hint says so.
 func missingHint(dir string, err error) string {
 	var errs []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -240,13 +265,46 @@ func missingHint(dir string, err error) string {
 	} else {
 		errs = []error{err}
 	}
+	var recorded []provenance.Entry // read at the first error that needs it
+	lookup := func(path, sum string) provenance.Entry {
+		if recorded == nil {
+			recorded, _ = provenance.Read(dir)
+		}
+		for _, r := range recorded {
+			if r.Path == path {
+				return r
+			}
+		}
+		return provenance.Entry{Path: path, SHA256: sum}
+	}
+	var hints []string
 	for _, e := range errs {
+		var entry provenance.Entry
 		var ce *provenance.ChangedError
-		if errors.As(e, &ce) && ce.Now == "" {
-			return "; restore a missing file from its copy in " + filepath.Join(dir, provenance.SubDir, provenance.Files)
+		var nr *provenance.NotRegularError
+		switch {
+		case errors.As(e, &ce) && ce.Now == "":
+			entry = lookup(ce.Path, ce.Recorded)
+			entry.SHA256 = ce.Recorded // the hash the error names
+		case errors.As(e, &nr):
+			if entry = lookup(nr.Path, ""); entry.SHA256 == "" {
+				continue // not a recorded path
+			}
+		default:
+			continue
+		}
+		if cp, ok := provenance.CopyOf(dir, entry); ok {
+			hints = append(hints, fmt.Sprintf("restore %s from its copy %s", entry.Path, cp))
+		} else if entry.Private {
+			hints = append(hints, fmt.Sprintf("%s is private: hashed only, no copy kept (sha256 %s)", entry.Path, entry.SHA256))
+		} else {
+			hints = append(hints, fmt.Sprintf("no copy of %s (sha256 %s) is left in %s", entry.Path, entry.SHA256, filepath.Join(dir, provenance.SubDir, provenance.Files)))
 		}
 	}
-	return ""
+	if len(hints) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(hints, "; ")
 }
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id

@@ -95,7 +95,7 @@ type snapshot struct {
 	measured [2]int
 	ratio    float64 // actual / expected duration of the attempts completed so far
 	etaS     float64
-	inFlight float64 // GPU-hours of running attempts, not yet charged
+	inFlight float64 // GPU-hours held by live attempts, not yet charged (the status's)
 	lanes    []lane
 	events   []state.Event
 	ended    bool // no controller runs the campaign
@@ -201,13 +201,12 @@ func (w *watcher) pollOnce() (snapshot, error) {
 		sn.ratio = w.actualS / w.expectedDoneS
 	}
 	var runningS float64
+	sn.inFlight = sn.status.Budget.InFlightGPUHours
 	for _, c := range sn.status.Current {
-		n := 1
 		exp := 0.0
 		if r, ok := w.planRun(c.Run); ok {
-			n, exp = max(1, r.GPUs), r.ExpectedS
+			exp = r.ExpectedS
 		}
-		sn.inFlight += c.ElapsedS * float64(n) / 3600
 		runningS += min(c.ElapsedS, exp*sn.ratio)
 	}
 	if sn.status.ETAS != nil {

@@ -56,6 +56,11 @@ type api struct {
 	healthy func() bool
 	// inflight counts requests being handled, for the drain at shutdown.
 	inflight inflight
+	// info is the effective configuration it reports.
+	info serverInfo
+	// profiler writes Layer-2 traces on /stop_profile; nil answers 200
+	// and writes nothing.
+	profiler *profiler
 }
 
 func (a *api) handler() http.Handler {
@@ -63,6 +68,9 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("GET /health", a.health)
 	mux.HandleFunc("GET /v1/models", a.models)
 	mux.HandleFunc("POST /v1/completions", a.completions)
+	a.info.register(mux, a.model)
+	mux.HandleFunc("POST /start_profile", a.startProfile)
+	mux.HandleFunc("POST /stop_profile", a.stopProfile)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.inflight.begin() {
 			writeError(w, http.StatusServiceUnavailable, "server is shutting down")

@@ -63,6 +63,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/cmd/ctlq", forbidden: []string{"warden/pkg/runner"}, why: "the query tool reads the controller through the API; it never runs attempts"},
 		// pkg/runner is being moved out of cmd/controller; until it lands the rule is skipped.
 		{pkg: "warden/pkg/runner", optional: true, forbidden: []string{"warden/cmd/", "github.com/spf13/cobra", "github.com/spf13/pflag"}, why: "the runner is a library that mains wire: it knows no command and no CLI library"},
+		{pkg: "warden/pkg/validate", forbidden: []string{"warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner", "go.etcd.io/bbolt", "os/exec"}, why: "validators read artifacts: they start no process and touch no database"},
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/pkg/gates"}, why: "GPU backends report what they read; the gates judge it, not the other way round"},
 	}
 	for _, r := range rules {

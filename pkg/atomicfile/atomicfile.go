@@ -18,8 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 
 	"github.com/google/renameio/v2"
 )
@@ -30,6 +33,16 @@ type Option func(*config)
 type config struct {
 	beforeRename func()
 	noSync       bool
+	root         string
+}
+
+// Beneath returns an Option that resolves the target's path beneath the
+// directory root (os.Root: openat2 RESOLVE_BENEATH where the kernel has
+// it): a symbolic link that a process planted in the path, leading out of
+// root, fails the write instead of being followed. The target must be
+// under root.
+func Beneath(root string) Option {
+	return func(c *config) { c.root = root }
 }
 
 // NoSync returns an Option that skips every fsync: the rename is still
@@ -66,6 +79,9 @@ func WriteFile(path string, data []byte, mode os.FileMode, opts ...Option) error
 
 func write(path string, data []byte, mode os.FileMode, cfg config) error {
 	dir := filepath.Dir(path)
+	if cfg.root != "" {
+		return writeBeneath(path, data, mode, cfg)
+	}
 	if cfg.noSync {
 		return writeNoSync(dir, path, data, mode, cfg)
 	}
@@ -180,5 +196,60 @@ func writeNoSync(dir, path string, data []byte, mode os.FileMode, cfg config) er
 		return fmt.Errorf("rename into place: %w", err)
 	}
 	renamed = true
+	return nil
+}
+
+// writeBeneath is write with every path resolved beneath cfg.root.
+func writeBeneath(path string, data []byte, mode os.FileMode, cfg config) error {
+	rel, err := filepath.Rel(cfg.root, path)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("%s is not beneath %s", path, cfg.root)
+	}
+	root, err := os.OpenRoot(cfg.root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tmp := filepath.Join(filepath.Dir(rel), fmt.Sprintf(".%s.tmp%d", filepath.Base(rel), rand.Uint64()))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return fmt.Errorf("create temporary file: %w", err)
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			root.Remove(tmp)
+		}
+	}()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil && !cfg.noSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
+	}
+	if cfg.beforeRename != nil {
+		cfg.beforeRename()
+	}
+	if err := root.Rename(tmp, rel); err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	renamed = true
+	if cfg.noSync {
+		return nil
+	}
+	d, err := root.Open(filepath.Dir(rel))
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	if err := errors.Join(d.Sync(), d.Close()); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
 	return nil
 }

@@ -236,3 +236,36 @@ func TestNoSync(t *testing.T) {
 		t.Errorf("after a failed NoSync write the directory holds %q, want only f", names)
 	}
 }
+
+// Beneath: a link planted in the path that leads out of the root fails the
+// write; nothing is written outside; a path within the root works, with
+// and without fsync.
+func TestBeneath(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "runs", "r1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range [][]Option{{Beneath(root)}, {Beneath(root), NoSync()}} {
+		if err := WriteFile(filepath.Join(root, "runs", "r1", "state.json"), []byte("ok"), 0o644, opts...); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "runs", "r1", "state.json")); string(b) != "ok" {
+			t.Errorf("content %q", b)
+		}
+	}
+	// a directory replaced by a link out of the root
+	if err := os.Symlink(outside, filepath.Join(root, "runs", "r2")); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteFile(filepath.Join(root, "runs", "r2", "state.json"), []byte("leak"), 0o644, Beneath(root))
+	if err == nil {
+		t.Fatal("a write through a link out of the root succeeded")
+	}
+	if names := entries(t, outside); len(names) != 0 {
+		t.Errorf("written outside the root: %v", names)
+	}
+	if err := WriteFile(filepath.Join(outside, "x"), []byte("x"), 0o644, Beneath(root)); err == nil {
+		t.Error("a target outside the root was accepted")
+	}
+}

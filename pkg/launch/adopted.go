@@ -95,3 +95,11 @@ func hasEntry(env []byte, entry string) bool {
 func Adopted(boot BootIDSource, marker string) ([]Identity, error) {
 	return Marked(boot, marker, Children)
 }
+
+// Carries reports whether the live process id holds marker ("KEY=value")
+// in the environment it was started with; false when it is gone or its
+// environment cannot be read (another user's).
+func Carries(id Identity, marker string) bool {
+	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(id.PID) + "/environ")
+	return err == nil && hasEntry(env, marker)
+}

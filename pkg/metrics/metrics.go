@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"warden/pkg/api"
 	"warden/pkg/state"
 )
 
@@ -33,7 +34,7 @@ var (
 	descRuns = prometheus.NewDesc("warden_runs",
 		"Runs by state (pending, running, complete, quarantined, failed).", []string{"state"}, nil)
 	descBudget = prometheus.NewDesc("warden_budget_gpu_hours",
-		"The GPU-hour budget: charged (with prior consumption), in_flight (held by live attempts, not yet charged), reserved, and cap.", []string{"kind"}, nil)
+		"The GPU-hour budget: charged (with prior consumption), in_flight (held by live attempts' servers, not yet charged: api.InFlightGPUSeconds), reserved, and cap.", []string{"kind"}, nil)
 	descBeat = prometheus.NewDesc("warden_controller_heartbeat_timestamp_seconds",
 		"Unix time of the controller's last heartbeat.", nil, nil)
 	descBeatAge = prometheus.NewDesc("warden_controller_heartbeat_age_seconds",
@@ -88,7 +89,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	inFlight := 0.0
 	for _, a := range sum.Live {
-		inFlight += now.Sub(a.CreatedAt).Seconds() * float64(max(1, len(a.GPUIDs))) / 3600
+		inFlight += api.InFlightGPUSeconds(a, now) / 3600
 	}
 	for kind, v := range map[string]float64{
 		"charged": cp.ConsumedGPUSeconds / 3600, "in_flight": inFlight,

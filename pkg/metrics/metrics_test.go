@@ -34,7 +34,11 @@ func campaign(t *testing.T) (*state.Store, time.Time) {
 		t.Fatal(err)
 	}
 	walk := func(run string, d time.Duration, to ...state.AttemptState) {
-		if _, err := s.NewAttempt(run, "", func(a *state.Attempt) { a.GPUIDs = []int{0, 1} }); err != nil {
+		at := clock
+		if _, err := s.NewAttempt(run, "", func(a *state.Attempt) {
+			a.GPUIDs = []int{0, 1}
+			a.Procs = []state.Proc{{Role: "server", PID: 1, StartedAt: at}}
+		}); err != nil {
 			t.Fatal(err)
 		}
 		for i, st := range to {

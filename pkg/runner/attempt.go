@@ -3,10 +3,14 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +18,7 @@ import (
 	"warden/pkg/atomicfile"
 	"warden/pkg/failpoint"
 	"warden/pkg/gpu/sample"
+	"warden/pkg/safefile"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
@@ -29,6 +34,9 @@ type outcome struct {
 	reason      state.Reason
 	detail      string
 	interrupted bool
+	// earlyBackground: a background load whose client ended before its
+	// target was done
+	earlyBackground bool
 }
 
 // runUnit executes the unit's runs back to back. After each attempt the
@@ -99,6 +107,12 @@ type attempt struct {
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
 	post         chan map[string]float64 // the post-measure record's figures, when taken
+	// earlyBackground: this background load's client ended before its
+	// target was done
+	earlyBackground bool
+	// ctx is the attempt's context; its cause says why it ended early
+	// (errBudgetExhausted, or an operator's stop).
+	ctx context.Context
 	// stopErr holds what went wrong ending the attempt's processes (a
 	// signal or cgroup operation that failed): a cleanup gate that then
 	// fails is cleanup-failed, not a timeout.
@@ -154,7 +168,7 @@ func (a *attempt) gate(v gates.Verdict) {
 		v.At = a.c.now()
 	}
 	a.pendGates = append(a.pendGates, state.GateVerdict{Gate: v.Gate, Run: a.run.ID, Attempt: a.n, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At})
-	appendJSONLine(filepath.Join(a.dir, "gates.jsonl"), v)
+	a.c.appendJSONLine(filepath.Join(a.dir, "gates.jsonl"), v)
 }
 
 // runAttempt executes one attempt of a run from a fresh server to a
@@ -183,7 +197,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 		a.cpus = append(a.cpus, cpus...)
 	}
 	a.port = slots[0].Port
-	if err := os.MkdirAll(a.dir, 0o755); err != nil {
+	if err := c.mkdirBeneath(a.dir); err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
 	slotNames := make([]string, len(slots))
@@ -211,6 +225,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 
 func (a *attempt) execute(ctx context.Context) outcome {
 	c := a.c
+	a.ctx = ctx
 	if err := a.transition(state.Reserved, "", "budget reserved for the wave", nil, nil); err != nil {
 		return a.harness(err)
 	}
@@ -262,6 +277,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 		return a.fail(state.ReasonHarnessError, "start server: "+err.Error())
 	}
 	a.server, a.started = srv, srv.Started
+	c.flights.add(a.key(), len(a.gpuIDs), srv.Started)
 	if a.run.ClientStart == "at-start" {
 		if cl, err := a.start("client", a.run.Client, a.run.Env); err != nil {
 			return a.stopThenFail(state.ReasonHarnessError, "start client: "+err.Error())
@@ -282,11 +298,11 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	if err := a.transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.now().Sub(a.started).Seconds()}, nil); err != nil {
 		return a.harness(err)
 	}
-	if cv := a.effectiveConfig(); !cv.Passed() {
+	for _, cv := range a.effectiveConfig(ctx) {
 		a.gate(cv)
-		return a.stopThenFail(state.ReasonConfigMismatch, cv.Detail)
-	} else if len(a.run.Server.Expect) > 0 {
-		a.gate(cv)
+		if !cv.Passed() {
+			return a.stopThenFail(state.ReasonConfigMismatch, cv.Detail)
+		}
 	}
 
 	// measuring
@@ -339,19 +355,28 @@ func (a *attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// The measuring deadline, from the client's start. A background load
+	// has none of its own: it ends when its target is done, and the
+	// target's deadline bounds it.
+	var deadline <-chan time.Time
+	if a.opts.until == nil && a.run.DeadlineS > 0 {
+		t := time.NewTimer(time.Until(a.client.Started.Add(seconds(a.run.DeadlineS))))
+		defer t.Stop()
+		deadline = t.C
+	}
 	for {
 		select {
 		case <-a.client.Done():
 			a.recordExit(a.client)
 			ex := a.client.Exit()
 			if a.opts.until != nil {
+				a.earlyBackground = true
 				return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
 			}
 			if ex.Code != 0 || ex.Signal != "" {
 				return state.ReasonClientFailed, "client " + exitText(ex)
 			}
-			a.checkDrain()
-			return "", ""
+			return a.finalDrain(ex.At)
 		case <-a.server.Done():
 			a.recordExit(a.server)
 			return a.serverExitReason(), "server exited while the client ran (" + exitText(a.server.Exit()) + ")" + a.oomNote()
@@ -362,27 +387,46 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			// gracefully, which is this run's normal end
 			a.stopClient()
 			return "", ""
+		case <-deadline:
+			ran := a.c.now().Sub(a.client.Started).Seconds()
+			a.setFigure("measure_deadline_s", a.run.DeadlineS)
+			a.setFigure("client_ran_s", ran)
+			a.stopClient()
+			return state.ReasonMeasureDeadline, fmt.Sprintf("the client ran %.1f s, past the %.0f s measuring deadline of load %s; ended", ran, a.run.DeadlineS, a.run.Load)
 		case <-tick.C:
-			if r, d := a.checkDrain(); r != "" {
-				return r, d
+			if a.run.AdmissionEnd == "phase-file" {
+				if r, d := a.checkDrain(time.Time{}); r != "" {
+					return r, d
+				}
 			}
 		}
 	}
 }
 
+// seconds converts protocol seconds to a Duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
 // checkDrain reads the client's phases: past the class allowance the run
 // is quarantined; past the watchdog the client is ended and the run fails.
-func (a *attempt) checkDrain() (state.Reason, string) {
+// end, when set, is when the client exited: the drain ended then at the
+// latest.
+func (a *attempt) checkDrain(end time.Time) (state.Reason, string) {
 	a.phases.poll()
 	drainAt := a.phases.at("drain")
 	if drainAt.IsZero() {
 		return "", ""
 	}
-	end := a.c.now()
 	if t := a.phases.at("done"); !t.IsZero() {
 		end = t
+	} else if end.IsZero() {
+		end = a.c.now()
 	}
-	drained := end.Sub(drainAt).Seconds()
+	return a.judgeDrain(end.Sub(drainAt).Seconds(), !a.phases.at("done").IsZero() || !end.IsZero())
+}
+
+// judgeDrain applies the class's allowance and watchdog to a drain of
+// drained seconds; final says the drain is over (its verdict is kept).
+func (a *attempt) judgeDrain(drained float64, final bool) (state.Reason, string) {
 	a.setFigure("drain_s", drained)
 	v, outcome := gates.Drain(drained, a.run.DrainS, a.run.WatchdogS, a.c.now())
 	switch outcome {
@@ -394,11 +438,43 @@ func (a *attempt) checkDrain() (state.Reason, string) {
 			a.quarant = true
 			a.c.log.Warn().Str("run", a.run.ID).Float64("drain_s", drained).Float64("allowance_s", a.run.DrainS).Msg("drain over allowance: run quarantined")
 		}
+	case gates.DrainUnknown:
+		a.gate(v)
+		return state.ReasonHarnessError, "drain gate: " + v.Detail
 	}
-	if !a.phases.at("done").IsZero() {
+	if final {
 		a.drainVerdict = &v
 	}
 	return "", ""
+}
+
+// finalDrain judges the drain once the client exited 0, from the source
+// the load declares. A source that never says when admission stopped
+// fails the drain gate (fail closed): the run fails with drain-unseen.
+func (a *attempt) finalDrain(exited time.Time) (state.Reason, string) {
+	switch a.run.AdmissionEnd {
+	case "result-file":
+		path := filepath.Join(a.dir, a.run.ResultFile)
+		start, end, err := readDrainTimes(path)
+		if err != nil {
+			return a.drainUnseen(fmt.Sprintf("no drain times in the client's result %s: %v", a.run.ResultFile, err))
+		}
+		return a.judgeDrain(float64(end-start)/1e9, true)
+	default:
+		if r, d := a.checkDrain(exited); r != "" {
+			return r, d
+		}
+		if a.phases.at("drain").IsZero() {
+			return a.drainUnseen("the client never said when admission stopped: no drain line in its phase file " + filepath.Base(a.vars["PHASE_FILE"]))
+		}
+		return "", ""
+	}
+}
+
+func (a *attempt) drainUnseen(detail string) (state.Reason, string) {
+	a.gate(gates.Verdict{Gate: "drain", Verdict: gates.Fail, Detail: detail, At: a.c.now(),
+		Figures: map[string]float64{"allowance_s": a.run.DrainS, "watchdog_s": a.run.WatchdogS}})
+	return state.ReasonDrainUnseen, "drain gate: " + detail
 }
 
 // stopThenValidate ends the server gracefully, proves cleanup, runs the
@@ -451,11 +527,18 @@ func (a *attempt) stopThenInterrupt(detail string) outcome {
 	}
 	a.stopSampler()
 	a.joinPostMeasure()
-	if err := a.transition(state.Interrupted, state.ReasonInterrupted, detail, nil, nil); err != nil {
+	reason := state.ReasonInterrupted
+	if a.ctx != nil && errors.Is(context.Cause(a.ctx), errBudgetExhausted) {
+		reason, detail = state.ReasonBudgetExhausted, "the campaign's GPU time reached its cap: "+detail
+	}
+	if err := a.transition(state.Interrupted, reason, detail, nil, nil); err != nil {
 		return a.harness(err)
 	}
-	return outcome{state: state.Interrupted, reason: state.ReasonInterrupted, detail: detail, interrupted: true}
+	return outcome{state: state.Interrupted, reason: reason, detail: detail, interrupted: true}
 }
+
+// key names the attempt in the runner's registries.
+func (a *attempt) key() string { return attemptKey(a.run.ID, a.n) }
 
 func (a *attempt) interrupt(detail string) outcome { return a.stopThenInterrupt(detail) }
 
@@ -475,6 +558,8 @@ func (a *attempt) harness(err error) outcome {
 		a.shutdown()
 	}
 	a.stopSampler()
+	// the attempt stays live in the records: resume charges it
+	a.c.flights.remove(a.key())
 	return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 }
 
@@ -486,7 +571,7 @@ func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail
 	if err := a.transition(to, reason, detail, figures, nil); err != nil {
 		return a.harness(err)
 	}
-	return outcome{state: to, reason: reason, detail: detail}
+	return outcome{state: to, reason: reason, detail: detail, earlyBackground: a.earlyBackground}
 }
 
 // Grace periods of the processes an attempt starts, set once on their
@@ -595,6 +680,7 @@ func (a *attempt) charge(end time.Time) {
 	}
 	amt := budget.Charge(len(a.gpuIDs), a.started, end)
 	a.started = time.Time{}
+	a.c.flights.remove(a.key())
 	a.setFigure("gpu_seconds", amt)
 	// recorded with the next transition; a crash before it is charged at
 	// resume, from the server's start to the attempt's last record
@@ -663,6 +749,15 @@ func contains(xs []int, x int) bool {
 // validate runs the protocol's validators (exit code and JSON verdict)
 // and the built-in privacy scan of the attempt directory.
 func (a *attempt) validate() (state.Reason, string) {
+	a.recordTerminalClasses()
+	env := a.env
+	if len(a.run.Validators) > 0 {
+		path, err := a.writeSignals()
+		if err != nil {
+			return state.ReasonHarnessError, err.Error()
+		}
+		env = append(append([]string(nil), a.env...), EnvSignalsFile+"="+path)
+	}
 	for _, v := range a.run.Validators {
 		argv, err := a.expandCommand(v.Command)
 		if err != nil {
@@ -670,7 +765,7 @@ func (a *attempt) validate() (state.Reason, string) {
 		}
 		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
 		p, err := a.c.starter.Start(launch.Spec{
-			Role: "validator:" + v.Name, Argv: argv, Env: a.env, Dir: a.c.workdir,
+			Role: "validator:" + v.Name, Argv: argv, Env: env, Dir: a.c.workdir,
 			StdoutPath: out, StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
 			Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace},
 		})
@@ -679,7 +774,7 @@ func (a *attempt) validate() (state.Reason, string) {
 		}
 		<-p.Done()
 		ex := p.Exit()
-		stdout, _ := os.ReadFile(out)
+		stdout, _ := safefile.ReadFile(out, maxChildFile)
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.c.now())
 		a.gate(vd)
 		if !vd.Passed() {
@@ -700,14 +795,92 @@ func (a *attempt) validate() (state.Reason, string) {
 	return "", ""
 }
 
-// effectiveConfig checks the server's startup output for the protocol's
-// expected values.
-func (a *attempt) effectiveConfig() gates.Verdict {
-	expects := make([]gates.Expect, len(a.run.Server.Expect))
-	for i, e := range a.run.Server.Expect {
-		expects[i] = gates.Expect{Name: e.Name, Pattern: e.Pattern}
+// EnvSignalsFile names, in a validator's environment, the attempt's
+// signals.json: every signal the controller sent to the attempt's
+// processes, with its time (A-P3-5: the Layer-1 checkpoint is judged
+// against the signal to the server's API parent).
+const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
+
+// writeSignals writes the attempt's recorded signals, a JSON array of
+// state.Signal, to signals.json in the attempt directory, atomically, and
+// returns its path. The signals are those already recorded in the store
+// and those still pending for the next transition.
+func (a *attempt) writeSignals() (string, error) {
+	at, err := a.c.store.Attempt(a.run.ID, a.n)
+	if err != nil {
+		return "", fmt.Errorf("read the attempt's signals: %w", err)
 	}
-	return gates.EffectiveConfigDir(a.dir, expects, a.c.now())
+	sigs := append(append([]state.Signal{}, at.Signals...), a.pendSigs...)
+	path := filepath.Join(a.dir, "signals.json")
+	if err := atomicfile.WriteJSON(path, sigs, 0o644, atomicfile.Beneath(a.c.dir)); err != nil {
+		return "", fmt.Errorf("write signals.json: %w", err)
+	}
+	return path, nil
+}
+
+// configTimeout bounds the request for the server's configuration.
+const configTimeout = 30 * time.Second
+
+// effectiveConfig checks the protocol's expected values: the log patterns
+// against the server's startup output, the paths against the
+// configuration the server reports at its config endpoint (kept as
+// server-config.json in the attempt). It returns a verdict for each kind
+// the run expects.
+func (a *attempt) effectiveConfig(ctx context.Context) []gates.Verdict {
+	var logs []gates.Expect
+	var paths []gates.ConfigExpect
+	for _, e := range a.run.Server.Expect {
+		if e.Path != "" {
+			paths = append(paths, gates.ConfigExpect{Name: e.Name, Path: e.Path, Equals: e.Equals})
+		} else {
+			logs = append(logs, gates.Expect{Name: e.Name, Pattern: e.Pattern})
+		}
+	}
+	var out []gates.Verdict
+	if len(logs) > 0 {
+		out = append(out, gates.EffectiveConfigDir(a.dir, logs, a.c.now()))
+	}
+	if len(paths) > 0 {
+		doc, err := a.fetchConfig(ctx)
+		if err != nil {
+			out = append(out, gates.Verdict{Gate: "effective-config", Verdict: gates.Error, At: a.c.now(),
+				Detail: "the server's configuration could not be read: " + err.Error()})
+		} else {
+			out = append(out, gates.ServerConfig(doc, paths, a.c.now()))
+		}
+	}
+	return out
+}
+
+// fetchConfig asks the server for its effective configuration and keeps
+// the answer in the attempt directory.
+func (a *attempt) fetchConfig(ctx context.Context) ([]byte, error) {
+	if a.run.Server.ConfigEndpoint == "" {
+		return nil, fmt.Errorf("server %s has no config endpoint", a.run.Server.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, configTimeout)
+	defer cancel()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", a.port, a.run.Server.ConfigEndpoint)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxChildFile))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(a.dir, "server-config.json"), body, 0o644, atomicfile.NoSync(), atomicfile.Beneath(a.c.dir)); err != nil {
+		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("keep the server's configuration")
+	}
+	return body, nil
 }
 
 // prepareCommands fixes the attempt's launch variables and environment
@@ -769,7 +942,7 @@ func (a *attempt) prepareCommands() error {
 	return atomicfile.WriteJSON(filepath.Join(a.dir, "environment.json"), map[string]any{
 		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.workdir,
 		"protocol_sha256": c.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
-	}, 0o644)
+	}, 0o644, atomicfile.Beneath(c.dir))
 }
 
 // resultDir is the directory of a needed run's result: its complete (or
@@ -805,12 +978,12 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		}
 		env = append(env, k+"="+v)
 	}
-	appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
+	a.c.appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
 	p, err := a.c.starter.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.c.workdir,
 		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),
 		CPUs:   a.cpus,
-		Cgroup: fmt.Sprintf("%s.a%d.%s", a.run.ID, a.n, role),
+		Cgroup: leafName(a.run.ID, a.n, role),
 		Stop:   a.stopOptions(role),
 	})
 	if err != nil {
@@ -921,4 +1094,37 @@ func (a *attempt) oomNote() string {
 		return "; its output says " + strconv.Quote(m)
 	}
 	return ""
+}
+
+// terminalClasses is the methodology's request-level taxonomy (seed 000):
+// the terminal class of every request, as Warden's load client counts
+// them in its result's totals.by_class.
+var terminalClasses = []string{
+	"success", "quality-failed", "client-cancelled", "deadline-exceeded", "admission-rejected",
+	"oom", "worker-lost", "transport-error", "invalid-output", "harness-error",
+}
+
+// recordTerminalClasses records, when the client's result reports them,
+// its requests' counts by terminal class as figures (requests_<class>);
+// a class the taxonomy does not know is counted as requests_other.
+func (a *attempt) recordTerminalClasses() {
+	b, err := readChildFile(filepath.Join(a.dir, a.run.ResultFile))
+	if err != nil {
+		return // no result: nothing reported
+	}
+	var r struct {
+		Totals *struct {
+			ByClass map[string]float64 `json:"by_class"`
+		} `json:"totals"`
+	}
+	if json.Unmarshal(b, &r) != nil || r.Totals == nil {
+		return
+	}
+	for class, n := range r.Totals.ByClass {
+		name := "requests_other"
+		if slices.Contains(terminalClasses, class) {
+			name = "requests_" + strings.ReplaceAll(class, "-", "_")
+		}
+		a.setFigure(name, a.figures[name]+n)
+	}
 }

@@ -1,13 +1,16 @@
 package runner
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+	"warden/pkg/safefile"
 
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -102,18 +105,33 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 	}
 	close(until)
+	var early []string // backgrounds that ended before their target did
 	for _, o := range collect() {
-		if o.out.interrupted {
+		switch {
+		case o.out.interrupted:
 			res.interrupted = true
 			return res
-		}
-		if o.out.state != state.Complete && o.out.state != state.Quarantined {
+		case o.out.reason == state.ReasonClientFailed && o.out.earlyBackground:
+			early = append(early, o.run)
+		case o.out.state != state.Complete && o.out.state != state.Quarantined:
 			return fail(o.run, o.out)
 		}
 	}
-	if u.Gate != nil && ctx.Err() == nil {
-		c.judgeColocation(*u.Gate)
+	if u.Gate == nil || ctx.Err() != nil {
+		return res
 	}
+	if len(early) > 0 {
+		// A-P3-1: the backgrounds "remain active through the target's
+		// warm-up, clean interval, profile windows, and recovery
+		// intervals"; a target measured without them says nothing of the
+		// regime. The check fails (and the next regime is tried); the
+		// background attempts stay failed beside it.
+		c.recordColocation(*u.Gate, gates.Verdict{Verdict: gates.Fail, At: c.now(),
+			Detail:  fmt.Sprintf("background load %s ended before the target's last profile window", strings.Join(early, ", ")),
+			Figures: map[string]float64{"backgrounds_ended_early": float64(len(early))}})
+		return res
+	}
+	c.judgeColocation(*u.Gate)
 	return res
 }
 
@@ -122,13 +140,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 // records the gate's verdict; a later regime runs only after a fail.
 func (c *Runner) judgeColocation(g protocols.GateInfo) {
 	now := c.now()
-	record := func(v gates.Verdict) {
-		v.Gate = g.Name
-		if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: g.Name, Run: g.Target, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
-			c.log.Error().Err(err).Str("gate", g.Name).Msg("record gate verdict")
-		}
-		c.log.Info().Str("gate", g.Name).Str("verdict", v.Verdict).Str("detail", v.Detail).Interface("figures", v.Figures).Msg("co-location gate")
-	}
+	record := func(v gates.Verdict) { c.recordColocation(g, v) }
 	soloDir, err := c.resultDir(g.Solo)
 	if err != nil {
 		record(gates.Verdict{Verdict: gates.Error, Detail: err.Error(), At: now})
@@ -138,6 +150,22 @@ func (c *Runner) judgeColocation(g protocols.GateInfo) {
 	if err != nil {
 		record(gates.Verdict{Verdict: gates.Error, Detail: err.Error(), At: now})
 		return
+	}
+	if g.ProfileWindows > 0 {
+		// A-P3-1: "This one-time placement check samples exactly one 2+8
+		// window per moderate target".
+		for _, t := range []struct{ name, dir string }{{"solo", soloDir}, {"co-located", targetDir}} {
+			n, err := countPhase(filepath.Join(t.dir, "phases.jsonl"), "profile")
+			switch {
+			case err != nil:
+				record(gates.Verdict{Verdict: gates.Error, Detail: fmt.Sprintf("%s target's profile windows: %v", t.name, err), At: now})
+				return
+			case n != g.ProfileWindows:
+				record(gates.Verdict{Verdict: gates.Fail, At: now, Figures: map[string]float64{"profile_windows": float64(n)},
+					Detail: fmt.Sprintf("the %s target had %d profile windows; the check samples exactly %d", t.name, n, g.ProfileWindows)})
+				return
+			}
+		}
 	}
 	solo, coloc := gates.Measurement{Figures: map[string]float64{}}, gates.Measurement{Figures: map[string]float64{}}
 	if solo.Throughput, err = gates.ReadThroughput(filepath.Join(soloDir, g.ThroughputFile), g.ThroughputField); err != nil {
@@ -172,6 +200,34 @@ func (c *Runner) judgeColocation(g protocols.GateInfo) {
 // gateValidatorTimeout bounds a co-location gate's validator.
 const gateValidatorTimeout = 10 * time.Minute
 
+// recordColocation records a co-location gate's verdict; a later regime
+// runs only after a fail.
+func (c *Runner) recordColocation(g protocols.GateInfo, v gates.Verdict) {
+	v.Gate = g.Name
+	if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: g.Name, Run: g.Target, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
+		c.log.Error().Err(err).Str("gate", g.Name).Msg("record gate verdict")
+	}
+	c.log.Info().Str("gate", g.Name).Str("verdict", v.Verdict).Str("detail", v.Detail).Interface("figures", v.Figures).Msg("co-location gate")
+}
+
+// countPhase counts the lines of a client's phase file that report phase.
+func countPhase(path, phase string) (int, error) {
+	b, err := readChildFile(path)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var p struct {
+			Phase string `json:"phase"`
+		}
+		if json.Unmarshal(line, &p) == nil && p.Phase == phase {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // runGateValidator runs the co-location gate's validator with the two
 // result directories and reads its verdict.
 func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
@@ -201,6 +257,6 @@ func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir strin
 		<-p.Done()
 	}
 	ex := p.Exit()
-	stdout, _ := os.ReadFile(out)
+	stdout, _ := safefile.ReadFile(out, maxChildFile)
 	return gates.ValidatorResult(g.Name, ex.Code, ex.Signal, stdout, c.now())
 }

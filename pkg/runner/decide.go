@@ -25,8 +25,12 @@ type View struct {
 	Running bool
 	// Runs are the recorded runs, in plan order (one per plan run).
 	Runs []state.Run
-	// Verdicts is the last verdict of each campaign-level gate.
-	Verdicts map[string]string
+	// Verdicts is the last verdict of each campaign-level gate, and
+	// VerdictDetails its detail.
+	Verdicts       map[string]string
+	VerdictDetails map[string]string
+	// GateErrors counts the error verdicts of each campaign-level gate.
+	GateErrors map[string]int
 	// Active holds the units in flight; Busy the slots they hold.
 	Active map[int]bool
 	Busy   map[string]bool
@@ -109,6 +113,11 @@ func Decide(v View) Decision {
 		done[r.ID] = r.Done
 	}
 
+	// a co-location gate that could not judge is judged once more first
+	if l := rejudge(v); l != nil {
+		return Decision{Launch: l}
+	}
+
 	// the current phase: the first with a run that must execute and is not
 	// done, or whose need is not known yet
 	phase, phaseKind := "", ""
@@ -125,6 +134,9 @@ func Decide(v View) Decision {
 	if phaseKind == "colocation" {
 		d.Launch = colocationWave(v, phase, done)
 	} else {
+		if s := gateError(v); s != nil {
+			return Decision{Stop: s}
+		}
 		regime, err := chooseRegime(v.Plan, v.Verdicts)
 		if err != nil {
 			return Decision{Stop: &Stop{Reason: state.StopNoRegime, Detail: err.Error()}}
@@ -141,7 +153,7 @@ func Decide(v View) Decision {
 	}
 	for _, w := range d.Launch {
 		for _, r := range w.Runs {
-			d.Reserve = append(d.Reserve, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: r.ExpectedS})
+			d.Reserve = append(d.Reserve, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: reserveS(v.Plan, r)})
 		}
 	}
 	if _, err := v.Account.Reserve(d.Reserve); err != nil {
@@ -152,6 +164,15 @@ func Decide(v View) Decision {
 		return Decision{Err: err}
 	}
 	return d
+}
+
+// reserveS is the seconds a run's reservation counts: its expected
+// duration, or its worst case when the protocol reserves at the bounds.
+func reserveS(p *protocols.Plan, r protocols.Run) float64 {
+	if p.Totals.Reserve == "bounds" && r.BoundS > 0 {
+		return r.BoundS
+	}
+	return r.ExpectedS
 }
 
 // thresholds applies the protocol's stop rules; the denominator is the
@@ -331,6 +352,58 @@ func units(plan *protocols.Plan, phase string) [][]protocols.Run {
 		}
 	}
 	return out
+}
+
+// rejudge returns the judging of a co-location gate whose only verdict so
+// far is an error: it is judged once more (an infrastructure failure, such
+// as a validator that crashed), once nothing else runs; a second error
+// stops for review (gateError).
+func rejudge(v View) []Launch {
+	if len(v.Active) > 0 {
+		return nil
+	}
+	for i := range v.Plan.Gates {
+		g := &v.Plan.Gates[i]
+		if v.Verdicts[g.Name] != gates.Error || v.GateErrors[g.Name] >= 2 {
+			continue
+		}
+		for _, r := range v.Plan.Runs {
+			if r.PhaseKind == "colocation" && r.Regime == g.Regime {
+				return []Launch{{Unit: r.Unit, Coloc: true, Gate: g, Regime: r.Regime}}
+			}
+		}
+	}
+	return nil
+}
+
+// gateError stops the campaign when a regime's gate could not judge (an
+// error verdict: a throughput it could not read, a validator that
+// crashed) before any regime was authorized: the check cannot tell whether
+// the regime is valid, so it neither passes nor falls back to the next
+// regime (fail closed); a person reviews. The stop names the error and the
+// regimes not tried.
+func gateError(v View) *Stop {
+	for i, r := range v.Plan.Regimes {
+		if r.Gate == "" || v.Verdicts[r.Gate] == gates.Pass {
+			return nil // a regime is authorized before any erroring gate
+		}
+		if v.Verdicts[r.Gate] != gates.Error {
+			continue
+		}
+		if v.GateErrors[r.Gate] < 2 {
+			return nil // it is judged once more first
+		}
+		var untried []string
+		for _, later := range v.Plan.Regimes[i+1:] {
+			untried = append(untried, later.Name)
+		}
+		detail := fmt.Sprintf("gate %s could not judge regime %s: %s", r.Gate, r.Name, v.VerdictDetails[r.Gate])
+		if len(untried) > 0 {
+			detail += "; regimes not tried: " + strings.Join(untried, ", ")
+		}
+		return &Stop{Reason: state.StopGateError, Detail: detail}
+	}
+	return nil
 }
 
 // chooseRegime is the first regime in fallback order that needs no gate

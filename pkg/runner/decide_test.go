@@ -160,11 +160,13 @@ func TestDecideOnTheSeedPlan(t *testing.T) {
 			stop: state.StopNoRegime,
 		},
 		{
-			name: "regimes: an erroring gate authorizes nothing",
+			name: "regimes: an erroring gate authorizes nothing and falls back to nothing: judged twice, it stops naming the error",
 			w: func() *world {
-				return newWorld(p).done("coloc.*").verdict("colocation/eight-way", gates.Error).verdict("colocation/four-way", gates.Error)
+				w := newWorld(p).done("coloc.*").verdict("colocation/eight-way", gates.Error)
+				w.GateErrors = map[string]int{"colocation/eight-way": 2}
+				return w
 			},
-			stop: state.StopNoRegime,
+			stop: state.StopGateError,
 		},
 		{
 			name: "phase order: the matrix waits until every burn-in is done",
@@ -396,5 +398,33 @@ func TestDecideInOrder(t *testing.T) {
 	}
 	if got := launched(Decide(w.View)); len(got) != 0 {
 		t.Fatalf("launched %v; the TP2 burn-in needs two free slots", got)
+	}
+}
+
+// A protocol that reserves at the bounds reserves each run's worst case,
+// and a cap that the nominal reservation fits can refuse it.
+func TestDecideReservesAtTheBounds(t *testing.T) {
+	p := phase3(t)
+	w := newWorld(p).coloc(gates.Pass)
+	nominal := Decide(w.View)
+	p.Totals.Reserve = "bounds"
+	bounds := Decide(w.View)
+	if len(nominal.Reserve) == 0 || len(bounds.Reserve) != len(nominal.Reserve) {
+		t.Fatalf("reserve %d and %d items", len(nominal.Reserve), len(bounds.Reserve))
+	}
+	for i, it := range bounds.Reserve {
+		r, _ := p.RunByID(it.Run)
+		if it.ExpectedS != r.BoundS || nominal.Reserve[i].ExpectedS != r.ExpectedS || r.BoundS <= r.ExpectedS {
+			t.Errorf("%s: reserves %v at the bounds (bound_s %v), %v nominally (expected_s %v)", it.Run, it.ExpectedS, r.BoundS, nominal.Reserve[i].ExpectedS, r.ExpectedS)
+		}
+	}
+	// a cap the nominal wave fits and the worst case does not
+	w.Account = budget.Account{CapGPUSeconds: budget.Cost(nominal.Reserve) + 1}
+	if d := Decide(w.View); d.Stop == nil || d.Stop.Reason != state.StopBudget {
+		t.Errorf("at the bounds, a cap of the nominal cost + 1 GPU-s: %+v, want a budget stop", d.Stop)
+	}
+	p.Totals.Reserve = "nominal"
+	if d := Decide(w.View); d.Stop != nil {
+		t.Errorf("nominally, a cap of the nominal cost + 1 GPU-s: stop %+v", d.Stop)
 	}
 }

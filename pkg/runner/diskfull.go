@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
+	"warden/pkg/safefile"
 
 	"warden/pkg/state"
 )
@@ -65,7 +65,7 @@ func (c *Runner) repairStateFiles() {
 // stateFileCurrent reports whether the attempt's state.json holds its
 // recorded state and events.
 func stateFileCurrent(a state.Attempt) bool {
-	b, err := os.ReadFile(filepath.Join(a.Dir, state.StateFileName))
+	b, err := safefile.ReadFile(filepath.Join(a.Dir, state.StateFileName), maxChildFile)
 	if err != nil {
 		return false
 	}

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"time"
@@ -40,23 +42,46 @@ type unitResult struct {
 	quarantined int // runs of the unit that ended quarantined
 }
 
+// errBudgetExhausted is the cause of the runs' context when the budget
+// tick ends them: their attempts end interrupted with reason
+// budget-exhausted.
+var errBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
+
+// budgetEvery is how often the loop sums the GPU time in flight against
+// the cap while runs are in flight: the most a budget stop can overrun is
+// one tick's worth of the GPUs in flight.
+const budgetEvery = time.Second
+
 // Run executes the campaign until it completes, stops for review, or Stop
 // is called; then it waits for the units in flight to end and returns.
 // Call Reconcile first.
 func (c *Runner) Run(ctx context.Context) error {
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
-	ctx, cancelRunners := context.WithCancel(ctx)
-	defer cancelRunners()
+	budgetTick := time.NewTicker(budgetEvery)
+	defer budgetTick.Stop()
+	ended := ctx.Done() // the caller's context: its end is a stop
+	ctx, cancelRunners := context.WithCancelCause(ctx)
+	defer cancelRunners(nil)
+	exhausted := false
 	stopping := false
 	look := true // look at the records and decide on this pass
 	lastLook := c.now()
-	var ended []UnitEnd
+	var finished []UnitEnd
+	stop := func(detail string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		c.log.Info().Int("active_units", len(c.active)).Msg(detail + ": ending in-flight runs")
+		c.stopCampaign(Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
+		cancelRunners(nil)
+	}
 	for {
 		if look && !stopping {
 			look, lastLook = false, c.now()
-			complete, err := c.step(ctx, ended)
-			ended = nil
+			complete, err := c.step(ctx, finished)
+			finished = nil
 			if err != nil {
 				return err
 			}
@@ -71,6 +96,9 @@ func (c *Runner) Run(ctx context.Context) error {
 				return err
 			}
 			switch {
+			case exhausted:
+				c.recordOverrun()
+				return nil
 			case stopping:
 				c.log.Info().Msg("stopped by operator; campaign is resumable")
 				return nil
@@ -84,19 +112,26 @@ func (c *Runner) Run(ctx context.Context) error {
 		select {
 		case res := <-c.results:
 			if e := c.finishUnit(res); e != nil {
-				ended = append(ended, *e)
+				finished = append(finished, *e)
 			}
 			look = true
 		case <-tick.C:
 			c.heartbeat()
 			look = c.now().Sub(lastLook) >= resyncEvery
-		case <-c.stopReq:
-			if !stopping {
-				stopping = true
-				c.log.Info().Int("active_units", len(c.active)).Msg("stop requested: ending in-flight runs")
-				c.stopCampaign(Stop{Reason: state.StopOperator, Detail: "stopped by an operator (controller stop or SIGTERM); resume with controller resume"})
-				cancelRunners()
+		case <-budgetTick.C:
+			if stopping || len(c.active) == 0 {
+				break
 			}
+			if s := c.checkInFlight(); s != nil {
+				stopping, exhausted = true, true
+				c.stopCampaign(*s)
+				cancelRunners(errBudgetExhausted)
+			}
+		case <-c.stopReq:
+			stop("stopped by an operator (controller stop or SIGTERM)")
+		case <-ended:
+			ended = nil // a closed channel: look once
+			stop("the runner's context ended")
 		}
 	}
 }
@@ -154,12 +189,12 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	verdicts, err := c.gateVerdicts()
+	verdicts, details, errs, err := c.gateVerdicts()
 	if err != nil {
 		return View{}, err
 	}
 	v := View{
-		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts,
+		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
 		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
 		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
 	}
@@ -172,17 +207,59 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	return v, nil
 }
 
-// gateVerdicts is the last verdict of each campaign-level gate.
-func (c *Runner) gateVerdicts() (map[string]string, error) {
+// checkInFlight is the budget's hard stop while runs are in flight
+// (A-P3-4): when the GPU time charged plus the GPU time in flight would
+// pass the cap before the next tick, it returns the stop. What the
+// graceful end of the runs then takes is charged too: that is the
+// overrun, recorded on the ledger (recordOverrun).
+func (c *Runner) checkInFlight() *Stop {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return nil
+	}
+	capS := budget.Seconds(cp.BudgetCapGPUHours)
+	inFlight, gpus := c.flights.gpuSeconds(c.now())
+	if cp.ConsumedGPUSeconds+inFlight+float64(gpus)*budgetEvery.Seconds() <= capS {
+		return nil
+	}
+	return &Stop{Reason: state.StopBudgetExhausted,
+		Detail:  fmt.Sprintf("%.1f GPU-s charged and %.1f in flight pass the cap of %.1f GPU-s: the runs in flight were ended", cp.ConsumedGPUSeconds, inFlight, capS),
+		Figures: map[string]float64{"charged_gpu_s": cp.ConsumedGPUSeconds, "in_flight_gpu_s": inFlight, "cap_gpu_s": capS}}
+}
+
+// recordOverrun notes on the ledger, after a budget stop ended the runs in
+// flight and charged them, how far the charges passed the cap.
+func (c *Runner) recordOverrun() {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return
+	}
+	over := cp.ConsumedGPUSeconds - budget.Seconds(cp.BudgetCapGPUHours)
+	if over <= 0 {
+		return
+	}
+	if _, err := c.store.AddLedger(state.LedgerEntry{Kind: state.LedgerOverrun, GPUSeconds: over,
+		Note: fmt.Sprintf("charged past the cap when the budget stop ended the runs in flight (checked every %s)", budgetEvery)}); err != nil {
+		c.log.Error().Err(err).Msg("record budget overrun")
+	}
+	c.log.Warn().Float64("overrun_gpu_s", over).Msg("budget stop: charged past the cap")
+}
+
+// gateVerdicts is the last verdict of each campaign-level gate, its
+// detail, and how many error verdicts each gate had.
+func (c *Runner) gateVerdicts() (verdicts, details map[string]string, errs map[string]int, err error) {
 	vs, err := c.store.GateVerdicts("")
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	out := map[string]string{}
+	verdicts, details, errs = map[string]string{}, map[string]string{}, map[string]int{}
 	for _, v := range vs {
-		out[v.Gate] = v.Verdict
+		verdicts[v.Gate], details[v.Gate] = v.Verdict, v.Detail
+		if v.Verdict == gates.Error {
+			errs[v.Gate]++
+		}
 	}
-	return out, nil
+	return verdicts, details, errs, nil
 }
 
 // finishUnit frees a unit's slots and reservations and returns what the

@@ -52,8 +52,8 @@ type Rule struct {
 var Policy = map[state.Reason]Rule{
 	// Infrastructure failures: one exact rerun (seed 002, "One exact rerun
 	// is allowed only for an infrastructure/profile-artifact failure").
-	state.ReasonServerNotReady: {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
-	state.ReasonHarnessError:   {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
+	state.ReasonServerNotReady:  {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
+	state.ReasonHarnessError:    {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
 	state.ReasonProfileArtifact: {Retry, "002 Budget and hard stop conditions: one exact rerun for a profile-artifact failure"},
 
 	// Stop list item 1: "effective config mismatch".
@@ -80,6 +80,16 @@ var Policy = map[state.Reason]Rule{
 	state.ReasonValidatorFailed: {StopForReview, "002 stop conditions 4-7, 10: artifact and data-sanity checks"},
 	// Stop list item 8: a prompt or generated text outside the private directory.
 	state.ReasonPrivacyViolation: {StopForReview, "002 stop condition 8: a prompt or generated-text field appears"},
+
+	// A run that passes its measuring deadline hangs: a failure, as a hang
+	// past the drain watchdog is.
+	state.ReasonMeasureDeadline: {StopForReview, "002 A-P3-5 (drain quarantine): drain serves as a hang watchdog; nothing runs unbounded"},
+	// Fail closed: a drain nobody can time is not a drain within budget
+	// (stop condition 3, "drain exceeds" its allowance, cannot be judged).
+	state.ReasonDrainUnseen: {StopForReview, "002 stop condition 3: the drain cannot be judged"},
+	// The cap is a hard stop (A-P3-4); the runs it ended restart from a
+	// fresh server once a person raised the cap or froze the matrix.
+	state.ReasonBudgetExhausted: {Restart, "002 A-P3-4: a hard stop at the cumulative cap"},
 
 	// A-P3-2: resumption "cleans up controller-owned PIDs before restarting
 	// the incomplete run from its fresh-server boundary".

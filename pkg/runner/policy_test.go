@@ -31,6 +31,9 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonInterrupted:       Restart,
 		state.ReasonHarnessError:      Retry,
 		state.ReasonProfileArtifact:   Retry,
+		state.ReasonBudgetExhausted:   Restart,
+		state.ReasonMeasureDeadline:   StopForReview,
+		state.ReasonDrainUnseen:       StopForReview,
 	}
 	if len(Policy) != len(state.Reasons) {
 		t.Errorf("the policy has %d rules for %d reasons", len(Policy), len(state.Reasons))
@@ -99,6 +102,8 @@ func TestEveryReasonProduced(t *testing.T) {
 		"ReasonConfigMismatch": state.ReasonConfigMismatch, "ReasonValidatorFailed": state.ReasonValidatorFailed,
 		"ReasonPrivacyViolation": state.ReasonPrivacyViolation, "ReasonInterrupted": state.ReasonInterrupted,
 		"ReasonHarnessError": state.ReasonHarnessError, "ReasonProfileArtifact": state.ReasonProfileArtifact,
+		"ReasonBudgetExhausted": state.ReasonBudgetExhausted, "ReasonMeasureDeadline": state.ReasonMeasureDeadline,
+		"ReasonDrainUnseen": state.ReasonDrainUnseen,
 	}
 	if len(names) != len(state.Reasons) {
 		t.Fatalf("the test names %d reasons, state has %d: add the new one here", len(names), len(state.Reasons))

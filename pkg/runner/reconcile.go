@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"warden/pkg/budget"
@@ -30,11 +31,14 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 	if !sameBoot || a.Dir == "" {
 		return nil, nil
 	}
+	if !strings.HasPrefix(filepath.Clean(a.Dir)+"/", filepath.Clean(c.dir)+"/") {
+		return nil, fmt.Errorf("attempt directory %s is not under the campaign directory %s: nothing searched or signalled", a.Dir, c.dir)
+	}
 	var sigs []state.Signal
 	var errs []error
 	if c.cgroups.Available() {
 		for _, role := range []string{"server", "client"} {
-			path := filepath.Join(c.cgroups.Root(), fmt.Sprintf("%s.a%d.%s", a.RunID, a.N, role))
+			path := filepath.Join(c.cgroups.Root(), leafName(a.RunID, a.N, role))
 			if recordedCgroup(a, path) || !isDir(path) {
 				continue
 			}
@@ -194,8 +198,13 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		held := a.Figures[leftoversFigure] > 0
 		for _, p := range a.Procs {
 			id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
-			if alive, _ := id.Alive(c.boot); alive {
+			alive, _ := id.Alive(c.boot)
+			if alive {
 				held = true
+			}
+			if why := c.foreign(p, id, alive); why != "" {
+				c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", p.PID).Str("why", why).Msg("a recorded process is not this campaign's: not signalled")
+				continue
 			}
 			lo := launch.Leftover{Leader: id, Role: p.Role, Cgroup: p.Cgroup}
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -212,46 +221,62 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			c.log.Warn().Err(uerr).Str("run", a.RunID).Int("attempt", a.N).Msg("reclaim unrecorded processes")
 		}
 		held = held || len(sigs) > 0
-		// Never under-count: GPUs held by a left-over were held from the
-		// server's start (or, for a server never recorded, from the
-		// attempt's creation, before it started) until it was killed now;
-		// otherwise they were held at least until the last sign of life
-		// (heartbeat or record). Time charged already is not charged again.
+		// Never under-count. GPUs were held from the server's start (for a
+		// server never recorded, from the attempt's creation: it may have
+		// started once the attempt passed preflight) until the first
+		// moment they are known free: now, when this resume ended a
+		// left-over or found it gone; or the host's boot, when it rebooted
+		// since the last sign of life (heartbeat or record). Both bounds
+		// are recorded. Time charged already is not charged again.
+		lastSeen := cp.Heartbeat
+		if a.UpdatedAt.After(lastSeen) {
+			lastSeen = a.UpdatedAt
+		}
+		end := c.now()
+		if !sameBoot && !held {
+			if bt, err := bootTime(); err == nil && bt.After(lastSeen) && bt.Before(end) {
+				end = bt
+			}
+		}
 		var start time.Time
 		lastCharge, wasCharged := charged[attemptKey(a.RunID, a.N)]
 		switch srv := serverProc(a); {
 		case wasCharged:
 			if held {
-				start = lastCharge
+				start = lastCharge // charged to its cleanup, yet something lived on
 			}
 		case srv != nil:
 			start = srv.StartedAt
-		case held:
+		case held || serverMayHaveStarted(a.State):
 			start = a.CreatedAt
 		}
 		charge := 0.0
+		figures := map[string]float64{}
 		if !start.IsZero() {
-			end := cp.Heartbeat
-			if a.UpdatedAt.After(end) {
-				end = a.UpdatedAt
-			}
-			if held {
-				end = c.now()
-			}
 			charge = budget.Charge(len(a.GPUIDs), start, end)
+			figures["last_seen_alive_unix"] = unixSeconds(lastSeen)
+			figures["charged_until_unix"] = unixSeconds(end)
 		}
+		figures["gpu_seconds"] = charge
 		if charge > 0 {
-			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: "interrupted: to the last heartbeat plus reclaim"}); err != nil {
+			note := fmt.Sprintf("interrupted: from %s to %s, when this resume knew its GPUs free (last seen alive %s)",
+				start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), lastSeen.UTC().Format(time.RFC3339Nano))
+			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: note}); err != nil {
 				return err
 			}
 		}
 		failpoint.Hit("before-transition:interrupted")
 		_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
-			"the controller died or stopped; left-overs reclaimed at resume", map[string]float64{"gpu_seconds": charge},
+			"the controller died or stopped; left-overs reclaimed at resume", figures,
 			func(at *state.Attempt) error {
 				at.Signals = append(at.Signals, sigs...)
 				if at.Figures == nil {
 					at.Figures = map[string]float64{}
+				}
+				for k, v := range figures {
+					if k != "gpu_seconds" {
+						at.Figures[k] = v
+					}
 				}
 				at.Figures["gpu_seconds"] += charge
 				return nil
@@ -280,6 +305,58 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	c.repairStateFiles()
 	return nil
+}
+
+// foreign says why a recorded process must not be signalled by this
+// campaign's resume ("" when it may be): its recorded cgroup is not under
+// this campaign's cgroup root, or, alive, it does not carry this campaign
+// directory in its environment (a database copied from another campaign
+// names that campaign's processes, with identities that check out).
+func (c *Runner) foreign(p state.Proc, id launch.Identity, alive bool) string {
+	if p.Cgroup != "" && c.cgroups.Available() && !strings.HasPrefix(filepath.Clean(p.Cgroup)+"/", filepath.Clean(c.cgroups.Root())+"/") {
+		return fmt.Sprintf("its cgroup %s is not under this campaign's", p.Cgroup)
+	}
+	if alive && !launch.Carries(id, "WARDEN_CAMPAIGN_DIR="+c.dir) {
+		return "it does not carry WARDEN_CAMPAIGN_DIR=" + c.dir
+	}
+	return ""
+}
+
+// leafName is the leaf cgroup of an attempt's server or client: run id,
+// attempt and role, hashed when that is not a valid cgroup name (too long,
+// odd characters), so that every run id plan accepts gets containment.
+func leafName(run string, n int, role string) string {
+	return launch.CgroupName(fmt.Sprintf("%s.a%d.%s", run, n, role))
+}
+
+// serverMayHaveStarted says whether an attempt in state st may have started
+// its server: from the transition to starting on.
+func serverMayHaveStarted(st state.AttemptState) bool {
+	switch st {
+	case state.Planned, state.Reserved, state.Preflight:
+		return false
+	}
+	return true
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// bootTime is when the host booted (btime in /proc/stat).
+func bootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("parse btime %q: %w", v, err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
 }
 
 func attemptKey(run string, n int) string { return run + "\x00" + strconv.Itoa(n) }

@@ -96,6 +96,8 @@ type Runner struct {
 	now          func() time.Time
 	private      [][]byte
 
+	flights flights // attempts whose server holds GPUs, not yet charged
+
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed when an operator asks the runner to stop
 
@@ -211,4 +213,46 @@ func (c *Runner) bootID() (string, error) {
 		return launch.ReadBootID()
 	}
 	return c.boot()
+}
+
+// flights are the attempts whose server holds its GPUs and that are not
+// charged yet: the GPU time in flight, which the loop checks against the
+// cap each budget tick. Attempt goroutines add and remove; the loop sums.
+type flights struct {
+	mu sync.Mutex        // guards m
+	m  map[string]flight // attempt key -> what it holds
+}
+
+type flight struct {
+	gpus  int
+	since time.Time
+}
+
+func (f *flights) add(key string, gpus int, since time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]flight{}
+	}
+	f.m[key] = flight{gpus, since}
+}
+
+func (f *flights) remove(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, key)
+}
+
+// gpuSeconds is the GPU time in flight at now, and how many GPUs are
+// held.
+func (f *flights) gpuSeconds(now time.Time) (s float64, gpus int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range f.m {
+		gpus += x.gpus
+		if now.After(x.since) {
+			s += float64(x.gpus) * now.Sub(x.since).Seconds()
+		}
+	}
+	return s, gpus
 }

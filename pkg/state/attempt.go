@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -29,13 +30,13 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	defer s.fileMu.Unlock()
 	var a Attempt
 	var events []Event
-	var campaign string
+	var campaign, campaignDir string
 	err := s.update("new attempt of run "+runID, func(tx *bolt.Tx) error {
 		var c Campaign
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
 			return err
 		}
-		campaign = c.ID
+		campaign, campaignDir = c.ID, c.Dir
 		rb := tx.Bucket(bucketRuns)
 		var r Run
 		if err := get(rb, []byte(runID), &r); err != nil {
@@ -86,7 +87,7 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, a, events, false)
+	return a, s.writeStateFile(campaign, campaignDir, a, events, false)
 }
 
 // Transition moves attempt n of runID to state to, in one transaction that
@@ -229,13 +230,13 @@ func (s *Store) changeAttempt(op, runID string, n int,
 	defer s.fileMu.Unlock()
 	var a Attempt
 	var events []Event
-	var campaign string
+	var campaign, campaignDir string
 	err := s.update(op, func(tx *bolt.Tx) error {
 		var c Campaign
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
 			return err
 		}
-		campaign = c.ID
+		campaign, campaignDir = c.ID, c.Dir
 		ab, rb := tx.Bucket(bucketAttempts), tx.Bucket(bucketRuns)
 		if err := get(ab, attemptKey(runID, n), &a); err != nil {
 			return err
@@ -277,7 +278,7 @@ func (s *Store) changeAttempt(op, runID string, n int,
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, a, events, false)
+	return a, s.writeStateFile(campaign, campaignDir, a, events, false)
 }
 
 // attemptEvents reads the events a lists.
@@ -301,13 +302,13 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 	defer s.fileMu.Unlock()
 	var a Attempt
 	var events []Event
-	var campaign string
+	var campaign, campaignDir string
 	err := s.view(fmt.Sprintf("read run %s attempt %d", runID, n), func(tx *bolt.Tx) error {
 		var c Campaign
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
 			return err
 		}
-		campaign = c.ID
+		campaign, campaignDir = c.ID, c.Dir
 		if err := get(tx.Bucket(bucketAttempts), attemptKey(runID, n), &a); err != nil {
 			return err
 		}
@@ -318,7 +319,7 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 	if err != nil {
 		return err
 	}
-	return s.writeStateFile(campaign, a, events, true)
+	return s.writeStateFile(campaign, campaignDir, a, events, true)
 }
 
 // writeStateFile writes a.Dir/state.json atomically (temporary file in the
@@ -332,7 +333,11 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 // stale or empty: resume rewrites those from the database
 // (RewriteStateFile, with durable set: fsync of the file and the
 // directory).
-func (s *Store) writeStateFile(campaign string, a Attempt, events []Event, durable bool) error {
+//
+// When the attempt directory is under the campaign directory (campaignDir),
+// the file is written beneath it (atomicfile.Beneath): a link a child
+// planted in the attempt's path is not followed out of the campaign.
+func (s *Store) writeStateFile(campaign, campaignDir string, a Attempt, events []Event, durable bool) error {
 	if a.Dir == "" {
 		return nil
 	}
@@ -341,14 +346,20 @@ func (s *Store) writeStateFile(campaign string, a Attempt, events []Event, durab
 	if err != nil {
 		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
 	}
-	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
-		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
-	}
 	opts := []atomicfile.Option{atomicfile.BeforeRename(func() {
 		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
 	})}
 	if !durable {
 		opts = append(opts, atomicfile.NoSync())
+	}
+	if rel, rerr := filepath.Rel(campaignDir, a.Dir); campaignDir != "" && rerr == nil && !strings.HasPrefix(rel, "..") {
+		opts = append(opts, atomicfile.Beneath(campaignDir))
+		err = mkdirBeneath(campaignDir, rel)
+	} else {
+		err = os.MkdirAll(a.Dir, 0o755)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
 	}
 	err = atomicfile.WriteFile(path, append(raw, '\n'), 0o644, opts...)
 	if err != nil {
@@ -439,4 +450,14 @@ func keepIdentity(a *Attempt, mutate func(*Attempt) error) error {
 		return fmt.Errorf("%w: mutate changed the id, state, reasons, directory or events", ErrInvalid)
 	}
 	return nil
+}
+
+// mkdirBeneath creates root/rel and its parents, resolving beneath root.
+func mkdirBeneath(root, rel string) error {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.MkdirAll(rel, 0o755)
 }

@@ -264,6 +264,7 @@ func addLedger(tx *bolt.Tx, c *Campaign, e *LedgerEntry) error {
 		c.ConsumedGPUSeconds += e.GPUSeconds
 	case LedgerReserve:
 		c.ReservedGPUSeconds += e.GPUSeconds
+	case LedgerOverrun:
 	case LedgerRelease:
 		if e.GPUSeconds > c.ReservedGPUSeconds+ledgerEpsilon {
 			return fmt.Errorf("%w: release of %g GPU seconds exceeds the %g reserved", ErrInvalid, e.GPUSeconds, c.ReservedGPUSeconds)

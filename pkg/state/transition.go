@@ -138,6 +138,16 @@ const (
 	ReasonPrivacyViolation Reason = "privacy-violation"
 	// ReasonInterrupted: the controller died, stopped, or the host rebooted during the attempt.
 	ReasonInterrupted Reason = "interrupted"
+	// ReasonBudgetExhausted: the campaign's GPU time passed its cap while
+	// the attempt ran; it was ended gracefully and restarts after review.
+	ReasonBudgetExhausted Reason = "budget-exhausted"
+	// ReasonMeasureDeadline: the client ran past the load's measuring
+	// deadline and was ended.
+	ReasonMeasureDeadline Reason = "measure-deadline"
+	// ReasonDrainUnseen: the load's source never said when admission
+	// stopped (no drain line in the phase file, no drain times in the
+	// result file): the drain cannot be judged, and the gate fails closed.
+	ReasonDrainUnseen Reason = "drain-unseen"
 	// ReasonHarnessError: the controller itself failed (a bug or an I/O error).
 	ReasonHarnessError Reason = "harness-error"
 )
@@ -148,6 +158,7 @@ var Reasons = []Reason{
 	ReasonGPUNotIdle, ReasonForeignGPUProcess, ReasonCleanupTimeout, ReasonCleanupFailed,
 	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
 	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
+	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen,
 }
 
 // Valid reports whether r is a known reason.

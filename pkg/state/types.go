@@ -28,9 +28,16 @@ const (
 	StopOperator StopReason = "operator-stop"
 	// StopBudget: the next wave's reservation would pass the GPU-hour cap.
 	StopBudget StopReason = "budget"
+	// StopBudgetExhausted: the GPU time charged and in flight passed the
+	// cap while runs were in flight; they were ended gracefully.
+	StopBudgetExhausted StopReason = "budget-exhausted"
 	// StopNoRegime: no regime is authorized (every one needs a gate that
 	// did not pass).
 	StopNoRegime StopReason = "no-regime"
+	// StopGateError: a regime's gate could not judge (an error verdict)
+	// before any regime was authorized; the detail names the error and the
+	// regimes not tried.
+	StopGateError StopReason = "gate-error"
 	// StopDisk: free disk space or the artifacts' size passed the
 	// protocol's limits before a wave.
 	StopDisk StopReason = "disk"
@@ -48,7 +55,7 @@ const (
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
-	StopOperator, StopBudget, StopNoRegime, StopDisk, StopQuarantinedFraction,
+	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
 	StopFailedFraction, StopHarnessError,
 }
 
@@ -225,6 +232,10 @@ const (
 	LedgerCharge  = "charge"  // GPU time an attempt held
 	LedgerReserve = "reserve" // a wave's conservative cost, before it starts
 	LedgerRelease = "release" // a reservation given back
+	// LedgerOverrun records, when a budget stop ended the runs in flight,
+	// the GPU time charged past the cap. It is a note: the charges that
+	// make it up are on the ledger already, so it counts in no total.
+	LedgerOverrun = "overrun"
 )
 
 // LedgerEntry is one entry of the budget ledger.
