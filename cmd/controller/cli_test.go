@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/creack/pty"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/rs/zerolog"
 
 	"warden/pkg/api"
 	"warden/pkg/state"
@@ -399,5 +401,28 @@ func answerTerminal(f *os.File, out *bytes.Buffer) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// TestStderrLogChoosesByTerminal: readable lines for a terminal, the JSON
+// lines themselves for anything else.
+func TestStderrLogChoosesByTerminal(t *testing.T) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	if _, ok := stderrLog(tty).(zerolog.ConsoleWriter); !ok {
+		t.Error("a terminal does not get the console writer")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if got := stderrLog(w); got != io.Writer(w) {
+		t.Errorf("a pipe gets %T, want the pipe itself (JSON lines)", got)
 	}
 }
