@@ -200,21 +200,11 @@ func (w *watcher) pollOnce() (snapshot, error) {
 	if w.expectedDoneS > 0 {
 		sn.ratio = w.actualS / w.expectedDoneS
 	}
-	var runningS float64
 	sn.inFlight = sn.status.Budget.InFlightGPUHours
-	for _, c := range sn.status.Current {
-		exp := 0.0
-		if r, ok := w.planRun(c.Run); ok {
-			exp = r.ExpectedS
-		}
-		runningS += min(c.ElapsedS, exp*sn.ratio)
-	}
 	if sn.status.ETAS != nil {
-		sn.etaS = *sn.status.ETAS * sn.ratio
-		if k := len(sn.status.Current); k > 0 {
-			sn.etaS -= runningS / float64(k)
-		}
-		sn.etaS = max(0, sn.etaS)
+		// the status's ETA already counts down while attempts run; the
+		// pace so far scales it
+		sn.etaS = max(0, *sn.status.ETAS*sn.ratio)
 	}
 	sn.lanes = w.lanes(sn.status.Current)
 	sn.ended = !sn.status.Controller.Alive

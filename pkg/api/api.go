@@ -155,8 +155,10 @@ type EventLine struct {
 // BuildStatus builds the status from the database. ctl is what the caller
 // knows of the controller; its HeartbeatAgeS is computed here. It reads the
 // store's Summary only, so its cost does not grow with the number of runs
-// or events; the ETA is the expected seconds of the runs not done, spread
-// over Campaign.RegimeConcurrency slots (at least one), and the budget unit
+// or events; the ETA is the expected seconds of the runs not done, less
+// what the live attempts have already run of theirs (so it counts down
+// while they run; one Run read per live attempt), spread over
+// Campaign.RegimeConcurrency slots (at least one), and the budget unit
 // is Campaign.BudgetUnit. Nothing is read from dir, the campaign
 // directory: plan.json can be large, and the figures the status needs from
 // it are kept in the campaign record.
@@ -209,7 +211,15 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		})
 	}
 	st.Budget.Unit = c.BudgetUnit
-	etaS := sum.RemainingExpectedS / float64(max(1, c.RegimeConcurrency))
+	left := sum.RemainingExpectedS
+	for _, a := range sum.Live {
+		r, err := s.Run(a.RunID)
+		if err != nil {
+			return Status{}, err
+		}
+		left -= min(max(0, now.Sub(a.CreatedAt).Seconds()), r.ExpectedS)
+	}
+	etaS := max(0, left) / float64(max(1, c.RegimeConcurrency))
 	st.ETAS = &etaS
 	return st, nil
 }

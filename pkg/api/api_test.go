@@ -149,6 +149,10 @@ func TestLivenessAndTimeInState(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// r expects 10 s and has run 56: nothing of it is left to wait for
+			if st.ETAS == nil || *st.ETAS != 0 {
+				t.Errorf("eta %v, want 0", st.ETAS)
+			}
 			if st.Controller.Healthy != tt.healthy || st.Controller.HeartbeatIntervalS != api.HeartbeatInterval.Seconds() {
 				t.Errorf("controller %+v, want healthy %v", st.Controller, tt.healthy)
 			}
@@ -207,5 +211,33 @@ func TestStatusSocketMatchesDatabase(t *testing.T) {
 	}
 	if got.ETAS == nil || *got.ETAS != 450 || got.Budget.Unit != "GPU-hours" {
 		t.Errorf("eta %v, unit %q; want 450 and GPU-hours", got.ETAS, got.Budget.Unit)
+	}
+}
+
+// TestETACountsDown: while an attempt runs, the ETA loses what it has
+// run of its expected seconds, never more.
+func TestETACountsDown(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateCampaign(state.Campaign{ID: "c", State: state.CampaignRunning, RegimeConcurrency: 1},
+		[]state.Run{{ID: "a", ExpectedS: 100}, {ID: "b", Order: 1, ExpectedS: 50}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.NewAttempt("a", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ after, want float64 }{{0, 150}, {30, 120}, {60, 90}, {500, 50}} {
+		st, err := api.BuildStatus(s, dir, api.Controller{}, t0.Add(time.Duration(tt.after)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ETAS == nil || *st.ETAS != tt.want {
+			t.Errorf("after %g s: eta %v, want %g", tt.after, st.ETAS, tt.want)
+		}
 	}
 }
