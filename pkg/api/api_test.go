@@ -214,6 +214,30 @@ func TestStatusSocketMatchesDatabase(t *testing.T) {
 	}
 }
 
+// TestReportAndRunsThroughSocket: the report and the runs list through
+// the socket are those built from the database.
+func TestReportAndRunsThroughSocket(t *testing.T) {
+	dir := t.TempDir()
+	s := newStore(t, dir, state.Campaign{ID: "c1", RegimeConcurrency: 2})
+	now := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
+	serve(t, s, dir, func() time.Time { return now })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := api.NewClient(dir, 30*time.Second)
+	rep, err := c.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Schema != api.Schema || rep.Status.Source != "socket" || len(rep.Runs) != 4 || rep.Runs[0].Run.ID != "r0" ||
+		len(rep.Runs[0].Attempts) != 1 || rep.Runs[0].State != "complete" || rep.Amendments == nil || rep.Ledger == nil {
+		t.Fatalf("report %+v", rep)
+	}
+	runs, err := c.Runs(ctx, "failed")
+	if err != nil || len(runs) != 1 || runs[0].ID != "r2" {
+		t.Fatalf("runs %+v, %v", runs, err)
+	}
+}
+
 // TestETACountsDown: while an attempt runs, the ETA loses what it has
 // run of its expected seconds, never more.
 func TestETACountsDown(t *testing.T) {
