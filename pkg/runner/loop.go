@@ -47,6 +47,19 @@ type unitResult struct {
 // budget-exhausted.
 var errBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
 
+// errStorage is the cause of the runs' context when the campaign
+// directory refuses writes for good.
+var errStorage = errors.New("the campaign directory cannot be written")
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // budgetEvery is how often the loop sums the GPU time in flight against
 // the cap while runs are in flight: the most a budget stop can overrun is
 // one tick's worth of the GPUs in flight.
@@ -64,6 +77,7 @@ func (c *Runner) Run(ctx context.Context) error {
 	ctx, cancelRunners := context.WithCancelCause(ctx)
 	defer cancelRunners(nil)
 	exhausted := false
+	storageFailed := c.storageFailed
 	stopping := false
 	look := true // look at the records and decide on this pass
 	lastLook := c.now()
@@ -96,6 +110,8 @@ func (c *Runner) Run(ctx context.Context) error {
 				return err
 			}
 			switch {
+			case c.storageErr != nil && isClosed(c.storageFailed):
+				return c.storageErr
 			case exhausted:
 				c.recordOverrun()
 				return nil
@@ -129,6 +145,13 @@ func (c *Runner) Run(ctx context.Context) error {
 			}
 		case <-c.stopReq:
 			stop("stopped by an operator (controller stop or SIGTERM)")
+		case <-storageFailed:
+			storageFailed = nil // a closed channel: handle it once
+			if !stopping {
+				stopping = true
+				c.log.Error().Int("active_units", len(c.active)).Msg("ending in-flight runs: the campaign directory cannot be written")
+				cancelRunners(errStorage)
+			}
 		case <-ended:
 			ended = nil // a closed channel: look once
 			stop("the runner's context ended")
@@ -140,6 +163,9 @@ func (c *Runner) Run(ctx context.Context) error {
 // reports whether the campaign is now complete; an error is one the
 // campaign's records could not take.
 func (c *Runner) step(ctx context.Context, ended []UnitEnd) (complete bool, err error) {
+	if isClosed(c.storageFailed) {
+		return false, nil // nothing new while the directory cannot be written
+	}
 	v, err := c.view(ended)
 	if err != nil {
 		c.log.Error().Err(err).Msg("read the records")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -98,6 +99,12 @@ type Runner struct {
 
 	flights flights // attempts whose server holds GPUs, not yet charged
 
+	// storageFailed is closed, and storageErr set, when the campaign
+	// directory refuses writes for good (failStorage).
+	storageOnce   sync.Once
+	storageFailed chan struct{}
+	storageErr    error
+
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed when an operator asks the runner to stop
 
@@ -127,7 +134,7 @@ func New(cfg Config) (*Runner, error) {
 		dir: cfg.Dir, workdir: cfg.Workdir, protocolPath: cfg.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
 		plan: cfg.Plan, store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
 		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private,
-		stopReq: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
+		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
 	}, nil
 }
@@ -147,6 +154,7 @@ func (c *Runner) heartbeat() {
 	})
 	if err != nil {
 		c.log.Error().Err(err).Msg("heartbeat")
+		c.stopIfDiskFull(err)
 	}
 }
 
@@ -178,6 +186,9 @@ func (c *Runner) stopCampaign(s Stop) {
 	c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
 	if err := c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures); err != nil {
 		c.log.Error().Err(err).Msg("record stop")
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO) {
+			c.failStorage(err)
+		}
 	}
 }
 
