@@ -493,7 +493,9 @@ func (a *attempt) stopThenValidate() outcome {
 	if a.drainVerdict != nil {
 		a.gate(*a.drainVerdict)
 	}
-	if r, d := a.validate(); r != "" {
+	if r, d := a.validate(); r == state.ReasonQualityFailed {
+		return a.terminal(state.Quarantined, r, d)
+	} else if r != "" {
 		return a.terminal(state.Failed, r, d)
 	}
 	if a.quarant {
@@ -779,8 +781,11 @@ func (a *attempt) validate() (state.Reason, string) {
 		a.gate(vd)
 		if !vd.Passed() {
 			reason := state.ReasonValidatorFailed
-			if vd.Class == gates.ClassProfileArtifact {
+			switch vd.Class {
+			case gates.ClassProfileArtifact:
 				reason = state.ReasonProfileArtifact
+			case gates.ClassQuality:
+				reason = state.ReasonQualityFailed
 			}
 			return reason, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}

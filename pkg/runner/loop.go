@@ -227,6 +227,17 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	for u := range c.active {
 		v.Active[u] = true
 	}
+	if len(ended) > 0 {
+		// the thresholds are judged now: the reasons of quarantined runs
+		v.QuarantineReasons = map[string]state.Reason{}
+		for _, r := range runs {
+			if r.State() == state.RunQuarantined {
+				if a, err := c.store.Attempt(r.ID, r.Result); err == nil {
+					v.QuarantineReasons[r.ID] = a.Reason
+				}
+			}
+		}
+	}
 	for s := range c.busy {
 		v.Busy[s] = true
 	}
