@@ -102,14 +102,26 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("read plan: %w", err)
 	}
-	if err := provenance.Verify(dir); err != nil {
-		return fmt.Errorf("refused: a recorded input changed since the campaign started (register an amendment to change it)%s:\n%w", missingHint(dir, err), err)
-	}
 	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	// an amendment recorded by a controller amend that died before it
+	// installed it: install it now
+	if installed, err := finishAmendment(dir, set, store, plan); err != nil {
+		return err
+	} else if installed {
+		if set, err = readSettings(dir); err != nil {
+			return err
+		}
+		if plan, err = api.ReadPlan(dir); err != nil {
+			return fmt.Errorf("read plan: %w", err)
+		}
+	}
+	if err := provenance.Verify(dir); err != nil {
+		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", missingHint(dir, err), err)
+	}
 
 	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
 	if err != nil {
@@ -132,7 +144,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err := checkBelongs(dir, set, plan, camp); err != nil {
 		return err
 	}
-	if camp.State == state.CampaignComplete {
+	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
 		// a finished campaign: nothing to reconcile or run
 		log.Info().Msg("campaign complete; nothing to resume")
 		ready(fmt.Sprintf("ok %d", os.Getpid()))

@@ -172,7 +172,7 @@ func newStatusCmd(o *options) *cobra.Command {
 
 func statusExit(st api.Status) error {
 	switch {
-	case st.Campaign.State == string(state.CampaignComplete):
+	case st.Campaign.State == string(state.CampaignComplete), st.Campaign.State == string(state.CampaignFrozen):
 		return nil
 	case st.Campaign.State == string(state.CampaignStopped) && !st.Controller.Alive && len(st.Current) > 0:
 		// attempts still live with no controller: it died (during a stop,
@@ -201,6 +201,9 @@ func printStatus(w io.Writer, st api.Status) {
 		alive = "alive"
 	}
 	fmt.Fprintf(w, "controller pid %d, %s, heartbeat %.1f s ago (via %s)\n", st.Controller.PID, alive, st.Controller.HeartbeatAgeS, st.Source)
+	for _, a := range st.Amendments {
+		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
+	}
 	var states []string
 	for k := range st.Runs.ByState {
 		states = append(states, k)
@@ -316,6 +319,13 @@ func printRun(w io.Writer, d api.RunDetail) {
 		fmt.Fprintf(w, "\nattempt %d: %s", a.N, a.State)
 		if a.Reason != "" {
 			fmt.Fprintf(w, " (%s)", a.Reason)
+		}
+		if rj := a.Readjudicated; rj != nil {
+			fmt.Fprintf(w, "\n  re-adjudicated under amendment %s: %s", rj.Amendment, rj.State)
+			if rj.Reason != "" {
+				fmt.Fprintf(w, " (%s)", rj.Reason)
+			}
+			fmt.Fprintf(w, ": %s; recorded verdict %s kept", rj.Detail, a.State)
 		}
 		fmt.Fprintf(w, "\n  dir %s\n  slot %s, GPUs %v, CPUs %s, port %d\n", a.Dir, a.Slot, a.GPUIDs, a.CPUs, a.Port)
 		for _, e := range d.Events {

@@ -121,7 +121,7 @@ func (c *Runner) Run(ctx context.Context) error {
 			case cp.State == state.CampaignStopped:
 				c.log.Warn().Str("reason", string(cp.StopReason)).Msg("campaign stopped for review; controller exits")
 				return nil
-			case cp.State == state.CampaignComplete:
+			case cp.State == state.CampaignComplete, cp.State == state.CampaignFrozen:
 				return nil
 			}
 		}

@@ -84,8 +84,8 @@ func checkTransition(from, to AttemptState) error {
 
 // campaignTransitions says which campaign state may follow which.
 var campaignTransitions = map[CampaignState][]CampaignState{
-	CampaignRunning: {CampaignStopped, CampaignComplete},
-	CampaignStopped: {CampaignRunning},
+	CampaignRunning: {CampaignStopped, CampaignComplete, CampaignFrozen},
+	CampaignStopped: {CampaignRunning, CampaignFrozen},
 }
 
 func checkCampaignTransition(from, to CampaignState) error {
