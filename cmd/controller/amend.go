@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,9 +26,10 @@ import (
 // Amendments (seed 002 ran under seven): controller amend records a
 // reviewed change of the protocol, controller readjudicate recomputes
 // recorded verdicts under one, controller freeze ends scheduling for good.
-// Each works on a campaign no controller runs (stop it first); the
-// amendment is recorded in the state database, which is its commit point,
-// and under provenance/amendments/ID.
+// amend and freeze work on a running campaign through its controller (it
+// takes an amendment at its next scheduling decision) or directly on a
+// stopped one; readjudicate on a stopped one. The amendment is recorded in
+// the state database, its commit point, and under provenance/amendments/ID.
 
 // AmendSchema is the version of the -o json documents of amend,
 // readjudicate and freeze.
@@ -160,7 +162,10 @@ readjudicate). With --yes it records the amendment: id, time, reason, the
 operator's uid, the old and new protocol hashes and the diff, in the state
 database and under provenance/amendments/ID, with the new protocol's files
 hashed and copied; resume then accepts the amended inputs. Without --yes it
-only shows the diff. The campaign must not be running (controller stop).
+only shows the diff. A running controller takes a recorded amendment at its
+next scheduling decision; the attempts in flight keep the rules they
+started under (each attempt records the protocol hash and amendments it ran
+under).
 
 Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 		Args: cobra.NoArgs,
@@ -172,51 +177,39 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 			if err != nil {
 				return err
 			}
-			if err := noController(abs); err != nil {
-				return err
-			}
-			set, err := readSettings(abs)
-			if err != nil {
-				return &exitError{2, err}
-			}
-			old, err := api.ReadPlan(abs)
-			if err != nil {
-				return &exitError{1, err}
-			}
 			newPath, err := filepath.Abs(file)
 			if err != nil {
 				return err
 			}
-			plan, err := protocols.PlanFile(newPath, protocols.Options{})
-			if err != nil {
-				return &exitError{2, err}
-			}
-			d := planDiff(old, plan)
-			store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
-			if err != nil {
-				return &exitError{1, err}
-			}
-			defer store.Close()
-			if len(d.Added) > 0 || len(d.Removed) > 0 {
-				return &exitError{1, fmt.Errorf("amend %s: it adds runs %v and removes runs %v; an amendment here changes runs, it does not add or remove them (freeze a matrix instead: controller freeze)", id, d.Added, d.Removed)}
-			}
-			for _, c := range d.Changed {
-				r, err := store.Run(c.Run)
-				if err == nil && r.Done {
-					d.Done = append(d.Done, c.Run)
+			req := api.AmendRequest{Protocol: newPath, ID: id, Reason: reason, Readjudicate: readjudicate, Yes: yes, UID: os.Getuid()}
+			var res amendResult
+			if lockfile.Held(filepath.Join(abs, api.LockFile)) {
+				// the running controller takes it at its next decision
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				err := api.NewClient(abs, 5*time.Minute).Amend(ctx, req, &res)
+				cancel()
+				if err != nil {
+					return &exitError{1, err}
+				}
+			} else {
+				set, err := readSettings(abs)
+				if err != nil {
+					return &exitError{2, err}
+				}
+				store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
+				if err != nil {
+					return &exitError{1, err}
+				}
+				defer store.Close()
+				if res, _, err = amendCampaign(abs, set, store, req); err != nil {
+					var ps *protocols.Problems
+					if errors.As(err, &ps) {
+						return &exitError{2, err}
+					}
+					return &exitError{1, err}
 				}
 			}
-			if len(d.Done) > 0 && !readjudicate {
-				return &exitError{1, fmt.Errorf("amend %s would change runs that already have a result: %v; an amendment may change them only to re-adjudicate them: add --readjudicate, then run controller readjudicate -d %s --amendment %s",
-					id, d.Done, abs, id)}
-			}
-			if !yes {
-				return writeAmendOutput(cmd.OutOrStdout(), output, "shown, not recorded (add --yes to record it)", id, d)
-			}
-			if err := recordAmendment(abs, set, store, plan, newPath, id, reason, d); err != nil {
-				return &exitError{1, err}
-			}
-			return writeAmendOutput(cmd.OutOrStdout(), output, "recorded; resume with: controller resume -d "+abs, id, d)
+			return writeAmendOutput(cmd.OutOrStdout(), output, res)
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
@@ -229,10 +222,63 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 	return cmd
 }
 
-func writeAmendOutput(w io.Writer, output, status, id string, d Diff) error {
-	if output == "json" {
-		return writeJSON(w, map[string]any{"schema": AmendSchema, "amendment": id, "status": status, "diff": d})
+// amendResult is the outcome of an amendment, as -o json prints it.
+type amendResult struct {
+	Schema    int    `json:"schema"`
+	Amendment string `json:"amendment"`
+	Recorded  bool   `json:"recorded"`
+	Status    string `json:"status"`
+	Diff      Diff   `json:"diff"`
+}
+
+// amendCampaign checks an amendment against the campaign and, when asked,
+// records and installs it; it returns the amended plan when it recorded
+// one. The campaign's store is open for writing (the command's own, or the
+// running controller's).
+func amendCampaign(dir string, set settings, store *state.Store, req api.AmendRequest) (amendResult, *protocols.Plan, error) {
+	res := amendResult{Schema: AmendSchema, Amendment: req.ID}
+	if req.ID == "" || req.Reason == "" || req.Protocol == "" {
+		return res, nil, errors.New("amend: the protocol, --id and --reason are required")
 	}
+	old, err := api.ReadPlan(dir)
+	if err != nil {
+		return res, nil, err
+	}
+	plan, err := protocols.PlanFile(req.Protocol, protocols.Options{})
+	if err != nil {
+		return res, nil, err
+	}
+	d := planDiff(old, plan)
+	if len(d.Added) > 0 || len(d.Removed) > 0 {
+		return res, nil, fmt.Errorf("amend %s: it adds runs %v and removes runs %v; an amendment here changes runs, it does not add or remove them (freeze a matrix instead: controller freeze)", req.ID, d.Added, d.Removed)
+	}
+	for _, c := range d.Changed {
+		r, err := store.Run(c.Run)
+		if err == nil && r.Done {
+			d.Done = append(d.Done, c.Run)
+		}
+	}
+	if len(d.Done) > 0 && !req.Readjudicate {
+		return res, nil, fmt.Errorf("amend %s would change runs that already have a result: %v; an amendment may change them only to re-adjudicate them: add --readjudicate, then run controller readjudicate -d %s --amendment %s",
+			req.ID, d.Done, dir, req.ID)
+	}
+	res.Diff = d
+	if !req.Yes {
+		res.Status = "shown, not recorded (add --yes to record it)"
+		return res, nil, nil
+	}
+	if err := recordAmendment(dir, set, store, plan, req.Protocol, req.ID, req.Reason, req.UID, d); err != nil {
+		return res, nil, err
+	}
+	res.Recorded, res.Status = true, "recorded"
+	return res, plan, nil
+}
+
+func writeAmendOutput(w io.Writer, output string, res amendResult) error {
+	if output == "json" {
+		return writeJSON(w, res)
+	}
+	d, id, status := res.Diff, res.Amendment, res.Status
 	fmt.Fprintf(w, "amendment %s: protocol %s -> %s\n", id, short(d.Before), short(d.After))
 	for _, c := range d.Changed {
 		for _, f := range c.Fields {
@@ -268,7 +314,7 @@ func clip(s string) string {
 // then installs it: the new inputs' hashes and copies, plan.json and
 // controller.json. A controller that dies after the commit and before the
 // install is finished at resume (installAmendment).
-func recordAmendment(dir string, set settings, store *state.Store, plan *protocols.Plan, newPath, id, reason string, d Diff) error {
+func recordAmendment(dir string, set settings, store *state.Store, plan *protocols.Plan, newPath, id, reason string, uid int, d Diff) error {
 	adir := filepath.Join(dir, provenance.SubDir, "amendments", id)
 	if err := atomicfile.MkdirAll(adir, 0o700); err != nil {
 		return err
@@ -287,7 +333,7 @@ func recordAmendment(dir string, set settings, store *state.Store, plan *protoco
 		return err
 	}
 	a := state.Amendment{ID: id, Kind: "amend", Date: time.Now().UTC().Format("2006-01-02"), Title: reason, Text: reason,
-		OperatorUID: os.Getuid(), OldSHA256: d.Before, ProtocolSHA256: d.After, Diff: diff}
+		OperatorUID: uid, OldSHA256: d.Before, ProtocolSHA256: d.After, Diff: diff}
 	for _, c := range d.Changed {
 		a.Runs = append(a.Runs, c.Run)
 	}
@@ -520,16 +566,49 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
+// reportFreeze prints the outcome of a freeze a controller carried out.
+func reportFreeze(w io.Writer, dir, id, output string) error {
+	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	if err != nil {
+		return &exitError{1, err}
+	}
+	defer st.Close()
+	cp, err := st.Campaign()
+	if err != nil {
+		return &exitError{1, err}
+	}
+	if cp.State != state.CampaignFrozen {
+		return &exitError{1, fmt.Errorf("the controller exited without freezing the campaign (it is %s); see %s", cp.State, filepath.Join(dir, api.LogFile))}
+	}
+	runs, err := st.Runs()
+	if err != nil {
+		return &exitError{1, err}
+	}
+	var notRun []string
+	for _, r := range runs {
+		if r.NotRun == id {
+			notRun = append(notRun, r.ID)
+		}
+	}
+	if output == "json" {
+		return writeJSON(w, map[string]any{"schema": AmendSchema, "amendment": id, "state": "frozen", "not_run": notRun})
+	}
+	fmt.Fprintf(w, "campaign frozen by %s; %d runs not run: %v\n", id, len(notRun), notRun)
+	return nil
+}
+
 func newFreezeCmd() *cobra.Command {
 	var dir, id, reason, output string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "freeze -d DIR --id ID --reason TEXT",
 		Short: "Freeze the matrix: no run is scheduled again; the missing ones are not-run",
 		Long: `freeze stops scheduling for good (seed 002, A-P3-7): every run without a
 result becomes not-run with the amendment as its reason, never deleted and
-never imputed; the campaign ends frozen. The campaign must not be running
-(controller stop first: in-flight attempts then end interrupted and are
-kept). ctlq status and ctlq runs show the not-run runs.
+never imputed; the campaign ends frozen. A running controller first ends
+its in-flight attempts through the graceful path (they end interrupted and
+are kept), then freezes and exits. ctlq status and ctlq runs show the
+not-run runs.
 
 Exit status: 0 frozen; 1 refused; 2 usage.`,
 		Args: cobra.NoArgs,
@@ -541,8 +620,22 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 			if err != nil {
 				return err
 			}
-			if err := noController(abs); err != nil {
-				return err
+			lock := filepath.Join(abs, api.LockFile)
+			if lockfile.Held(lock) {
+				// the running controller ends its runs, then freezes
+				pid := lockfile.Owner(lock)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := api.NewClient(abs, 10*time.Second).Freeze(ctx, api.FreezeRequest{ID: id, Reason: reason, UID: os.Getuid()})
+				cancel()
+				if err != nil {
+					return &exitError{1, fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
+				}
+				for deadline := time.Now().Add(timeout); lockfile.Held(lock); time.Sleep(100 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
+					}
+				}
+				return reportFreeze(cmd.OutOrStdout(), abs, id, output)
 			}
 			store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
 			if err != nil {
@@ -567,6 +660,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
 	cmd.Flags().StringVar(&id, "id", "", "the freezing amendment's id, e.g. A-P3-7")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "with a running controller: how long to wait for it to end its runs and freeze")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, as reviewed")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd

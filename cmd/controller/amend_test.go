@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"warden/pkg/state"
 )
@@ -149,6 +150,65 @@ func TestSeedAmendmentHistory(t *testing.T) {
 	s = c.store()
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
+	}
+	c.assertNoProcesses()
+}
+
+// A running controller takes an amendment at its next scheduling decision:
+// the attempt in flight keeps the protocol it started under, the next
+// records the amended one; a freeze sent to it ends the run in flight
+// through the graceful path, leaves the rest not-run and the campaign
+// frozen.
+func TestAmendAndFreezeARunningCampaign(t *testing.T) {
+	c := newCampaign(t)
+	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 4, measureS: "1.5"}), "concurrency: 2", "concurrency: 1")
+	if out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start: exit %d\n%s", code, out)
+	}
+	first := c.waitMeasuring()
+	v1 := editProtocol(t, v0, "drain_allowance_s: 5,", "drain_allowance_s: 6,")
+	out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A-1", "--reason", "a longer allowance", "--yes")
+	if code != 0 || !strings.Contains(out, "recorded") {
+		t.Fatalf("amend a running campaign: exit %d\n%s", code, out)
+	}
+	waitFor(t, "a run started under the amendment", 60*time.Second, func() bool {
+		for _, cur := range c.liveStatus().Current {
+			if cur.Run != first.Run {
+				return true
+			}
+		}
+		return false
+	})
+	out, code = c.controller("freeze", "-d", c.dir, "--id", "A-2", "--reason", "frozen while running")
+	if code != 0 || !strings.Contains(out, "campaign frozen by A-2") {
+		t.Fatalf("freeze a running campaign: exit %d\n%s", code, out)
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignFrozen {
+		t.Fatalf("campaign %s, want frozen", cp.State)
+	}
+	old := c.attempts(s, first.Run)
+	if len(old) != 1 || old[0].ProtocolSHA256 == cp.ProtocolSHA256 || len(old[0].Amendments) != 0 {
+		t.Errorf("the attempt in flight at the amendment: %+v; want the old protocol and no amendment", old)
+	}
+	runs, _ := s.Runs()
+	var next *state.Attempt
+	notRun := 0
+	for _, r := range runs {
+		if r.NotRun == "A-2" {
+			notRun++
+		}
+		if r.ID != first.Run && r.Attempts > 0 && next == nil {
+			as := c.attempts(s, r.ID)
+			next = &as[0]
+		}
+	}
+	if next == nil || next.ProtocolSHA256 != cp.ProtocolSHA256 || len(next.Amendments) != 1 || next.Amendments[0] != "A-1" {
+		t.Errorf("the attempt started after the amendment: %+v; want the amended protocol %s and A-1", next, cp.ProtocolSHA256)
+	}
+	if notRun == 0 {
+		t.Errorf("no run left not-run by the freeze")
 	}
 	c.assertNoProcesses()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -205,7 +206,30 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 
-	srv, err := serve(dir, store, rn.Stop, log)
+	amend := func(req api.AmendRequest) (json.RawMessage, error) {
+		res, plan, err := amendCampaign(dir, set, store, req)
+		if err != nil {
+			return nil, err
+		}
+		if plan != nil {
+			rn.Reload(plan)
+		}
+		return json.Marshal(res)
+	}
+	freeze := func(req api.FreezeRequest) error {
+		if req.ID == "" || req.Reason == "" {
+			return errors.New("freeze: --id and --reason are required")
+		}
+		cp, err := store.Campaign()
+		if err != nil {
+			return err
+		}
+		log.Info().Str("amendment", req.ID).Msg("freeze requested: ending in-flight runs")
+		rn.Freeze(state.Amendment{ID: req.ID, Date: time.Now().UTC().Format("2006-01-02"), Title: req.Reason, Text: req.Reason,
+			OperatorUID: req.UID, OldSHA256: cp.ProtocolSHA256, ProtocolSHA256: cp.ProtocolSHA256})
+		return nil
+	}
+	srv, err := serve(dir, store, rn.Stop, amend, freeze, log)
 	if err != nil {
 		return err
 	}
@@ -321,7 +345,7 @@ func readBootID(b launch.BootIDSource) (string, error) {
 }
 
 // serve starts the read-only API on DIR/ctl.sock, owner-only.
-func serve(dir string, store *state.Store, stop func(), log zerolog.Logger) (*http.Server, error) {
+func serve(dir string, store *state.Store, stop func(), amend func(api.AmendRequest) (json.RawMessage, error), freeze func(api.FreezeRequest) error, log zerolog.Logger) (*http.Server, error) {
 	sock := filepath.Join(dir, api.SocketFile)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket: %w", err)
@@ -337,7 +361,7 @@ func serve(dir string, store *state.Store, stop func(), log zerolog.Logger) (*ht
 		return nil, err
 	}
 	sv := &api.Server{
-		Store: store, Dir: dir, Now: time.Now, Stop: stop,
+		Store: store, Dir: dir, Now: time.Now, Stop: stop, Amend: amend, Freeze: freeze,
 		Controller: func() api.Controller {
 			cp, _ := store.Campaign()
 			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}

@@ -115,6 +115,14 @@ func (c *Runner) Run(ctx context.Context) error {
 			case exhausted:
 				c.recordOverrun()
 				return nil
+			case stopping && c.pendingFreeze() != nil:
+				a := *c.pendingFreeze()
+				notRun, err := c.store.Freeze(a)
+				if err != nil {
+					return fmt.Errorf("freeze %s: %w", a.ID, err)
+				}
+				c.log.Info().Str("amendment", a.ID).Int("not_run", len(notRun)).Msg("matrix frozen")
+				return nil
 			case stopping:
 				c.log.Info().Msg("stopped by operator; campaign is resumable")
 				return nil
@@ -220,7 +228,7 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 		return View{}, err
 	}
 	v := View{
-		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
+		Plan: c.currentPlan(), Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
 		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
 		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
 	}
@@ -331,7 +339,7 @@ func (c *Runner) beforeWave() *Stop { return c.checkDisk() }
 // checkDisk applies the protocol's disk limits before a wave: free space
 // on the campaign's file system and the size of the runs' artifacts.
 func (c *Runner) checkDisk() *Stop {
-	st := c.plan.Stop
+	st := c.currentPlan().Stop
 	if st.MinFreeGB == nil && st.MaxArtifactsGB == nil {
 		return nil
 	}
