@@ -16,6 +16,7 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
@@ -332,6 +333,7 @@ func recordAmendment(dir string, set settings, store *state.Store, plan *protoco
 	if err := atomicfile.WriteJSON(filepath.Join(adir, "amendment.json"), map[string]any{"protocol_path": newPath}, 0o444); err != nil {
 		return err
 	}
+	failpoint.Hit("amend-files-written")
 	a := state.Amendment{ID: id, Kind: "amend", Date: time.Now().UTC().Format("2006-01-02"), Title: reason, Text: reason,
 		OperatorUID: uid, OldSHA256: d.Before, ProtocolSHA256: d.After, Diff: diff}
 	for _, c := range d.Changed {
@@ -342,9 +344,16 @@ func recordAmendment(dir string, set settings, store *state.Store, plan *protoco
 		c.BudgetCapGPUHours = plan.Totals.BudgetCapGPUHours
 		return nil
 	})
-	if err != nil {
+	if errors.Is(err, state.ErrExists) {
+		// recorded by an amend that died before it installed it: the same
+		// amendment (same new protocol) is installed now; another is refused
+		if prior, perr := amendmentByID(store, id); perr != nil || prior.ProtocolSHA256 != d.After {
+			return fmt.Errorf("record amendment %s: %w with another protocol", id, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("record amendment %s: %w", id, err)
 	}
+	failpoint.Hit("amend-recorded")
 	return installAmendment(dir, set, id)
 }
 
@@ -389,11 +398,26 @@ func installAmendment(dir string, set settings, id string) error {
 	if err := provenance.Write(dir, hashed, provenance.Options{}); err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
+	failpoint.Hit("amend-provenance-installed")
 	if err := atomicfile.WriteFile(filepath.Join(dir, api.PlanFile), pb, 0o444); err != nil {
 		return err
 	}
 	set.ProtocolPath, set.ProtocolSHA256 = meta.ProtocolPath, plan.Protocol.SHA256
 	return atomicfile.WriteJSON(filepath.Join(dir, settingsFile), set, 0o644)
+}
+
+// amendmentByID is the recorded amendment id.
+func amendmentByID(store *state.Store, id string) (state.Amendment, error) {
+	as, err := store.Amendments()
+	if err != nil {
+		return state.Amendment{}, err
+	}
+	for _, a := range as {
+		if a.ID == id {
+			return a, nil
+		}
+	}
+	return state.Amendment{}, fmt.Errorf("amendment %s: %w", id, state.ErrNotFound)
 }
 
 // finishAmendment installs the latest recorded amendment when the
@@ -496,13 +520,26 @@ type Readjudicated struct {
 }
 
 // readjudicate re-judges the drain of the terminal attempts that have a
-// recorded drain (drain_s) under the plan's classes.
+// recorded drain (drain_s) under the plan's classes. It records the
+// re-adjudication (an amendment of kind readjudicate citing amendment,
+// naming the runs) before the new verdicts, so that a kill in between
+// leaves a record of what was asked; a second run then re-adjudicates what
+// is left.
 func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, only []string) ([]Readjudicated, error) {
-	var out []Readjudicated
+	type change struct {
+		Readjudicated
+		rj state.Readjudication
+		g  state.GateVerdict
+	}
+	var changes []change
 	var touched []string
 	for _, r := range plan.Runs {
 		if len(only) > 0 && !contains(only, r.ID) {
 			continue
+		}
+		run, err := store.Run(r.ID)
+		if err != nil {
+			return nil, err
 		}
 		as, err := store.Attempts(r.ID)
 		if err != nil {
@@ -512,6 +549,9 @@ func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, on
 			drained, ok := a.Figures["drain_s"]
 			if !ok || a.State.Live() || a.State == state.Interrupted {
 				continue
+			}
+			if run.Done && run.Result != a.N {
+				continue // the run has another result; this attempt stays as it was
 			}
 			cur, curReason := a.State, a.Reason
 			if a.Readjudicated != nil {
@@ -535,24 +575,42 @@ func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, on
 			}
 			detail := fmt.Sprintf("drain %.3f s against the amended allowance %.0f s (watchdog %.0f s) of class %s", drained, r.DrainS, r.WatchdogS, r.Class)
 			v.Detail = "re-adjudicated under amendment " + amendment + ": " + detail
-			_, err := store.Readjudicate(r.ID, a.N, state.Readjudication{Amendment: amendment, State: next, Reason: reason, Detail: detail}, state.GateVerdict{
-				Gate: v.Gate, Verdict: v.Verdict, Detail: v.Detail, Figures: v.Figures, At: v.At})
-			if errors.Is(err, state.ErrHasResult) {
-				continue // the run has another result; this attempt stays as it was
-			}
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, Readjudicated{Run: r.ID, Attempt: a.N, Old: string(cur), OldReason: string(curReason), New: string(next), NewReason: string(reason), Detail: detail})
+			changes = append(changes, change{
+				Readjudicated: Readjudicated{Run: r.ID, Attempt: a.N, Old: string(cur), OldReason: string(curReason), New: string(next), NewReason: string(reason), Detail: detail},
+				rj:            state.Readjudication{Amendment: amendment, State: next, Reason: reason, Detail: detail},
+				g:             state.GateVerdict{Gate: v.Gate, Verdict: v.Verdict, Detail: v.Detail, Figures: v.Figures, At: v.At},
+			})
 			touched = append(touched, r.ID)
+			if next.Terminal() && (next == state.Complete || next == state.Quarantined) {
+				run.Done, run.Result = true, a.N // a later attempt of the run is not made a second result
+			}
 		}
 	}
-	if len(out) > 0 {
-		err := store.Amend(state.Amendment{ID: amendment + "/readjudicate-" + time.Now().UTC().Format("20060102T150405.000"), Kind: "readjudicate",
-			Cites: amendment, Text: fmt.Sprintf("%d attempts re-adjudicated under %s", len(out), amendment), OperatorUID: os.Getuid(), Runs: touched}, nil)
-		if err != nil {
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	as, err := store.Amendments()
+	if err != nil {
+		return nil, err
+	}
+	k := 1
+	for _, a := range as {
+		if a.Kind == "readjudicate" && a.Cites == amendment {
+			k++
+		}
+	}
+	err = store.Amend(state.Amendment{ID: fmt.Sprintf("%s/readjudicate-%d", amendment, k), Kind: "readjudicate",
+		Cites: amendment, Text: fmt.Sprintf("%d attempts re-adjudicated under %s", len(changes), amendment), OperatorUID: os.Getuid(), Runs: touched}, nil)
+	if err != nil {
+		return nil, err
+	}
+	failpoint.Hit("readjudicate-recorded")
+	var out []Readjudicated
+	for _, c := range changes {
+		if _, err := store.Readjudicate(c.Run, c.Attempt, c.rj, c.g); err != nil {
 			return out, err
 		}
+		out = append(out, c.Readjudicated)
 	}
 	return out, nil
 }
@@ -651,6 +709,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 			if err != nil {
 				return &exitError{1, fmt.Errorf("freeze %s: %w", abs, err)}
 			}
+			failpoint.Hit("freeze-recorded")
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{"schema": AmendSchema, "amendment": id, "state": "frozen", "not_run": notRun})
 			}
