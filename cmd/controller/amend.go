@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,8 +19,10 @@ import (
 	"warden/pkg/atomicfile"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
+	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
+	"warden/pkg/runner"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -448,7 +451,9 @@ func newReadjudicateCmd() *cobra.Command {
 		Short: "Recompute recorded verdicts under an amendment, without touching a GPU",
 		Long: `readjudicate recomputes the drain verdicts of recorded attempts from their
 recorded figures (drain_s) under the amended rules (the class's allowance and
-watchdog of the current plan) and records the new verdict beside the old,
+watchdog of the current plan), runs the validators again over the recorded
+artifacts of attempts a validator failed (their output under
+provenance/amendments/ID/readjudicated), and records the new verdict beside the old,
 citing the amendment: a 288.6 s drain against a new 600 s allowance makes
 the run usable. It starts no server and touches no GPU. A run whose new
 verdict makes it usable counts as such for the stop thresholds and ctlq; the
@@ -486,7 +491,17 @@ Exit status: 0 done; 1 refused; 2 usage.`,
 			if !found {
 				return &exitError{1, fmt.Errorf("readjudicate: no amendment %s of the protocol is recorded", amendment)}
 			}
-			changes, err := readjudicate(store, plan, amendment, runs)
+			set, err := readSettings(abs)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			reaper := launch.NewReaper()
+			if err := reaper.Start(context.Background()); err != nil {
+				return &exitError{1, err}
+			}
+			defer reaper.Close()
+			outDir := filepath.Join(abs, provenance.SubDir, "amendments", amendment, "readjudicated")
+			changes, err := readjudicate(store, plan, amendment, runs, &launch.Launcher{Reaper: reaper}, set.Workdir, outDir)
 			if err != nil {
 				return &exitError{1, err}
 			}
@@ -525,7 +540,10 @@ type Readjudicated struct {
 // naming the runs) before the new verdicts, so that a kill in between
 // leaves a record of what was asked; a second run then re-adjudicates what
 // is left.
-func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, only []string) ([]Readjudicated, error) {
+// The validators of an attempt a validator failed are run again over its
+// artifacts (runner.Revalidate, through l; their output under outDir); nil
+// l skips those attempts.
+func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, only []string, l *launch.Launcher, workdir, outDir string) ([]Readjudicated, error) {
 	type change struct {
 		Readjudicated
 		rj state.Readjudication
@@ -546,8 +564,7 @@ func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, on
 			return nil, err
 		}
 		for _, a := range as {
-			drained, ok := a.Figures["drain_s"]
-			if !ok || a.State.Live() || a.State == state.Interrupted {
+			if a.State.Live() || a.State == state.Interrupted {
 				continue
 			}
 			if run.Done && run.Result != a.N {
@@ -557,23 +574,61 @@ func readjudicate(store *state.Store, plan *protocols.Plan, amendment string, on
 			if a.Readjudicated != nil {
 				cur, curReason = a.Readjudicated.State, a.Readjudicated.Reason
 			}
-			if cur == state.Failed && curReason != state.ReasonDrainWatchdog {
-				continue // failed for another reason: the drain does not decide it
+			validated := curReason == state.ReasonValidatorFailed || curReason == state.ReasonProfileArtifact || curReason == state.ReasonQualityFailed
+			drained, timed := a.Figures["drain_s"]
+			drainDecides := cur != state.Failed || curReason == state.ReasonDrainWatchdog
+			if !(timed && drainDecides) && !validated {
+				continue // neither the drain nor a validator decided it
 			}
-			v, outcome := gates.Drain(drained, r.DrainS, r.WatchdogS, time.Now())
 			next, reason := state.Complete, state.Reason("")
-			switch outcome {
-			case gates.DrainQuarantine:
-				next, reason = state.Quarantined, state.ReasonDrainQuarantine
-			case gates.DrainWatchdog:
-				next, reason = state.Failed, state.ReasonDrainWatchdog
-			case gates.DrainUnknown:
+			var notes []string
+			// the validators again, over the recorded artifacts
+			if validated && l != nil {
+				vs, err := runner.Revalidate(l, r, a, workdir, filepath.Join(outDir, r.ID, fmt.Sprintf("a%d", a.N)))
+				if err != nil {
+					return nil, err
+				}
+				for _, vd := range vs {
+					notes = append(notes, fmt.Sprintf("%s %s", vd.Gate, vd.Verdict))
+					if !vd.Passed() && next != state.Failed {
+						next, reason = state.Failed, state.ReasonValidatorFailed
+						switch vd.Class {
+						case gates.ClassProfileArtifact:
+							reason = state.ReasonProfileArtifact
+						case gates.ClassQuality:
+							next, reason = state.Quarantined, state.ReasonQualityFailed
+						}
+					}
+				}
+			}
+			var v gates.Verdict
+			if timed && next != state.Failed {
+				var outcome gates.DrainOutcome
+				v, outcome = gates.Drain(drained, r.DrainS, r.WatchdogS, time.Now())
+				switch outcome {
+				case gates.DrainQuarantine:
+					if next == state.Complete {
+						next, reason = state.Quarantined, state.ReasonDrainQuarantine
+					}
+				case gates.DrainWatchdog:
+					next, reason = state.Failed, state.ReasonDrainWatchdog
+				case gates.DrainUnknown:
+					continue
+				}
+				notes = append(notes, fmt.Sprintf("drain %.3f s against the amended allowance %.0f s (watchdog %.0f s) of class %s", drained, r.DrainS, r.WatchdogS, r.Class))
+			} else {
+				v = gates.Verdict{Gate: "readjudication", Verdict: gates.Pass, At: time.Now()}
+				if next == state.Failed {
+					v.Verdict = gates.Fail
+				}
+			}
+			if validated && l == nil {
 				continue
 			}
 			if next == cur && reason == curReason {
 				continue
 			}
-			detail := fmt.Sprintf("drain %.3f s against the amended allowance %.0f s (watchdog %.0f s) of class %s", drained, r.DrainS, r.WatchdogS, r.Class)
+			detail := strings.Join(notes, "; ")
 			v.Detail = "re-adjudicated under amendment " + amendment + ": " + detail
 			changes = append(changes, change{
 				Readjudicated: Readjudicated{Run: r.ID, Attempt: a.N, Old: string(cur), OldReason: string(curReason), New: string(next), NewReason: string(reason), Detail: detail},
