@@ -328,6 +328,9 @@ func printRun(w io.Writer, d api.RunDetail) {
 			fmt.Fprintf(w, ": %s; recorded verdict %s kept", rj.Detail, a.State)
 		}
 		fmt.Fprintf(w, "\n  dir %s\n  slot %s, GPUs %v, CPUs %s, port %d\n", a.Dir, a.Slot, a.GPUIDs, a.CPUs, a.Port)
+		if len(a.Amendments) > 0 {
+			fmt.Fprintf(w, "  ran under protocol %.12s and amendments %s\n", a.ProtocolSHA256, strings.Join(a.Amendments, ", "))
+		}
 		for _, e := range d.Events {
 			if e.Run == a.RunID && e.Attempt == a.N {
 				fmt.Fprintf(w, "  %s  %-11s -> %-11s %s %s\n", e.Wall.Format("15:04:05.000"), e.From, e.To, e.Reason, e.Message)
