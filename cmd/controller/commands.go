@@ -320,8 +320,11 @@ func finished(dir string) (bool, string) {
 	}
 	defer st.Close()
 	cp, err := st.Campaign()
-	if err != nil || cp.State != state.CampaignComplete {
+	if err != nil || (cp.State != state.CampaignComplete && cp.State != state.CampaignFrozen) {
 		return false, ""
+	}
+	if cp.State == state.CampaignFrozen {
+		return true, fmt.Sprintf("campaign %s in %s is frozen; nothing to resume", cp.ID, dir)
 	}
 	sum, err := st.Summary()
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"warden/bench/crashcheck"
+	"warden/pkg/api"
 	"warden/pkg/failpoint"
+	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
 
@@ -196,8 +198,14 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 		"before-transition:quarantined": true, "after-transition:quarantined": true,
 	}
 	onResume := map[string]bool{"before-transition:interrupted": true, "after-transition:interrupted": true}
+	// the amendment commands' points: TestCrashAmendments
+	amendments := map[string]bool{"amend-files-written": true, "amend-recorded": true, "amend-provenance-installed": true,
+		"readjudicate-recorded": true, "freeze-recorded": true}
 	var fired, missed []string
 	for _, point := range failpoint.Names {
+		if amendments[point] {
+			continue
+		}
 		sc, pre := happyPath, ""
 		switch {
 		case onFailurePath[point]:
@@ -243,4 +251,105 @@ func TestFailurePathCampaign(t *testing.T) {
 		t.Errorf("p3: want one client-failed attempt and no retry, got %+v", p3)
 	}
 	c.assertNoProcesses()
+}
+
+// TestCrashAmendments kills controller amend, readjudicate and freeze at
+// each of their durable steps, runs the command again with a plain
+// controller, and checks that the records hold: the store's invariants,
+// the amendment recorded once and installed (plan.json, the provenance
+// index and the database agree, so resume accepts the amended inputs),
+// the re-adjudication applied, the campaign frozen.
+func TestCrashAmendments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	bin := failpointController(t)
+	setup := func(t *testing.T) (*campaign, string, string) {
+		c := newCampaign(t)
+		v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 2, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", measureS: "0.2"}),
+			"concurrency: 2", "concurrency: 1")
+		if out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake", "--foreground"); code != 0 {
+			t.Fatalf("start: exit %d\n%s", code, out)
+		}
+		v1 := editProtocol(t, v0, "drain_allowance_s: 1,", "drain_allowance_s: 5,", "stop: {quarantined_fraction_gt: 0}", "stop: {quarantined_fraction_gt: 0.2}")
+		return c, v0, v1
+	}
+	crash := func(t *testing.T, c *campaign, point string, args ...string) {
+		t.Helper()
+		out, st := c.run(bin, []string{failpoint.EnvVar + "=" + point}, args...)
+		if !killedBySIGKILL(st) || !strings.Contains(out, "failpoint "+point) {
+			t.Fatalf("%v did not die at %s (exit %d):\n%s", args, point, st.ExitCode(), tail(out, 2000))
+		}
+		s := c.store()
+		s.Close()
+	}
+	amend := func(c *campaign, v1 string) []string {
+		return []string{"amend", "-d", c.dir, "-f", v1, "--id", "A", "--reason", "r", "--readjudicate", "--yes"}
+	}
+	accepted := func(t *testing.T, c *campaign) {
+		t.Helper()
+		s := c.store()
+		cp, _ := s.Campaign()
+		as, _ := s.Amendments()
+		s.Close()
+		n := 0
+		for _, a := range as {
+			if a.ID == "A" {
+				n++
+			}
+		}
+		plan, err := api.ReadPlan(c.dir)
+		if err != nil || n != 1 || plan.Protocol.SHA256 != cp.ProtocolSHA256 {
+			t.Fatalf("amendment A recorded %d times; plan %v, campaign %s", n, err, cp.ProtocolSHA256)
+		}
+		if err := provenance.Verify(c.dir); err != nil {
+			t.Fatalf("provenance after the amendment: %v", err)
+		}
+	}
+	for _, point := range []string{"amend-files-written", "amend-recorded", "amend-provenance-installed"} {
+		t.Run(point, func(t *testing.T) {
+			c, _, v1 := setup(t)
+			crash(t, c, point, amend(c, v1)...)
+			if out, code := c.controller(amend(c, v1)...); code != 0 {
+				t.Fatalf("amend again after the crash: exit %d\n%s", code, out)
+			}
+			accepted(t, c)
+		})
+	}
+	t.Run("amend-recorded, then resume", func(t *testing.T) {
+		c, _, v1 := setup(t)
+		crash(t, c, "amend-recorded", amend(c, v1)...)
+		// resume finishes the install the crash cut, then runs
+		if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+			t.Fatalf("resume: exit %d\n%s", code, out)
+		}
+		accepted(t, c)
+		c.assertNoProcesses()
+	})
+	t.Run("readjudicate-recorded", func(t *testing.T) {
+		c, _, v1 := setup(t)
+		if out, code := c.controller(amend(c, v1)...); code != 0 {
+			t.Fatalf("amend: exit %d\n%s", code, out)
+		}
+		crash(t, c, "readjudicate-recorded", "readjudicate", "-d", c.dir, "--amendment", "A")
+		if out, code := c.controller("readjudicate", "-d", c.dir, "--amendment", "A"); code != 0 || !strings.Contains(out, "p1.saturation attempt 1") {
+			t.Fatalf("readjudicate again after the crash: exit %d\n%s", code, out)
+		}
+		s := c.store()
+		defer s.Close()
+		if r, _ := s.Run("p1.saturation"); r.State() != state.RunComplete {
+			t.Errorf("p1 is %s after the re-adjudication", r.State())
+		}
+	})
+	t.Run("freeze-recorded", func(t *testing.T) {
+		c, _, _ := setup(t)
+		crash(t, c, "freeze-recorded", "freeze", "-d", c.dir, "--id", "F", "--reason", "r")
+		s := c.store()
+		defer s.Close()
+		cp, _ := s.Campaign()
+		r, _ := s.Run("p2.saturation")
+		if cp.State != state.CampaignFrozen || r.State() != state.RunNotRun {
+			t.Errorf("after a kill right after the freeze: campaign %s, p2 %s", cp.State, r.State())
+		}
+	})
 }

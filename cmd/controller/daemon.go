@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,14 +107,26 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("read plan: %w", err)
 	}
-	if err := provenance.Verify(dir); err != nil {
-		return fmt.Errorf("refused: a recorded input changed since the campaign started (register an amendment to change it)%s:\n%w", missingHint(dir, err), err)
-	}
 	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	// an amendment recorded by a controller amend that died before it
+	// installed it: install it now
+	if installed, err := finishAmendment(dir, set, store, plan); err != nil {
+		return err
+	} else if installed {
+		if set, err = readSettings(dir); err != nil {
+			return err
+		}
+		if plan, err = api.ReadPlan(dir); err != nil {
+			return fmt.Errorf("read plan: %w", err)
+		}
+	}
+	if err := provenance.Verify(dir); err != nil {
+		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", missingHint(dir, err), err)
+	}
 
 	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
 	if err != nil {
@@ -136,7 +149,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err := checkBelongs(dir, set, plan, camp); err != nil {
 		return err
 	}
-	if camp.State == state.CampaignComplete {
+	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
 		// a finished campaign: nothing to reconcile or run
 		log.Info().Msg("campaign complete; nothing to resume")
 		ready(fmt.Sprintf("ok %d", os.Getpid()))
@@ -197,7 +210,30 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 
-	srv, err := serve(dir, store, rn.Stop, log)
+	amend := func(req api.AmendRequest) (json.RawMessage, error) {
+		res, plan, err := amendCampaign(dir, set, store, req)
+		if err != nil {
+			return nil, err
+		}
+		if plan != nil {
+			rn.Reload(plan)
+		}
+		return json.Marshal(res)
+	}
+	freeze := func(req api.FreezeRequest) error {
+		if req.ID == "" || req.Reason == "" {
+			return errors.New("freeze: --id and --reason are required")
+		}
+		cp, err := store.Campaign()
+		if err != nil {
+			return err
+		}
+		log.Info().Str("amendment", req.ID).Msg("freeze requested: ending in-flight runs")
+		rn.Freeze(state.Amendment{ID: req.ID, Date: time.Now().UTC().Format("2006-01-02"), Title: req.Reason, Text: req.Reason,
+			OperatorUID: req.UID, OldSHA256: cp.ProtocolSHA256, ProtocolSHA256: cp.ProtocolSHA256})
+		return nil
+	}
+	srv, err := serve(dir, store, rn.Stop, amend, freeze, log)
 	if err != nil {
 		return err
 	}
@@ -335,7 +371,7 @@ func readBootID(b launch.BootIDSource) (string, error) {
 }
 
 // serve starts the read-only API on DIR/ctl.sock, owner-only.
-func serve(dir string, store *state.Store, stop func(), log zerolog.Logger) (*http.Server, error) {
+func serve(dir string, store *state.Store, stop func(), amend func(api.AmendRequest) (json.RawMessage, error), freeze func(api.FreezeRequest) error, log zerolog.Logger) (*http.Server, error) {
 	sock := filepath.Join(dir, api.SocketFile)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket: %w", err)
@@ -351,7 +387,7 @@ func serve(dir string, store *state.Store, stop func(), log zerolog.Logger) (*ht
 		return nil, err
 	}
 	sv := &api.Server{
-		Store: store, Dir: dir, Now: time.Now, Stop: stop,
+		Store: store, Dir: dir, Now: time.Now, Stop: stop, Amend: amend, Freeze: freeze,
 		Controller: func() api.Controller {
 			cp, _ := store.Campaign()
 			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}

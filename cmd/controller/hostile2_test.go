@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,4 +182,94 @@ func TestCampaignDirectoryOwnerOnly(t *testing.T) {
 			t.Errorf("uid 65534 read %s (%d bytes)", f, len(out))
 		}
 	}
+}
+
+// A file system that turns read-only under a running campaign (ext4's
+// errors=remount-ro, tripped through /sys/fs/ext4/DEV/trigger_fs_error)
+// ends the work: the children are stopped the usual way and the controller
+// exits naming the error, instead of spinning on EROFS while ctlq status
+// says all is well; ctlq status then exits 4, and resume completes once
+// the file system is writable again.
+func TestReadOnlyFileSystemEndsTheWork(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a file system")
+	}
+	tmp := t.TempDir()
+	img, mnt := filepath.Join(tmp, "fs.img"), filepath.Join(tmp, "mnt")
+	run := func(name string, args ...string) error {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %v: %v %s", name, args, err, out)
+		}
+		return nil
+	}
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(run("truncate", "-s", "256M", img), run("mkfs.ext4", "-q", "-F", img)); err != nil {
+		t.Skipf("no ext4 image here: %v", err)
+	}
+	mount := func() error { return run("mount", "-o", "loop,errors=remount-ro", img, mnt) }
+	if err := mount(); err != nil {
+		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	c := &campaign{t: t, dir: filepath.Join(mnt, "camp")}
+	t.Cleanup(c.killLeftovers)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "12"})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", filepath.Join(tmp, "gpus")); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	c.waitMeasuring()
+	dev, err := filepath.EvalSymlinks(loopOf(t, mnt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join("/sys/fs/ext4", filepath.Base(dev), "trigger_fs_error"), []byte("1"), 0o200); err != nil {
+		t.Skipf("cannot trip the file system's error behaviour here: %v", err)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	waitFor(t, "the controller to exit", 90*time.Second, func() bool { return !lockfile.Held(lock) })
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 4 {
+		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	// the file system back: unmounted, checked, mounted again
+	if err := errors.Join(run("umount", mnt), run("e2fsck", "-fy", img)); err != nil && !strings.Contains(err.Error(), "exit status 1") {
+		t.Fatalf("repair the file system: %v", err)
+	}
+	if err := mount(); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, out)
+	}
+	s := c.store()
+	if cp, _ := s.Campaign(); cp.State != state.CampaignComplete {
+		t.Fatalf("after resume: %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	c.assertNoProcesses()
+}
+
+// loopOf is the block device mounted at mnt, from /proc/self/mountinfo.
+func loopOf(t *testing.T, mnt string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[4] == mnt {
+			for i, x := range f {
+				if x == "-" && i+2 < len(f) {
+					return f[i+2]
+				}
+			}
+		}
+	}
+	t.Fatalf("%s is not mounted", mnt)
+	return ""
 }

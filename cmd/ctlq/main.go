@@ -188,7 +188,7 @@ func newStatusCmd(o *options) *cobra.Command {
 
 func statusExit(st api.Status) error {
 	switch {
-	case st.Campaign.State == string(state.CampaignComplete):
+	case st.Campaign.State == string(state.CampaignComplete), st.Campaign.State == string(state.CampaignFrozen):
 		return nil
 	case st.Campaign.State == string(state.CampaignStopped) && !st.Controller.Alive && len(st.Current) > 0:
 		// attempts still live with no controller: it died (during a stop,
@@ -215,6 +215,9 @@ func printStatus(w io.Writer, st api.Status) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "controller %s (via %s)\n", liveness(st.Controller), st.Source)
+	for _, a := range st.Amendments {
+		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
+	}
 	var states []string
 	for k := range st.Runs.ByState {
 		states = append(states, k)
@@ -333,8 +336,18 @@ func printRun(w io.Writer, d api.RunDetail) {
 		if a.Reason != "" {
 			fmt.Fprintf(w, " (%s)", a.Reason)
 		}
+		if rj := a.Readjudicated; rj != nil {
+			fmt.Fprintf(w, "\n  re-adjudicated under amendment %s: %s", rj.Amendment, rj.State)
+			if rj.Reason != "" {
+				fmt.Fprintf(w, " (%s)", rj.Reason)
+			}
+			fmt.Fprintf(w, ": %s; recorded verdict %s kept", rj.Detail, a.State)
+		}
 		fmt.Fprintf(w, "\n  dir   %s\n", a.Dir)
 		fmt.Fprintf(w, "  slot  %s, GPUs %s, CPUs %s, port %s\n", orDash(a.Slot), joinInts(a.GPUIDs), orDash(a.CPUs), portText(a.Port))
+		if len(a.Amendments) > 0 {
+			fmt.Fprintf(w, "  ran under protocol %.12s and amendments %s\n", a.ProtocolSHA256, strings.Join(a.Amendments, ", "))
+		}
 
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TIME\tFROM\tTO\tREASON\tMESSAGE")

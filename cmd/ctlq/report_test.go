@@ -92,6 +92,10 @@ func reportDir(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	if err := s.AddAmendment(state.Amendment{ID: "A-R-1", Kind: "amend", Title: "longer drain", Text: "the seed allows it",
+		ProtocolSHA256: strings.Repeat("ef", 32), Runs: []string{"c1.saturation"}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.SetCampaignState(state.CampaignStopped, "gpu-not-idle", "run c1.saturation failed", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +116,7 @@ func TestReportFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	html := string(b)
-	for _, want := range []string{"rep", "cdcdcdcd", "gpu-not-idle", "c1.saturation", "drain: fail", "12.500", "power (W)", "Sanity", "cap 0.200"} {
+	for _, want := range []string{"rep", "cdcdcdcd", "gpu-not-idle", "A-R-1", "the seed allows it", "c1.saturation", "drain: fail", "12.500", "power (W)", "Sanity", "cap 0.200"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -39,6 +39,21 @@ type Status struct {
 	Current    []Current      `json:"current"`
 	ETAS       *float64       `json:"eta_s"`
 	LastEvent  uint64         `json:"last_event_seq"`
+	// Amendments are the campaign's amendments, re-adjudications and
+	// freezes, in the order they were registered.
+	Amendments []AmendmentBrief `json:"amendments"`
+}
+
+// AmendmentBrief is an amendment in a Status.
+type AmendmentBrief struct {
+	ID           string    `json:"id"`
+	Kind         string    `json:"kind"`
+	Text         string    `json:"reason"`
+	Cites        string    `json:"cites,omitempty"`
+	Runs         []string  `json:"runs,omitempty"`
+	OldSHA256    string    `json:"old_protocol_sha256,omitempty"`
+	SHA256       string    `json:"protocol_sha256,omitempty"`
+	RegisteredAt time.Time `json:"registered_at"`
 }
 
 // CampaignStatus is the campaign part of a Status.
@@ -211,6 +226,19 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		})
 	}
 	st.Budget.Unit = c.BudgetUnit
+	as, err := s.Amendments()
+	if err != nil {
+		return Status{}, err
+	}
+	st.Amendments = []AmendmentBrief{}
+	for _, a := range as {
+		kind := a.Kind
+		if kind == "" {
+			kind = "amend"
+		}
+		st.Amendments = append(st.Amendments, AmendmentBrief{ID: a.ID, Kind: kind, Text: a.Text, Cites: a.Cites, Runs: a.Runs,
+			OldSHA256: a.OldSHA256, SHA256: a.ProtocolSHA256, RegisteredAt: a.RegisteredAt})
+	}
 	left := sum.RemainingExpectedS
 	for _, a := range sum.Live {
 		r, err := s.Run(a.RunID)

@@ -24,7 +24,13 @@ type Server struct {
 	Controller func() Controller
 	// Stop asks the controller to stop gracefully; it returns at once.
 	Stop func()
-	Now  func() time.Time
+	// Amend registers an amendment with the running controller (see
+	// controller amend) and returns its result as JSON; nil: refused.
+	Amend func(AmendRequest) (json.RawMessage, error)
+	// Freeze asks the running controller to end its runs and freeze the
+	// matrix; it returns at once. nil: refused.
+	Freeze func(FreezeRequest) error
+	Now    func() time.Time
 }
 
 // Handler serves the API: GET /v1/status, /v1/runs[?state=S], /v1/runs/ID,
@@ -64,6 +70,25 @@ func (sv *Server) Handler() http.Handler {
 		rep, err := BuildReport(sv.Store, sv.Dir, ctl, sv.Now())
 		rep.Status.Source = "socket"
 		reply(w, rep, err)
+	})
+	mux.HandleFunc("POST /v1/amend", func(w http.ResponseWriter, r *http.Request) {
+		if sv.Amend == nil {
+			reply(w, nil, errors.New("this controller does not take amendments"))
+			return
+		}
+		q := r.URL.Query()
+		out, err := sv.Amend(AmendRequest{Protocol: q.Get("protocol"), ID: q.Get("id"), Reason: q.Get("reason"),
+			Readjudicate: q.Get("readjudicate") == "1", Yes: q.Get("yes") == "1", UID: atoi(q.Get("uid"))})
+		reply(w, out, err)
+	})
+	mux.HandleFunc("POST /v1/freeze", func(w http.ResponseWriter, r *http.Request) {
+		if sv.Freeze == nil {
+			reply(w, nil, errors.New("this controller does not take a freeze"))
+			return
+		}
+		q := r.URL.Query()
+		err := sv.Freeze(FreezeRequest{ID: q.Get("id"), Reason: q.Get("reason"), UID: atoi(q.Get("uid"))})
+		reply(w, map[string]any{"schema": Schema, "freezing": err == nil}, err)
 	})
 	mux.HandleFunc("POST /v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		sv.Stop()
@@ -187,4 +212,45 @@ func (c *Client) Report(ctx context.Context) (Report, error) {
 func (c *Client) Stop(ctx context.Context) error {
 	var out map[string]any
 	return c.do(ctx, http.MethodPost, "/v1/stop", nil, &out)
+}
+
+// AmendRequest is controller amend's request to a running controller.
+type AmendRequest struct {
+	Protocol     string // the amended protocol, absolute
+	ID, Reason   string
+	Readjudicate bool
+	Yes          bool // record it; otherwise only the diff
+	UID          int  // the operator's uid
+}
+
+// FreezeRequest is controller freeze's request to a running controller.
+type FreezeRequest struct {
+	ID, Reason string
+	UID        int
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// Amend sends an amendment to the running controller; out receives its
+// JSON result.
+func (c *Client) Amend(ctx context.Context, req AmendRequest, out any) error {
+	q := url.Values{"protocol": {req.Protocol}, "id": {req.ID}, "reason": {req.Reason}, "uid": {strconv.Itoa(req.UID)}}
+	if req.Readjudicate {
+		q.Set("readjudicate", "1")
+	}
+	if req.Yes {
+		q.Set("yes", "1")
+	}
+	return c.do(ctx, http.MethodPost, "/v1/amend", q, out)
+}
+
+// Freeze asks the running controller to end its runs and freeze the
+// matrix; it returns once the controller took the request.
+func (c *Client) Freeze(ctx context.Context, req FreezeRequest) error {
+	var out map[string]any
+	q := url.Values{"id": {req.ID}, "reason": {req.Reason}, "uid": {strconv.Itoa(req.UID)}}
+	return c.do(ctx, http.MethodPost, "/v1/freeze", q, &out)
 }

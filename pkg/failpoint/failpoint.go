@@ -41,6 +41,10 @@ var Names = []string{
 	"retry-decided",
 	"before-transition:quarantined", "after-transition:quarantined",
 	"before-transition:interrupted", "after-transition:interrupted",
+	// the durable steps of controller amend, readjudicate and freeze
+	"amend-files-written", "amend-recorded", "amend-provenance-installed",
+	"readjudicate-recorded",
+	"freeze-recorded",
 }
 
 func known(name string) bool {

@@ -34,6 +34,11 @@ type Verdict struct {
 // ClassProfileArtifact is the Class of a failed profile artifact.
 const ClassProfileArtifact = "profile-artifact"
 
+// ClassQuality is the Class of a failed quality gate (seed 000): the
+// run's outputs failed a quality check; it is kept and shown, excluded
+// from rankings, and does not stop the campaign.
+const ClassQuality = "quality"
+
 // Passed reports whether the verdict is a pass.
 func (v Verdict) Passed() bool { return v.Verdict == Pass }
 

@@ -48,7 +48,7 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 		retries := 0
 		for {
 			out := c.runAttempt(ctx, r, u.Slots, attemptOpts{regime: u.Regime})
-			v := Next(out.state, out.reason, retries, c.plan.Retries)
+			v := Next(out.state, out.reason, retries, c.currentPlan().Retries)
 			switch v.Next {
 			case Restart:
 				res.interrupted = true
@@ -77,6 +77,7 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 // attempt is the working state of one attempt.
 type attempt struct {
 	c       *Runner
+	plan    *protocols.Plan // the plan the attempt started under, kept through an amendment
 	run     protocols.Run
 	n       int
 	dir     string
@@ -189,7 +190,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 	if err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
-	a := &attempt{c: c, run: r, n: run.Attempts + 1, slots: slots, opts: opts}
+	a := &attempt{c: c, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts}
 	a.dir = filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(a.n))
 	for _, s := range slots {
 		a.gpuIDs = append(a.gpuIDs, s.GPUs...)
@@ -493,7 +494,9 @@ func (a *attempt) stopThenValidate() outcome {
 	if a.drainVerdict != nil {
 		a.gate(*a.drainVerdict)
 	}
-	if r, d := a.validate(); r != "" {
+	if r, d := a.validate(); r == state.ReasonQualityFailed {
+		return a.terminal(state.Quarantined, r, d)
+	} else if r != "" {
 		return a.terminal(state.Failed, r, d)
 	}
 	if a.quarant {
@@ -627,7 +630,7 @@ func (a *attempt) cleanup() (outcome, bool) {
 		return a.harness(err), false
 	}
 	start := a.c.now()
-	deadline := start.Add(time.Duration(a.c.plan.CleanupS * float64(time.Second)))
+	deadline := start.Add(time.Duration(a.plan.CleanupS * float64(time.Second)))
 	var v gates.Verdict
 	for {
 		a.killAdopted()
@@ -779,13 +782,16 @@ func (a *attempt) validate() (state.Reason, string) {
 		a.gate(vd)
 		if !vd.Passed() {
 			reason := state.ReasonValidatorFailed
-			if vd.Class == gates.ClassProfileArtifact {
+			switch vd.Class {
+			case gates.ClassProfileArtifact:
 				reason = state.ReasonProfileArtifact
+			case gates.ClassQuality:
+				reason = state.ReasonQualityFailed
 			}
 			return reason, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}
 	}
-	pv := gates.PrivacyScan(a.dir, a.c.plan.Privacy, a.c.private, func(rel string) bool {
+	pv := gates.PrivacyScan(a.dir, a.plan.Privacy, a.c.private, func(rel string) bool {
 		return rel == "state.json" || rel == "gates.jsonl" // the controller's own records
 	}, 64<<20, a.c.now())
 	a.gate(pv)
@@ -941,7 +947,7 @@ func (a *attempt) prepareCommands() error {
 	a.env = env
 	return atomicfile.WriteJSON(filepath.Join(a.dir, "environment.json"), map[string]any{
 		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.workdir,
-		"protocol_sha256": c.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
+		"protocol_sha256": a.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
 	}, 0o644, atomicfile.Beneath(c.dir))
 }
 

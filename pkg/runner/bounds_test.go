@@ -307,3 +307,19 @@ func TestPlantedLinksAreNotFollowed(t *testing.T) {
 	}
 	c.wantClean()
 }
+
+// A quality-gate validator marks a run quality-failed (seed 000): the run
+// is kept, quarantined, and the campaign goes on; the quarantined-fraction
+// threshold, which counts drain-quarantined runs as the seed's does, does
+// not stop it.
+func TestQualityFailedIsKeptNotAStop(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 2, quarantined: "0.1", extra: `validators:
+  - name: quality
+    command: {shell: 'echo ''{"verdict": "fail", "class": "quality", "detail": "outputs failed the quality check"}'''}`})
+	c.run()
+	c.wantComplete()
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		c.wantAttempts(run, state.Attempt{State: state.Quarantined, Reason: state.ReasonQualityFailed})
+	}
+	c.wantClean()
+}

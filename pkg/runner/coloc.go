@@ -25,7 +25,7 @@ import (
 func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	res := unitResult{unit: u.Unit}
 	slotByName := map[string]protocols.SlotInfo{}
-	for _, s := range c.plan.Slots {
+	for _, s := range c.currentPlan().Slots {
 		slotByName[s.Name] = s
 	}
 	var bgs, targets []protocols.Run

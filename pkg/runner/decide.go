@@ -29,6 +29,10 @@ type View struct {
 	// VerdictDetails its detail.
 	Verdicts       map[string]string
 	VerdictDetails map[string]string
+	// QuarantineReasons is the reason of each quarantined run's result
+	// (drain-quarantine, quality-failed); the quarantined-fraction
+	// threshold counts the drain-quarantined only, as the seed's does.
+	QuarantineReasons map[string]state.Reason
 	// GateErrors counts the error verdicts of each campaign-level gate.
 	GateErrors map[string]int
 	// Active holds the units in flight; Busy the slots they hold.
@@ -186,7 +190,11 @@ func thresholds(v View) *Stop {
 		n.Measured++
 		switch r.State() {
 		case state.RunQuarantined:
-			n.Quarantined++
+			// seed 002, A-P3-5: "more than 20% of measured runs are
+			// drain-quarantined"; a run without a known reason counts
+			if rs, ok := v.QuarantineReasons[r.ID]; !ok || rs == state.ReasonDrainQuarantine {
+				n.Quarantined++
+			}
 		case state.RunFailed:
 			n.Failed++
 		}

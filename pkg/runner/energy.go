@@ -95,10 +95,10 @@ func (a *attempt) startSampler(idle []gpu.Reading) {
 			a.setFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
 		}
 	}
-	if a.c.plan.SampleS <= 0 {
+	if a.plan.SampleS <= 0 {
 		return
 	}
-	every := time.Duration(a.c.plan.SampleS * float64(time.Second))
+	every := time.Duration(a.plan.SampleS * float64(time.Second))
 	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl")})
 	if err == nil {
 		err = s.Start(context.Background())

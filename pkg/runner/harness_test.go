@@ -108,6 +108,8 @@ type protocol struct {
 	expectedS  string // both loads' expected_s; "10" when ""
 	// expect replaces the server's expectations (a YAML flow list)
 	expect string
+	// extra holds top-level YAML lines appended to the protocol
+	extra string
 }
 
 // standinServer is the stand-in server's argument vector (YAML flow)
@@ -211,6 +213,7 @@ phases:
     loads: %s
 retries: {infrastructure: %d}
 stop: {quarantined_fraction_gt: %s}
+%s
 `, def(p.capGPUHours, "1.0"), standinBin, ports[0], ports[1],
 		def(p.drainS, "5"), def(p.watchdogS, "20"),
 		def(p.server, standinServer(p.serverArgs)), def(p.readyS, "10"),
@@ -219,7 +222,7 @@ stop: {quarantined_fraction_gt: %s}
 		def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
 		p.saturation, def(p.expectedS, "10"), measure,
 		strings.Join(vals, ", "), strings.Join(ids, ", "), loads,
-		p.retries, def(p.quarantined, "0.9"))
+		p.retries, def(p.quarantined, "0.9"), p.extra)
 	path := filepath.Join(dir, "protocol.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)

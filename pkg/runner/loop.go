@@ -47,6 +47,19 @@ type unitResult struct {
 // budget-exhausted.
 var errBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
 
+// errStorage is the cause of the runs' context when the campaign
+// directory refuses writes for good.
+var errStorage = errors.New("the campaign directory cannot be written")
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // budgetEvery is how often the loop sums the GPU time in flight against
 // the cap while runs are in flight: the most a budget stop can overrun is
 // one tick's worth of the GPUs in flight.
@@ -64,6 +77,7 @@ func (c *Runner) Run(ctx context.Context) error {
 	ctx, cancelRunners := context.WithCancelCause(ctx)
 	defer cancelRunners(nil)
 	exhausted := false
+	storageFailed := c.storageFailed
 	stopping := false
 	look := true // look at the records and decide on this pass
 	lastLook := c.now()
@@ -96,8 +110,18 @@ func (c *Runner) Run(ctx context.Context) error {
 				return err
 			}
 			switch {
+			case c.storageErr != nil && isClosed(c.storageFailed):
+				return c.storageErr
 			case exhausted:
 				c.recordOverrun()
+				return nil
+			case stopping && c.pendingFreeze() != nil:
+				a := *c.pendingFreeze()
+				notRun, err := c.store.Freeze(a)
+				if err != nil {
+					return fmt.Errorf("freeze %s: %w", a.ID, err)
+				}
+				c.log.Info().Str("amendment", a.ID).Int("not_run", len(notRun)).Msg("matrix frozen")
 				return nil
 			case stopping:
 				c.log.Info().Msg("stopped by operator; campaign is resumable")
@@ -105,7 +129,7 @@ func (c *Runner) Run(ctx context.Context) error {
 			case cp.State == state.CampaignStopped:
 				c.log.Warn().Str("reason", string(cp.StopReason)).Msg("campaign stopped for review; controller exits")
 				return nil
-			case cp.State == state.CampaignComplete:
+			case cp.State == state.CampaignComplete, cp.State == state.CampaignFrozen:
 				return nil
 			}
 		}
@@ -129,6 +153,13 @@ func (c *Runner) Run(ctx context.Context) error {
 			}
 		case <-c.stopReq:
 			stop("stopped by an operator (controller stop or SIGTERM)")
+		case <-storageFailed:
+			storageFailed = nil // a closed channel: handle it once
+			if !stopping {
+				stopping = true
+				c.log.Error().Int("active_units", len(c.active)).Msg("ending in-flight runs: the campaign directory cannot be written")
+				cancelRunners(errStorage)
+			}
 		case <-ended:
 			ended = nil // a closed channel: look once
 			stop("the runner's context ended")
@@ -140,6 +171,9 @@ func (c *Runner) Run(ctx context.Context) error {
 // reports whether the campaign is now complete; an error is one the
 // campaign's records could not take.
 func (c *Runner) step(ctx context.Context, ended []UnitEnd) (complete bool, err error) {
+	if isClosed(c.storageFailed) {
+		return false, nil // nothing new while the directory cannot be written
+	}
 	v, err := c.view(ended)
 	if err != nil {
 		c.log.Error().Err(err).Msg("read the records")
@@ -194,12 +228,23 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 		return View{}, err
 	}
 	v := View{
-		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
+		Plan: c.currentPlan(), Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
 		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
 		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
 	}
 	for u := range c.active {
 		v.Active[u] = true
+	}
+	if len(ended) > 0 {
+		// the thresholds are judged now: the reasons of quarantined runs
+		v.QuarantineReasons = map[string]state.Reason{}
+		for _, r := range runs {
+			if r.State() == state.RunQuarantined {
+				if a, err := c.store.Attempt(r.ID, r.Result); err == nil {
+					v.QuarantineReasons[r.ID] = a.Reason
+				}
+			}
+		}
 	}
 	for s := range c.busy {
 		v.Busy[s] = true
@@ -294,7 +339,7 @@ func (c *Runner) beforeWave() *Stop { return c.checkDisk() }
 // checkDisk applies the protocol's disk limits before a wave: free space
 // on the campaign's file system and the size of the runs' artifacts.
 func (c *Runner) checkDisk() *Stop {
-	st := c.plan.Stop
+	st := c.currentPlan().Stop
 	if st.MinFreeGB == nil && st.MaxArtifactsGB == nil {
 		return nil
 	}

@@ -76,6 +76,9 @@ var Policy = map[state.Reason]Rule{
 	state.ReasonDrainWatchdog: {StopForReview, "002 A-P3-5 (drain quarantine): drain serves as a hang watchdog"},
 	// Drain over the class allowance quarantines; the matrix goes on.
 	state.ReasonDrainQuarantine: {Quarantine, "002 A-P3-5 (drain quarantine): exceeding the allowance marks the run drain-quarantined but no longer stops the matrix"},
+	// Seed 000's terminal taxonomy: a run that fails a quality gate is kept
+	// and shown, excluded from rankings, and is not a campaign stop.
+	state.ReasonQualityFailed: {Quarantine, "000 terminal taxonomy: quality-failed is kept, shown and excluded from rankings, not a stop"},
 	// Stop list items 4-7 and 10: the artifacts' validators.
 	state.ReasonValidatorFailed: {StopForReview, "002 stop conditions 4-7, 10: artifact and data-sanity checks"},
 	// Stop list item 8: a prompt or generated text outside the private directory.

@@ -34,6 +34,7 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonBudgetExhausted:   Restart,
 		state.ReasonMeasureDeadline:   StopForReview,
 		state.ReasonDrainUnseen:       StopForReview,
+		state.ReasonQualityFailed:     Quarantine,
 	}
 	if len(Policy) != len(state.Reasons) {
 		t.Errorf("the policy has %d rules for %d reasons", len(Policy), len(state.Reasons))
@@ -103,7 +104,7 @@ func TestEveryReasonProduced(t *testing.T) {
 		"ReasonPrivacyViolation": state.ReasonPrivacyViolation, "ReasonInterrupted": state.ReasonInterrupted,
 		"ReasonHarnessError": state.ReasonHarnessError, "ReasonProfileArtifact": state.ReasonProfileArtifact,
 		"ReasonBudgetExhausted": state.ReasonBudgetExhausted, "ReasonMeasureDeadline": state.ReasonMeasureDeadline,
-		"ReasonDrainUnseen": state.ReasonDrainUnseen,
+		"ReasonDrainUnseen": state.ReasonDrainUnseen, "ReasonQualityFailed": state.ReasonQualityFailed,
 	}
 	if len(names) != len(state.Reasons) {
 		t.Fatalf("the test names %d reasons, state has %d: add the new one here", len(names), len(state.Reasons))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -85,7 +87,7 @@ type Runner struct {
 	workdir      string
 	protocolPath string
 	fakeGPUDir   string
-	plan         *protocols.Plan
+	plan         atomic.Pointer[protocols.Plan] // the plan in force; Reload replaces it
 	store        *state.Store
 	cgroups      *launch.Manager
 	starter      *launch.Launcher
@@ -97,6 +99,15 @@ type Runner struct {
 	private      [][]byte
 
 	flights flights // attempts whose server holds GPUs, not yet charged
+
+	// storageFailed is closed, and storageErr set, when the campaign
+	// directory refuses writes for good (failStorage).
+	storageOnce   sync.Once
+	storageFailed chan struct{}
+	storageErr    error
+
+	freezeMu sync.Mutex       // guards freeze
+	freeze   *state.Amendment // a freeze to record once the runs in flight ended
 
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed when an operator asks the runner to stop
@@ -123,14 +134,43 @@ func New(cfg Config) (*Runner, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Runner{
+	r := &Runner{
 		dir: cfg.Dir, workdir: cfg.Workdir, protocolPath: cfg.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
-		plan: cfg.Plan, store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
+		store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
 		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private,
-		stopReq: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
+		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
-	}, nil
+	}
+	r.plan.Store(cfg.Plan)
+	return r, nil
 }
+
+// Reload puts an amended plan in force: the next scheduling decision uses
+// it; an attempt in flight keeps the plan (and the run) it started under.
+// The amended plan has the same runs as the one it replaces.
+func (c *Runner) Reload(p *protocols.Plan) {
+	c.plan.Store(p)
+	c.log.Info().Str("protocol_sha256", p.Protocol.SHA256).Msg("amended plan in force")
+}
+
+// Freeze ends the runs in flight as Stop does, then freezes the matrix
+// with amendment a (state.Store.Freeze): every run without a result
+// not-run, the campaign frozen; Run then returns.
+func (c *Runner) Freeze(a state.Amendment) {
+	c.freezeMu.Lock()
+	c.freeze = &a
+	c.freezeMu.Unlock()
+	c.Stop()
+}
+
+func (c *Runner) pendingFreeze() *state.Amendment {
+	c.freezeMu.Lock()
+	defer c.freezeMu.Unlock()
+	return c.freeze
+}
+
+// currentPlan is the plan in force.
+func (c *Runner) currentPlan() *protocols.Plan { return c.plan.Load() }
 
 // Stop asks Run to end the runs in flight (interrupted, resumable), record
 // an operator's stop and return. It returns at once; it is safe to call
@@ -147,6 +187,7 @@ func (c *Runner) heartbeat() {
 	})
 	if err != nil {
 		c.log.Error().Err(err).Msg("heartbeat")
+		c.stopIfDiskFull(err)
 	}
 }
 
@@ -178,6 +219,9 @@ func (c *Runner) stopCampaign(s Stop) {
 	c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
 	if err := c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures); err != nil {
 		c.log.Error().Err(err).Msg("record stop")
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO) {
+			c.failStorage(err)
+		}
 	}
 }
 

@@ -152,7 +152,7 @@ func check(tx *bolt.Tx) error {
 			if a.N != i+1 {
 				add(RuleAttemptNumbers, "run %s: attempt %d found where %d was expected", id, a.N, i+1)
 			}
-			if a.State.result() {
+			if a.usable() {
 				if result != 0 {
 					add(RuleOneResult, "run %s: attempts %d and %d are both results", id, result, a.N)
 				}
@@ -170,6 +170,13 @@ func check(tx *bolt.Tx) error {
 		}
 		if r.Done != (result != 0) || r.Result != result {
 			add(RuleRunFields, "run %s: done = %t, result = %d; the attempts say result %d", id, r.Done, r.Result, result)
+		}
+		wantResultState := AttemptState("")
+		if result != 0 && list[result-1].Readjudicated != nil {
+			wantResultState = list[result-1].Readjudicated.State
+		}
+		if r.ResultState != wantResultState {
+			add(RuleRunFields, "run %s: result_state = %q, the result's re-adjudication says %q", id, r.ResultState, wantResultState)
 		}
 		if r.LastState != last {
 			add(RuleRunFields, "run %s: last_state = %q, latest attempt is %q", id, r.LastState, last)

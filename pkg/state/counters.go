@@ -23,7 +23,7 @@ type counters struct {
 
 // remainingS is what r contributes to counters.RemainingExpectedS.
 func remainingS(r Run) float64 {
-	if r.Done {
+	if r.Done || r.NotRun != "" {
 		return 0
 	}
 	return r.ExpectedS

@@ -84,8 +84,8 @@ func checkTransition(from, to AttemptState) error {
 
 // campaignTransitions says which campaign state may follow which.
 var campaignTransitions = map[CampaignState][]CampaignState{
-	CampaignRunning: {CampaignStopped, CampaignComplete},
-	CampaignStopped: {CampaignRunning},
+	CampaignRunning: {CampaignStopped, CampaignComplete, CampaignFrozen},
+	CampaignStopped: {CampaignRunning, CampaignFrozen},
 }
 
 func checkCampaignTransition(from, to CampaignState) error {
@@ -138,6 +138,10 @@ const (
 	ReasonPrivacyViolation Reason = "privacy-violation"
 	// ReasonInterrupted: the controller died, stopped, or the host rebooted during the attempt.
 	ReasonInterrupted Reason = "interrupted"
+	// ReasonQualityFailed: a quality-gate validator found the run's outputs
+	// failing its check (seed 000's quality-failed): the run is kept,
+	// quarantined, and excluded from rankings.
+	ReasonQualityFailed Reason = "quality-failed"
 	// ReasonBudgetExhausted: the campaign's GPU time passed its cap while
 	// the attempt ran; it was ended gracefully and restarts after review.
 	ReasonBudgetExhausted Reason = "budget-exhausted"
@@ -158,7 +162,7 @@ var Reasons = []Reason{
 	ReasonGPUNotIdle, ReasonForeignGPUProcess, ReasonCleanupTimeout, ReasonCleanupFailed,
 	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
 	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
-	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen,
+	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen, ReasonQualityFailed,
 }
 
 // Valid reports whether r is a known reason.

@@ -1,6 +1,9 @@
 package state
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // CampaignState is the state of the whole campaign.
 type CampaignState string
@@ -14,6 +17,9 @@ const (
 	CampaignStopped CampaignState = "stopped"
 	// CampaignComplete: every run of the plan is done.
 	CampaignComplete CampaignState = "complete"
+	// CampaignFrozen: an amendment froze the matrix (controller freeze):
+	// nothing is scheduled again, and every run without a result is not-run.
+	CampaignFrozen CampaignState = "frozen"
 )
 
 // StopReason says why a campaign stopped. The values are stored as
@@ -113,6 +119,9 @@ const (
 	RunQuarantined RunState = "quarantined"
 	// RunFailed: the last attempt failed and the run is not done.
 	RunFailed RunState = "failed"
+	// RunNotRun: a freeze left the run without a result for good; never
+	// imputed.
+	RunNotRun RunState = "not-run"
 )
 
 // Run is one unit of the plan. Attempts, Done, Result and LastState are
@@ -134,11 +143,23 @@ type Run struct {
 	Done      bool         `json:"done"`       // has a complete or quarantined attempt
 	Result    int          `json:"result"`     // number of that attempt, 0 if none
 	LastState AttemptState `json:"last_state"` // state of the latest attempt, "" if none
+	// ResultState is the re-adjudicated state of the result attempt when a
+	// re-adjudication made it the result or changed its state; "" else.
+	ResultState AttemptState `json:"result_state,omitempty"`
+	// NotRun is the amendment that froze the matrix with the run
+	// unfinished; "" else.
+	NotRun string `json:"not_run,omitempty"`
 }
 
 // State derives the run's state from its fields.
 func (r Run) State() RunState {
 	switch {
+	case r.Done && r.ResultState == Quarantined:
+		return RunQuarantined
+	case r.Done && r.ResultState != "":
+		return RunComplete
+	case r.NotRun != "" && !r.Done:
+		return RunNotRun
 	case r.Done && r.LastState == Quarantined:
 		return RunQuarantined
 	case r.Done:
@@ -177,6 +198,19 @@ type Attempt struct {
 	Amendments     []string           `json:"amendments,omitempty"`
 	// EventSeqs lists the sequence numbers of this attempt's events, in order.
 	EventSeqs []uint64 `json:"event_seqs"`
+	// Readjudicated is the latest new verdict on the attempt under an
+	// amendment (controller readjudicate); State and Reason stay as
+	// recorded.
+	Readjudicated *Readjudication `json:"readjudicated,omitempty"`
+}
+
+// usable reports whether the attempt is its run's result: complete or
+// quarantined, or made so by a re-adjudication.
+func (a Attempt) usable() bool {
+	if a.Readjudicated != nil {
+		return a.Readjudicated.State.result()
+	}
+	return a.State.result()
 }
 
 // Proc identifies a process an attempt started. A bare pid is never trusted
@@ -268,14 +302,36 @@ type GateVerdict struct {
 	At      time.Time          `json:"at"`
 }
 
-// Amendment is a dated, named change to the frozen protocol.
+// Amendment is a dated, named change to the frozen protocol: a change of
+// the protocol (kind amend), a re-adjudication of recorded attempts under
+// one (readjudicate), or the freezing of the matrix (freeze).
 type Amendment struct {
-	ID             string    `json:"id"`
-	Date           string    `json:"date"`
-	Title          string    `json:"title"`
-	Text           string    `json:"text"`
-	ProtocolSHA256 string    `json:"protocol_sha256"`
-	RegisteredAt   time.Time `json:"registered_at"`
+	ID             string `json:"id"`
+	Kind           string `json:"kind,omitempty"` // amend, readjudicate, freeze; "" for amend
+	Date           string `json:"date"`
+	Title          string `json:"title"`
+	Text           string `json:"text"` // the reason given
+	OperatorUID    int    `json:"operator_uid"`
+	OldSHA256      string `json:"old_protocol_sha256,omitempty"`
+	ProtocolSHA256 string `json:"protocol_sha256"`
+	// Cites is the amendment a re-adjudication applies.
+	Cites string `json:"cites,omitempty"`
+	// Runs are the runs it changed, re-adjudicated or left not-run.
+	Runs []string `json:"runs,omitempty"`
+	// Diff is the plan diff of an amend, as JSON.
+	Diff         json.RawMessage `json:"diff,omitempty"`
+	RegisteredAt time.Time       `json:"registered_at"`
+}
+
+// Readjudication is a new verdict on a recorded attempt under an
+// amendment, kept beside the attempt's own state and reason, which stay as
+// they were recorded.
+type Readjudication struct {
+	Amendment string       `json:"amendment"`
+	State     AttemptState `json:"state"` // complete, quarantined or failed
+	Reason    Reason       `json:"reason,omitempty"`
+	Detail    string       `json:"detail"`
+	At        time.Time    `json:"at"`
 }
 
 // Summary is what a status query needs, read in one transaction without

@@ -1,0 +1,79 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/gates"
+	"warden/pkg/launch"
+	"warden/pkg/safefile"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// revalidateTimeout bounds one validator re-run.
+const revalidateTimeout = 10 * time.Minute
+
+// Revalidate runs run's validators again over a recorded attempt's
+// artifacts, as an amendment's re-adjudication does: with the attempt's
+// recorded launch variables (environment.json) and its recorded signal
+// times, through the launcher. It starts no server and touches no GPU.
+// The validators' output goes to outDir, never into the ended attempt's
+// directory. It returns one verdict per validator.
+func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir, outDir string) ([]gates.Verdict, error) {
+	if len(run.Validators) == 0 {
+		return nil, nil
+	}
+	b, err := safefile.ReadFile(filepath.Join(a.Dir, "environment.json"), maxChildFile)
+	if err != nil {
+		return nil, fmt.Errorf("revalidate %s attempt %d: %w", a.RunID, a.N, err)
+	}
+	var env struct {
+		Variables map[string]string `json:"variables"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("revalidate %s attempt %d: environment.json: %w", a.RunID, a.N, err)
+	}
+	if err := atomicfile.MkdirAll(outDir, 0o700); err != nil {
+		return nil, err
+	}
+	vars := env.Variables
+	environ := append(os.Environ(),
+		"WARDEN_RUN_ID="+a.RunID, "WARDEN_ATTEMPT="+vars["ATTEMPT"], "WARDEN_RUN_DIR="+vars["RUN_DIR"],
+		"WARDEN_ATTEMPT_DIR="+a.Dir, "WARDEN_CAMPAIGN_DIR="+vars["CAMPAIGN_DIR"], "WARDEN_PHASE_FILE="+vars["PHASE_FILE"],
+		EnvSignalsFile+"="+filepath.Join(a.Dir, "signals.json"))
+	var out []gates.Verdict
+	for _, v := range run.Validators {
+		argv, err := expandCommand(v.Command, vars)
+		if err != nil {
+			return out, err
+		}
+		stdout := filepath.Join(outDir, "validator-"+v.Name+".out")
+		p, err := l.Start(launch.Spec{Role: "validator:" + v.Name, Argv: argv, Env: environ, Dir: workdir,
+			StdoutPath: stdout, StderrPath: filepath.Join(outDir, "validator-"+v.Name+".err"),
+			Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace}})
+		if err != nil {
+			out = append(out, gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Error, Detail: err.Error(), At: time.Now()})
+			continue
+		}
+		timer := time.NewTimer(revalidateTimeout)
+		select {
+		case <-p.Done():
+		case <-timer.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 2*validatorGrace+stopSlack)
+			p.Shutdown(ctx)
+			cancel()
+			<-p.Done()
+		}
+		timer.Stop()
+		ex := p.Exit()
+		b, _ := safefile.ReadFile(stdout, maxChildFile)
+		out = append(out, gates.ValidatorResult(v.Name, ex.Code, ex.Signal, b, time.Now()))
+	}
+	return out, nil
+}
