@@ -50,6 +50,7 @@ func TestImportDirections(t *testing.T) {
 		{"warden/pkg/launch", false, []string{"warden/pkg/state", "go.etcd.io/bbolt"}, "process handling does not touch the database"},
 		{"warden/pkg/gates", false, []string{"warden/pkg/launch", "warden/pkg/state", "os/exec"}, "gates neither start nor kill processes nor write state"},
 		{"warden/pkg/budget", true, []string{"os", "net", "io", "warden/pkg/"}, "budget accounting is pure"},
+		{"warden/pkg/loadgen", false, []string{"warden/cmd/", "github.com/spf13/cobra", "warden/pkg/state", "warden/pkg/launch"}, "the load client library holds no CLI and no controller internals"},
 		{"warden/cmd/ctlq", false, []string{"warden/pkg/launch", "github.com/NVIDIA/go-nvml", "warden/cmd/controller"}, "the query tool talks to the controller only through the API"},
 	}
 	for _, r := range rules {
