@@ -81,3 +81,26 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 		t.Fatalf("no server: %+v", o)
 	}
 }
+
+func TestScanChunk(t *testing.T) {
+	for _, tc := range []struct {
+		chunk                string
+		token, decode, whole bool
+	}{
+		{`{"choices":[{"index":0,"text":" tok","finish_reason":null}],"usage":null}`, true, false, true},
+		{`{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`, false, false, true},
+		{`{"choices":[{"delta":{"role":"assistant","content":""}}]}`, false, false, true},
+		{`{"choices":[{"delta":{"content": "hi"}}]}`, true, false, true},
+		{`{"choices":[{"delta":{"reasoning_content":"x"}}]}`, true, false, true},
+		{`{"choices":[{"text":"say \"text\": \"\""}]}`, true, false, true},
+		{`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`, false, true, true},
+		{`{"error":{"message":"x"}}`, false, true, true},
+		{`{"object":"error","message":"x"}`, false, true, true},
+		{`not json`, false, false, false},
+	} {
+		token, decode, whole := scanChunk([]byte(tc.chunk))
+		if token != tc.token || decode != tc.decode || whole != tc.whole {
+			t.Errorf("scanChunk(%s) = %v %v %v, want %v %v %v", tc.chunk, token, decode, whole, tc.token, tc.decode, tc.whole)
+		}
+	}
+}
