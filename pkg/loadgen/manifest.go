@@ -46,6 +46,9 @@ type Manifest struct {
 // row is what the manifest keeps of a line in memory: where it is and its
 // counts, never its prompt.
 type row struct {
+	// off is where the prompt's raw JSON value (an array of ids or a
+	// string) starts in the file, n its length: a request's prompt is read
+	// back without decoding its line.
 	off          int64
 	n            int32
 	inputTokens  int32
@@ -119,7 +122,11 @@ func (m *Manifest) scan() error {
 			return fmt.Errorf("line %d: id %q repeats line %d", lineNo, l.ID, prev)
 		}
 		ids[l.ID] = lineNo
-		m.rows = append(m.rows, row{off: off, n: int32(len(body)), inputTokens: int32(*l.InputTokens), outputTokens: int32(*l.OutputTokens), id: l.ID})
+		poff, plen, err := promptSpan(body, l, tokenIDs)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", lineNo, err)
+		}
+		m.rows = append(m.rows, row{off: off + int64(poff), n: int32(plen), inputTokens: int32(*l.InputTokens), outputTokens: int32(*l.OutputTokens), id: l.ID})
 		off += int64(n)
 		if err == io.EOF {
 			break
@@ -130,6 +137,31 @@ func (m *Manifest) scan() error {
 	}
 	m.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return nil
+}
+
+// promptSpan locates the prompt's raw value in the line: after its key,
+// the first occurrence of the bytes json.Unmarshal gave for it (a raw
+// value is a verbatim copy of the line's bytes).
+func promptSpan(body []byte, l manifestLine, tokenIDs bool) (int, int, error) {
+	key, raw := []byte(`"prompt"`), []byte(l.Prompt)
+	if tokenIDs {
+		key, raw = []byte(`"prompt_token_ids"`), []byte(l.PromptTokenIDs)
+	}
+	for from := 0; ; {
+		k := bytes.Index(body[from:], key)
+		if k < 0 {
+			return 0, 0, errors.New("cannot locate the prompt in the line")
+		}
+		after := from + k + len(key)
+		rest := bytes.TrimLeft(body[after:], " \t")
+		if len(rest) > 0 && rest[0] == ':' {
+			start := len(body) - len(rest) + 1
+			if v := bytes.Index(body[start:], raw); v >= 0 && len(bytes.TrimSpace(body[start:start+v])) == 0 {
+				return start + v, len(raw), nil
+			}
+		}
+		from = after
+	}
 }
 
 // readLine reads one line of up to MaxLineBytes, with its newline.
@@ -220,22 +252,18 @@ func (m *Manifest) ID(i int) string        { return m.rows[i].id }
 func (m *Manifest) InputTokens(i int) int  { return int(m.rows[i].inputTokens) }
 func (m *Manifest) OutputTokens(i int) int { return int(m.rows[i].outputTokens) }
 
-// prompt reads request i's prompt field back from the file, as raw JSON
-// (an array of ids or a string).
+// prompt reads request i's prompt back from the file, as raw JSON (an
+// array of ids or a string), without decoding it.
 func (m *Manifest) prompt(i int) (json.RawMessage, error) {
 	r := m.rows[i]
 	buf := make([]byte, r.n)
 	if _, err := m.f.ReadAt(buf, r.off); err != nil {
 		return nil, fmt.Errorf("manifest: read request %d: %w", i, err)
 	}
-	var l manifestLine
-	if err := json.Unmarshal(buf, &l); err != nil {
-		return nil, fmt.Errorf("manifest: request %d changed since the start: %w", i, err)
+	if m.TokenIDs && (buf[0] != '[' || buf[len(buf)-1] != ']') || !m.TokenIDs && (buf[0] != '"' || buf[len(buf)-1] != '"') {
+		return nil, fmt.Errorf("manifest: request %d changed since the start", i)
 	}
-	if m.TokenIDs {
-		return l.PromptTokenIDs, nil
-	}
-	return l.Prompt, nil
+	return buf, nil
 }
 
 // Close closes the manifest's file.
