@@ -16,6 +16,10 @@
 #
 # Needs go, taskset and /usr/bin/python3 with aiohttp (apt-get install
 # python3-aiohttp). Loopback only; everything it starts it stops.
+# Environment: DURATION_S (5), CLIENT_CPU (0), SERVER_CPU (1; a list such as
+# 2-9 gives the server room, so that the client is what is measured), PY
+# (/usr/bin/python3), BIN (bin), SKIP_BUILD=1 to use binaries already in
+# BIN (static ones, for a machine without go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -23,6 +27,8 @@ DURATION_S=${DURATION_S:-5}
 CLIENT_CPU=${CLIENT_CPU:-0}
 SERVER_CPU=${SERVER_CPU:-1}
 PY=${PY:-/usr/bin/python3}
+BIN=${BIN:-bin}
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -31,14 +37,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o bin/ ./cmd/loadgen ./bench/noopserver
-bin/loadgen materialize --id B --input-fixed 4 --output-fixed 1 --arrival steady \
+[ -n "${SKIP_BUILD:-}" ] || go build -o "$BIN/" ./cmd/loadgen ./bench/noopserver
+"$BIN"/loadgen materialize --id B --input-fixed 4 --output-fixed 1 --arrival steady \
 	--num-requests 120000 --workload-seed 1 --out "$work/m.jsonl" >/dev/null
 
 # start_server TOKENS TOKEN_MS: a no-op server on SERVER_CPU; sets $url.
 start_server() {
 	rm -f "$work/port"
-	taskset -c "$SERVER_CPU" bin/noopserver --port-file "$work/port" --tokens "$1" --token-ms "$2" &
+	taskset -c "$SERVER_CPU" "$BIN"/noopserver --port-file "$work/port" --tokens "$1" --token-ms "$2" &
 	pids+=($!)
 	server_pid=$!
 	for _ in $(seq 200); do [ -s "$work/port" ] && break; sleep 0.05; done
@@ -49,13 +55,13 @@ stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; }
 # lg ARGS...: run loadgen on CLIENT_CPU into a fresh result directory.
 lg() {
 	local dir="$work/r$RANDOM$RANDOM"
-	taskset -c "$CLIENT_CPU" bin/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
+	taskset -c "$CLIENT_CPU" "$BIN"/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
 		--warmup-seconds 0 --drain-timeout-seconds 30 --result-dir "$dir" "$@" >/dev/null
 	echo "$dir/result.json"
 }
 field() { "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-echo "# loadgen vs Python asyncio+aiohttp ($("$PY" -c 'import aiohttp,sys; print("aiohttp", aiohttp.__version__, "python", sys.version.split()[0])')), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(uname -n): loadgen vs Python asyncio+aiohttp ($("$PY" -c 'import aiohttp,sys; print("aiohttp", aiohttp.__version__, "python", sys.version.split()[0])')), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), client on CPU $CLIENT_CPU, server on CPU $SERVER_CPU"
 echo
 echo "## 1. Schedule error, sent - planned (ms), ${DURATION_S} s per point"
 printf "%-8s %7s | %9s %9s %9s | %9s %9s %9s | %s\n" arrival rps go_p50 go_p99 go_max py_p50 py_p99 py_max "p99 ratio py/go"
@@ -95,7 +101,7 @@ peak_rss() { /usr/bin/time -f "%M" "$@" 2>&1 >/dev/null | tail -1; }
 start_server 200 10
 declare -A rss
 for c in 1 1024; do
-	rss[go$c]=$(peak_rss taskset -c "$CLIENT_CPU" bin/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
+	rss[go$c]=$(peak_rss taskset -c "$CLIENT_CPU" "$BIN"/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
 		--load-point bench --request-rate inf --max-concurrency "$c" --warmup-seconds 0 --clean-segment-seconds 3 \
 		--num-clean-segments 1 --drain-timeout-seconds 30 --result-dir "$work/mem$c")
 	rss[py$c]=$(peak_rss taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode closed --concurrency "$c" --warmup 0 --duration 3)
