@@ -10,13 +10,16 @@
 #    DURATION_S seconds each; p50, p99, max in ms.
 # 2. Closed-loop capacity at 256 and 1,024 concurrent streams, the client on
 #    one core (taskset -c $CLIENT_CPU), the server on another: completed
-#    requests/s; each response is 16 token chunks 5 ms apart.
+#    requests/s; each response is 16 token chunks 5 ms apart. Also the
+#    client's CPU time (user + sys) per request, and the capacity of one
+#    whole core it implies (1 / CPU per request): on a shared machine the
+#    wall-clock rate measures the neighbours as much as the client.
 # 3. Memory per outstanding request: peak RSS with 1,024 streams held open
 #    (200 chunks 10 ms apart) minus peak RSS with 1, over 1,023.
 #
 # Needs go, taskset and /usr/bin/python3 with aiohttp (apt-get install
 # python3-aiohttp). Loopback only; everything it starts it stops.
-# Environment: DURATION_S (5), CLIENT_CPU (0), SERVER_CPU (1; a list such as
+# Environment: SECTIONS (123: which to run), DURATION_S (5), CLIENT_CPU (0), SERVER_CPU (1; a list such as
 # 2-9 gives the server room, so that the client is what is measured), PY
 # (/usr/bin/python3), BIN (bin), SKIP_BUILD=1 to use binaries already in
 # BIN (static ones, for a machine without go).
@@ -59,9 +62,13 @@ lg() {
 		--warmup-seconds 0 --drain-timeout-seconds 30 --result-dir "$dir" "$@" >/dev/null
 	echo "$dir/result.json"
 }
+SECTIONS=${SECTIONS:-123}
+# cpu_of FILE: user + sys seconds written by /usr/bin/time -f "%U %S" -o FILE.
+cpu_of() { awk '{print $1 + $2}' "$1"; }
 field() { "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 echo "# $(uname -n): loadgen vs Python asyncio+aiohttp ($("$PY" -c 'import aiohttp,sys; print("aiohttp", aiohttp.__version__, "python", sys.version.split()[0])')), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), client on CPU $CLIENT_CPU, server on CPU $SERVER_CPU"
+if [[ $SECTIONS == *1* ]]; then
 echo
 echo "## 1. Schedule error, sent - planned (ms), ${DURATION_S} s per point"
 printf "%-8s %7s | %9s %9s %9s | %9s %9s %9s | %s\n" arrival rps go_p50 go_p99 go_max py_p50 py_p99 py_max "p99 ratio py/go"
@@ -78,22 +85,34 @@ for arrival in steady burst:8; do
 	done
 done
 stop_server
+fi
 
+if [[ $SECTIONS == *2* ]]; then
 echo
 echo "## 2. Closed-loop capacity, client on one core (completed requests/s over ${DURATION_S} s; 16 chunks 5 ms apart)"
-printf "%8s | %10s %10s | %s\n" streams go_rps py_rps "ratio go/py"
+printf "%8s | %10s %10s %11s | %10s %10s %11s | %s\n" streams go_rps go_cpu_us go_core_rps py_rps py_cpu_us py_core_rps "ratios go/py: rps, core_rps"
 start_server 16 5
 for c in 256 1024; do
-	r=$(lg --load-point bench --request-rate inf --max-concurrency "$c" --warmup-seconds 1 \
-		--clean-segment-seconds "$DURATION_S" --num-clean-segments 1)
-	g=$(field "$r" "'%.1f' % r['clean']['completed_rps']")
-	py=$(taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode closed --concurrency "$c" --warmup 1 --duration "$DURATION_S")
-	p=$("$PY" -c "import json,sys; print('%.1f' % json.loads(sys.argv[1])['completed_rps'])" "$py")
-	ratio=$("$PY" -c "import sys; print('%.1f' % (float(sys.argv[1])/float(sys.argv[2])))" "$g" "$p")
-	printf "%8s | %10s %10s | %s\n" "$c" "$g" "$p" "$ratio"
+	dir="$work/cap$c"
+	/usr/bin/time -f "%U %S" -o "$work/gotime" taskset -c "$CLIENT_CPU" "$BIN"/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
+		--load-point bench --request-rate inf --max-concurrency "$c" --warmup-seconds 1 \
+		--clean-segment-seconds "$DURATION_S" --num-clean-segments 1 --drain-timeout-seconds 30 --result-dir "$dir" >/dev/null
+	read -r g gn < <(field "$dir/result.json" "'%.1f %d' % (r['clean']['completed_rps'], r['totals']['admitted'])")
+	gcpu=$(cpu_of "$work/gotime")
+	py=$(/usr/bin/time -f "%U %S" -o "$work/pytime" taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode closed --concurrency "$c" --warmup 1 --duration "$DURATION_S")
+	read -r p pn < <("$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print('%.1f %d' % (r['completed_rps'], r['total_completed']))" "$py")
+	pcpu=$(cpu_of "$work/pytime")
+	"$PY" - "$c" "$g" "$gn" "$gcpu" "$p" "$pn" "$pcpu" <<'PYEOF'
+import sys
+c, g, gn, gcpu, p, pn, pcpu = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
+gus, pus = gcpu / gn * 1e6, pcpu / pn * 1e6
+print("%8s | %10.1f %10.1f %11.0f | %10.1f %10.1f %11.0f | %.1f, %.1f" % (c, g, gus, 1e6 / gus, p, pus, 1e6 / pus, g / p, pus / gus))
+PYEOF
 done
 stop_server
+fi
 
+if [[ $SECTIONS == *3* ]]; then
 echo
 echo "## 3. Memory per outstanding request (peak RSS, streams held open 2 s)"
 # peak_rss CMD...: runs CMD, prints its peak RSS in KiB.
@@ -116,3 +135,4 @@ print("go      %9d %12d %19.1f" % (g1, g1024, gper))
 print("python  %9d %12d %19.1f" % (p1, p1024, pper))
 print("ratio python/go per outstanding request: %.1f" % (pper / gper if gper > 0 else float("inf")))
 PYEOF
+fi

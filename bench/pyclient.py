@@ -87,7 +87,7 @@ async def closed_loop(args, session, url, body):
 
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     return {"completed": counted["completed"], "failed": stats["failed"],
-            "completed_rps": counted["completed"] / args.duration}
+            "completed_rps": counted["completed"] / args.duration, "total_completed": stats["completed"]}
 
 
 async def main():

@@ -9,13 +9,14 @@ import (
 )
 
 // BenchmarkSend measures the client's cost of one streamed request of 16
-// token chunks and a usage chunk, against an in-process no-op server (the
+// token chunks, each written and flushed apart, and a usage chunk, against an in-process no-op server (the
 // server's cost is included: compare runs, not absolute figures).
 func BenchmarkSend(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; i < 16; i++ {
 			fmt.Fprint(w, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n")
+			w.(http.Flusher).Flush() // one write per token, as servers stream
 		}
 		fmt.Fprint(w, "data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":16,\"total_tokens\":20}}\n\ndata: [DONE]\n\n")
 	}))

@@ -45,7 +45,7 @@ func (c *Clock) Anchor() (time.Time, int64) { return c.wall, c.mono }
 
 // sleepSlice bounds one kernel sleep of waitUntil, so that a stop is seen
 // within it.
-const sleepSlice = 50 * time.Millisecond
+const sleepSlice = 10 * time.Millisecond
 
 // pacer waits until absolute monotonic instants with clock_nanosleep on an
 // OS thread of its own: Go's timers wake about half a millisecond late on
