@@ -88,6 +88,11 @@ func newTransport(maxConns int) *http.Transport {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
+		// Bodies are written once and the stream is read through the
+		// client's own small reader: 2 KiB each way keeps an outstanding
+		// request's memory down (the defaults are 4 KiB).
+		WriteBufferSize: 2 << 10,
+		ReadBufferSize:  2 << 10,
 	}
 }
 
@@ -166,7 +171,7 @@ func (s *sender) send(ctx context.Context, body []byte, want int, exact bool) ou
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		return finish(classifyStatus(resp.StatusCode, data), "status "+strconv.Itoa(resp.StatusCode))
 	}
-	br := bufio.NewReaderSize(resp.Body, 4<<10)
+	br := bufio.NewReaderSize(resp.Body, 1<<10)
 	var last int64
 	for {
 		line, err := readLine(br)

@@ -34,6 +34,13 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 		status  int
 	}{
 		{"success", func(w http.ResponseWriter, _ *http.Request) { sse(w, 4, 4, true) }, Success, 200},
+		{"chunks longer than the reader", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(200)
+			for i := 0; i < 4; i++ {
+				fmt.Fprintf(w, "data: {\"choices\":[{\"text\":\"%s\"}]}\n\n", strings.Repeat("y", 5000))
+			}
+			fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n")
+		}, Success, 200},
 		{"too few tokens", func(w http.ResponseWriter, _ *http.Request) { sse(w, 3, 3, true) }, InvalidOutput, 200},
 		{"no usage", func(w http.ResponseWriter, _ *http.Request) { sse(w, 4, -1, true) }, InvalidOutput, 200},
 		{"partial stream", func(w http.ResponseWriter, _ *http.Request) { sse(w, 2, -1, false) }, TransportError, 200},
