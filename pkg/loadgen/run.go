@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -158,12 +157,13 @@ type run struct {
 	exhausted chan struct{} // closed when the manifest ran out
 	exhaust   sync.Once
 	fatal     chan error // a harness failure of the admission side
-	next      atomic.Int64
 	// wg counts admission goroutines and outstanding requests.
 	wg sync.WaitGroup
 
 	mu        sync.Mutex
 	slots     []*slot // guarded by mu
+	nextRow   int     // guarded by mu: the closed loop's next manifest row
+	closed    bool    // guarded by mu: admission has stopped; admit refuses
 	finalized bool    // guarded by mu: records no longer change
 
 	itlMu sync.Mutex
@@ -308,7 +308,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	}
 	// Admission ends here: on time at the nominal end of the last
 	// segment, or early, now.
-	close(r.stopAdmit)
+	outstandingAtStop := r.closeAdmission()
 	drainStart := cur.end
 	if !ok {
 		drainStart = max(r.clock.Now(), cur.start)
@@ -320,7 +320,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	} else if err := r.phases.mark(PhaseDrain, 0, nil); err != nil && stopErr == nil {
 		stopErr = err
 	}
-	drain := DrainInfo{StartMonoNS: drainStart, OutstandingAtStart: r.outstanding()}
+	drain := DrainInfo{StartMonoNS: drainStart, OutstandingAtStart: outstandingAtStop}
 	drain.EndMonoNS, drain.TimedOut = r.drain(ctx, cancelRequests)
 	if ctx.Err() != nil && stopErr == nil {
 		stopErr = ErrInterrupted
@@ -386,16 +386,19 @@ func (r *run) drain(ctx context.Context, cancelRequests context.CancelFunc) (int
 	}
 }
 
-// outstanding counts requests admitted and not ended.
-func (r *run) outstanding() int {
+// closeAdmission stops admission: admit refuses from now on, and the
+// senders are told. It returns the requests outstanding at that moment.
+func (r *run) closeAdmission() int {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.closed = true
 	n := 0
 	for _, s := range r.slots {
 		if !s.done {
 			n++
 		}
 	}
+	r.mu.Unlock()
+	close(r.stopAdmit)
 	return n
 }
 
@@ -435,13 +438,17 @@ func (r *run) post(ctx context.Context, path string) (int, string) {
 	return resp.StatusCode, ""
 }
 
-// admit records a request as sent and returns its slot.
-func (r *run) admit(i int, planned, sent int64) *slot {
-	s := &slot{rec: Record{Schema: RecordSchema, ID: r.m.ID(i), Row: i, PlannedNS: planned, SentNS: sent,
-		ExpectedInputTokens: r.m.InputTokens(i), RequestedOutputTokens: r.m.OutputTokens(i)}}
+// admit records a request as sent and returns its slot; nil once
+// admission has stopped (the request is not sent).
+func (r *run) admit(i int, planned int64) *slot {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	s := &slot{rec: Record{Schema: RecordSchema, ID: r.m.ID(i), Row: i, PlannedNS: planned, SentNS: r.clock.Now(),
+		ExpectedInputTokens: r.m.InputTokens(i), RequestedOutputTokens: r.m.OutputTokens(i)}}
 	r.slots = append(r.slots, s)
-	r.mu.Unlock()
 	return s
 }
 
@@ -458,6 +465,32 @@ func (r *run) finish(s *slot, o outcome) {
 	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
 	rec.Class, rec.Reason = o.class, o.reason
+}
+
+// admitNext takes the manifest's next row for a closed-loop worker,
+// builds its body and records it as sent, all under one lock, so that
+// rows are sent in order without gaps. It returns nil when admission has
+// stopped or the manifest is exhausted (then it says so).
+func (r *run) admitNext(planned int64) (*slot, []byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, nil, nil
+	}
+	i := r.nextRow
+	if i >= r.m.Len() {
+		r.signalExhausted()
+		return nil, nil, nil
+	}
+	body, err := r.body(i)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.nextRow++
+	s := &slot{rec: Record{Schema: RecordSchema, ID: r.m.ID(i), Row: i, PlannedNS: planned, SentNS: r.clock.Now(),
+		ExpectedInputTokens: r.m.InputTokens(i), RequestedOutputTokens: r.m.OutputTokens(i)}}
+	r.slots = append(r.slots, s)
+	return s, body, nil
 }
 
 // body builds request i's body.
@@ -524,7 +557,11 @@ func (r *run) dispatch(ctx, reqCtx context.Context) {
 				return
 			}
 		}
-		s := r.admit(i, planned, r.clock.Now())
+		s := r.admit(i, planned)
+		if s == nil {
+			<-sem
+			return
+		}
 		want := r.m.OutputTokens(i)
 		r.wg.Add(1)
 		go func() {
@@ -550,17 +587,15 @@ func (r *run) worker(ctx, reqCtx context.Context) {
 			return
 		default:
 		}
-		i := int(r.next.Add(1) - 1)
-		if i >= r.m.Len() {
-			r.signalExhausted()
-			return
-		}
-		body, err := r.body(i)
+		s, body, err := r.admitNext(planned)
 		if err != nil {
 			r.signalFatal(err)
 			return
 		}
-		s := r.admit(i, planned, r.clock.Now())
+		if s == nil {
+			return
+		}
+		i := s.rec.Row
 		o := r.sender.send(reqCtx, body, r.m.OutputTokens(i), exact)
 		r.finish(s, o)
 		planned = o.end
