@@ -122,6 +122,12 @@ start; 3 manifest exhausted during the run.`,
 			return run(ctx, cmd, f)
 		},
 	}
+	bindRunFlags(cmd, &f)
+	return cmd
+}
+
+// bindRunFlags defines the flags of "loadgen run" on cmd, into f.
+func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.manifest, "manifest", "", "JSON-lines manifest (required)")
 	fl.StringVar(&f.baseURL, "base-url", "", "server base URL (default http://127.0.0.1:$WARDEN_PORT)")
@@ -149,7 +155,6 @@ start; 3 manifest exhausted during the run.`,
 	fl.Uint64Var(&f.seed, "workload-seed", 0, "seed of poisson and gamma arrivals (recorded)")
 	fl.StringVar(&f.resultDir, "result-dir", "", "directory for the results (required; never overwritten)")
 	fl.StringVar(&f.phaseFile, "phase-file", os.Getenv("WARDEN_PHASE_FILE"), "file to append phase lines to (default $WARDEN_PHASE_FILE)")
-	return cmd
 }
 
 // refused marks an error found before the run started.
