@@ -173,8 +173,9 @@ func (s *sender) send(ctx context.Context, body []byte, want int, exact bool) ou
 	}
 	br := bufio.NewReaderSize(resp.Body, 1<<10)
 	var last int64
+	var scratch []byte
 	for {
-		line, err := readLine(br)
+		line, err := nextLine(br, &scratch)
 		if err != nil && !(err == io.EOF && len(line) > 0) {
 			if ctx.Err() != nil {
 				return finish(ClientCancelled, "cancelled mid-stream")
@@ -245,6 +246,27 @@ func (s *sender) send(ctx context.Context, body []byte, want int, exact bool) ou
 		return finish(InvalidOutput, fmt.Sprintf("%d output tokens, %d requested", o.outputTokens, want))
 	}
 	return finish(Success, "")
+}
+
+// nextLine returns the stream's next line without copying it: the slice
+// is valid until the next call. A line longer than the reader's buffer is
+// gathered in *scratch, up to MaxLineBytes.
+func nextLine(br *bufio.Reader, scratch *[]byte) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	*scratch = append((*scratch)[:0], line...)
+	for {
+		line, err = br.ReadSlice('\n')
+		*scratch = append(*scratch, line...)
+		if len(*scratch) > MaxLineBytes {
+			return nil, fmt.Errorf("a stream line longer than %d bytes", MaxLineBytes)
+		}
+		if err != bufio.ErrBufferFull {
+			return *scratch, err
+		}
+	}
 }
 
 // scanChunk reads a stream chunk without decoding it: whether it carries
