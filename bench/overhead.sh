@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
+# CONTROLLER: the controller binary to time (default: the one make builds),
+# e.g. an older build to compare with.
+CONTROLLER=${CONTROLLER:-bin/controller}
 PORT=${PORT:-18590}
 make -s build
 work=$(mktemp -d)
@@ -35,7 +38,7 @@ YAML
 sed -i "s/matrix: {run: all}/matrix: {run: [$(seq -f "r%03g" 1 "$N" | paste -sd, -)]}/" "$work/overhead.yaml"
 
 start=$(date +%s.%N)
-bin/controller start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$work/camp" >/dev/null 2>"$work/controller.err"
+"$CONTROLLER" start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$work/camp" >/dev/null 2>"$work/controller.err"
 end=$(date +%s.%N)
 ctl=$(echo "$start $end" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}')
 complete=$(bin/ctlq runs -d "$work/camp" --state complete -o json | grep -c '"id"' || true)

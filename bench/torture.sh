@@ -11,6 +11,11 @@
 #
 # A campaign has 2 x PATTERNS very short stand-in runs (a saturation run and
 # the moderate run that needs its result, per pattern) on two fake GPUs.
+# With HOSTILE=1 (the default) the saturation clients and servers also
+# misbehave in ways a run survives: by pattern, a client plants a FIFO, a
+# link out of the campaign (and replaces gates.jsonl with one), leaves a
+# setsid escapee that hangs, or prints 8 MB; a server forks children that
+# stay behind in its group when it exits.
 # The controller is started detached; after each start or resume the script
 # sleeps a random 0..MAX_SLEEP s, kills the pid in DIR/controller.lock and
 # resumes; after one kill in EARLY, a foreground resume is also killed
@@ -24,6 +29,7 @@ PATTERNS=${PATTERNS:-25}
 MAX_SLEEP=${MAX_SLEEP:-1.5}
 EARLY=${EARLY:-4} # 1 in EARLY kills is followed by one during the resume; 0: none
 KEEP=${KEEP:-0}   # 1: keep the work directory
+HOSTILE=${HOSTILE:-1}
 
 work=$(mktemp -d /tmp/torture.XXXXXX)
 bin=$work/bin
@@ -82,6 +88,12 @@ write_protocol() {
 		vals+="{id: p$i}, "
 		ids+="p$i, "
 	done
+	local server='["${STANDIN}", server, --port, "${PORT}", --load-s, "0.05", --shutdown-timeout, "1", --gpu-mem-mib, "1024"]'
+	local client='["${STANDIN}", client, --warmup-s, "0.05", --measure-s, "0.1", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]'
+	if [ "$HOSTILE" = 1 ]; then
+		server='{shell: '"'"'case "$$WARDEN_RUN_ID" in p*5.*) set -- --fork 2;; esac; exec "${STANDIN}" server --port "${PORT}" --load-s 0.05 --shutdown-timeout 1 --gpu-mem-mib 1024 "$$@"'"'"'}'
+		client='{shell: '"'"'a="$$WARDEN_ATTEMPT_DIR"; case "$$WARDEN_RUN_ID" in p*1.saturation) mkfifo "$$a/planted.fifo";; p*2.saturation) ln -s /etc/passwd "$$a/planted.link"; ln -sfn /nonexistent/outside "$$a/gates.jsonl";; p*3.saturation) setsid sleep 600 </dev/null >/dev/null 2>&1 &;; p*4.saturation) head -c 8000000 /dev/zero | tr "\\0" x;; esac; exec "${STANDIN}" client --warmup-s 0.05 --measure-s 0.1 --drain-s 2 --concurrency 2 --result-dir "$$a/client"'"'"'}'
+	fi
 	cat >"$1" <<YAML
 warden: 1
 name: torture
@@ -99,7 +111,7 @@ cleanup: {timeout_s: 10}
 servers:
   - name: standin
     kind: standin
-    command: ["\${STANDIN}", server, --port, "\${PORT}", --load-s, "0.05", --shutdown-timeout, "1", --gpu-mem-mib, "1024"]
+    command: $server
     ready_timeout_s: 10
     shutdown_grace_s: 2
     group_grace_s: 1
@@ -107,7 +119,7 @@ loads:
   - name: saturation
     kind: saturation
     expected_s: 5
-    client: ["\${STANDIN}", client, --warmup-s, "0.05", --measure-s, "0.1", --drain-s, "2", --concurrency, "2", --result-dir, "\${ATTEMPT_DIR}/client"]
+    client: $client
   - name: moderate
     kind: moderate
     needs: [saturation]

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -205,6 +206,14 @@ func (b *builder) validate() {
 		c.add(bu.Meta.At("consumed_gpu_hours"), "budget.consumed_gpu_hours", "%v GPU-hours already consumed leaves nothing under the cap of %v", bu.ConsumedGPUHours, bu.CapGPUHours)
 	}
 
+	switch bu.Reserve {
+	case "":
+		bu.Reserve = "nominal"
+	case "nominal", "bounds":
+	default:
+		c.add(bu.Meta.At("reserve"), "budget.reserve", "reserve is nominal or bounds, got %q", bu.Reserve)
+	}
+
 	// vars
 	for _, name := range sortedKeys(p.Vars) {
 		pos := p.Meta.At("vars")
@@ -308,6 +317,11 @@ func (b *builder) validate() {
 		defaultPositive(c, &s.ReadyTimeoutS, 900, s.Meta, f, "ready_timeout_s")
 		defaultPositive(c, &s.ShutdownGraceS, 60, s.Meta, f, "shutdown_grace_s")
 		defaultPositive(c, &s.GroupGraceS, 10, s.Meta, f, "group_grace_s")
+		if s.ConfigEndpoint == "" {
+			s.ConfigEndpoint = configEndpoints[s.Kind]
+		} else if !strings.HasPrefix(s.ConfigEndpoint, "/") {
+			c.add(s.Meta.At("config_endpoint"), f+".config_endpoint", "the config endpoint is a path starting with /, got %q", s.ConfigEndpoint)
+		}
 		b.checkExpects(s.Expect, f+".expect")
 		b.checkEnvNames(s.Env, s.Meta.At("env"), f+".env")
 	}
@@ -335,6 +349,21 @@ func (b *builder) validate() {
 		}
 		if _, ok := l.Meta.Fields["expected_s"]; ok && l.ExpectedS <= 0 {
 			c.add(l.Meta.At("expected_s"), f+".expected_s", "expected duration must be positive, got %v", l.ExpectedS)
+		}
+		if _, ok := l.Meta.Fields["deadline_s"]; ok && l.DeadlineS <= 0 {
+			c.add(l.Meta.At("deadline_s"), f+".deadline_s", "the measuring deadline must be positive, got %v", l.DeadlineS)
+		}
+		switch l.AdmissionEnd {
+		case "":
+			l.AdmissionEnd = "phase-file"
+		case "phase-file", "result-file":
+		default:
+			c.add(l.Meta.At("admission_end"), f+".admission_end", "admission_end is phase-file or result-file, got %q", l.AdmissionEnd)
+		}
+		if l.ResultFile == "" {
+			l.ResultFile = "client/result.json"
+		} else if filepath.IsAbs(l.ResultFile) || strings.HasPrefix(filepath.Clean(l.ResultFile), "..") {
+			c.add(l.Meta.At("result_file"), f+".result_file", "result_file is relative to the attempt directory and stays inside it, got %q", l.ResultFile)
 		}
 		switch l.ClientStart {
 		case "":
@@ -549,11 +578,18 @@ func defaultPositive(c *collector, v *float64, def float64, m Meta, f, name stri
 
 func (b *builder) checkExpects(es []Expect, f string) {
 	for i, e := range es {
-		if e.Pattern == "" {
-			continue
-		}
-		if _, err := regexp.Compile(e.Pattern); err != nil {
-			b.c.add(e.Meta.At("pattern"), fmt.Sprintf("%s[%d].pattern", f, i), "not a valid regular expression: %v", err)
+		ef := fmt.Sprintf("%s[%d]", f, i)
+		switch {
+		case e.Pattern != "" && (e.Path != "" || e.Equals.JSON != ""):
+			b.c.add(e.Meta.Pos, ef, "an expectation is a log pattern or a path with its value (equals), not both")
+		case e.Pattern == "" && e.Path == "":
+			b.c.add(e.Meta.Pos, ef, "an expectation needs a pattern (the startup log) or a path and equals (the server's reported configuration)")
+		case e.Path != "" && e.Equals.JSON == "":
+			b.c.add(e.Meta.Pos, ef+".equals", "the expectation at path %q needs the value it must hold (equals)", e.Path)
+		case e.Pattern != "":
+			if _, err := regexp.Compile(e.Pattern); err != nil {
+				b.c.add(e.Meta.At("pattern"), ef+".pattern", "not a valid regular expression: %v", err)
+			}
 		}
 	}
 }

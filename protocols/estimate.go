@@ -111,7 +111,10 @@ func (b *builder) estimate(plan *Plan) {
 
 	tot := Totals{ByKind: map[string]int{}, ByPhase: map[string]int{}}
 	cells := map[string]bool{}
-	for _, r := range runs {
+	for i := range runs {
+		r := &runs[i]
+		r.BoundS = r.Server.ReadyTimeoutS + r.DeadlineS + r.Server.ShutdownGraceS + r.Server.GroupGraceS + plan.CleanupS
+		tot.BoundsGPUHours += r.BoundS * float64(r.GPUs) / 3600
 		tot.Runs++
 		tot.ByKind[r.Kind]++
 		tot.ByPhase[r.Phase]++
@@ -138,5 +141,6 @@ func (b *builder) estimate(plan *Plan) {
 	tot.RemainingAfterEstimate = tot.BudgetRemainingGPUHours - tot.GPUHoursEstimate
 	tot.RemainingAfterWorstCase = tot.RemainingAfterEstimate - tot.ConditionalGPUHours
 	tot.Unit = bu.Unit
+	tot.Reserve = bu.Reserve
 	plan.Totals = tot
 }

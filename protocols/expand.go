@@ -373,6 +373,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		ID: id, Phase: ph.Name, PhaseKind: ph.Kind, Cell: cl.display(), Axes: axes,
 		Load: load.Name, Repeat: max(cl.repeat, 1), GPUs: 1, ExpectedS: load.ExpectedS,
 		ClientStart: load.ClientStart, NeedVars: map[string]string{},
+		AdmissionEnd: load.AdmissionEnd, ResultFile: load.ResultFile,
 	}
 	switch ph.Kind {
 	case "primary", "steady-state":
@@ -412,7 +413,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		}
 		serverArgs = append(serverArgs, v.ServerArgs...)
 		for _, e := range v.Expect {
-			expects = append(expects, ExpectSpec{Name: e.Name, Pattern: e.Pattern})
+			expects = append(expects, expectSpec(e))
 		}
 	}
 	if class == "" && len(b.p.Classes) == 1 {
@@ -420,6 +421,10 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	if cls := b.classes[class]; cls != nil {
 		r.Class, r.DrainS, r.WatchdogS = class, cls.DrainAllowanceS, cls.WatchdogS
+	}
+	r.DeadlineS = load.DeadlineS
+	if r.DeadlineS == 0 {
+		r.DeadlineS = load.ExpectedS + r.WatchdogS
 	} else if class == "" {
 		c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", id, load.Name)
 	}
@@ -439,13 +444,13 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		r.Server = ServerSpec{
 			Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
 			Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
-			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS,
+			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS, ConfigEndpoint: s.ConfigEndpoint,
 		}
 		if s.Health != nil {
 			r.Server.HealthPath, r.Server.HealthStatus = s.Health.Path, s.Health.Status
 		}
 		for _, e := range s.Expect {
-			r.Server.Expect = append(r.Server.Expect, ExpectSpec{Name: e.Name, Pattern: e.Pattern})
+			r.Server.Expect = append(r.Server.Expect, expectSpec(e))
 		}
 		r.Server.Expect = append(r.Server.Expect, expects...)
 	}
@@ -620,6 +625,9 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 			c.add(co.Gate.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", co.Gate.ThroughputTolerance)
 		}
 	}
+	if co.Gate.ProfileWindows < 0 {
+		c.add(co.Gate.Meta.At("profile_windows"), f+".gate.profile_windows", "a number of profile windows cannot be negative, got %d", co.Gate.ProfileWindows)
+	}
 	if co.Gate.Validator != nil && co.Gate.FigureTolerance <= 0 {
 		c.add(co.Gate.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
 	}
@@ -722,6 +730,7 @@ func (b *builder) expandColocation(ph *Phase, pi int) int {
 			Solo: soloCompare, Target: fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, target.id(), compare),
 			ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
 			ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
+			ProfileWindows: co.Gate.ProfileWindows,
 		}
 		if co.Gate.Validator != nil {
 			v := b.command(*co.Gate.Validator, f+".gate.validator", b.cellVars(ph, target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})

@@ -1,5 +1,7 @@
 package protocols
 
+import "encoding/json"
+
 // PlanSchema is the version of the Plan's JSON form.
 const PlanSchema = 1
 
@@ -81,6 +83,7 @@ type GateInfo struct {
 	ThroughputTolerance float64      `json:"throughput_tolerance,omitempty"`
 	Validator           *CommandSpec `json:"validator,omitempty"`
 	FigureTolerance     float64      `json:"figure_tolerance,omitempty"`
+	ProfileWindows      int          `json:"profile_windows,omitempty"`
 	Condition           string       `json:"condition,omitempty"`
 }
 
@@ -95,34 +98,41 @@ type PhaseInfo struct {
 
 // Run is one unit the controller executes.
 type Run struct {
-	Index       int               `json:"index"`
-	ID          string            `json:"id"`
-	Phase       string            `json:"phase"`
-	PhaseKind   string            `json:"phase_kind"`
-	Kind        string            `json:"kind"`
-	Cell        string            `json:"cell"`
-	Axes        map[string]string `json:"axes"`
-	Load        string            `json:"load"`
-	Repeat      int               `json:"repeat"`
-	Needs       []string          `json:"needs"`
-	NeedVars    map[string]string `json:"need_vars,omitempty"` // NEED_<AS>_DIR name -> run id
-	GPUs        int               `json:"gpus"`
-	Slot        string            `json:"slot,omitempty"` // fixed placement (co-location runs)
-	Regime      string            `json:"regime"`
-	Class       string            `json:"class"`
-	DrainS      float64           `json:"drain_allowance_s"`
-	WatchdogS   float64           `json:"watchdog_s"`
-	ExpectedS   float64           `json:"expected_s"`
-	Measured    bool              `json:"measured"`
-	Unit        int               `json:"unit"` // runs of one unit run back to back, in one slot
-	Condition   string            `json:"condition,omitempty"`
-	Backgrounds []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
-	Until       []string          `json:"until,omitempty"`       // a background: stopped after these runs
-	ClientStart string            `json:"client_start"`
-	Server      ServerSpec        `json:"server"`
-	Client      CommandSpec       `json:"client"`
-	Env         map[string]string `json:"env,omitempty"`
-	Validators  []ValidatorSpec   `json:"validators,omitempty"`
+	Index     int               `json:"index"`
+	ID        string            `json:"id"`
+	Phase     string            `json:"phase"`
+	PhaseKind string            `json:"phase_kind"`
+	Kind      string            `json:"kind"`
+	Cell      string            `json:"cell"`
+	Axes      map[string]string `json:"axes"`
+	Load      string            `json:"load"`
+	Repeat    int               `json:"repeat"`
+	Needs     []string          `json:"needs"`
+	NeedVars  map[string]string `json:"need_vars,omitempty"` // NEED_<AS>_DIR name -> run id
+	GPUs      int               `json:"gpus"`
+	Slot      string            `json:"slot,omitempty"` // fixed placement (co-location runs)
+	Regime    string            `json:"regime"`
+	Class     string            `json:"class"`
+	DrainS    float64           `json:"drain_allowance_s"`
+	WatchdogS float64           `json:"watchdog_s"`
+	ExpectedS float64           `json:"expected_s"`
+	// The run's bounds: the measuring deadline (client start to exit), where
+	// the end of admission is read, and the worst case from server start to
+	// cleanup (ready timeout + deadline + shutdown graces + cleanup timeout).
+	DeadlineS    float64           `json:"deadline_s"`
+	AdmissionEnd string            `json:"admission_end"`
+	ResultFile   string            `json:"result_file"`
+	BoundS       float64           `json:"bound_s"`
+	Measured     bool              `json:"measured"`
+	Unit         int               `json:"unit"` // runs of one unit run back to back, in one slot
+	Condition    string            `json:"condition,omitempty"`
+	Backgrounds  []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
+	Until        []string          `json:"until,omitempty"`       // a background: stopped after these runs
+	ClientStart  string            `json:"client_start"`
+	Server       ServerSpec        `json:"server"`
+	Client       CommandSpec       `json:"client"`
+	Env          map[string]string `json:"env,omitempty"`
+	Validators   []ValidatorSpec   `json:"validators,omitempty"`
 
 	// Where and when the estimate placed the run (seconds from campaign start).
 	PlannedSlots []string `json:"planned_slots"`
@@ -146,6 +156,7 @@ type ServerSpec struct {
 	HealthPath     string            `json:"health_path"`
 	HealthStatus   int               `json:"health_status"`
 	ReadyTimeoutS  float64           `json:"ready_timeout_s"`
+	ConfigEndpoint string            `json:"config_endpoint,omitempty"`
 	ShutdownGraceS float64           `json:"shutdown_grace_s"`
 	GroupGraceS    float64           `json:"group_grace_s"`
 	Expect         []ExpectSpec      `json:"expect,omitempty"`
@@ -153,8 +164,18 @@ type ServerSpec struct {
 
 // ExpectSpec is an effective value the server log must show.
 type ExpectSpec struct {
-	Name    string `json:"name"`
-	Pattern string `json:"pattern"`
+	Name    string          `json:"name"`
+	Pattern string          `json:"pattern,omitempty"`
+	Path    string          `json:"path,omitempty"`
+	Equals  json.RawMessage `json:"equals,omitempty"`
+}
+
+func expectSpec(e Expect) ExpectSpec {
+	x := ExpectSpec{Name: e.Name, Pattern: e.Pattern, Path: e.Path}
+	if e.Equals.JSON != "" {
+		x.Equals = json.RawMessage(e.Equals.JSON)
+	}
+	return x
 }
 
 // ValidatorSpec is a validator command for a run.
@@ -173,21 +194,25 @@ type StopInfo struct {
 
 // Totals sums up the plan.
 type Totals struct {
-	Runs                    int            `json:"runs"`
-	ByKind                  map[string]int `json:"by_kind"`
-	ByPhase                 map[string]int `json:"by_phase"`
-	Measured                int            `json:"measured"`
-	Conditional             int            `json:"conditional"`
-	PrimaryCells            int            `json:"primary_cells"`
-	ExpectedWallS           float64        `json:"expected_wall_s"`
-	GPUHoursEstimate        float64        `json:"gpu_hours_estimate"`
-	ConditionalGPUHours     float64        `json:"conditional_gpu_hours"`
-	BudgetCapGPUHours       float64        `json:"budget_cap_gpu_hours"`
-	BudgetConsumedGPUHours  float64        `json:"budget_consumed_gpu_hours"`
-	BudgetRemainingGPUHours float64        `json:"budget_remaining_gpu_hours"`
-	RemainingAfterEstimate  float64        `json:"budget_remaining_after_estimate_gpu_hours"`
-	RemainingAfterWorstCase float64        `json:"budget_remaining_after_worst_case_gpu_hours"`
-	Unit                    string         `json:"unit,omitempty"`
+	Runs             int            `json:"runs"`
+	ByKind           map[string]int `json:"by_kind"`
+	ByPhase          map[string]int `json:"by_phase"`
+	Measured         int            `json:"measured"`
+	Conditional      int            `json:"conditional"`
+	PrimaryCells     int            `json:"primary_cells"`
+	ExpectedWallS    float64        `json:"expected_wall_s"`
+	GPUHoursEstimate float64        `json:"gpu_hours_estimate"`
+	// BoundsGPUHours is what every run (conditional ones too) would cost at
+	// its bounds; Reserve says which of the two a wave reserves.
+	BoundsGPUHours          float64 `json:"bounds_gpu_hours"`
+	Reserve                 string  `json:"reserve"`
+	ConditionalGPUHours     float64 `json:"conditional_gpu_hours"`
+	BudgetCapGPUHours       float64 `json:"budget_cap_gpu_hours"`
+	BudgetConsumedGPUHours  float64 `json:"budget_consumed_gpu_hours"`
+	BudgetRemainingGPUHours float64 `json:"budget_remaining_gpu_hours"`
+	RemainingAfterEstimate  float64 `json:"budget_remaining_after_estimate_gpu_hours"`
+	RemainingAfterWorstCase float64 `json:"budget_remaining_after_worst_case_gpu_hours"`
+	Unit                    string  `json:"unit,omitempty"`
 }
 
 // RunByID returns the run with the given id.

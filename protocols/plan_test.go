@@ -160,17 +160,22 @@ func TestPhase3Colocation(t *testing.T) {
 	if tp2.GPUs != 2 || len(tp2.PlannedGPUs) != 2 {
 		t.Fatalf("TP2 run gpus %d planned %v", tp2.GPUs, tp2.PlannedGPUs)
 	}
-	// C01's server gets --max-num-batched-tokens 2048 and expects it in its log
+	// C01's server gets --max-num-batched-tokens 2048 and expects it in the
+	// configuration it reports and in its INFO log line
 	c01, _ := p.RunByID("P01.C01.saturation")
 	args := strings.Join(c01.Server.Command.Argv, " ")
 	if !strings.HasSuffix(args, "--max-num-batched-tokens 2048") || !strings.Contains(args, "--port ${PORT}") {
 		t.Fatalf("C01 server command %s", args)
 	}
-	found := false
+	found, logged := false, false
 	for _, e := range c01.Server.Expect {
-		found = found || (e.Name == "max_num_batched_tokens" && strings.Contains(e.Pattern, "2048"))
+		found = found || (e.Name == "max_num_batched_tokens" && e.Path == "vllm_config.scheduler_config.max_num_batched_tokens" && string(e.Equals) == "2048")
+		logged = logged || (e.Pattern != "" && strings.Contains(e.Pattern, "max_num_batched_tokens=2048"))
 	}
-	if !found {
+	if c01.Server.ConfigEndpoint != "/server_info?config_format=json" || c01.Server.Env["VLLM_SERVER_DEV_MODE"] != "1" {
+		t.Errorf("C01 server: config endpoint %q, VLLM_SERVER_DEV_MODE %q", c01.Server.ConfigEndpoint, c01.Server.Env["VLLM_SERVER_DEV_MODE"])
+	}
+	if !found || !logged {
 		t.Fatalf("C01 expectations %+v", c01.Server.Expect)
 	}
 }

@@ -1,6 +1,9 @@
 package protocols
 
 import (
+	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -65,6 +68,11 @@ type Budget struct {
 	CapGPUHours      float64 `yaml:"cap_gpu_hours" warden:"required"`
 	ConsumedGPUHours float64 `yaml:"consumed_gpu_hours"` // spent before this campaign, counted against the cap
 	Unit             string  `yaml:"unit"`               // what a GPU-hour is here, e.g. "H20-hours"
+	// Reserve says how conservative a wave's reservation is: "nominal"
+	// (default: each run's expected_s) or "bounds" (each run's worst case:
+	// ready timeout + measuring deadline + shutdown graces + cleanup
+	// timeout).
+	Reserve string `yaml:"reserve"`
 }
 
 // ProvenanceFile is a file whose SHA-256 is recorded at campaign start and
@@ -117,6 +125,23 @@ var serverKinds = map[string]Health{
 	"custom":      {},
 }
 
+// configEndpoints is where each server kind reports its effective
+// configuration as JSON, when it does:
+//   - vLLM: GET /server_info?config_format=json, served with
+//     VLLM_SERVER_DEV_MODE=1 ({"vllm_config": ..., "vllm_env": ...,
+//     "system_env": ...}; vllm/entrypoints/serve/instrumentator/server_info.py);
+//   - SGLang: GET /get_server_info (the server arguments and scheduler
+//     info at the top level; python/sglang/srt/entrypoints/http_server.py).
+//
+// The stand-in serves both shapes.
+var configEndpoints = map[string]string{
+	"vllm":        "/server_info?config_format=json",
+	"vllm-omni":   "/server_info?config_format=json",
+	"sglang":      "/get_server_info",
+	"sglang-omni": "/get_server_info",
+	"standin":     "/server_info?config_format=json",
+}
+
 // Server is an inference-server template.
 type Server struct {
 	Meta           Meta              `yaml:"-"`
@@ -128,7 +153,11 @@ type Server struct {
 	ReadyTimeoutS  float64           `yaml:"ready_timeout_s"`  // default 900
 	ShutdownGraceS float64           `yaml:"shutdown_grace_s"` // after SIGTERM to the API parent; default 60
 	GroupGraceS    float64           `yaml:"group_grace_s"`    // after SIGTERM to the group, before SIGKILL; default 10
-	Expect         []Expect          `yaml:"expect"`           // effective values the startup log must show
+	Expect         []Expect          `yaml:"expect"`           // effective values the server must show
+	// ConfigEndpoint is the path the server reports its effective
+	// configuration at as JSON, for expectations with a path. Default per
+	// kind (configEndpoints); a custom server has none unless given.
+	ConfigEndpoint string `yaml:"config_endpoint"`
 }
 
 // Health is a readiness probe.
@@ -138,12 +167,45 @@ type Health struct {
 	Status int    `yaml:"status"` // default 200
 }
 
-// Expect is an effective value the server's startup log must show: a
-// regular expression matched against each line of its output.
+// Expect is an effective value the server must show: either a regular
+// expression its startup output must match (pattern), or a dotted JSON
+// path into the configuration it reports at its config endpoint and the
+// value it must hold there (path and equals).
 type Expect struct {
-	Meta    Meta   `yaml:"-"`
-	Name    string `yaml:"name" warden:"required"`
-	Pattern string `yaml:"pattern" warden:"required"`
+	Meta    Meta      `yaml:"-"`
+	Name    string    `yaml:"name" warden:"required"`
+	Pattern string    `yaml:"pattern"`
+	Path    string    `yaml:"path"`
+	Equals  JSONValue `yaml:"equals"`
+}
+
+// JSONValue is a YAML scalar kept as JSON: a number, true or false, null,
+// or a string.
+type JSONValue struct {
+	JSON string // empty when not given
+}
+
+func (j *JSONValue) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind != yaml.ScalarNode {
+		d.c.add(posOf(n), path, "expected a number, true, false, null or a string, got %s", kindName(n))
+		return
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!float":
+		f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.c.add(posOf(n), path, "expected a finite number, got %s", n.Value)
+			return
+		}
+		j.JSON = strconv.FormatFloat(f, 'g', -1, 64)
+	case "!!bool":
+		j.JSON = strconv.FormatBool(n.Value == "true" || n.Value == "True" || n.Value == "TRUE")
+	case "!!null":
+		j.JSON = "null"
+	default:
+		b, _ := json.Marshal(n.Value)
+		j.JSON = string(b)
+	}
 }
 
 // Load is a load point: what the client does against a fresh server.
@@ -159,6 +221,18 @@ type Load struct {
 	Measured    *bool             `yaml:"measured"`                     // counts toward stop thresholds; default by kind
 	ClientStart string            `yaml:"client_start"`                 // after-ready (default) or at-start (cold start)
 	Class       string            `yaml:"class"`                        // overrides the axis value's class
+	// DeadlineS is the measuring deadline: seconds from the client's start
+	// to its exit, past which the run is ended (reason measure-deadline).
+	// Default: expected_s plus the class's drain watchdog.
+	DeadlineS float64 `yaml:"deadline_s"`
+	// AdmissionEnd says where the end of admission (the start of drain)
+	// is read: "phase-file" (default: the client's drain and done lines in
+	// $WARDEN_PHASE_FILE) or "result-file" (ResultFile's drain.start_mono_ns
+	// and drain.end_mono_ns, CLOCK_MONOTONIC nanoseconds).
+	AdmissionEnd string `yaml:"admission_end"`
+	// ResultFile is the client's result, relative to the attempt
+	// directory; default client/result.json.
+	ResultFile string `yaml:"result_file"`
 }
 
 // Load kinds and whether each is measured by default.
@@ -267,6 +341,10 @@ type ColocGate struct {
 	Compare             string   `yaml:"compare"`   // the target load compared (default: the last)
 	Validator           *Command `yaml:"validator"` // prints {"figures": {...}}; each figure compared solo vs co-located
 	FigureTolerance     float64  `yaml:"figure_tolerance"`
+	// ProfileWindows, when set, is how many profile windows the compared
+	// target runs must each have had, counted from their phase files
+	// (A-P3-1: "exactly one 2+8 window per moderate target").
+	ProfileWindows int `yaml:"profile_windows"`
 }
 
 // Cleanup is the cleanup gate's rule.

@@ -34,9 +34,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/renameio/v2"
-
 	"warden/pkg/api"
+	"warden/pkg/atomicfile"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/state"
 )
@@ -184,9 +183,24 @@ func diffFiles(before, after map[string]string) string {
 	return ""
 }
 
+// Expect is how a campaign must end: its state and, for a stopped one,
+// its stop reason; Results names the runs that must have exactly one
+// complete or quarantined attempt (nil: every run). A run not named may
+// have none, never more than one.
+type Expect struct {
+	State      state.CampaignState
+	StopReason state.StopReason
+	Results    []string
+}
+
 // Final checks the campaign after its last resume ended, with the last
 // snapshot (compared and carried over) for the GPU time seen in use.
 func Final(dir string, last *Snapshot) ([]string, error) {
+	return FinalExpect(dir, last, Expect{State: state.CampaignComplete})
+}
+
+// FinalExpect is Final for a campaign that ends as exp says.
+func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
 	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -200,8 +214,8 @@ func Final(dir string, last *Snapshot) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cp.State != state.CampaignComplete {
-		vs = append(vs, fmt.Sprintf("campaign is %s (%s: %s), not complete", cp.State, cp.StopReason, cp.StopDetail))
+	if cp.State != exp.State || (exp.StopReason != "" && cp.StopReason != exp.StopReason) {
+		vs = append(vs, fmt.Sprintf("campaign is %s (%s: %s), want %s %s", cp.State, cp.StopReason, cp.StopDetail, exp.State, exp.StopReason))
 	}
 	ledger, err := s.Ledger()
 	if err != nil {
@@ -263,8 +277,11 @@ func Final(dir string, last *Snapshot) ([]string, error) {
 				vs = append(vs, fmt.Sprintf("budget: run %s attempt %d held %d GPU(s) for at least %.3f GPU-s but was charged %.3f", r.ID, a.N, len(a.GPUIDs), u, charged[k]))
 			}
 		}
-		if results != 1 {
+		switch mustHave := exp.Results == nil || slices.Contains(exp.Results, r.ID); {
+		case mustHave && results != 1:
 			vs = append(vs, fmt.Sprintf("run %s has %d complete or quarantined attempts, want exactly 1", r.ID, results))
+		case !mustHave && results > 1:
+			vs = append(vs, fmt.Sprintf("run %s has %d complete or quarantined attempts, want at most 1", r.ID, results))
 		}
 	}
 	if charges < used-Tolerance {
@@ -484,7 +501,7 @@ func (s *Snapshot) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(path, b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("save snapshot: %w", err)
 	}
 	return nil

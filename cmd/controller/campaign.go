@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +11,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/renameio/v2"
-
 	"warden/pkg/api"
+	"warden/pkg/atomicfile"
 	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/launch"
 	"warden/pkg/provenance"
+	"warden/pkg/runner"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -24,12 +26,16 @@ const settingsFile = "controller.json"
 
 // settings are the campaign's start-time choices that resume reuses.
 type settings struct {
-	Schema       int    `json:"schema"`
-	ProtocolPath string `json:"protocol_path"` // absolute
-	Workdir      string `json:"workdir"`       // absolute; where commands run
-	GPUBackend   string `json:"gpu_backend"`   // "fake" or "nvml"
-	FakeGPUDir   string `json:"fake_gpu_dir,omitempty"`
-	Cgroups      string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
+	Schema int `json:"schema"`
+	// CampaignID and ProtocolSHA256 tie the directory to its database:
+	// resume refuses a state.db whose campaign is another's.
+	CampaignID     string `json:"campaign_id,omitempty"`
+	ProtocolSHA256 string `json:"protocol_sha256,omitempty"`
+	ProtocolPath   string `json:"protocol_path"` // absolute
+	Workdir        string `json:"workdir"`       // absolute; where commands run
+	GPUBackend     string `json:"gpu_backend"`   // "fake" or "nvml"
+	FakeGPUDir     string `json:"fake_gpu_dir,omitempty"`
+	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
 }
 
 // startOptions are the choices of controller start.
@@ -51,29 +57,30 @@ func readSettings(dir string) (settings, error) {
 	return s, nil
 }
 
-func writeJSONFile(path string, v any, mode os.FileMode) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+// runLedger runs the ledger commands through a launcher of their own: the
+// starting command has no other children to reap.
+func runLedger(dir, workdir string, cmds []protocols.CommandSpec, vars map[string]string) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	reaper := launch.NewReaper()
+	if err := reaper.Start(context.Background()); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(path, append(b, '\n'), mode); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	defer reaper.Close()
+	return runner.RunLedger(&launch.Launcher{Reaper: reaper}, dir, workdir, cmds, vars, os.Stderr)
 }
 
 // createCampaign makes the campaign directory: the plan, the provenance
 // record, the settings and the state database. It refuses a directory that
 // holds anything else.
+//
+// It creates nothing until its checks pass: the protocol is planned and
+// every provenance input is checked and hashed (a missing file, a FIFO, a
+// device, a file over the size limit is refused) before the directory is
+// made. A failure after that removes what this call made: the directory
+// and any parents it created, or, for a directory that existed (empty, as
+// checkEmptyDir requires), everything in it, leaving it existing and empty.
 func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*protocols.Plan, error) {
 	abs, err := filepath.Abs(protocolPath)
 	if err != nil {
@@ -86,10 +93,6 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 	if err := checkEmptyDir(dir, plan); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
-		return nil, fmt.Errorf("create campaign directory: %w", err)
-	}
-
 	workdir := plan.Protocol.Workdir
 	if !filepath.IsAbs(workdir) {
 		workdir = filepath.Join(filepath.Dir(abs), workdir)
@@ -102,17 +105,86 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		}
 		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
 	}
-	if _, err := provenance.Record(dir, entries); err != nil {
+	// The limit is the default until the protocol carries one
+	// (provenance_max_file_gb); then: MaxFileBytes from the plan.
+	provOpts := provenance.Options{}
+	hashed, err := provenance.Hash(entries, provOpts)
+	if err != nil {
 		return nil, err
 	}
+
+	undo, err := makeCampaignDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("create campaign directory: %w", err)
+	}
+	if err := populateCampaign(plan, abs, dir, workdir, hashed, provOpts, so, now); err != nil {
+		if uerr := undo(); uerr != nil {
+			return nil, fmt.Errorf("%w (and removing what this start made failed: %v)", err, uerr)
+		}
+		return nil, err
+	}
+	return plan, nil
+}
+
+// makeCampaignDir creates dir/runs and returns a function that removes
+// what it created: the topmost directory it had to create, or, when dir
+// already existed, every entry in dir (checkEmptyDir found it empty).
+func makeCampaignDir(dir string) (undo func() error, err error) {
+	dir = filepath.Clean(dir)
+	top := ""
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		top = d
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	undo = func() error {
+		if top != "" {
+			return os.RemoveAll(top)
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, e := range ents {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
+		return errors.Join(errs...)
+	}
+	if err := atomicfile.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
+		return nil, errors.Join(err, undo())
+	}
+	// Owner-only: the campaign holds pids, argv, paths and what the
+	// clients and servers printed (a leak of a private prompt among it);
+	// no other local user may read any of it.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, errors.Join(err, undo())
+	}
+	return undo, nil
+}
+
+// populateCampaign writes the campaign into its new directory: the
+// provenance record (copies checked against the hashes taken before), the
+// ledger, the plan, the settings, the fake GPUs and the state database.
+func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []provenance.Entry, provOpts provenance.Options, so startOptions, now time.Time) error {
+	var err error
+	if err := provenance.Write(dir, hashed, provOpts); err != nil {
+		return err
+	}
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
-	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars, os.Stderr); err != nil {
-		return nil, fmt.Errorf("ledger: %w", err)
+	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars); err != nil {
+		return fmt.Errorf("ledger: %w", err)
 	}
-	if err := writeJSONFile(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
-		return nil, fmt.Errorf("write plan: %w", err)
+	if err := atomicfile.WriteJSON(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
+		return fmt.Errorf("write plan: %w", err)
 	}
-	st := settings{Schema: 1, ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
+	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
+	st := settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
+		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
 	if st.Cgroups == "" {
 		st.Cgroups = "auto"
 	}
@@ -124,7 +196,7 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 			st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
 		}
 		if st.FakeGPUDir, err = filepath.Abs(st.FakeGPUDir); err != nil {
-			return nil, err
+			return err
 		}
 		gpus := 0
 		for _, s := range plan.Slots {
@@ -134,17 +206,17 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		}
 		if _, err := os.Stat(filepath.Join(st.FakeGPUDir, "gpus.json")); errors.Is(err, os.ErrNotExist) {
 			if err := fakegpu.Init(st.FakeGPUDir, gpus, 143771); err != nil {
-				return nil, fmt.Errorf("fake GPUs: %w", err)
+				return fmt.Errorf("fake GPUs: %w", err)
 			}
 		}
 	}
-	if err := writeJSONFile(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
-		return nil, fmt.Errorf("write settings: %w", err)
+	if err := atomicfile.WriteJSON(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
+		return fmt.Errorf("write settings: %w", err)
 	}
 
 	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer store.Close()
 	runs := make([]state.Run, len(plan.Runs))
@@ -155,7 +227,7 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		}
 	}
 	c := state.Campaign{
-		ID:                fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16)),
+		ID:                campaignID,
 		ProtocolName:      plan.Protocol.Name,
 		ProtocolSHA256:    plan.Protocol.SHA256,
 		ProtocolPath:      abs,
@@ -168,10 +240,7 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 		Regime:            plan.Regime,
 		RegimeConcurrency: regimeConcurrency(plan, plan.Regime),
 	}
-	if err := store.CreateCampaign(c, runs); err != nil {
-		return nil, err
-	}
-	return plan, nil
+	return store.CreateCampaign(c, runs)
 }
 
 // checkEmptyDir refuses a directory that holds another campaign or other
@@ -221,4 +290,37 @@ func regimeConcurrency(plan *protocols.Plan, name string) int {
 		}
 	}
 	return 1
+}
+
+// checkBelongs proves that the database belongs to the campaign directory:
+// the campaign id and the protocol hash agree across state.db,
+// controller.json, plan.json and provenance/SHA256SUMS (campaigns started
+// before controller.json recorded them are checked by the directory the
+// database was created in). A database copied from another campaign is
+// refused, naming both.
+func checkBelongs(dir string, set settings, plan *protocols.Plan, cp state.Campaign) error {
+	refuse := func(what, here, db string) error {
+		return fmt.Errorf("refused: %s holds another campaign's database: %s is %s here but %s in state.db (campaign %s, created in %s)",
+			dir, what, here, db, cp.ID, cp.Dir)
+	}
+	switch {
+	case set.CampaignID != "" && set.CampaignID != cp.ID:
+		return refuse("the campaign id", set.CampaignID+" (controller.json)", cp.ID)
+	case set.ProtocolSHA256 != "" && set.ProtocolSHA256 != cp.ProtocolSHA256:
+		return refuse("the protocol sha256", set.ProtocolSHA256+" (controller.json)", cp.ProtocolSHA256)
+	case plan.Protocol.SHA256 != cp.ProtocolSHA256:
+		return refuse("the protocol sha256", plan.Protocol.SHA256+" (plan.json)", cp.ProtocolSHA256)
+	case set.CampaignID == "" && filepath.Clean(cp.Dir) != filepath.Clean(dir):
+		return refuse("the campaign directory", dir, cp.Dir)
+	}
+	entries, err := provenance.Read(dir)
+	if err != nil {
+		return fmt.Errorf("read %s's provenance: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.Role == "protocol" && filepath.Clean(e.Path) != filepath.Clean(cp.ProtocolPath) {
+			return refuse("the protocol file", e.Path+" (provenance)", cp.ProtocolPath)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"warden/pkg/state"
@@ -158,4 +159,119 @@ func eventTime(t *testing.T, s *state.Store, a state.Attempt, to state.AttemptSt
 	}
 	t.Fatalf("%s a%d never reached %s", a.RunID, a.N, to)
 	return 0
+}
+
+// editProtocol rewrites a protocol file: each pair replaces old with new.
+func editProtocol(t *testing.T, path string, pairs ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !strings.Contains(s, pairs[i]) {
+			t.Fatalf("protocol lacks %q", pairs[i])
+		}
+		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A-P3-1: the backgrounds stay active through the target's whole
+// timeline. A background that ends before its target is done fails the
+// check with that reason (the next regime is tried), not the campaign.
+func TestColocationBackgroundEndsEarly(t *testing.T) {
+	c := newCampaign(t)
+	proto := editProtocol(t, colocProtocol(t, false, false),
+		`    client: ["${STANDIN}", client, --warmup-s, "0", --measure-s, "120", --drain-s, "1", --concurrency, "1"]`,
+		`    client: {shell: 'm=120; case "$$WARDEN_RUN_ID" in *pair-a*) m=0.05;; esac; exec "${STANDIN}" client --warmup-s 0 --measure-s $$m --drain-s 0 --concurrency 1'}`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete || cp.Regime != "pair-b" {
+		t.Fatalf("campaign %s (%s: %s) regime %q; want complete under pair-b", cp.State, cp.StopReason, cp.StopDetail, cp.Regime)
+	}
+	vs, _ := s.GateVerdicts("")
+	var a state.GateVerdict
+	for _, v := range vs {
+		if v.Gate == "colocation/pair-a" {
+			a = v
+		}
+	}
+	if a.Verdict != "fail" || !strings.Contains(a.Detail, "coloc.pair-a.bg.p2 ended before the target's last profile window") {
+		t.Fatalf("gate pair-a: %+v", a)
+	}
+	if bg := c.attempts(s, "coloc.pair-a.bg.p2"); len(bg) != 1 || bg[0].State != state.Failed || bg[0].Reason != state.ReasonClientFailed {
+		t.Errorf("the early background's attempt: %+v", bg)
+	}
+	c.assertNoProcesses()
+}
+
+// A-P3-1 samples exactly one profile window per target: a check that
+// requires one fails a target that had none, for each regime, and the
+// campaign stops for review with no regime left.
+func TestColocationProfileWindows(t *testing.T) {
+	c := newCampaign(t)
+	proto := editProtocol(t, colocProtocol(t, false, false), "        figure_tolerance: 0.03\n", "        figure_tolerance: 0.03\n        profile_windows: 1\n")
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopNoRegime {
+		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	all, _ := s.GateVerdicts("")
+	var vs []state.GateVerdict
+	for _, v := range all {
+		if strings.HasPrefix(v.Gate, "colocation/") {
+			vs = append(vs, v)
+		}
+	}
+	for _, v := range vs {
+		if v.Verdict != "fail" || !strings.Contains(v.Detail, "had 0 profile windows; the check samples exactly 1") {
+			t.Errorf("gate %s: %s %q", v.Gate, v.Verdict, v.Detail)
+		}
+	}
+	if len(vs) != 2 {
+		t.Errorf("%d co-location verdicts, want one per regime", len(vs))
+	}
+	c.assertNoProcesses()
+}
+
+// A client that leaves a FIFO where its result should be cannot wedge the
+// controller: the co-location read refuses it (not a regular file) instead
+// of blocking in open(2); the gate that cannot judge is judged once more,
+// then the campaign stops for review naming the error and the regime not
+// tried, and the controller exits.
+func TestColocationResultFIFO(t *testing.T) {
+	c := newCampaign(t)
+	proto := editProtocol(t, colocProtocol(t, false, false),
+		`    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,
+		`    client: {shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "${ATTEMPT_DIR}/client" || exit; case "$$WARDEN_RUN_ID" in *pair-a*) rm -f "${ATTEMPT_DIR}/client/result.json"; mkfifo "${ATTEMPT_DIR}/client/result.json";; esac'}`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	all, _ := s.GateVerdicts("")
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopGateError ||
+		!strings.Contains(cp.StopDetail, "a FIFO") || !strings.Contains(cp.StopDetail, "regimes not tried: pair-b") {
+		for _, v := range all {
+			if strings.HasPrefix(v.Gate, "colocation/") {
+				t.Logf("%s: %s %s", v.Gate, v.Verdict, v.Detail)
+			}
+		}
+		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	errs := 0
+	for _, v := range all {
+		if v.Gate == "colocation/pair-a" && v.Verdict == "error" {
+			errs++
+		}
+	}
+	if errs != 2 {
+		t.Errorf("pair-a judged %d times with an error, want 2 (once more after the first)", errs)
+	}
+	c.assertNoProcesses()
 }

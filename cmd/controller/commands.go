@@ -16,6 +16,7 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
+	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -134,6 +135,12 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool) error {
 	if _, err := readSettings(abs); err != nil {
 		return &exitError{2, err}
 	}
+	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+		if done, msg := finished(abs); done {
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		}
+	}
 	if foreground {
 		return runDaemon(daemonOptions{dir: abs, foreground: true, readyFD: -1, backend: backend})
 	}
@@ -217,6 +224,73 @@ func detach(cmd *cobra.Command, dir string) error {
 	}
 }
 
+// finished says whether the campaign in dir is complete, with a line
+// that says so: resume then starts nothing.
+func finished(dir string) (bool, string) {
+	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	if err != nil {
+		return false, ""
+	}
+	defer st.Close()
+	cp, err := st.Campaign()
+	if err != nil || cp.State != state.CampaignComplete {
+		return false, ""
+	}
+	sum, err := st.Summary()
+	if err != nil {
+		return true, fmt.Sprintf("campaign %s in %s is complete; nothing to resume", cp.ID, dir)
+	}
+	return true, fmt.Sprintf("campaign %s in %s is complete (%d runs); nothing to resume", cp.ID, dir, sum.RunsTotal)
+}
+
+// exitDied is controller stop's exit status when the controller is not
+// alive while the campaign is unfinished: it died (before or during the
+// stop) and may have left processes; resume reclaims them.
+const exitDied = 4
+
+// afterStop reports what the records say once no controller holds the
+// campaign: stopped and resumable with nothing left live, finished, or a
+// controller that died and left attempts live (exit 4, never a success).
+// pid is the controller that was asked to stop (0: none was running).
+func afterStop(cmd *cobra.Command, dir string, pid int) error {
+	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	if err != nil {
+		return &exitError{1, fmt.Errorf("read the campaign in %s: %w", dir, err)}
+	}
+	defer st.Close()
+	cp, err := st.Campaign()
+	if err != nil {
+		return &exitError{1, err}
+	}
+	live, err := st.LiveAttempts()
+	if err != nil {
+		return &exitError{1, err}
+	}
+	who := "the controller"
+	if pid != 0 {
+		who = fmt.Sprintf("controller pid %d", pid)
+	}
+	switch {
+	case cp.State == state.CampaignComplete:
+		fmt.Fprintf(cmd.OutOrStdout(), "no controller runs in %s; the campaign is complete\n", dir)
+		return nil
+	case len(live) > 0:
+		runs := make([]string, len(live))
+		for i, a := range live {
+			runs[i] = fmt.Sprintf("%s attempt %d (%s)", a.RunID, a.N, a.State)
+		}
+		return &exitError{exitDied, fmt.Errorf("%s is not alive, but it left %d attempt(s) live: %s; their processes may still hold GPUs. Resume reclaims them: controller resume -d %s",
+			who, len(live), strings.Join(runs, ", "), dir)}
+	case cp.State == state.CampaignRunning:
+		return &exitError{exitDied, fmt.Errorf("%s is not alive and the campaign is unfinished (it died); resume continues it: controller resume -d %s", who, dir)}
+	case pid == 0:
+		fmt.Fprintf(cmd.OutOrStdout(), "no controller runs in %s; the campaign is stopped (%s); resume with: controller resume -d %s\n", dir, cp.StopReason, dir)
+		return nil
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "controller exited; the campaign is stopped (%s) and resumable: controller resume -d %s\n", cp.StopReason, dir)
+	return nil
+}
+
 func newStopCmd() *cobra.Command {
 	var dir string
 	var timeout time.Duration
@@ -225,7 +299,13 @@ func newStopCmd() *cobra.Command {
 		Short: "Stop the controller gracefully, leaving the campaign resumable",
 		Long: `stop asks the controller to end its in-flight runs (servers through their
 API parent, then cleanup), record them interrupted and exit. It returns when
-the controller has exited. The campaign is left stopped and resumable.`,
+the controller has exited. The campaign is left stopped and resumable.
+
+Exit status: 0 when the controller stopped and nothing of the campaign is
+left live (or none ran and the campaign is stopped or complete); 1 when the
+controller could not be asked or did not exit within --timeout; 4 when the
+controller is not alive while the campaign is unfinished or attempts are
+left live (it died, before or during the stop): resume reclaims them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -233,8 +313,7 @@ the controller has exited. The campaign is left stopped and resumable.`,
 			}
 			lock := filepath.Join(dir, api.LockFile)
 			if !lockfile.Held(lock) {
-				fmt.Fprintln(cmd.OutOrStdout(), "no controller runs in", dir)
-				return nil
+				return afterStop(cmd, dir, 0)
 			}
 			pid := lockfile.Owner(lock)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -257,8 +336,8 @@ the controller has exited. The campaign is left stopped and resumable.`,
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "\ncontroller exited; resume with: controller resume -d", dir)
-			return nil
+			fmt.Fprintln(cmd.OutOrStdout())
+			return afterStop(cmd, dir, pid)
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")

@@ -14,6 +14,7 @@ import (
 
 	"warden/bench/crashcheck"
 	"warden/pkg/failpoint"
+	"warden/pkg/state"
 )
 
 // Crash tests: a controller built with failpoints kills itself (SIGKILL)
@@ -75,14 +76,65 @@ func killedBySIGKILL(st *os.ProcessState) bool {
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
-// crashAndResume runs a small campaign (a saturation run and the moderate
-// run that needs its result) with the failpoint armed, resumes it with a
-// plain controller until it completes, and checks every promise. It
-// reports whether the failpoint fired.
-func crashAndResume(t *testing.T, bin, point string) bool {
+// crashScenario is a campaign the crash test kills and resumes.
+type crashScenario struct {
+	name     string
+	protocol func(t *testing.T) string
+	// the state the campaign ends in after every resume, and its stop reason
+	want       state.CampaignState
+	wantReason state.StopReason
+	// results: runs that must end with exactly one complete or quarantined
+	// attempt (nil: every run)
+	results []string
+}
+
+// happyPath: a saturation run and the moderate run that needs its result.
+var happyPath = crashScenario{
+	name: "happy path",
+	protocol: func(t *testing.T) string {
+		return writeProtocol(t, scenario{patterns: 1, loadsModer: true, measureS: "0.3"})
+	},
+	want: state.CampaignComplete,
+}
+
+// failurePath crosses every failure path of the policy: p1's server is
+// never healthy on its first attempt (server-not-ready, an exact retry that
+// completes), p2 drains past its allowance (quarantined, the campaign goes
+// on), p3's client fails (client-failed: the campaign stops for review).
+var failurePath = crashScenario{
+	name: "retry, quarantine, stop",
+	protocol: func(t *testing.T) string {
+		server := `{shell: 'if [ "$$WARDEN_RUN_ID" = p1.saturation ] && [ "$$WARDEN_ATTEMPT" = 1 ]; then h=--never-healthy; fi; ` +
+			`exec "${STANDIN}" server --port "${PORT}" --load-s 0.2 --shutdown-timeout 1 --gpu-mem-mib 1024 --effective-config "effective config: enable_chunked_prefill=True" $$h'}`
+		client := `{shell: 'if [ "$$WARDEN_RUN_ID" = p3.saturation ]; then f=--fail; fi; ` +
+			`exec "${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 0.5 --concurrency 2 --result-dir "${ATTEMPT_DIR}/client" --drain-extra-s "${DRAIN_EXTRA}" $$f'}`
+		return writeProtocol(t, scenario{patterns: 3, retries: 1, readyS: "1.5", drainS: "1", watchdogS: "20",
+			quarantine: []int{2}, server: server, client: client})
+	},
+	want:       state.CampaignStopped,
+	wantReason: state.StopForRun(state.ReasonClientFailed),
+	results:    []string{"p1.saturation", "p2.saturation"},
+}
+
+// crashAndResume runs the scenario's campaign with the failpoint armed,
+// resumes it with a plain controller until it ends, and checks every
+// promise. With preKill, the controller is first killed at that point
+// (another failpoint) and the failpoint is armed in the resume that
+// reconciles what it left. It reports whether the failpoint fired.
+func crashAndResume(t *testing.T, bin, point string, sc crashScenario, preKill string) bool {
 	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{patterns: 1, loadsModer: true, measureS: "0.3"})
-	out, st := c.run(bin, []string{failpoint.EnvVar + "=" + point}, "start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	proto := sc.protocol(t)
+	first := point
+	if preKill != "" {
+		first = preKill
+	}
+	out, st := c.run(bin, []string{failpoint.EnvVar + "=" + first}, "start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	if preKill != "" {
+		if !killedBySIGKILL(st) {
+			t.Fatalf("controller did not die at %s:\n%s", preKill, tail(out, 3000))
+		}
+		out, st = c.run(bin, []string{failpoint.EnvVar + "=" + point}, "resume", "-d", c.dir, "--foreground")
+	}
 	fired := killedBySIGKILL(st)
 	switch {
 	case fired && !strings.Contains(out, "failpoint "+point+": killing the process"):
@@ -114,7 +166,7 @@ func crashAndResume(t *testing.T, bin, point string) bool {
 	if before != nil {
 		vs = append(vs, crashcheck.Compare(before, after)...)
 	}
-	final, err := crashcheck.Final(c.dir, after)
+	final, err := crashcheck.FinalExpect(c.dir, after, crashcheck.Expect{State: sc.want, StopReason: sc.wantReason, Results: sc.results})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,19 +180,33 @@ func crashAndResume(t *testing.T, bin, point string) bool {
 	return fired
 }
 
-// TestCrashAtEveryFailpoint kills the controller once at each failpoint
-// of a real campaign and resumes it.
+// TestCrashAtEveryFailpoint kills the controller once at each failpoint,
+// in the campaign that reaches it, and resumes it: the happy path for the
+// points every run meets, the failure path for those of failed, retried,
+// quarantined and interrupted attempts. An attempt becomes interrupted
+// when a resume finds it live: those points are armed in the resume after
+// a first kill while the client measures.
 func TestCrashAtEveryFailpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: a campaign per failpoint")
 	}
 	bin := failpointController(t)
-	// Points this scenario cannot reach, with the reason.
-	unreachable := map[string]string{}
+	onFailurePath := map[string]bool{
+		"before-transition:failed": true, "after-transition:failed": true, "retry-decided": true,
+		"before-transition:quarantined": true, "after-transition:quarantined": true,
+	}
+	onResume := map[string]bool{"before-transition:interrupted": true, "after-transition:interrupted": true}
 	var fired, missed []string
 	for _, point := range failpoint.Names {
+		sc, pre := happyPath, ""
+		switch {
+		case onFailurePath[point]:
+			sc = failurePath
+		case onResume[point]:
+			pre = "after-transition:measuring"
+		}
 		_ = t.Run(point, func(t *testing.T) {
-			if crashAndResume(t, bin, point) {
+			if crashAndResume(t, bin, point, sc, pre) {
 				fired = append(fired, point)
 			} else {
 				missed = append(missed, point)
@@ -149,8 +215,32 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 	}
 	t.Logf("failpoints fired: %d of %d; not reached: %v", len(fired), len(failpoint.Names), missed)
 	for _, p := range missed {
-		if _, ok := unreachable[p]; !ok {
-			t.Errorf("failpoint %s was never reached: the crash test does not cover it", p)
-		}
+		t.Errorf("failpoint %s was never reached: the crash test does not cover it", p)
 	}
+}
+
+// TestFailurePathCampaign runs the failure-path campaign once without a
+// kill and checks what it must show: the retry, the quarantine, the stop.
+func TestFailurePathCampaign(t *testing.T) {
+	c := newCampaign(t)
+	out, code := c.controller("start", "-f", failurePath.protocol(t), "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonClientFailed) || !strings.Contains(cp.StopDetail, "p3.saturation") {
+		t.Fatalf("campaign %s %s %q", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	p1 := c.attempts(s, "p1.saturation")
+	if len(p1) != 2 || p1[0].State != state.Failed || p1[0].Reason != state.ReasonServerNotReady || p1[1].State != state.Complete {
+		t.Errorf("p1: want a server-not-ready attempt and its complete retry, got %+v", p1)
+	}
+	if p2 := c.attempts(s, "p2.saturation"); len(p2) != 1 || p2[0].State != state.Quarantined || p2[0].Reason != state.ReasonDrainQuarantine {
+		t.Errorf("p2: want one quarantined attempt, got %+v", p2)
+	}
+	if p3 := c.attempts(s, "p3.saturation"); len(p3) != 1 || p3[0].State != state.Failed || p3[0].Reason != state.ReasonClientFailed {
+		t.Errorf("p3: want one client-failed attempt and no retry, got %+v", p3)
+	}
+	c.assertNoProcesses()
 }

@@ -18,54 +18,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"warden/pkg/api"
-	"warden/pkg/budget"
-	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
+	"warden/pkg/runner"
 	"warden/pkg/state"
-	"warden/protocols"
 )
-
-// heartbeatEvery is how often the controller records that it is alive,
-// and resyncEvery how often the loop looks at all the records when nothing
-// happened (it looks at once after every unit ends). Both keep the
-// controller's own CPU use negligible beside the benchmark it measures.
-const (
-	heartbeatEvery = 10 * time.Second
-	resyncEvery    = 30 * time.Second
-)
-
-// controller is one daemon supervising one campaign directory.
-type controller struct {
-	dir     string
-	set     settings
-	plan    *protocols.Plan
-	store   *state.Store
-	lock    *lockfile.Lock
-	reaper  *launch.Reaper
-	cgroups *launch.Manager
-	starter *launch.Launcher
-	gpus    gpuBackend
-	log     zerolog.Logger
-	boot    launch.BootIDSource
-	uid     int
-	now     func() time.Time
-
-	stopOnce sync.Once
-	stopReq  chan struct{} // closed when an operator asks the controller to stop
-
-	// Owned by the loop goroutine.
-	active   map[int]*unitRun // unit number -> its runner
-	busy     map[string]int   // slot name -> unit number using it
-	results  chan unitResult
-	reserved map[string]float64 // run id -> GPU-seconds reserved and not yet released
-	regime   protocols.RegimeInfo
-
-	// private holds substrings of the private inputs that no artifact may
-	// contain (the privacy scan); read once at start.
-	private [][]byte
-}
 
 // daemonOptions come from the command line.
 type daemonOptions struct {
@@ -105,6 +63,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
 		return fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
+	}
+	// Campaigns made before the directory was owner-only become so.
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("make %s owner-only: %w", dir, err)
+		}
 	}
 	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
 	if err != nil {
@@ -165,36 +129,59 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkBelongs(dir, set, plan, camp); err != nil {
+		return err
+	}
+	if camp.State == state.CampaignComplete {
+		// a finished campaign: nothing to reconcile or run
+		log.Info().Msg("campaign complete; nothing to resume")
+		ready(fmt.Sprintf("ok %d", os.Getpid()))
+		return nil
+	}
 	var cg *launch.Manager
 	if set.Cgroups != "off" {
-		if cg, err = launch.NewManager(camp.ID); err != nil {
-			log.Warn().Err(err).Msg("cgroups unavailable; containing processes by process group and session only")
+		// Containment is never off silently: a manager that cannot be made
+		// is an error; where cgroup v2 is not there or not writable, the
+		// manager says so (Mode) and every attempt's processes record no
+		// cgroup, which ctlq show reports.
+		if cg, err = launch.NewManager(launch.CgroupName(camp.ID)); err != nil {
+			return fmt.Errorf("cgroups: %w", err)
+		}
+		if !cg.Available() {
+			log.Warn().Str("cgroups", cg.Mode()).Msg("cgroups unavailable; containing processes by process group and session only")
 		}
 	}
 	boot := opts.boot
 	if f := os.Getenv(bootIDFileEnv); boot == nil && f != "" {
 		boot = bootIDFromFile(f)
 	}
-	c := &controller{
-		dir: dir, set: set, plan: plan, store: store, lock: lock, reaper: reaper, cgroups: cg,
-		starter: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot},
-		gpus:    gpus, log: log, boot: boot, uid: os.Getuid(), now: time.Now,
-		stopReq: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
-		results: make(chan unitResult, 64), reserved: map[string]float64{},
+	private, err := runner.PrivateSubstrings(dir)
+	if err != nil {
+		return err
 	}
-	if c.private, err = privateSubstrings(dir); err != nil {
+	starter := &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot}
+	fakeDir := ""
+	if set.GPUBackend == "fake" {
+		fakeDir = set.FakeGPUDir
+	}
+	rn, err := runner.New(runner.Config{
+		Dir: dir, Plan: plan, Store: store, GPUs: gpus, Launcher: starter, Cgroups: cg, Boot: boot,
+		Now: time.Now, Log: log, UID: os.Getuid(), Workdir: set.Workdir, ProtocolPath: set.ProtocolPath,
+		FakeGPUDir: fakeDir, Private: private,
+	})
+	if err != nil {
 		return err
 	}
 	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", plan.Protocol.Name).Msg("controller starting")
 
-	if err := c.reconcileLeftovers(ctx); err != nil {
+	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
 	bootID, _ := readBootID(boot)
 	err = store.UpdateCampaign(func(cp *state.Campaign) error {
 		cp.ControllerPID = os.Getpid()
 		cp.ControllerBootID = bootID
-		cp.Heartbeat = c.now()
+		cp.Heartbeat = time.Now()
 		return nil
 	})
 	if err != nil {
@@ -206,7 +193,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 
-	srv, err := c.serve()
+	srv, err := serve(dir, store, rn.Stop, log)
 	if err != nil {
 		return err
 	}
@@ -222,7 +209,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		select {
 		case s := <-sigs:
 			log.Info().Str("signal", s.String()).Msg("stopping on signal")
-			c.requestStop()
+			rn.Stop()
 		case <-ctx.Done():
 		}
 	}()
@@ -230,7 +217,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer cancel()
 
 	ready(fmt.Sprintf("ok %d", os.Getpid()))
-	err = c.loop(ctx)
+	err = rn.Run(ctx)
 	if cg != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = cg.Cleanup(cctx)
@@ -240,8 +227,11 @@ func runDaemon(opts daemonOptions) (err error) {
 	return err
 }
 
-// missingHint tells where to find a copy when a recorded input is missing
-// (deleted or moved): provenance keeps a copy of every public input.
+// missingHint tells, for each recorded input that is missing (deleted or
+// moved) or no longer a regular file, where its copy is: provenance keeps
+// one copy of every public input, named by its recorded SHA-256, so the
+// hint points at the exact content recorded for that path. A private
+// input has no copy, and the hint says so.
 func missingHint(dir string, err error) string {
 	var errs []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -249,13 +239,46 @@ func missingHint(dir string, err error) string {
 	} else {
 		errs = []error{err}
 	}
+	var recorded []provenance.Entry // read at the first error that needs it
+	lookup := func(path, sum string) provenance.Entry {
+		if recorded == nil {
+			recorded, _ = provenance.Read(dir)
+		}
+		for _, r := range recorded {
+			if r.Path == path {
+				return r
+			}
+		}
+		return provenance.Entry{Path: path, SHA256: sum}
+	}
+	var hints []string
 	for _, e := range errs {
+		var entry provenance.Entry
 		var ce *provenance.ChangedError
-		if errors.As(e, &ce) && ce.Now == "" {
-			return "; restore a missing file from its copy in " + filepath.Join(dir, provenance.SubDir, provenance.Files)
+		var nr *provenance.NotRegularError
+		switch {
+		case errors.As(e, &ce) && ce.Now == "":
+			entry = lookup(ce.Path, ce.Recorded)
+			entry.SHA256 = ce.Recorded // the hash the error names
+		case errors.As(e, &nr):
+			if entry = lookup(nr.Path, ""); entry.SHA256 == "" {
+				continue // not a recorded path
+			}
+		default:
+			continue
+		}
+		if cp, ok := provenance.CopyOf(dir, entry); ok {
+			hints = append(hints, fmt.Sprintf("restore %s from its copy %s", entry.Path, cp))
+		} else if entry.Private {
+			hints = append(hints, fmt.Sprintf("%s is private: hashed only, no copy kept (sha256 %s)", entry.Path, entry.SHA256))
+		} else {
+			hints = append(hints, fmt.Sprintf("no copy of %s (sha256 %s) is left in %s", entry.Path, entry.SHA256, filepath.Join(dir, provenance.SubDir, provenance.Files)))
 		}
 	}
-	return ""
+	if len(hints) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(hints, "; ")
 }
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id
@@ -285,13 +308,9 @@ func readBootID(b launch.BootIDSource) (string, error) {
 	return b()
 }
 
-func (c *controller) requestStop() {
-	c.stopOnce.Do(func() { close(c.stopReq) })
-}
-
 // serve starts the read-only API on DIR/ctl.sock, owner-only.
-func (c *controller) serve() (*http.Server, error) {
-	sock := filepath.Join(c.dir, api.SocketFile)
+func serve(dir string, store *state.Store, stop func(), log zerolog.Logger) (*http.Server, error) {
+	sock := filepath.Join(dir, api.SocketFile)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket: %w", err)
 	}
@@ -306,74 +325,17 @@ func (c *controller) serve() (*http.Server, error) {
 		return nil, err
 	}
 	sv := &api.Server{
-		Store: c.store, Dir: c.dir, Now: c.now, Stop: c.requestStop,
+		Store: store, Dir: dir, Now: time.Now, Stop: stop,
 		Controller: func() api.Controller {
-			cp, _ := c.store.Campaign()
+			cp, _ := store.Campaign()
 			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
 		},
 	}
 	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			c.log.Error().Err(err).Msg("api server")
+			log.Error().Err(err).Msg("api server")
 		}
 	}()
 	return srv, nil
-}
-
-// heartbeat records that the controller is alive.
-func (c *controller) heartbeat() {
-	err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.Heartbeat = c.now()
-		return nil
-	})
-	if err != nil {
-		c.log.Error().Err(err).Msg("heartbeat")
-	}
-}
-
-// account is the budget as the ledger stands.
-func (c *controller) account() (budget.Account, error) {
-	cp, err := c.store.Campaign()
-	if err != nil {
-		return budget.Account{}, err
-	}
-	return budget.Account{
-		CapGPUSeconds:      budget.Seconds(cp.BudgetCapGPUHours),
-		ConsumedGPUSeconds: cp.ConsumedGPUSeconds,
-		ReservedGPUSeconds: cp.ReservedGPUSeconds,
-	}, nil
-}
-
-// stopCampaign records a stop for review: nothing new is launched.
-func (c *controller) stopCampaign(reason, detail string, figures map[string]float64) {
-	cp, err := c.store.Campaign()
-	if err == nil && cp.State != state.CampaignRunning {
-		return
-	}
-	c.log.Warn().Str("reason", reason).Str("detail", detail).Interface("figures", figures).Msg("campaign stopped for review")
-	if err := c.store.SetCampaignState(state.CampaignStopped, reason, detail, figures); err != nil {
-		c.log.Error().Err(err).Msg("record stop")
-	}
-}
-
-// privateSubstrings reads the private inputs recorded at start and takes
-// the substrings the privacy scan looks for in every attempt's artifacts.
-func privateSubstrings(dir string) ([][]byte, error) {
-	entries, err := provenance.Read(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for _, e := range entries {
-		if !e.Private {
-			continue
-		}
-		subs, err := gates.PrivateSubstrings(e.Path, gates.MinSubstringLen, 100000)
-		if err != nil {
-			return nil, fmt.Errorf("read private input %s for the privacy scan: %w", e.Path, err)
-		}
-		out = append(out, subs...)
-	}
-	return out, nil
 }

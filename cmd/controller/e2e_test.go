@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +69,10 @@ type scenario struct {
 	capGPUHours string
 	expect      string // a pattern the server's log must show
 	server      string // replaces the server command
+	client      string // replaces the saturation load's client command
+	quarantine  []int  // patterns (1-based) whose client drains 2 s longer, beside the first drainExtra
+	validators  string // YAML list items of the protocol's validators; ${CONTROLLER} is the controller binary
+	moderArgs   string // extra stand-in client flags of the moderate load only
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -111,7 +116,7 @@ func writeProtocol(t *testing.T, sc scenario) string {
 	var vals []string
 	for i := range sc.patterns {
 		extra := "0"
-		if i < sc.drainExtra {
+		if i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) {
 			extra = "2"
 		}
 		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
@@ -124,7 +129,7 @@ func writeProtocol(t *testing.T, sc scenario) string {
 name: e2e
 host: {gpus: 2, cpus: 2}
 budget: {cap_gpu_hours: %s}
-vars: {STANDIN: %q}
+vars: {STANDIN: %q, CONTROLLER: %q}
 slots:
   - {name: s0, gpus: [0], cpus: "0", port: %d}
   - {name: s1, gpus: [1], cpus: "1", port: %d}
@@ -145,13 +150,13 @@ loads:
   - name: saturation
     kind: saturation
     expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]
+    client: %s
   - name: moderate
     kind: moderate
     needs: [saturation]
     expected_s: 10
     env: {SATURATION: "${NEED_SATURATION_DIR}"}
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s]
+    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]
 axes:
   - name: pattern
     values: [%s]
@@ -162,12 +167,16 @@ phases:
     loads: %s
 retries: {infrastructure: %d}
 stop: {quarantined_fraction_gt: %s}
-`, def(sc.capGPUHours, "1.0"), standinBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
+`, def(sc.capGPUHours, "1.0"), standinBin, controllerBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
 		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
 		def(sc.readyS, "10"), def(sc.expect, "chunked"),
-		def(sc.measureS, "0.5"), sc.clientArgs, def(sc.measureS, "0.5"), sc.clientArgs,
+		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
+		def(sc.measureS, "0.5"), sc.clientArgs, sc.moderArgs,
 		strings.Join(vals, ", "), patternIDs(sc.patterns),
 		loads, sc.retries, def(sc.quarantined, "0.9"))
+	if sc.validators != "" {
+		y += "validators:\n" + sc.validators
+	}
 	path := filepath.Join(t.TempDir(), "e2e.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
@@ -371,7 +380,7 @@ func TestServerNeverHealthy(t *testing.T) {
 		}
 	}
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonServerNotReady) || !strings.Contains(cp.StopDetail, "p1.saturation") {
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonServerNotReady) || !strings.Contains(cp.StopDetail, "p1.saturation") {
 		t.Fatalf("campaign %s %s %q", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	c.assertNoProcesses()

@@ -72,7 +72,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	s := c.store() // the invariants hold
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonHarnessError) ||
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonHarnessError) ||
 		!strings.Contains(cp.StopDetail, "no space left on device") || !strings.Contains(cp.StopDetail, c.dir) {
 		t.Fatalf("campaign %s (%s: %s); want stopped for the full campaign directory", cp.State, cp.StopReason, cp.StopDetail)
 	}

@@ -64,7 +64,7 @@ func TestPreflightGPUNotIdle(t *testing.T) {
 			}
 			s := c.store()
 			cp, _ := s.Campaign()
-			if cp.State != state.CampaignStopped || cp.StopReason != string(tc.reason) {
+			if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(tc.reason) {
 				t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 			}
 			as := c.attempts(s, "p1.saturation")
@@ -104,7 +104,7 @@ func TestForeignProcessAppears(t *testing.T) {
 	waitFor(t, "the controller to stop", 120*time.Second, func() bool { return !lockfile.Held(lock) })
 	s := c.store()
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonForeignGPUProcess) {
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
 		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	if !strings.Contains(cp.StopDetail, "pid") {
@@ -128,7 +128,7 @@ func TestCleanupGateFails(t *testing.T) {
 	}
 	s := c.store()
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonCleanupTimeout) {
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonCleanupTimeout) {
 		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	v := c.gateVerdict(s, "p1.saturation", "cleanup")
@@ -179,7 +179,7 @@ func TestConfigMismatchStops(t *testing.T) {
 	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
 	s := c.store()
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonConfigMismatch) {
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonConfigMismatch) {
 		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	as := c.attempts(s, "p1.saturation")
@@ -203,7 +203,7 @@ func TestPrivacyViolation(t *testing.T) {
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != string(state.ReasonPrivacyViolation) {
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
 		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	v := c.gateVerdict(s, "p1.saturation", "privacy")

@@ -4,26 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	"warden/pkg/gates"
-	"warden/pkg/gpu"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/gpu/nvmlgpu"
+	"warden/pkg/runner"
 )
 
-// gpuBackend is what the controller reads of the GPUs: the gates'
-// snapshot (memory and processes), the full record kept before and after
-// the measured interval, the fast fields the sampler takes, and the
-// energy counters read at the attempt's boundaries. NVML and the fake
-// backend both satisfy it.
-type gpuBackend interface {
-	gates.GPUs
-	Info(indices []int) ([]gpu.Reading, error)
-	Sample(indices []int) ([]gpu.Reading, error)
-	Energy(indices []int) ([]gpu.Reading, error)
-}
-
 // openGPUs opens the backend the campaign uses.
-func openGPUs(backend, fakeDir string) (gpuBackend, string, error) {
+func openGPUs(backend, fakeDir string) (runner.GPUs, string, error) {
 	switch backend {
 	case "fake":
 		b, err := fakegpu.Open(fakeDir)

@@ -64,6 +64,6 @@ ctlq shows what a campaign is doing.`,
 	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR (same as the resume command)")
 	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
 	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
-	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd())
+	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd())
 	return root
 }

@@ -112,10 +112,54 @@ func writePlanTable(w io.Writer, p *protocols.Plan) error {
 	fmt.Fprintf(w, "GPU-hour estimate: %.3f %s (+%.3f if conditional runs execute)\n", t.GPUHoursEstimate, unit, t.ConditionalGPUHours)
 	fmt.Fprintf(w, "budget: cap %.3f, already consumed %.3f, remaining %.3f, remaining after this estimate %.3f (worst case %.3f)\n",
 		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
+	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
+	writeBounds(w, p)
 	if len(p.Provenance) > 0 {
 		fmt.Fprintf(w, "provenance files hashed at start: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
 	return nil
+}
+
+func reserveText(mode string) string {
+	if mode == "bounds" {
+		return "each run's bounds (budget.reserve: bounds)"
+	}
+	return "each run's expected seconds (budget.reserve: nominal)"
+}
+
+// writeBounds lists the bounds and validators of each kind of run: the
+// ready timeout, the measuring deadline, the drain allowance and watchdog,
+// where the end of admission is read, and the worst case.
+func writeBounds(w io.Writer, p *protocols.Plan) {
+	type key struct {
+		load, class                          string
+		ready, deadline, drain, watchdog, to float64
+		admission, validators                string
+	}
+	var keys []key
+	runs := map[key][]string{}
+	for _, r := range p.Runs {
+		var vs []string
+		for _, v := range r.Validators {
+			vs = append(vs, v.Name)
+		}
+		k := key{r.Load, r.Class, r.Server.ReadyTimeoutS, r.DeadlineS, r.DrainS, r.WatchdogS, r.BoundS, r.AdmissionEnd, strings.Join(vs, ", ")}
+		if _, seen := runs[k]; !seen {
+			keys = append(keys, k)
+		}
+		runs[k] = append(runs[k], r.ID)
+	}
+	fmt.Fprintln(w, "\nbounds (every run is ended past them):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tADMISSION_END\tWORST_S\tVALIDATORS")
+	for _, k := range keys {
+		vs := k.validators
+		if vs == "" {
+			vs = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.admission, k.to, vs)
+	}
+	tw.Flush()
 }
 
 func countPrivate(ps []protocols.ProvenanceInfo) int {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,7 +29,7 @@ const (
 	exitOK          = 0 // running with a live controller, or complete
 	exitOther       = 2 // anything else: not a campaign, unreadable, usage
 	exitStopped     = 3 // stopped for review
-	exitControllerX = 4 // the controller is not alive while the campaign is unfinished
+	exitControllerX = 4 // the controller is not alive while the campaign is unfinished, or left attempts live
 )
 
 type exitError struct {
@@ -69,7 +70,8 @@ func newRoot() *cobra.Command {
 Exit status of ctlq status:
   0  the campaign runs with a live controller, or is complete
   3  the campaign is stopped for review (stop_reason says why)
-  4  the controller is not alive while the campaign is unfinished
+  4  the controller is not alive while the campaign is unfinished (or it left
+     attempts live: it died, during a stop say; resume reclaims them)
   2  anything else (not a campaign directory, unreadable, bad usage)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -172,6 +174,10 @@ func statusExit(st api.Status) error {
 	switch {
 	case st.Campaign.State == string(state.CampaignComplete):
 		return nil
+	case st.Campaign.State == string(state.CampaignStopped) && !st.Controller.Alive && len(st.Current) > 0:
+		// attempts still live with no controller: it died (during a stop,
+		// say) and left them; that is not a stop for review
+		return &exitError{exitControllerX, nil}
 	case st.Campaign.State == string(state.CampaignStopped):
 		return &exitError{exitStopped, nil}
 	case st.Campaign.State == string(state.CampaignRunning) && !st.Controller.Alive:
@@ -209,8 +215,9 @@ func printStatus(w io.Writer, st api.Status) {
 	if unit == "" {
 		unit = "GPU-hours"
 	}
-	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f, reserved %.3f, remaining %.3f %s\n",
-		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
+	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f (charged %.3f + in flight %.3f), reserved %.3f, remaining %.3f %s\n",
+		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours+st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours, st.Budget.InFlightGPUHours,
+		st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
 	for _, cur := range st.Current {
 		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s on %s\n", cur.Run, cur.Attempt, cur.State, cur.ElapsedS, cur.Slot)
 	}
@@ -268,7 +275,7 @@ func newRunsCmd(o *options) *cobra.Command {
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show RUN",
-		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts",
+		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := o.open()
@@ -291,7 +298,7 @@ func newShowCmd(o *options) *cobra.Command {
 				return &exitError{exitOther, err}
 			}
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), d)
+				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d)})
 			}
 			printRun(cmd.OutOrStdout(), d)
 			return nil
@@ -317,7 +324,11 @@ func printRun(w io.Writer, d api.RunDetail) {
 			}
 		}
 		for _, p := range a.Procs {
-			fmt.Fprintf(w, "  %s pid %d (start %d, pgid %d): %s\n", p.Role, p.PID, p.StartTime, p.PGID, strings.Join(p.Argv, " "))
+			contained := "cgroup " + p.Cgroup
+			if p.Cgroup == "" {
+				contained = "NOT in a cgroup: process group only"
+			}
+			fmt.Fprintf(w, "  %s pid %d (start %d, pgid %d, %s): %s\n", p.Role, p.PID, p.StartTime, p.PGID, contained, strings.Join(p.Argv, " "))
 		}
 		for _, x := range a.Exits {
 			how := fmt.Sprintf("exit code %d", x.Code)
@@ -332,6 +343,13 @@ func printRun(w io.Writer, d api.RunDetail) {
 	}
 	for _, g := range d.Gates {
 		fmt.Fprintf(w, "gate %s (attempt %d): %s %s %v\n", g.Gate, g.Attempt, g.Verdict, g.Detail, g.Figures)
+	}
+	blocks := sanityBlocks(d)
+	for _, a := range d.Attempts {
+		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
+			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, filepath.Join(a.Dir, "sanity.json"))
+			printSanity(w, raw)
+		}
 	}
 }
 

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -100,8 +98,11 @@ type api struct {
 	healthy func() bool
 	// inflight counts requests being handled, for the drain at shutdown.
 	inflight inflight
-	// profiling is true between POST /start_profile and POST /stop_profile.
-	profiling atomic.Bool
+	// info is the effective configuration it reports.
+	info serverInfo
+	// profiler writes Layer-2 traces on /stop_profile; nil answers 200
+	// and writes nothing.
+	profiler *profiler
 }
 
 func (a *api) handler() http.Handler {
@@ -110,6 +111,7 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("GET /v1/models", a.models)
 	mux.HandleFunc("POST /v1/completions", a.completions)
 	mux.HandleFunc("POST /v1/chat/completions", a.chatCompletions)
+	a.info.register(mux, a.model)
 	mux.HandleFunc("POST /start_profile", a.startProfile)
 	mux.HandleFunc("POST /stop_profile", a.stopProfile)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -187,22 +189,6 @@ func (a *api) completions(w http.ResponseWriter, r *http.Request) {
 		return // the client or the server went away
 	}
 	writeJSON(w, http.StatusOK, gen.response(text.String(), true, true))
-}
-
-// startProfile and stopProfile answer vLLM's profiler endpoints as vLLM
-// does: 200 with an empty body (an optional JSON body, such as vLLM's
-// {"num_steps", "delay_steps"}, is read and ignored). The stand-in has no
-// profiler; it only remembers whether one would be running.
-func (a *api) startProfile(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<16))
-	a.profiling.Store(true)
-	w.WriteHeader(http.StatusOK)
-}
-
-func (a *api) stopProfile(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<16))
-	a.profiling.Store(false)
-	w.WriteHeader(http.StatusOK)
 }
 
 // chatCompletions answers /v1/chat/completions: the prompt is the words

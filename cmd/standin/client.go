@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/pkg/atomicfile"
 )
 
 // failureBackoff is how long a worker pauses after a failed request, so that
@@ -43,6 +45,10 @@ type clientConfig struct {
 	phaseFile   string
 	hang        bool
 	fail        bool
+	// profiles is the number of profile windows called after the clean
+	// interval; loadgen the loadgen-format files.
+	profiles int
+	loadgen  loadgenFmtConfig
 }
 
 // result is DIR/result.json. It holds counts and rates only: never prompts
@@ -109,6 +115,13 @@ interrupted; 2 --fail.`,
 	f.BoolVar(&cfg.hang, "hang", false, "misbehave: never leave the drain phase; wait until killed")
 	f.BoolVar(&cfg.fail, "fail", false, "misbehave: exit with code 2 after the warm-up")
 	f.Float64Var(&cfg.drainExtraS, "drain-extra-s", 0, "misbehave: stay in the drain phase this many seconds longer than needed")
+	// Seed 002's artifacts.
+	f.IntVar(&cfg.profiles, "profile-windows", 0, "after the clean interval, call POST /start_profile and /stop_profile this many times")
+	f.StringVar(&cfg.loadgen.dir, "loadgen-dir", "", "also write a SYNTHETIC result in loadgen's format (result.json, segments.jsonl, requests/) here")
+	f.IntVar(&cfg.loadgen.segments, "segments", 3, "with --loadgen-dir: clean segments the clean interval is cut into")
+	f.StringVar(&cfg.loadgen.satResult, "saturation-result", "", "with --loadgen-dir: a loadgen-format saturation result.json; the run is then a moderate one at --rate-fraction of its throughput")
+	f.Float64Var(&cfg.loadgen.rateFraction, "rate-fraction", 0.60, "with --saturation-result: λ as a fraction of the saturation throughput")
+	f.StringVar(&cfg.loadgen.brk, "client-break", "", "misbehave: break the loadgen-format result: failures, tokens, rate, lag, text, segments, negative")
 	return cmd
 }
 
@@ -126,8 +139,10 @@ func (c *clientConfig) validate() error {
 		return errors.New("--warmup-s, --drain-s and --drain-extra-s must not be negative")
 	case c.promptWords < 0:
 		return errors.New("--prompt-words must not be negative")
+	case c.profiles < 0:
+		return errors.New("--profile-windows must not be negative")
 	}
-	return nil
+	return c.loadgen.validate()
 }
 
 func runClient(ctx context.Context, cfg clientConfig) error {
@@ -183,6 +198,10 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 	g.phase.Store(loadStopped)
 	cleanEnd := time.Now()
+	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
 	if err := phases.mark(phaseDrain); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -202,6 +221,14 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	res := g.tally.result(cleanStart, cleanEnd)
 	if cfg.resultDir != "" {
 		if err := writeResult(cfg.resultDir, res); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+	}
+	if cfg.loadgen.dir != "" {
+		if windows == nil {
+			windows = []map[string]any{}
+		}
+		if err := writeLoadgenFiles(cfg, res, windows); err != nil {
 			return fmt.Errorf("client: %w", err)
 		}
 	}
@@ -243,11 +270,7 @@ func writeResult(dir string, res result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("result directory: %w", err)
 	}
-	data, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
-	}
-	return writeFileAtomic(filepath.Join(dir, "result.json"), append(data, '\n'))
+	return atomicfile.WriteJSON(filepath.Join(dir, "result.json"), res, 0o644)
 }
 
 // sleepCtx waits for d or until ctx is done.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/pkg/atomicfile"
 )
 
 // engineExitTimeout bounds the parent's wait for its engine after telling it
@@ -32,7 +34,10 @@ type serverConfig struct {
 	effectiveConfig  []string
 	holdPort         bool
 	neverHealthy     bool
+	info             serverInfo
 	engine           engineConfig
+	layer1           layer1Config
+	layer2           layer2Config
 }
 
 func newServerCmd() *cobra.Command {
@@ -87,9 +92,20 @@ and POST /stop_profile (200, empty body).`,
 	f.Float64Var(&cfg.engine.crashAfterS, "crash-after", 0, "misbehave: parent and engine exit with code 1 after this many seconds (0: never)")
 	f.BoolVar(&cfg.engine.setsidGrandchild, "setsid-grandchild", false, "misbehave: the engine leaves a process in a new session that holds fake GPU memory until killed")
 	f.BoolVar(&cfg.holdPort, "hold-port", false, "misbehave: a child inherits the listening socket and keeps the port bound after shutdown")
+	f.IntVar(&cfg.info.maxNumSeqs, "max-num-seqs", 1024, "the scheduler's max_num_seqs it reports (vLLM's /server_info, SGLang's /get_server_info as max_running_requests)")
+	f.IntVar(&cfg.info.maxNumBatchedTokens, "max-num-batched-tokens", 8192, "the scheduler's max_num_batched_tokens it reports")
+	f.IntVar(&cfg.info.reportMaxNumSeqs, "report-max-num-seqs", -1, "misbehave: report this max_num_seqs instead of --max-num-seqs")
 	f.BoolVar(&cfg.neverHealthy, "never-healthy", false, "misbehave: /health answers 503 forever")
 	f.BoolVar(&cfg.engine.engineSurvives, "engine-survives", false, "misbehave: on SIGTERM the parent exits but the engine stays, holding its GPU memory")
 	f.IntVar(&cfg.engine.fork, "fork", 0, "misbehave: the engine starts this many sleeping children in the process group, left behind at exit")
+	// Seed 002's artifacts.
+	f.StringVar(&cfg.layer1.dir, "layer1-dir", "", "write a Layer-1 stream (layer1.jsonl and its sidecar layer1.jsonl.footer.json) here")
+	f.Float64Var(&cfg.layer1.stepsPerS, "steps-per-s", 50, "Layer-1 records (engine steps) per second")
+	f.Float64Var(&cfg.layer1.flushS, "flush-interval-s", 1, "Layer-1 flush interval: records are appended and the sidecar replaced this often")
+	f.StringVar(&cfg.layer1.brk, "layer1-break", "", "misbehave: break the Layer-1 stream: drop, gap, partial, no-sidecar, stale; no-footer ends without a footer but with a fresh sidecar")
+	f.StringVar(&cfg.layer2.dir, "traces-dir", "", "write Layer-2 traces here on /stop_profile (none written if empty)")
+	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
+	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: missing, corrupt, steps, no-kernels, execute")
 	return cmd
 }
 
@@ -104,6 +120,9 @@ type server struct {
 	// abort cancels the context of every request.
 	abort context.CancelFunc
 	eng   *engineHandle
+	// layer1 is the Layer-1 stream, closed (footer, final sidecar) only
+	// by a graceful shutdown; nil when none is written.
+	layer1 *layer1Writer
 }
 
 func runServer(cfg serverConfig) error {
@@ -138,7 +157,7 @@ func runServer(cfg serverConfig) error {
 		go func() { _ = holder.Wait() }()
 	}
 	if cfg.portFile != "" {
-		if err := writeFileAtomic(cfg.portFile, []byte(strconv.Itoa(port)+"\n")); err != nil {
+		if err := atomicfile.WriteFile(cfg.portFile, []byte(strconv.Itoa(port)+"\n"), 0o644); err != nil {
 			return fmt.Errorf("server: port file: %w", err)
 		}
 	}
@@ -149,17 +168,31 @@ func runServer(cfg serverConfig) error {
 	}
 	log.Info("engine started", "engine_pid", eng.cmd.Process.Pid)
 
+	if err := errors.Join(cfg.layer1.validate(), cfg.layer2.validate()); err != nil {
+		_ = eng.stop(engineExitTimeout)
+		return fmt.Errorf("server: %w", err)
+	}
+	var l1 *layer1Writer
+	if cfg.layer1.dir != "" {
+		if l1, err = startLayer1(cfg.layer1); err != nil {
+			_ = eng.stop(engineExitTimeout)
+			return fmt.Errorf("server: %w", err)
+		}
+	}
+
 	// Request contexts derive from hard; abort cancels them all when the
 	// drain runs out of time.
 	hard, abort := context.WithCancel(context.Background())
 	defer abort()
-	s := &server{cfg: cfg, log: log, served: make(chan error, 1), abort: abort, eng: eng}
+	s := &server{cfg: cfg, log: log, served: make(chan error, 1), abort: abort, eng: eng, layer1: l1}
 	s.api = &api{
 		model:         cfg.model,
+		info:          cfg.info,
 		tokenInterval: time.Duration(cfg.tokenMS * float64(time.Millisecond)),
 		healthy: func() bool {
 			return !cfg.neverHealthy && isClosed(eng.ready)
 		},
+		profiler: &profiler{cfg: cfg.layer2},
 	}
 	s.http = &http.Server{
 		Handler:           s.api.handler(),
@@ -221,6 +254,11 @@ func (s *server) shutdown() error {
 	}
 	<-s.served
 	<-idle
+	if s.layer1 != nil {
+		if err := s.layer1.close(); err != nil {
+			s.log.Warn("layer1 stream", "err", err)
+		}
+	}
 	s.log.Info("requests drained; telling the engine to exit")
 	if s.cfg.engine.engineSurvives {
 		s.eng.control.Close()

@@ -48,7 +48,7 @@ type CampaignStatus struct {
 	SHA256      string             `json:"protocol_sha256"`
 	Dir         string             `json:"dir"`
 	State       string             `json:"state"` // running, stopped, complete
-	StopReason  string             `json:"stop_reason"`
+	StopReason  state.StopReason   `json:"stop_reason"`
 	StopDetail  string             `json:"stop_detail,omitempty"`
 	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
 	Regime      string             `json:"regime,omitempty"`
@@ -71,10 +71,14 @@ type RunCounts struct {
 
 // BudgetStatus is the GPU-hour budget.
 type BudgetStatus struct {
-	Unit              string  `json:"unit,omitempty"`
-	CapGPUHours       float64 `json:"cap_gpu_hours"`
-	ConsumedGPUHours  float64 `json:"consumed_gpu_hours"`
-	ReservedGPUHours  float64 `json:"reserved_gpu_hours"`
+	Unit             string  `json:"unit,omitempty"`
+	CapGPUHours      float64 `json:"cap_gpu_hours"`
+	ConsumedGPUHours float64 `json:"consumed_gpu_hours"`
+	ReservedGPUHours float64 `json:"reserved_gpu_hours"`
+	// InFlightGPUHours is the GPU time of the attempts whose server holds
+	// its GPUs now and that are not charged yet: it accrues until their
+	// charge at cleanup moves it into ConsumedGPUHours.
+	InFlightGPUHours  float64 `json:"in_flight_gpu_hours"`
 	RemainingGPUHours float64 `json:"remaining_gpu_hours"`
 }
 
@@ -150,6 +154,9 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		Current:   []Current{},
 		LastEvent: sum.LastEventSeq,
 	}
+	for _, a := range sum.Live {
+		st.Budget.InFlightGPUHours += InFlightGPUSeconds(a, now) / 3600
+	}
 	st.Budget.RemainingGPUHours = st.Budget.CapGPUHours - st.Budget.ConsumedGPUHours - st.Budget.ReservedGPUHours
 	if st.Controller.PID == 0 {
 		st.Controller.PID = c.ControllerPID
@@ -170,6 +177,26 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 	etaS := sum.RemainingExpectedS / float64(max(1, c.RegimeConcurrency))
 	st.ETAS = &etaS
 	return st, nil
+}
+
+// InFlightGPUSeconds is the GPU time a live attempt holds and has not been
+// charged for: its GPUs times the time since its server started, until its
+// charge is recorded (the gpu_seconds figure). The reservation of its run
+// still stands beside it: a wave's reservation is released when its unit
+// ends.
+func InFlightGPUSeconds(a state.Attempt, now time.Time) float64 {
+	if !a.State.Live() {
+		return 0
+	}
+	if _, charged := a.Figures["gpu_seconds"]; charged {
+		return 0
+	}
+	for _, p := range a.Procs {
+		if p.Role == "server" && !p.StartedAt.IsZero() && now.After(p.StartedAt) {
+			return float64(len(a.GPUIDs)) * now.Sub(p.StartedAt).Seconds()
+		}
+	}
+	return 0
 }
 
 // ReadPlan reads the plan a campaign was started with.

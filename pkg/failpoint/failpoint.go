@@ -34,6 +34,13 @@ var Names = []string{
 	"before-transition:validating", "after-transition:validating",
 	"before-transition:complete", "after-transition:complete",
 	"state-json-before-rename",
+	// the failure paths: an attempt that fails, is quarantined or is
+	// interrupted (by a stop, or by a resume that found it live), and the
+	// moment between a retry decision and the retry's attempt
+	"before-transition:failed", "after-transition:failed",
+	"retry-decided",
+	"before-transition:quarantined", "after-transition:quarantined",
+	"before-transition:interrupted", "after-transition:interrupted",
 }
 
 func known(name string) bool {

@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"warden/pkg/safefile"
 )
 
 // Measurement is what the co-location gate compares for one placement of
@@ -100,17 +99,10 @@ const maxResultBytes = 64 << 20
 // dots cannot be named. The value must be a JSON number; files larger than
 // 64 MiB are refused.
 func ReadThroughput(path string, dottedField string) (float64, error) {
-	f, err := os.Open(path)
+	// the client wrote it: no FIFO or link may wedge the reader
+	b, err := safefile.ReadFile(path, maxResultBytes)
 	if err != nil {
 		return 0, fmt.Errorf("read throughput: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxResultBytes+1))
-	if err != nil {
-		return 0, fmt.Errorf("read throughput %s: %w", path, err)
-	}
-	if len(b) > maxResultBytes {
-		return 0, fmt.Errorf("read throughput %s: file larger than %d bytes", path, maxResultBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

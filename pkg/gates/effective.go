@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
+	"warden/pkg/safefile"
 )
 
 // MaxServerLogBytes bounds how much of each of server.out and server.err
@@ -116,7 +116,7 @@ func EffectiveConfigDir(attemptDir string, expects []Expect, now time.Time) Verd
 
 // readHead reads at most limit bytes from the start of a file.
 func readHead(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path) // the server may have replaced it
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"warden/pkg/gpu"
 )
 
 // Verdicts.
@@ -22,25 +24,18 @@ type Verdict struct {
 	Detail  string             `json:"detail,omitempty"`
 	Figures map[string]float64 `json:"figures,omitempty"`
 	At      time.Time          `json:"at"`
+	// Class is what kind of failure a validator reports, when it says:
+	// ClassProfileArtifact (a profiler trace is missing or broken: an
+	// infrastructure/profile-artifact failure that an exact rerun may
+	// cure). Empty: a failure of the run itself.
+	Class string `json:"class,omitempty"`
 }
+
+// ClassProfileArtifact is the Class of a failed profile artifact.
+const ClassProfileArtifact = "profile-artifact"
 
 // Passed reports whether the verdict is a pass.
 func (v Verdict) Passed() bool { return v.Verdict == Pass }
-
-// GPUProc is a compute process on a GPU.
-type GPUProc struct {
-	PID     int
-	UID     int
-	UsedMiB int
-}
-
-// GPUState is one GPU as read at one moment.
-type GPUState struct {
-	Index   int
-	UUID    string
-	UsedMiB int
-	Procs   []GPUProc
-}
 
 // GPUs reads the state of GPUs. Implementations bound the time of every
 // call; the controller calls them off its main loop.
@@ -48,7 +43,7 @@ type GPUs interface {
 	// Name says which backend answers ("nvml", "fake").
 	Name() string
 	// Snapshot reads the GPUs with the given indices.
-	Snapshot(indices []int) ([]GPUState, error)
+	Snapshot(indices []int) ([]gpu.State, error)
 }
 
 // Preflight checks that the run's GPUs are idle before launch: no compute
@@ -61,7 +56,7 @@ type GPUs interface {
 // A fail is the seed's stop condition 2: the caller launches nothing,
 // fails the attempt (gpu-not-idle, or foreign-gpu-process when Foreign),
 // and stops the campaign for review. It never touches the other process.
-func Preflight(gpus []GPUState, baselineMiB int, ownUID int, now time.Time) Verdict {
+func Preflight(gpus []gpu.State, baselineMiB int, ownUID int, now time.Time) Verdict {
 	v := Verdict{Gate: "preflight", Verdict: Pass, Figures: map[string]float64{}, At: now}
 	var problems []string
 	for _, g := range gpus {
@@ -113,7 +108,7 @@ func PortFree(port int, now time.Time) Verdict {
 // The caller polls until a pass or its timeout; a fail at the timeout is
 // the seed's stop condition 2 ("final GPU cleanup does not return to
 // zero"): the run fails with cleanup-timeout and the campaign stops.
-func Cleanup(pids []int, gpus []GPUState, baselineMiB int, waited time.Duration, now time.Time) Verdict {
+func Cleanup(pids []int, gpus []gpu.State, baselineMiB int, waited time.Duration, now time.Time) Verdict {
 	v := Verdict{Gate: "cleanup", Verdict: Pass, Figures: map[string]float64{"cleanup_s": waited.Seconds(), "live_processes": float64(len(pids))}, At: now}
 	var problems []string
 	if len(pids) > 0 {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"warden/pkg/safefile"
 )
 
 // maxDetailItems bounds how many findings a privacy verdict names.
@@ -221,7 +222,7 @@ func (s *privacyScan) substringFound(rel string, pat int) {
 // file scans one regular file.
 func (s *privacyScan) file(path, rel string) error {
 	s.seen = map[string]bool{}
-	f, err := os.Open(path)
+	f, err := safefile.Open(path) // replaced since the walk saw it: refused, not waited on
 	if err != nil {
 		return err
 	}

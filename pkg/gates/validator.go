@@ -13,7 +13,10 @@ import (
 // verdict. The validator may print, as the last non-empty line of its
 // standard output, one JSON object:
 //
-//	{"verdict": "pass"|"fail"|"error", "detail": "...", "figures": {"name": number, ...}}
+//	{"verdict": "pass"|"fail"|"error", "detail": "...", "figures": {"name": number, ...}, "class": "profile-artifact"}
+//
+// "class" says what kind of failure a failing verdict is (Verdict.Class);
+// only ClassProfileArtifact is known, any other value is ignored.
 //
 // Rules, in order:
 //
@@ -48,6 +51,9 @@ func ValidatorResult(name string, exitCode int, signal string, stdout []byte, no
 		}
 	}
 	v.Figures["exit_code"] = float64(exitCode)
+	if ok {
+		v.Class = rep.class
+	}
 	switch {
 	case signal != "" || exitCode != 0:
 		v.Verdict = Fail
@@ -85,6 +91,7 @@ type validatorReport struct {
 	detail     string
 	figures    map[string]float64
 	dropped    []string // names of figures that were not numbers, sorted
+	class      string
 }
 
 // parseValidatorLine reads a validator's JSON line. ok is false when the
@@ -103,6 +110,12 @@ func parseValidatorLine(line []byte) (validatorReport, bool) {
 		r.hasVerdict = true
 		if err := json.Unmarshal(raw, &r.verdict); err != nil {
 			r.verdict = string(raw)
+		}
+	}
+	if raw, ok := top["class"]; ok {
+		_ = json.Unmarshal(raw, &r.class)
+		if r.class != ClassProfileArtifact {
+			r.class = ""
 		}
 	}
 	if raw, ok := top["detail"]; ok {

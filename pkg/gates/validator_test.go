@@ -64,3 +64,20 @@ func TestValidatorResult(t *testing.T) {
 		})
 	}
 }
+
+// A validator can say that its failure is a broken profile artifact; any
+// other class is ignored (the failure is the run's own).
+func TestValidatorClass(t *testing.T) {
+	now := time.Now()
+	cases := []struct{ stdout, class string }{
+		{`{"verdict":"fail","class":"profile-artifact","detail":"window 2: trace not gzip"}`, ClassProfileArtifact},
+		{`{"verdict":"fail","class":"whatever"}`, ""},
+		{`{"verdict":"fail"}`, ""},
+		{`not json`, ""},
+	}
+	for _, tc := range cases {
+		if v := ValidatorResult("layer2", 0, "", []byte(tc.stdout), now); v.Class != tc.class {
+			t.Errorf("%s: class %q, want %q", tc.stdout, v.Class, tc.class)
+		}
+	}
+}

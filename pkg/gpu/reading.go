@@ -58,6 +58,18 @@ type Proc struct {
 	UsedMiB int `json:"used_mib"`
 }
 
+// State is what the gates judge a GPU by: its memory in use and the
+// compute processes holding it, read at one moment (a backend's Snapshot).
+// Unlike a Reading, every field is present.
+type State struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// UsedMiB is the memory in use, NVML's v2 figure: 0 on an idle GPU.
+	UsedMiB int `json:"used_mib"`
+	// Procs are the compute processes on the GPU; empty when none.
+	Procs []Proc `json:"procs,omitempty"`
+}
+
 // Reading is one GPU at one moment. Pointer and slice fields are nil when
 // they were not asked for or are not supported by the device; see the
 // package documentation.

@@ -2,9 +2,87 @@ package launch
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
+
+// Scope says which processes Marked looks at.
+type Scope int
+
+const (
+	// AllProcesses is every process of the host this process can read,
+	// except this process itself.
+	AllProcesses Scope = iota
+	// Children is the children of this process only. For a child subreaper
+	// (BecomeSubreaper) they include descendants reparented to it, which
+	// proves they are ours.
+	Children
+)
+
+// Marked lists the live processes in scope whose environment holds marker,
+// a "KEY=value" entry: one scan of /proc, one read of each candidate's
+// /proc/PID/environ. The marker matches a whole entry only, never a prefix
+// of a longer value ("K=/a" does not match "K=/ab"). This process and
+// zombies are left out, and so are processes whose environment cannot be
+// read (another user's, or gone). Each Identity is read with the boot id
+// from boot (nil: ReadBootID), and the process's stat is read again after
+// its environment, so a pid reused during the scan is not reported.
+//
+// The environment is the one the process was started with: a process that
+// changed its own environment later is still found by its first one.
+func Marked(boot BootIDSource, marker string, scope Scope) ([]Identity, error) {
+	key, _, ok := strings.Cut(marker, "=")
+	if !ok || key == "" || strings.IndexByte(marker, 0) >= 0 {
+		return nil, fmt.Errorf("find processes marked %q: marker is not KEY=value", marker)
+	}
+	bootID, err := boot.orDefault()()
+	if err != nil {
+		return nil, fmt.Errorf("find processes marked %q: %w", marker, err)
+	}
+	self := os.Getpid()
+	sts, err := scanProcs(func(s procStat) bool {
+		return s.PID != self && !s.dead() && (scope != Children || s.PPID == self)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find processes marked %q: %w", marker, err)
+	}
+	var out []Identity
+	for _, s := range sts {
+		env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(s.PID) + "/environ")
+		if err != nil || !hasEntry(env, marker) {
+			continue // gone, not readable, or not marked
+		}
+		// The pid may have been reused between the stat and the environ.
+		now, err := readStat(s.PID)
+		if errors.Is(err, errNoProcess) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find processes marked %q: %w", marker, err)
+		}
+		if now.StartTime != s.StartTime || now.dead() {
+			continue
+		}
+		out = append(out, Identity{PID: s.PID, StartTime: s.StartTime, BootID: bootID})
+	}
+	return out, nil
+}
+
+// hasEntry reports whether env, the NUL-separated entries of
+// /proc/PID/environ, holds entry exactly.
+func hasEntry(env []byte, entry string) bool {
+	for len(env) > 0 {
+		var e []byte
+		e, env, _ = bytes.Cut(env, []byte{0})
+		if string(e) == entry {
+			return true
+		}
+	}
+	return false
+}
 
 // Adopted lists the live processes that were reparented to this process
 // (it is a child subreaper) and whose environment carries marker, a
@@ -13,26 +91,15 @@ import (
 // signal when no cgroup contains them. Being our child proves they are
 // ours (only descendants are reparented to a subreaper); the marker says
 // which attempt they belong to. Zombies are left out: the reaper collects
-// them.
+// them. It is Marked(boot, marker, Children).
 func Adopted(boot BootIDSource, marker string) ([]Identity, error) {
-	self := os.Getpid()
-	want := append([]byte(marker), 0)
-	sts, err := scanProcs(func(s procStat) bool { return s.PPID == self && !s.dead() })
-	if err != nil {
-		return nil, err
-	}
-	boot = boot.orDefault()
-	bootID, err := boot()
-	if err != nil {
-		return nil, err
-	}
-	var out []Identity
-	for _, s := range sts {
-		env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(s.PID) + "/environ")
-		if err != nil || !bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
-			continue
-		}
-		out = append(out, Identity{PID: s.PID, StartTime: s.StartTime, BootID: bootID})
-	}
-	return out, nil
+	return Marked(boot, marker, Children)
+}
+
+// Carries reports whether the live process id holds marker ("KEY=value")
+// in the environment it was started with; false when it is gone or its
+// environment cannot be read (another user's).
+func Carries(id Identity, marker string) bool {
+	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(id.PID) + "/environ")
+	return err == nil && hasEntry(env, marker)
 }

@@ -3,6 +3,8 @@ package launch
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -610,4 +612,30 @@ func relativeTo(path, base string) (string, bool) {
 		return "/" + rest, true
 	}
 	return "", false
+}
+
+// CgroupName returns a cgroup name for s that Manager and Leaf accept:
+// s itself when it is valid, otherwise a readable prefix of its valid
+// characters and a hash of the whole, so that any run id or campaign id
+// maps to a distinct, valid name (long names used to turn containment
+// off).
+func CgroupName(s string) string {
+	if validName.MatchString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= 60 {
+			break
+		}
+		if r < 128 && (r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			b.WriteRune(r)
+		}
+	}
+	sum := sha256.Sum256([]byte(s))
+	prefix := strings.TrimLeft(b.String(), "._-")
+	if prefix == "" {
+		prefix = "x"
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:8])
 }

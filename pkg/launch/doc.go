@@ -80,7 +80,8 @@
 // cgroup.events every 20 ms, then SIGKILL to the group and cgroup.kill,
 // and waits until the leader is reaped and the group and leaf hold no live
 // process. Steps with nothing left to signal are skipped. Every signal is
-// returned as a SignalRecord with its time. Reclaim does the same for a
+// returned as a SignalRecord with its time. The grace periods belong on
+// the launch spec (Spec.Stop): Proc.Shutdown stops a process with them. Reclaim does the same for a
 // Leftover recorded by a previous controller, at resume.
 //
 // # Known races and caveats

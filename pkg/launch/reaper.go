@@ -188,6 +188,8 @@ type Proc struct {
 	CPUs []int
 	// Started is when the fork was made.
 	Started time.Time
+	// Stop is Spec.Stop: the grace periods Shutdown uses.
+	Stop StopOptions
 
 	boot BootIDSource
 	leaf Leaf

@@ -46,6 +46,12 @@ type Spec struct {
 	// new process group). false: the leader of a new process group in the
 	// controller's session.
 	Setsid bool
+	// Stop is how Shutdown ends this process: the leader's grace, then the
+	// group's (StopOptions.Grace and GroupGrace; see Stop for the steps).
+	// Set it here, once per kind of process, rather than at each call. The
+	// zero value: after the leader's SIGTERM the group is signalled at
+	// once, and SIGKILL follows at once.
+	Stop StopOptions
 }
 
 // Launcher starts processes. Its zero value is not usable: Reaper is
@@ -175,6 +181,7 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		Setsid:  spec.Setsid,
 		CPUs:    slices.Clone(spec.CPUs),
 		Started: started,
+		Stop:    spec.Stop,
 		boot:    boot,
 		done:    make(chan struct{}),
 	}

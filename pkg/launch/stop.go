@@ -53,6 +53,12 @@ func Stop(ctx context.Context, p *Proc, opts StopOptions) ([]SignalRecord, error
 	return s.recs, nil
 }
 
+// Shutdown stops p with the grace periods of its Spec (p.Stop): it is
+// Stop(ctx, p, p.Stop). See Stop for the steps, the records and the errors.
+func (p *Proc) Shutdown(ctx context.Context) ([]SignalRecord, error) {
+	return Stop(ctx, p, p.Stop)
+}
+
 // Leftover is what a controller recorded about a process tree it started,
 // enough to end it after the controller itself died.
 type Leftover struct {

@@ -1,25 +1,43 @@
 // Package provenance records and re-checks the files a campaign depends
 // on: the protocol and every file it declares (client, helpers, mappings,
-// manifests). At campaign start each file is hashed and, unless private,
-// copied read-only into DIR/provenance/files; the hashes are written to
-// DIR/provenance/SHA256SUMS. At resume every file is hashed again and any
-// change is refused, naming the file and both hashes.
+// manifests). At campaign start each file is hashed (Hash) and, unless
+// private, copied read-only into DIR/provenance/files/<sha256> (Write); the
+// index DIR/provenance/SHA256SUMS maps each path to its hash, role and
+// privacy. At resume every file is hashed again and any change is refused,
+// naming the file and both hashes (Verify).
+//
+// Layout:
+//
+//	DIR/provenance/
+//	  SHA256SUMS        the index, written atomically after every copy
+//	  files/<sha256>    one copy per distinct content, 0444
+//	  files/a_b_c.py    (campaigns recorded before copies were content-addressed)
+//
+// Caveats, what holds and what callers must not assume:
+//   - Inputs must be regular files, or links to them; anything else (FIFO,
+//     device, directory, socket) is refused by name without being read, so
+//     neither start nor resume can block on one.
+//   - Hashing and copying read through a fixed buffer: memory stays bounded
+//     whatever the size. Inputs over Options.MaxFileBytes are refused.
+//   - A copy is renamed into place only when the bytes written hash to the
+//     hash recorded by Hash: an input that changes between the two is
+//     refused, never kept under a wrong name.
+//   - A private input is hashed, never copied.
+//   - Write creates files under DIR; removing them after a failure is the
+//     caller's business. Hash writes nothing.
 package provenance
 
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/google/renameio/v2"
+	"warden/pkg/atomicfile"
 )
 
 // Entry is one recorded file.
@@ -56,18 +74,11 @@ func (e *ChangedError) Error() string {
 
 func (e *ChangedError) Unwrap() error { return ErrChanged }
 
-// HashFile is the hex SHA-256 of a file.
+// HashFile is the hex SHA-256 of a regular file, read streaming; a path
+// that is not a regular file is refused with a *NotRegularError.
 func HashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	sum, _, err := hashRegular(path, 0)
+	return sum, err
 }
 
 // CheckPrivate verifies a private input's permissions: the file mode 0600
@@ -90,11 +101,33 @@ func CheckPrivate(path string) error {
 	return nil
 }
 
-// Record hashes every entry, copies the public ones into
-// campaignDir/provenance/files, and writes SHA256SUMS. It fails on the
-// first missing file or private input with loose permissions, before
-// writing anything.
-func Record(campaignDir string, entries []Entry) ([]Entry, error) {
+// DefaultMaxFileBytes is the size limit of one provenance input when
+// Options.MaxFileBytes is 0.
+const DefaultMaxFileBytes int64 = 4 << 30
+
+// Options are the limits of Hash and Record. The zero value is the default.
+type Options struct {
+	// MaxFileBytes is the largest input accepted, in bytes; a larger one
+	// is refused with a *TooLargeError naming the limit. 0 means
+	// DefaultMaxFileBytes; a negative value means no limit.
+	MaxFileBytes int64
+}
+
+func (o Options) limit() int64 {
+	switch {
+	case o.MaxFileBytes == 0:
+		return DefaultMaxFileBytes
+	case o.MaxFileBytes < 0:
+		return 0
+	}
+	return o.MaxFileBytes
+}
+
+// Hash checks and hashes every entry and writes nothing: each must be a
+// regular file (or a link to one) within the size limit, and a private one
+// must be owner-only (CheckPrivate). It fails on the first entry that is
+// not, naming it. Memory stays bounded whatever the sizes.
+func Hash(entries []Entry, opts Options) ([]Entry, error) {
 	out := make([]Entry, len(entries))
 	for i, e := range entries {
 		if e.Private {
@@ -102,53 +135,91 @@ func Record(campaignDir string, entries []Entry) ([]Entry, error) {
 				return nil, fmt.Errorf("provenance: %w", err)
 			}
 		}
-		sum, err := HashFile(e.Path)
+		sum, _, err := hashRegular(e.Path, opts.limit())
 		if err != nil {
 			return nil, fmt.Errorf("provenance: %w", err)
 		}
 		e.SHA256 = sum
 		out[i] = e
 	}
+	return out, nil
+}
+
+// Write records entries already hashed by Hash under
+// campaignDir/provenance: a copy of each public one, checked against its
+// hash as it is written (see copyInto), then the index SHA256SUMS, written
+// atomically and last. A private entry is never copied. An input that
+// changed since Hash is refused with a *ChangedError.
+func Write(campaignDir string, hashed []Entry, opts Options) error {
 	dir := filepath.Join(campaignDir, SubDir)
-	if err := os.MkdirAll(filepath.Join(dir, Files), 0o755); err != nil {
-		return nil, fmt.Errorf("provenance: %w", err)
+	files := filepath.Join(dir, Files)
+	if err := atomicfile.MkdirAll(files, 0o755); err != nil {
+		return fmt.Errorf("provenance: %w", err)
 	}
-	for _, e := range out {
+	for _, e := range hashed {
 		if e.Private {
 			continue // hash only, never copied
 		}
-		data, err := os.ReadFile(e.Path)
-		if err != nil {
-			return nil, fmt.Errorf("provenance: %w", err)
+		if err := copyInto(files, e, opts.limit()); err != nil {
+			return fmt.Errorf("provenance: %w", err)
 		}
-		dst := filepath.Join(dir, Files, copyName(e.Path))
-		if err := renameio.WriteFile(dst, data, 0o444); err != nil {
-			return nil, fmt.Errorf("provenance: copy %s: %w", e.Path, err)
-		}
+	}
+	if err := atomicfile.SyncDir(files); err != nil {
+		return fmt.Errorf("provenance: %w", err)
 	}
 	var b bytes.Buffer
-	for _, e := range out {
-		priv := ""
-		if e.Private {
-			priv = " private"
-		}
-		fmt.Fprintf(&b, "%s  %s\t%s%s\n", e.SHA256, e.Path, e.Role, priv)
+	for _, e := range hashed {
+		writeSumLine(&b, e)
 	}
-	if err := renameio.WriteFile(filepath.Join(dir, SumFile), b.Bytes(), 0o444); err != nil {
-		return nil, fmt.Errorf("provenance: %w", err)
+	if err := atomicfile.WriteFile(filepath.Join(dir, SumFile), b.Bytes(), 0o444); err != nil {
+		return fmt.Errorf("provenance: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	return nil
+}
+
+// Record is Hash then Write: it fails on the first bad input before
+// writing anything.
+func Record(campaignDir string, entries []Entry, opts Options) ([]Entry, error) {
+	out, err := Hash(entries, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := Write(campaignDir, out, opts); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// copyName flattens a path into one file name: /a/b/c.py -> a_b_c.py.
-func copyName(path string) string {
+// CopyOf is the kept copy of the recorded entry e, and whether there is
+// one: DIR/provenance/files/<sha256>, or, in a campaign recorded before
+// copies were content-addressed, the copy named by flattening the path,
+// when its content still has the recorded hash (flattened names collide).
+// A private entry has none.
+func CopyOf(campaignDir string, e Entry) (string, bool) {
+	if e.Private || !validSum(e.SHA256) {
+		return "", false
+	}
+	files := filepath.Join(campaignDir, SubDir, Files)
+	p := filepath.Join(files, e.SHA256)
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+		return p, true
+	}
+	p = filepath.Join(files, legacyCopyName(e.Path))
+	if sum, err := HashFile(p); err == nil && sum == e.SHA256 {
+		return p, true
+	}
+	return "", false
+}
+
+// legacyCopyName is how copies were named before they were content-addressed:
+// the path flattened into one name, /a/b/c.py -> a_b_c.py (so /a/b_c and
+// /a_b/c collided).
+func legacyCopyName(path string) string {
 	return strings.ReplaceAll(strings.TrimPrefix(filepath.Clean(path), "/"), "/", "_")
 }
 
-// Read loads the recorded entries.
+// Read loads the recorded entries from SHA256SUMS (see writeSumLine for
+// its format; the files of older campaigns read unchanged).
 func Read(campaignDir string) ([]Entry, error) {
 	f, err := os.Open(filepath.Join(campaignDir, SubDir, SumFile))
 	if err != nil {
@@ -158,20 +229,22 @@ func Read(campaignDir string) ([]Entry, error) {
 	var out []Entry
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		line := sc.Text()
-		sum, rest, ok := strings.Cut(line, "  ")
-		path, meta, ok2 := strings.Cut(rest, "\t")
-		if !ok || !ok2 {
-			return nil, fmt.Errorf("provenance: malformed line %q", line)
+		e, err := parseSumLine(sc.Text())
+		if err != nil {
+			return nil, fmt.Errorf("provenance: %s: %w", f.Name(), err)
 		}
-		role, priv, _ := strings.Cut(meta, " ")
-		out = append(out, Entry{Path: path, Role: role, Private: priv == "private", SHA256: sum})
+		out = append(out, e)
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("provenance: read %s: %w", f.Name(), err)
+	}
+	return out, nil
 }
 
-// Verify re-hashes every recorded file; it returns every change joined,
-// each a *ChangedError.
+// Verify re-hashes every recorded file, streaming; it returns every change
+// joined: a *ChangedError for a file changed or missing, a
+// *NotRegularError for one replaced by something that is not a regular
+// file (never opened, so a FIFO cannot block it).
 func Verify(campaignDir string) error {
 	entries, err := Read(campaignDir)
 	if err != nil {
@@ -181,22 +254,14 @@ func Verify(campaignDir string) error {
 	var errs []error
 	for _, e := range entries {
 		now, err := HashFile(e.Path)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			errs = append(errs, &ChangedError{Path: e.Path, Recorded: e.SHA256})
+		case err != nil:
 			errs = append(errs, err)
-			continue
-		}
-		if now != e.SHA256 {
+		case now != e.SHA256:
 			errs = append(errs, &ChangedError{Path: e.Path, Recorded: e.SHA256, Now: now})
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

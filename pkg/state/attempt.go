@@ -3,15 +3,16 @@ package state
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"warden/pkg/failpoint"
+	"strings"
 
-	"github.com/google/renameio/v2"
 	bolt "go.etcd.io/bbolt"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/failpoint"
 )
 
 // StateFileName is the name of the file written in an attempt's directory.
@@ -29,13 +30,13 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	defer s.fileMu.Unlock()
 	var a Attempt
 	var events []Event
-	var campaign string
+	var campaign, campaignDir string
 	err := s.update("new attempt of run "+runID, func(tx *bolt.Tx) error {
 		var c Campaign
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
 			return err
 		}
-		campaign = c.ID
+		campaign, campaignDir = c.ID, c.Dir
 		rb := tx.Bucket(bucketRuns)
 		var r Run
 		if err := get(rb, []byte(runID), &r); err != nil {
@@ -86,7 +87,7 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, a, events)
+	return a, s.writeStateFile(campaign, campaignDir, a, events, false)
 }
 
 // Transition moves attempt n of runID to state to, in one transaction that
@@ -229,13 +230,13 @@ func (s *Store) changeAttempt(op, runID string, n int,
 	defer s.fileMu.Unlock()
 	var a Attempt
 	var events []Event
-	var campaign string
+	var campaign, campaignDir string
 	err := s.update(op, func(tx *bolt.Tx) error {
 		var c Campaign
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
 			return err
 		}
-		campaign = c.ID
+		campaign, campaignDir = c.ID, c.Dir
 		ab, rb := tx.Bucket(bucketAttempts), tx.Bucket(bucketRuns)
 		if err := get(ab, attemptKey(runID, n), &a); err != nil {
 			return err
@@ -277,7 +278,7 @@ func (s *Store) changeAttempt(op, runID string, n int,
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, a, events)
+	return a, s.writeStateFile(campaign, campaignDir, a, events, false)
 }
 
 // attemptEvents reads the events a lists.
@@ -301,13 +302,13 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 	defer s.fileMu.Unlock()
 	var a Attempt
 	var events []Event
-	var campaign string
+	var campaign, campaignDir string
 	err := s.view(fmt.Sprintf("read run %s attempt %d", runID, n), func(tx *bolt.Tx) error {
 		var c Campaign
 		if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err != nil {
 			return err
 		}
-		campaign = c.ID
+		campaign, campaignDir = c.ID, c.Dir
 		if err := get(tx.Bucket(bucketAttempts), attemptKey(runID, n), &a); err != nil {
 			return err
 		}
@@ -318,45 +319,52 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 	if err != nil {
 		return err
 	}
-	return s.writeStateFile(campaign, a, events)
+	return s.writeStateFile(campaign, campaignDir, a, events, true)
 }
 
 // writeStateFile writes a.Dir/state.json atomically (temporary file in the
-// same directory, fsync, rename, fsync of the directory), mode 0644. It does
-// nothing when a.Dir is empty. Errors match ErrStateFile.
-func (s *Store) writeStateFile(campaign string, a Attempt, events []Event) error {
+// same directory, renamed into place), mode 0644. It does nothing when
+// a.Dir is empty. Errors match ErrStateFile.
+//
+// The file is derived from the database, which every transition commits
+// and fsyncs; so after a transition the file is renamed into place without
+// fsyncs of its own (two per transition, the larger part of the per-run
+// cost of supervision). A power cut may leave a recent attempt's file
+// stale or empty: resume rewrites those from the database
+// (RewriteStateFile, with durable set: fsync of the file and the
+// directory).
+//
+// When the attempt directory is under the campaign directory (campaignDir),
+// the file is written beneath it (atomicfile.Beneath): a link a child
+// planted in the attempt's path is not followed out of the campaign.
+func (s *Store) writeStateFile(campaign, campaignDir string, a Attempt, events []Event, durable bool) error {
 	if a.Dir == "" {
 		return nil
 	}
-	err := func() error {
-		raw, err := json.MarshalIndent(StateFile{Campaign: campaign, Attempt: a, Events: events}, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(a.Dir, 0o755); err != nil {
-			return err
-		}
-		f, err := renameio.NewPendingFile(filepath.Join(a.Dir, StateFileName),
-			renameio.WithTempDir(a.Dir), renameio.WithStaticPermissions(0o644))
-		if err != nil {
-			return err
-		}
-		defer f.Cleanup()
-		if _, err := f.Write(append(raw, '\n')); err != nil {
-			return err
-		}
-		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
-		if err := f.CloseAtomicallyReplace(); err != nil {
-			return err
-		}
-		d, err := os.Open(a.Dir)
-		if err != nil {
-			return err
-		}
-		return errors.Join(d.Sync(), d.Close())
-	}()
+	path := filepath.Join(a.Dir, StateFileName)
+	raw, err := json.MarshalIndent(StateFile{Campaign: campaign, Attempt: a, Events: events}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("write %s: %w: %w", filepath.Join(a.Dir, StateFileName), ErrStateFile, err)
+		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
+	}
+	opts := []atomicfile.Option{atomicfile.BeforeRename(func() {
+		failpoint.Hit("state-json-before-rename") // the temporary file written, not renamed
+	})}
+	if !durable {
+		opts = append(opts, atomicfile.NoSync())
+	}
+	if rel, rerr := filepath.Rel(campaignDir, a.Dir); campaignDir != "" && rerr == nil && !strings.HasPrefix(rel, "..") {
+		opts = append(opts, atomicfile.Beneath(campaignDir))
+		err = mkdirBeneath(campaignDir, rel)
+	} else {
+		err = os.MkdirAll(a.Dir, 0o755)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w: %w", path, ErrStateFile, err)
+	}
+	err = atomicfile.WriteFile(path, append(raw, '\n'), 0o644, opts...)
+	if err != nil {
+		// err says "write PATH: ...".
+		return fmt.Errorf("%w: %w", ErrStateFile, err)
 	}
 	return nil
 }
@@ -442,4 +450,14 @@ func keepIdentity(a *Attempt, mutate func(*Attempt) error) error {
 		return fmt.Errorf("%w: mutate changed the id, state, reasons, directory or events", ErrInvalid)
 	}
 	return nil
+}
+
+// mkdirBeneath creates root/rel and its parents, resolving beneath root.
+func mkdirBeneath(root, rel string) error {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.MkdirAll(rel, 0o755)
 }

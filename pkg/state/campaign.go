@@ -127,7 +127,7 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 		c.State = state
 		switch state {
 		case CampaignStopped:
-			c.StopReason, c.StopDetail, c.StopFigures = reason, detail, maps.Clone(figures)
+			c.StopReason, c.StopDetail, c.StopFigures = StopReason(reason), detail, maps.Clone(figures)
 		case CampaignRunning:
 			c.StopReason, c.StopDetail, c.StopFigures = "", "", nil
 		}
@@ -264,6 +264,7 @@ func addLedger(tx *bolt.Tx, c *Campaign, e *LedgerEntry) error {
 		c.ConsumedGPUSeconds += e.GPUSeconds
 	case LedgerReserve:
 		c.ReservedGPUSeconds += e.GPUSeconds
+	case LedgerOverrun:
 	case LedgerRelease:
 		if e.GPUSeconds > c.ReservedGPUSeconds+ledgerEpsilon {
 			return fmt.Errorf("%w: release of %g GPU seconds exceeds the %g reserved", ErrInvalid, e.GPUSeconds, c.ReservedGPUSeconds)

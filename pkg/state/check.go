@@ -306,6 +306,7 @@ func check(tx *bolt.Tx) error {
 			reserved += e.GPUSeconds
 		case LedgerRelease:
 			reserved -= e.GPUSeconds
+		case LedgerOverrun:
 		default:
 			add(RuleLedger, "ledger entry %d has unknown kind %q", e.Seq, e.Kind)
 		}

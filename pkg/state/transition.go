@@ -98,7 +98,9 @@ func checkCampaignTransition(from, to CampaignState) error {
 }
 
 // Reason says why an attempt ended in failed, quarantined or interrupted.
-// The values are stored as strings: never rename or remove one.
+// The values are stored as strings: never rename or remove one that has
+// ever been produced. What each reason does to the run and the campaign
+// is the outcome policy's (pkg/runner, policy.go).
 type Reason string
 
 // Terminal reasons.
@@ -109,7 +111,7 @@ const (
 	ReasonServerNotReady Reason = "server-not-ready"
 	// ReasonClientFailed: the load client exited non-zero or reported failure.
 	ReasonClientFailed Reason = "client-failed"
-	// ReasonOOM: a process of the attempt ran out of host or GPU memory.
+	// ReasonOOM: the server ran out of GPU memory (its output says so).
 	ReasonOOM Reason = "oom"
 	// ReasonGPUNotIdle: preflight found an assigned GPU busy or above its memory baseline.
 	ReasonGPUNotIdle Reason = "gpu-not-idle"
@@ -117,7 +119,9 @@ const (
 	ReasonForeignGPUProcess Reason = "foreign-gpu-process"
 	// ReasonCleanupTimeout: processes or GPU memory were still there after the cleanup timeout.
 	ReasonCleanupTimeout Reason = "cleanup-timeout"
-	// ReasonCleanupFailed: cleanup could not be carried out (e.g. a signal or cgroup operation failed).
+	// ReasonCleanupFailed: cleanup could not be carried out (a signal or
+	// cgroup operation failed) and the attempt's processes or GPU memory
+	// were still there after the cleanup timeout.
 	ReasonCleanupFailed Reason = "cleanup-failed"
 	// ReasonDrainWatchdog: the drain ran past the hard watchdog and the attempt was ended.
 	ReasonDrainWatchdog Reason = "drain-watchdog"
@@ -127,45 +131,42 @@ const (
 	ReasonConfigMismatch Reason = "config-mismatch"
 	// ReasonValidatorFailed: a protocol validator failed or returned a failing verdict.
 	ReasonValidatorFailed Reason = "validator-failed"
+	// ReasonProfileArtifact: a validator found a profiler artifact missing
+	// or broken (a Layer-2 trace window): an exact rerun may cure it.
+	ReasonProfileArtifact Reason = "profile-artifact"
 	// ReasonPrivacyViolation: the privacy scan found a forbidden field in the run directory.
 	ReasonPrivacyViolation Reason = "privacy-violation"
-	// ReasonHashMismatch: a provenance file changed against its recorded hash.
-	ReasonHashMismatch Reason = "hash-mismatch"
-	// ReasonBudgetRefused: the reservation would have passed the GPU-hour cap.
-	ReasonBudgetRefused Reason = "budget-refused"
-	// ReasonInterrupted: the controller died or the host rebooted during the attempt.
+	// ReasonInterrupted: the controller died, stopped, or the host rebooted during the attempt.
 	ReasonInterrupted Reason = "interrupted"
+	// ReasonBudgetExhausted: the campaign's GPU time passed its cap while
+	// the attempt ran; it was ended gracefully and restarts after review.
+	ReasonBudgetExhausted Reason = "budget-exhausted"
+	// ReasonMeasureDeadline: the client ran past the load's measuring
+	// deadline and was ended.
+	ReasonMeasureDeadline Reason = "measure-deadline"
+	// ReasonDrainUnseen: the load's source never said when admission
+	// stopped (no drain line in the phase file, no drain times in the
+	// result file): the drain cannot be judged, and the gate fails closed.
+	ReasonDrainUnseen Reason = "drain-unseen"
 	// ReasonHarnessError: the controller itself failed (a bug or an I/O error).
 	ReasonHarnessError Reason = "harness-error"
-	// ReasonStopped: the operator stopped the campaign during the attempt.
-	ReasonStopped Reason = "stopped"
-	// ReasonQualityFailed: the client reported requests failing the quality check.
-	ReasonQualityFailed Reason = "quality-failed"
-	// ReasonDeadlineExceeded: the client reported requests past their deadline.
-	ReasonDeadlineExceeded Reason = "deadline-exceeded"
-	// ReasonWorkerLost: the client reported a lost server worker.
-	ReasonWorkerLost Reason = "worker-lost"
-	// ReasonClientCancelled: the client reported requests cancelled by the client.
-	ReasonClientCancelled Reason = "client-cancelled"
-	// ReasonAdmissionRejected: the client reported requests rejected at admission.
-	ReasonAdmissionRejected Reason = "admission-rejected"
-	// ReasonTransportError: the client reported connection or protocol errors.
-	ReasonTransportError Reason = "transport-error"
-	// ReasonInvalidOutput: the client reported malformed server output.
-	ReasonInvalidOutput Reason = "invalid-output"
 )
+
+// Reasons lists every reason, in the order above.
+var Reasons = []Reason{
+	ReasonServerExit, ReasonServerNotReady, ReasonClientFailed, ReasonOOM,
+	ReasonGPUNotIdle, ReasonForeignGPUProcess, ReasonCleanupTimeout, ReasonCleanupFailed,
+	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
+	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
+	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen,
+}
 
 // Valid reports whether r is a known reason.
 func (r Reason) Valid() bool {
-	switch r {
-	case ReasonServerExit, ReasonServerNotReady, ReasonClientFailed, ReasonOOM,
-		ReasonGPUNotIdle, ReasonForeignGPUProcess, ReasonCleanupTimeout, ReasonCleanupFailed,
-		ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
-		ReasonPrivacyViolation, ReasonHashMismatch, ReasonBudgetRefused, ReasonInterrupted,
-		ReasonHarnessError, ReasonStopped, ReasonQualityFailed, ReasonDeadlineExceeded,
-		ReasonWorkerLost, ReasonClientCancelled, ReasonAdmissionRejected, ReasonTransportError,
-		ReasonInvalidOutput:
-		return true
+	for _, k := range Reasons {
+		if r == k {
+			return true
+		}
 	}
 	return false
 }

@@ -146,10 +146,10 @@ func TestTransitionReasons(t *testing.T) {
 		want    state.Reason // attempt's Reason after success
 	}{
 		{"failed needs a reason", nil, state.Failed, "", state.ErrInvalid, ""},
-		{"failed with a reason", nil, state.Failed, state.ReasonBudgetRefused, nil, state.ReasonBudgetRefused},
+		{"failed with a reason", nil, state.Failed, state.ReasonServerNotReady, nil, state.ReasonServerNotReady},
 		{"unknown reason", nil, state.Failed, "bad-luck", state.ErrInvalid, ""},
 		{"interrupted defaults", nil, state.Interrupted, "", nil, state.ReasonInterrupted},
-		{"interrupted by a stop", nil, state.Interrupted, state.ReasonStopped, nil, state.ReasonStopped},
+		{"interrupted by a stop", nil, state.Interrupted, state.ReasonInterrupted, nil, state.ReasonInterrupted},
 		{"no reason on a happy step", nil, state.Reserved, state.ReasonOOM, state.ErrInvalid, ""},
 		{"quarantined needs a reason", pathTo(state.Validating), state.Quarantined, "", state.ErrInvalid, ""},
 		{"complete takes none", pathTo(state.Validating), state.Complete, state.ReasonOOM, state.ErrInvalid, ""},

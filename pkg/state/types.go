@@ -16,6 +16,53 @@ const (
 	CampaignComplete CampaignState = "complete"
 )
 
+// StopReason says why a campaign stopped. The values are stored as
+// strings and shown by ctlq: never rename or remove one. A run's failure
+// that stops the campaign uses the run's Reason (StopForRun).
+type StopReason string
+
+// Campaign stop reasons.
+const (
+	// StopOperator: an operator stopped the controller (controller stop,
+	// SIGTERM); the campaign is resumable as it is.
+	StopOperator StopReason = "operator-stop"
+	// StopBudget: the next wave's reservation would pass the GPU-hour cap.
+	StopBudget StopReason = "budget"
+	// StopBudgetExhausted: the GPU time charged and in flight passed the
+	// cap while runs were in flight; they were ended gracefully.
+	StopBudgetExhausted StopReason = "budget-exhausted"
+	// StopNoRegime: no regime is authorized (every one needs a gate that
+	// did not pass).
+	StopNoRegime StopReason = "no-regime"
+	// StopGateError: a regime's gate could not judge (an error verdict)
+	// before any regime was authorized; the detail names the error and the
+	// regimes not tried.
+	StopGateError StopReason = "gate-error"
+	// StopDisk: free disk space or the artifacts' size passed the
+	// protocol's limits before a wave.
+	StopDisk StopReason = "disk"
+	// StopQuarantinedFraction: more than the protocol's fraction of the
+	// measured runs is quarantined.
+	StopQuarantinedFraction StopReason = "quarantined-fraction"
+	// StopFailedFraction: more than the protocol's fraction of the
+	// measured runs failed.
+	StopFailedFraction StopReason = "failed-fraction"
+	// StopHarnessError: the controller itself failed (an I/O error, a full
+	// disk, a bug); the detail says what.
+	StopHarnessError StopReason = "harness-error"
+)
+
+// StopReasons lists the campaign-level stop reasons; a run's failure
+// stops the campaign with StopForRun of its Reason.
+var StopReasons = []StopReason{
+	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
+	StopFailedFraction, StopHarnessError,
+}
+
+// StopForRun is the campaign's stop reason when a run's failure stops it:
+// the run's own reason.
+func StopForRun(r Reason) StopReason { return StopReason(r) }
+
 // Campaign is the single record of the campaign bucket.
 type Campaign struct {
 	ID             string        `json:"id"`
@@ -27,7 +74,7 @@ type Campaign struct {
 	State          CampaignState `json:"state"`
 	// StopReason, StopDetail and StopFigures describe the last stop; they are
 	// cleared when the campaign runs again (the events keep the history).
-	StopReason  string             `json:"stop_reason,omitempty"`
+	StopReason  StopReason         `json:"stop_reason,omitempty"`
 	StopDetail  string             `json:"stop_detail,omitempty"`
 	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
 	Regime      string             `json:"regime,omitempty"`
@@ -185,6 +232,10 @@ const (
 	LedgerCharge  = "charge"  // GPU time an attempt held
 	LedgerReserve = "reserve" // a wave's conservative cost, before it starts
 	LedgerRelease = "release" // a reservation given back
+	// LedgerOverrun records, when a budget stop ended the runs in flight,
+	// the GPU time charged past the cap. It is a note: the charges that
+	// make it up are on the ledger already, so it counts in no total.
+	LedgerOverrun = "overrun"
 )
 
 // LedgerEntry is one entry of the budget ledger.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"warden/pkg/atomicfile"
 )
 
 // claimRecord is the content of DIR/claims/<gpu>/<pid>-<start>.json.
@@ -62,11 +64,11 @@ func ClaimFor(dir string, gpu, pid int, startTime uint64, uid, mib int, opts ...
 		return fmt.Errorf("claim fake GPU %d for pid %d: %w", gpu, pid, err)
 	}
 	gpuDir := filepath.Join(dir, claimsDir, strconv.Itoa(gpu))
-	if err := mkdirSynced(gpuDir); err != nil {
+	if err := atomicfile.MkdirAll(gpuDir, 0o755); err != nil {
 		return fmt.Errorf("claim fake GPU %d for pid %d: %w", gpu, pid, err)
 	}
 	path := filepath.Join(gpuDir, fmt.Sprintf("%d-%d.json", pid, startTime))
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("claim fake GPU %d for pid %d: %w", gpu, pid, err)
 	}
 	return nil

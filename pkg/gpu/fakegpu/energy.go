@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"warden/pkg/atomicfile"
 )
 
 const energyDir = "energy"
@@ -33,7 +35,7 @@ type energyRecord struct {
 // the counter never decreases; a clock that went back adds nothing.
 func (b *Backend) advanceEnergy(i int, mw int64) (uint64, error) {
 	dir := filepath.Join(b.dir, energyDir)
-	if err := mkdirSynced(dir); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("energy of fake GPU %d: %w", i, err)
 	}
 	lockPath := filepath.Join(dir, strconv.Itoa(i)+".lock")

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"warden/pkg/atomicfile"
 	"warden/pkg/gpu"
 )
 
@@ -123,15 +124,11 @@ func InitWith(dir string, devices []Device) error {
 			return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
 		}
 		doc.Devices[i] = d
-		if err := mkdirSynced(filepath.Join(dir, claimsDir, strconv.Itoa(i))); err != nil {
+		if err := atomicfile.MkdirAll(filepath.Join(dir, claimsDir, strconv.Itoa(i)), 0o755); err != nil {
 			return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
 		}
 	}
-	data, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return fmt.Errorf("init fake GPUs in %s: %w", dir, err)
-	}
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := atomicfile.WriteJSON(path, doc, 0o644); err != nil {
 		return fmt.Errorf("init fake GPUs: %w", err)
 	}
 	return nil

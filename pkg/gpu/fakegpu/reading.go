@@ -3,7 +3,6 @@ package fakegpu
 import (
 	"fmt"
 
-	"warden/pkg/gates"
 	"warden/pkg/gpu"
 )
 
@@ -71,16 +70,16 @@ func (b *Backend) Info(indices []int) ([]gpu.Reading, error) {
 }
 
 // Snapshot reads memory used and the processes holding it, for the gates.
-func (b *Backend) Snapshot(indices []int) ([]gates.GPUState, error) {
+func (b *Backend) Snapshot(indices []int) ([]gpu.State, error) {
 	rs, err := b.Read(indices, gpu.Memory|gpu.Processes)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gates.GPUState, 0, len(rs))
+	out := make([]gpu.State, 0, len(rs))
 	for _, r := range rs {
-		st := gates.GPUState{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
-		for _, p := range r.Procs {
-			st.Procs = append(st.Procs, gates.GPUProc{PID: p.PID, UID: p.UID, UsedMiB: p.UsedMiB})
+		st := gpu.State{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
+		if len(r.Procs) > 0 {
+			st.Procs = r.Procs // a fresh slice of this read's
 		}
 		out = append(out, st)
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/gates"
 	"warden/pkg/gpu"
 )
 
@@ -320,7 +319,6 @@ func TestInitWith(t *testing.T) {
 
 func TestSnapshotForGates(t *testing.T) {
 	dir, b := newHost(t, 2)
-	var _ gates.GPUs = b
 	if b.Name() != "fake" {
 		t.Errorf("Name() = %q", b.Name())
 	}
@@ -332,7 +330,7 @@ func TestSnapshotForGates(t *testing.T) {
 	d0, _ := b.Device(0)
 	d1, _ := b.Device(1)
 	if len(got) != 2 || got[0].Index != 1 || got[0].UUID != d1.UUID || got[0].UsedMiB != 300 ||
-		!slices.Equal(got[0].Procs, []gates.GPUProc{{PID: os.Getpid(), UID: 4242, UsedMiB: 300}}) ||
+		!slices.Equal(got[0].Procs, []gpu.Proc{{PID: os.Getpid(), UID: 4242, UsedMiB: 300}}) ||
 		got[1].Index != 0 || got[1].UUID != d0.UUID || got[1].UsedMiB != 0 || len(got[1].Procs) != 0 {
 		t.Fatalf("Snapshot = %+v", got)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"warden/pkg/gates"
 	"warden/pkg/gpu"
 )
 
@@ -179,19 +178,19 @@ func (b *Backend) Info(indices []int) ([]gpu.Reading, error) {
 // Snapshot reads memory used (v2: 0 on an idle GPU) and the compute
 // processes of the GPUs with the given indices, for the gates. Either one
 // unsupported is an error: the gates cannot judge a GPU without them.
-func (b *Backend) Snapshot(indices []int) ([]gates.GPUState, error) {
+func (b *Backend) Snapshot(indices []int) ([]gpu.State, error) {
 	rs, err := b.Read(indices, gpu.Memory|gpu.Processes)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gates.GPUState, 0, len(rs))
+	out := make([]gpu.State, 0, len(rs))
 	for _, r := range rs {
 		if r.MemoryUsedMiB == nil || r.Procs == nil {
 			return nil, fmt.Errorf("nvml GPU %d: memory or processes: %w", r.Index, nvml.ERROR_NOT_SUPPORTED)
 		}
-		st := gates.GPUState{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
-		for _, p := range r.Procs {
-			st.Procs = append(st.Procs, gates.GPUProc{PID: p.PID, UID: p.UID, UsedMiB: p.UsedMiB})
+		st := gpu.State{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
+		if len(r.Procs) > 0 {
+			st.Procs = r.Procs // a fresh slice of this read's
 		}
 		out = append(out, st)
 	}

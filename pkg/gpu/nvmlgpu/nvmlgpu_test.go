@@ -14,13 +14,11 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 )
 
 var (
-	_ gates.GPUs          = (*Backend)(nil)
 	_ sample.Reader       = (*Backend)(nil)
 	_ sample.EnergyReader = (*Backend)(nil)
 )
@@ -348,9 +346,9 @@ func TestSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []gates.GPUState{
+	want := []gpu.State{
 		{Index: 0, UUID: h.gpus[0].uuid},
-		{Index: 1, UUID: h.gpus[1].uuid, UsedMiB: 1000, Procs: []gates.GPUProc{{PID: os.Getpid(), UID: os.Getuid(), UsedMiB: 1000}}},
+		{Index: 1, UUID: h.gpus[1].uuid, UsedMiB: 1000, Procs: []gpu.Proc{{PID: os.Getpid(), UID: os.Getuid(), UsedMiB: 1000}}},
 	}
 	if len(got) != 2 || got[0].Index != 0 || got[0].UUID != want[0].UUID || got[0].UsedMiB != 0 || len(got[0].Procs) != 0 ||
 		got[1].Index != 1 || got[1].UUID != want[1].UUID || got[1].UsedMiB != 1000 || !slices.Equal(got[1].Procs, want[1].Procs) {

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
+	"warden/pkg/safefile"
 )
 
 // Point is one GPU's power at one moment.
@@ -175,7 +175,7 @@ func ReadRecords(r io.Reader) ([]Record, error) {
 
 // ReadFile decodes the samples file at path (ReadRecords).
 func ReadFile(path string) ([]Record, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read samples: %w", err)
 	}

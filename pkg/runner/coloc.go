@@ -1,13 +1,16 @@
-package main
+package runner
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+	"warden/pkg/safefile"
 
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -19,14 +22,14 @@ import (
 // background loads start first and keep serving while the target's loads
 // run back to back on its slot; then the backgrounds are stopped and the
 // check's gate is judged. The solo block is the target alone.
-func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
-	res := unitResult{unit: u.unit}
+func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
+	res := unitResult{unit: u.Unit}
 	slotByName := map[string]protocols.SlotInfo{}
 	for _, s := range c.plan.Slots {
 		slotByName[s.Name] = s
 	}
 	var bgs, targets []protocols.Run
-	for _, r := range u.runs {
+	for _, r := range u.Runs {
 		if r.Kind == "background" {
 			bgs = append(bgs, r)
 		} else {
@@ -34,7 +37,10 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 	}
 	fail := func(run string, out outcome) unitResult {
-		res.failedRun, res.reason, res.detail, res.stop = run, out.reason, out.detail, true
+		// a co-location block is not retried: its gate judges the block
+		// as it ran
+		res.failedRun, res.reason, res.detail = run, out.reason, out.detail
+		res.verdict = Next(out.state, out.reason, 0, 0)
 		return res
 	}
 
@@ -82,7 +88,7 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 	}
 	if len(bgs) > 0 {
-		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.regime).Msg("co-location backgrounds serving; running the target")
+		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 	for _, r := range targets {
 		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime})
@@ -99,33 +105,42 @@ func (c *controller) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 	}
 	close(until)
+	var early []string // backgrounds that ended before their target did
 	for _, o := range collect() {
-		if o.out.interrupted {
+		switch {
+		case o.out.interrupted:
 			res.interrupted = true
 			return res
-		}
-		if o.out.state != state.Complete && o.out.state != state.Quarantined {
+		case o.out.reason == state.ReasonClientFailed && o.out.earlyBackground:
+			early = append(early, o.run)
+		case o.out.state != state.Complete && o.out.state != state.Quarantined:
 			return fail(o.run, o.out)
 		}
 	}
-	if u.gate != nil && ctx.Err() == nil {
-		c.judgeColocation(*u.gate)
+	if u.Gate == nil || ctx.Err() != nil {
+		return res
 	}
+	if len(early) > 0 {
+		// A-P3-1: the backgrounds "remain active through the target's
+		// warm-up, clean interval, profile windows, and recovery
+		// intervals"; a target measured without them says nothing of the
+		// regime. The check fails (and the next regime is tried); the
+		// background attempts stay failed beside it.
+		c.recordColocation(*u.Gate, gates.Verdict{Verdict: gates.Fail, At: c.now(),
+			Detail:  fmt.Sprintf("background load %s ended before the target's last profile window", strings.Join(early, ", ")),
+			Figures: map[string]float64{"backgrounds_ended_early": float64(len(early))}})
+		return res
+	}
+	c.judgeColocation(*u.Gate)
 	return res
 }
 
 // judgeColocation compares the co-located target with the solo target
 // (throughput within the tolerance, and the validator's figures) and
 // records the gate's verdict; a later regime runs only after a fail.
-func (c *controller) judgeColocation(g protocols.GateInfo) {
+func (c *Runner) judgeColocation(g protocols.GateInfo) {
 	now := c.now()
-	record := func(v gates.Verdict) {
-		v.Gate = g.Name
-		if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: g.Name, Run: g.Target, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
-			c.log.Error().Err(err).Str("gate", g.Name).Msg("record gate verdict")
-		}
-		c.log.Info().Str("gate", g.Name).Str("verdict", v.Verdict).Str("detail", v.Detail).Interface("figures", v.Figures).Msg("co-location gate")
-	}
+	record := func(v gates.Verdict) { c.recordColocation(g, v) }
 	soloDir, err := c.resultDir(g.Solo)
 	if err != nil {
 		record(gates.Verdict{Verdict: gates.Error, Detail: err.Error(), At: now})
@@ -135,6 +150,22 @@ func (c *controller) judgeColocation(g protocols.GateInfo) {
 	if err != nil {
 		record(gates.Verdict{Verdict: gates.Error, Detail: err.Error(), At: now})
 		return
+	}
+	if g.ProfileWindows > 0 {
+		// A-P3-1: "This one-time placement check samples exactly one 2+8
+		// window per moderate target".
+		for _, t := range []struct{ name, dir string }{{"solo", soloDir}, {"co-located", targetDir}} {
+			n, err := countPhase(filepath.Join(t.dir, "phases.jsonl"), "profile")
+			switch {
+			case err != nil:
+				record(gates.Verdict{Verdict: gates.Error, Detail: fmt.Sprintf("%s target's profile windows: %v", t.name, err), At: now})
+				return
+			case n != g.ProfileWindows:
+				record(gates.Verdict{Verdict: gates.Fail, At: now, Figures: map[string]float64{"profile_windows": float64(n)},
+					Detail: fmt.Sprintf("the %s target had %d profile windows; the check samples exactly %d", t.name, n, g.ProfileWindows)})
+				return
+			}
+		}
 	}
 	solo, coloc := gates.Measurement{Figures: map[string]float64{}}, gates.Measurement{Figures: map[string]float64{}}
 	if solo.Throughput, err = gates.ReadThroughput(filepath.Join(soloDir, g.ThroughputFile), g.ThroughputField); err != nil {
@@ -166,33 +197,66 @@ func (c *controller) judgeColocation(g protocols.GateInfo) {
 	record(v)
 }
 
+// gateValidatorTimeout bounds a co-location gate's validator.
+const gateValidatorTimeout = 10 * time.Minute
+
+// recordColocation records a co-location gate's verdict; a later regime
+// runs only after a fail.
+func (c *Runner) recordColocation(g protocols.GateInfo, v gates.Verdict) {
+	v.Gate = g.Name
+	if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: g.Name, Run: g.Target, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
+		c.log.Error().Err(err).Str("gate", g.Name).Msg("record gate verdict")
+	}
+	c.log.Info().Str("gate", g.Name).Str("verdict", v.Verdict).Str("detail", v.Detail).Interface("figures", v.Figures).Msg("co-location gate")
+}
+
+// countPhase counts the lines of a client's phase file that report phase.
+func countPhase(path, phase string) (int, error) {
+	b, err := readChildFile(path)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var p struct {
+			Phase string `json:"phase"`
+		}
+		if json.Unmarshal(line, &p) == nil && p.Phase == phase {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // runGateValidator runs the co-location gate's validator with the two
 // result directories and reads its verdict.
-func (c *controller) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
+func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
 	vars := map[string]string{
 		"NEED_SOLO_DIR": soloDir, "NEED_TARGET_DIR": targetDir, "CAMPAIGN_DIR": c.dir,
-		"WORKDIR": c.set.Workdir, "PROTOCOL_DIR": filepath.Dir(c.set.ProtocolPath),
+		"WORKDIR": c.workdir, "PROTOCOL_DIR": filepath.Dir(c.protocolPath),
 	}
-	argv, err := expandSpec(*g.Validator, vars)
+	argv, err := expandCommand(*g.Validator, vars)
 	if err != nil {
 		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: err.Error(), At: c.now()}
 	}
 	out := filepath.Join(targetDir, "gate-"+strings.ReplaceAll(g.Name, "/", "-")+".out")
 	p, err := c.starter.Start(launch.Spec{
 		Role: "gate-validator", Argv: argv, Env: append(os.Environ(), "NEED_SOLO_DIR="+soloDir, "NEED_TARGET_DIR="+targetDir),
-		Dir: c.set.Workdir, StdoutPath: out, StderrPath: out + ".err",
+		Dir: c.workdir, StdoutPath: out, StderrPath: out + ".err",
+		Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace},
 	})
 	if err != nil {
 		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: fmt.Sprintf("start validator: %v", err), At: c.now()}
 	}
 	select {
 	case <-p.Done():
-	case <-time.After(10 * time.Minute):
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		launch.Stop(ctx, p, launch.StopOptions{Grace: 5 * time.Second, GroupGrace: 5 * time.Second})
+	case <-time.After(gateValidatorTimeout):
+		ctx, cancel := context.WithTimeout(context.Background(), 2*validatorGrace+stopSlack)
+		p.Shutdown(ctx)
 		cancel()
+		<-p.Done()
 	}
 	ex := p.Exit()
-	stdout, _ := os.ReadFile(out)
+	stdout, _ := safefile.ReadFile(out, maxChildFile)
 	return gates.ValidatorResult(g.Name, ex.Code, ex.Signal, stdout, c.now())
 }

@@ -1,12 +1,12 @@
-package main
+package runner
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
+	"warden/pkg/safefile"
 
 	"warden/pkg/state"
 )
@@ -15,12 +15,30 @@ import (
 // file system of the campaign directory is full: attempts can no longer
 // keep their records and artifacts. The runs in flight end as they can;
 // nothing new starts, and resume continues once space is freed.
-func (c *controller) stopIfDiskFull(err error) {
-	if !errors.Is(err, syscall.ENOSPC) {
-		return
+//
+// A write error that is not transient (a file system remounted read-only,
+// an I/O error) cannot even record a stop: the runner ends the work
+// instead, its children stopped the usual way, and Run returns the error
+// (failStorage).
+func (c *Runner) stopIfDiskFull(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
+			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
+	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
+		c.failStorage(err)
 	}
-	c.stopCampaign(string(state.ReasonHarnessError), fmt.Sprintf(
-		"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err), nil)
+}
+
+// failStorage records, once, that the campaign directory's file system
+// refuses writes for good, and wakes the loop to end the work.
+func (c *Runner) failStorage(err error) {
+	c.storageOnce.Do(func() {
+		c.storageErr = fmt.Errorf("the campaign directory %s cannot be written (%w): the work was ended; resume once the file system is writable again", c.dir, err)
+		c.log.Error().Err(err).Msg("campaign directory not writable: ending the work")
+		close(c.storageFailed)
+	})
 }
 
 // stateFileTail is how many of the last events resume looks at to find
@@ -32,7 +50,7 @@ const stateFileTail = 1000
 // a commit and the file's rename, or could not write it (a full disk),
 // left it behind. Only the attempts named by the last stateFileTail events
 // are looked at, so resume stays quick on large campaigns.
-func (c *controller) repairStateFiles() {
+func (c *Runner) repairStateFiles() {
 	last, err := c.store.LastEventSeq()
 	if err != nil {
 		c.log.Warn().Err(err).Msg("look for stale state.json files")
@@ -65,7 +83,7 @@ func (c *controller) repairStateFiles() {
 // stateFileCurrent reports whether the attempt's state.json holds its
 // recorded state and events.
 func stateFileCurrent(a state.Attempt) bool {
-	b, err := os.ReadFile(filepath.Join(a.Dir, state.StateFileName))
+	b, err := safefile.ReadFile(filepath.Join(a.Dir, state.StateFileName), maxChildFile)
 	if err != nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"time"
+	"warden/pkg/safefile"
 )
 
 // phaseWatcher follows the client's phase file (JSON lines appended by
@@ -28,9 +29,9 @@ func newPhaseWatcher(path string) *phaseWatcher {
 // poll reads what the client appended.
 func (w *phaseWatcher) poll() {
 	if w.f == nil {
-		f, err := os.Open(w.path)
+		f, err := safefile.Open(w.path)
 		if err != nil {
-			return // not written yet
+			return // not written yet, or not a regular file: no phase seen
 		}
 		w.f = f
 	}

@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+	"warden/pkg/atomicfile"
 	"warden/protocols"
 
 	"warden/pkg/gates"
@@ -50,7 +51,7 @@ func (a *attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
 		figs[name+"_load1"] = h.LoadAvg1
 		figs[name+"_other_users_procs"] = float64(h.OtherUsersCount)
 	}
-	if err := writeJSONFile(filepath.Join(a.dir, name+".json"), rec, 0o644); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(a.dir, name+".json"), rec, 0o644, atomicfile.Beneath(a.c.dir)); err != nil {
 		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
 	}
 	return readings, figs

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/gates"
+	"warden/pkg/validate"
+)
+
+// EnvSignalsFile names the file of the attempt's recorded signals that the
+// controller hands to validators.
+const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
+
+const validateExit = `
+Output: a summary line (unless -o json), then, as the LAST line, one JSON
+object: {"verdict":"pass"|"fail"|"error","detail":"...","figures":{...}}
+(the line a protocol validator prints; see docs/validators.md).
+
+Exit status: 0 when a verdict was reached, whatever it is (read the last
+line); 2 for a usage error (bad flags), with no verdict line. "error" means
+the check could not tell (a file missing or unreadable): it never passes.`
+
+func newValidateCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Check a run's artifacts against the seed's contracts (layer1, layer2, client, sanity)",
+		Long: `validate checks the artifacts of one run against the contracts seed 002
+freezes. Each subcommand can be run by hand or named by a protocol as a
+validator, whose verdict the controller records as the gate
+"validator:NAME":
+
+  controller validate layer1  --dir ${RUN_DIR}/opprof      (A-P3-5 footer/sidecar rule)
+  controller validate layer2  --traces ${RUN_DIR}/traces --tp 1
+  controller validate client  --result-dir ${ATTEMPT_DIR}/client [--saturation-result ${NEED_SATURATION_DIR}/client/result.json]
+  controller validate sanity  --input ${ATTEMPT_DIR}/client --out ${ATTEMPT_DIR}/sanity.json
+` + validateExit,
+		Args: cobra.NoArgs,
+	}
+	// A bad flag is a usage error: exit 2, as documented (the children
+	// inherit this).
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
+	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd())
+	return cmd
+}
+
+// printVerdict writes the summary (text output) and the verdict line.
+func printVerdict(w io.Writer, name, output string, r validate.Result) error {
+	if r.Figures == nil {
+		r.Figures = map[string]float64{}
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if output != "json" {
+		keys := make([]string, 0, len(r.Figures))
+		for k := range r.Figures {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var figs []string
+		for _, k := range keys {
+			figs = append(figs, k+"="+strconv.FormatFloat(r.Figures[k], 'g', 6, 64))
+		}
+		class := ""
+		if r.Class != "" {
+			class = " [" + r.Class + "]"
+		}
+		fmt.Fprintf(w, "%s: %s%s: %s\n  %s\n", name, r.Verdict, class, r.Detail, strings.Join(figs, " "))
+	}
+	_, err = fmt.Fprintf(w, "%s\n", line)
+	return err
+}
+
+func checkOutput(o string) error {
+	if o != "json" && o != "text" {
+		return &exitError{2, fmt.Errorf("validate: unknown output %q (json or text)", o)}
+	}
+	return nil
+}
+
+func usage(format string, a ...any) error {
+	return &exitError{2, fmt.Errorf("validate: "+format, a...)}
+}
+
+func newValidateLayer1Cmd() *cobra.Command {
+	var stream, dir, sidecar, signals, output string
+	var tolMS, flushS float64
+	cmd := &cobra.Command{
+		Use:   "layer1",
+		Short: "Check a Layer-1 JSONL stream and its sidecar by the A-P3-5 rule",
+		Long: `layer1 checks a Layer-1 stream (JSON lines, one "step" per record) and its
+sidecar <stream>.footer.json by seed 002's A-P3-5 rule: every complete line
+decodes and no line is partial; the data lines' count equals the sidecar's
+written_records; the last data line's step equals its last_step_index;
+encoded = written + dropped; dropped = 0; steps are unique and contiguous. A
+stream with an in-stream footer (a clean close) must agree with a final
+sidecar. Without a footer the sidecar is authoritative and its checkpoint
+may be at most its flush interval older than the controller's first signal
+to the server's API parent, plus --tolerance-ms (reported apart as
+tolerance_used_ms). The signal times are read from --signals, by default
+$WARDEN_SIGNALS_FILE, which the controller sets for validators.
+
+Give the stream with --stream, or a directory holding exactly one *.jsonl
+with --dir.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if (stream == "") == (dir == "") {
+				return usage("layer1: give exactly one of --stream and --dir")
+			}
+			opts := validate.DefaultLayer1
+			opts.Tolerance = time.Duration(tolMS * float64(time.Millisecond))
+			opts.FlushInterval = time.Duration(flushS * float64(time.Second))
+			var r validate.Result
+			if dir != "" {
+				var err error
+				stream, r, err = oneStream(dir)
+				if err != nil {
+					return printVerdict(cmd.OutOrStdout(), "layer1", output, r)
+				}
+			}
+			r = validate.Layer1Files(stream, sidecar, signals, opts)
+			return printVerdict(cmd.OutOrStdout(), "layer1", output, r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&stream, "stream", "", "the Layer-1 JSONL stream")
+	f.StringVar(&dir, "dir", "", "a directory holding exactly one Layer-1 stream (*.jsonl)")
+	f.StringVar(&sidecar, "sidecar", "", "the sidecar (default <stream>.footer.json)")
+	f.StringVar(&signals, "signals", os.Getenv(EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+EnvSignalsFile+")")
+	f.Float64Var(&tolMS, "tolerance-ms", 100, "timestamp/scheduling tolerance beyond the flush interval, reported apart")
+	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured flush interval the sidecar must declare (0: accept the sidecar's)")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}
+
+// oneStream finds the one *.jsonl in dir. Without one, it returns the
+// verdict to print and an error.
+func oneStream(dir string) (string, validate.Result, error) {
+	r := validate.Result{Figures: map[string]float64{}}
+	ms, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err == nil {
+		if _, serr := os.Stat(dir); serr != nil {
+			err = serr
+		}
+	}
+	switch {
+	case err != nil:
+		r.Verdict, r.Detail = gates.Error, fmt.Sprintf("layer1 directory: %v", err)
+	case len(ms) == 0:
+		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("no Layer-1 stream (*.jsonl) in %s", dir)
+	case len(ms) > 1:
+		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("%d Layer-1 streams in %s, the seed wants exactly one", len(ms), dir)
+		r.Figures["streams"] = float64(len(ms))
+	default:
+		return ms[0], r, nil
+	}
+	return "", r, errors.New(r.Detail)
+}
+
+func newValidateLayer2Cmd() *cobra.Command {
+	var output, execPattern string
+	o := validate.DefaultLayer2()
+	var traces string
+	cmd := &cobra.Command{
+		Use:   "layer2",
+		Short: "Check the Layer-2 profiler traces of a run's profile windows",
+		Long: `layer2 checks every trace (--pattern, gzipped Chrome trace JSON) in --traces:
+it decompresses and parses; its ProfilerStep numbers are exactly
+--warmup-iters .. --warmup-iters + --active-iters - 1 (the seed: 2..9); it
+holds exactly --active-iters execute annotations
+(execute_context_N(T)_generation_M(T), user_annotation) inside those steps;
+it has at least one kernel event. Every rank 0..--tp-1 must have --windows
+traces (0: any number, the same for every rank). A failing or erroring
+verdict carries "class":"profile-artifact": the outcome policy then allows
+the seed's one exact rerun.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if traces == "" {
+				return usage("layer2: --traces DIR is required")
+			}
+			re, err := regexp.Compile(execPattern)
+			if err != nil {
+				return usage("layer2: --execute-pattern: %v", err)
+			}
+			o.ExecuteAnnotate = re
+			if o.TP < 1 || o.Windows < 0 || o.ActiveIters < 1 || o.WarmupIters < 0 {
+				return usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative")
+			}
+			return printVerdict(cmd.OutOrStdout(), "layer2", output, validate.Layer2Dir(traces, o))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&traces, "traces", "", "directory of the run's trace files")
+	f.IntVar(&o.TP, "tp", o.TP, "tensor-parallel ranks: trace files expected per window")
+	f.IntVar(&o.Windows, "windows", o.Windows, "profile windows expected per rank (0: any)")
+	f.IntVar(&o.WarmupIters, "warmup-iters", o.WarmupIters, "profiler warm-up iterations (not recorded)")
+	f.IntVar(&o.ActiveIters, "active-iters", o.ActiveIters, "profiler active iterations")
+	f.StringVar(&o.Pattern, "pattern", o.Pattern, "file name pattern of the traces")
+	f.StringVar(&execPattern, "execute-pattern", o.ExecuteAnnotate.String(), "regular expression of an execute annotation's name (cat user_annotation)")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}
+
+func newValidateClientCmd() *cobra.Command {
+	var output, dir string
+	o := validate.DefaultClient()
+	cmd := &cobra.Command{
+		Use:   "client",
+		Short: "Check the load client's result: segments, failures, tokens, rate, lag, no text",
+		Long: `client checks a load client's result directory (loadgen's result.json,
+segments.jsonl and requests/*.jsonl): the timeline completed; exactly
+--segments clean segments of --segment-seconds each; no clean-segment
+request failed; every completed request produced exactly the output tokens
+it requested; no request was sent more than --lag-threshold-s after its
+planned time; no file has a prompt or generated-text field
+(--forbidden-fields). An open-loop (moderate) run needs
+--saturation-result: its λ must be --rate-fraction x that run's clean
+completed throughput, and its achieved offered rate within --rate-tolerance
+of it.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if dir == "" {
+				return usage("client: --result-dir DIR is required")
+			}
+			if o.Segments < 1 || o.SegmentSeconds <= 0 || o.RateFraction <= 0 || o.RateTolerance < 0 {
+				return usage("client: --segments, --segment-seconds and --rate-fraction must be positive")
+			}
+			return printVerdict(cmd.OutOrStdout(), "client", output, validate.ClientDir(dir, o))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	f.IntVar(&o.Segments, "segments", o.Segments, "clean segments the protocol declares")
+	f.Float64Var(&o.SegmentSeconds, "segment-seconds", o.SegmentSeconds, "seconds of each clean segment")
+	f.Float64Var(&o.SegmentTolS, "segment-tolerance-s", o.SegmentTolS, "how far a clean segment's length may be from --segment-seconds")
+	f.StringVar(&o.SaturationResult, "saturation-result", "", "the saturation run's result.json (required for an open-loop run)")
+	f.Float64Var(&o.RateFraction, "rate-fraction", o.RateFraction, "moderate λ as a fraction of the saturation throughput")
+	f.Float64Var(&o.RateTolerance, "rate-tolerance", o.RateTolerance, "relative tolerance of the achieved offered rate")
+	f.Float64Var(&o.LagThresholdS, "lag-threshold-s", o.LagThresholdS, "generator lag (sent - planned) no request may exceed")
+	f.StringSliceVar(&o.ForbiddenFields, "forbidden-fields", o.ForbiddenFields, "JSON keys that must not appear (prompt or generated text)")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}
+
+func newValidateSanityCmd() *cobra.Command {
+	var output, out, base string
+	var inputs, consts []string
+	o := validate.DefaultSanity()
+	cmd := &cobra.Command{
+		Use:   "sanity",
+		Short: "Write the data sanity block (sanity.json) of a run's numeric outputs and check its red flags",
+		Long: `sanity reads the run's numeric outputs (--input: JSON or JSON-lines files, or
+directories of them) and writes the seed's data sanity block to --out (by
+default $WARDEN_ATTEMPT_DIR/sanity.json; "-" writes none): for every numeric
+family (a JSON path in a file) n, finite, missing, min, max and distinct
+count. Red flags fail the check: a negative value in a family not declared
+--signed (every other family is a non-negative counter), a ratio (a leaf
+named ratio, fraction, share, frac or usage) outside [0,1], a non-finite
+value, a declared --constant NAME=VALUE that does not hold or is absent.
+Families that never varied but were not declared are listed, not flagged.
+ctlq show prints the block of an attempt.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if len(inputs) == 0 {
+				return usage("sanity: at least one --input is required")
+			}
+			for _, c := range consts {
+				name, val, ok := strings.Cut(c, "=")
+				v, err := strconv.ParseFloat(val, 64)
+				if !ok || err != nil || name == "" {
+					return usage("sanity: --constant %q: want NAME=NUMBER", c)
+				}
+				o.Constants[name] = v
+			}
+			if out == "" {
+				if d := os.Getenv("WARDEN_ATTEMPT_DIR"); d != "" {
+					out = filepath.Join(d, "sanity.json")
+				}
+			}
+			if base == "" && len(inputs) > 0 {
+				base = os.Getenv("WARDEN_ATTEMPT_DIR")
+			}
+			blk, r := validate.Sanity(inputs, base, o)
+			if out != "" && out != "-" {
+				if err := atomicfile.WriteJSON(out, blk, 0o644); err != nil {
+					r.Verdict = gates.Error
+					r.Detail = fmt.Sprintf("write %s: %v; %s", out, err, r.Detail)
+				}
+			}
+			return printVerdict(cmd.OutOrStdout(), "sanity", output, r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&inputs, "input", nil, "a JSON or JSON-lines file, or a directory of them (repeatable)")
+	f.StringVar(&base, "base", "", "directory cut from family names (default $WARDEN_ATTEMPT_DIR)")
+	f.StringVar(&out, "out", "", "where to write sanity.json (default $WARDEN_ATTEMPT_DIR/sanity.json; - for none)")
+	f.StringArrayVar(&consts, "constant", nil, "a declared constant, FAMILY=VALUE; FAMILY may use * (repeatable)")
+	f.StringArrayVar(&o.Signed, "signed", nil, "a family pattern that may be negative (repeatable)")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}

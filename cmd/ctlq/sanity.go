@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"warden/pkg/api"
+)
+
+// The data sanity block an attempt's sanity validator wrote
+// (ATTEMPT_DIR/sanity.json, schema warden.sanity/1; docs/validators.md).
+// ctlq reads it from the attempt directory, on this host.
+
+type sanityFamily struct {
+	Name     string   `json:"name"`
+	Kind     string   `json:"kind"`
+	N        int      `json:"n"`
+	Finite   int      `json:"finite"`
+	Missing  int      `json:"missing"`
+	Min      *float64 `json:"min"`
+	Max      *float64 `json:"max"`
+	Distinct int      `json:"distinct"`
+	Expected *float64 `json:"expected"`
+	Flags    []string `json:"red_flags"`
+}
+
+type sanityBlock struct {
+	Schema              string         `json:"schema"`
+	Families            []sanityFamily `json:"families"`
+	RedFlags            []string       `json:"red_flags"`
+	UndeclaredConstants []string       `json:"undeclared_constants"`
+	Verdict             string         `json:"verdict"`
+}
+
+// runWithSanity is `ctlq show -o json`: the run and, by attempt number,
+// the sanity blocks found.
+type runWithSanity struct {
+	api.RunDetail
+	Sanity map[string]json.RawMessage `json:"sanity,omitempty"`
+}
+
+// sanityBlocks reads the sanity.json of every attempt that has one.
+func sanityBlocks(d api.RunDetail) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	for _, a := range d.Attempts {
+		b, err := os.ReadFile(filepath.Join(a.Dir, "sanity.json"))
+		if err != nil || !json.Valid(b) {
+			continue
+		}
+		out[strconv.Itoa(a.N)] = b
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// printSanity renders one attempt's block: verdict, red flags, then one
+// line per family.
+func printSanity(w io.Writer, raw json.RawMessage) {
+	var blk sanityBlock
+	if err := json.Unmarshal(raw, &blk); err != nil {
+		fmt.Fprintf(w, "  sanity block unreadable: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "  sanity block (%s): %s, %d families, %d red flags, %d undeclared constants\n",
+		blk.Schema, blk.Verdict, len(blk.Families), len(blk.RedFlags), len(blk.UndeclaredConstants))
+	for _, f := range blk.RedFlags {
+		fmt.Fprintf(w, "    RED FLAG %s\n", f)
+	}
+	fmt.Fprintf(w, "    %-60s %-8s %7s %7s %7s %12s %12s %8s\n", "family", "kind", "n", "finite", "missing", "min", "max", "distinct")
+	for _, f := range blk.Families {
+		exp := ""
+		if f.Expected != nil {
+			exp = " expected " + strconv.FormatFloat(*f.Expected, 'g', -1, 64)
+		}
+		fmt.Fprintf(w, "    %-60s %-8s %7d %7d %7d %12s %12s %8d%s\n", f.Name, f.Kind, f.N, f.Finite, f.Missing, num(f.Min), num(f.Max), f.Distinct, exp)
+	}
+}
+
+func num(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*p, 'g', 6, 64)
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"warden/pkg/validate"
+)
+
+// The server's seed-002 artifacts pass Warden's validators, and a break
+// switch breaks them.
+func TestServerWritesLayer1AndTraces(t *testing.T) {
+	for _, tc := range []struct {
+		name, l1break, l2break string
+		l1, l2                 string // verdicts
+	}{
+		{name: "intact", l1: "pass", l2: "pass"},
+		{name: "broken", l1break: "gap", l2break: "no-kernels", l1: "fail", l2: "fail"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			dir := t.TempDir()
+			l1, traces := filepath.Join(dir, "opprof"), filepath.Join(dir, "traces")
+			s := h.startServer(nil, "--load-s", "0", "--layer1-dir", l1, "--flush-interval-s", "0.05", "--steps-per-s", "200",
+				"--traces-dir", traces, "--tp", "2", "--layer1-break", tc.l1break, "--layer2-break", tc.l2break)
+			s.waitHealthy(t)
+			waitFor(t, "the sidecar", func() bool {
+				_, err := os.Stat(filepath.Join(l1, "layer1.jsonl.footer.json"))
+				return err == nil
+			})
+			for range 2 {
+				for _, ep := range []string{"/start_profile", "/stop_profile"} {
+					resp, err := httpClient.Post(s.url+ep, "application/json", nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						t.Fatalf("%s: %d", ep, resp.StatusCode)
+					}
+				}
+			}
+			if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if ws := s.wait(t); !ws.Exited() || ws.ExitStatus() != 0 {
+				t.Fatalf("server ended with %v", ws)
+			}
+			// a clean close: the footer decides, no signal times needed
+			r := validate.Layer1Files(filepath.Join(l1, "layer1.jsonl"), "", "", validate.DefaultLayer1)
+			if r.Verdict != tc.l1 || (tc.l1 == "pass" && r.Figures["footer"] != 1) {
+				t.Fatalf("layer1: %+v", r)
+			}
+			o := validate.DefaultLayer2()
+			o.TP = 2
+			if r := validate.Layer2Dir(traces, o); r.Verdict != tc.l2 || r.Figures["files"] != 4 {
+				t.Fatalf("layer2: %+v", r)
+			}
+		})
+	}
+}

@@ -1,0 +1,154 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"warden/pkg/safefile"
+
+	"warden/protocols"
+)
+
+// appendLine appends a line to one of the attempt's readable logs
+// (commands.log, gates.jsonl). They are copies, for the reader of the
+// attempt directory, of what the database records durably with the
+// attempt's transitions (its commands, its gate verdicts), so they are not
+// fsynced: a power cut may lose their last lines, never a record. The file
+// is opened beneath the campaign directory, without following a link a
+// child planted in its path.
+func (c *Runner) appendLine(path, line string) {
+	rel, err := filepath.Rel(c.dir, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return
+	}
+	root, err := os.OpenRoot(c.dir)
+	if err != nil {
+		return
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		c.log.Warn().Err(err).Str("file", path).Msg("append to the attempt's log")
+		return
+	}
+	defer f.Close()
+	f.WriteString(line + "\n")
+}
+
+func (c *Runner) appendJSONLine(path string, v any) {
+	b, err := json.Marshal(v)
+	if err == nil {
+		c.appendLine(path, string(b))
+	}
+}
+
+// mkdirBeneath creates a directory under the campaign directory, and its
+// parents, resolving beneath it: a link a child planted (its run directory
+// replaced by a link out of the campaign) fails it instead of being
+// followed.
+func (c *Runner) mkdirBeneath(dir string) error {
+	rel, err := filepath.Rel(c.dir, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("%s is not under the campaign directory %s", dir, c.dir)
+	}
+	root, err := os.OpenRoot(c.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.MkdirAll(rel, 0o755); err != nil {
+		return fmt.Errorf("create %s beneath %s: %w", rel, c.dir, err)
+	}
+	return nil
+}
+
+// readTail reads at most the last n bytes of a regular file (safefile:
+// no FIFO, device or link a child planted is waited on or followed).
+func readTail(path string, n int64) ([]byte, error) {
+	f, err := safefile.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, min(fi.Size(), n))
+	k, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:k], nil
+}
+
+// maxChildFile bounds what the runner reads of a file a child wrote.
+const maxChildFile = 64 << 20
+
+// readChildFile reads a file a child wrote (safefile, at most maxChildFile
+// bytes).
+func readChildFile(path string) ([]byte, error) { return safefile.ReadFile(path, maxChildFile) }
+
+// readDrainTimes reads the drain's start and end (CLOCK_MONOTONIC
+// nanoseconds) from a client's result file: drain.start_mono_ns and
+// drain.end_mono_ns, as Warden's load client writes them.
+func readDrainTimes(path string) (start, end int64, err error) {
+	b, err := readChildFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	var r struct {
+		Drain *struct {
+			StartMonoNS int64 `json:"start_mono_ns"`
+			EndMonoNS   int64 `json:"end_mono_ns"`
+		} `json:"drain"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return 0, 0, fmt.Errorf("decode: %w", err)
+	}
+	switch {
+	case r.Drain == nil:
+		return 0, 0, errors.New("no drain object")
+	case r.Drain.StartMonoNS <= 0 || r.Drain.EndMonoNS <= 0:
+		return 0, 0, errors.New("drain.start_mono_ns or drain.end_mono_ns missing")
+	case r.Drain.EndMonoNS < r.Drain.StartMonoNS:
+		return 0, 0, fmt.Errorf("drain ends (%d) before it starts (%d)", r.Drain.EndMonoNS, r.Drain.StartMonoNS)
+	}
+	return r.Drain.StartMonoNS, r.Drain.EndMonoNS, nil
+}
+
+// expandCommand expands a command's ${VAR}s: an argument vector, or a
+// shell line run by /bin/sh -c.
+func expandCommand(c protocols.CommandSpec, vars map[string]string) ([]string, error) {
+	if c.Shell != "" {
+		s, err := protocols.Expand(c.Shell, vars)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"/bin/sh", "-c", s}, nil
+	}
+	out := make([]string, len(c.Argv))
+	for i, arg := range c.Argv {
+		s, err := protocols.Expand(arg, vars)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,405 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warden/pkg/budget"
+	"warden/pkg/failpoint"
+	"warden/pkg/gates"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// The loop is level-triggered: each pass reads the records (which runs
+// are done, which units run now, the campaign's state), asks Decide what
+// to do, and does it. It keeps no memory of events beyond the units it is
+// running and the units that ended since the last pass, so after a
+// restart the first pass simply looks at everything once.
+
+// unitRun is a unit in flight: one or more runs executed back to back on
+// the same slots (a cell's loads).
+type unitRun struct {
+	Launch
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// unitResult is how a unit ended.
+type unitResult struct {
+	unit        int
+	failedRun   string       // run that failed for good, if any
+	reason      state.Reason // its reason
+	detail      string
+	verdict     Verdict // the policy's verdict on the failure
+	interrupted bool
+	quarantined int // runs of the unit that ended quarantined
+}
+
+// errBudgetExhausted is the cause of the runs' context when the budget
+// tick ends them: their attempts end interrupted with reason
+// budget-exhausted.
+var errBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
+
+// errStorage is the cause of the runs' context when the campaign
+// directory refuses writes for good.
+var errStorage = errors.New("the campaign directory cannot be written")
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// budgetEvery is how often the loop sums the GPU time in flight against
+// the cap while runs are in flight: the most a budget stop can overrun is
+// one tick's worth of the GPUs in flight.
+const budgetEvery = time.Second
+
+// Run executes the campaign until it completes, stops for review, or Stop
+// is called; then it waits for the units in flight to end and returns.
+// Call Reconcile first.
+func (c *Runner) Run(ctx context.Context) error {
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	budgetTick := time.NewTicker(budgetEvery)
+	defer budgetTick.Stop()
+	ended := ctx.Done() // the caller's context: its end is a stop
+	ctx, cancelRunners := context.WithCancelCause(ctx)
+	defer cancelRunners(nil)
+	exhausted := false
+	storageFailed := c.storageFailed
+	stopping := false
+	look := true // look at the records and decide on this pass
+	lastLook := c.now()
+	var finished []UnitEnd
+	stop := func(detail string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		c.log.Info().Int("active_units", len(c.active)).Msg(detail + ": ending in-flight runs")
+		c.stopCampaign(Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
+		cancelRunners(nil)
+	}
+	for {
+		if look && !stopping {
+			look, lastLook = false, c.now()
+			complete, err := c.step(ctx, finished)
+			finished = nil
+			if err != nil {
+				return err
+			}
+			if complete {
+				c.log.Info().Msg("campaign complete")
+				return nil
+			}
+		}
+		if len(c.active) == 0 {
+			cp, err := c.store.Campaign()
+			if err != nil {
+				return err
+			}
+			switch {
+			case c.storageErr != nil && isClosed(c.storageFailed):
+				return c.storageErr
+			case exhausted:
+				c.recordOverrun()
+				return nil
+			case stopping:
+				c.log.Info().Msg("stopped by operator; campaign is resumable")
+				return nil
+			case cp.State == state.CampaignStopped:
+				c.log.Warn().Str("reason", string(cp.StopReason)).Msg("campaign stopped for review; controller exits")
+				return nil
+			case cp.State == state.CampaignComplete:
+				return nil
+			}
+		}
+		select {
+		case res := <-c.results:
+			if e := c.finishUnit(res); e != nil {
+				finished = append(finished, *e)
+			}
+			look = true
+		case <-tick.C:
+			c.heartbeat()
+			look = c.now().Sub(lastLook) >= resyncEvery
+		case <-budgetTick.C:
+			if stopping || len(c.active) == 0 {
+				break
+			}
+			if s := c.checkInFlight(); s != nil {
+				stopping, exhausted = true, true
+				c.stopCampaign(*s)
+				cancelRunners(errBudgetExhausted)
+			}
+		case <-c.stopReq:
+			stop("stopped by an operator (controller stop or SIGTERM)")
+		case <-storageFailed:
+			storageFailed = nil // a closed channel: handle it once
+			if !stopping {
+				stopping = true
+				c.log.Error().Int("active_units", len(c.active)).Msg("ending in-flight runs: the campaign directory cannot be written")
+				cancelRunners(errStorage)
+			}
+		case <-ended:
+			ended = nil // a closed channel: look once
+			stop("the runner's context ended")
+		}
+	}
+}
+
+// step reads the records, decides and carries the decision out. It
+// reports whether the campaign is now complete; an error is one the
+// campaign's records could not take.
+func (c *Runner) step(ctx context.Context, ended []UnitEnd) (complete bool, err error) {
+	if isClosed(c.storageFailed) {
+		return false, nil // nothing new while the directory cannot be written
+	}
+	v, err := c.view(ended)
+	if err != nil {
+		c.log.Error().Err(err).Msg("read the records")
+		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: err.Error()})
+		return false, nil
+	}
+	d := Decide(v)
+	if d.Regime != nil {
+		err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+			cp.Regime, cp.RegimeConcurrency = d.Regime.Name, d.Regime.Concurrency
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+		c.regime = *d.Regime
+		c.log.Info().Str("regime", d.Regime.Name).Int("concurrency", d.Regime.Concurrency).Msg("regime in force")
+	}
+	switch {
+	case d.Err != nil:
+		c.log.Error().Err(d.Err).Msg("schedule")
+		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: d.Err.Error()})
+	case d.Stop != nil:
+		c.stopCampaign(*d.Stop)
+	case d.Complete:
+		if err := c.store.SetCampaignState(state.CampaignComplete, "complete", "every run of the plan is done", nil); err != nil {
+			return false, err
+		}
+		return true, nil
+	case len(d.Launch) > 0:
+		if s := c.beforeWave(); s != nil {
+			c.stopCampaign(*s)
+			return false, nil
+		}
+		return false, c.launch(ctx, d)
+	}
+	return false, nil
+}
+
+// view reads what Decide looks at.
+func (c *Runner) view(ended []UnitEnd) (View, error) {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return View{}, err
+	}
+	runs, err := c.store.Runs()
+	if err != nil {
+		return View{}, err
+	}
+	verdicts, details, errs, err := c.gateVerdicts()
+	if err != nil {
+		return View{}, err
+	}
+	v := View{
+		Plan: c.plan, Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
+		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
+		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
+	}
+	for u := range c.active {
+		v.Active[u] = true
+	}
+	for s := range c.busy {
+		v.Busy[s] = true
+	}
+	return v, nil
+}
+
+// checkInFlight is the budget's hard stop while runs are in flight
+// (A-P3-4): when the GPU time charged plus the GPU time in flight would
+// pass the cap before the next tick, it returns the stop. What the
+// graceful end of the runs then takes is charged too: that is the
+// overrun, recorded on the ledger (recordOverrun).
+func (c *Runner) checkInFlight() *Stop {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return nil
+	}
+	capS := budget.Seconds(cp.BudgetCapGPUHours)
+	inFlight, gpus := c.flights.gpuSeconds(c.now())
+	if cp.ConsumedGPUSeconds+inFlight+float64(gpus)*budgetEvery.Seconds() <= capS {
+		return nil
+	}
+	return &Stop{Reason: state.StopBudgetExhausted,
+		Detail:  fmt.Sprintf("%.1f GPU-s charged and %.1f in flight pass the cap of %.1f GPU-s: the runs in flight were ended", cp.ConsumedGPUSeconds, inFlight, capS),
+		Figures: map[string]float64{"charged_gpu_s": cp.ConsumedGPUSeconds, "in_flight_gpu_s": inFlight, "cap_gpu_s": capS}}
+}
+
+// recordOverrun notes on the ledger, after a budget stop ended the runs in
+// flight and charged them, how far the charges passed the cap.
+func (c *Runner) recordOverrun() {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return
+	}
+	over := cp.ConsumedGPUSeconds - budget.Seconds(cp.BudgetCapGPUHours)
+	if over <= 0 {
+		return
+	}
+	if _, err := c.store.AddLedger(state.LedgerEntry{Kind: state.LedgerOverrun, GPUSeconds: over,
+		Note: fmt.Sprintf("charged past the cap when the budget stop ended the runs in flight (checked every %s)", budgetEvery)}); err != nil {
+		c.log.Error().Err(err).Msg("record budget overrun")
+	}
+	c.log.Warn().Float64("overrun_gpu_s", over).Msg("budget stop: charged past the cap")
+}
+
+// gateVerdicts is the last verdict of each campaign-level gate, its
+// detail, and how many error verdicts each gate had.
+func (c *Runner) gateVerdicts() (verdicts, details map[string]string, errs map[string]int, err error) {
+	vs, err := c.store.GateVerdicts("")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	verdicts, details, errs = map[string]string{}, map[string]string{}, map[string]int{}
+	for _, v := range vs {
+		verdicts[v.Gate], details[v.Gate] = v.Verdict, v.Detail
+		if v.Verdict == gates.Error {
+			errs[v.Gate]++
+		}
+	}
+	return verdicts, details, errs, nil
+}
+
+// finishUnit frees a unit's slots and reservations and returns what the
+// decision must know of its end (nil for a unit that ended well or was
+// interrupted).
+func (c *Runner) finishUnit(res unitResult) *UnitEnd {
+	u := c.active[res.unit]
+	if u == nil {
+		return nil
+	}
+	<-u.done
+	delete(c.active, res.unit)
+	for s, unit := range c.busy {
+		if unit == res.unit {
+			delete(c.busy, s)
+		}
+	}
+	for _, r := range u.Runs {
+		c.release(r.ID, 0)
+	}
+	if res.interrupted {
+		return nil
+	}
+	return &UnitEnd{Unit: res.unit, FailedRun: res.failedRun, Reason: res.reason, Detail: res.detail, Verdict: res.verdict}
+}
+
+// beforeWave checks what a wave needs of the world that the records do
+// not hold: the protocol's disk limits. It returns the stop, if one is
+// due. (The recorded inputs' hashes are checked at every resume.)
+func (c *Runner) beforeWave() *Stop { return c.checkDisk() }
+
+// checkDisk applies the protocol's disk limits before a wave: free space
+// on the campaign's file system and the size of the runs' artifacts.
+func (c *Runner) checkDisk() *Stop {
+	st := c.plan.Stop
+	if st.MinFreeGB == nil && st.MaxArtifactsGB == nil {
+		return nil
+	}
+	var sfs unix.Statfs_t
+	var free uint64
+	if err := unix.Statfs(c.dir, &sfs); err == nil {
+		free = sfs.Bavail * uint64(sfs.Bsize)
+	}
+	var used uint64
+	if st.MaxArtifactsGB != nil {
+		filepath.WalkDir(filepath.Join(c.dir, "runs"), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					used += uint64(fi.Size())
+				}
+			}
+			return nil
+		})
+	}
+	v := gates.Disk(free, used, st.MinFreeGB, st.MaxArtifactsGB, c.now())
+	if v.Passed() {
+		return nil
+	}
+	if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: v.Gate, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
+		c.log.Error().Err(err).Msg("record disk gate")
+	}
+	return &Stop{Reason: state.StopDisk, Detail: v.Detail, Figures: v.Figures}
+}
+
+// launch reserves the wave's conservative cost before any of it starts,
+// then starts each unit in its own goroutine.
+func (c *Runner) launch(ctx context.Context, d Decision) error {
+	for _, it := range d.Reserve {
+		cost := float64(it.GPUs) * it.ExpectedS
+		if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: cost, Note: "wave reservation"}); err != nil {
+			return err
+		}
+		c.reserved[it.Run] += cost
+	}
+	failpoint.Hit("wave-reserved")
+	c.log.Info().Int("units", len(d.Launch)).Int("runs", len(d.Reserve)).Float64("reserved_gpu_hours", budget.Hours(budget.Cost(d.Reserve))).Msg("launching wave")
+	for _, w := range d.Launch {
+		uctx, cancel := context.WithCancel(ctx)
+		u := &unitRun{Launch: w, cancel: cancel, done: make(chan struct{})}
+		c.active[w.Unit] = u
+		for _, s := range w.Slots {
+			c.busy[s.Name] = w.Unit
+		}
+		go func() {
+			defer close(u.done)
+			defer cancel()
+			if u.Coloc {
+				c.results <- c.runColocation(uctx, u)
+			} else {
+				c.results <- c.runUnit(uctx, u)
+			}
+		}()
+	}
+	return nil
+}
+
+// release returns a run's outstanding reservation to the budget.
+func (c *Runner) release(run string, attempt int) {
+	amt := c.reserved[run]
+	if amt <= 0 {
+		return
+	}
+	if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "release", Run: run, Attempt: attempt, GPUSeconds: amt, Note: "reservation released"}); err != nil {
+		c.log.Error().Err(err).Str("run", run).Msg("release reservation")
+		return
+	}
+	delete(c.reserved, run)
+}
+
+// slotNames names slots for records and messages.
+func slotNames(slots []protocols.SlotInfo) []string {
+	out := make([]string, len(slots))
+	for i, s := range slots {
+		out[i] = s.Name
+	}
+	return out
+}

@@ -1,0 +1,269 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"warden/pkg/budget"
+	"warden/pkg/gates"
+	"warden/pkg/gpu"
+	"warden/pkg/launch"
+	"warden/pkg/provenance"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// GPUs is what the runner reads of the GPUs: the gates' snapshot (memory
+// and processes), the full record kept before and after the measured
+// interval, the fast fields the sampler takes, and the energy counters
+// read at the attempt's boundaries. NVML and the fake backend both
+// satisfy it.
+type GPUs interface {
+	gates.GPUs
+	Info(indices []int) ([]gpu.Reading, error)
+	Sample(indices []int) ([]gpu.Reading, error)
+	Energy(indices []int) ([]gpu.Reading, error)
+}
+
+// Config is everything a Runner needs; the caller opens and owns each
+// part (the store, the GPU backend, the reaper behind the launcher) and
+// closes it after Run returns.
+type Config struct {
+	// Dir is the campaign directory, absolute.
+	Dir string
+	// Plan is the campaign's expanded plan (DIR/plan.json).
+	Plan *protocols.Plan
+	// Store is the campaign's state database, open for writing.
+	Store *state.Store
+	// GPUs reads the host's GPUs.
+	GPUs GPUs
+	// Launcher starts every child process; its Reaper must be running.
+	Launcher *launch.Launcher
+	// Cgroups contains the attempts' processes; nil or not Available:
+	// process groups and sessions only.
+	Cgroups *launch.Manager
+	// Boot is the boot id source identities are taken and checked with.
+	// nil: the kernel's.
+	Boot launch.BootIDSource
+	// Now is the clock. nil: time.Now.
+	Now func() time.Time
+	// Log receives the runner's log lines.
+	Log zerolog.Logger
+	// UID is the user whose processes are the campaign's own; another
+	// user's process on a GPU is foreign.
+	UID int
+	// Workdir is where commands run; ProtocolPath the protocol file
+	// (absolute), whose directory is ${PROTOCOL_DIR}.
+	Workdir, ProtocolPath string
+	// FakeGPUDir, when set, is exported to every child as the fake GPU
+	// backend's directory.
+	FakeGPUDir string
+	// Private holds substrings of the private inputs that no artifact may
+	// contain (see PrivateSubstrings).
+	Private [][]byte
+}
+
+// heartbeatEvery is how often the runner records that it is alive, and
+// resyncEvery how often the loop looks at all the records when nothing
+// happened (it looks at once after every unit ends). Both keep the
+// controller's own CPU use negligible beside the benchmark it measures.
+const (
+	heartbeatEvery = 10 * time.Second
+	resyncEvery    = 30 * time.Second
+)
+
+// Runner drives one campaign: it reconciles what a previous controller
+// left (Reconcile), then executes runs until the campaign completes, stops
+// for review, or Stop is called (Run).
+type Runner struct {
+	dir          string
+	workdir      string
+	protocolPath string
+	fakeGPUDir   string
+	plan         *protocols.Plan
+	store        *state.Store
+	cgroups      *launch.Manager
+	starter      *launch.Launcher
+	gpus         GPUs
+	log          zerolog.Logger
+	boot         launch.BootIDSource
+	uid          int
+	now          func() time.Time
+	private      [][]byte
+
+	flights flights // attempts whose server holds GPUs, not yet charged
+
+	// storageFailed is closed, and storageErr set, when the campaign
+	// directory refuses writes for good (failStorage).
+	storageOnce   sync.Once
+	storageFailed chan struct{}
+	storageErr    error
+
+	stopOnce sync.Once
+	stopReq  chan struct{} // closed when an operator asks the runner to stop
+
+	// Owned by the loop goroutine.
+	active   map[int]*unitRun // unit number -> its runner
+	busy     map[string]int   // slot name -> unit number using it
+	results  chan unitResult
+	reserved map[string]float64 // run id -> GPU-seconds reserved and not yet released
+	regime   protocols.RegimeInfo
+}
+
+// New checks cfg and returns a Runner ready to Reconcile and Run.
+func New(cfg Config) (*Runner, error) {
+	switch {
+	case cfg.Dir == "" || cfg.Plan == nil || cfg.Store == nil:
+		return nil, errors.New("runner: Dir, Plan and Store are required")
+	case cfg.GPUs == nil:
+		return nil, errors.New("runner: GPUs is required")
+	case cfg.Launcher == nil || cfg.Launcher.Reaper == nil:
+		return nil, errors.New("runner: a Launcher with a running Reaper is required")
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Runner{
+		dir: cfg.Dir, workdir: cfg.Workdir, protocolPath: cfg.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
+		plan: cfg.Plan, store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
+		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private,
+		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
+		results: make(chan unitResult, 64), reserved: map[string]float64{},
+	}, nil
+}
+
+// Stop asks Run to end the runs in flight (interrupted, resumable), record
+// an operator's stop and return. It returns at once; it is safe to call
+// from any goroutine, more than once.
+func (c *Runner) Stop() {
+	c.stopOnce.Do(func() { close(c.stopReq) })
+}
+
+// heartbeat records that the controller is alive.
+func (c *Runner) heartbeat() {
+	err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.Heartbeat = c.now()
+		return nil
+	})
+	if err != nil {
+		c.log.Error().Err(err).Msg("heartbeat")
+		c.stopIfDiskFull(err)
+	}
+}
+
+// account is the budget as the ledger stands.
+func (c *Runner) account() (budget.Account, error) {
+	cp, err := c.store.Campaign()
+	if err != nil {
+		return budget.Account{}, err
+	}
+	return accountOf(cp), nil
+}
+
+func accountOf(cp state.Campaign) budget.Account {
+	return budget.Account{
+		CapGPUSeconds:      budget.Seconds(cp.BudgetCapGPUHours),
+		ConsumedGPUSeconds: cp.ConsumedGPUSeconds,
+		ReservedGPUSeconds: cp.ReservedGPUSeconds,
+	}
+}
+
+// stopCampaign records a stop for review: nothing new is launched. A
+// campaign that is not running (stopped already, or complete) keeps its
+// first reason.
+func (c *Runner) stopCampaign(s Stop) {
+	cp, err := c.store.Campaign()
+	if err == nil && cp.State != state.CampaignRunning {
+		return
+	}
+	c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
+	if err := c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures); err != nil {
+		c.log.Error().Err(err).Msg("record stop")
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO) {
+			c.failStorage(err)
+		}
+	}
+}
+
+// PrivateSubstrings reads the private inputs recorded in the campaign's
+// provenance and takes the substrings the privacy scan looks for in every
+// attempt's artifacts.
+func PrivateSubstrings(dir string) ([][]byte, error) {
+	entries, err := provenance.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, e := range entries {
+		if !e.Private {
+			continue
+		}
+		subs, err := gates.PrivateSubstrings(e.Path, gates.MinSubstringLen, 100000)
+		if err != nil {
+			return nil, fmt.Errorf("read private input %s for the privacy scan: %w", e.Path, err)
+		}
+		out = append(out, subs...)
+	}
+	return out, nil
+}
+
+// Reconcile looks at what a previous controller left and ends it: see
+// reconcileLeftovers. Call it once, before Run.
+func (c *Runner) Reconcile(ctx context.Context) error { return c.reconcileLeftovers(ctx) }
+
+// bootID is the host's boot id, as the runner's source tells it.
+func (c *Runner) bootID() (string, error) {
+	if c.boot == nil {
+		return launch.ReadBootID()
+	}
+	return c.boot()
+}
+
+// flights are the attempts whose server holds its GPUs and that are not
+// charged yet: the GPU time in flight, which the loop checks against the
+// cap each budget tick. Attempt goroutines add and remove; the loop sums.
+type flights struct {
+	mu sync.Mutex        // guards m
+	m  map[string]flight // attempt key -> what it holds
+}
+
+type flight struct {
+	gpus  int
+	since time.Time
+}
+
+func (f *flights) add(key string, gpus int, since time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]flight{}
+	}
+	f.m[key] = flight{gpus, since}
+}
+
+func (f *flights) remove(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, key)
+}
+
+// gpuSeconds is the GPU time in flight at now, and how many GPUs are
+// held.
+func (f *flights) gpuSeconds(now time.Time) (s float64, gpus int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range f.m {
+		gpus += x.gpus
+		if now.After(x.since) {
+			s += float64(x.gpus) * now.Sub(x.since).Seconds()
+		}
+	}
+	return s, gpus
+}

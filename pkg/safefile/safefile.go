@@ -1,0 +1,83 @@
+// Package safefile opens files that a process the controller does not
+// trust may have written or replaced: a benchmark's client and server
+// write into the attempt directory, and could leave a FIFO, a device, a
+// link or a huge file where the controller expects a small regular file.
+//
+// Open never blocks (O_NONBLOCK: a FIFO with no writer does not wedge the
+// caller), never follows a link in the last path element (O_NOFOLLOW), and
+// refuses anything that is not a regular file, naming what it is. ReadFile
+// adds a size limit.
+package safefile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// ErrNotRegular is returned (wrapped) for a path that is not a regular
+// file: a FIFO, a device, a socket, a directory, or a symbolic link.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge is returned (wrapped) by ReadFile for a file over its limit.
+var ErrTooLarge = errors.New("file too large")
+
+// Open opens path for reading as described in the package comment. The
+// file is returned in blocking mode again, so reads behave as usual.
+func Open(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("open %s: %w (a symbolic link)", path, ErrNotRegular)
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w (%s)", path, ErrNotRegular, kind(fi.Mode()))
+	}
+	return f, nil
+}
+
+// ReadFile reads a whole regular file of at most limit bytes.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("read %s: %w (over %d bytes)", path, ErrTooLarge, limit)
+	}
+	return b, nil
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "mode " + m.String()
+}

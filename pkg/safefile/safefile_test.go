@@ -1,0 +1,42 @@
+package safefile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	reg := filepath.Join(dir, "reg")
+	if err := os.WriteFile(reg, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(reg, link); err != nil {
+		t.Fatal(err)
+	}
+	// a FIFO with no writer: a plain open would block forever
+	for path, what := range map[string]string{fifo: "a FIFO", link: "a symbolic link", dir: "a directory", "/dev/zero": "a character device"} {
+		_, err := ReadFile(path, 1<<20)
+		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v; want ErrNotRegular naming it as %s", path, err, what)
+		}
+	}
+	if b, err := ReadFile(reg, 5); err != nil || string(b) != "hello" {
+		t.Errorf("regular file: %q %v", b, err)
+	}
+	if _, err := ReadFile(reg, 4); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("over the limit: %v, want ErrTooLarge", err)
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing"), 10); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+}

@@ -1,0 +1,162 @@
+package validate
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Benchmarks on the seed's sizes: a 600 s Layer-1 stream at 50 steps/s
+// (30,000 records) and a 16 MB gzip Kineto trace (the P2 trace was 16.4 MB).
+
+func writeLayer1Stream(b *testing.B, dir string, n int) (string, time.Time) {
+	b.Helper()
+	var buf bytes.Buffer
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range n {
+		// about the width of a real record: the seed's counters and histograms
+		fmt.Fprintf(&buf, `{"schema":1,"step":%d,"submit_mono_ns":%d,"complete_mono_ns":%d,"model_executed":true,"scheduled_requests":%d,"prefill_requests":%d,"decode_requests":%d,"prefill_tokens":%d,"decode_tokens":%d,"chunked_prefill":%t,"chunk_size_hist":[%d,%d,%d,%d],"context_len_hist":[%d,%d,%d,%d,%d,%d],"waiting":%d,"running":%d,"deferred":%d,"preemptions":0,"kv_usage":%.4f,"prefix_queries":%d,"prefix_hits":%d,"cuda_graph":true,"runtime_mode":"FULL","unpadded_tokens":%d,"bucket_tokens":%d,"padding_tokens":%d}`+"\n",
+			i, int64(i)*20_000_000, int64(i)*20_000_000+15_000_000, rng.IntN(256), rng.IntN(8), rng.IntN(256), rng.IntN(8192), rng.IntN(256), rng.IntN(2) == 1,
+			rng.IntN(9), rng.IntN(9), rng.IntN(9), rng.IntN(9), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99),
+			rng.IntN(500), rng.IntN(256), rng.IntN(4), rng.Float64(), rng.IntN(256), rng.IntN(256), 200, 256, 56)
+	}
+	p := filepath.Join(dir, "layer1.jsonl")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	wall := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
+	side := fmt.Sprintf(`{"encoded_records":%d,"written_records":%d,"dropped_records":0,"last_step_index":%d,"wall_time_unix_ns":%d,"flush_interval_s":1.0,"final":false}`, n, n, n-1, wall.UnixNano())
+	if err := os.WriteFile(p+".footer.json", []byte(side), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	sig := fmt.Sprintf(`[{"at":%q,"role":"server","target":"pid","pid":1,"signal":"SIGTERM"}]`, wall.Add(400*time.Millisecond).Format(time.RFC3339Nano))
+	if err := os.WriteFile(filepath.Join(dir, "signals.json"), []byte(sig), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return p, wall
+}
+
+func BenchmarkLayer1_600s_50steps(b *testing.B) {
+	dir := b.TempDir()
+	p, _ := writeLayer1Stream(b, dir, 30_000)
+	st, _ := os.Stat(p)
+	b.SetBytes(st.Size())
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := Layer1Files(p, "", filepath.Join(dir, "signals.json"), DefaultLayer1); r.Verdict != "pass" || r.Figures["records"] != 30_000 {
+			b.Fatal(r)
+		}
+	}
+}
+
+// writeBigTrace writes a gzip trace of at least size bytes: one window of
+// ProfilerStep#2..9 with eight execute annotations, then kernels, CUDA
+// runtime calls and CPU ops with args, as Kineto writes them.
+func writeBigTrace(b *testing.B, path string, size int) int {
+	b.Helper()
+	var out bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&out, gzip.DefaultCompression)
+	rng := rand.New(rand.NewPCG(3, 4))
+	fmt.Fprint(zw, `{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"NVIDIA H20","totalGlobalMem":102005473280}],"distributedInfo":{"backend":"nccl","rank":0,"world_size":1},"traceEvents":[`)
+	for s := 2; s <= 9; s++ {
+		ts := 1_000_000 + s*100_000
+		fmt.Fprintf(zw, `{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":1,"tid":1,"ts":%d,"dur":90000},`, s, ts)
+		fmt.Fprintf(zw, `{"ph":"X","cat":"user_annotation","name":"execute_context_1(512)_generation_63(63)","pid":1,"tid":1,"ts":%d,"dur":85000},`, ts+100)
+	}
+	kernels := []string{"void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, true, false, false>",
+		"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "void vllm::fused_moe_kernel<__nv_bfloat16>", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"}
+	n := 0
+	for i := 0; ; i++ {
+		ts := 1_200_000 + i*3
+		switch i % 3 {
+		case 0:
+			fmt.Fprintf(zw, `{"ph":"X","cat":"kernel","name":%q,"pid":0,"tid":7,"ts":%d.%03d,"dur":%d.%03d,"args":{"External id":%d,"device":0,"context":1,"stream":7,"correlation":%d,"registers per thread":%d,"shared memory":%d,"blocks per SM":%d.%06d,"warps per SM":%d.%06d,"grid":[%d,1,1],"block":[128,1,1],"est. achieved occupancy %%":%d}},`,
+				kernels[rng.IntN(len(kernels))], ts, rng.IntN(1000), rng.IntN(200), rng.IntN(1000), i, i, 32+rng.IntN(200), rng.IntN(99000), rng.IntN(9), rng.IntN(1e6), rng.IntN(64), rng.IntN(1e6), 1+rng.IntN(4096), rng.IntN(100))
+		case 1:
+			fmt.Fprintf(zw, `{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":%d,"ts":%d.%03d,"dur":%d.%03d,"args":{"External id":%d,"cbid":211,"correlation":%d}},`,
+				1+rng.IntN(4), ts, rng.IntN(1000), rng.IntN(20), rng.IntN(1000), i, i)
+		default:
+			fmt.Fprintf(zw, `{"ph":"X","cat":"cpu_op","name":"aten::%s","pid":1,"tid":1,"ts":%d.%03d,"dur":%d.%03d,"args":{"External id":%d,"Record function id":0,"Sequence number":%d,"Fwd thread id":0,"Ev Idx":%d,"Input Dims":[[%d,%d],[%d,%d]],"Input type":["c10::BFloat16","c10::BFloat16"]}},`,
+				[]string{"mm", "addmm", "silu", "add_", "copy_"}[rng.IntN(5)], ts, rng.IntN(1000), rng.IntN(50), rng.IntN(1000), i, rng.IntN(1e6), i, 1+rng.IntN(8192), 1+rng.IntN(8192), 1+rng.IntN(8192), 1+rng.IntN(8192))
+		}
+		n++
+		if n%4096 == 0 {
+			zw.Flush()
+			if out.Len() >= size {
+				break
+			}
+		}
+	}
+	fmt.Fprint(zw, `{"ph":"i","cat":"Trace","name":"End","pid":1,"tid":1,"ts":0,"s":"g"}],"traceName":"bench.pt.trace.json.gz"}`)
+	zw.Close()
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+func BenchmarkLayer2_16MBTrace(b *testing.B) {
+	dir := b.TempDir()
+	p := filepath.Join(dir, "w1.pt.trace.json.gz")
+	n := writeBigTrace(b, p, 16<<20)
+	st, _ := os.Stat(p)
+	b.SetBytes(st.Size())
+	b.ReportAllocs()
+	o := DefaultLayer2()
+	o.Windows = 1
+	for b.Loop() {
+		if r := Layer2Dir(dir, o); r.Verdict != "pass" {
+			b.Fatal(r)
+		}
+	}
+	b.ReportMetric(float64(st.Size())/(1<<20), "gz_MB")
+	b.ReportMetric(float64(n), "events")
+}
+
+// A moderate client run of 240 clean seconds at 50 requests/s: 12,000
+// request records in three segment files.
+func BenchmarkClient_12000Requests(b *testing.B) {
+	dir := b.TempDir()
+	os.MkdirAll(filepath.Join(dir, "requests"), 0o755)
+	var files []string
+	for s := 1; s <= 3; s++ {
+		var buf bytes.Buffer
+		for k := range 4000 {
+			fmt.Fprintf(&buf, `{"schema":"warden.loadgen.request/1","id":"r%d","row":%d,"segment":"clean-%d","admit_segment":"clean-%d","planned_mono_ns":%d,"sent_mono_ns":%d,"first_token_mono_ns":%d,"end_mono_ns":%d,"expected_input_tokens":300,"prompt_tokens":300,"requested_output_tokens":64,"output_tokens":64,"token_chunks":64,"itl_max_ns":40000000,"http_status":200,"class":"success"}`+"\n",
+				k, k, s, s, k*20e6, k*20e6+50000, k*20e6+9e7, k*20e6+2e9)
+		}
+		f := "requests/clean-" + strconv.Itoa(s) + ".jsonl"
+		os.WriteFile(filepath.Join(dir, f), buf.Bytes(), 0o644)
+		files = append(files, fmt.Sprintf("%q", f))
+	}
+	res := fmt.Sprintf(`{"schema":"warden.loadgen.result/1","complete":true,"load_point":"saturation","load":{"closed_loop":true},"timeline":{"clean_segment_s":80,"num_clean_segments":3},
+"segments":[{"name":"clean-1","kind":"clean","seconds":80},{"name":"clean-2","kind":"clean","seconds":80},{"name":"clean-3","kind":"clean","seconds":80}],
+"clean":{"seconds":240,"completed":12000,"completed_rps":50,"offered_rps":50},"lag":{"threshold_s":1},"totals":{},"files":{"requests":[%s,%s,%s]}}`, files[0], files[1], files[2])
+	os.WriteFile(filepath.Join(dir, "result.json"), []byte(res), 0o644)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := ClientDir(dir, DefaultClient()); r.Verdict != "pass" {
+			b.Fatal(r)
+		}
+	}
+}
+
+// The sanity block over the 30,000-record Layer-1 stream.
+func BenchmarkSanity_Layer1Stream(b *testing.B) {
+	dir := b.TempDir()
+	p, _ := writeLayer1Stream(b, dir, 30_000)
+	st, _ := os.Stat(p)
+	b.SetBytes(st.Size())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, r := Sanity([]string{p}, dir, DefaultSanity()); r.Verdict != "pass" {
+			b.Fatal(r)
+		}
+	}
+}
