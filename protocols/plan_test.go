@@ -278,7 +278,10 @@ func TestExpandLaunchVars(t *testing.T) {
 		out = append(out, s)
 	}
 	got := strings.Join(out, " ")
-	for _, want := range []string{"--base-url http://127.0.0.1:8004", "--saturation-result /c/runs/P05.C00.saturation/a2/client/result.json", "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/P05.jsonl", "--result-dir /c/runs/P05.C00.moderate/a1/client"} {
+	if !strings.HasPrefix(got, "bin/loadgen run --manifest ") {
+		t.Fatalf("client command %q: want Warden's bin/loadgen run", got)
+	}
+	for _, want := range []string{"--load-point moderate", "--rate-fraction 0.60", "--base-url http://127.0.0.1:8004", "--saturation-result /c/runs/P05.C00.saturation/a2/client/result.json", "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/P05.jsonl", "--result-dir /c/runs/P05.C00.moderate/a1/client"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("client command %q lacks %q", got, want)
 		}
