@@ -348,3 +348,45 @@ func FuzzPlan(f *testing.F) {
 		}
 	})
 }
+
+// The phase-3 protocol names the shipped validators on its measured runs,
+// and its co-location check samples one profile window per target
+// (A-P3-1 item 4) while the matrix keeps two.
+func TestPhase3Validators(t *testing.T) {
+	p := planPhase3(t)
+	names := func(r *Run) []string {
+		var out []string
+		for _, v := range r.Validators {
+			out = append(out, v.Name)
+		}
+		return out
+	}
+	for id, want := range map[string]string{
+		"P05.C00.saturation":      "layer1 layer2 client sanity",
+		"P05.C00.moderate":        "layer1 layer2 client-moderate sanity",
+		"confirm.P10.C00.confirm": "",
+	} {
+		r, ok := p.RunByID(id)
+		if !ok {
+			continue
+		}
+		if got := strings.Join(names(r), " "); want != "" && got != want {
+			t.Errorf("%s validators %q, want %q", id, got, want)
+		}
+	}
+	windows := func(id string) string {
+		r, ok := p.RunByID(id)
+		if !ok {
+			t.Fatalf("no run %s", id)
+		}
+		for i, a := range r.Client.Argv {
+			if a == "--num-profile-windows" {
+				return r.Client.Argv[i+1]
+			}
+		}
+		return ""
+	}
+	if windows("coloc.solo.P05.C00.moderate") != "1" || windows("P05.C00.moderate") != "2" || p.Gates[0].ProfileWindows != 1 {
+		t.Errorf("profile windows: co-location %s, matrix %s, gate %d", windows("coloc.solo.P05.C00.moderate"), windows("P05.C00.moderate"), p.Gates[0].ProfileWindows)
+	}
+}
