@@ -14,10 +14,16 @@ test: build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 
-# A demo campaign on the stand-in server and fake GPUs: started detached,
+# A demo campaign on the stand-in server and fake GPUs, driven by
+# bin/loadgen: manifests materialized, the campaign started detached,
 # watched live until the controller exits, then summarized.
 demo: build
 	rm -rf $(DEMO_DIR)
+	mkdir -p _demo_manifests
+	$(BIN)/loadgen materialize --id short --input-uniform 4:16 --output-fixed 8 --arrival steady \
+		--num-requests 6000 --workload-seed 20261130 --out _demo_manifests/short.jsonl
+	$(BIN)/loadgen materialize --id long --input-uniform 4:16 --output-fixed 64 --arrival burst:8 \
+		--num-requests 2000 --workload-seed 20261130 --out _demo_manifests/long.jsonl
 	$(BIN)/controller start -f protocols/demo.yaml -d $(DEMO_DIR) --gpu-backend fake
 	$(BIN)/ctlq watch -d $(DEMO_DIR)
 	$(BIN)/ctlq status -d $(DEMO_DIR)
@@ -35,4 +41,4 @@ bench:
 	$(GO) test -run XXX -bench . -benchtime 20x ./protocols ./pkg/state
 
 clean:
-	rm -rf $(BIN) $(DEMO_DIR)
+	rm -rf $(BIN) $(DEMO_DIR) _demo_manifests

@@ -295,6 +295,16 @@ func (b *builder) order(ph *Phase, cells []cell, f string) []cell {
 // cellVars are the plan-time variables of a cell.
 func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
 	vars := b.baseVars()
+	for _, k := range sortedKeys(ph.Vars) {
+		val, errs := expand(ph.Vars[k], func(n string) (string, bool) { x, ok := b.p.Vars[n]; return x, ok }, nil, true)
+		for _, e := range errs {
+			b.c.add(ph.Meta.At("vars"), fmt.Sprintf("phases.%s.vars.%s", ph.Name, k), "%s (phase vars may use the protocol's vars)", e.msg)
+		}
+		if !varName.MatchString(k) || isBuiltin(k) {
+			b.c.add(ph.Meta.At("vars"), fmt.Sprintf("phases.%s.vars.%s", ph.Name, k), "variable name %q must be upper case letters, digits and _, and not a built-in", k)
+		}
+		vars[k] = val
+	}
 	for i, name := range cl.axes {
 		v := cl.values[i]
 		vars[strings.ToUpper(name)] = v.ID

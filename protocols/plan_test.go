@@ -278,7 +278,10 @@ func TestExpandLaunchVars(t *testing.T) {
 		out = append(out, s)
 	}
 	got := strings.Join(out, " ")
-	for _, want := range []string{"--base-url http://127.0.0.1:8004", "--saturation-result /c/runs/P05.C00.saturation/a2/client/result.json", "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/P05.jsonl", "--result-dir /c/runs/P05.C00.moderate/a1/client"} {
+	if !strings.HasPrefix(got, "bin/loadgen run --manifest ") {
+		t.Fatalf("client command %q: want Warden's bin/loadgen run", got)
+	}
+	for _, want := range []string{"--load-point moderate", "--rate-fraction 0.60", "--base-url http://127.0.0.1:8004", "--saturation-result /c/runs/P05.C00.saturation/a2/client/result.json", "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/P05.jsonl", "--result-dir /c/runs/P05.C00.moderate/a1/client"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("client command %q lacks %q", got, want)
 		}
@@ -344,4 +347,46 @@ func FuzzPlan(f *testing.F) {
 			t.Fatal("empty error")
 		}
 	})
+}
+
+// The phase-3 protocol names the shipped validators on its measured runs,
+// and its co-location check samples one profile window per target
+// (A-P3-1 item 4) while the matrix keeps two.
+func TestPhase3Validators(t *testing.T) {
+	p := planPhase3(t)
+	names := func(r *Run) []string {
+		var out []string
+		for _, v := range r.Validators {
+			out = append(out, v.Name)
+		}
+		return out
+	}
+	for id, want := range map[string]string{
+		"P05.C00.saturation":      "layer1 layer2 client sanity",
+		"P05.C00.moderate":        "layer1 layer2 client-moderate sanity",
+		"confirm.P10.C00.confirm": "",
+	} {
+		r, ok := p.RunByID(id)
+		if !ok {
+			continue
+		}
+		if got := strings.Join(names(r), " "); want != "" && got != want {
+			t.Errorf("%s validators %q, want %q", id, got, want)
+		}
+	}
+	windows := func(id string) string {
+		r, ok := p.RunByID(id)
+		if !ok {
+			t.Fatalf("no run %s", id)
+		}
+		for i, a := range r.Client.Argv {
+			if a == "--num-profile-windows" {
+				return r.Client.Argv[i+1]
+			}
+		}
+		return ""
+	}
+	if windows("coloc.solo.P05.C00.moderate") != "1" || windows("P05.C00.moderate") != "2" || p.Gates[0].ProfileWindows != 1 {
+		t.Errorf("profile windows: co-location %s, matrix %s, gate %d", windows("coloc.solo.P05.C00.moderate"), windows("P05.C00.moderate"), p.Gates[0].ProfileWindows)
+	}
 }

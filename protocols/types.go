@@ -316,6 +316,10 @@ type Phase struct {
 	Repeats    int         `yaml:"repeats"` // process-level repeats of every cell; default 1
 	Regime     string      `yaml:"regime"`  // pin the phase to a regime instead of the campaign's
 	Colocation *Colocation `yaml:"colocation"`
+	// Vars are variables of this phase's runs: they override the
+	// protocol's vars (e.g. one profile window for the co-location check's
+	// target); an axis value may not set them again.
+	Vars map[string]string `yaml:"vars"`
 }
 
 var phaseKinds = map[string]bool{

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
@@ -114,7 +115,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer store.Close()
 	// an amendment recorded by a controller amend that died before it
 	// installed it: install it now
-	if installed, err := finishAmendment(dir, set, store, plan); err != nil {
+	if installed, err := amend.Finish(campaignOf(dir, set, store), plan); err != nil {
 		return err
 	} else if installed {
 		if set, err = readSettings(dir); err != nil {
@@ -211,7 +212,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 
 	amend := func(req api.AmendRequest) (json.RawMessage, error) {
-		res, plan, err := amendCampaign(dir, set, store, req)
+		res, plan, err := amend.Amend(campaignOf(dir, set, store), amend.Request(req))
 		if err != nil {
 			return nil, err
 		}

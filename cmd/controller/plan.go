@@ -183,7 +183,7 @@ func writePlanTable(w io.Writer, p *protocols.Plan, wide bool) error {
 	fmt.Fprintf(w, "budget: cap %.3f, already consumed %.3f, remaining %.3f, remaining after this estimate %.3f (worst case %.3f)\n",
 		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
 	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
-	writeBounds(w, p)
+	writeBounds(w, p, wide)
 	if len(p.Provenance) > 0 {
 		fmt.Fprintf(w, "provenance files hashed at start: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
@@ -200,7 +200,10 @@ func reserveText(mode string) string {
 // writeBounds lists the bounds and validators of each kind of run: the
 // ready timeout, the measuring deadline, the drain allowance and watchdog,
 // where the end of admission is read, and the worst case.
-func writeBounds(w io.Writer, p *protocols.Plan) {
+//
+// Without wide, a row past tableWidth continues its last column (the
+// validators) on lines of its own, aligned under it.
+func writeBounds(w io.Writer, p *protocols.Plan, wide bool) {
 	type key struct {
 		load, class                          string
 		ready, deadline, drain, watchdog, to float64
@@ -220,7 +223,8 @@ func writeBounds(w io.Writer, p *protocols.Plan) {
 		runs[k] = append(runs[k], r.ID)
 	}
 	fmt.Fprintln(w, "\nbounds (every run is ended past them):")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tADMISSION_END\tWORST_S\tVALIDATORS")
 	for _, k := range keys {
 		vs := k.validators
@@ -230,6 +234,37 @@ func writeBounds(w io.Writer, p *protocols.Plan) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.admission, k.to, vs)
 	}
 	tw.Flush()
+	for _, line := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		if !wide {
+			line = wrapLastColumn(line, tableWidth)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// wrapLastColumn continues a line's last column, a comma-separated list
+// that starts after the line's last run of two spaces, on further lines
+// aligned under it, so that each line keeps to width where it can.
+func wrapLastColumn(line string, width int) string {
+	if len(line) <= width {
+		return line
+	}
+	i := strings.LastIndex(line, "  ")
+	if i < 0 {
+		return line
+	}
+	start := i + 2
+	var out strings.Builder
+	cur := line[:start]
+	for _, item := range strings.Split(line[start:], ", ") {
+		if len(cur) > start && len(cur)+len(item) > width {
+			out.WriteString(strings.TrimSuffix(cur, " ") + "\n")
+			cur = strings.Repeat(" ", start)
+		}
+		cur += item + ", "
+	}
+	out.WriteString(strings.TrimSuffix(cur, ", "))
+	return out.String()
 }
 
 func countPrivate(ps []protocols.ProvenanceInfo) int {

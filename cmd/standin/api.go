@@ -16,10 +16,13 @@ const maxTokensLimit = 1 << 16
 // completionRequest is the part of an OpenAI completions request the
 // stand-in reads. The prompt is only counted, never logged or stored.
 type completionRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	MaxTokens     *int            `json:"max_tokens"`
-	Stream        bool            `json:"stream"`
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	MaxTokens *int            `json:"max_tokens"`
+	// IgnoreEOS is vLLM's extension; the stand-in never stops early, so it
+	// always generates max_tokens tokens, with or without it.
+	IgnoreEOS     bool `json:"ignore_eos"`
+	Stream        bool `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -30,6 +33,45 @@ type completionChoice struct {
 	Text         string  `json:"text"`
 	Logprobs     any     `json:"logprobs"`
 	FinishReason *string `json:"finish_reason"`
+}
+
+// chatRequest is the part of an OpenAI chat completions request the
+// stand-in reads. Messages are only counted, never logged or stored.
+type chatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	IgnoreEOS           bool `json:"ignore_eos"`
+	Stream              bool `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// chatDelta is the delta of a streamed chat chunk.
+type chatDelta struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int        `json:"index"`
+	Delta        *chatDelta `json:"delta,omitempty"`
+	Message      *chatDelta `json:"message,omitempty"`
+	FinishReason *string    `json:"finish_reason"`
+}
+
+type chatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
 }
 
 type usage struct {
@@ -68,6 +110,7 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("GET /health", a.health)
 	mux.HandleFunc("GET /v1/models", a.models)
 	mux.HandleFunc("POST /v1/completions", a.completions)
+	mux.HandleFunc("POST /v1/chat/completions", a.chatCompletions)
 	a.info.register(mux, a.model)
 	mux.HandleFunc("POST /start_profile", a.startProfile)
 	mux.HandleFunc("POST /stop_profile", a.stopProfile)
@@ -146,6 +189,119 @@ func (a *api) completions(w http.ResponseWriter, r *http.Request) {
 		return // the client or the server went away
 	}
 	writeJSON(w, http.StatusOK, gen.response(text.String(), true, true))
+}
+
+// chatCompletions answers /v1/chat/completions: the prompt is the words
+// of the messages' contents; the reply is max_tokens (or
+// max_completion_tokens) placeholder tokens, streamed as chat deltas when
+// asked, with a final usage chunk under stream_options.include_usage.
+func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	if !a.healthy() {
+		writeError(w, http.StatusServiceUnavailable, "model is loading")
+		return
+	}
+	var req chatRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+	if err := dec.Decode(&req); err != nil || len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "request body is not a chat completions request")
+		return
+	}
+	if req.Model != "" && req.Model != a.model {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("the model %q does not exist", req.Model))
+		return
+	}
+	maxTokens := 16
+	if req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 || maxTokens > maxTokensLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be between 1 and %d", maxTokensLimit))
+		return
+	}
+	promptTokens := 0
+	for _, m := range req.Messages {
+		var s string
+		if err := json.Unmarshal(m.Content, &s); err != nil {
+			writeError(w, http.StatusBadRequest, "message content must be a string")
+			return
+		}
+		promptTokens += len(strings.Fields(s))
+	}
+	gen := generation{
+		id:      fmt.Sprintf("chatcmpl-standin-%d", time.Now().UnixNano()),
+		created: time.Now().Unix(),
+		model:   a.model,
+		prompt:  promptTokens,
+		max:     maxTokens,
+	}
+	if !req.Stream {
+		var text strings.Builder
+		if err := a.generate(r.Context(), gen.max, func(i int) error {
+			text.WriteString(token(i))
+			return nil
+		}); err != nil {
+			return
+		}
+		reason := "length"
+		writeJSON(w, http.StatusOK, chatResponse{
+			ID: gen.id, Object: "chat.completion", Created: gen.created, Model: gen.model,
+			Choices: []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text.String()}, FinishReason: &reason}},
+			Usage:   gen.usage(),
+		})
+		return
+	}
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	chunk := func(choices []chatChoice) chatResponse {
+		return chatResponse{ID: gen.id, Object: "chat.completion.chunk", Created: gen.created, Model: gen.model, Choices: choices}
+	}
+	send := a.sseStart(w)
+	// vLLM's first chat chunk carries the role and no content.
+	if send(chunk([]chatChoice{{Delta: &chatDelta{Role: "assistant"}}})) != nil {
+		return
+	}
+	err := a.generate(r.Context(), gen.max, func(i int) error {
+		c := chatChoice{Delta: &chatDelta{Content: token(i)}}
+		if i == gen.max-1 {
+			reason := "length"
+			c.FinishReason = &reason
+		}
+		return send(chunk([]chatChoice{c}))
+	})
+	if err != nil {
+		return
+	}
+	if includeUsage {
+		last := chunk([]chatChoice{})
+		last.Usage = gen.usage()
+		if send(last) != nil {
+			return
+		}
+	}
+	_ = send(nil)
+}
+
+// sseStart writes the headers of a server-sent event stream and returns a
+// function that sends one event (v as JSON), or "[DONE]" when v is nil.
+func (a *api) sseStart(w http.ResponseWriter) func(v any) error {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return func(v any) error {
+		data := []byte("[DONE]")
+		if v != nil {
+			var err error
+			if data, err = json.Marshal(v); err != nil {
+				return err
+			}
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
 }
 
 // stream sends one server-sent event per token, then "[DONE]".
@@ -229,9 +385,15 @@ func (g generation) response(text string, last, withUsage bool) completionRespon
 		Choices: []completionChoice{choice},
 	}
 	if withUsage {
-		resp.Usage = &usage{PromptTokens: g.prompt, CompletionTokens: g.max, TotalTokens: g.prompt + g.max}
+		resp.Usage = g.usage()
 	}
 	return resp
+}
+
+// usage is the generation's token counts: it always produces exactly max
+// tokens, as vLLM does with ignore_eos.
+func (g generation) usage() *usage {
+	return &usage{PromptTokens: g.prompt, CompletionTokens: g.max, TotalTokens: g.prompt + g.max}
 }
 
 // token returns the placeholder text of the i-th generated token.

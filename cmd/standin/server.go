@@ -58,7 +58,9 @@ requests, drains in-flight ones for up to --shutdown-timeout, tells the engine
 to exit, waits for it, and exits 0. Prompts are never logged.
 
 Endpoints: GET /health, GET /v1/models, POST /v1/completions
-({model, prompt, max_tokens, stream}).`,
+({model, prompt, max_tokens, stream, stream_options}), POST /v1/chat/completions
+({model, messages, max_tokens, stream, stream_options}), POST /start_profile
+and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("port") {

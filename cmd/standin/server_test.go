@@ -148,6 +148,76 @@ func TestCompletions(t *testing.T) {
 		}
 	})
 
+	t.Run("stream usage", func(t *testing.T) {
+		resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
+			strings.NewReader(`{"prompt":[11,12,13],"max_tokens":6,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		chunks, done := readEvents(t, resp.Body)
+		if !done || len(chunks) != 7 {
+			t.Fatalf("%d chunks (done %v), want 6 tokens and a usage chunk", len(chunks), done)
+		}
+		last := chunks[6]
+		if len(last.Choices) != 0 || last.Usage == nil || *last.Usage != (usage{PromptTokens: 3, CompletionTokens: 6, TotalTokens: 9}) {
+			t.Fatalf("last chunk %+v, want no choices and usage 3 + 6", last)
+		}
+	})
+
+	t.Run("chat stream", func(t *testing.T) {
+		resp, err := httpClient.Post(s.url+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m1","messages":[{"role":"user","content":"a `+secret+`"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var chunks []chatResponse
+		sc := bufio.NewScanner(resp.Body)
+		done := false
+		for sc.Scan() {
+			payload, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			if payload == "[DONE]" {
+				done = true
+				break
+			}
+			var c chatResponse
+			if err := json.Unmarshal([]byte(payload), &c); err != nil {
+				t.Fatal(err)
+			}
+			chunks = append(chunks, c)
+		}
+		// a role chunk, three content chunks, a usage chunk
+		if !done || len(chunks) != 5 {
+			t.Fatalf("%d chunks (done %v), want 5", len(chunks), done)
+		}
+		for i := 1; i <= 3; i++ {
+			if c := chunks[i]; c.Object != "chat.completion.chunk" || len(c.Choices) != 1 || c.Choices[0].Delta == nil || c.Choices[0].Delta.Content == "" {
+				t.Fatalf("chunk %d: %+v", i, c)
+			}
+		}
+		if u := chunks[4].Usage; u == nil || *u != (usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}) {
+			t.Fatalf("usage %+v, want 2 + 3", u)
+		}
+	})
+
+	t.Run("profile", func(t *testing.T) {
+		for _, path := range []string{"/start_profile", "/stop_profile"} {
+			resp, err := httpClient.Post(s.url+path, "application/json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(body) != 0 {
+				t.Fatalf("POST %s = %d %q, want 200 with an empty body", path, resp.StatusCode, body)
+			}
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		for body, want := range map[string]int{
 			`{"model":"other","prompt":"x"}`: http.StatusNotFound,

@@ -59,6 +59,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/launch", forbidden: []string{"warden/pkg/state", "go.etcd.io/bbolt"}, why: "process handling does not touch the database"},
 		{pkg: "warden/pkg/gates", forbidden: []string{"warden/pkg/launch", "warden/pkg/state", "os/exec"}, why: "gates neither start nor kill processes nor write state"},
 		{pkg: "warden/pkg/budget", direct: true, forbidden: []string{"os", "net", "io", "warden/pkg/"}, why: "budget accounting is pure"},
+		{pkg: "warden/pkg/loadgen", forbidden: []string{"warden/cmd/", "github.com/spf13/cobra", "warden/pkg/state", "warden/pkg/launch"}, why: "the load client library holds no CLI and no controller internals"},
 		{pkg: "warden/cmd/ctlq", forbidden: []string{"warden/pkg/launch", "github.com/NVIDIA/go-nvml", "warden/cmd/controller"}, why: "the query tool talks to the controller only through the API"},
 		{pkg: "warden/cmd/ctlq", forbidden: []string{"warden/pkg/runner"}, why: "the query tool reads the controller through the API; it never runs attempts"},
 		// pkg/runner is being moved out of cmd/controller; until it lands the rule is skipped.

@@ -149,7 +149,12 @@ func (a *attempt) energyPerRequest() (float64, error) {
 	if a.phases == nil || a.phases.successes == nil {
 		return 0, fmt.Errorf("the client reported no successes")
 	}
-	t0, t1 := a.phases.at("clean"), a.phases.at("drain")
+	// the clean interval: from the first clean line to the first profile
+	// line (profile and recovery are not clean), or to drain without one
+	t0, t1 := a.phases.at("clean"), a.phases.at("profile")
+	if t1.IsZero() {
+		t1 = a.phases.at("drain")
+	}
 	if t0.IsZero() || t1.IsZero() {
 		return 0, fmt.Errorf("the client reported no clean interval")
 	}

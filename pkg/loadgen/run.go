@@ -1,0 +1,615 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Sentinel errors of Run.
+var (
+	// ErrManifestTooShort: an open-loop run would plan more requests
+	// than the manifest holds; returned before anything is sent.
+	ErrManifestTooShort = errors.New("the manifest holds fewer requests than the run needs")
+	// ErrManifestExhausted: admission reached the end of the manifest
+	// (a closed loop, or an open loop whose profile windows ran long).
+	// The run stopped admitting at once, drained, and wrote its results
+	// with complete=false; the manifest never wraps.
+	ErrManifestExhausted = errors.New("the manifest ran out of requests during the run")
+	// ErrInterrupted: the context ended (SIGTERM, SIGINT). Outstanding
+	// requests were cancelled and recorded as client-cancelled; results
+	// were written with complete=false and no done phase.
+	ErrInterrupted = errors.New("interrupted")
+	// ErrResultExists: the result directory already holds a result.json;
+	// a finished run's directory is never overwritten.
+	ErrResultExists = errors.New("the result directory already holds a result.json")
+)
+
+// Config is one run. Durations of zero are allowed except where said.
+type Config struct {
+	// BaseURL is the server's, such as http://127.0.0.1:8000.
+	BaseURL  string
+	Model    string
+	Endpoint Endpoint
+	// LoadPoint is a label recorded in the result (saturation, moderate,
+	// or any other).
+	LoadPoint string
+	// Rate is λ in requests per second; 0 runs a closed loop.
+	Rate float64
+	// Arrival is the open-loop class (unused in a closed loop).
+	Arrival Arrival
+	// MaxConcurrency bounds outstanding requests, in both loops. In an
+	// open loop a request due while the bound is reached waits: its wait
+	// is generator lag.
+	MaxConcurrency int
+	IgnoreEOS      bool
+	Temperature    float64
+	Warmup         time.Duration
+	// CleanSegment must be positive when NumClean > 0.
+	CleanSegment time.Duration
+	NumClean     int
+	// ProfileWindows after the clean interval; 0 for none.
+	ProfileWindows int
+	// ProfileHold is the time between /start_profile returning and the
+	// /stop_profile call, for the server's profiler schedule to run.
+	ProfileHold time.Duration
+	// ProfileWindowBudget is how long one window (both calls, the hold,
+	// the trace flush) is expected to take; used only to check before the
+	// start that an open-loop run's manifest is long enough.
+	ProfileWindowBudget time.Duration
+	// ProfileWarmupIterations and ProfileActiveIterations are the server's
+	// profiler schedule, recorded (the server's own configuration sets
+	// it; the client cannot count engine iterations).
+	ProfileWarmupIterations int
+	ProfileActiveIterations int
+	Recovery                time.Duration
+	DrainTimeout            time.Duration
+	Seed                    uint64
+	// ResultDir receives the files; created if needed.
+	ResultDir string
+	// PhaseFile, when set, receives phase lines.
+	PhaseFile string
+	// Derivation of λ, recorded as given.
+	RateFraction           float64
+	SaturationCompletedRPS float64
+	SaturationResultSHA256 string
+}
+
+// admissionEstimate is how long admission is expected to last: warm-up,
+// clean interval, and each profile window's budget and recovery.
+func (c *Config) admissionEstimate() time.Duration {
+	return c.Warmup + time.Duration(c.NumClean)*c.CleanSegment +
+		time.Duration(c.ProfileWindows)*(c.ProfileWindowBudget+c.Recovery)
+}
+
+// Check validates the configuration against the manifest and returns the
+// rows an open-loop run needs (0 for a closed loop). It sends nothing.
+func (c *Config) Check(m *Manifest) (int64, error) {
+	switch {
+	case c.BaseURL == "":
+		return 0, errors.New("no base URL")
+	case c.Endpoint != Completions && c.Endpoint != Chat:
+		return 0, fmt.Errorf("endpoint %q: want completions or chat", c.Endpoint)
+	case c.Endpoint == Chat && m.TokenIDs:
+		return 0, errors.New("a chat endpoint needs text prompts; this manifest has token ids")
+	case c.MaxConcurrency < 1:
+		return 0, errors.New("max concurrency must be at least 1")
+	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate < 0:
+		return 0, fmt.Errorf("rate %v: want a finite positive rate, or 0 for a closed loop", c.Rate)
+	case c.NumClean < 0 || c.ProfileWindows < 0:
+		return 0, errors.New("segment and window counts must not be negative")
+	case c.NumClean > 0 && c.CleanSegment <= 0:
+		return 0, errors.New("clean segments need a positive duration")
+	case c.Warmup < 0 || c.Recovery < 0 || c.DrainTimeout < 0 || c.ProfileHold < 0 || c.ProfileWindowBudget < 0:
+		return 0, errors.New("durations must not be negative")
+	case c.ResultDir == "":
+		return 0, errors.New("no result directory")
+	}
+	if c.Rate == 0 {
+		return 0, nil
+	}
+	need, err := CountBefore(c.Arrival, c.Rate, c.Seed, c.admissionEstimate())
+	if err != nil {
+		return 0, err
+	}
+	if need > int64(m.Len()) {
+		return need, fmt.Errorf("%w: %s at %.6g requests/s plans %d requests over %v of admission, the manifest holds %d",
+			ErrManifestTooShort, c.Arrival, c.Rate, need, c.admissionEstimate(), m.Len())
+	}
+	return need, nil
+}
+
+// segment is an interval of the timeline.
+type segment struct {
+	name, kind string
+	index      int
+	start, end int64
+}
+
+// slot is one admitted request: its record, and whether it ended.
+type slot struct {
+	rec  Record
+	done bool
+}
+
+// run is the state of one Run.
+type run struct {
+	cfg     Config
+	m       *Manifest
+	clock   *Clock
+	builder *bodyBuilder
+	sender  *sender
+	phases  *phaseLog
+	t0      int64
+	// cleanStart and cleanEnd bound the clean interval (nominal).
+	cleanStart, cleanEnd int64
+
+	stopAdmit chan struct{} // closed when admission ends
+	exhausted chan struct{} // closed when the manifest ran out
+	exhaust   sync.Once
+	fatal     chan error // a harness failure of the admission side
+	// wg counts admission goroutines and outstanding requests.
+	wg sync.WaitGroup
+
+	mu        sync.Mutex
+	slots     []*slot // guarded by mu
+	nextRow   int     // guarded by mu: the closed loop's next manifest row
+	closed    bool    // guarded by mu: admission has stopped; admit refuses
+	finalized bool    // guarded by mu: records no longer change
+
+	itlMu sync.Mutex
+	itl   *logHist // guarded by itlMu
+}
+
+// Run executes the timeline of cfg against the server with manifest m and
+// writes its files to cfg.ResultDir. The result is returned with a nil
+// error when the timeline ran to its end; with ErrManifestExhausted or
+// ErrInterrupted it was still written. Other errors mean nothing usable
+// was written.
+func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
+	need, err := cfg.Check(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.ResultDir, "requests"), 0o755); err != nil {
+		return nil, fmt.Errorf("result directory: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.ResultDir, "result.json")); err == nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ResultDir, ErrResultExists)
+	}
+	clock, err := NewClock()
+	if err != nil {
+		return nil, err
+	}
+	builder, err := newBodyBuilder(cfg.Endpoint, cfg.Model, cfg.Temperature, cfg.IgnoreEOS)
+	if err != nil {
+		return nil, err
+	}
+	phases, err := openPhaseLog(cfg.PhaseFile, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer phases.close()
+	tr := newTransport(cfg.MaxConcurrency)
+	defer tr.CloseIdleConnections()
+
+	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
+		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
+	r.sender = &sender{client: &http.Client{Transport: tr}, url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL}
+	return r.execute(ctx, tr, need)
+}
+
+// addITL keeps an inter-token gap that closed inside the clean interval.
+func (r *run) addITL(at, gap int64) {
+	if at < r.cleanStart || at >= r.cleanEnd {
+		return
+	}
+	r.itlMu.Lock()
+	r.itl.add(gap)
+	r.itlMu.Unlock()
+}
+
+func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Result, error) {
+	cfg := r.cfg
+	// Requests run under reqCtx: cancelled only by an interruption, or
+	// after the results are written.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		cancelRequests()
+		r.wg.Wait()
+	}()
+
+	r.t0 = r.clock.Now()
+	r.cleanStart = r.t0 + int64(cfg.Warmup)
+	r.cleanEnd = r.cleanStart + int64(cfg.NumClean)*int64(cfg.CleanSegment)
+	var segs []segment
+	var windows []ProfileWindow
+
+	if err := r.phases.mark(PhaseWarmup, 0, nil); err != nil {
+		return nil, err
+	}
+	if cfg.Rate > 0 {
+		r.wg.Add(1)
+		go r.dispatch(ctx, reqCtx)
+	} else {
+		for i := 0; i < cfg.MaxConcurrency; i++ {
+			r.wg.Add(1)
+			go r.worker(ctx, reqCtx)
+		}
+	}
+
+	// wait blocks until the monotonic instant; false when the run must
+	// stop early (interruption, exhaustion, a fatal error).
+	var stopErr error
+	wait := func(until int64) bool {
+		d := time.Until(r.clock.Time(until))
+		if d <= 0 {
+			return stopErr == nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			stopErr = ErrInterrupted
+		case <-r.exhausted:
+			stopErr = ErrManifestExhausted
+		case err := <-r.fatal:
+			stopErr = err
+		}
+		return false
+	}
+	// cur is the open segment, with its nominal end; closeSeg ends it.
+	cur := segment{name: PhaseWarmup, kind: PhaseWarmup, start: r.t0, end: r.cleanStart}
+	closeSeg := func() { segs = append(segs, cur) }
+
+	ok := wait(r.cleanStart)
+	for k := 1; ok && k <= cfg.NumClean; k++ {
+		closeSeg()
+		start := r.cleanStart + int64(k-1)*int64(cfg.CleanSegment)
+		cur = segment{name: "clean-" + strconv.Itoa(k), kind: PhaseClean, index: k, start: start, end: start + int64(cfg.CleanSegment)}
+		if err := r.phases.mark(PhaseClean, k, nil); err != nil {
+			stopErr, ok = err, false
+			break
+		}
+		ok = wait(cur.end)
+	}
+	for w := 1; ok && w <= cfg.ProfileWindows; w++ {
+		closeSeg()
+		cur = segment{name: "profile-" + strconv.Itoa(w), kind: PhaseProfile, index: w, start: cur.end}
+		if err := r.phases.mark(PhaseProfile, w, nil); err != nil {
+			stopErr, ok = err, false
+			break
+		}
+		pw := r.profileWindow(ctx, w, wait)
+		windows = append(windows, pw)
+		if stopErr != nil {
+			ok = false
+			break
+		}
+		cur.end = pw.StopReturnMonoNS
+		closeSeg()
+		cur = segment{name: "recovery-" + strconv.Itoa(w), kind: PhaseRecovery, index: w, start: pw.StopReturnMonoNS, end: pw.StopReturnMonoNS + int64(cfg.Recovery)}
+		if err := r.phases.mark(PhaseRecovery, w, nil); err != nil {
+			stopErr, ok = err, false
+			break
+		}
+		ok = wait(cur.end)
+	}
+	// Admission ends here: on time at the nominal end of the last
+	// segment, or early, now.
+	outstandingAtStop := r.closeAdmission()
+	drainStart := cur.end
+	if !ok {
+		drainStart = max(r.clock.Now(), cur.start)
+		cur.end = drainStart
+	}
+	closeSeg()
+	if errors.Is(stopErr, ErrInterrupted) {
+		cancelRequests()
+	} else if err := r.phases.mark(PhaseDrain, 0, nil); err != nil && stopErr == nil {
+		stopErr = err
+	}
+	drain := DrainInfo{StartMonoNS: drainStart, OutstandingAtStart: outstandingAtStop}
+	drain.EndMonoNS, drain.TimedOut = r.drain(ctx, cancelRequests)
+	if ctx.Err() != nil && stopErr == nil {
+		stopErr = ErrInterrupted
+	}
+	drain.Seconds = float64(drain.EndMonoNS-drain.StartMonoNS) / 1e9
+	segs = append(segs, segment{name: PhaseDrain, kind: PhaseDrain, start: drainStart, end: drain.EndMonoNS})
+
+	// Freeze the records: requests still outstanding keep running until
+	// the results are written, but their outcomes are no longer taken.
+	r.mu.Lock()
+	r.finalized = true
+	slots := r.slots
+	r.mu.Unlock()
+	endClass := DeadlineExceeded
+	if errors.Is(stopErr, ErrInterrupted) {
+		endClass = ClientCancelled
+	}
+	for _, s := range slots {
+		if !s.done {
+			s.rec.Class, s.rec.Reason = endClass, "outstanding at the end of the drain"
+			drain.Unfinished++
+		}
+	}
+
+	res := r.summarize(segs, windows, slots, drain, need)
+	res.Complete = stopErr == nil
+	res.Interrupted = errors.Is(stopErr, ErrInterrupted)
+	res.Manifest.Exhausted = errors.Is(stopErr, ErrManifestExhausted)
+	if err := r.write(res, segs, slots); err != nil {
+		return nil, err
+	}
+	if stopErr == nil {
+		successes := res.Clean.Completed
+		if err := r.phases.mark(PhaseDone, 0, &successes); err != nil {
+			return res, err
+		}
+	}
+	return res, stopErr
+}
+
+// drain waits for the outstanding requests, up to the drain timeout; it
+// never cancels them (an interruption already did). It returns when the
+// drain ended and whether it timed out.
+func (r *run) drain(ctx context.Context, cancelRequests context.CancelFunc) (int64, bool) {
+	done := make(chan struct{})
+	// Ends when every admission goroutine and request has returned;
+	// execute's deferred cancel guarantees that.
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(r.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return r.clock.Now(), false
+	case <-t.C:
+		return r.clock.Now(), true
+	case <-ctx.Done():
+		cancelRequests()
+		<-done
+		return r.clock.Now(), false
+	}
+}
+
+// closeAdmission stops admission: admit refuses from now on, and the
+// senders are told. It returns the requests outstanding at that moment.
+func (r *run) closeAdmission() int {
+	r.mu.Lock()
+	r.closed = true
+	n := 0
+	for _, s := range r.slots {
+		if !s.done {
+			n++
+		}
+	}
+	r.mu.Unlock()
+	close(r.stopAdmit)
+	return n
+}
+
+// profileWindow calls /start_profile, holds, and calls /stop_profile, each
+// call synchronous and timestamped.
+func (r *run) profileWindow(ctx context.Context, w int, wait func(int64) bool) ProfileWindow {
+	pw := ProfileWindow{Index: w}
+	pw.StartCallMonoNS = r.clock.Now()
+	pw.StartStatus, pw.StartError = r.post(ctx, "/start_profile")
+	pw.StartReturnMonoNS = r.clock.Now()
+	if !wait(pw.StartReturnMonoNS + int64(r.cfg.ProfileHold)) {
+		pw.StopCallMonoNS, pw.StopReturnMonoNS = r.clock.Now(), r.clock.Now()
+		return pw
+	}
+	pw.StopCallMonoNS = r.clock.Now()
+	pw.StopStatus, pw.StopError = r.post(ctx, "/stop_profile")
+	pw.StopReturnMonoNS = r.clock.Now()
+	return pw
+}
+
+// post sends an empty POST and returns the status (0 without a response)
+// and, on failure, the reason.
+func (r *run) post(ctx context.Context, path string) (int, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.BaseURL+path, http.NoBody)
+	if err != nil {
+		return 0, "build request"
+	}
+	resp, err := r.sender.client.Do(req)
+	if err != nil {
+		return 0, errKind(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, "status " + strconv.Itoa(resp.StatusCode)
+	}
+	return resp.StatusCode, ""
+}
+
+// admit records a request as sent and returns its slot; nil once
+// admission has stopped (the request is not sent).
+func (r *run) admit(i int, planned int64) *slot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	s := &slot{rec: Record{Schema: RecordSchema, ID: r.m.ID(i), Row: i, PlannedNS: planned, SentNS: r.clock.Now(),
+		ExpectedInputTokens: r.m.InputTokens(i), RequestedOutputTokens: r.m.OutputTokens(i)}}
+	r.slots = append(r.slots, s)
+	return s
+}
+
+// finish stores a request's outcome unless the records are frozen.
+func (r *run) finish(s *slot, o outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finalized {
+		return
+	}
+	s.done = true
+	rec := &s.rec
+	rec.FirstTokenNS, rec.EndNS = o.firstToken, o.end
+	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
+	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
+	rec.Class, rec.Reason = o.class, o.reason
+}
+
+// admitNext takes the manifest's next row for a closed-loop worker,
+// builds its body and records it as sent, all under one lock, so that
+// rows are sent in order without gaps. It returns nil when admission has
+// stopped or the manifest is exhausted (then it says so).
+func (r *run) admitNext(planned int64) (*slot, []byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, nil, nil
+	}
+	i := r.nextRow
+	if i >= r.m.Len() {
+		r.signalExhausted()
+		return nil, nil, nil
+	}
+	body, err := r.body(i)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.nextRow++
+	s := &slot{rec: Record{Schema: RecordSchema, ID: r.m.ID(i), Row: i, PlannedNS: planned, SentNS: r.clock.Now(),
+		ExpectedInputTokens: r.m.InputTokens(i), RequestedOutputTokens: r.m.OutputTokens(i)}}
+	r.slots = append(r.slots, s)
+	return s, body, nil
+}
+
+// body builds request i's body.
+func (r *run) body(i int) ([]byte, error) {
+	p, err := r.m.prompt(i)
+	if err != nil {
+		return nil, err
+	}
+	return r.builder.build(p, r.m.OutputTokens(i)), nil
+}
+
+// signalExhausted reports the manifest's end once.
+func (r *run) signalExhausted() { r.exhaust.Do(func() { close(r.exhausted) }) }
+
+// signalFatal reports a harness failure of the admission side.
+func (r *run) signalFatal(err error) {
+	select {
+	case r.fatal <- err:
+	default:
+	}
+}
+
+// dispatch admits an open-loop schedule: each request at its planned
+// time, at most MaxConcurrency outstanding. It runs on a locked OS thread
+// and sleeps with clock_nanosleep until each planned instant; the body of
+// the next request is built before its wait.
+func (r *run) dispatch(ctx, reqCtx context.Context) {
+	defer r.wg.Done()
+	var p pacer
+	p.lock()
+	defer p.unlock()
+	planner, err := NewPlanner(r.cfg.Arrival, r.cfg.Rate, r.cfg.Seed)
+	if err != nil {
+		r.signalFatal(err)
+		return
+	}
+	sem := make(chan struct{}, r.cfg.MaxConcurrency)
+	exact := r.cfg.IgnoreEOS
+	for i := 0; ; i++ {
+		planned := r.t0 + int64(planner.Next())
+		if i >= r.m.Len() {
+			// Only a request planned before admission ends needs a row.
+			if p.waitUntil(ctx, r.stopAdmit, planned) {
+				r.signalExhausted()
+			}
+			return
+		}
+		body, err := r.body(i)
+		if err != nil {
+			r.signalFatal(err)
+			return
+		}
+		if !p.waitUntil(ctx, r.stopAdmit, planned) {
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			select {
+			case sem <- struct{}{}:
+			case <-r.stopAdmit:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		s := r.admit(i, planned)
+		if s == nil {
+			<-sem
+			return
+		}
+		want := r.m.OutputTokens(i)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer func() { <-sem }()
+			r.finish(s, r.sender.send(reqCtx, body, want, exact))
+		}()
+	}
+}
+
+// worker is one of a closed loop's MaxConcurrency senders: it sends the
+// next request of the manifest as soon as its previous one ended. A
+// request's planned time is when its worker became free.
+func (r *run) worker(ctx, reqCtx context.Context) {
+	defer r.wg.Done()
+	planned := r.t0
+	exact := r.cfg.IgnoreEOS
+	for {
+		select {
+		case <-r.stopAdmit:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		s, body, err := r.admitNext(planned)
+		if err != nil {
+			r.signalFatal(err)
+			return
+		}
+		if s == nil {
+			return
+		}
+		i := s.rec.Row
+		o := r.sender.send(reqCtx, body, r.m.OutputTokens(i), exact)
+		r.finish(s, o)
+		planned = o.end
+	}
+}
+
+// segmentOf names the segment holding instant t ("" if none).
+func segmentOf(segs []segment, t int64) string {
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].end > t })
+	if i < len(segs) && t >= segs[i].start {
+		return segs[i].name
+	}
+	if len(segs) > 0 && t >= segs[len(segs)-1].end {
+		return segs[len(segs)-1].name
+	}
+	return ""
+}

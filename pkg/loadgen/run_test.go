@@ -1,0 +1,117 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func smallManifest(t *testing.T, n int) *Manifest {
+	t.Helper()
+	var lines []string
+	for i := 0; i < n; i++ {
+		lines = append(lines, `{"id":"r`+strconv.Itoa(i)+`","prompt_token_ids":[1,2],"input_tokens":2,"output_tokens":4,"arrival":"steady"}`)
+	}
+	m, err := OpenManifest(writeManifest(t, lines...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestDrainNeverCancels: requests that never finish are waited for until
+// the drain timeout, recorded as deadline-exceeded, and cancelled only
+// after the results are written.
+func TestDrainNeverCancels(t *testing.T) {
+	clock, _ := NewClock()
+	var mu sync.Mutex
+	var cancelledAt []int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+		w.Write([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		mu.Lock()
+		cancelledAt = append(cancelledAt, clock.Now())
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+		IgnoreEOS: true, CleanSegment: 200 * time.Millisecond, NumClean: 1, DrainTimeout: 300 * time.Millisecond,
+		ResultDir: dir, PhaseFile: filepath.Join(dir, "phases.jsonl")}
+	res, err := Run(context.Background(), cfg, smallManifest(t, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Complete || !res.Drain.TimedOut || res.Drain.Unfinished != 2 || res.Totals.ByClass[DeadlineExceeded] != 2 {
+		t.Fatalf("complete %v, drain %+v, classes %v", res.Complete, res.Drain, res.Totals.ByClass)
+	}
+	if d := time.Duration(res.Drain.EndMonoNS - res.Drain.StartMonoNS); d < 300*time.Millisecond {
+		t.Fatalf("drain lasted %v, less than its timeout", d)
+	}
+	// The server sees the cancellations once Run has returned; none came
+	// before the drain ended.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(cancelledAt)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 requests ended at the server", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, at := range cancelledAt {
+		if at < res.Drain.EndMonoNS {
+			t.Fatalf("a request was cancelled %v before the drain ended", time.Duration(res.Drain.EndMonoNS-at))
+		}
+	}
+}
+
+// TestInterruptCancelsAndRecords: an interruption cancels the outstanding
+// requests, records them as client-cancelled, writes an incomplete
+// result and no done phase.
+func TestInterruptCancelsAndRecords(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The server notices a closed connection only once the body is read.
+		_, _ = io.Copy(io.Discard, r.Body)
+		cancel() // the first request interrupts the run
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	phases := filepath.Join(dir, "phases.jsonl")
+	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "x", MaxConcurrency: 1,
+		Warmup: time.Hour, CleanSegment: time.Hour, NumClean: 1, DrainTimeout: time.Hour, ResultDir: dir, PhaseFile: phases}
+	res, err := Run(ctx, cfg, smallManifest(t, 10))
+	if !errors.Is(err, ErrInterrupted) || res == nil {
+		t.Fatalf("Run = %v, %v; want ErrInterrupted with a result", res, err)
+	}
+	if res.Complete || !res.Interrupted || res.Totals.ByClass[ClientCancelled] != 1 {
+		t.Fatalf("complete %v interrupted %v classes %v", res.Complete, res.Interrupted, res.Totals.ByClass)
+	}
+	data, _ := os.ReadFile(phases)
+	if strings.Contains(string(data), `"done"`) || !strings.Contains(string(data), `"warmup"`) {
+		t.Fatalf("phases %s", data)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "result.json")); err != nil {
+		t.Fatal(err)
+	}
+}
