@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -226,5 +227,19 @@ func TestProblemLimit(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "more problems not shown") {
 		t.Fatalf("error text does not say problems were omitted")
+	}
+}
+
+// A FIFO or a device given as the protocol is refused, naming it, instead
+// of blocking the reader.
+func TestPlanFileRefusesWhatIsNotARegularFile(t *testing.T) {
+	fifo := t.TempDir() + "/protocol.yaml"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		if _, err := PlanFile(path, Options{}); err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v", path, err)
+		}
 	}
 }
