@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warden/pkg/api"
+	"warden/pkg/campaigndir"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -51,7 +52,7 @@ tests); it returns when the campaign completes, stops, or is stopped.`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			if _, err := createCampaign(file, abs, startOptions{backend: resolved, fakeGPUDir: fakeDir, cgroups: cgroups}, time.Now()); err != nil {
+			if _, err := campaigndir.Create(file, abs, campaigndir.StartOptions{Backend: resolved, FakeGPUDir: fakeDir, Cgroups: cgroups}, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
 					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
@@ -132,7 +133,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := readSettings(abs); err != nil {
+	if _, err := campaigndir.ReadSettings(abs); err != nil {
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
