@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -24,13 +25,37 @@ type Options struct {
 	Regime string
 }
 
-// PlanFile reads, validates and expands the protocol at path.
+// maxProtocolBytes bounds a protocol file.
+const maxProtocolBytes = 16 << 20
+
+// PlanFile reads, validates and expands the protocol at path. The path
+// must be a regular file (a link to one is followed) of at most 16 MiB: a
+// FIFO or a device is refused, naming it, instead of blocking the reader.
 func PlanFile(path string, opts Options) (*Plan, error) {
-	data, err := os.ReadFile(path)
+	data, err := readProtocol(path)
 	if err != nil {
 		return nil, fmt.Errorf("read protocol: %w", err)
 	}
 	return PlanBytes(path, data, opts)
+}
+
+func readProtocol(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if fi.Size() > maxProtocolBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the %d a protocol may have", path, fi.Size(), maxProtocolBytes)
+	}
+	return io.ReadAll(io.LimitReader(f, maxProtocolBytes+1))
 }
 
 // PlanBytes validates and expands a protocol whose text is data; file

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -259,5 +260,19 @@ func TestPortAuto(t *testing.T) {
 	}
 	if s := p.Slots[1]; !s.PortAuto || s.Port != 0 || p.Slots[0].PortAuto || p.Slots[0].Port != 9000 {
 		t.Fatalf("slots %+v", p.Slots)
+	}
+}
+
+// A FIFO or a device given as the protocol is refused, naming it, instead
+// of blocking the reader.
+func TestPlanFileRefusesWhatIsNotARegularFile(t *testing.T) {
+	fifo := t.TempDir() + "/protocol.yaml"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		if _, err := PlanFile(path, Options{}); err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v", path, err)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaigndir"
 	"warden/pkg/failpoint"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
@@ -32,10 +33,10 @@ import (
 
 // campaignOf is the campaign an amendment applies to; controller.json
 // follows an installed amendment.
-func campaignOf(dir string, set settings, store *state.Store) amend.Campaign {
+func campaignOf(dir string, set campaigndir.Settings, store *state.Store) amend.Campaign {
 	return amend.Campaign{Dir: dir, Workdir: set.Workdir, Store: store, SaveSettings: func(path, sha string) error {
 		set.ProtocolPath, set.ProtocolSHA256 = path, sha
-		return atomicfile.WriteJSON(filepath.Join(dir, settingsFile), set, 0o644)
+		return atomicfile.WriteJSON(filepath.Join(dir, campaigndir.SettingsFile), set, 0o644)
 	}}
 }
 
@@ -91,7 +92,7 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 					return &exitError{1, err}
 				}
 			} else {
-				set, err := readSettings(abs)
+				set, err := campaigndir.ReadSettings(abs)
 				if err != nil {
 					return &exitError{2, err}
 				}
@@ -203,7 +204,7 @@ Exit status: 0 done; 1 refused; 2 usage.`,
 			if !found {
 				return &exitError{1, fmt.Errorf("readjudicate: no amendment %s of the protocol is recorded", amendment)}
 			}
-			set, err := readSettings(abs)
+			set, err := campaigndir.ReadSettings(abs)
 			if err != nil {
 				return &exitError{2, err}
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warden/pkg/api"
+	"warden/pkg/campaigndir"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
 	"warden/pkg/state"
@@ -87,15 +88,15 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			so := startOptions{backend: resolved, fakeGPUDir: fakeDir, cgroups: cgroups, allowOverBudget: allowOver}
-			if _, err := createCampaign(file, abs, so, time.Now()); err != nil {
+			so := campaigndir.StartOptions{Backend: resolved, FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver}
+			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
 					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
 				}
-				var ee *exitError
-				if errors.As(err, &ee) {
-					return ee
+				var ob *campaigndir.OverBudgetError
+				if errors.As(err, &ob) {
+					return &exitError{exitOverBudget, ob}
 				}
 				return &exitError{1, err}
 			}
@@ -207,7 +208,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if err != nil {
 		return err
 	}
-	if _, err := readSettings(abs); err != nil {
+	if _, err := campaigndir.ReadSettings(abs); err != nil {
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {

@@ -22,6 +22,7 @@ import (
 
 	"warden/pkg/amend"
 	"warden/pkg/api"
+	"warden/pkg/campaigndir"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
@@ -97,7 +98,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log := zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger()
 
-	set, err := readSettings(dir)
+	set, err := campaigndir.ReadSettings(dir)
 	if err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if installed, err := amend.Finish(campaignOf(dir, set, store), plan); err != nil {
 		return err
 	} else if installed {
-		if set, err = readSettings(dir); err != nil {
+		if set, err = campaigndir.ReadSettings(dir); err != nil {
 			return err
 		}
 		if plan, err = api.ReadPlan(dir); err != nil {
@@ -147,7 +148,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := checkBelongs(dir, set, plan, camp); err != nil {
+	if err := campaigndir.CheckBelongs(dir, set, plan, camp); err != nil {
 		return err
 	}
 	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {

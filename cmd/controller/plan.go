@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/pkg/campaigndir"
 	"warden/protocols"
 )
 
@@ -91,24 +92,9 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// overBudget says whether the plan's estimate, or its worst case (every
-// conditional run executes), passes the budget cap.
-func overBudget(p *protocols.Plan) error {
-	t := p.Totals
-	unit := t.Unit
-	if unit == "" {
-		unit = "GPU-hours"
-	}
-	switch {
-	case t.RemainingAfterEstimate < 0:
-		return fmt.Errorf("over budget: the estimate of %.3f %s passes the %.3f remaining of the cap %.3f by %.3f",
-			t.GPUHoursEstimate, unit, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterEstimate)
-	case t.RemainingAfterWorstCase < 0:
-		return fmt.Errorf("over budget in the worst case: the estimate of %.3f %s plus %.3f if every conditional run executes passes the %.3f remaining of the cap %.3f by %.3f",
-			t.GPUHoursEstimate, unit, t.ConditionalGPUHours, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterWorstCase)
-	}
-	return nil
-}
+// overBudget says whether the plan's estimate, or its worst case, passes
+// the budget cap: campaigndir.OverBudget, the rule start applies too.
+func overBudget(p *protocols.Plan) error { return campaigndir.OverBudget(p) }
 
 // writePlanTable writes the plan as a table: without wide, the columns an
 // operator checks (run, kind, GPUs, slot, expected seconds, condition),

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warden/pkg/campaigndir"
 
 	"warden/pkg/api"
 	"warden/pkg/gpu/fakegpu"
@@ -88,7 +89,7 @@ func bigCampaign(b *testing.B, dir string) {
 	if err := fakegpu.Init(fake, 2, 143771); err != nil {
 		b.Fatal(err)
 	}
-	plan, err := createCampaign(proto, dir, startOptions{backend: "fake", fakeGPUDir: fake, cgroups: "auto"}, time.Now())
+	plan, err := campaigndir.Create(proto, dir, campaigndir.StartOptions{Backend: "fake", FakeGPUDir: fake, Cgroups: "auto"}, time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"warden/pkg/runner"
 
 	"github.com/spf13/cobra"
 
@@ -299,7 +300,9 @@ ctlq show prints the block of an attempt.` + validateExit,
 				o.Constants[name] = v
 			}
 			if out == "" {
-				if d := os.Getenv("WARDEN_ATTEMPT_DIR"); d != "" {
+				if o := os.Getenv(runner.EnvSanityOut); o != "" {
+					out = o // a re-adjudication: not into the ended attempt
+				} else if d := os.Getenv("WARDEN_ATTEMPT_DIR"); d != "" {
 					out = filepath.Join(d, "sanity.json")
 				}
 			}

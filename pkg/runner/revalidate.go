@@ -16,6 +16,11 @@ import (
 	"warden/protocols"
 )
 
+// EnvSanityOut names, in a re-run validator's environment, where
+// controller validate sanity writes sanity.json instead of the ended
+// attempt's directory.
+const EnvSanityOut = "WARDEN_SANITY_OUT"
+
 // revalidateTimeout bounds one validator re-run.
 const revalidateTimeout = 10 * time.Minute
 
@@ -46,7 +51,7 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 	environ := append(os.Environ(),
 		"WARDEN_RUN_ID="+a.RunID, "WARDEN_ATTEMPT="+vars["ATTEMPT"], "WARDEN_RUN_DIR="+vars["RUN_DIR"],
 		"WARDEN_ATTEMPT_DIR="+a.Dir, "WARDEN_CAMPAIGN_DIR="+vars["CAMPAIGN_DIR"], "WARDEN_PHASE_FILE="+vars["PHASE_FILE"],
-		EnvSignalsFile+"="+filepath.Join(a.Dir, "signals.json"))
+		EnvSignalsFile+"="+filepath.Join(a.Dir, "signals.json"), EnvSanityOut+"="+filepath.Join(outDir, "sanity.json"))
 	var out []gates.Verdict
 	for _, v := range run.Validators {
 		argv, err := expandCommand(v.Command, vars)

@@ -1,4 +1,9 @@
-package main
+// Package campaigndir creates a campaign directory and keeps its identity:
+// the settings resume reuses (controller.json), the creation of the
+// directory with its plan, provenance, ledger and state database (nothing
+// is left behind when it fails), and the proof that a state database
+// belongs to its directory.
+package campaigndir
 
 import (
 	"context"
@@ -22,11 +27,11 @@ import (
 	"warden/protocols"
 )
 
-// settingsFile records how the campaign was started, for resume.
-const settingsFile = "controller.json"
+// SettingsFile records how the campaign was started, for resume.
+const SettingsFile = "controller.json"
 
-// settings are the campaign's start-time choices that resume reuses.
-type settings struct {
+// Settings are the campaign's start-time choices that resume reuses (DIR/controller.json).
+type Settings struct {
 	Schema int `json:"schema"`
 	// CampaignID and ProtocolSHA256 tie the directory to its database:
 	// resume refuses a state.db whose campaign is another's.
@@ -39,24 +44,24 @@ type settings struct {
 	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
 }
 
-// startOptions are the choices of controller start.
-type startOptions struct {
-	backend    string // resolved: "fake" or "nvml"
-	fakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
-	cgroups    string
-	// allowOverBudget starts a campaign whose estimate or worst case
+// StartOptions are the choices of controller start.
+type StartOptions struct {
+	Backend    string // resolved: "fake" or "nvml"
+	FakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
+	Cgroups    string
+	// AllowOverBudget starts a campaign whose estimate or worst case
 	// passes the budget cap (it then stops when a wave would pass it).
-	allowOverBudget bool
+	AllowOverBudget bool
 }
 
-func readSettings(dir string) (settings, error) {
-	var s settings
-	b, err := os.ReadFile(filepath.Join(dir, settingsFile))
+func ReadSettings(dir string) (Settings, error) {
+	var s Settings
+	b, err := os.ReadFile(filepath.Join(dir, SettingsFile))
 	if err != nil {
-		return s, fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, settingsFile, err)
+		return s, fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("read %s: %w", filepath.Join(dir, settingsFile), err)
+		return s, fmt.Errorf("read %s: %w", filepath.Join(dir, SettingsFile), err)
 	}
 	return s, nil
 }
@@ -75,7 +80,7 @@ func runLedger(dir, workdir string, cmds []protocols.CommandSpec, vars map[strin
 	return runner.RunLedger(&launch.Launcher{Reaper: reaper}, dir, workdir, cmds, vars, os.Stderr)
 }
 
-// createCampaign makes the campaign directory: the plan, the provenance
+// Create makes the campaign directory: the plan, the provenance
 // record, the settings and the state database. It refuses a directory that
 // holds anything else.
 //
@@ -85,7 +90,7 @@ func runLedger(dir, workdir string, cmds []protocols.CommandSpec, vars map[strin
 // made. A failure after that removes what this call made: the directory
 // and any parents it created, or, for a directory that existed (empty, as
 // checkEmptyDir requires), everything in it, leaving it existing and empty.
-func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*protocols.Plan, error) {
+func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocols.Plan, error) {
 	abs, err := filepath.Abs(protocolPath)
 	if err != nil {
 		return nil, err
@@ -94,8 +99,8 @@ func createCampaign(protocolPath, dir string, so startOptions, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := overBudget(plan); err != nil && !so.allowOverBudget {
-		return nil, &exitError{exitOverBudget, fmt.Errorf("refused: %w; give --allow-over-budget to start it anyway (it stops when a wave would pass the cap)", err)}
+	if err := OverBudget(plan); err != nil && !so.AllowOverBudget {
+		return nil, &OverBudgetError{Err: err}
 	}
 	if err := checkEmptyDir(dir, plan); err != nil {
 		return nil, err
@@ -177,7 +182,7 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 // populateCampaign writes the campaign into its new directory: the
 // provenance record (copies checked against the hashes taken before), the
 // ledger, the plan, the settings, the fake GPUs and the state database.
-func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []provenance.Entry, provOpts provenance.Options, so startOptions, now time.Time) error {
+func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []provenance.Entry, provOpts provenance.Options, so StartOptions, now time.Time) error {
 	var err error
 	if err := provenance.Write(dir, hashed, provOpts); err != nil {
 		return err
@@ -193,15 +198,15 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		return fmt.Errorf("write plan: %w", err)
 	}
 	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
-	st := settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
-		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.backend, Cgroups: so.cgroups}
+	st := Settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
+		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.Backend, Cgroups: so.Cgroups}
 	if st.Cgroups == "" {
 		st.Cgroups = "auto"
 	}
-	if so.backend == "fake" {
+	if so.Backend == "fake" {
 		// The fake GPUs stand for the host: a directory given by the
 		// operator is shared with whatever else claims GPUs there.
-		st.FakeGPUDir = so.fakeGPUDir
+		st.FakeGPUDir = so.FakeGPUDir
 		if st.FakeGPUDir == "" {
 			st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
 		}
@@ -220,7 +225,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 			}
 		}
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, settingsFile), st, 0o644); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, SettingsFile), st, 0o644); err != nil {
 		return fmt.Errorf("write settings: %w", err)
 	}
 
@@ -337,13 +342,13 @@ func assignPorts(plan *protocols.Plan) error {
 	return nil
 }
 
-// checkBelongs proves that the database belongs to the campaign directory:
+// CheckBelongs proves that the database belongs to the campaign directory:
 // the campaign id and the protocol hash agree across state.db,
 // controller.json, plan.json and provenance/SHA256SUMS (campaigns started
 // before controller.json recorded them are checked by the directory the
 // database was created in). A database copied from another campaign is
 // refused, naming both.
-func checkBelongs(dir string, set settings, plan *protocols.Plan, cp state.Campaign) error {
+func CheckBelongs(dir string, set Settings, plan *protocols.Plan, cp state.Campaign) error {
 	refuse := func(what, here, db string) error {
 		return fmt.Errorf("refused: %s holds another campaign's database: %s is %s here but %s in state.db (campaign %s, created in %s)",
 			dir, what, here, db, cp.ID, cp.Dir)
@@ -366,6 +371,35 @@ func checkBelongs(dir string, set settings, plan *protocols.Plan, cp state.Campa
 		if e.Role == "protocol" && filepath.Clean(e.Path) != filepath.Clean(cp.ProtocolPath) {
 			return refuse("the protocol file", e.Path+" (provenance)", cp.ProtocolPath)
 		}
+	}
+	return nil
+}
+
+// OverBudgetError is Create's refusal of a plan whose estimate or worst
+// case passes the budget cap (see OverBudget).
+type OverBudgetError struct{ Err error }
+
+func (e *OverBudgetError) Error() string {
+	return "refused: " + e.Err.Error() + "; give --allow-over-budget to start it anyway (it stops when a wave would pass the cap)"
+}
+
+func (e *OverBudgetError) Unwrap() error { return e.Err }
+
+// OverBudget says whether the plan's estimate, or its worst case (every
+// conditional run executes), passes the budget cap.
+func OverBudget(p *protocols.Plan) error {
+	t := p.Totals
+	unit := t.Unit
+	if unit == "" {
+		unit = "GPU-hours"
+	}
+	switch {
+	case t.RemainingAfterEstimate < 0:
+		return fmt.Errorf("over budget: the estimate of %.3f %s passes the %.3f remaining of the cap %.3f by %.3f",
+			t.GPUHoursEstimate, unit, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterEstimate)
+	case t.RemainingAfterWorstCase < 0:
+		return fmt.Errorf("over budget in the worst case: the estimate of %.3f %s plus %.3f if every conditional run executes passes the %.3f remaining of the cap %.3f by %.3f",
+			t.GPUHoursEstimate, unit, t.ConditionalGPUHours, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterWorstCase)
 	}
 	return nil
 }
