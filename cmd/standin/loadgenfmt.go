@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/loadgen"
 )
 
 // The stand-in client can also write its result in the format of Warden's
@@ -59,43 +60,11 @@ func (c loadgenFmtConfig) validate() error {
 	return nil
 }
 
-type lgSegment struct {
-	Schema       string         `json:"schema"`
-	Name         string         `json:"name"`
-	Kind         string         `json:"kind"`
-	Index        int            `json:"index"`
-	StartMonoNS  int64          `json:"start_mono_ns"`
-	EndMonoNS    int64          `json:"end_mono_ns"`
-	Seconds      float64        `json:"seconds"`
-	Planned      int            `json:"planned"`
-	Admitted     int            `json:"admitted"`
-	Ended        int            `json:"ended"`
-	Succeeded    int            `json:"succeeded"`
-	Failed       int            `json:"failed"`
-	ByClass      map[string]int `json:"by_class"`
-	CompletedRPS float64        `json:"completed_rps"`
-	OfferedRPS   float64        `json:"offered_rps"`
-	OutputTokens int            `json:"output_tokens"`
-	File         string         `json:"file"`
-}
-
+// lgRecord is loadgen's request record, with the one field a record must
+// never have, which --client-break text plants.
 type lgRecord struct {
-	Schema                string `json:"schema"`
-	ID                    string `json:"id"`
-	Row                   int    `json:"row"`
-	Segment               string `json:"segment"`
-	AdmitSegment          string `json:"admit_segment"`
-	PlannedNS             int64  `json:"planned_mono_ns"`
-	SentNS                int64  `json:"sent_mono_ns"`
-	FirstTokenNS          int64  `json:"first_token_mono_ns"`
-	EndNS                 int64  `json:"end_mono_ns"`
-	ExpectedInputTokens   int    `json:"expected_input_tokens"`
-	PromptTokens          int    `json:"prompt_tokens"`
-	RequestedOutputTokens int    `json:"requested_output_tokens"`
-	OutputTokens          int    `json:"output_tokens"`
-	HTTPStatus            int    `json:"http_status"`
-	Class                 string `json:"class"`
-	GeneratedText         string `json:"generated_text,omitempty"`
+	loadgen.Record
+	GeneratedText string `json:"generated_text,omitempty"`
 }
 
 // writeLoadgenFiles writes the synthetic loadgen-format result of a run
@@ -115,26 +84,26 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 	cleanStart := t0 + int64(cfg.warmupS*1e9)
 	completed := max(res.Completed, lc.segments) // at least one success per segment
 	perSeg := completed / lc.segments
-	var segs []lgSegment
+	var segs []loadgen.SegmentSummary
 	var files []string
 	row := 0
 	outTok := 0
 	for i := 1; i <= nseg; i++ {
-		s := lgSegment{Schema: "warden.loadgen.segment/1", Name: fmt.Sprintf("clean-%d", i), Kind: "clean", Index: i,
-			StartMonoNS: cleanStart + int64(i-1)*segNS, Seconds: segS, ByClass: map[string]int{}}
+		s := loadgen.SegmentSummary{Schema: loadgen.SegmentSchema, Name: fmt.Sprintf("clean-%d", i), Kind: "clean", Index: i,
+			StartMonoNS: cleanStart + int64(i-1)*segNS, Seconds: segS, ByClass: map[loadgen.Class]int{}}
 		s.EndMonoNS = s.StartMonoNS + segNS
 		s.File = "requests/" + s.Name + ".jsonl"
 		var lines []byte
 		for k := range perSeg {
 			planned := s.StartMonoNS + int64(k)*segNS/int64(perSeg)
-			rec := lgRecord{Schema: "warden.loadgen.request/1", ID: fmt.Sprintf("standin-%d", row), Row: row, Segment: s.Name, AdmitSegment: s.Name,
+			rec := lgRecord{Record: loadgen.Record{Schema: loadgen.RecordSchema, ID: fmt.Sprintf("standin-%d", row), Row: row, Segment: s.Name, AdmitSegment: s.Name,
 				PlannedNS: planned, SentNS: planned + 1000, FirstTokenNS: planned + 2000, EndNS: planned + 3000,
 				ExpectedInputTokens: cfg.promptWords, PromptTokens: cfg.promptWords, RequestedOutputTokens: cfg.maxTokens, OutputTokens: cfg.maxTokens,
-				HTTPStatus: 200, Class: "success"}
+				HTTPStatus: 200, Class: loadgen.Success}}
 			row++
 			switch {
 			case lc.brk == cBreakFailures && i == 1 && k == 0:
-				rec.HTTPStatus, rec.Class, rec.OutputTokens = 0, "transport-error", 0
+				rec.HTTPStatus, rec.Class, rec.OutputTokens = 0, loadgen.TransportError, 0
 			case lc.brk == cBreakTokens && i == 1 && k == 0:
 				rec.OutputTokens--
 			case lc.brk == cBreakLag && i == 1 && k == 0:
@@ -146,7 +115,7 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 			s.Admitted++
 			s.Ended++
 			s.ByClass[rec.Class]++
-			if rec.Class == "success" {
+			if rec.Class == loadgen.Success {
 				s.Succeeded++
 				s.OutputTokens += rec.OutputTokens
 			} else {
@@ -209,7 +178,7 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 		inputTokens = -1
 	}
 	doc := map[string]any{
-		"schema": "warden.loadgen.result/1", "complete": true, "interrupted": false, "load_point": loadPoint,
+		"schema": loadgen.ResultSchema, "complete": true, "interrupted": false, "load_point": loadPoint,
 		"endpoint": "completions", "model": cfg.model, "load": load,
 		"manifest": map[string]any{"sha256": strings.Repeat("0", 64), "rows": row, "used": row, "exhausted": false, "arrival": load["arrival"], "prompt_format": "text", "rows_needed": 0},
 		"clock":    map[string]any{"anchor_wall": time.Now().UTC().Format(time.RFC3339Nano), "anchor_mono_ns": t0, "t0_mono_ns": t0},
