@@ -11,21 +11,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warden/pkg/phasefile"
 )
 
 // readPhases reads a phase file.
-func readPhases(t *testing.T, path string) []phaseLine {
+func readPhases(t *testing.T, path string) []phasefile.Line {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []phaseLine
+	var lines []phasefile.Line
 	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		if l == "" {
 			continue
 		}
-		var p phaseLine
+		var p phasefile.Line
 		if err := json.Unmarshal([]byte(l), &p); err != nil {
 			t.Fatalf("phase line %q: %v", l, err)
 		}
@@ -34,7 +36,7 @@ func readPhases(t *testing.T, path string) []phaseLine {
 	return lines
 }
 
-func phaseNames(lines []phaseLine) []string {
+func phaseNames(lines []phasefile.Line) []string {
 	var names []string
 	for _, l := range lines {
 		names = append(names, l.Phase)

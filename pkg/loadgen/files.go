@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
+
+	"warden/pkg/phasefile"
 )
 
 // writeFileAtomic writes data to path through a temporary file in the same
@@ -45,74 +47,49 @@ func writeJSONLines[T any](path string, items []T) error {
 	return writeFileAtomic(path, buf)
 }
 
-// Phase names, in the order a run reports them. Each clean segment, each
-// profile window and each recovery has its own line.
+// Phase names, in the order a run reports them (the phase file's, package
+// phasefile). Each clean segment, each profile window and each recovery
+// has its own line; they also name the segments' kinds.
 const (
-	PhaseWarmup   = "warmup"
-	PhaseClean    = "clean"
-	PhaseProfile  = "profile"
-	PhaseRecovery = "recovery"
-	PhaseDrain    = "drain"
-	PhaseDone     = "done"
+	PhaseWarmup   = phasefile.Warmup
+	PhaseClean    = phasefile.Clean
+	PhaseProfile  = phasefile.Profile
+	PhaseRecovery = phasefile.Recovery
+	PhaseDrain    = phasefile.Drain
+	PhaseDone     = phasefile.Done
 )
 
-// PhaseLine is one line of the phase file: the controller's format (the
-// same the stand-in client writes), with the segment or window index.
-type PhaseLine struct {
-	Phase string `json:"phase"`
-	// T is the wall-clock time, RFC 3339 with nanoseconds, UTC.
-	T string `json:"t"`
-	// MonoNS is CLOCK_MONOTONIC in nanoseconds.
-	MonoNS int64 `json:"mono_ns"`
-	// Index numbers clean segments, profile windows and recoveries from 1.
-	Index int `json:"index,omitempty"`
-	// Successes is reported with "done": requests completed successfully
-	// in the clean interval, for the controller's energy per request.
-	Successes *int `json:"successes,omitempty"`
-}
+// PhaseLine is one line of the phase file.
+type PhaseLine = phasefile.Line
 
-// phaseLog appends phase lines to a file, fsynced one by one. A nil
-// *phaseLog records nothing.
+// phaseLog stamps phase lines with the run's clock. A nil *phaseLog
+// records nothing.
 type phaseLog struct {
-	f     *os.File
+	w     *phasefile.Writer
 	clock *Clock
 }
 
 func openPhaseLog(path string, clock *Clock) (*phaseLog, error) {
-	if path == "" {
-		return nil, nil
+	w, err := phasefile.Open(path)
+	if w == nil || err != nil {
+		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open phase file: %w", err)
-	}
-	return &phaseLog{f: f, clock: clock}, nil
+	return &phaseLog{w: w, clock: clock}, nil
 }
 
-// mark appends one line stamped now and returns its monotonic time.
+// mark appends one line stamped now.
 func (p *phaseLog) mark(phase string, index int, successes *int) error {
 	if p == nil {
 		return nil
 	}
 	now := time.Now()
-	data, err := json.Marshal(PhaseLine{Phase: phase, T: now.UTC().Format(time.RFC3339Nano),
+	return p.w.Write(phasefile.Line{Phase: phase, T: now.UTC().Format(time.RFC3339Nano),
 		MonoNS: p.clock.Mono(now), Index: index, Successes: successes})
-	if err != nil {
-		return fmt.Errorf("phase %s: %w", phase, err)
-	}
-	// One write of the whole line: O_APPEND keeps lines whole.
-	if _, err := p.f.Write(append(data, '\n')); err != nil {
-		return fmt.Errorf("phase %s: write %s: %w", phase, p.f.Name(), err)
-	}
-	if err := p.f.Sync(); err != nil {
-		return fmt.Errorf("phase %s: sync %s: %w", phase, p.f.Name(), err)
-	}
-	return nil
 }
 
 func (p *phaseLog) close() error {
 	if p == nil {
 		return nil
 	}
-	return p.f.Close()
+	return p.w.Close()
 }

@@ -1,0 +1,81 @@
+// Package phasefile is the format of a load client's phase file, the file
+// $WARDEN_PHASE_FILE names: JSON lines, one per phase boundary, appended
+// and fsynced one by one. Warden's load client and the stand-in client
+// write it; the controller reads it to time the drain and the clean
+// interval.
+package phasefile
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// The phases a client reports, in order (clean, profile and recovery
+// repeat with an Index).
+const (
+	Warmup   = "warmup"
+	Clean    = "clean"
+	Profile  = "profile"
+	Recovery = "recovery"
+	Drain    = "drain"
+	Done     = "done"
+)
+
+// Line is one line of the phase file.
+type Line struct {
+	Phase string `json:"phase"`
+	// T is the wall-clock time, RFC 3339 with nanoseconds, UTC.
+	T string `json:"t"`
+	// MonoNS is CLOCK_MONOTONIC in nanoseconds, comparable across the
+	// processes of one boot.
+	MonoNS int64 `json:"mono_ns"`
+	// Index numbers clean segments, profile windows and recoveries from 1.
+	Index int `json:"index,omitempty"`
+	// Successes is reported with Done: requests completed successfully in
+	// the clean interval, for the controller's energy per request.
+	Successes *int `json:"successes,omitempty"`
+}
+
+// Writer appends lines to a phase file. A nil *Writer writes nothing.
+type Writer struct {
+	f *os.File
+}
+
+// Open opens path for appending; an empty path gives a nil Writer.
+func Open(path string) (*Writer, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open phase file: %w", err)
+	}
+	return &Writer{f: f}, nil
+}
+
+// Write appends l in one write (O_APPEND keeps lines whole) and fsyncs it.
+func (w *Writer) Write(l Line) error {
+	if w == nil {
+		return nil
+	}
+	data, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("phase %s: %w", l.Phase, err)
+	}
+	if _, err := w.f.Write(append(data, '\n')); err != nil {
+		return fmt.Errorf("phase %s: write %s: %w", l.Phase, w.f.Name(), err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("phase %s: sync %s: %w", l.Phase, w.f.Name(), err)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (w *Writer) Close() error {
+	if w == nil {
+		return nil
+	}
+	return w.f.Close()
+}
