@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
 
 	"warden/pkg/gates"
@@ -218,9 +219,7 @@ func countPhase(path, phase string) (int, error) {
 	}
 	n := 0
 	for _, line := range bytes.Split(b, []byte("\n")) {
-		var p struct {
-			Phase string `json:"phase"`
-		}
+		var p phasefile.Line
 		if json.Unmarshal(line, &p) == nil && p.Phase == phase {
 			n++
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"time"
+	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
 )
 
@@ -48,17 +49,16 @@ func (w *phaseWatcher) poll() {
 		if i < 0 {
 			break
 		}
-		var p struct {
-			Phase     string    `json:"phase"`
-			T         time.Time `json:"t"`
-			Successes *int      `json:"successes"`
-		}
+		var p phasefile.Line
 		if json.Unmarshal(w.partial[:i], &p) == nil && p.Phase != "" {
-			if _, seen := w.first[p.Phase]; !seen {
-				w.first[p.Phase] = p.T
-			}
-			if p.Phase == "done" && p.Successes != nil {
-				w.successes = p.Successes
+			// A line whose time does not parse is not a phase seen.
+			if t, err := time.Parse(time.RFC3339Nano, p.T); err == nil {
+				if _, seen := w.first[p.Phase]; !seen {
+					w.first[p.Phase] = t
+				}
+				if p.Phase == phasefile.Done && p.Successes != nil {
+					w.successes = p.Successes
+				}
 			}
 		}
 		w.partial = w.partial[i+1:]
