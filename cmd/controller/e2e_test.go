@@ -515,6 +515,24 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 }
 
 // waitMeasuring waits until a run of the campaign measures and returns it.
+// signalWhileMeasuring starts the daemon on proto, waits until an attempt
+// measures, sends the daemon sig and waits (up to within, described as
+// what) until it has let go of the campaign lock, which it returns.
+func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) string {
+	c.t.Helper()
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		c.t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	pid := lockfile.Owner(lock)
+	c.waitMeasuring()
+	if err := syscall.Kill(pid, sig); err != nil {
+		c.t.Fatal(err)
+	}
+	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
+	return lock
+}
+
 func (c *campaign) waitMeasuring() api.Current {
 	c.t.Helper()
 	var found api.Current
@@ -622,17 +640,8 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 func TestKilledControllerResumes(t *testing.T) {
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	pid := lockfile.Owner(lock)
-	c.waitMeasuring()
 	// the controller dies without a chance to clean up; its children live on
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the controller to die", 30*time.Second, func() bool { return !lockfile.Held(lock) })
+	lock := c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)
 	orphans := c.campaignPIDs()
 	if len(orphans) == 0 {
 		t.Fatal("no server or client outlived the killed controller; the test shows nothing")

@@ -62,16 +62,7 @@ func TestResumeFinishedCampaign(t *testing.T) {
 func TestStopAfterTheControllerDied(t *testing.T) {
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	pid := lockfile.Owner(lock)
-	c.waitMeasuring()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the controller to die", 30*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)
 	out, code := c.controller("stop", "-d", c.dir)
 	if code != exitDied || !strings.Contains(out, "is not alive, but it left 1 attempt(s) live: p1.saturation attempt 1 (measuring)") ||
 		!strings.Contains(out, "controller resume -d") {

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
-	"warden/pkg/api"
-	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
 
@@ -17,16 +14,7 @@ import (
 func TestSIGTERMStopsGracefully(t *testing.T) {
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	pid := lockfile.Owner(lock)
-	c.waitMeasuring()
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the controller to exit", 60*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to exit", 60*time.Second)
 	c.assertNoProcesses()
 	s := c.store()
 	cp, _ := s.Campaign()
