@@ -184,7 +184,7 @@ func checkJSONDoc(t *testing.T, what string, doc []byte) {
 // TestEveryJSONDocument runs every command with -o json and walks what it
 // prints: each document has a schema and snake_case keys only.
 func TestEveryJSONDocument(t *testing.T) {
-	ctlq := buildCtlq(t)
+	ctlq := ctlqBin(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, loadsModer: true})
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
@@ -324,21 +324,11 @@ func TestMetricsScrapedWhileRunning(t *testing.T) {
 	}
 }
 
-// buildCtlq builds ctlq for a test.
-func buildCtlq(t *testing.T) string {
-	t.Helper()
-	ctlq := filepath.Join(t.TempDir(), "ctlq")
-	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
-		t.Fatalf("build ctlq: %v\n%s", err, out)
-	}
-	return ctlq
-}
-
 // TestWatchLiveCampaign runs ctlq watch in a pseudo-terminal beside a
 // running controller: it redraws while runs measure, shows the slots'
 // lanes, and ends by itself when the controller exits.
 func TestWatchLiveCampaign(t *testing.T) {
-	ctlq := buildCtlq(t)
+	ctlq := ctlqBin(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "2", loadsModer: true})
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {

@@ -28,6 +28,7 @@ import (
 var (
 	controllerBin string
 	standinBin    string
+	ctlqPath      string
 )
 
 func TestMain(m *testing.M) {
@@ -43,7 +44,8 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	controllerBin = filepath.Join(dir, "controller")
 	standinBin = filepath.Join(dir, "standin")
-	for _, b := range [][2]string{{controllerBin, "."}, {standinBin, "../standin"}} {
+	ctlqPath = filepath.Join(dir, "ctlq")
+	for _, b := range [][2]string{{controllerBin, "."}, {standinBin, "../standin"}, {ctlqPath, "../ctlq"}} {
 		if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
 			return 1
@@ -647,11 +649,7 @@ func TestKilledControllerResumes(t *testing.T) {
 		t.Fatal("no server or client outlived the killed controller; the test shows nothing")
 	}
 	// ctlq says the controller is gone while the campaign is unfinished
-	ctlq := filepath.Join(filepath.Dir(controllerBin), "ctlq")
-	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
-		t.Fatalf("build ctlq: %v\n%s", err, out)
-	}
-	cmd := exec.Command(ctlq, "status", "-d", c.dir)
+	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
 	out, _ := cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 4 {
 		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)

@@ -16,14 +16,10 @@ import (
 	"warden/pkg/state"
 )
 
-// ctlqBin builds ctlq beside the controller under test.
+// ctlqBin is ctlq, built beside the controller under test by TestMain.
 func ctlqBin(t *testing.T) string {
 	t.Helper()
-	ctlq := filepath.Join(filepath.Dir(controllerBin), "ctlq")
-	if out, err := exec.Command("go", "build", "-o", ctlq, "../ctlq").CombinedOutput(); err != nil {
-		t.Fatalf("build ctlq: %v\n%s", err, out)
-	}
-	return ctlq
+	return ctlqPath
 }
 
 // Resume of a finished campaign says it is finished, starts nothing and
