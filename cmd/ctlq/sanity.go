@@ -9,32 +9,13 @@ import (
 	"strconv"
 
 	"warden/pkg/api"
+	"warden/pkg/validate"
 )
 
 // The data sanity block an attempt's sanity validator wrote
-// (ATTEMPT_DIR/sanity.json, schema warden.sanity/1; docs/validators.md).
-// ctlq reads it from the attempt directory, on this host.
-
-type sanityFamily struct {
-	Name     string   `json:"name"`
-	Kind     string   `json:"kind"`
-	N        int      `json:"n"`
-	Finite   int      `json:"finite"`
-	Missing  int      `json:"missing"`
-	Min      *float64 `json:"min"`
-	Max      *float64 `json:"max"`
-	Distinct int      `json:"distinct"`
-	Expected *float64 `json:"expected"`
-	Flags    []string `json:"red_flags"`
-}
-
-type sanityBlock struct {
-	Schema              string         `json:"schema"`
-	Families            []sanityFamily `json:"families"`
-	RedFlags            []string       `json:"red_flags"`
-	UndeclaredConstants []string       `json:"undeclared_constants"`
-	Verdict             string         `json:"verdict"`
-}
+// (ATTEMPT_DIR/sanity.json, schema warden.sanity/1; docs/validators.md) is
+// validate.SanityBlock. ctlq reads it from the attempt directory, on this
+// host.
 
 // runWithSanity is `ctlq show -o json`: the run and, by attempt number,
 // the sanity blocks found.
@@ -62,7 +43,7 @@ func sanityBlocks(d api.RunDetail) map[string]json.RawMessage {
 // printSanity renders one attempt's block: verdict, red flags, then one
 // line per family.
 func printSanity(w io.Writer, raw json.RawMessage) {
-	var blk sanityBlock
+	var blk validate.SanityBlock
 	if err := json.Unmarshal(raw, &blk); err != nil {
 		fmt.Fprintf(w, "  sanity block unreadable: %v\n", err)
 		return
