@@ -9,7 +9,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
+
+	"warden/internal/mancmd"
 )
 
 // exitError carries a process exit code through cobra.
@@ -66,22 +67,6 @@ ctlq shows what a campaign is doing.`,
 	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
 	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
 	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
-		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newManCmd(root))
+		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), mancmd.New(root, "CONTROLLER"))
 	return root
-}
-
-// newManCmd writes man pages for every command (make man).
-func newManCmd(root *cobra.Command) *cobra.Command {
-	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write man pages of every command into DIR",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := os.MkdirAll(args[0], 0o755); err != nil {
-				return err
-			}
-			return doc.GenManTree(root, &doc.GenManHeader{Title: "CONTROLLER", Section: "1", Source: "Warden"}, args[0])
-		},
-	}
 }

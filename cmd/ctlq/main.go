@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
 
+	"warden/internal/mancmd"
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -81,7 +81,7 @@ Exit status of ctlq status:
 	}
 	root.PersistentFlags().StringVarP(&o.dir, "dir", "d", os.Getenv("WARDEN_DIR"), "campaign directory (default $WARDEN_DIR)")
 	root.AddCommand(withOutput(newStatusCmd(o), o), withOutput(newRunsCmd(o), o), withOutput(newShowCmd(o), o),
-		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o), newManCmd(root))
+		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o), mancmd.New(root, "CTLQ"))
 	return root
 }
 
@@ -656,20 +656,4 @@ func (o *options) completeRuns(_ *cobra.Command, args []string, prefix string) (
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
-}
-
-// newManCmd writes man pages for every command (make man).
-func newManCmd(root *cobra.Command) *cobra.Command {
-	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write man pages of every command into DIR",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := os.MkdirAll(args[0], 0o755); err != nil {
-				return err
-			}
-			return doc.GenManTree(root, &doc.GenManHeader{Title: "CTLQ", Section: "1", Source: "Warden"}, args[0])
-		},
-	}
 }
