@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test demo fuzz bench clean man
+.PHONY: build test demo fuzz bench clean man slurm-up slurm-down
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -33,6 +33,14 @@ demo: build
 man: build
 	$(BIN)/controller man $(BIN)/man
 	$(BIN)/ctlq man $(BIN)/man
+
+# A two-node Slurm cluster with four fake GPUs per node on this machine
+# (Debian 12, as root): scripts/slurm-cluster.sh install first.
+slurm-up:
+	scripts/slurm-cluster.sh up
+
+slurm-down:
+	scripts/slurm-cluster.sh down
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzPlan -fuzztime 10m ./protocols
