@@ -40,10 +40,10 @@ CTLD_LOG=$LOG_DIR/slurmctld.log
 slurmd_pid() { echo "/run/slurmd-$1.pid"; }
 slurmd_log() { echo "$LOG_DIR/slurmd-$1.log"; }
 
-T0=$(( $(date +%s%N) / 1000000 ))
+T0=${EPOCHREALTIME/./}
 # Progress lines carry the seconds since the command started.
 say() {
-  local ms=$(( $(date +%s%N) / 1000000 - T0 ))
+  local ms=$(( (${EPOCHREALTIME/./} - T0) / 1000 ))
   printf 'slurm-cluster: [%d.%01ds] %s\n' $(( ms / 1000 )) $(( ms % 1000 / 100 )) "$*"
 }
 die() { echo "slurm-cluster: error: $*" >&2; exit 1; }
@@ -83,24 +83,24 @@ launch() {
   fi
 }
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+now_ms() { local t=${EPOCHREALTIME/./}; echo $(( t / 1000 )); }
 
 # alive PIDFILE COMM: the pid file names a live process called COMM. A
 # zombie counts as gone: nothing here reaps daemons whose parent is PID 1,
 # so a stopped daemon may linger as one. The name check guards against a
 # stale pid file whose number has been reused.
 alive() {
-  local pid state
-  [ -r "$1" ] || return 1
-  pid=$(tr -dc '0-9' <"$1")
-  [ -n "$pid" ] || return 1
-  [ -r "/proc/$pid/stat" ] || return 1
-  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
-  [ "$state" != Z ] || return 1
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+  local pid="" stat comm
+  read -r pid 2>/dev/null <"$1" || [ -n "$pid" ] || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  read -r stat 2>/dev/null <"/proc/$pid/stat" || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ] || return 1
+  read -r comm 2>/dev/null <"/proc/$pid/comm" || return 1
+  [ "$comm" = "$2" ]
 }
 
-pid_in() { tr -dc '0-9' <"$1"; }
+pid_in() { local pid=""; read -r pid <"$1" || true; echo "$pid"; }
 
 # wait_until SECONDS NAME LOG DESCRIPTION COMMAND...: poll COMMAND every 0.2 s
 # until it succeeds; past the deadline, fail naming the daemon and its log.
@@ -138,10 +138,10 @@ cmd_install() {
 CONFIG_CHANGED=0
 DBD_CONFIG_CHANGED=0
 
-# put FILE MODE OWNER: write stdin to FILE when its content differs; returns
-# 0 when the file changed.
+# put FILE MODE OWNER FLAG: write stdin to FILE when its content differs,
+# and then set the variable named FLAG to 1.
 put() {
-  local file=$1 mode=$2 owner=$3 tmp
+  local file=$1 mode=$2 owner=$3 flag=$4 tmp
   tmp=$(mktemp "$file.XXXXXX")
   cat >"$tmp"
   chmod "$mode" "$tmp"
@@ -150,10 +150,10 @@ put() {
     rm -f "$tmp"
     chmod "$mode" "$file"
     chown "$owner" "$file"
-    return 1
+    return 0
   fi
   mv -f "$tmp" "$file"
-  return 0
+  printf -v "$flag" 1
 }
 
 node_line() {
@@ -175,13 +175,15 @@ write_configs() {
     install -d -o slurm -g slurm -m 0755 "$SPOOL_DIR/$i"
   done
 
-  put "$SLURM_CONF" 0644 root:root <<EOF && CONFIG_CHANGED=1 || true
+  put "$SLURM_CONF" 0644 root:root CONFIG_CHANGED <<EOF
 # Written by scripts/slurm-cluster.sh: two nodes on this host, four fake GPUs each.
 ClusterName=$CLUSTER
 SlurmctldHost=$host
 SlurmUser=slurm
 AuthType=auth/munge
 MpiDefault=none
+# No mail from a test cluster (Debian has no /bin/mail by default).
+MailProg=/bin/true
 SlurmctldPort=6817
 SlurmctldPidFile=$CTLD_PID
 SlurmctldLogFile=$CTLD_LOG
@@ -206,14 +208,14 @@ EOF
 
   # Every GPU needs a File with its own device number: without File a node
   # reports 0 GPUs and goes INVAL; copies of one device make steps fail.
-  put "$GRES_CONF" 0644 root:root <<EOF && CONFIG_CHANGED=1 || true
+  put "$GRES_CONF" 0644 root:root CONFIG_CHANGED <<EOF
 NodeName=n1 Name=gpu File=/dev/fakegpu[0-3]
 NodeName=n2 Name=gpu File=/dev/fakegpu[4-7]
 EOF
 
   # autodetect: cgroup v1 on a hybrid host (v2 alone is refused there), v2 on
   # a unified one.
-  put "$CGROUP_CONF" 0644 root:root <<EOF && CONFIG_CHANGED=1 || true
+  put "$CGROUP_CONF" 0644 root:root CONFIG_CHANGED <<EOF
 CgroupPlugin=autodetect
 ConstrainCores=yes
 ConstrainDevices=yes
@@ -228,7 +230,7 @@ EOF
     pass=$(head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
   fi
   DB_PASS=$pass
-  put "$DBD_CONF" 0600 slurm:slurm <<EOF && DBD_CONFIG_CHANGED=1 || true
+  put "$DBD_CONF" 0600 slurm:slurm DBD_CONFIG_CHANGED <<EOF
 AuthType=auth/munge
 DbdHost=localhost
 DbdPort=6819
@@ -288,7 +290,9 @@ start_mariadb() {
     install -d -o mysql -g adm -m 2750 /var/log/mysql
     if [ ! -d /var/lib/mysql/mysql ]; then
       say "initialising the MariaDB data directory"
-      mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+      install -d -m 0755 "$RUN_DIR"
+      mariadb-install-db --user=mysql --datadir=/var/lib/mysql >"$RUN_DIR/mariadb-install-db.out" 2>&1 ||
+        fail mariadbd "$RUN_DIR/mariadb-install-db.out" "mariadb-install-db failed"
     fi
     say "starting mariadbd"
     install -d -m 0755 "$RUN_DIR"
@@ -354,7 +358,7 @@ start_slurmd() {
 stop() {
   local name=$1 pidfile=$2 comm=$3 log=$4 limit=$5 pid deadline
   if ! alive "$pidfile" "$comm"; then
-    say "$name not running"
+    [ "${QUIET_STOP:-0}" = 1 ] || say "$name not running"
     return 0
   fi
   pid=$(pid_in "$pidfile")
@@ -479,6 +483,8 @@ cmd_up() {
     timeout 10 sinfo || true
     return 0
   fi
+  # A changed configuration needs a restart of the daemons that read it.
+  QUIET_STOP=1
   if [ "$DBD_CONFIG_CHANGED" = 1 ]; then
     stop slurmdbd "$DBD_PID" slurmdbd "$DBD_LOG" 30
   fi
@@ -557,6 +563,7 @@ cmd_check() {
   fi
 
   # Two nodes, one task each: each reports its own node name.
+  # shellcheck disable=SC2016 # expanded by the task's shell
   if out=$(timeout 60 srun -N2 -n2 --ntasks-per-node=1 sh -c 'echo "$SLURMD_NODENAME"' | sort | tr '\n' ' ') &&
      [ "$out" = "n1 n2 " ]; then
     say "check two nodes: srun -N2: SLURMD_NODENAME = ${out% }"
@@ -589,6 +596,7 @@ cmd_check() {
 
   # Accounting: a step that exits 3 is recorded with exit code 3.
   rc=0
+  # shellcheck disable=SC2016 # expanded by the task's shell
   job=$(timeout 60 srun -N1 sh -c 'echo "$SLURM_JOB_ID"; exit 3' 2>/dev/null) || rc=$?
   if [ "$rc" -ne 3 ] || ! [[ "$job" =~ ^[0-9]+$ ]]; then
     echo "slurm-cluster: check accounting FAILED: srun sh -c 'exit 3' exited $rc, printed '$job'" >&2
