@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -686,5 +687,36 @@ func TestOutputFiles(t *testing.T) {
 	}
 	if fi.Mode().Perm() != 0o644 {
 		t.Errorf("stdout file mode %v, want 0644", fi.Mode().Perm())
+	}
+}
+
+// A child started with pipes for its standard input and output talks to
+// the controller line by line: what is written reaches it, what it writes
+// comes back, and closing its input ends it.
+func TestStdinStdoutPipes(t *testing.T) {
+	l := newLauncher(t, false)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	p := start(t, l, Spec{Role: "echo", Argv: []string{"cat"}, Stdin: inR, Stdout: outW})
+	inR.Close()
+	outW.Close()
+	if _, err := inW.Write([]byte("stop\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(outR, buf); err != nil || string(buf) != "stop\n" {
+		t.Fatalf("read %q, %v; want the line written to its input", buf, err)
+	}
+	inW.Close()
+	waitDone(t, p)
+	if ex := p.Exit(); ex.Code != 0 || ex.Signal != "" {
+		t.Errorf("exit %+v after its input closed, want 0", ex)
 	}
 }

@@ -33,8 +33,18 @@ type Spec struct {
 	Dir string
 	// StdoutPath and StderrPath are files the output is appended to,
 	// created with mode 0644 when missing. Empty: /dev/null. They may name
-	// the same file. Standard input is always /dev/null.
+	// the same file.
 	StdoutPath, StderrPath string
+	// Stdin, Stdout and Stderr, when set, are the child's standard input,
+	// output and error instead of /dev/null, StdoutPath and StderrPath (a
+	// pipe the caller reads and writes: a process that reports to the
+	// controller line by line). The caller keeps its own copies and closes
+	// them.
+	Stdin, Stdout, Stderr *os.File
+	// Pdeathsig, when set, is sent to the child by the kernel when the
+	// controller dies (prctl PR_SET_PDEATHSIG): a child that must not
+	// outlive it, such as srun, whose death ends its Slurm step.
+	Pdeathsig syscall.Signal
 	// CPUs is the CPU affinity, in effect from the child's first
 	// instruction. Empty: inherited from the controller.
 	CPUs []int
@@ -130,6 +140,15 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		return nil, err
 	}
 	defer closeFiles()
+	if spec.Stdin != nil {
+		files[0] = spec.Stdin.Fd()
+	}
+	if spec.Stdout != nil {
+		files[1] = spec.Stdout.Fd()
+	}
+	if spec.Stderr != nil {
+		files[2] = spec.Stderr.Fd()
+	}
 
 	var leaf Leaf
 	cgroupFD := -1
@@ -147,7 +166,7 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		}
 	}
 
-	sys := &syscall.SysProcAttr{Setsid: spec.Setsid, Setpgid: !spec.Setsid}
+	sys := &syscall.SysProcAttr{Setsid: spec.Setsid, Setpgid: !spec.Setsid, Pdeathsig: spec.Pdeathsig}
 	if cgroupFD >= 0 {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = cgroupFD
