@@ -55,6 +55,9 @@ var Policy = map[state.Reason]Rule{
 	state.ReasonServerNotReady:  {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
 	state.ReasonHarnessError:    {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
 	state.ReasonProfileArtifact: {Retry, "002 Budget and hard stop conditions: one exact rerun for a profile-artifact failure"},
+	// A Slurm step lost (its node, its node-side runner, srun) is the
+	// cluster's failure, not the workload's.
+	state.ReasonStepLost: {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
 
 	// Stop list item 1: "effective config mismatch".
 	state.ReasonConfigMismatch: {StopForReview, "002 stop condition 1: effective config mismatch"},

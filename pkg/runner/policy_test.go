@@ -31,6 +31,7 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonInterrupted:       Restart,
 		state.ReasonHarnessError:      Retry,
 		state.ReasonProfileArtifact:   Retry,
+		state.ReasonStepLost:          Retry,
 		state.ReasonBudgetExhausted:   Restart,
 		state.ReasonMeasureDeadline:   StopForReview,
 		state.ReasonDrainUnseen:       StopForReview,
@@ -105,6 +106,7 @@ func TestEveryReasonProduced(t *testing.T) {
 		"ReasonHarnessError": state.ReasonHarnessError, "ReasonProfileArtifact": state.ReasonProfileArtifact,
 		"ReasonBudgetExhausted": state.ReasonBudgetExhausted, "ReasonMeasureDeadline": state.ReasonMeasureDeadline,
 		"ReasonDrainUnseen": state.ReasonDrainUnseen, "ReasonQualityFailed": state.ReasonQualityFailed,
+		"ReasonStepLost": state.ReasonStepLost,
 	}
 	if len(names) != len(state.Reasons) {
 		t.Fatalf("the test names %d reasons, state has %d: add the new one here", len(names), len(state.Reasons))

@@ -154,6 +154,12 @@ const (
 	ReasonDrainUnseen Reason = "drain-unseen"
 	// ReasonHarnessError: the controller itself failed (a bug or an I/O error).
 	ReasonHarnessError Reason = "harness-error"
+	// ReasonStepLost: the attempt ran as a Slurm step, and the step ended
+	// (srun refused or failed, the step was cancelled, its node or its
+	// node-side runner died) without the attempt's end being reported; the
+	// node's GPUs were not proven free by the attempt (the next attempt's
+	// preflight proves them).
+	ReasonStepLost Reason = "step-lost"
 )
 
 // Reasons lists every reason, in the order above.
@@ -163,6 +169,7 @@ var Reasons = []Reason{
 	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
 	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
 	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen, ReasonQualityFailed,
+	ReasonStepLost,
 }
 
 // Valid reports whether r is a known reason.

@@ -196,6 +196,9 @@ type Attempt struct {
 	Figures        map[string]float64 `json:"figures,omitempty"`
 	ProtocolSHA256 string             `json:"protocol_sha256"`
 	Amendments     []string           `json:"amendments,omitempty"`
+	// Slurm identifies the Slurm step the attempt ran as (the Slurm
+	// executor); nil for an attempt run on the controller's own host.
+	Slurm *SlurmStep `json:"slurm,omitempty"`
 	// EventSeqs lists the sequence numbers of this attempt's events, in order.
 	EventSeqs []uint64 `json:"event_seqs"`
 	// Readjudicated is the latest new verdict on the attempt under an
@@ -211,6 +214,28 @@ func (a Attempt) usable() bool {
 		return a.Readjudicated.State.result()
 	}
 	return a.State.result()
+}
+
+// SlurmStep is where an attempt ran on a Slurm cluster: the job and step
+// the controller asked for, and what the node-side runner saw there.
+type SlurmStep struct {
+	// JobName is the name the job was submitted under (the campaign's
+	// jobs share its prefix); JobID and StepID are Slurm's once known.
+	JobName string `json:"job_name"`
+	JobID   string `json:"job_id,omitempty"`
+	StepID  string `json:"step_id,omitempty"`
+	// Node is the node the step ran on (SLURMD_NODENAME).
+	Node string `json:"node,omitempty"`
+	// StepGPUs is SLURM_STEP_GPUS: the node's indices of the step's GPUs.
+	StepGPUs string `json:"step_gpus,omitempty"`
+	// GPUUUIDs are the UUIDs the node's GPU backend read for them.
+	GPUUUIDs []string `json:"gpu_uuids,omitempty"`
+	// CPUs is the CPU list the step was allowed (its affinity mask).
+	CPUs string `json:"cpus,omitempty"`
+	// Start and End are Slurm's own times of the step, from its
+	// accounting, once read (resume reads them for the charge).
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
 }
 
 // Proc identifies a process an attempt started. A bare pid is never trusted
