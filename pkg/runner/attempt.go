@@ -76,22 +76,26 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 
 // attempt is the working state of one attempt.
 type attempt struct {
-	c       *Runner
-	plan    *protocols.Plan // the plan the attempt started under, kept through an amendment
-	run     protocols.Run
-	n       int
-	dir     string
-	slots   []protocols.SlotInfo
-	gpuIDs  []int
-	cpus    []int
-	port    int
-	vars    map[string]string
-	env     []string
-	server  *launch.Proc
-	client  *launch.Proc
-	started time.Time // server start, for the GPU charge
-	phases  *phaseWatcher
-	quarant bool
+	c   *Runner
+	rec recorder // where its records go
+	// needDirs, when set, are the needed runs' result directories as the
+	// controller resolved them (a node-side runner has no database)
+	needDirs map[string]string
+	plan     *protocols.Plan // the plan the attempt started under, kept through an amendment
+	run      protocols.Run
+	n        int
+	dir      string
+	slots    []protocols.SlotInfo
+	gpuIDs   []int
+	cpus     []int
+	port     int
+	vars     map[string]string
+	env      []string
+	server   *launch.Proc
+	client   *launch.Proc
+	started  time.Time // server start, for the GPU charge
+	phases   *phaseWatcher
+	quarant  bool
 
 	// exits and signals not yet recorded: they are written with the next
 	// transition, in its transaction, rather than one transaction each
@@ -120,46 +124,16 @@ type attempt struct {
 	stopErr error
 }
 
-func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64, mutate func(*state.Attempt) error) error {
-	exits, sigs, figs := a.pendExits, a.pendSigs, a.figures
-	with := state.With{Gates: a.pendGates, Ledger: a.pendLedger}
-	failpoint.Hit("before-transition:" + string(to))
-	defer failpoint.Hit("after-transition:" + string(to))
-	_, err := a.c.store.TransitionWith(a.run.ID, a.n, to, reason, msg, figures, func(at *state.Attempt) error {
-		at.Exits = append(at.Exits, exits...)
-		at.Signals = append(at.Signals, sigs...)
-		if len(figs) > 0 && at.Figures == nil {
-			at.Figures = map[string]float64{}
-		}
-		for k, v := range figs {
-			at.Figures[k] = v
-		}
-		if mutate != nil {
-			return mutate(at)
-		}
-		return nil
-	}, with)
-	if err == nil || errors.Is(err, state.ErrStateFile) {
-		a.pendExits, a.pendSigs, a.pendGates, a.pendLedger = nil, nil, nil, nil
-		a.state = to
-	}
-	a.c.stopIfDiskFull(err)
-	if err != nil && !errors.Is(err, state.ErrStateFile) {
+func (a *attempt) transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64) error {
+	err := a.rec.transition(a.run.ID, a.n, Report{To: to, Reason: reason, Message: msg, Figures: figures, EarlyBackground: a.earlyBackground,
+		Exits: a.pendExits, Signals: a.pendSigs, AttemptFigures: a.figures, Gates: a.pendGates, Ledger: a.pendLedger})
+	if err != nil {
 		return err
 	}
-	if err != nil {
-		a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("state.json")
-	}
+	a.pendExits, a.pendSigs, a.pendGates, a.pendLedger = nil, nil, nil, nil
+	a.state = to
 	a.c.log.Info().Str("run", a.run.ID).Int("attempt", a.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 	return nil
-}
-
-func (a *attempt) update(mutate func(*state.Attempt) error) {
-	_, err := a.c.store.UpdateAttempt(a.run.ID, a.n, mutate)
-	if err != nil && !errors.Is(err, state.ErrStateFile) {
-		a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("update attempt")
-	}
-	a.c.stopIfDiskFull(err)
 }
 
 // gate notes a gate's verdict: gates.jsonl at once, the database with the
@@ -183,6 +157,9 @@ type attemptOpts struct {
 	// target is done); the run then completes normally.
 	measuring chan<- string
 	until     <-chan struct{}
+	// allocation, on the Slurm executor, is the job whose allocation the
+	// attempt's step runs in (a co-location check's); "": a job of its own.
+	allocation string
 }
 
 func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attemptOpts) outcome {
@@ -190,7 +167,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 	if err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
-	a := &attempt{c: c, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts}
+	a := &attempt{c: c, rec: storeRecorder{c}, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts}
 	a.dir = filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(a.n))
 	for _, s := range slots {
 		a.gpuIDs = append(a.gpuIDs, s.GPUs...)
@@ -221,13 +198,16 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
 	failpoint.Hit("attempt-created")
+	if c.slurm != nil {
+		return a.executeOnSlurm(ctx)
+	}
 	return a.execute(ctx)
 }
 
 func (a *attempt) execute(ctx context.Context) outcome {
 	c := a.c
 	a.ctx = ctx
-	if err := a.transition(state.Reserved, "", "budget reserved for the wave", nil, nil); err != nil {
+	if err := a.transition(state.Reserved, "", "budget reserved for the wave", nil); err != nil {
 		return a.harness(err)
 	}
 	if ctx.Err() != nil {
@@ -235,7 +215,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	}
 
 	// preflight
-	if err := a.transition(state.Preflight, "", "checking GPUs and port", nil, nil); err != nil {
+	if err := a.transition(state.Preflight, "", "checking GPUs and port", nil); err != nil {
 		return a.harness(err)
 	}
 	snap, err := c.gpus.Snapshot(a.gpuIDs)
@@ -269,7 +249,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	if err := a.prepareCommands(); err != nil {
 		return a.fail(state.ReasonHarnessError, err.Error())
 	}
-	if err := a.transition(state.Starting, "", "starting server", nil, nil); err != nil {
+	if err := a.transition(state.Starting, "", "starting server", nil); err != nil {
 		return a.harness(err)
 	}
 	a.startSampler(readings)
@@ -296,7 +276,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	default:
 		return a.stopThenFail(state.ReasonServerNotReady, fmt.Sprintf("server not ready within %.0f s: %v", a.run.Server.ReadyTimeoutS, err))
 	}
-	if err := a.transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.now().Sub(a.started).Seconds()}, nil); err != nil {
+	if err := a.transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.now().Sub(a.started).Seconds()}); err != nil {
 		return a.harness(err)
 	}
 	for _, cv := range a.effectiveConfig(ctx) {
@@ -316,7 +296,7 @@ func (a *attempt) execute(ctx context.Context) outcome {
 	}
 	a.phases = newPhaseWatcher(a.vars["PHASE_FILE"])
 	defer a.phases.close()
-	if err := a.transition(state.Measuring, "", "client running", nil, nil); err != nil {
+	if err := a.transition(state.Measuring, "", "client running", nil); err != nil {
 		return a.harness(err)
 	}
 	if a.opts.measuring != nil {
@@ -481,14 +461,14 @@ func (a *attempt) drainUnseen(detail string) (state.Reason, string) {
 // stopThenValidate ends the server gracefully, proves cleanup, runs the
 // validators and records the terminal state.
 func (a *attempt) stopThenValidate() outcome {
-	if err := a.transition(state.Stopping, "", "stopping server through its API parent", nil, nil); err != nil {
+	if err := a.transition(state.Stopping, "", "stopping server through its API parent", nil); err != nil {
 		return a.harness(err)
 	}
 	a.shutdown()
 	if out, ok := a.cleanup(); !ok {
 		return out
 	}
-	if err := a.transition(state.Validating, "", "validating artifacts", nil, nil); err != nil {
+	if err := a.transition(state.Validating, "", "validating artifacts", nil); err != nil {
 		return a.harness(err)
 	}
 	if a.drainVerdict != nil {
@@ -511,7 +491,7 @@ func (a *attempt) stopThenValidate() outcome {
 // stopThenFail leaves the happy path: note the reason, stop everything,
 // prove cleanup, then fail.
 func (a *attempt) stopThenFail(reason state.Reason, detail string) outcome {
-	if err := a.transition(state.Stopping, reason, detail, nil, nil); err != nil {
+	if err := a.transition(state.Stopping, reason, detail, nil); err != nil {
 		return a.harness(err)
 	}
 	a.shutdown()
@@ -534,7 +514,7 @@ func (a *attempt) stopThenInterrupt(detail string) outcome {
 	if a.ctx != nil && errors.Is(context.Cause(a.ctx), errBudgetExhausted) {
 		reason, detail = state.ReasonBudgetExhausted, "the campaign's GPU time reached its cap: "+detail
 	}
-	if err := a.transition(state.Interrupted, reason, detail, nil, nil); err != nil {
+	if err := a.transition(state.Interrupted, reason, detail, nil); err != nil {
 		return a.harness(err)
 	}
 	return outcome{state: state.Interrupted, reason: reason, detail: detail, interrupted: true}
@@ -571,7 +551,7 @@ func (a *attempt) terminal(to state.AttemptState, reason state.Reason, detail st
 }
 
 func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) outcome {
-	if err := a.transition(to, reason, detail, figures, nil); err != nil {
+	if err := a.transition(to, reason, detail, figures); err != nil {
 		return a.harness(err)
 	}
 	return outcome{state: to, reason: reason, detail: detail, earlyBackground: a.earlyBackground}
@@ -626,7 +606,7 @@ func (a *attempt) shutdown() {
 // baseline within the protocol's timeout, then charges the GPU time.
 func (a *attempt) cleanup() (outcome, bool) {
 	a.joinPostMeasure()
-	if err := a.transition(state.Cleanup, "", "proving cleanup", nil, nil); err != nil {
+	if err := a.transition(state.Cleanup, "", "proving cleanup", nil); err != nil {
 		return a.harness(err), false
 	}
 	start := a.c.now()
@@ -812,11 +792,11 @@ const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
 // returns its path. The signals are those already recorded in the store
 // and those still pending for the next transition.
 func (a *attempt) writeSignals() (string, error) {
-	at, err := a.c.store.Attempt(a.run.ID, a.n)
+	recorded, err := a.rec.signals(a.run.ID, a.n)
 	if err != nil {
 		return "", fmt.Errorf("read the attempt's signals: %w", err)
 	}
-	sigs := append(append([]state.Signal{}, at.Signals...), a.pendSigs...)
+	sigs := append(append([]state.Signal{}, recorded...), a.pendSigs...)
 	path := filepath.Join(a.dir, "signals.json")
 	if err := atomicfile.WriteJSON(path, sigs, 0o644, atomicfile.Beneath(a.c.dir)); err != nil {
 		return "", fmt.Errorf("write signals.json: %w", err)
@@ -922,15 +902,26 @@ func (a *attempt) prepareCommands() error {
 		"WORKDIR":      c.workdir,
 	}
 	for as, run := range a.run.NeedVars {
-		res, err := c.resultDir(run)
-		if err != nil {
-			return fmt.Errorf("run %s needs %s: %w", a.run.ID, run, err)
+		res, ok := a.needDirs[as]
+		if a.needDirs == nil {
+			var err error
+			if res, err = c.resultDir(run); err != nil {
+				return fmt.Errorf("run %s needs %s: %w", a.run.ID, run, err)
+			}
+		} else if !ok {
+			return fmt.Errorf("run %s needs %s: no result directory given", a.run.ID, run)
 		}
 		a.vars[as] = res
 	}
 	env := os.Environ()
+	// On a Slurm node the step's own numbering stays (renumbered from 0
+	// where Slurm's device cgroup hides the node's other GPUs). Fake GPUs
+	// are not devices that a cgroup hides: they are named by the node's
+	// indices, as SLURM_STEP_GPUS gives them.
+	if _, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); !c.onNode || !ok || c.fakeGPUDir != "" {
+		env = append(env, "CUDA_VISIBLE_DEVICES="+a.vars["GPU_IDS"])
+	}
 	env = append(env,
-		"CUDA_VISIBLE_DEVICES="+a.vars["GPU_IDS"],
 		"WARDEN_RUN_ID="+a.run.ID,
 		"WARDEN_ATTEMPT="+a.vars["ATTEMPT"],
 		"WARDEN_RUN_DIR="+a.vars["RUN_DIR"],
@@ -996,14 +987,13 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		return nil, err
 	}
 	failpoint.Hit(role + "-started-unrecorded")
-	a.update(func(at *state.Attempt) error {
-		at.Procs = append(at.Procs, state.Proc{
-			Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID, PGID: p.PGID,
-			Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started,
-		})
-		at.Commands = append(at.Commands, argv)
-		return nil
+	err = a.rec.procStarted(a.run.ID, a.n, state.Proc{
+		Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID, PGID: p.PGID,
+		Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started,
 	})
+	if err != nil {
+		a.c.log.Error().Err(err).Str("run", a.run.ID).Str("role", role).Msg("record a process started")
+	}
 	return p, nil
 }
 

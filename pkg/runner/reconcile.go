@@ -190,7 +190,28 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	bootID, _ := c.bootID()
 	sameBoot := bootID != "" && bootID == cp.ControllerBootID
+	if c.slurm != nil {
+		// the campaign's processes are Slurm's: through Slurm only
+		if err := c.cancelCampaignJobs(ctx); err != nil {
+			return fmt.Errorf("cancel the campaign's jobs left in Slurm: %w", err)
+		}
+	}
+	chargedGPUSeconds := map[string]float64{}
+	for _, e := range ledger {
+		if e.Kind == state.LedgerCharge {
+			chargedGPUSeconds[attemptKey(e.Run, e.Attempt)] += e.GPUSeconds
+		}
+	}
 	for _, a := range live {
+		if a.Slurm != nil || c.slurm != nil {
+			if a.Slurm == nil {
+				a.Slurm = &state.SlurmStep{} // never reached srun: nothing of it in Slurm
+			}
+			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[attemptKey(a.RunID, a.N)]); err != nil {
+				return err
+			}
+			continue
+		}
 		a = c.noteLeftovers(a, sameBoot)
 		var sigs []state.Signal
 		// processes of the attempt lived at this resume, or at an earlier

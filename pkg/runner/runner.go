@@ -68,6 +68,9 @@ type Config struct {
 	// Private holds substrings of the private inputs that no artifact may
 	// contain (see PrivateSubstrings).
 	Private [][]byte
+	// Slurm, when set, runs every attempt as a Slurm step (SlurmConfig);
+	// nil: on this host.
+	Slurm *SlurmConfig
 }
 
 // heartbeatEvery is how often the runner records that it is alive, and
@@ -97,6 +100,11 @@ type Runner struct {
 	uid          int
 	now          func() time.Time
 	private      [][]byte
+	// onNode: a node-side runner of one attempt (RunNode): no database,
+	// and the GPUs are the Slurm step's, visible as Slurm set them.
+	onNode bool
+	// slurm, when set, runs every attempt as a Slurm step.
+	slurm *SlurmConfig
 
 	flights flights // attempts whose server holds GPUs, not yet charged
 
@@ -125,8 +133,8 @@ func New(cfg Config) (*Runner, error) {
 	switch {
 	case cfg.Dir == "" || cfg.Plan == nil || cfg.Store == nil:
 		return nil, errors.New("runner: Dir, Plan and Store are required")
-	case cfg.GPUs == nil:
-		return nil, errors.New("runner: GPUs is required")
+	case cfg.GPUs == nil && cfg.Slurm == nil:
+		return nil, errors.New("runner: GPUs is required (the Slurm executor reads them on the nodes)")
 	case cfg.Launcher == nil || cfg.Launcher.Reaper == nil:
 		return nil, errors.New("runner: a Launcher with a running Reaper is required")
 	}
@@ -137,7 +145,7 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{
 		dir: cfg.Dir, workdir: cfg.Workdir, protocolPath: cfg.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
 		store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
-		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private,
+		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private, slurm: cfg.Slurm,
 		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
 	}
@@ -212,6 +220,9 @@ func accountOf(cp state.Campaign) budget.Account {
 // campaign that is not running (stopped already, or complete) keeps its
 // first reason.
 func (c *Runner) stopCampaign(s Stop) {
+	if c.onNode {
+		return // the controller decides for the campaign
+	}
 	cp, err := c.store.Campaign()
 	if err == nil && cp.State != state.CampaignRunning {
 		return
