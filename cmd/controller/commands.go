@@ -49,6 +49,7 @@ func newStartCmd() *cobra.Command {
 	var file, dir, backend, fakeDir, cgroups, output string
 	var foreground, allowOver bool
 	var mo metricsOptions
+	var eo executorOptions
 	cmd := &cobra.Command{
 		Use:   "start -f PROTOCOL -d DIR",
 		Short: "Create a campaign directory and run the campaign, detached",
@@ -89,6 +90,9 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
 			so := campaigndir.StartOptions{Backend: resolved, FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver}
+			if err := eo.startOptions(&so, backend); err != nil {
+				return &exitError{2, err}
+			}
 			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
@@ -109,6 +113,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
 	mo.flags(cmd)
+	eo.flags(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
 	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")

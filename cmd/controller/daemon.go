@@ -130,9 +130,13 @@ func runDaemon(opts daemonOptions) (err error) {
 		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", missingHint(dir, err), err)
 	}
 
-	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
-	if err != nil {
-		return err
+	var gpus runner.GPUs
+	gpuDesc := "on the Slurm nodes (" + set.GPUBackend + ")"
+	slurmCfg := slurmConfig(set)
+	if slurmCfg == nil {
+		if gpus, gpuDesc, err = openGPUs(set.GPUBackend, set.FakeGPUDir); err != nil {
+			return err
+		}
 	}
 	if err := launch.BecomeSubreaper(); err != nil {
 		return err
@@ -186,7 +190,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	rn, err := runner.New(runner.Config{
 		Dir: dir, Plan: plan, Store: store, GPUs: gpus, Launcher: starter, Cgroups: cg, Boot: boot,
 		Now: time.Now, Log: log, UID: os.Getuid(), Workdir: set.Workdir, ProtocolPath: set.ProtocolPath,
-		FakeGPUDir: fakeDir, Private: private,
+		FakeGPUDir: fakeDir, Private: private, Slurm: slurmCfg,
 	})
 	if err != nil {
 		return err

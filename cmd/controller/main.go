@@ -67,6 +67,6 @@ ctlq shows what a campaign is doing.`,
 	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
 	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
 	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
-		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), mancmd.New(root, "CONTROLLER"))
+		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), mancmd.New(root, "CONTROLLER"))
 	return root
 }

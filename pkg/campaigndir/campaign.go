@@ -23,6 +23,7 @@ import (
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
 	"warden/pkg/runner"
+	"warden/pkg/slurm"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -42,6 +43,11 @@ type Settings struct {
 	GPUBackend     string `json:"gpu_backend"`   // "fake" or "nvml"
 	FakeGPUDir     string `json:"fake_gpu_dir,omitempty"`
 	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
+	// Executor is where attempts run: "local" (this host; "" in campaigns
+	// made before there was a choice) or "slurm" (a Slurm step each, with
+	// Slurm's options).
+	Executor string         `json:"executor,omitempty"`
+	Slurm    *slurm.Options `json:"slurm,omitempty"`
 }
 
 // StartOptions are the choices of controller start.
@@ -52,6 +58,9 @@ type StartOptions struct {
 	// AllowOverBudget starts a campaign whose estimate or worst case
 	// passes the budget cap (it then stops when a wave would pass it).
 	AllowOverBudget bool
+	// Executor is "local" or "slurm"; Slurm its options.
+	Executor string
+	Slurm    *slurm.Options
 }
 
 func ReadSettings(dir string) (Settings, error) {
@@ -199,7 +208,8 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	}
 	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
 	st := Settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
-		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.Backend, Cgroups: so.Cgroups}
+		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.Backend, Cgroups: so.Cgroups,
+		Executor: so.Executor, Slurm: so.Slurm}
 	if st.Cgroups == "" {
 		st.Cgroups = "auto"
 	}
