@@ -236,7 +236,7 @@ func printStatus(w io.Writer, st api.Status) {
 		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours+st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours, st.Budget.InFlightGPUHours,
 		st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
 	for _, cur := range st.Current {
-		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot)
+		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s%s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot, slurmWhere(cur.Slurm))
 	}
 	if st.ETAS != nil && c.State == string(state.CampaignRunning) {
 		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
@@ -345,6 +345,13 @@ func printRun(w io.Writer, d api.RunDetail) {
 		}
 		fmt.Fprintf(w, "\n  dir   %s\n", a.Dir)
 		fmt.Fprintf(w, "  slot  %s, GPUs %s, CPUs %s, port %s\n", orDash(a.Slot), joinInts(a.GPUIDs), orDash(a.CPUs), portText(a.Port))
+		if s := a.Slurm; s != nil {
+			fmt.Fprintf(w, "  slurm job %s (%s), step %s, node %s, SLURM_STEP_GPUS %s, GPU UUIDs %s, CPUs %s\n",
+				orDash(s.JobID), s.JobName, orDash(s.StepID), orDash(s.Node), orDash(s.StepGPUs), orDash(strings.Join(s.GPUUUIDs, ",")), orDash(s.CPUs))
+			if !s.Start.IsZero() {
+				fmt.Fprintf(w, "  slurm accounting: started %s, ended %s\n", s.Start.Local().Format(time.RFC3339), s.End.Local().Format(time.RFC3339))
+			}
+		}
 		if len(a.Amendments) > 0 {
 			fmt.Fprintf(w, "  ran under protocol %.12s and amendments %s\n", a.ProtocolSHA256, strings.Join(a.Amendments, ", "))
 		}
@@ -656,4 +663,16 @@ func (o *options) completeRuns(_ *cobra.Command, args []string, prefix string) (
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// slurmWhere says where an attempt runs on Slurm ("" on the controller's
+// own host).
+func slurmWhere(s *state.SlurmStep) string {
+	switch {
+	case s == nil:
+		return ""
+	case s.JobID == "":
+		return " (Slurm job " + s.JobName + ", not started)"
+	}
+	return fmt.Sprintf(" (Slurm job %s.%s on node %s, GPUs %s)", s.JobID, orDash(s.StepID), orDash(s.Node), orDash(s.StepGPUs))
 }

@@ -118,6 +118,9 @@ type Current struct {
 	// transition, that is, in State.
 	ElapsedS float64 `json:"elapsed_s"`
 	InStateS float64 `json:"in_state_s"`
+	// Slurm is the attempt's Slurm step, when it runs as one: job, step,
+	// node, the node's GPU indices and UUIDs, CPUs.
+	Slurm *state.SlurmStep `json:"slurm,omitempty"`
 }
 
 // Runs is `ctlq runs -o json` and the answer of GET /v1/runs.
@@ -222,7 +225,7 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		}
 		st.Current = append(st.Current, Current{
 			Run: a.RunID, Attempt: a.N, State: string(a.State), Slot: a.Slot,
-			ElapsedS: now.Sub(a.CreatedAt).Seconds(), InStateS: now.Sub(in).Seconds(),
+			ElapsedS: now.Sub(a.CreatedAt).Seconds(), InStateS: now.Sub(in).Seconds(), Slurm: a.Slurm,
 		})
 	}
 	st.Budget.Unit = c.BudgetUnit
