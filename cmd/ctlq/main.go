@@ -368,7 +368,10 @@ func printRun(w io.Writer, d api.RunDetail) {
 			fmt.Fprintln(w, "  processes")
 			for _, p := range a.Procs {
 				contained := "cgroup " + p.Cgroup
-				if p.Cgroup == "" {
+				switch {
+				case p.Cgroup == "" && a.Slurm != nil:
+					contained = "process group, in Slurm's step " + orDash(a.Slurm.JobID) + "." + orDash(a.Slurm.StepID)
+				case p.Cgroup == "":
 					contained = "NOT in a cgroup: process group only"
 				}
 				fmt.Fprintf(w, "    %s pid %d (start %d, pgid %d, %s): %s\n", p.Role, p.PID, p.StartTime, p.PGID, contained, shellJoin(p.Argv))

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/bench/crashcheck"
+	"warden/pkg/campaigndir"
+	"warden/pkg/slurm"
+	"warden/pkg/state"
+)
+
+// End-to-end tests of the Slurm executor, against the real cluster that
+// scripts/slurm-cluster.sh brings up (two nodes, n1 and n2, on this host,
+// four fake GPUs each). CI brings it up and sets WARDEN_SLURM=1: there a
+// missing cluster fails the tests instead of skipping them.
+
+// requireSlurm skips the test where no Slurm cluster answers, and fails
+// it where one is expected.
+func requireSlurm(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("sinfo", "--Node", "--noheader", "--format=%N %t").CombinedOutput()
+	if err == nil && bytes.Contains(out, []byte("n1")) && bytes.Contains(out, []byte("n2")) {
+		return
+	}
+	if os.Getenv("WARDEN_SLURM") == "1" {
+		t.Fatalf("WARDEN_SLURM=1 but the two-node cluster does not answer (sinfo: %v):\n%s", err, out)
+	}
+	t.Skip("no Slurm cluster with nodes n1 and n2 here (scripts/slurm-cluster.sh up makes one; CI runs these tests)")
+}
+
+// slurmProtocol is the e2e protocol with four one-GPU, one-CPU slots and
+// a regime of four: each node of the test cluster has two CPUs, so four
+// steps at once need both nodes.
+func slurmProtocol(t *testing.T, sc scenario) string {
+	t.Helper()
+	path := writeProtocol(t, sc)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 4)
+	var slots strings.Builder
+	slots.WriteString("slots:\n")
+	for i, p := range ports {
+		fmt.Fprintf(&slots, "  - {name: s%d, gpus: [%d], cpus: \"%d\", port: %d}\n", i, i, i, p)
+	}
+	y := regexp.MustCompile(`(?s)slots:\n.*?regimes:\n  - \{name: two, concurrency: 2\}\n`).
+		ReplaceAllLiteralString(string(b), slots.String()+"regimes:\n  - {name: four, concurrency: 4}\n")
+	y = strings.Replace(y, "host: {gpus: 2, cpus: 2}", "host: {gpus: 4, cpus: 4}", 1)
+	if !strings.Contains(y, "concurrency: 4") || !strings.Contains(y, "name: s3") {
+		t.Fatalf("the protocol's slots were not replaced:\n%s", y)
+	}
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// slurmArgs are start's arguments for a campaign on the test cluster.
+func slurmArgs(c *campaign, proto string) []string {
+	return []string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--executor", "slurm", "--slurm-queue-timeout", "60"}
+}
+
+// jobsLeft lists the campaign's jobs still in Slurm's queue.
+func (c *campaign) jobsLeft() []string {
+	c.t.Helper()
+	set, err := campaigndir.ReadSettings(c.dir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out, err := exec.Command("squeue", "--noheader", "--format=%i|%j|%T").Output()
+	if err != nil {
+		c.t.Fatalf("squeue: %v", err)
+	}
+	var left []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Split(line, "|"); len(f) == 3 && strings.HasPrefix(f[1], slurm.CampaignPrefix(set.CampaignID)) {
+			left = append(left, line)
+		}
+	}
+	return left
+}
+
+// cancelJobsLeft is a test's cleanup: whatever of its campaign is still in
+// Slurm is cancelled, through Slurm.
+func (c *campaign) cancelJobsLeft() {
+	if _, err := os.Stat(filepath.Join(c.dir, campaigndir.SettingsFile)); err != nil {
+		return
+	}
+	for _, j := range c.jobsLeft() {
+		exec.Command("scancel", strings.Split(j, "|")[0]).Run()
+	}
+}
+
+func newSlurmCampaign(t *testing.T) *campaign {
+	requireSlurm(t)
+	c := newCampaign(t)
+	t.Cleanup(c.cancelJobsLeft)
+	return c
+}
+
+// assertSlurmClean: nothing of the campaign in Slurm's queue, no process
+// of it alive.
+func (c *campaign) assertSlurmClean() {
+	c.t.Helper()
+	if left := c.jobsLeft(); len(left) > 0 {
+		c.t.Errorf("jobs of the campaign still in Slurm: %v", left)
+	}
+	c.assertNoProcesses()
+}
+
+// A campaign of eight runs on the two-node cluster: every attempt ran as a
+// Slurm step and recorded where (job, step, node, the node's GPU indices
+// and UUIDs, its CPUs); both nodes ran attempts; nothing is left in Slurm.
+func TestSlurmCampaignAcrossNodes(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := slurmProtocol(t, scenario{patterns: 4, loadsModer: true, measureS: "1.5"})
+	out, code := c.controller(append(slurmArgs(c, proto), "--foreground")...)
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s (%s): %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	runs, _ := s.Runs()
+	nodes := map[string]int{}
+	var gaps []float64
+	for _, r := range runs {
+		for _, a := range c.attempts(s, r.ID) {
+			sl := a.Slurm
+			if sl == nil || sl.JobID == "" || sl.StepID == "" || sl.Node == "" || sl.StepGPUs == "" || len(sl.GPUUUIDs) != 1 || sl.CPUs == "" {
+				t.Fatalf("%s a%d: Slurm record %+v, want job, step, node, GPUs, one UUID, CPUs", r.ID, a.N, sl)
+			}
+			if !strings.HasPrefix(sl.GPUUUIDs[0], "GPU-fake-"+sl.Node+"-") || fmt.Sprint(a.GPUIDs[0]) != sl.StepGPUs {
+				t.Errorf("%s a%d: UUID %s, GPUs %v for node %s's SLURM_STEP_GPUS %s", r.ID, a.N, sl.GPUUUIDs[0], a.GPUIDs, sl.Node, sl.StepGPUs)
+			}
+			nodes[sl.Node]++
+			if srv := serverProcOf(a); srv != nil {
+				gaps = append(gaps, srv.StartedAt.Sub(a.CreatedAt).Seconds()*1000)
+			}
+		}
+	}
+	if nodes["n1"] == 0 || nodes["n2"] == 0 {
+		t.Errorf("attempts per node %v: want both nodes used", nodes)
+	}
+	sort.Float64s(gaps)
+	t.Logf("attempts per node %v; attempt created to server exec on the node: median %.0f ms (min %.0f, max %.0f)",
+		nodes, gaps[len(gaps)/2], gaps[0], gaps[len(gaps)-1])
+
+	// ctlq shows where each attempt ran
+	show, err := exec.Command(ctlqBin(t), "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`slurm job \d+ \(warden\.[^)]+\), step 0, node n[12], SLURM_STEP_GPUS \d, GPU UUIDs GPU-fake-n[12]-\d, CPUs \d`).Match(show) {
+		t.Errorf("ctlq show (%v) does not say where the attempt ran:\n%s", err, show)
+	}
+	c.assertSlurmClean()
+}
+
+func serverProcOf(a state.Attempt) *state.Proc {
+	for i := range a.Procs {
+		if a.Procs[i].Role == "server" {
+			return &a.Procs[i]
+		}
+	}
+	return nil
+}
+
+// startSlurmForeground starts a foreground controller on the cluster and
+// returns it running once an attempt measures.
+func (c *campaign) startSlurmForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
+	c.t.Helper()
+	cmd := exec.Command(controllerBin, append(args, "--foreground")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	c.waitMeasuring()
+	return cmd, &out
+}
+
+// The controller is SIGKILLed while steps run: Slurm ends them (srun dies
+// with the controller), and a resume cancels whatever is left through
+// Slurm, charges each live attempt from Slurm's own times, and completes
+// the campaign with every promise of the crash test kept.
+func TestSlurmHeadKilledAndResumed(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := slurmProtocol(t, scenario{patterns: 4, measureS: "3"})
+	cmd, _ := c.startSlurmForeground(slurmArgs(c, proto))
+	live := c.liveStatus().Current
+	for _, cur := range live {
+		if cur.Slurm == nil || cur.Slurm.JobName == "" {
+			t.Errorf("status: attempt %s a%d without its Slurm job: %+v", cur.Run, cur.Attempt, cur)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// srun died with the controller: Slurm ends the steps on its own
+	waitFor(t, "Slurm to end the dead controller's steps", 60*time.Second, func() bool { return len(c.jobsLeft()) == 0 })
+	waitFor(t, "the steps' processes to go", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+
+	before, vs, err := crashcheck.Take(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Errorf("after the kill: %s", v)
+	}
+	out, code := c.controller("resume", "-d", c.dir, "--foreground")
+	if code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	after, vs, err := crashcheck.Take(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs = append(vs, crashcheck.Compare(before, after)...)
+	final, err := crashcheck.FinalExpect(c.dir, after, crashcheck.Expect{State: state.CampaignComplete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range append(vs, final...) {
+		t.Errorf("%s", v)
+	}
+	s := c.store()
+	interrupted := 0
+	for _, cur := range live {
+		a, err := s.Attempt(cur.Run, cur.Attempt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.State != state.Interrupted {
+			continue // it ended between the status and the kill
+		}
+		interrupted++
+		if a.Slurm == nil || a.Slurm.Start.IsZero() || a.Slurm.End.Before(a.Slurm.Start) {
+			t.Errorf("%s a%d: Slurm's times not recorded: %+v", a.RunID, a.N, a.Slurm)
+		}
+		slurmS := a.Slurm.End.Sub(a.Slurm.Start).Seconds() * float64(len(a.GPUIDs))
+		if a.Figures["gpu_seconds"] < slurmS-1e-6 {
+			t.Errorf("%s a%d charged %.3f GPU-s, less than Slurm's %.3f", a.RunID, a.N, a.Figures["gpu_seconds"], slurmS)
+		}
+	}
+	if interrupted == 0 {
+		var all []string
+		runs, _ := s.Runs()
+		for _, r := range runs {
+			all = append(all, r.ID+": "+strings.Join(attemptStates(c.attempts(s, r.ID)), ", "))
+		}
+		t.Fatalf("no attempt was interrupted by the kill (live then: %+v); attempts now: %s\n%s", live, strings.Join(all, "; "), tail(out, 3000))
+	}
+	c.assertSlurmClean()
+}
+
+// The node-side runner of a step dies (SIGKILL) while its client measures:
+// Slurm ends the step and everything in it, the attempt fails step-lost
+// (an infrastructure failure), and its exact rerun completes.
+func TestSlurmNodeRunnerDies(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := slurmProtocol(t, scenario{patterns: 1, measureS: "3", retries: 1})
+	cmd, out := c.startSlurmForeground(slurmArgs(c, proto))
+	runner := nodeRunnerPID(t, c.dir)
+	if err := syscall.Kill(runner, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("controller: %v\n%s", err, tail(out.String(), 3000))
+	}
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 2 || as[0].State != state.Failed || as[0].Reason != state.ReasonStepLost || as[1].State != state.Complete {
+		t.Fatalf("attempts %v, want step-lost then complete", attemptStates(as))
+	}
+	if v := c.gateVerdict(s, "p1.saturation", "cleanup"); v.Attempt == 1 && v.Verdict == state.VerdictPass {
+		t.Errorf("the lost step's cleanup passed without reading the node's GPUs: %+v", v)
+	}
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s: %s", cp.State, cp.StopDetail)
+	}
+	c.assertSlurmClean()
+}
+
+func attemptStates(as []state.Attempt) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, fmt.Sprintf("a%d %s %s", a.N, a.State, a.Reason))
+	}
+	return out
+}
+
+// nodeRunnerPID finds the node-side runner of the campaign's measuring
+// attempt: the controller binary run as node-attempt with a spec under
+// the campaign directory.
+func nodeRunnerPID(t *testing.T, dir string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, "the node-side runner", 30*time.Second, func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			p, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil {
+				continue
+			}
+			args := strings.Split(string(cl), "\x00")
+			if slices.Contains(args, "node-attempt") && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, dir+"/") }) {
+				pid = p
+				return true
+			}
+		}
+		return false
+	})
+	return pid
+}
+
+// controller stop while steps run: each node-side runner ends its attempt
+// gracefully (signals recorded), the attempts are interrupted, the
+// campaign stops for the operator, and nothing is left in Slurm.
+func TestSlurmStop(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := slurmProtocol(t, scenario{patterns: 4, measureS: "5"})
+	cmd, out := c.startSlurmForeground(slurmArgs(c, proto))
+	if o, code := c.controller("stop", "-d", c.dir); code != 0 {
+		t.Fatalf("stop exited %d:\n%s", code, o)
+	}
+	cmd.Wait()
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
+		t.Fatalf("campaign %s (%s), want stopped by the operator\n%s", cp.State, cp.StopReason, tail(out.String(), 2000))
+	}
+	runs, _ := s.Runs()
+	interrupted := 0
+	for _, r := range runs {
+		for _, a := range c.attempts(s, r.ID) {
+			if a.State != state.Interrupted {
+				continue
+			}
+			interrupted++
+			if !slices.ContainsFunc(a.Signals, func(sg state.Signal) bool { return sg.Role == "server" && sg.Signal == "SIGTERM" }) {
+				t.Errorf("%s a%d: no SIGTERM to the server recorded: %+v", r.ID, a.N, a.Signals)
+			}
+		}
+	}
+	if interrupted == 0 {
+		t.Fatal("no attempt interrupted by the stop")
+	}
+	c.assertSlurmClean()
+}
+
+// The budget's cap is reached while steps run: they are ended (interrupted,
+// budget-exhausted) and the campaign stops budget-exhausted.
+func TestSlurmBudgetStop(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := slurmProtocol(t, scenario{patterns: 2, capGPUHours: "0.006", client: `{shell: 'exec sleep 3600'}`})
+	out, code := c.controller(append(slurmArgs(c, proto), "--foreground", "--allow-over-budget")...)
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopBudgetExhausted {
+		t.Fatalf("campaign %s (%s): %s, want stopped budget-exhausted", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		as := c.attempts(s, run)
+		if len(as) != 1 || as[0].State != state.Interrupted || as[0].Reason != state.ReasonBudgetExhausted {
+			t.Errorf("%s: %v, want one attempt interrupted budget-exhausted", run, attemptStates(as))
+		}
+	}
+	t.Logf("charged %.3f GPU-s against a cap of 21.6", cp.ConsumedGPUSeconds)
+	c.assertSlurmClean()
+}
