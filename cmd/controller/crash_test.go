@@ -88,6 +88,9 @@ type crashScenario struct {
 	// results: runs that must end with exactly one complete or quarantined
 	// attempt (nil: every run)
 	results []string
+	// slurm: the campaign runs on the test cluster (--executor slurm), and
+	// nothing of it may be left in Slurm's queue at the end
+	slurm bool
 }
 
 // happyPath: a saturation run and the moderate run that needs its result.
@@ -130,7 +133,12 @@ func crashAndResume(t *testing.T, bin, point string, sc crashScenario, preKill s
 	if preKill != "" {
 		first = preKill
 	}
-	out, st := c.run(bin, []string{failpoint.EnvVar + "=" + first}, "start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	args := []string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground"}
+	if sc.slurm {
+		t.Cleanup(c.cancelJobsLeft)
+		args = append(slurmArgs(c, proto), "--foreground")
+	}
+	out, st := c.run(bin, []string{failpoint.EnvVar + "=" + first}, args...)
 	if preKill != "" {
 		if !killedBySIGKILL(st) {
 			t.Fatalf("controller did not die at %s:\n%s", preKill, tail(out, 3000))
@@ -178,7 +186,11 @@ func crashAndResume(t *testing.T, bin, point string, sc crashScenario, preKill s
 	if t.Failed() {
 		t.Logf("resume output:\n%s", tail(out, 4000))
 	}
-	c.assertNoProcesses()
+	if sc.slurm {
+		c.assertSlurmClean()
+	} else {
+		c.assertNoProcesses()
+	}
 	return fired
 }
 
@@ -201,6 +213,8 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 	// the amendment commands' points: TestCrashAmendments
 	amendments := map[string]bool{"amend-files-written": true, "amend-recorded": true, "amend-provenance-installed": true,
 		"readjudicate-recorded": true, "freeze-recorded": true}
+	// the Slurm executor's points: TestSlurmCrashAtFailpoints
+	amendments["srun-started"], amendments["step-recorded"] = true, true
 	var fired, missed []string
 	for _, point := range failpoint.Names {
 		if amendments[point] {

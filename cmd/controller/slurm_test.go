@@ -396,3 +396,38 @@ func TestSlurmBudgetStop(t *testing.T) {
 	t.Logf("charged %.3f GPU-s against a cap of 21.6", cp.ConsumedGPUSeconds)
 	c.assertSlurmClean()
 }
+
+// slurmHappyPath is the crash test's happy path on the cluster.
+var slurmHappyPath = crashScenario{
+	name: "happy path on Slurm",
+	protocol: func(t *testing.T) string {
+		return slurmProtocol(t, scenario{patterns: 1, loadsModer: true, measureS: "0.3"})
+	},
+	want:  state.CampaignComplete,
+	slurm: true,
+}
+
+// TestSlurmCrashAtFailpoints kills the controller at the Slurm executor's
+// own points and at the transitions it records from a node's reports,
+// resumes it, and checks every promise of the crash test, and that
+// nothing of the campaign is left in Slurm.
+func TestSlurmCrashAtFailpoints(t *testing.T) {
+	requireSlurm(t)
+	if testing.Short() {
+		t.Skip("crash test: a campaign per failpoint")
+	}
+	bin := failpointController(t)
+	points := []struct{ point, pre string }{
+		{"attempt-created", ""}, {"srun-started", ""}, {"step-recorded", ""},
+		{"after-transition:starting", ""}, {"after-transition:measuring", ""},
+		{"before-transition:cleanup", ""}, {"after-transition:complete", ""},
+		{"after-transition:interrupted", "after-transition:measuring"},
+	}
+	for _, p := range points {
+		t.Run(p.point, func(t *testing.T) {
+			if !crashAndResume(t, bin, p.point, slurmHappyPath, p.pre) {
+				t.Errorf("failpoint %s was never reached", p.point)
+			}
+		})
+	}
+}

@@ -41,6 +41,9 @@ var Names = []string{
 	"retry-decided",
 	"before-transition:quarantined", "after-transition:quarantined",
 	"before-transition:interrupted", "after-transition:interrupted",
+	// the Slurm executor: srun started, its step not yet reported; the
+	// step's identity recorded
+	"srun-started", "step-recorded",
 	// the durable steps of controller amend, readjudicate and freeze
 	"amend-files-written", "amend-recorded", "amend-provenance-installed",
 	"readjudicate-recorded",

@@ -15,6 +15,10 @@ import (
 // and for their accounting to record their end.
 const slurmGoneWithin = 60 * time.Second
 
+// accountingLag is how long after a job ended its record may take to
+// appear in Slurm's accounting (about a second, seen).
+const accountingLag = 10 * time.Second
+
 // cancelCampaignJobs cancels every job of the campaign still in Slurm's
 // queue (a dead controller's steps, and any it started but never
 // recorded), and waits until none is left.
@@ -66,6 +70,7 @@ func (c *Runner) stepSpan(ctx context.Context, a state.Attempt) (start, end time
 	defer cancel()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
+	asked := time.Now()
 	for {
 		var recs []slurm.Record
 		qctx, qcancel := context.WithTimeout(ctx, slurmCommandTimeout)
@@ -81,6 +86,12 @@ func (c *Runner) stepSpan(ctx context.Context, a state.Attempt) (start, end time
 		start, end, ended = slurm.Span(recs)
 		if len(recs) > 0 && ended {
 			return start, end, true, true, nil
+		}
+		if len(recs) == 0 && time.Since(asked) > accountingLag {
+			// the queue has none of the campaign's jobs (they were
+			// cancelled), and the accounting none of this one: it never
+			// started
+			return start, end, false, false, nil
 		}
 		select {
 		case <-ctx.Done():
