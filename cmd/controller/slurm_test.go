@@ -431,3 +431,32 @@ func TestSlurmCrashAtFailpoints(t *testing.T) {
 		})
 	}
 }
+
+// A co-location check on Slurm runs its target and its background in one
+// allocation on one node, each its own step; the regime falls back as on
+// one host, and the allocation is gone afterwards.
+func TestSlurmColocationInOneAllocation(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := colocProtocol(t, true, false)
+	out, code := c.controller(append(slurmArgs(c, proto), "--foreground")...)
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete || cp.Regime != "pair-b" {
+		t.Fatalf("campaign %s (%s) regime %q", cp.State, cp.StopDetail, cp.Regime)
+	}
+	for _, regime := range []string{"pair-a", "pair-b"} {
+		bg := c.attempts(s, "coloc."+regime+".bg.p2")
+		tg := c.attempts(s, "coloc."+regime+".p1.saturation")
+		if len(bg) != 1 || len(tg) != 1 || bg[0].Slurm == nil || tg[0].Slurm == nil {
+			t.Fatalf("%s: background %v target %v", regime, attemptStates(bg), attemptStates(tg))
+		}
+		b, g := bg[0].Slurm, tg[0].Slurm
+		if !b.Shared || b.JobID == "" || b.JobID != g.JobID || b.Node != g.Node || b.StepID == g.StepID || b.StepGPUs == g.StepGPUs || b.CPUs == g.CPUs {
+			t.Errorf("%s: background step %+v and target step %+v: want one allocation, one node, distinct steps, GPUs and CPUs", regime, b, g)
+		}
+	}
+	c.assertSlurmClean()
+}

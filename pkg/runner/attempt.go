@@ -159,7 +159,7 @@ type attemptOpts struct {
 	until     <-chan struct{}
 	// allocation, on the Slurm executor, is the job whose allocation the
 	// attempt's step runs in (a co-location check's); "": a job of its own.
-	allocation string
+	allocation, allocationName string
 }
 
 func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attemptOpts) outcome {

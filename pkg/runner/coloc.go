@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
+	"warden/pkg/slurm"
 
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -44,6 +46,31 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		res.verdict = Next(out.state, out.reason, 0, 0)
 		return res
 	}
+	// On Slurm the block runs in one allocation on one node: the target
+	// and its backgrounds share the node, each step its own GPUs and CPUs
+	// of it (co-location and CPU maps mean what they mean on one host).
+	alloc, allocName := "", ""
+	if c.slurm != nil && len(bgs) > 0 {
+		var slots []protocols.SlotInfo
+		seen := map[string]bool{}
+		for _, r := range u.Runs {
+			if !seen[r.Slot] {
+				seen[r.Slot] = true
+				slots = append(slots, slotByName[r.Slot])
+			}
+		}
+		name := slurm.CampaignPrefix(c.slurm.Campaign) + "colocation.u" + strconv.Itoa(u.Unit)
+		id, err := c.allocate(ctx, name, slots)
+		if err != nil {
+			if ctx.Err() != nil {
+				res.interrupted = true
+				return res
+			}
+			return fail(u.Runs[0].ID, outcome{state: state.Failed, reason: state.ReasonStepLost, detail: "allocation for the co-location block: " + err.Error()})
+		}
+		defer c.releaseAllocation(ctx, id)
+		alloc, allocName = id, name
+	}
 
 	// until ends the backgrounds normally once every target is done; on a
 	// failure they are cancelled instead and end interrupted, so that a
@@ -70,7 +97,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, measuring: measuring, until: until})
+			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, measuring: measuring, until: until, allocation: alloc, allocationName: allocName})
 			ended <- bgEnd{r.ID, out}
 		}()
 	}
@@ -92,7 +119,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 	for _, r := range targets {
-		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime})
+		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, allocation: alloc, allocationName: allocName})
 		if out.interrupted {
 			cancelBG()
 			collect()

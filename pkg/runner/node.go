@@ -47,6 +47,8 @@ type NodeSpec struct {
 	// controller's "until" once its target is done.
 	Background bool   `json:"background,omitempty"`
 	JobName    string `json:"job_name"`
+	// Shared: the step runs in an allocation shared with other attempts.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // NodeSpecFile is the node spec's name in the attempt directory.
@@ -107,7 +109,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 	if want := slotGPUs(sp.Slots); len(gpuIDs) != want {
 		return "", fmt.Errorf("the step has GPUs %v (SLURM_STEP_GPUS=%q); the run's slots need %d", gpuIDs, cfg.Step.GPUsText, want)
 	}
-	step := &state.SlurmStep{JobName: sp.JobName, JobID: cfg.Step.JobID, StepID: cfg.Step.StepID, Node: cfg.Step.Node,
+	step := &state.SlurmStep{JobName: sp.JobName, Shared: sp.Shared, JobID: cfg.Step.JobID, StepID: cfg.Step.StepID, Node: cfg.Step.Node,
 		StepGPUs: cfg.Step.GPUsText, CPUs: protocols.FormatCPUList(cfg.CPUs)}
 	if len(gpuIDs) > 0 {
 		info, err := cfg.GPUs.Info(gpuIDs)

@@ -83,6 +83,13 @@ func (c *Runner) stepSpan(ctx context.Context, a state.Attempt) (start, end time
 		if err != nil {
 			return start, end, false, false, err
 		}
+		if a.Slurm.Shared && a.Slurm.StepID != "" && a.Slurm.JobID != "" {
+			// a step of a shared allocation: its own record, not the
+			// allocation's
+			if own := slurm.Records(recs, a.Slurm.JobID+"."+a.Slurm.StepID); len(own) > 0 {
+				recs = own
+			}
+		}
 		start, end, ended = slurm.Span(recs)
 		if len(recs) > 0 && ended {
 			return start, end, true, true, nil

@@ -60,9 +60,12 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 		needDirs[as] = res
 	}
 	name := slurm.JobName(sc.Campaign, a.run.ID, a.n)
+	if a.opts.allocation != "" {
+		name = a.opts.allocationName
+	}
 	spec := NodeSpec{Schema: nodeSpecSchema, CampaignDir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath,
 		GPUBackend: sc.GPUBackend, FakeGPUDir: sc.FakeGPUDir, UID: c.uid, Plan: a.plan, Run: a.run, Attempt: a.n,
-		Dir: a.dir, Slots: a.slots, Regime: a.opts.regime, NeedDirs: needDirs, Background: a.opts.until != nil, JobName: name}
+		Dir: a.dir, Slots: a.slots, Regime: a.opts.regime, NeedDirs: needDirs, Background: a.opts.until != nil, JobName: name, Shared: a.opts.allocation != ""}
 	specPath := filepath.Join(a.dir, NodeSpecFile)
 	if err := atomicfile.WriteJSON(specPath, spec, 0o600, atomicfile.Beneath(c.dir)); err != nil {
 		return a.fail(state.ReasonHarnessError, "write the node spec: "+err.Error())
@@ -72,7 +75,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	// The job's name is recorded before srun starts: a resume finds the
 	// job by it even when its id was never reported.
 	if _, err := c.store.UpdateAttempt(a.run.ID, a.n, func(at *state.Attempt) error {
-		at.Slurm = &state.SlurmStep{JobName: name, JobID: a.opts.allocation}
+		at.Slurm = &state.SlurmStep{JobName: name, JobID: a.opts.allocation, Shared: a.opts.allocation != ""}
 		at.Commands = append(at.Commands, argv)
 		return nil
 	}); err != nil && !errors.Is(err, state.ErrStateFile) {

@@ -12,6 +12,7 @@ import (
 
 	"warden/pkg/launch"
 	"warden/pkg/slurm"
+	"warden/protocols"
 )
 
 // slurmCommandTimeout bounds one query or cancellation (squeue, sacct,
@@ -21,23 +22,55 @@ const slurmCommandTimeout = 60 * time.Second
 // slurmClient runs the cluster's commands through the runner's launcher.
 func (c *Runner) slurmClient() slurm.Client {
 	return slurm.Client{Exec: func(ctx context.Context, argv []string) ([]byte, error) {
-		return captureOutput(ctx, c.starter, argv)
+		out, _, err := captureOutput(ctx, c.starter, argv)
+		return out, err
 	}}
+}
+
+// allocate asks Slurm for one allocation on one node with the GPUs and
+// CPUs of the given slots (a co-location check's target and
+// backgrounds), for their steps to run in side by side; it returns the
+// job id. The allocation is cancelled with releaseAllocation.
+func (c *Runner) allocate(ctx context.Context, name string, slots []protocols.SlotInfo) (string, error) {
+	gpus, cpus := 0, 0
+	for _, s := range slots {
+		gpus += len(s.GPUs)
+		n, _ := protocols.ParseCPUList(s.CPUs)
+		cpus += len(n)
+	}
+	argv := c.slurm.Options.SallocArgv(name, gpus, cpus)
+	// salloc waits at most the queue bound; a little longer for itself
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(c.slurm.Options.QueueTimeoutS+60)*time.Second)
+	defer cancel()
+	_, stderr, err := captureOutput(ctx, c.starter, argv)
+	if err != nil {
+		return "", err
+	}
+	return slurm.AllocationGranted(stderr)
+}
+
+// releaseAllocation cancels an allocation.
+func (c *Runner) releaseAllocation(ctx context.Context, job string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), slurmCommandTimeout)
+	defer cancel()
+	if err := c.slurmClient().Cancel(ctx, job); err != nil {
+		c.log.Warn().Err(err).Str("job", job).Msg("cancel the co-location allocation")
+	}
 }
 
 // captureOutput runs argv through the launcher (its reaper collects the
 // exit) and returns its standard output; a non-zero exit is an error that
 // carries its standard error. The end of ctx stops it.
-func captureOutput(ctx context.Context, l *launch.Launcher, argv []string) ([]byte, error) {
+func captureOutput(ctx context.Context, l *launch.Launcher, argv []string) (stdout, stderr []byte, err error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer outR.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outW.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	defer errR.Close()
 	p, err := l.Start(launch.Spec{Role: argv[0], Argv: argv, Stdout: outW, Stderr: errW,
@@ -45,13 +78,13 @@ func captureOutput(ctx context.Context, l *launch.Launcher, argv []string) ([]by
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var stdout, stderr bytes.Buffer
+	var ob, eb bytes.Buffer
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); io.Copy(&stdout, io.LimitReader(outR, 64<<20)) }()
-	go func() { defer wg.Done(); io.Copy(&stderr, io.LimitReader(errR, 1<<20)) }()
+	go func() { defer wg.Done(); io.Copy(&ob, io.LimitReader(outR, 64<<20)) }()
+	go func() { defer wg.Done(); io.Copy(&eb, io.LimitReader(errR, 1<<20)) }()
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
@@ -62,7 +95,7 @@ func captureOutput(ctx context.Context, l *launch.Launcher, argv []string) ([]by
 	<-p.Done()
 	wg.Wait()
 	if ex := p.Exit(); ex.Code != 0 || ex.Signal != "" {
-		return stdout.Bytes(), fmt.Errorf("%s: %s: %s", strings.Join(argv, " "), exitText(ex), strings.TrimSpace(stderr.String()))
+		return ob.Bytes(), eb.Bytes(), fmt.Errorf("%s: %s: %s", strings.Join(argv, " "), exitText(ex), strings.TrimSpace(eb.String()))
 	}
-	return stdout.Bytes(), ctx.Err()
+	return ob.Bytes(), eb.Bytes(), ctx.Err()
 }

@@ -280,6 +280,17 @@ func parseSacctTime(s string) (time.Time, error) {
 	return t, nil
 }
 
+// Records are the records of id among recs.
+func Records(recs []Record, id string) []Record {
+	var out []Record
+	for _, r := range recs {
+		if r.ID == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Span is the earliest start and the latest end of the records, and
 // whether every record has ended.
 func Span(recs []Record) (start, end time.Time, ended bool) {

@@ -224,6 +224,9 @@ type SlurmStep struct {
 	JobName string `json:"job_name"`
 	JobID   string `json:"job_id,omitempty"`
 	StepID  string `json:"step_id,omitempty"`
+	// Shared: the job is an allocation the attempt shares with others
+	// (a co-location block's), its step one of several.
+	Shared bool `json:"shared,omitempty"`
 	// Node is the node the step ran on (SLURMD_NODENAME).
 	Node string `json:"node,omitempty"`
 	// StepGPUs is SLURM_STEP_GPUS: the node's indices of the step's GPUs.
