@@ -254,6 +254,7 @@ func (b *builder) validate() {
 	}
 
 	b.validateSlots()
+	b.validateExecutor()
 
 	// regimes
 	for i := range p.Regimes {
@@ -625,6 +626,44 @@ func (b *builder) checkEnvNames(env map[string]string, pos Pos, f string) {
 	for _, k := range sortedKeys(env) {
 		if !envName.MatchString(k) {
 			b.c.add(pos, f+"."+k, "%q is not an environment variable name", k)
+		}
+	}
+}
+
+// DefaultQueueTimeoutS is how long a Slurm step waits for busy
+// resources when the protocol does not say.
+const DefaultQueueTimeoutS = 600
+
+func (b *builder) validateExecutor() {
+	e, c := &b.p.Executor, b.c
+	switch e.Kind {
+	case "", "local":
+		if len(e.Slurm.Meta.Fields) > 0 {
+			c.add(e.Meta.At("slurm"), "executor.slurm", "slurm settings need executor.kind: slurm")
+		}
+		return
+	case "slurm":
+	default:
+		c.add(e.Meta.At("kind"), "executor.kind", "executor is local or slurm, got %q", e.Kind)
+		return
+	}
+	sx := &e.Slurm
+	if sx.QueueTimeoutS == 0 {
+		sx.QueueTimeoutS = DefaultQueueTimeoutS
+	} else if sx.QueueTimeoutS < 0 {
+		c.add(sx.Meta.At("queue_timeout_s"), "executor.slurm.queue_timeout_s", "must be positive, got %d", sx.QueueTimeoutS)
+	}
+	if sx.Nodes == 0 {
+		sx.Nodes = 1
+	} else if sx.Nodes < 0 {
+		c.add(sx.Meta.At("nodes"), "executor.slurm.nodes", "must be at least 1, got %d", sx.Nodes)
+	}
+	if sx.Exclusive && sx.Nodes > 0 {
+		// a node per step: more runs at once than nodes would queue
+		for i, r := range b.p.Regimes {
+			if r.Concurrency > sx.Nodes {
+				c.add(sx.Meta.At("nodes"), "executor.slurm.nodes", "exclusive steps take a node each: regime %s (regimes[%d]) runs %d at once on %d node(s)", r.Name, i, r.Concurrency, sx.Nodes)
+			}
 		}
 	}
 }

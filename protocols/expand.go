@@ -46,6 +46,12 @@ func (b *builder) expand() *Plan {
 		Stop: StopInfo{QuarantinedFractionGT: p.Stop.QuarantinedFractionGT, FailedFractionGT: p.Stop.FailedFractionGT,
 			MinFreeGB: p.Stop.MinFreeGB, MaxArtifactsGB: p.Stop.MaxArtifactsGB},
 	}
+	plan.Executor = ExecutorInfo{Kind: "local"}
+	if p.Executor.Kind == "slurm" {
+		sx := p.Executor.Slurm
+		plan.Executor = ExecutorInfo{Kind: "slurm", Slurm: &SlurmInfo{Partition: sx.Partition, Account: sx.Account,
+			Constraint: sx.Constraint, Exclusive: sx.Exclusive, QueueTimeoutS: sx.QueueTimeoutS, Nodes: sx.Nodes}}
+	}
 	plan.SampleS = 1
 	if p.SampleIntervalS != nil {
 		plan.SampleS = *p.SampleIntervalS

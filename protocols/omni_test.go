@@ -49,3 +49,30 @@ func TestOmniAB(t *testing.T) {
 		t.Fatal("closed-loop order starts with the first listed cell; the shuffle did nothing")
 	}
 }
+
+// The same comparison on two Slurm nodes: the same runs, each an exclusive
+// step, two at a time, so the expected wall time is about half the
+// single-host one and the GPU-hours the same.
+func TestOmniABOnSlurm(t *testing.T) {
+	one, err := PlanFile("omni-ab.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := PlanFile("omni-ab-slurm.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := two.Executor.Slurm; two.Executor.Kind != "slurm" || s == nil || !s.Exclusive || s.Nodes != 2 {
+		t.Fatalf("executor %+v", two.Executor)
+	}
+	if len(one.Runs) != len(two.Runs) {
+		t.Fatalf("%d runs on Slurm, %d on one host", len(two.Runs), len(one.Runs))
+	}
+	ratio := two.Totals.ExpectedWallS / one.Totals.ExpectedWallS
+	if ratio < 0.45 || ratio > 0.7 {
+		t.Errorf("wall time on two nodes %.0f s, on one host %.0f s (ratio %.2f): want about half", two.Totals.ExpectedWallS, one.Totals.ExpectedWallS, ratio)
+	}
+	if d := two.Totals.GPUHoursEstimate - one.Totals.GPUHoursEstimate; d > 1e-9 || d < -1e-9 {
+		t.Errorf("GPU-hours %.3f on Slurm, %.3f on one host", two.Totals.GPUHoursEstimate, one.Totals.GPUHoursEstimate)
+	}
+}

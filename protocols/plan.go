@@ -26,7 +26,25 @@ type Plan struct {
 	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
 	CleanupS   float64          `json:"cleanup_timeout_s"`
 	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling
-	Totals     Totals           `json:"totals"`
+	// Executor is where the protocol says attempts run.
+	Executor ExecutorInfo `json:"executor"`
+	Totals   Totals       `json:"totals"`
+}
+
+// ExecutorInfo is the protocol's executor, with its defaults applied.
+type ExecutorInfo struct {
+	Kind  string     `json:"kind"` // "local" or "slurm"
+	Slurm *SlurmInfo `json:"slurm,omitempty"`
+}
+
+// SlurmInfo is the Slurm executor's request (see SlurmExecutor).
+type SlurmInfo struct {
+	Partition     string `json:"partition,omitempty"`
+	Account       string `json:"account,omitempty"`
+	Constraint    string `json:"constraint,omitempty"`
+	Exclusive     bool   `json:"exclusive,omitempty"`
+	QueueTimeoutS int    `json:"queue_timeout_s"`
+	Nodes         int    `json:"nodes"`
 }
 
 // ProtocolInfo identifies the protocol a plan came from.

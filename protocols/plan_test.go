@@ -390,3 +390,21 @@ func TestPhase3Validators(t *testing.T) {
 		t.Errorf("profile windows: co-location %s, matrix %s, gate %d", windows("coloc.solo.P05.C00.moderate"), windows("P05.C00.moderate"), p.Gates[0].ProfileWindows)
 	}
 }
+
+// The executor's defaults: local without a section; a Slurm section gets
+// the queue bound and one node unless it says otherwise.
+func TestExecutorDefaults(t *testing.T) {
+	mini := readMini(t)
+	p, err := PlanBytes("mini.yaml", []byte(mini), Options{})
+	if err != nil || p.Executor.Kind != "local" || p.Executor.Slurm != nil {
+		t.Fatalf("no executor section: %+v, %v", p.Executor, err)
+	}
+	y := strings.Replace(mini, "budget: {cap_gpu_hours: 1.0}", "budget: {cap_gpu_hours: 1.0}\nexecutor: {kind: slurm, slurm: {partition: gpu, exclusive: true, nodes: 2}}", 1)
+	p, err = PlanBytes("mini.yaml", []byte(y), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Executor.Slurm; p.Executor.Kind != "slurm" || s == nil || s.Partition != "gpu" || !s.Exclusive || s.Nodes != 2 || s.QueueTimeoutS != DefaultQueueTimeoutS {
+		t.Errorf("slurm executor %+v %+v", p.Executor, p.Executor.Slurm)
+	}
+}

@@ -46,6 +46,7 @@ type Protocol struct {
 	SampleIntervalS *float64 `yaml:"sample_interval_s"`
 
 	Cleanup    Cleanup     `yaml:"cleanup"`
+	Executor   Executor    `yaml:"executor"`
 	Stop       StopRules   `yaml:"stop"`
 	Retries    Retries     `yaml:"retries"`
 	Privacy    Privacy     `yaml:"privacy"`
@@ -378,6 +379,31 @@ type ColocGate struct {
 type Cleanup struct {
 	Meta     Meta    `yaml:"-"`
 	TimeoutS float64 `yaml:"timeout_s"` // default 120
+}
+
+// Executor says where attempts run: on the controller's host ("local",
+// the default) or each as a Slurm step ("slurm"). controller start's
+// --executor and --slurm-* flags override it.
+type Executor struct {
+	Meta  Meta          `yaml:"-"`
+	Kind  string        `yaml:"kind"`
+	Slurm SlurmExecutor `yaml:"slurm"`
+}
+
+// SlurmExecutor is the Slurm executor's request. Host is then one node of
+// the cluster, and a slot's GPU and CPU lists say how many it asks for.
+type SlurmExecutor struct {
+	Meta       Meta   `yaml:"-"`
+	Partition  string `yaml:"partition"`
+	Account    string `yaml:"account"`
+	Constraint string `yaml:"constraint"`
+	// Exclusive gives each run's step a node of its own (srun
+	// --exclusive): nothing else runs beside it.
+	Exclusive bool `yaml:"exclusive"`
+	// QueueTimeoutS bounds a step's wait for busy resources; default 600.
+	QueueTimeoutS int `yaml:"queue_timeout_s"`
+	// Nodes is how many nodes the plan is for; default 1.
+	Nodes int `yaml:"nodes"`
 }
 
 // StopRules are the protocol's stop thresholds (fractions of measured runs).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"warden/pkg/campaigndir"
@@ -22,6 +23,7 @@ import (
 	"warden/pkg/launch"
 	"warden/pkg/runner"
 	"warden/pkg/slurm"
+	"warden/protocols"
 )
 
 // executorOptions are start's choice of where attempts run.
@@ -37,12 +39,32 @@ func (o *executorOptions) flags(cmd *cobra.Command) {
 	f.StringVar(&o.slurm.Partition, "slurm-partition", "", "with --executor slurm: the partition (srun -p); default the cluster's")
 	f.StringVar(&o.slurm.Account, "slurm-account", "", "with --executor slurm: the account (srun -A)")
 	f.StringVar(&o.slurm.Constraint, "slurm-constraint", "", "with --executor slurm: node features (srun -C)")
+	f.BoolVar(&o.slurm.Exclusive, "slurm-exclusive", false, "with --executor slurm: a node of its own for each run's step (srun --exclusive)")
 	f.IntVar(&o.slurm.QueueTimeoutS, "slurm-queue-timeout", slurm.DefaultQueueTimeoutS, "with --executor slurm: seconds a step may wait for busy resources (srun --immediate)")
 	f.StringVar(&o.slurm.NodeController, "slurm-node-controller", "", "with --executor slurm: the controller binary the nodes run, at the same path on every node (default: this binary's path)")
 }
 
 // startOptions checks the choice and fills the campaign's start options.
-func (o *executorOptions) startOptions(so *campaigndir.StartOptions, backendFlag string) error {
+// The protocol's executor section applies where the command line says
+// nothing (a flag given wins).
+func (o *executorOptions) startOptions(so *campaigndir.StartOptions, backendFlag string, flags *pflag.FlagSet, protocol string) error {
+	if p, err := protocols.PlanFile(protocol, protocols.Options{}); err == nil && p.Executor.Kind == "slurm" {
+		if !flags.Changed("executor") {
+			o.executor = "slurm"
+		}
+		ps := p.Executor.Slurm
+		for flag, apply := range map[string]func(){
+			"slurm-partition":     func() { o.slurm.Partition = ps.Partition },
+			"slurm-account":       func() { o.slurm.Account = ps.Account },
+			"slurm-constraint":    func() { o.slurm.Constraint = ps.Constraint },
+			"slurm-exclusive":     func() { o.slurm.Exclusive = ps.Exclusive },
+			"slurm-queue-timeout": func() { o.slurm.QueueTimeoutS = ps.QueueTimeoutS },
+		} {
+			if !flags.Changed(flag) {
+				apply()
+			}
+		}
+	}
 	switch o.executor {
 	case "local":
 		return nil

@@ -25,6 +25,8 @@ type Options struct {
 	Partition  string `json:"partition,omitempty"`
 	Account    string `json:"account,omitempty"`
 	Constraint string `json:"constraint,omitempty"`
+	// Exclusive gives each step's job a node of its own (--exclusive).
+	Exclusive bool `json:"exclusive,omitempty"`
 	// QueueTimeoutS bounds how long a step waits for its resources
 	// (srun --immediate): srun otherwise waits forever for a busy
 	// cluster. 0: DefaultQueueTimeoutS.
@@ -82,6 +84,9 @@ func (o Options) SallocArgv(name string, gpus, cpus int) []string {
 
 func (o Options) placement() []string {
 	var out []string
+	if o.Exclusive {
+		out = append(out, "--exclusive")
+	}
 	if o.Partition != "" {
 		out = append(out, "--partition="+o.Partition)
 	}

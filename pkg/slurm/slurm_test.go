@@ -21,6 +21,9 @@ func TestSrunArgv(t *testing.T) {
 	if !slices.Contains(got, "--jobid=41") || !slices.Contains(got, "--exact") || slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "--job-name") }) {
 		t.Errorf("step in an allocation: %q", got)
 	}
+	if a := (Options{Exclusive: true}).SrunArgv(Request{GPUs: 1, CPUs: 1, JobName: "j"}, []string{"x"}); !slices.Contains(a, "--exclusive") {
+		t.Errorf("an exclusive step without --exclusive: %q", a)
+	}
 	if a := (Options{}).SallocArgv("n", 4, 16); !slices.Contains(a, "--no-shell") || !slices.Contains(a, "--immediate=600") || !slices.Contains(a, "--gres=gpu:4") {
 		t.Errorf("salloc argv %q", a)
 	}
