@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test demo fuzz bench clean man slurm-up slurm-down
+.PHONY: build test demo demo-slurm fuzz bench clean man slurm-up slurm-down
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -29,6 +29,21 @@ demo: build
 	$(BIN)/ctlq status -d $(DEMO_DIR)
 	$(BIN)/ctlq runs -d $(DEMO_DIR)
 
+# The demo on the local Slurm cluster (make slurm-up): each attempt a Slurm
+# step, its node-side runner reporting to the controller.
+DEMO_SLURM_DIR ?= _demo_slurm
+demo-slurm: build
+	rm -rf $(DEMO_SLURM_DIR)
+	mkdir -p _demo_manifests
+	$(BIN)/loadgen materialize --id short --input-uniform 4:16 --output-fixed 8 --arrival steady \
+		--num-requests 6000 --workload-seed 20261130 --out _demo_manifests/short.jsonl
+	$(BIN)/loadgen materialize --id long --input-uniform 4:16 --output-fixed 64 --arrival burst:8 \
+		--num-requests 2000 --workload-seed 20261130 --out _demo_manifests/long.jsonl
+	$(BIN)/controller start -f protocols/demo.yaml -d $(DEMO_SLURM_DIR) --gpu-backend fake --executor slurm
+	$(BIN)/ctlq watch -d $(DEMO_SLURM_DIR)
+	$(BIN)/ctlq status -d $(DEMO_SLURM_DIR)
+	$(BIN)/ctlq runs -d $(DEMO_SLURM_DIR)
+
 # Man pages of every command, generated from the commands' help.
 man: build
 	$(BIN)/controller man $(BIN)/man
@@ -49,4 +64,4 @@ bench:
 	$(GO) test -run XXX -bench . -benchtime 20x ./protocols ./pkg/state
 
 clean:
-	rm -rf $(BIN) $(DEMO_DIR) _demo_manifests
+	rm -rf $(BIN) $(DEMO_DIR) $(DEMO_SLURM_DIR) _demo_manifests
