@@ -460,3 +460,58 @@ func TestSlurmColocationInOneAllocation(t *testing.T) {
 	}
 	c.assertSlurmClean()
 }
+
+// controller stop while the campaign's steps wait in Slurm's queue (the
+// nodes are taken by another job): the requests are withdrawn at once,
+// the attempts are interrupted, nothing of the campaign is left queued.
+func TestSlurmStopWhileQueued(t *testing.T) {
+	c := newSlurmCampaign(t)
+	hold, err := exec.Command("salloc", "--no-shell", "--nodes=2", "--exclusive", "--job-name=warden-test-hold", "--immediate=30").CombinedOutput()
+	if err != nil {
+		t.Fatalf("salloc to take the nodes: %v\n%s", err, hold)
+	}
+	holdID, err := slurm.AllocationGranted(hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("scancel", holdID).Run() })
+	proto := slurmProtocol(t, scenario{patterns: 2})
+	cmd := exec.Command(controllerBin, append(slurmArgs(c, proto), "--foreground")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	waitFor(t, "the campaign's jobs to queue", 60*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(c.dir, campaigndir.SettingsFile))
+		return err == nil && len(c.jobsLeft()) > 0
+	})
+	if o, code := c.controller("stop", "-d", c.dir); code != 0 {
+		t.Fatalf("stop exited %d:\n%s", code, o)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the controller did not end within 60 s of the stop while its steps were queued:\n%s", tail(out.String(), 3000))
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
+		t.Fatalf("campaign %s (%s): %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		as := c.attempts(s, run)
+		if len(as) != 1 || as[0].State != state.Interrupted || serverProcOf(as[0]) != nil {
+			t.Errorf("%s: %v, want one attempt interrupted before its server started", run, attemptStates(as))
+		}
+	}
+	c.assertSlurmClean()
+}

@@ -127,6 +127,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	}()
 
 	var last *Report // the last transition recorded
+	stepSeen := false // the node-side runner runs: it reported its step
 	until := a.opts.until
 	done := ctx.Done()
 	for reports != nil {
@@ -143,6 +144,9 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 				c.flights.remove(a.key())
 				return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 			}
+			if rep.Kind == "step" {
+				stepSeen = true
+			}
 			if rep.Kind == "transition" {
 				last = &rep
 				if rep.To == state.Measuring && a.opts.measuring != nil {
@@ -150,6 +154,13 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 				}
 			}
 		case <-done:
+			if !stepSeen {
+				// still waiting for its resources: no runner reads the
+				// command; srun's SIGTERM withdraws the request
+				a.stopSrun(srun)
+				done = nil
+				break
+			}
 			cmd := nodeCmdStop
 			if errors.Is(context.Cause(ctx), errBudgetExhausted) {
 				cmd = nodeCmdBudget
