@@ -63,6 +63,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/cmd/ctlq", forbidden: []string{"warden/pkg/runner"}, why: "the query tool reads the controller through the API; it never runs attempts"},
 		{pkg: "warden/pkg/runner", forbidden: []string{"warden/cmd/", "github.com/spf13/cobra", "github.com/spf13/pflag"}, why: "the runner is a library that mains wire: it knows no command and no CLI library"},
 		{pkg: "warden/pkg/validate", forbidden: []string{"warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner", "go.etcd.io/bbolt", "os/exec"}, why: "validators read artifacts: they start no process and touch no database"},
+		{pkg: "warden/pkg/slurm", forbidden: []string{"os/exec", "warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner"}, why: "the Slurm package builds command lines and reads Slurm's answers; the caller's launcher and reaper run the commands"},
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/pkg/gates"}, why: "GPU backends report what they read; the gates judge it, not the other way round"},
 	}
 	for _, r := range rules {
