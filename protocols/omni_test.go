@@ -76,3 +76,38 @@ func TestOmniABOnSlurm(t *testing.T) {
 		t.Errorf("GPU-hours %.3f on Slurm, %.3f on one host", two.Totals.GPUHoursEstimate, one.Totals.GPUHoursEstimate)
 	}
 }
+
+// The plan's Slurm requests: every omni-ab-slurm run asks for one node's
+// two GPUs and 32 CPUs; the phase-3 protocol's co-location blocks ask for
+// one allocation each.
+func TestSlurmRequests(t *testing.T) {
+	p, err := PlanFile("omni-ab-slurm.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := p.SlurmRequests()
+	if len(reqs) != 1 || reqs[0] != (SlurmRequest{GPUs: 2, CPUs: 32, Runs: len(p.Runs)}) {
+		t.Errorf("omni-ab-slurm requests %+v, want one shape for its %d runs", reqs, len(p.Runs))
+	}
+	p3, err := PlanFile("opprof-phase3.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, runs := 0, 0
+	for _, r := range p3.SlurmRequests() {
+		if r.Allocation {
+			allocs += r.Runs
+		} else {
+			runs += r.Runs
+		}
+	}
+	blocks := map[int]bool{}
+	for _, r := range p3.Runs {
+		if r.Kind == "background" {
+			blocks[r.Unit] = true
+		}
+	}
+	if runs != len(p3.Runs) || allocs != len(blocks) || allocs == 0 {
+		t.Errorf("phase 3: %d step requests for %d runs, %d allocations for %d co-location blocks with backgrounds", runs, len(p3.Runs), allocs, len(blocks))
+	}
+}
