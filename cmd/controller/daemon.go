@@ -171,8 +171,8 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 	boot := opts.boot
-	if f := os.Getenv(bootIDFileEnv); boot == nil && f != "" {
-		boot = bootIDFromFile(f)
+	if boot == nil {
+		boot = launch.BootIDFromEnv()
 	}
 	private, err := runner.PrivateSubstrings(dir)
 	if err != nil {
@@ -196,7 +196,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
-	bootID, _ := readBootID(boot)
+	bootID, _ := boot.Read()
 	err = store.UpdateCampaign(func(cp *state.Campaign) error {
 		cp.ControllerPID = os.Getpid()
 		cp.ControllerBootID = bootID
@@ -345,32 +345,8 @@ func missingHint(dir string, err error) string {
 	return "; " + strings.Join(hints, "; ")
 }
 
-// bootIDFileEnv names a file whose content replaces the kernel's boot id
-// (for tests that simulate a reboot; never set it on a real host: a
-// campaign could then mistake a reboot for the same boot).
-const bootIDFileEnv = "WARDEN_BOOT_ID_FILE"
-
-// bootIDFromFile is a BootIDSource that reads the boot id from path.
-func bootIDFromFile(path string) launch.BootIDSource {
-	return func() (string, error) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("read boot id from %s (%s): %w", path, bootIDFileEnv, err)
-		}
-		id := strings.TrimSpace(string(b))
-		if id == "" {
-			return "", fmt.Errorf("read boot id from %s (%s): empty", path, bootIDFileEnv)
-		}
-		return id, nil
-	}
-}
-
-func readBootID(b launch.BootIDSource) (string, error) {
-	if b == nil {
-		return launch.ReadBootID()
-	}
-	return b()
-}
+// bootIDFileEnv names a file whose content replaces the kernel's boot id.
+const bootIDFileEnv = launch.BootIDFileEnv
 
 // serve starts the read-only API on DIR/ctl.sock, owner-only.
 func serve(dir string, store *state.Store, stop func(), amend func(api.AmendRequest) (json.RawMessage, error), freeze func(api.FreezeRequest) error, log zerolog.Logger) (*http.Server, error) {
