@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -127,7 +126,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 	if err := provenance.Verify(dir); err != nil {
-		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", missingHint(dir, err), err)
+		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", provenance.MissingHint(dir, err), err)
 	}
 
 	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
@@ -289,60 +288,6 @@ func stderrLog(f *os.File) io.Writer {
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
-}
-
-// missingHint tells, for each recorded input that is missing (deleted or
-// moved) or no longer a regular file, where its copy is: provenance keeps
-// one copy of every public input, named by its recorded SHA-256, so the
-// hint points at the exact content recorded for that path. A private
-// input has no copy, and the hint says so.
-func missingHint(dir string, err error) string {
-	var errs []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	} else {
-		errs = []error{err}
-	}
-	var recorded []provenance.Entry // read at the first error that needs it
-	lookup := func(path, sum string) provenance.Entry {
-		if recorded == nil {
-			recorded, _ = provenance.Read(dir)
-		}
-		for _, r := range recorded {
-			if r.Path == path {
-				return r
-			}
-		}
-		return provenance.Entry{Path: path, SHA256: sum}
-	}
-	var hints []string
-	for _, e := range errs {
-		var entry provenance.Entry
-		var ce *provenance.ChangedError
-		var nr *provenance.NotRegularError
-		switch {
-		case errors.As(e, &ce) && ce.Now == "":
-			entry = lookup(ce.Path, ce.Recorded)
-			entry.SHA256 = ce.Recorded // the hash the error names
-		case errors.As(e, &nr):
-			if entry = lookup(nr.Path, ""); entry.SHA256 == "" {
-				continue // not a recorded path
-			}
-		default:
-			continue
-		}
-		if cp, ok := provenance.CopyOf(dir, entry); ok {
-			hints = append(hints, fmt.Sprintf("restore %s from its copy %s", entry.Path, cp))
-		} else if entry.Private {
-			hints = append(hints, fmt.Sprintf("%s is private: hashed only, no copy kept (sha256 %s)", entry.Path, entry.SHA256))
-		} else {
-			hints = append(hints, fmt.Sprintf("no copy of %s (sha256 %s) is left in %s", entry.Path, entry.SHA256, filepath.Join(dir, provenance.SubDir, provenance.Files)))
-		}
-	}
-	if len(hints) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(hints, "; ")
 }
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id.
