@@ -234,7 +234,14 @@ func runDaemon(opts daemonOptions) (err error) {
 			OperatorUID: req.UID, OldSHA256: cp.ProtocolSHA256, ProtocolSHA256: cp.ProtocolSHA256})
 		return nil
 	}
-	srv, err := serve(dir, store, rn.Stop, amend, freeze, log)
+	sv := &api.Server{
+		Store: store, Dir: dir, Now: time.Now, Stop: rn.Stop, Amend: amend, Freeze: freeze,
+		Controller: func() api.Controller {
+			cp, _ := store.Campaign()
+			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
+		},
+	}
+	srv, err := sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
 	if err != nil {
 		return err
 	}
@@ -292,38 +299,6 @@ func isTerminal(f *os.File) bool {
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id.
 const bootIDFileEnv = launch.BootIDFileEnv
-
-// serve starts the read-only API on DIR/ctl.sock, owner-only.
-func serve(dir string, store *state.Store, stop func(), amend func(api.AmendRequest) (json.RawMessage, error), freeze func(api.FreezeRequest) error, log zerolog.Logger) (*http.Server, error) {
-	sock := filepath.Join(dir, api.SocketFile)
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket: %w", err)
-	}
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", sock)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	sv := &api.Server{
-		Store: store, Dir: dir, Now: time.Now, Stop: stop, Amend: amend, Freeze: freeze,
-		Controller: func() api.Controller {
-			cp, _ := store.Campaign()
-			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
-		},
-	}
-	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("api server")
-		}
-	}()
-	return srv, nil
-}
 
 // serveMetrics starts the opt-in Prometheus outputs: a loopback listener
 // and a textfile rewritten every heartbeat interval (and once at the end).
