@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -247,7 +245,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	defer srv.Close()
 
-	stopMetrics, err := serveMetrics(ctx, opts.metrics, store, log)
+	stopMetrics, err := metrics.Serve(ctx, metrics.Outputs{Addr: opts.metrics.addr, Textfile: opts.metrics.textfile}, store, log)
 	if err != nil {
 		return err
 	}
@@ -299,62 +297,3 @@ func isTerminal(f *os.File) bool {
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id.
 const bootIDFileEnv = launch.BootIDFileEnv
-
-// serveMetrics starts the opt-in Prometheus outputs: a loopback listener
-// and a textfile rewritten every heartbeat interval (and once at the end).
-// The returned function stops both and waits for them.
-func serveMetrics(ctx context.Context, mo metricsOptions, store *state.Store, log zerolog.Logger) (func(), error) {
-	if mo.addr == "" && mo.textfile == "" {
-		return func() {}, nil
-	}
-	reg := metrics.Registry(store, time.Now)
-	var wg sync.WaitGroup
-	var srv *http.Server
-	if mo.addr != "" {
-		if err := metrics.CheckLoopback(mo.addr); err != nil {
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", mo.addr)
-		if err != nil {
-			return nil, fmt.Errorf("metrics listener: %w", err)
-		}
-		srv = &http.Server{Handler: metrics.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error().Err(err).Msg("metrics server")
-			}
-		}()
-		log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics")
-	}
-	tctx, cancel := context.WithCancel(ctx)
-	if mo.textfile != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(api.HeartbeatInterval)
-			defer t.Stop()
-			for {
-				if err := metrics.WriteTextfile(mo.textfile, reg); err != nil {
-					log.Warn().Err(err).Str("file", mo.textfile).Msg("metrics textfile")
-				}
-				select {
-				case <-t.C:
-				case <-tctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	return func() {
-		cancel()
-		if srv != nil {
-			srv.Close()
-		}
-		wg.Wait()
-		if mo.textfile != "" {
-			_ = metrics.WriteTextfile(mo.textfile, reg) // the final state
-		}
-	}, nil
-}
