@@ -19,7 +19,6 @@ import (
 	"warden/pkg/campaigndir"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
-	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -212,7 +211,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
-		if done, msg := finished(abs); done {
+		if done, msg := campaigndir.Finished(abs); done {
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "resume", Dir: abs, Note: msg})
 			}
@@ -312,78 +311,28 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	}
 }
 
-// finished says whether the campaign in dir is complete, with a line
-// that says so: resume then starts nothing.
-func finished(dir string) (bool, string) {
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
-	if err != nil {
-		return false, ""
-	}
-	defer st.Close()
-	cp, err := st.Campaign()
-	if err != nil || (cp.State != state.CampaignComplete && cp.State != state.CampaignFrozen) {
-		return false, ""
-	}
-	if cp.State == state.CampaignFrozen {
-		return true, fmt.Sprintf("campaign %s in %s is frozen; nothing to resume", cp.ID, dir)
-	}
-	sum, err := st.Summary()
-	if err != nil {
-		return true, fmt.Sprintf("campaign %s in %s is complete; nothing to resume", cp.ID, dir)
-	}
-	return true, fmt.Sprintf("campaign %s in %s is complete (%d runs); nothing to resume", cp.ID, dir, sum.RunsTotal)
-}
-
 // exitDied is controller stop's exit status when the controller is not
 // alive while the campaign is unfinished: it died (before or during the
 // stop) and may have left processes; resume reclaims them.
 const exitDied = 4
 
 // afterStop reports what the records say once no controller holds the
-// campaign: stopped and resumable with nothing left live, finished, or a
-// controller that died and left attempts live (exit 4, never a success).
-// pid is the controller that was asked to stop (0: none was running).
+// campaign (campaigndir.AfterStop): a controller that died and left the
+// campaign unfinished exits 4, never a success. pid is the controller that
+// was asked to stop (0: none was running).
 func afterStop(cmd *cobra.Command, dir string, pid int, human bool) error {
-	say := func(note string) error {
-		if human {
-			fmt.Fprintln(cmd.OutOrStdout(), note)
-			return nil
-		}
-		return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "stop", Dir: dir, PID: pid, Note: note})
-	}
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
-	if err != nil {
-		return &exitError{1, fmt.Errorf("read the campaign in %s: %w", dir, err)}
-	}
-	defer st.Close()
-	cp, err := st.Campaign()
-	if err != nil {
-		return &exitError{1, err}
-	}
-	live, err := st.LiveAttempts()
-	if err != nil {
-		return &exitError{1, err}
-	}
-	who := "the controller"
-	if pid != 0 {
-		who = fmt.Sprintf("controller pid %d", pid)
-	}
+	note, err := campaigndir.AfterStop(dir, pid)
+	var died *campaigndir.DiedError
 	switch {
-	case cp.State == state.CampaignComplete:
-		return say(fmt.Sprintf("no controller runs in %s; the campaign is complete", dir))
-	case len(live) > 0:
-		runs := make([]string, len(live))
-		for i, a := range live {
-			runs[i] = fmt.Sprintf("%s attempt %d (%s)", a.RunID, a.N, a.State)
-		}
-		return &exitError{exitDied, fmt.Errorf("%s is not alive, but it left %d attempt(s) live: %s; their processes may still hold GPUs. Resume reclaims them: controller resume -d %s",
-			who, len(live), strings.Join(runs, ", "), dir)}
-	case cp.State == state.CampaignRunning:
-		return &exitError{exitDied, fmt.Errorf("%s is not alive and the campaign is unfinished (it died); resume continues it: controller resume -d %s", who, dir)}
-	case pid == 0:
-		return say(fmt.Sprintf("no controller runs in %s; the campaign is stopped (%s); resume with: controller resume -d %s", dir, cp.StopReason, dir))
+	case errors.As(err, &died):
+		return &exitError{exitDied, err}
+	case err != nil:
+		return &exitError{1, err}
+	case human:
+		fmt.Fprintln(cmd.OutOrStdout(), note)
+		return nil
 	}
-	return say(fmt.Sprintf("controller exited; the campaign is stopped (%s) and resumable: controller resume -d %s", cp.StopReason, dir))
+	return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "stop", Dir: dir, PID: pid, Note: note})
 }
 
 func newStopCmd() *cobra.Command {
