@@ -113,7 +113,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer store.Close()
 	// an amendment recorded by a controller amend that died before it
 	// installed it: install it now
-	if installed, err := amend.Finish(campaignOf(dir, set, store), plan); err != nil {
+	if installed, err := amend.Finish(campaigndir.Amendable(dir, set, store), plan); err != nil {
 		return err
 	} else if installed {
 		if set, err = campaigndir.ReadSettings(dir); err != nil {
@@ -209,8 +209,8 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 
-	amend := func(req api.AmendRequest) (json.RawMessage, error) {
-		res, plan, err := amend.Amend(campaignOf(dir, set, store), amend.Request(req))
+	onAmend := func(req api.AmendRequest) (json.RawMessage, error) {
+		res, plan, err := amend.Amend(campaigndir.Amendable(dir, set, store), amend.Request(req))
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +219,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 		return json.Marshal(res)
 	}
-	freeze := func(req api.FreezeRequest) error {
+	onFreeze := func(req api.FreezeRequest) error {
 		if req.ID == "" || req.Reason == "" {
 			return errors.New("freeze: --id and --reason are required")
 		}
@@ -228,12 +228,11 @@ func runDaemon(opts daemonOptions) (err error) {
 			return err
 		}
 		log.Info().Str("amendment", req.ID).Msg("freeze requested: ending in-flight runs")
-		rn.Freeze(state.Amendment{ID: req.ID, Date: time.Now().UTC().Format("2006-01-02"), Title: req.Reason, Text: req.Reason,
-			OperatorUID: req.UID, OldSHA256: cp.ProtocolSHA256, ProtocolSHA256: cp.ProtocolSHA256})
+		rn.Freeze(amend.FreezeAmendment(req.ID, req.Reason, req.UID, cp.ProtocolSHA256, time.Now()))
 		return nil
 	}
 	sv := &api.Server{
-		Store: store, Dir: dir, Now: time.Now, Stop: rn.Stop, Amend: amend, Freeze: freeze,
+		Store: store, Dir: dir, Now: time.Now, Stop: rn.Stop, Amend: onAmend, Freeze: onFreeze,
 		Controller: func() api.Controller {
 			cp, _ := store.Campaign()
 			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
