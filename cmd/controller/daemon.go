@@ -21,9 +21,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
 	"warden/pkg/launch"
-	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
-	"warden/pkg/provenance"
 	"warden/pkg/runner"
 	"warden/pkg/state"
 )
@@ -65,21 +63,8 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
-		return fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
-	}
-	// Campaigns made before the directory was owner-only become so.
-	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
-			return fmt.Errorf("make %s owner-only: %w", dir, err)
-		}
-	}
-	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
+	lock, err := campaigndir.Lock(dir)
 	if err != nil {
-		var he *lockfile.HeldError
-		if errors.As(err, &he) {
-			return fmt.Errorf("refused: controller pid %d already runs campaign %s", he.PID, dir)
-		}
 		return err
 	}
 	defer lock.Release()
@@ -95,37 +80,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log := zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger()
 
-	set, err := campaigndir.ReadSettings(dir)
+	c, err := campaigndir.Open(dir, opts.backend)
 	if err != nil {
 		return err
 	}
-	if opts.backend != "" && opts.backend != set.GPUBackend {
-		return fmt.Errorf("campaign uses GPU backend %q; --gpu-backend %s cannot change it", set.GPUBackend, opts.backend)
-	}
-	plan, err := api.ReadPlan(dir)
-	if err != nil {
-		return fmt.Errorf("read plan: %w", err)
-	}
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	// an amendment recorded by a controller amend that died before it
-	// installed it: install it now
-	if installed, err := amend.Finish(campaigndir.Amendable(dir, set, store), plan); err != nil {
-		return err
-	} else if installed {
-		if set, err = campaigndir.ReadSettings(dir); err != nil {
-			return err
-		}
-		if plan, err = api.ReadPlan(dir); err != nil {
-			return fmt.Errorf("read plan: %w", err)
-		}
-	}
-	if err := provenance.Verify(dir); err != nil {
-		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", provenance.MissingHint(dir, err), err)
-	}
+	defer c.Store.Close()
+	set, plan, store := c.Settings, c.Plan, c.Store
 
 	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
 	if err != nil {
