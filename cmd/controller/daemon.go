@@ -153,20 +153,8 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
-	bootID, _ := boot.Read()
-	err = store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.ControllerPID = os.Getpid()
-		cp.ControllerBootID = bootID
-		cp.Heartbeat = time.Now()
-		return nil
-	})
-	if err != nil {
+	if err := rn.Claim(os.Getpid()); err != nil {
 		return err
-	}
-	if camp.State == state.CampaignStopped {
-		if err := store.SetCampaignState(state.CampaignRunning, "resume", "resumed by an operator after review", nil); err != nil {
-			return err
-		}
 	}
 
 	onAmend := func(req api.AmendRequest) (json.RawMessage, error) {
