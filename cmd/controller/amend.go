@@ -215,10 +215,8 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 				if err != nil {
 					return &exitError{1, fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
 				}
-				for deadline := time.Now().Add(timeout); lockfile.Held(lock); time.Sleep(100 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
-					}
+				if !lockfile.Wait(lock, timeout, 0, nil) {
+					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
 				}
 				fr, err = amend.ReadFrozen(abs, id)
 			} else {

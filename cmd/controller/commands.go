@@ -383,23 +383,16 @@ left live (it died, before or during the stop): resume reclaims them.`,
 			if human {
 				fmt.Fprintf(out, "stopping controller pid %d", pid)
 			}
-			deadline := time.Now().Add(timeout)
-			last := time.Now()
-			for lockfile.Held(lock) {
-				if time.Now().After(deadline) {
-					if human {
-						fmt.Fprintln(out)
-					}
-					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
-				}
-				if human && time.Since(last) > 5*time.Second {
-					fmt.Fprint(out, ".")
-					last = time.Now()
-				}
-				time.Sleep(100 * time.Millisecond)
+			var dot func()
+			if human {
+				dot = func() { fmt.Fprint(out, ".") }
 			}
+			exited := lockfile.Wait(lock, timeout, 5*time.Second, dot)
 			if human {
 				fmt.Fprintln(out)
+			}
+			if !exited {
+				return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
 			}
 			return afterStop(cmd, abs, pid, human)
 		},
