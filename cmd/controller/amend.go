@@ -13,10 +13,7 @@ import (
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
-	"warden/pkg/launch"
 	"warden/pkg/lockfile"
-	"warden/pkg/provenance"
-	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -27,6 +24,16 @@ import (
 // takes an amendment at its next scheduling decision) or directly on a
 // stopped one; readjudicate on a stopped one. The amendment is recorded in
 // the state database, its commit point, and under provenance/amendments/ID.
+
+// refusal is the exit error for err: 2 (usage) for a directory that is
+// no campaign directory, 1 otherwise.
+func refusal(err error) error {
+	var se *campaigndir.SettingsError
+	if errors.As(err, &se) {
+		return &exitError{2, err}
+	}
+	return &exitError{1, err}
+}
 
 // noController refuses while a controller holds the campaign.
 func noController(dir string) error {
@@ -80,23 +87,12 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 				if err != nil {
 					return &exitError{1, err}
 				}
-			} else {
-				set, err := campaigndir.ReadSettings(abs)
-				if err != nil {
+			} else if res, err = campaigndir.Amend(abs, req); err != nil {
+				var ps *protocols.Problems
+				if errors.As(err, &ps) {
 					return &exitError{2, err}
 				}
-				store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
-				if err != nil {
-					return &exitError{1, err}
-				}
-				defer store.Close()
-				if res, _, err = amend.Amend(campaigndir.Amendable(abs, set, store), req); err != nil {
-					var ps *protocols.Problems
-					if errors.As(err, &ps) {
-						return &exitError{2, err}
-					}
-					return &exitError{1, err}
-				}
+				return refusal(err)
 			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), res)
@@ -142,31 +138,9 @@ Exit status: 0 done; 1 refused; 2 usage.`,
 			if err := noController(abs); err != nil {
 				return err
 			}
-			plan, err := api.ReadPlan(abs)
+			changes, err := campaigndir.Readjudicate(abs, amendment, runs)
 			if err != nil {
-				return &exitError{1, err}
-			}
-			store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
-			if err != nil {
-				return &exitError{1, err}
-			}
-			defer store.Close()
-			if err := amend.CheckRecorded(store, amendment); err != nil {
-				return &exitError{1, err}
-			}
-			set, err := campaigndir.ReadSettings(abs)
-			if err != nil {
-				return &exitError{2, err}
-			}
-			reaper := launch.NewReaper()
-			if err := reaper.Start(context.Background()); err != nil {
-				return &exitError{1, err}
-			}
-			defer reaper.Close()
-			outDir := filepath.Join(abs, provenance.SubDir, "amendments", amendment, "readjudicated")
-			changes, err := amend.Readjudicate(campaigndir.Amendable(abs, set, store), plan, amendment, runs, &launch.Launcher{Reaper: reaper}, outDir)
-			if err != nil {
-				return &exitError{1, err}
+				return refusal(err)
 			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{"schema": amend.Schema, "amendment": amendment, "readjudicated": changes})

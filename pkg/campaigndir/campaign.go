@@ -54,17 +54,27 @@ type StartOptions struct {
 	AllowOverBudget bool
 }
 
+// ReadSettings reads the settings of the campaign in dir; a directory
+// without them, or with settings that do not decode, is refused with a
+// *SettingsError.
 func ReadSettings(dir string) (Settings, error) {
 	var s Settings
 	b, err := os.ReadFile(filepath.Join(dir, SettingsFile))
 	if err != nil {
-		return s, fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)
+		return s, &SettingsError{fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)}
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("read %s: %w", filepath.Join(dir, SettingsFile), err)
+		return s, &SettingsError{fmt.Errorf("read %s: %w", filepath.Join(dir, SettingsFile), err)}
 	}
 	return s, nil
 }
+
+// SettingsError says that a directory is no campaign directory, or one
+// whose settings are broken: the commands' usage error, not a refusal.
+type SettingsError struct{ Err error }
+
+func (e *SettingsError) Error() string { return e.Err.Error() }
+func (e *SettingsError) Unwrap() error { return e.Err }
 
 // runLedger runs the ledger commands through a launcher of their own: the
 // starting command has no other children to reap.
