@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
 	"warden/protocols"
@@ -285,30 +283,20 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	// The daemon outlives this command by design: it is released, not waited for.
 	d.Process.Release()
 
-	// The daemon writes one message and closes its end (or dies): read to
-	// the end, as an error may span lines (a refusal lists each file).
-	line := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		line <- strings.TrimSpace(string(b))
-	}()
-	select {
-	case msg := <-line:
-		switch {
-		case strings.HasPrefix(msg, "ok "):
-			reported, err := strconv.Atoi(strings.TrimPrefix(msg, "ok "))
-			if err != nil {
-				reported = pid
-			}
-			return reported, nil
-		case strings.HasPrefix(msg, "error: "):
-			return 0, &exitError{1, errors.New(strings.TrimPrefix(msg, "error: "))}
-		default:
-			return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
-		}
-	case <-time.After(2 * time.Minute):
+	// The daemon reports once and closes its end, or dies.
+	reported, err := launch.AwaitReady(r, 2*time.Minute)
+	var nr *launch.NotReadyError
+	switch {
+	case errors.As(err, &nr):
+		return 0, &exitError{1, errors.New(nr.Reason)}
+	case errors.Is(err, launch.ErrReadyTimeout):
 		return 0, &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, filepath.Join(dir, api.LogFile))}
+	case err != nil:
+		return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
+	case reported == 0:
+		return pid, nil
 	}
+	return reported, nil
 }
 
 // exitDied is controller stop's exit status when the controller is not

@@ -40,18 +40,10 @@ type daemonOptions struct {
 // and executes runs until the campaign completes, stops, or the controller
 // is asked to stop.
 func runDaemon(opts daemonOptions) (err error) {
-	ready := func(msg string) {
-		if opts.readyFD < 0 {
-			return
-		}
-		f := os.NewFile(uintptr(opts.readyFD), "ready")
-		fmt.Fprintln(f, msg)
-		f.Close()
-		opts.readyFD = -1
-	}
+	ready := launch.NewReady(opts.readyFD)
 	defer func() {
 		if err != nil {
-			ready("error: " + err.Error())
+			ready.Fail(err)
 		}
 	}()
 
@@ -111,7 +103,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
 		// a finished campaign: nothing to reconcile or run
 		log.Info().Msg("campaign complete; nothing to resume")
-		ready(fmt.Sprintf("ok %d", os.Getpid()))
+		ready.OK(os.Getpid())
 		return nil
 	}
 	var cg *launch.Manager
@@ -215,7 +207,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer sigWG.Wait()
 	defer cancel()
 
-	ready(fmt.Sprintf("ok %d", os.Getpid()))
+	ready.OK(os.Getpid())
 	err = rn.Run(ctx)
 	if cg != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
