@@ -262,11 +262,11 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	}
 	defer logf.Close()
 	args := []string{"daemon", "-d", dir, "--ready-fd", "3"}
-	if mo.addr != "" {
-		args = append(args, "--metrics", mo.addr)
+	if mo.Addr != "" {
+		args = append(args, "--metrics", mo.Addr)
 	}
-	if mo.textfile != "" {
-		args = append(args, "--metrics-textfile", mo.textfile)
+	if mo.Textfile != "" {
+		args = append(args, "--metrics-textfile", mo.Textfile)
 	}
 	d := exec.Command(self, args...)
 	d.Stdin = nil // /dev/null
@@ -391,20 +391,18 @@ left live (it died, before or during the stop): resume reclaims them.`,
 	return cmd
 }
 
-// metricsOptions are the opt-in Prometheus outputs of a controller.
-type metricsOptions struct {
-	addr     string // loopback listener, "" for none
-	textfile string // node_exporter textfile, "" for none
-}
+// metricsOptions are the opt-in Prometheus outputs of a controller, as
+// its flags give them.
+type metricsOptions struct{ metrics.Outputs }
 
 func (mo *metricsOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&mo.addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path")
-	cmd.Flags().StringVar(&mo.textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom)")
+	cmd.Flags().StringVar(&mo.Addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path")
+	cmd.Flags().StringVar(&mo.Textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom)")
 }
 
 func (mo metricsOptions) check() error {
-	if mo.addr != "" {
-		if err := metrics.CheckLoopback(mo.addr); err != nil {
+	if mo.Addr != "" {
+		if err := metrics.CheckLoopback(mo.Addr); err != nil {
 			return &exitError{2, err}
 		}
 	}

@@ -184,7 +184,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	defer srv.Close()
 
-	stopMetrics, err := metrics.Serve(ctx, metrics.Outputs{Addr: opts.metrics.addr, Textfile: opts.metrics.textfile}, store, log)
+	stopMetrics, err := metrics.Serve(ctx, opts.metrics.Outputs, store, log)
 	if err != nil {
 		return err
 	}
