@@ -77,7 +77,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if err != nil {
 				return err
 			}
-			resolved, note, err := resolveBackend(backend)
+			resolved, note, err := campaigndir.ResolveBackend(backend)
 			if err != nil {
 				return &exitError{2, err}
 			}
@@ -115,33 +115,6 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 	cmd.Flags().StringVar(&cgroups, "cgroups", "auto", "auto: a cgroup per process where cgroup v2 is writable; off: process groups and sessions only")
 	cmd.RegisterFlagCompletionFunc("cgroups", cobra.FixedCompletions([]string{"auto", "off"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
-}
-
-// resolveBackend turns "auto" into the backend this host has.
-func resolveBackend(backend string) (string, string, error) {
-	switch backend {
-	case "fake":
-		return "fake", "fake (file-backed GPUs in the campaign directory)", nil
-	case "nvml":
-		g, _, err := openGPUs("nvml", "")
-		if err != nil {
-			return "", "", err
-		}
-		if c, ok := g.(interface{ Close() error }); ok {
-			c.Close()
-		}
-		return "nvml", "NVML", nil
-	case "auto":
-		if g, _, err := openGPUs("nvml", ""); err == nil {
-			if c, ok := g.(interface{ Close() error }); ok {
-				c.Close()
-			}
-			return "nvml", "NVML (auto)", nil
-		} else {
-			return "fake", fmt.Sprintf("fake (auto: NVML unavailable: %v)", err), nil
-		}
-	}
-	return "", "", fmt.Errorf("unknown --gpu-backend %q (auto, nvml or fake)", backend)
 }
 
 // launchController runs the controller in this process (foreground) or

@@ -79,7 +79,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer c.Store.Close()
 	set, plan, store := c.Settings, c.Plan, c.Store
 
-	gpus, gpuDesc, err := openGPUs(set.GPUBackend, set.FakeGPUDir)
+	gpus, gpuDesc, err := set.OpenGPUs()
 	if err != nil {
 		return err
 	}

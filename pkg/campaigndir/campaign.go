@@ -2,7 +2,10 @@
 // the settings resume reuses (controller.json), the creation of the
 // directory with its plan, provenance, ledger and state database (nothing
 // is left behind when it fails), and the proof that a state database
-// belongs to its directory.
+// belongs to its directory. It also opens a campaign for what is done to
+// it: its controller takes it (Lock, Open) and the GPU backend its
+// settings name; amend and readjudicate work on it while no controller
+// runs; stop and resume read what its records say once none does.
 package campaigndir
 
 import (
