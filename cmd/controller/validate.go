@@ -16,10 +16,6 @@ import (
 	"warden/pkg/validate"
 )
 
-// EnvSignalsFile names the file of the attempt's recorded signals that the
-// controller hands to validators.
-const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
-
 const validateExit = `
 Output: a summary line (unless -o json), then, as the LAST line, one JSON
 object: {"verdict":"pass"|"fail"|"error","detail":"...","figures":{...}}
@@ -109,7 +105,7 @@ with --dir.` + validateExit,
 	f.StringVar(&stream, "stream", "", "the Layer-1 JSONL stream")
 	f.StringVar(&dir, "dir", "", "a directory holding exactly one Layer-1 stream (*.jsonl)")
 	f.StringVar(&sidecar, "sidecar", "", "the sidecar (default <stream>.footer.json)")
-	f.StringVar(&signals, "signals", os.Getenv(EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+EnvSignalsFile+")")
+	f.StringVar(&signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+runner.EnvSignalsFile+")")
 	f.Float64Var(&tolMS, "tolerance-ms", 100, "timestamp/scheduling tolerance beyond the flush interval, reported apart")
 	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured flush interval the sidecar must declare (0: accept the sidecar's)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
