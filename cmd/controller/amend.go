@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,13 +12,8 @@ import (
 
 	"warden/pkg/amend"
 	"warden/pkg/api"
-	"warden/pkg/atomicfile"
 	"warden/pkg/campaigndir"
-	"warden/pkg/failpoint"
-	"warden/pkg/launch"
 	"warden/pkg/lockfile"
-	"warden/pkg/provenance"
-	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -31,15 +25,17 @@ import (
 // stopped one; readjudicate on a stopped one. The amendment is recorded in
 // the state database, its commit point, and under provenance/amendments/ID.
 
-// campaignOf is the campaign an amendment applies to; controller.json
-// follows an installed amendment.
-func campaignOf(dir string, set campaigndir.Settings, store *state.Store) amend.Campaign {
-	return amend.Campaign{Dir: dir, Workdir: set.Workdir, Store: store, SaveSettings: func(path, sha string) error {
-		set.ProtocolPath, set.ProtocolSHA256 = path, sha
-		return atomicfile.WriteJSON(filepath.Join(dir, campaigndir.SettingsFile), set, 0o644)
-	}}
+// refusal is the exit error for err: 2 (usage) for a directory that is
+// no campaign directory, 1 otherwise.
+func refusal(err error) error {
+	var se *campaigndir.SettingsError
+	if errors.As(err, &se) {
+		return &exitError{2, err}
+	}
+	return &exitError{1, err}
 }
 
+// noController refuses while a controller holds the campaign.
 func noController(dir string) error {
 	if lockfile.Held(filepath.Join(dir, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("controller pid %d runs campaign %s: stop it first (controller stop -d %s), then amend and resume",
@@ -91,25 +87,18 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 				if err != nil {
 					return &exitError{1, err}
 				}
-			} else {
-				set, err := campaigndir.ReadSettings(abs)
-				if err != nil {
+			} else if res, err = campaigndir.Amend(abs, req); err != nil {
+				var ps *protocols.Problems
+				if errors.As(err, &ps) {
 					return &exitError{2, err}
 				}
-				store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
-				if err != nil {
-					return &exitError{1, err}
-				}
-				defer store.Close()
-				if res, _, err = amend.Amend(campaignOf(abs, set, store), req); err != nil {
-					var ps *protocols.Problems
-					if errors.As(err, &ps) {
-						return &exitError{2, err}
-					}
-					return &exitError{1, err}
-				}
+				return refusal(err)
 			}
-			return writeAmendOutput(cmd.OutOrStdout(), output, res)
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), res)
+			}
+			res.WriteText(cmd.OutOrStdout())
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
@@ -120,41 +109,6 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 	cmd.Flags().BoolVar(&readjudicate, "readjudicate", false, "the amendment re-adjudicates runs that already have a result")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
-}
-
-func writeAmendOutput(w io.Writer, output string, res amend.Result) error {
-	if output == "json" {
-		return writeJSON(w, res)
-	}
-	d, id, status := res.Diff, res.Amendment, res.Status
-	fmt.Fprintf(w, "amendment %s: protocol %s -> %s\n", id, short(d.Before), short(d.After))
-	for _, c := range d.Changed {
-		for _, f := range c.Fields {
-			fmt.Fprintf(w, "  run %-40s %-20s %s -> %s\n", c.Run, f.Field, f.Old, f.New)
-		}
-	}
-	for _, f := range append(append([]amend.FieldDiff{}, d.Fields...), d.Totals...) {
-		fmt.Fprintf(w, "  %-46s %s -> %s\n", f.Field, clip(string(f.Old)), clip(string(f.New)))
-	}
-	if len(d.Changed)+len(d.Fields)+len(d.Totals) == 0 {
-		fmt.Fprintln(w, "  no change to the plan")
-	}
-	fmt.Fprintln(w, status)
-	return nil
-}
-
-func short(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
-}
-
-func clip(s string) string {
-	if len(s) > 70 {
-		return s[:67] + "..."
-	}
-	return s
 }
 
 func newReadjudicateCmd() *cobra.Command {
@@ -184,49 +138,14 @@ Exit status: 0 done; 1 refused; 2 usage.`,
 			if err := noController(abs); err != nil {
 				return err
 			}
-			plan, err := api.ReadPlan(abs)
+			changes, err := campaigndir.Readjudicate(abs, amendment, runs)
 			if err != nil {
-				return &exitError{1, err}
-			}
-			store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
-			if err != nil {
-				return &exitError{1, err}
-			}
-			defer store.Close()
-			as, err := store.Amendments()
-			if err != nil {
-				return &exitError{1, err}
-			}
-			found := false
-			for _, a := range as {
-				found = found || (a.ID == amendment && (a.Kind == "amend" || a.Kind == ""))
-			}
-			if !found {
-				return &exitError{1, fmt.Errorf("readjudicate: no amendment %s of the protocol is recorded", amendment)}
-			}
-			set, err := campaigndir.ReadSettings(abs)
-			if err != nil {
-				return &exitError{2, err}
-			}
-			reaper := launch.NewReaper()
-			if err := reaper.Start(context.Background()); err != nil {
-				return &exitError{1, err}
-			}
-			defer reaper.Close()
-			outDir := filepath.Join(abs, provenance.SubDir, "amendments", amendment, "readjudicated")
-			changes, err := amend.Readjudicate(campaignOf(abs, set, store), plan, amendment, runs, &launch.Launcher{Reaper: reaper}, outDir)
-			if err != nil {
-				return &exitError{1, err}
+				return refusal(err)
 			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{"schema": amend.Schema, "amendment": amendment, "readjudicated": changes})
 			}
-			for _, c := range changes {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s attempt %d: %s %s -> %s (%s)\n", c.Run, c.Attempt, c.Old, c.OldReason, c.New, c.Detail)
-			}
-			if len(changes) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no recorded verdict changes under amendment", amendment)
-			}
+			amend.WriteReadjudicated(cmd.OutOrStdout(), amendment, changes)
 			return nil
 		},
 	}
@@ -234,37 +153,6 @@ Exit status: 0 done; 1 refused; 2 usage.`,
 	cmd.Flags().StringVar(&amendment, "amendment", "", "the amendment whose rules apply")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
-}
-
-// reportFreeze prints the outcome of a freeze a controller carried out.
-func reportFreeze(w io.Writer, dir, id, output string) error {
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
-	if err != nil {
-		return &exitError{1, err}
-	}
-	defer st.Close()
-	cp, err := st.Campaign()
-	if err != nil {
-		return &exitError{1, err}
-	}
-	if cp.State != state.CampaignFrozen {
-		return &exitError{1, fmt.Errorf("the controller exited without freezing the campaign (it is %s); see %s", cp.State, filepath.Join(dir, api.LogFile))}
-	}
-	runs, err := st.Runs()
-	if err != nil {
-		return &exitError{1, err}
-	}
-	var notRun []string
-	for _, r := range runs {
-		if r.NotRun == id {
-			notRun = append(notRun, r.ID)
-		}
-	}
-	if output == "json" {
-		return writeJSON(w, map[string]any{"schema": amend.Schema, "amendment": id, "state": "frozen", "not_run": notRun})
-	}
-	fmt.Fprintf(w, "campaign frozen by %s; %d runs not run: %v\n", id, len(notRun), notRun)
-	return nil
 }
 
 func newFreezeCmd() *cobra.Command {
@@ -290,42 +178,31 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 			if err != nil {
 				return err
 			}
+			var fr amend.Frozen
 			lock := filepath.Join(abs, api.LockFile)
 			if lockfile.Held(lock) {
 				// the running controller ends its runs, then freezes
 				pid := lockfile.Owner(lock)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := api.NewClient(abs, 10*time.Second).Freeze(ctx, api.FreezeRequest{ID: id, Reason: reason, UID: os.Getuid()})
+				err = api.NewClient(abs, 10*time.Second).Freeze(ctx, api.FreezeRequest{ID: id, Reason: reason, UID: os.Getuid()})
 				cancel()
 				if err != nil {
 					return &exitError{1, fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
 				}
-				for deadline := time.Now().Add(timeout); lockfile.Held(lock); time.Sleep(100 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
-					}
+				if !lockfile.Wait(lock, timeout, 0, nil) {
+					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
 				}
-				return reportFreeze(cmd.OutOrStdout(), abs, id, output)
+				fr, err = amend.ReadFrozen(abs, id)
+			} else {
+				fr, err = amend.Freeze(abs, id, reason, os.Getuid(), time.Now())
 			}
-			store, err := state.Open(filepath.Join(abs, api.StateFile), state.Options{Timeout: 2 * time.Second})
 			if err != nil {
 				return &exitError{1, err}
 			}
-			defer store.Close()
-			cp, err := store.Campaign()
-			if err != nil {
-				return &exitError{1, err}
-			}
-			notRun, err := store.Freeze(state.Amendment{ID: id, Date: time.Now().UTC().Format("2006-01-02"), Title: reason, Text: reason,
-				OperatorUID: os.Getuid(), OldSHA256: cp.ProtocolSHA256, ProtocolSHA256: cp.ProtocolSHA256})
-			if err != nil {
-				return &exitError{1, fmt.Errorf("freeze %s: %w", abs, err)}
-			}
-			failpoint.Hit("freeze-recorded")
 			if output == "json" {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"schema": amend.Schema, "amendment": id, "state": "frozen", "not_run": notRun})
+				return writeJSON(cmd.OutOrStdout(), fr)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "campaign frozen by %s; %d runs not run: %v\n", id, len(notRun), notRun)
+			fr.WriteText(cmd.OutOrStdout())
 			return nil
 		},
 	}

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,9 +14,9 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
-	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -81,7 +78,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if err != nil {
 				return err
 			}
-			resolved, note, err := resolveBackend(backend)
+			resolved, note, err := campaigndir.ResolveBackend(backend)
 			if err != nil {
 				return &exitError{2, err}
 			}
@@ -123,33 +120,6 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 	cmd.Flags().StringVar(&cgroups, "cgroups", "auto", "auto: a cgroup per process where cgroup v2 is writable; off: process groups and sessions only")
 	cmd.RegisterFlagCompletionFunc("cgroups", cobra.FixedCompletions([]string{"auto", "off"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
-}
-
-// resolveBackend turns "auto" into the backend this host has.
-func resolveBackend(backend string) (string, string, error) {
-	switch backend {
-	case "fake":
-		return "fake", "fake (file-backed GPUs in the campaign directory)", nil
-	case "nvml":
-		g, _, err := openGPUs("nvml", "")
-		if err != nil {
-			return "", "", err
-		}
-		if c, ok := g.(interface{ Close() error }); ok {
-			c.Close()
-		}
-		return "nvml", "NVML", nil
-	case "auto":
-		if g, _, err := openGPUs("nvml", ""); err == nil {
-			if c, ok := g.(interface{ Close() error }); ok {
-				c.Close()
-			}
-			return "nvml", "NVML (auto)", nil
-		} else {
-			return "fake", fmt.Sprintf("fake (auto: NVML unavailable: %v)", err), nil
-		}
-	}
-	return "", "", fmt.Errorf("unknown --gpu-backend %q (auto, nvml or fake)", backend)
 }
 
 // launchController runs the controller in this process (foreground) or
@@ -217,7 +187,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
-		if done, msg := finished(abs); done {
+		if done, msg := campaigndir.Finished(abs); done {
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "resume", Dir: abs, Note: msg})
 			}
@@ -270,11 +240,11 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	}
 	defer logf.Close()
 	args := []string{"daemon", "-d", dir, "--ready-fd", "3"}
-	if mo.addr != "" {
-		args = append(args, "--metrics", mo.addr)
+	if mo.Addr != "" {
+		args = append(args, "--metrics", mo.Addr)
 	}
-	if mo.textfile != "" {
-		args = append(args, "--metrics-textfile", mo.textfile)
+	if mo.Textfile != "" {
+		args = append(args, "--metrics-textfile", mo.Textfile)
 	}
 	d := exec.Command(self, args...)
 	d.Stdin = nil // /dev/null
@@ -291,52 +261,20 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	// The daemon outlives this command by design: it is released, not waited for.
 	d.Process.Release()
 
-	// The daemon writes one message and closes its end (or dies): read to
-	// the end, as an error may span lines (a refusal lists each file).
-	line := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		line <- strings.TrimSpace(string(b))
-	}()
-	select {
-	case msg := <-line:
-		switch {
-		case strings.HasPrefix(msg, "ok "):
-			reported, err := strconv.Atoi(strings.TrimPrefix(msg, "ok "))
-			if err != nil {
-				reported = pid
-			}
-			return reported, nil
-		case strings.HasPrefix(msg, "error: "):
-			return 0, &exitError{1, errors.New(strings.TrimPrefix(msg, "error: "))}
-		default:
-			return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
-		}
-	case <-time.After(2 * time.Minute):
+	// The daemon reports once and closes its end, or dies.
+	reported, err := launch.AwaitReady(r, 2*time.Minute)
+	var nr *launch.NotReadyError
+	switch {
+	case errors.As(err, &nr):
+		return 0, &exitError{1, errors.New(nr.Reason)}
+	case errors.Is(err, launch.ErrReadyTimeout):
 		return 0, &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, filepath.Join(dir, api.LogFile))}
+	case err != nil:
+		return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
+	case reported == 0:
+		return pid, nil
 	}
-}
-
-// finished says whether the campaign in dir is complete, with a line
-// that says so: resume then starts nothing.
-func finished(dir string) (bool, string) {
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
-	if err != nil {
-		return false, ""
-	}
-	defer st.Close()
-	cp, err := st.Campaign()
-	if err != nil || (cp.State != state.CampaignComplete && cp.State != state.CampaignFrozen) {
-		return false, ""
-	}
-	if cp.State == state.CampaignFrozen {
-		return true, fmt.Sprintf("campaign %s in %s is frozen; nothing to resume", cp.ID, dir)
-	}
-	sum, err := st.Summary()
-	if err != nil {
-		return true, fmt.Sprintf("campaign %s in %s is complete; nothing to resume", cp.ID, dir)
-	}
-	return true, fmt.Sprintf("campaign %s in %s is complete (%d runs); nothing to resume", cp.ID, dir, sum.RunsTotal)
+	return reported, nil
 }
 
 // exitDied is controller stop's exit status when the controller is not
@@ -345,50 +283,22 @@ func finished(dir string) (bool, string) {
 const exitDied = 4
 
 // afterStop reports what the records say once no controller holds the
-// campaign: stopped and resumable with nothing left live, finished, or a
-// controller that died and left attempts live (exit 4, never a success).
-// pid is the controller that was asked to stop (0: none was running).
+// campaign (campaigndir.AfterStop): a controller that died and left the
+// campaign unfinished exits 4, never a success. pid is the controller that
+// was asked to stop (0: none was running).
 func afterStop(cmd *cobra.Command, dir string, pid int, human bool) error {
-	say := func(note string) error {
-		if human {
-			fmt.Fprintln(cmd.OutOrStdout(), note)
-			return nil
-		}
-		return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "stop", Dir: dir, PID: pid, Note: note})
-	}
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
-	if err != nil {
-		return &exitError{1, fmt.Errorf("read the campaign in %s: %w", dir, err)}
-	}
-	defer st.Close()
-	cp, err := st.Campaign()
-	if err != nil {
-		return &exitError{1, err}
-	}
-	live, err := st.LiveAttempts()
-	if err != nil {
-		return &exitError{1, err}
-	}
-	who := "the controller"
-	if pid != 0 {
-		who = fmt.Sprintf("controller pid %d", pid)
-	}
+	note, err := campaigndir.AfterStop(dir, pid)
+	var died *campaigndir.DiedError
 	switch {
-	case cp.State == state.CampaignComplete:
-		return say(fmt.Sprintf("no controller runs in %s; the campaign is complete", dir))
-	case len(live) > 0:
-		runs := make([]string, len(live))
-		for i, a := range live {
-			runs[i] = fmt.Sprintf("%s attempt %d (%s)", a.RunID, a.N, a.State)
-		}
-		return &exitError{exitDied, fmt.Errorf("%s is not alive, but it left %d attempt(s) live: %s; their processes may still hold GPUs. Resume reclaims them: controller resume -d %s",
-			who, len(live), strings.Join(runs, ", "), dir)}
-	case cp.State == state.CampaignRunning:
-		return &exitError{exitDied, fmt.Errorf("%s is not alive and the campaign is unfinished (it died); resume continues it: controller resume -d %s", who, dir)}
-	case pid == 0:
-		return say(fmt.Sprintf("no controller runs in %s; the campaign is stopped (%s); resume with: controller resume -d %s", dir, cp.StopReason, dir))
+	case errors.As(err, &died):
+		return &exitError{exitDied, err}
+	case err != nil:
+		return &exitError{1, err}
+	case human:
+		fmt.Fprintln(cmd.OutOrStdout(), note)
+		return nil
 	}
-	return say(fmt.Sprintf("controller exited; the campaign is stopped (%s) and resumable: controller resume -d %s", cp.StopReason, dir))
+	return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "stop", Dir: dir, PID: pid, Note: note})
 }
 
 func newStopCmd() *cobra.Command {
@@ -439,23 +349,16 @@ left live (it died, before or during the stop): resume reclaims them.`,
 			if human {
 				fmt.Fprintf(out, "stopping controller pid %d", pid)
 			}
-			deadline := time.Now().Add(timeout)
-			last := time.Now()
-			for lockfile.Held(lock) {
-				if time.Now().After(deadline) {
-					if human {
-						fmt.Fprintln(out)
-					}
-					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
-				}
-				if human && time.Since(last) > 5*time.Second {
-					fmt.Fprint(out, ".")
-					last = time.Now()
-				}
-				time.Sleep(100 * time.Millisecond)
+			var dot func()
+			if human {
+				dot = func() { fmt.Fprint(out, ".") }
 			}
+			exited := lockfile.Wait(lock, timeout, 5*time.Second, dot)
 			if human {
 				fmt.Fprintln(out)
+			}
+			if !exited {
+				return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
 			}
 			return afterStop(cmd, abs, pid, human)
 		},
@@ -466,20 +369,18 @@ left live (it died, before or during the stop): resume reclaims them.`,
 	return cmd
 }
 
-// metricsOptions are the opt-in Prometheus outputs of a controller.
-type metricsOptions struct {
-	addr     string // loopback listener, "" for none
-	textfile string // node_exporter textfile, "" for none
-}
+// metricsOptions are the opt-in Prometheus outputs of a controller, as
+// its flags give them.
+type metricsOptions struct{ metrics.Outputs }
 
 func (mo *metricsOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&mo.addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path")
-	cmd.Flags().StringVar(&mo.textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom)")
+	cmd.Flags().StringVar(&mo.Addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path")
+	cmd.Flags().StringVar(&mo.Textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom)")
 }
 
 func (mo metricsOptions) check() error {
-	if mo.addr != "" {
-		if err := metrics.CheckLoopback(mo.addr); err != nil {
+	if mo.Addr != "" {
+		if err := metrics.CheckLoopback(mo.Addr); err != nil {
 			return &exitError{2, err}
 		}
 	}

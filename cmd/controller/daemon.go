@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,9 +21,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
 	"warden/pkg/launch"
-	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
-	"warden/pkg/provenance"
 	"warden/pkg/runner"
 	"warden/pkg/state"
 )
@@ -45,18 +40,10 @@ type daemonOptions struct {
 // and executes runs until the campaign completes, stops, or the controller
 // is asked to stop.
 func runDaemon(opts daemonOptions) (err error) {
-	ready := func(msg string) {
-		if opts.readyFD < 0 {
-			return
-		}
-		f := os.NewFile(uintptr(opts.readyFD), "ready")
-		fmt.Fprintln(f, msg)
-		f.Close()
-		opts.readyFD = -1
-	}
+	ready := launch.NewReady(opts.readyFD)
 	defer func() {
 		if err != nil {
-			ready("error: " + err.Error())
+			ready.Fail(err)
 		}
 	}()
 
@@ -68,21 +55,8 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
-		return fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
-	}
-	// Campaigns made before the directory was owner-only become so.
-	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
-			return fmt.Errorf("make %s owner-only: %w", dir, err)
-		}
-	}
-	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
+	lock, err := campaigndir.Lock(dir)
 	if err != nil {
-		var he *lockfile.HeldError
-		if errors.As(err, &he) {
-			return fmt.Errorf("refused: controller pid %d already runs campaign %s", he.PID, dir)
-		}
 		return err
 	}
 	defer lock.Release()
@@ -98,43 +72,18 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log := zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger()
 
-	set, err := campaigndir.ReadSettings(dir)
+	c, err := campaigndir.Open(dir, opts.backend)
 	if err != nil {
 		return err
 	}
-	if opts.backend != "" && opts.backend != set.GPUBackend {
-		return fmt.Errorf("campaign uses GPU backend %q; --gpu-backend %s cannot change it", set.GPUBackend, opts.backend)
-	}
-	plan, err := api.ReadPlan(dir)
-	if err != nil {
-		return fmt.Errorf("read plan: %w", err)
-	}
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	// an amendment recorded by a controller amend that died before it
-	// installed it: install it now
-	if installed, err := amend.Finish(campaignOf(dir, set, store), plan); err != nil {
-		return err
-	} else if installed {
-		if set, err = campaigndir.ReadSettings(dir); err != nil {
-			return err
-		}
-		if plan, err = api.ReadPlan(dir); err != nil {
-			return fmt.Errorf("read plan: %w", err)
-		}
-	}
-	if err := provenance.Verify(dir); err != nil {
-		return fmt.Errorf("refused: a recorded input changed since the campaign started or was last amended (register an amendment to change it: controller amend)%s:\n%w", missingHint(dir, err), err)
-	}
+	defer c.Store.Close()
+	set, plan, store := c.Settings, c.Plan, c.Store
 
 	var gpus runner.GPUs
 	gpuDesc := "on the Slurm nodes (" + set.GPUBackend + ")"
-	slurmCfg := slurmConfig(set)
+	slurmCfg := set.SlurmConfig()
 	if slurmCfg == nil {
-		if gpus, gpuDesc, err = openGPUs(set.GPUBackend, set.FakeGPUDir); err != nil {
+		if gpus, gpuDesc, err = set.OpenGPUs(); err != nil {
 			return err
 		}
 	}
@@ -158,7 +107,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
 		// a finished campaign: nothing to reconcile or run
 		log.Info().Msg("campaign complete; nothing to resume")
-		ready(fmt.Sprintf("ok %d", os.Getpid()))
+		ready.OK(os.Getpid())
 		return nil
 	}
 	var cg *launch.Manager
@@ -175,8 +124,8 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}
 	boot := opts.boot
-	if f := os.Getenv(bootIDFileEnv); boot == nil && f != "" {
-		boot = bootIDFromFile(f)
+	if boot == nil {
+		boot = launch.BootIDFromEnv()
 	}
 	private, err := runner.PrivateSubstrings(dir)
 	if err != nil {
@@ -200,24 +149,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
-	bootID, _ := readBootID(boot)
-	err = store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.ControllerPID = os.Getpid()
-		cp.ControllerBootID = bootID
-		cp.Heartbeat = time.Now()
-		return nil
-	})
-	if err != nil {
+	if err := rn.Claim(os.Getpid()); err != nil {
 		return err
 	}
-	if camp.State == state.CampaignStopped {
-		if err := store.SetCampaignState(state.CampaignRunning, "resume", "resumed by an operator after review", nil); err != nil {
-			return err
-		}
-	}
 
-	amend := func(req api.AmendRequest) (json.RawMessage, error) {
-		res, plan, err := amend.Amend(campaignOf(dir, set, store), amend.Request(req))
+	onAmend := func(req api.AmendRequest) (json.RawMessage, error) {
+		res, plan, err := amend.Amend(campaigndir.Amendable(dir, set, store), amend.Request(req))
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +163,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 		return json.Marshal(res)
 	}
-	freeze := func(req api.FreezeRequest) error {
+	onFreeze := func(req api.FreezeRequest) error {
 		if req.ID == "" || req.Reason == "" {
 			return errors.New("freeze: --id and --reason are required")
 		}
@@ -235,17 +172,23 @@ func runDaemon(opts daemonOptions) (err error) {
 			return err
 		}
 		log.Info().Str("amendment", req.ID).Msg("freeze requested: ending in-flight runs")
-		rn.Freeze(state.Amendment{ID: req.ID, Date: time.Now().UTC().Format("2006-01-02"), Title: req.Reason, Text: req.Reason,
-			OperatorUID: req.UID, OldSHA256: cp.ProtocolSHA256, ProtocolSHA256: cp.ProtocolSHA256})
+		rn.Freeze(amend.FreezeAmendment(req.ID, req.Reason, req.UID, cp.ProtocolSHA256, time.Now()))
 		return nil
 	}
-	srv, err := serve(dir, store, rn.Stop, amend, freeze, log)
+	sv := &api.Server{
+		Store: store, Dir: dir, Now: time.Now, Stop: rn.Stop, Amend: onAmend, Freeze: onFreeze,
+		Controller: func() api.Controller {
+			cp, _ := store.Campaign()
+			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
+		},
+	}
+	srv, err := sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 
-	stopMetrics, err := serveMetrics(ctx, opts.metrics, store, log)
+	stopMetrics, err := metrics.Serve(ctx, opts.metrics.Outputs, store, log)
 	if err != nil {
 		return err
 	}
@@ -268,7 +211,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer sigWG.Wait()
 	defer cancel()
 
-	ready(fmt.Sprintf("ok %d", os.Getpid()))
+	ready.OK(os.Getpid())
 	err = rn.Run(ctx)
 	if cg != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -295,174 +238,5 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// missingHint tells, for each recorded input that is missing (deleted or
-// moved) or no longer a regular file, where its copy is: provenance keeps
-// one copy of every public input, named by its recorded SHA-256, so the
-// hint points at the exact content recorded for that path. A private
-// input has no copy, and the hint says so.
-func missingHint(dir string, err error) string {
-	var errs []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	} else {
-		errs = []error{err}
-	}
-	var recorded []provenance.Entry // read at the first error that needs it
-	lookup := func(path, sum string) provenance.Entry {
-		if recorded == nil {
-			recorded, _ = provenance.Read(dir)
-		}
-		for _, r := range recorded {
-			if r.Path == path {
-				return r
-			}
-		}
-		return provenance.Entry{Path: path, SHA256: sum}
-	}
-	var hints []string
-	for _, e := range errs {
-		var entry provenance.Entry
-		var ce *provenance.ChangedError
-		var nr *provenance.NotRegularError
-		switch {
-		case errors.As(e, &ce) && ce.Now == "":
-			entry = lookup(ce.Path, ce.Recorded)
-			entry.SHA256 = ce.Recorded // the hash the error names
-		case errors.As(e, &nr):
-			if entry = lookup(nr.Path, ""); entry.SHA256 == "" {
-				continue // not a recorded path
-			}
-		default:
-			continue
-		}
-		if cp, ok := provenance.CopyOf(dir, entry); ok {
-			hints = append(hints, fmt.Sprintf("restore %s from its copy %s", entry.Path, cp))
-		} else if entry.Private {
-			hints = append(hints, fmt.Sprintf("%s is private: hashed only, no copy kept (sha256 %s)", entry.Path, entry.SHA256))
-		} else {
-			hints = append(hints, fmt.Sprintf("no copy of %s (sha256 %s) is left in %s", entry.Path, entry.SHA256, filepath.Join(dir, provenance.SubDir, provenance.Files)))
-		}
-	}
-	if len(hints) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(hints, "; ")
-}
-
-// bootIDFileEnv names a file whose content replaces the kernel's boot id
-// (for tests that simulate a reboot; never set it on a real host: a
-// campaign could then mistake a reboot for the same boot).
-const bootIDFileEnv = "WARDEN_BOOT_ID_FILE"
-
-// bootIDFromFile is a BootIDSource that reads the boot id from path.
-func bootIDFromFile(path string) launch.BootIDSource {
-	return func() (string, error) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("read boot id from %s (%s): %w", path, bootIDFileEnv, err)
-		}
-		id := strings.TrimSpace(string(b))
-		if id == "" {
-			return "", fmt.Errorf("read boot id from %s (%s): empty", path, bootIDFileEnv)
-		}
-		return id, nil
-	}
-}
-
-func readBootID(b launch.BootIDSource) (string, error) {
-	if b == nil {
-		return launch.ReadBootID()
-	}
-	return b()
-}
-
-// serve starts the read-only API on DIR/ctl.sock, owner-only.
-func serve(dir string, store *state.Store, stop func(), amend func(api.AmendRequest) (json.RawMessage, error), freeze func(api.FreezeRequest) error, log zerolog.Logger) (*http.Server, error) {
-	sock := filepath.Join(dir, api.SocketFile)
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket: %w", err)
-	}
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", sock)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	sv := &api.Server{
-		Store: store, Dir: dir, Now: time.Now, Stop: stop, Amend: amend, Freeze: freeze,
-		Controller: func() api.Controller {
-			cp, _ := store.Campaign()
-			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
-		},
-	}
-	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("api server")
-		}
-	}()
-	return srv, nil
-}
-
-// serveMetrics starts the opt-in Prometheus outputs: a loopback listener
-// and a textfile rewritten every heartbeat interval (and once at the end).
-// The returned function stops both and waits for them.
-func serveMetrics(ctx context.Context, mo metricsOptions, store *state.Store, log zerolog.Logger) (func(), error) {
-	if mo.addr == "" && mo.textfile == "" {
-		return func() {}, nil
-	}
-	reg := metrics.Registry(store, time.Now)
-	var wg sync.WaitGroup
-	var srv *http.Server
-	if mo.addr != "" {
-		if err := metrics.CheckLoopback(mo.addr); err != nil {
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", mo.addr)
-		if err != nil {
-			return nil, fmt.Errorf("metrics listener: %w", err)
-		}
-		srv = &http.Server{Handler: metrics.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error().Err(err).Msg("metrics server")
-			}
-		}()
-		log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics")
-	}
-	tctx, cancel := context.WithCancel(ctx)
-	if mo.textfile != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(api.HeartbeatInterval)
-			defer t.Stop()
-			for {
-				if err := metrics.WriteTextfile(mo.textfile, reg); err != nil {
-					log.Warn().Err(err).Str("file", mo.textfile).Msg("metrics textfile")
-				}
-				select {
-				case <-t.C:
-				case <-tctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	return func() {
-		cancel()
-		if srv != nil {
-			srv.Close()
-		}
-		wg.Wait()
-		if mo.textfile != "" {
-			_ = metrics.WriteTextfile(mo.textfile, reg) // the final state
-		}
-	}, nil
-}
+// bootIDFileEnv names a file whose content replaces the kernel's boot id.
+const bootIDFileEnv = launch.BootIDFileEnv

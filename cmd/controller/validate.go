@@ -1,29 +1,20 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"warden/pkg/runner"
 
 	"github.com/spf13/cobra"
 
-	"warden/pkg/atomicfile"
-	"warden/pkg/gates"
+	"warden/pkg/runner"
 	"warden/pkg/validate"
 )
-
-// EnvSignalsFile names the file of the attempt's recorded signals that the
-// controller hands to validators.
-const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
 
 const validateExit = `
 Output: a summary line (unless -o json), then, as the LAST line, one JSON
@@ -59,31 +50,7 @@ validator, whose verdict the controller records as the gate
 
 // printVerdict writes the summary (text output) and the verdict line.
 func printVerdict(w io.Writer, name, output string, r validate.Result) error {
-	if r.Figures == nil {
-		r.Figures = map[string]float64{}
-	}
-	line, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if output != "json" {
-		keys := make([]string, 0, len(r.Figures))
-		for k := range r.Figures {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var figs []string
-		for _, k := range keys {
-			figs = append(figs, k+"="+strconv.FormatFloat(r.Figures[k], 'g', 6, 64))
-		}
-		class := ""
-		if r.Class != "" {
-			class = " [" + r.Class + "]"
-		}
-		fmt.Fprintf(w, "%s: %s%s: %s\n  %s\n", name, r.Verdict, class, r.Detail, strings.Join(figs, " "))
-	}
-	_, err = fmt.Fprintf(w, "%s\n", line)
-	return err
+	return validate.WriteVerdict(w, name, output == "json", r)
 }
 
 func checkOutput(o string) error {
@@ -128,51 +95,21 @@ with --dir.` + validateExit,
 			opts := validate.DefaultLayer1
 			opts.Tolerance = time.Duration(tolMS * float64(time.Millisecond))
 			opts.FlushInterval = time.Duration(flushS * float64(time.Second))
-			var r validate.Result
 			if dir != "" {
-				var err error
-				stream, r, err = oneStream(dir)
-				if err != nil {
-					return printVerdict(cmd.OutOrStdout(), "layer1", output, r)
-				}
+				return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Dir(dir, sidecar, signals, opts))
 			}
-			r = validate.Layer1Files(stream, sidecar, signals, opts)
-			return printVerdict(cmd.OutOrStdout(), "layer1", output, r)
+			return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Files(stream, sidecar, signals, opts))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&stream, "stream", "", "the Layer-1 JSONL stream")
 	f.StringVar(&dir, "dir", "", "a directory holding exactly one Layer-1 stream (*.jsonl)")
 	f.StringVar(&sidecar, "sidecar", "", "the sidecar (default <stream>.footer.json)")
-	f.StringVar(&signals, "signals", os.Getenv(EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+EnvSignalsFile+")")
+	f.StringVar(&signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+runner.EnvSignalsFile+")")
 	f.Float64Var(&tolMS, "tolerance-ms", 100, "timestamp/scheduling tolerance beyond the flush interval, reported apart")
 	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured flush interval the sidecar must declare (0: accept the sidecar's)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
-}
-
-// oneStream finds the one *.jsonl in dir. Without one, it returns the
-// verdict to print and an error.
-func oneStream(dir string) (string, validate.Result, error) {
-	r := validate.Result{Figures: map[string]float64{}}
-	ms, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	if err == nil {
-		if _, serr := os.Stat(dir); serr != nil {
-			err = serr
-		}
-	}
-	switch {
-	case err != nil:
-		r.Verdict, r.Detail = gates.Error, fmt.Sprintf("layer1 directory: %v", err)
-	case len(ms) == 0:
-		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("no Layer-1 stream (*.jsonl) in %s", dir)
-	case len(ms) > 1:
-		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("%d Layer-1 streams in %s, the seed wants exactly one", len(ms), dir)
-		r.Figures["streams"] = float64(len(ms))
-	default:
-		return ms[0], r, nil
-	}
-	return "", r, errors.New(r.Detail)
 }
 
 func newValidateLayer2Cmd() *cobra.Command {
@@ -309,14 +246,7 @@ ctlq show prints the block of an attempt.` + validateExit,
 			if base == "" && len(inputs) > 0 {
 				base = os.Getenv("WARDEN_ATTEMPT_DIR")
 			}
-			blk, r := validate.Sanity(inputs, base, o)
-			if out != "" && out != "-" {
-				if err := atomicfile.WriteJSON(out, blk, 0o644); err != nil {
-					r.Verdict = gates.Error
-					r.Detail = fmt.Sprintf("write %s: %v; %s", out, err, r.Detail)
-				}
-			}
-			return printVerdict(cmd.OutOrStdout(), "sanity", output, r)
+			return printVerdict(cmd.OutOrStdout(), "sanity", output, validate.WriteSanity(inputs, base, out, o))
 		},
 	}
 	f := cmd.Flags()

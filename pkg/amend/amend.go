@@ -155,7 +155,6 @@ func PlanDiff(old, new *protocols.Plan) Diff {
 	return d
 }
 
-// noController refuses while a controller holds the campaign.
 // Result is the outcome of an amendment, as -o json prints it.
 type Result struct {
 	Schema    int    `json:"schema"`

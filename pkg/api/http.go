@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"warden/pkg/state"
@@ -95,6 +97,34 @@ func (sv *Server) Handler() http.Handler {
 		reply(w, map[string]any{"schema": Schema, "stopping": true}, nil)
 	})
 	return mux
+}
+
+// Listen serves the API on DIR/ctl.sock, owner-only from its creation (a
+// stale socket a dead controller left is replaced), until the returned
+// server is closed. An error that ends serving, other than that close,
+// goes to onError.
+func (sv *Server) Listen(onError func(error)) (*http.Server, error) {
+	sock := filepath.Join(sv.Dir, SocketFile)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			onError(err)
+		}
+	}()
+	return srv, nil
 }
 
 type errorBody struct {

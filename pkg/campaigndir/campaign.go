@@ -2,7 +2,10 @@
 // the settings resume reuses (controller.json), the creation of the
 // directory with its plan, provenance, ledger and state database (nothing
 // is left behind when it fails), and the proof that a state database
-// belongs to its directory.
+// belongs to its directory. It also opens a campaign for what is done to
+// it: its controller takes it (Lock, Open) and the GPU backend its
+// settings name; amend and readjudicate work on it while no controller
+// runs; stop and resume read what its records say once none does.
 package campaigndir
 
 import (
@@ -63,17 +66,27 @@ type StartOptions struct {
 	Slurm    *slurm.Options
 }
 
+// ReadSettings reads the settings of the campaign in dir; a directory
+// without them, or with settings that do not decode, is refused with a
+// *SettingsError.
 func ReadSettings(dir string) (Settings, error) {
 	var s Settings
 	b, err := os.ReadFile(filepath.Join(dir, SettingsFile))
 	if err != nil {
-		return s, fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)
+		return s, &SettingsError{fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)}
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("read %s: %w", filepath.Join(dir, SettingsFile), err)
+		return s, &SettingsError{fmt.Errorf("read %s: %w", filepath.Join(dir, SettingsFile), err)}
 	}
 	return s, nil
 }
+
+// SettingsError says that a directory is no campaign directory, or one
+// whose settings are broken: the commands' usage error, not a refusal.
+type SettingsError struct{ Err error }
+
+func (e *SettingsError) Error() string { return e.Err.Error() }
+func (e *SettingsError) Unwrap() error { return e.Err }
 
 // runLedger runs the ledger commands through a launcher of their own: the
 // starting command has no other children to reap.

@@ -34,6 +34,38 @@ func ReadBootID() (string, error) {
 	return id, nil
 }
 
+// BootIDFileEnv names a file whose content replaces the kernel's boot id
+// (for tests that simulate a reboot; never set it on a real host: a
+// campaign could then mistake a reboot for the same boot).
+const BootIDFileEnv = "WARDEN_BOOT_ID_FILE"
+
+// BootIDFromEnv is the BootIDSource the environment asks for: the file
+// $WARDEN_BOOT_ID_FILE names, or nil (the kernel's) when it is not set.
+func BootIDFromEnv() BootIDSource {
+	if f := os.Getenv(BootIDFileEnv); f != "" {
+		return BootIDFromFile(f)
+	}
+	return nil
+}
+
+// BootIDFromFile is a BootIDSource that reads the boot id from path.
+func BootIDFromFile(path string) BootIDSource {
+	return func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("read boot id from %s (%s): %w", path, BootIDFileEnv, err)
+		}
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("read boot id from %s (%s): empty", path, BootIDFileEnv)
+		}
+		return id, nil
+	}
+}
+
+// Read returns the boot id b gives, or the kernel's when b is nil.
+func (b BootIDSource) Read() (string, error) { return b.orDefault()() }
+
 // orDefault returns b, or ReadBootID when b is nil.
 func (b BootIDSource) orDefault() BootIDSource {
 	if b == nil {

@@ -110,3 +110,22 @@ func Held(path string) bool {
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	return false
 }
+
+// Wait waits until no live process holds the lock at path, for at most
+// timeout, looking every 100 ms; it reports whether the lock was freed.
+// While it waits, tick (when not nil) is called once every interval.
+func Wait(path string, timeout, every time.Duration, tick func()) bool {
+	deadline := time.Now().Add(timeout)
+	last := time.Now()
+	for Held(path) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		if tick != nil && time.Since(last) > every {
+			tick()
+			last = time.Now()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}

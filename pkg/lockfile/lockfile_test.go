@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestLock(t *testing.T) {
@@ -34,4 +35,34 @@ func TestLock(t *testing.T) {
 		t.Fatalf("reacquire after release: %v", err)
 	}
 	l2.Release()
+}
+
+// TestWait: a free lock is waited for not at all; a held one until its
+// holder releases it (here from the tick), or until the timeout.
+func TestWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "controller.lock")
+	if !Wait(path, 0, 0, func() { t.Fatal("tick while the lock is free") }) {
+		t.Fatal("a free lock timed out")
+	}
+	l, err := Acquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := 0
+	if Wait(path, 300*time.Millisecond, 0, func() { ticks++ }) {
+		t.Fatal("a held lock was reported free")
+	}
+	if ticks == 0 || !Held(path) {
+		t.Fatalf("%d ticks, held %v; want ticks while it stayed held", ticks, Held(path))
+	}
+	released := false
+	release := func() {
+		if !released {
+			l.Release()
+			released = true
+		}
+	}
+	if !Wait(path, time.Minute, 0, release) || !released {
+		t.Fatal("the lock released while waiting was not seen free")
+	}
 }

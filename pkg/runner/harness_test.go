@@ -334,19 +334,7 @@ func (c *campaign) start(rn *runner.Runner) *running {
 		cancel()
 		c.t.Fatalf("reconcile: %v", err)
 	}
-	boot, err := launch.ReadBootID()
-	if err != nil {
-		cancel()
-		c.t.Fatal(err)
-	}
-	err = c.store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.ControllerPID, cp.ControllerBootID, cp.Heartbeat = os.Getpid(), boot, time.Now()
-		return nil
-	})
-	if err == nil && c.campaign().State == state.CampaignStopped {
-		err = c.store.SetCampaignState(state.CampaignRunning, "resume", "resumed by the test", nil)
-	}
-	if err != nil {
+	if err := rn.Claim(os.Getpid()); err != nil {
 		cancel()
 		c.t.Fatal(err)
 	}

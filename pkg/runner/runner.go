@@ -262,13 +262,30 @@ func PrivateSubstrings(dir string) ([][]byte, error) {
 // reconcileLeftovers. Call it once, before Run.
 func (c *Runner) Reconcile(ctx context.Context) error { return c.reconcileLeftovers(ctx) }
 
-// bootID is the host's boot id, as the runner's source tells it.
-func (c *Runner) bootID() (string, error) {
-	if c.boot == nil {
-		return launch.ReadBootID()
+// Claim records the process pid as the campaign's controller: its pid,
+// the host's boot id and a fresh heartbeat. A campaign stopped for review
+// runs again: an operator resumed it. Call it once, after Reconcile and
+// before Run.
+func (c *Runner) Claim(pid int) error {
+	bootID, _ := c.bootID()
+	err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.ControllerPID = pid
+		cp.ControllerBootID = bootID
+		cp.Heartbeat = c.now()
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return c.boot()
+	cp, err := c.store.Campaign()
+	if err != nil || cp.State != state.CampaignStopped {
+		return err
+	}
+	return c.store.SetCampaignState(state.CampaignRunning, "resume", "resumed by an operator after review", nil)
 }
+
+// bootID is the host's boot id, as the runner's source tells it.
+func (c *Runner) bootID() (string, error) { return c.boot.Read() }
 
 // flights are the attempts whose server holds its GPUs and that are not
 // charged yet: the GPU time in flight, which the loop checks against the

@@ -10,7 +10,10 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"time"
+
+	"warden/pkg/gates"
 )
 
 // Layer-1 formats (seed 002, A-P3-5 and "Layer 1: always on").
@@ -200,6 +203,32 @@ func (s *streamScan) addLine(n int, line []byte) {
 	s.data++
 	s.lastStep = *l.Step
 	s.steps = append(s.steps, *l.Step)
+}
+
+// Layer1Dir checks the one Layer-1 stream (*.jsonl) in dir as
+// Layer1Files does. A directory without a stream, or with more than one
+// (the seed wants exactly one), fails; one that cannot be read is an
+// error.
+func Layer1Dir(dir, sidecarPath, signalsPath string, opts Layer1Options) Result {
+	r := Result{Figures: map[string]float64{}}
+	ms, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err == nil {
+		if _, serr := os.Stat(dir); serr != nil {
+			err = serr
+		}
+	}
+	switch {
+	case err != nil:
+		r.Verdict, r.Detail = gates.Error, fmt.Sprintf("layer1 directory: %v", err)
+	case len(ms) == 0:
+		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("no Layer-1 stream (*.jsonl) in %s", dir)
+	case len(ms) > 1:
+		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("%d Layer-1 streams in %s, the seed wants exactly one", len(ms), dir)
+		r.Figures["streams"] = float64(len(ms))
+	default:
+		return Layer1Files(ms[0], sidecarPath, signalsPath, opts)
+	}
+	return r
 }
 
 // Layer1Files checks a Layer-1 stream, its sidecar and the recorded

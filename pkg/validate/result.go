@@ -1,8 +1,11 @@
 package validate
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +36,33 @@ func (r Result) Gate(name string, at time.Time) gates.Verdict {
 
 // Passed reports whether r is a pass.
 func (r Result) Passed() bool { return r.Verdict == gates.Pass }
+
+// WriteVerdict writes r as a validator prints it: unless jsonOnly, a
+// summary for a person (name, verdict, class and detail, then the figures
+// by name); then, as the last line, r as one JSON object, its figures
+// never null.
+func WriteVerdict(w io.Writer, name string, jsonOnly bool, r Result) error {
+	if r.Figures == nil {
+		r.Figures = map[string]float64{}
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if !jsonOnly {
+		var figs []string
+		for _, k := range sortedKeys(r.Figures) {
+			figs = append(figs, k+"="+strconv.FormatFloat(r.Figures[k], 'g', 6, 64))
+		}
+		class := ""
+		if r.Class != "" {
+			class = " [" + r.Class + "]"
+		}
+		fmt.Fprintf(w, "%s: %s%s: %s\n  %s\n", name, r.Verdict, class, r.Detail, strings.Join(figs, " "))
+	}
+	_, err = fmt.Fprintf(w, "%s\n", line)
+	return err
+}
 
 // findings collects the problems of one check: failures (the artifact
 // breaks its contract) and errors (the check could not tell).

@@ -15,6 +15,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/gates"
 )
 
 // The data sanity block (seed 002, "Data sanity block contract"): for
@@ -144,6 +147,20 @@ func (s *sanityReader) walk(prefix, path string, v any, seen map[string]bool) {
 		a.missing++
 		seen[prefix+path] = true
 	}
+}
+
+// WriteSanity builds the block as Sanity does and writes it to out as
+// JSON ("" or "-": nowhere). A block it cannot write makes the verdict an
+// error: the run would have no block to show.
+func WriteSanity(inputs []string, base, out string, opts SanityOptions) Result {
+	blk, r := Sanity(inputs, base, opts)
+	if out != "" && out != "-" {
+		if err := atomicfile.WriteJSON(out, blk, 0o644); err != nil {
+			r.Verdict = gates.Error
+			r.Detail = fmt.Sprintf("write %s: %v; %s", out, err, r.Detail)
+		}
+	}
+	return r
 }
 
 // Sanity builds the block over the given files (JSON, or JSON lines when

@@ -1,0 +1,111 @@
+package campaigndir
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/provenance"
+	"warden/pkg/state"
+)
+
+// created makes a campaign of the mini protocol, copied to a directory of
+// its own so that the test may change it; it returns the campaign
+// directory and the protocol's path.
+func created(t *testing.T) (string, string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "protocols", "testdata", "mini.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proto := filepath.Join(t.TempDir(), "mini.yaml")
+	if err := os.WriteFile(proto, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "campaign")
+	if _, err := Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return dir, proto
+}
+
+// TestLock: one controller at a time; a directory without a database is
+// no campaign; a group-readable campaign becomes owner-only.
+func TestLock(t *testing.T) {
+	if _, err := Lock(t.TempDir()); err == nil || !strings.Contains(err.Error(), "is not a campaign directory: no "+api.StateFile) {
+		t.Fatalf("an empty directory: %v", err)
+	}
+	dir, _ := created(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("campaign directory mode %v, %v; want 0700", fi.Mode().Perm(), err)
+	}
+	if _, err := Lock(dir); err == nil || err.Error() != "refused: controller pid "+strconv.Itoa(os.Getpid())+" already runs campaign "+dir {
+		t.Fatalf("a second lock: %v", err)
+	}
+	lock.Release()
+	again, err := Lock(dir)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again.Release()
+}
+
+// TestOpen: the campaign opens with its settings, plan and store; another
+// GPU backend is refused; so is a recorded input that changed, with the
+// copy to restore a missing one from.
+func TestOpen(t *testing.T) {
+	dir, proto := created(t)
+	o, err := Open(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := o.Store.Campaign()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Settings.GPUBackend != "fake" || o.Plan.Protocol.Name != "mini" || cp.ID != o.Settings.CampaignID {
+		t.Fatalf("opened %+v, campaign %s", o.Settings, cp.ID)
+	}
+	o.Store.Close()
+	if _, err := Open(dir, "nvml"); err == nil || err.Error() != `campaign uses GPU backend "fake"; --gpu-backend nvml cannot change it` {
+		t.Fatalf("another backend: %v", err)
+	}
+	if err := os.Remove(proto); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, "fake")
+	ents, _ := provenance.Read(dir)
+	copyPath, _ := provenance.CopyOf(dir, ents[0])
+	if err == nil || !strings.HasPrefix(err.Error(), "refused: a recorded input changed") || !strings.Contains(err.Error(), "restore "+proto+" from its copy "+copyPath) {
+		t.Fatalf("a missing protocol: %v", err)
+	}
+	// the refusal closed the store: another writer opens it at once
+	st, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("the store is still held after the refusal: %v", err)
+	}
+	st.Close()
+	b, err := os.ReadFile(copyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(proto, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err = Open(dir, "fake")
+	if err != nil {
+		t.Fatalf("restored: %v", err)
+	}
+	o.Store.Close()
+}

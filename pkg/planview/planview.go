@@ -1,0 +1,193 @@
+// Package planview lays out a plan for a person: the table of its runs in
+// execution order, its totals against the budget, and the bounds of each
+// kind of run, as controller plan prints them.
+package planview
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"warden/protocols"
+)
+
+// Width is the width the table keeps to without wide.
+const Width = 120
+
+// Write writes the plan as a table: without wide, the columns an operator
+// checks (run, kind, GPUs, slot, expected seconds, condition), each line
+// cut to Width in its last column so run ids stay whole.
+func Write(w io.Writer, p *protocols.Plan, wide bool) error {
+	fmt.Fprintf(w, "protocol %s  sha256 %s\n", p.Protocol.Name, p.Protocol.SHA256)
+	fmt.Fprintf(w, "estimate assumes regime %s\n\n", p.Regime)
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "#\tRUN\tPHASE\tKIND\tCELL\tLOAD\tNEEDS\tGPUS\tON\tSLOT\tREGIME\tCLASS\tEXPECTED_S\tWHEN")
+	} else {
+		fmt.Fprintln(tw, "#\tRUN\tKIND\tGPUS\tON\tSLOT\tEXPECTED_S\tWHEN")
+	}
+	for _, r := range p.Runs {
+		needs := strings.Join(r.Needs, ",")
+		if needs == "" {
+			needs = "-"
+		}
+		on := "-"
+		if len(r.PlannedGPUs) > 0 {
+			on = joinInts(r.PlannedGPUs)
+		}
+		slot := strings.Join(r.PlannedSlots, "+")
+		if slot == "" {
+			slot = r.Slot
+		}
+		if slot == "" {
+			slot = "-"
+		}
+		when := "always"
+		if r.Condition != "" {
+			when = "if " + r.Condition
+		}
+		if wide {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\n",
+				r.Index, r.ID, r.Phase, r.Kind, r.Cell, r.Load, needs, r.GPUs, on, slot, r.Regime, r.Class, r.ExpectedS, when)
+		} else {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%.0f\t%s\n",
+				r.Index, r.ID, r.Kind, r.GPUs, on, slot, r.ExpectedS, when)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if !wide && len([]rune(strings.TrimSuffix(line, "\n"))) > Width {
+			line = string([]rune(line)[:Width-1]) + "…\n"
+		}
+		io.WriteString(w, line)
+	}
+	fmt.Fprintln(w, "\nGPUS: how many GPUs the run needs. ON: the GPUs the estimate places it on;")
+	fmt.Fprintln(w, "- for a conditional run, which is placed only if it executes.")
+	t := p.Totals
+	fmt.Fprintf(w, "\n%d runs:", t.Runs)
+	kinds := make([]string, 0, len(t.ByKind))
+	for k := range t.ByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, " %s %d,", k, t.ByKind[k])
+	}
+	fmt.Fprintf(w, "\n  of which %d measured, %d conditional\n", t.Measured, t.Conditional)
+	fmt.Fprintf(w, "primary cells: %d\n", t.PrimaryCells)
+	fmt.Fprintf(w, "expected wall time under %s: %.0f s (%.2f h)\n", p.Regime, t.ExpectedWallS, t.ExpectedWallS/3600)
+	unit := t.Unit
+	if unit == "" {
+		unit = "GPU-hours"
+	}
+	fmt.Fprintf(w, "GPU-hour estimate: %.3f %s (+%.3f if conditional runs execute)\n", t.GPUHoursEstimate, unit, t.ConditionalGPUHours)
+	fmt.Fprintf(w, "budget: cap %.3f, already consumed %.3f, remaining %.3f, remaining after this estimate %.3f (worst case %.3f)\n",
+		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
+	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
+	writeBounds(w, p, wide)
+	if len(p.Provenance) > 0 {
+		fmt.Fprintf(w, "provenance files hashed at start: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
+	}
+	return nil
+}
+
+func reserveText(mode string) string {
+	if mode == "bounds" {
+		return "each run's bounds (budget.reserve: bounds)"
+	}
+	return "each run's expected seconds (budget.reserve: nominal)"
+}
+
+// writeBounds lists the bounds and validators of each kind of run: the
+// ready timeout, the measuring deadline, the drain allowance and watchdog,
+// where the end of admission is read, and the worst case.
+//
+// Without wide, a row past Width continues its last column (the
+// validators) on lines of its own, aligned under it.
+func writeBounds(w io.Writer, p *protocols.Plan, wide bool) {
+	type key struct {
+		load, class                          string
+		ready, deadline, drain, watchdog, to float64
+		admission, validators                string
+	}
+	var keys []key
+	runs := map[key][]string{}
+	for _, r := range p.Runs {
+		var vs []string
+		for _, v := range r.Validators {
+			vs = append(vs, v.Name)
+		}
+		k := key{r.Load, r.Class, r.Server.ReadyTimeoutS, r.DeadlineS, r.DrainS, r.WatchdogS, r.BoundS, r.AdmissionEnd, strings.Join(vs, ", ")}
+		if _, seen := runs[k]; !seen {
+			keys = append(keys, k)
+		}
+		runs[k] = append(runs[k], r.ID)
+	}
+	fmt.Fprintln(w, "\nbounds (every run is ended past them):")
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tADMISSION_END\tWORST_S\tVALIDATORS")
+	for _, k := range keys {
+		vs := k.validators
+		if vs == "" {
+			vs = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.admission, k.to, vs)
+	}
+	tw.Flush()
+	for _, line := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		if !wide {
+			line = wrapLastColumn(line, Width)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// wrapLastColumn continues a line's last column, a comma-separated list
+// that starts after the line's last run of two spaces, on further lines
+// aligned under it, so that each line keeps to width where it can.
+func wrapLastColumn(line string, width int) string {
+	if len(line) <= width {
+		return line
+	}
+	i := strings.LastIndex(line, "  ")
+	if i < 0 {
+		return line
+	}
+	start := i + 2
+	var out strings.Builder
+	cur := line[:start]
+	for _, item := range strings.Split(line[start:], ", ") {
+		if len(cur) > start && len(cur)+len(item) > width {
+			out.WriteString(strings.TrimSuffix(cur, " ") + "\n")
+			cur = strings.Repeat(" ", start)
+		}
+		cur += item + ", "
+	}
+	out.WriteString(strings.TrimSuffix(cur, ", "))
+	return out.String()
+}
+
+func countPrivate(ps []protocols.ProvenanceInfo) int {
+	n := 0
+	for _, p := range ps {
+		if p.Private {
+			n++
+		}
+	}
+	return n
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,128 @@
+package planview
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"warden/protocols"
+)
+
+func plan(t *testing.T, name string) *protocols.Plan {
+	t.Helper()
+	p, err := protocols.PlanFile(filepath.Join("..", "..", "protocols", name), protocols.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestWriteFits: the phase-3 table keeps to Width with every run id whole;
+// wide shows every column, however wide.
+func TestWriteFits(t *testing.T) {
+	p := plan(t, "opprof-phase3.yaml")
+	var buf bytes.Buffer
+	if err := Write(&buf, p, false); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > Width {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+	for _, r := range p.Runs {
+		if !regexp.MustCompile(`(?m)^\d+ +` + regexp.QuoteMeta(r.ID) + ` `).MatchString(out) {
+			t.Errorf("run id %s is not whole in the table", r.ID)
+		}
+	}
+	if strings.Contains(out, "NEEDS") || !strings.Contains(out, "ON: the GPUs the estimate places it on") {
+		t.Errorf("narrow table:\n%s", out)
+	}
+	buf.Reset()
+	if err := Write(&buf, p, true); err != nil {
+		t.Fatal(err)
+	}
+	wide := buf.String()
+	if !strings.Contains(wide, "NEEDS") || !strings.Contains(wide, "if gate colocation/eight-way failed") {
+		t.Errorf("wide table:\n%s", wide)
+	}
+	long := false
+	for _, line := range strings.Split(wide, "\n") {
+		long = long || utf8.RuneCountInString(line) > Width
+	}
+	if !long {
+		t.Error("the wide table was cut to Width")
+	}
+}
+
+// TestWriteTotals: the lines under the table add up the plan as the
+// protocol declares it.
+func TestWriteTotals(t *testing.T) {
+	p := plan(t, filepath.Join("testdata", "mini.yaml"))
+	var buf bytes.Buffer
+	if err := Write(&buf, p, false); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"protocol mini  sha256 " + p.Protocol.SHA256 + "\n",
+		"estimate assumes regime two\n",
+		"0  A.sat  saturation  1     0   s0    10          always\n",
+		"\n4 runs: moderate 2, saturation 2,\n  of which 4 measured, 0 conditional\n",
+		"primary cells: 2\n",
+		"GPU-hour estimate: 0.011 GPU-hours (+0.000 if conditional runs execute)\n",
+		"a wave reserves each run's expected seconds (budget.reserve: nominal)\n",
+		"sat   std    2     900      30          10       20          phase-file     1120     -\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "provenance files hashed") {
+		t.Errorf("a plan without provenance files lists them:\n%s", out)
+	}
+}
+
+func TestWrapLastColumn(t *testing.T) {
+	short := "a  b, c"
+	if got := wrapLastColumn(short, 20); got != short {
+		t.Errorf("a line within the width changed: %q", got)
+	}
+	noCols := strings.Repeat("x", 30)
+	if got := wrapLastColumn(noCols, 20); got != noCols {
+		t.Errorf("a line without columns changed: %q", got)
+	}
+	got := wrapLastColumn("load  layer1, layer2, client, sanity", 20)
+	want := "load  layer1, layer2,\n      client, sanity"
+	if got != want {
+		t.Errorf("wrapped:\n%s\nwant:\n%s", got, want)
+	}
+	got = wrapLastColumn("load  layer1, layer2, client", 21)
+	want = "load  layer1, layer2,\n      client"
+	if got != want {
+		t.Errorf("wrapped:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestReserveText(t *testing.T) {
+	if got := reserveText("bounds"); !strings.Contains(got, "bounds (budget.reserve: bounds)") {
+		t.Errorf("bounds: %q", got)
+	}
+	if got := reserveText(""); !strings.Contains(got, "expected seconds (budget.reserve: nominal)") {
+		t.Errorf("default: %q", got)
+	}
+}
+
+func TestCounts(t *testing.T) {
+	if got := joinInts([]int{0, 3, 7}); got != "0,3,7" {
+		t.Errorf("joinInts: %q", got)
+	}
+	ps := []protocols.ProvenanceInfo{{Private: true}, {}, {Private: true}}
+	if got := countPrivate(ps); got != 2 {
+		t.Errorf("countPrivate: %d, want 2", got)
+	}
+}
