@@ -108,6 +108,9 @@ func (b *builder) expand() *Plan {
 	}
 	if len(b.c.list) == 0 {
 		b.estimate(plan)
+		if plan.Executor.Kind == "slurm" {
+			plan.SlurmRequests = plan.slurmRequests()
+		}
 	}
 	return plan
 }

@@ -85,7 +85,7 @@ func TestSlurmRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs := p.SlurmRequests()
+	reqs := p.SlurmRequests
 	if len(reqs) != 1 || reqs[0] != (SlurmRequest{GPUs: 2, CPUs: 32, Runs: len(p.Runs)}) {
 		t.Errorf("omni-ab-slurm requests %+v, want one shape for its %d runs", reqs, len(p.Runs))
 	}
@@ -94,7 +94,7 @@ func TestSlurmRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	allocs, runs := 0, 0
-	for _, r := range p3.SlurmRequests() {
+	for _, r := range p3.slurmRequests() {
 		if r.Allocation {
 			allocs += r.Runs
 		} else {

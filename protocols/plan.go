@@ -28,7 +28,10 @@ type Plan struct {
 	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling
 	// Executor is where the protocol says attempts run.
 	Executor ExecutorInfo `json:"executor"`
-	Totals   Totals       `json:"totals"`
+	// SlurmRequests are the steps and allocations the runs ask Slurm for,
+	// with the Slurm executor.
+	SlurmRequests []SlurmRequest `json:"slurm_requests,omitempty"`
+	Totals        Totals         `json:"totals"`
 }
 
 // ExecutorInfo is the protocol's executor, with its defaults applied.

@@ -13,10 +13,10 @@ type SlurmRequest struct {
 	Allocation bool `json:"allocation,omitempty"`
 }
 
-// SlurmRequests lists the steps (and co-location allocations) the plan's
+// slurmRequests lists the steps (and co-location allocations) the plan's
 // runs ask for, largest first. A run's request is its planned slots' GPUs
 // and CPUs (conditional runs count at the slot they would take first).
-func (p *Plan) SlurmRequests() []SlurmRequest {
+func (p *Plan) slurmRequests() []SlurmRequest {
 	slots := map[string]SlotInfo{}
 	for _, s := range p.Slots {
 		slots[s.Name] = s

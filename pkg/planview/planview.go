@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"warden/pkg/slurm"
 	"warden/protocols"
 )
 
@@ -91,6 +92,7 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
 	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
 	writeBounds(w, p, wide)
+	writeSlurm(w, p)
 	if len(p.Provenance) > 0 {
 		fmt.Fprintf(w, "provenance files hashed at start: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
@@ -190,4 +192,49 @@ func joinInts(xs []int) string {
 		parts[i] = fmt.Sprint(x)
 	}
 	return strings.Join(parts, ",")
+}
+
+// writeSlurm says, for a plan with the Slurm executor, what it asks Slurm
+// for (the srun and salloc requests, each with the runs or co-location
+// blocks that make it) and the expected wall time on the protocol's nodes.
+func writeSlurm(w io.Writer, p *protocols.Plan) {
+	x := p.Executor.Slurm
+	if p.Executor.Kind != "slurm" || x == nil {
+		return
+	}
+	o := slurm.Options{Partition: x.Partition, Account: x.Account, Constraint: x.Constraint, Exclusive: x.Exclusive, QueueTimeoutS: x.QueueTimeoutS}
+	fmt.Fprintf(w, "executor: Slurm, each attempt a step (controller start's --executor and --slurm-* flags override)\n")
+	for _, r := range p.SlurmRequests {
+		if r.Allocation {
+			fmt.Fprintf(w, "  %d co-location block(s), one allocation each:\n", r.Runs)
+			writeArgs(w, o.SallocArgv("NAME", r.GPUs, r.CPUs))
+			continue
+		}
+		fmt.Fprintf(w, "  %d run(s), each a step:\n", r.Runs)
+		writeArgs(w, o.SrunArgv(slurm.Request{GPUs: r.GPUs, CPUs: r.CPUs, JobName: "NAME"}, []string{"controller", "node-attempt"}))
+	}
+	most := 0
+	for _, r := range p.Regimes {
+		most = max(most, r.Concurrency)
+	}
+	per := "steps share nodes as Slurm places them"
+	if x.Exclusive {
+		per = "each on a node of its own"
+	}
+	fmt.Fprintf(w, "expected wall time on %d node(s): %.0f s (%.2f h), up to %d step(s) at once, %s\n",
+		x.Nodes, p.Totals.ExpectedWallS, p.Totals.ExpectedWallS/3600, most, per)
+}
+
+// writeArgs writes a command line indented, wrapped to Width with shell
+// continuations.
+func writeArgs(w io.Writer, argv []string) {
+	line := "   "
+	for _, a := range argv {
+		if len(line)+1+len(a) > Width-2 && line != "   " {
+			fmt.Fprintln(w, line+" \\")
+			line = "     "
+		}
+		line += " " + a
+	}
+	fmt.Fprintln(w, line)
 }

@@ -126,3 +126,33 @@ func TestCounts(t *testing.T) {
 		t.Errorf("countPrivate: %d, want 2", got)
 	}
 }
+
+// TestWriteSlurm: a plan with the Slurm executor says what it asks Slurm
+// for and its wall time on the protocol's nodes, within Width; a local
+// plan says nothing of Slurm.
+func TestWriteSlurm(t *testing.T) {
+	p := plan(t, "omni-ab-slurm.yaml")
+	var buf bytes.Buffer
+	if err := Write(&buf, p, false); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"74 run(s), each a step:", "--gres=gpu:2", "--cpus-per-task=32", "--exclusive", "--partition=gpu",
+		"expected wall time on 2 node(s):", "up to 2 step(s) at once, each on a node of its own"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > Width {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+	buf.Reset()
+	if err := Write(&buf, plan(t, "omni-ab.yaml"), false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "Slurm") {
+		t.Errorf("a local plan speaks of Slurm:\n%s", buf.String())
+	}
+}

@@ -126,7 +126,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 		}
 	}()
 
-	var last *Report // the last transition recorded
+	var last *Report  // the last transition recorded
 	stepSeen := false // the node-side runner runs: it reported its step
 	until := a.opts.until
 	done := ctx.Done()
