@@ -511,6 +511,21 @@ func TestSlurmStopWhileQueued(t *testing.T) {
 		as := c.attempts(s, run)
 		if len(as) != 1 || as[0].State != state.Interrupted || serverProcOf(as[0]) != nil {
 			t.Errorf("%s: %v, want one attempt interrupted before its server started", run, attemptStates(as))
+			continue
+		}
+		// srun's request was withdrawn by a signal to srun alone: its
+		// process group holds its helper, and killing that orphans a step
+		srunSigs := 0
+		for _, sg := range as[0].Signals {
+			if sg.Role == "srun" {
+				srunSigs++
+				if sg.Target != "pid" {
+					t.Errorf("%s: srun signalled as a %s: %+v", run, sg.Target, sg)
+				}
+			}
+		}
+		if srunSigs == 0 {
+			t.Errorf("%s: no signal to srun recorded: %+v", run, as[0].Signals)
 		}
 	}
 	c.assertSlurmClean()

@@ -40,7 +40,7 @@ type SlurmConfig struct {
 
 // srunGrace is how long srun gets to end after its step's last report
 // before the controller stops it; srunStopGrace how long it then gets
-// after SIGTERM (srun ends its step's tasks on it).
+// after each signal (srun ends its step's tasks on SIGTERM).
 const (
 	srunGrace     = 30 * time.Second
 	srunStopGrace = 10 * time.Second
@@ -101,7 +101,6 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 		// steps with it, and never kills srun's process group (that
 		// orphans the step)
 		Pdeathsig: syscall.SIGKILL,
-		Stop:      launch.StopOptions{Grace: srunStopGrace},
 	})
 	inR.Close()
 	outW.Close()
@@ -309,15 +308,28 @@ func (a *attempt) sendNode(w *os.File, cmd string) {
 	}
 }
 
-// stopSrun ends srun (its SIGTERM ends the step's tasks) and waits for it.
+// stopSrun ends srun by its pid alone, never its process group: srun's
+// own SIGTERM ends its step's tasks, and SIGKILL of srun cancels the step;
+// killing srun's group (srun and its helper) would orphan the step, which
+// would run on. Each signal is recorded.
 func (a *attempt) stopSrun(p *launch.Proc) {
-	ctx, cancel := context.WithTimeout(context.Background(), srunStopGrace+stopSlack)
-	defer cancel()
-	recs, err := p.Shutdown(ctx)
-	if err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("stop srun")
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		rec, err := launch.Signal(a.c.boot, p.Identity, p.Role, sig)
+		if err != nil {
+			break // gone: the reaper reports its exit
+		}
+		a.pendSigs = append(a.pendSigs, toSignals([]launch.SignalRecord{rec})...)
+		select {
+		case <-p.Done():
+			return
+		case <-time.After(srunStopGrace):
+		}
 	}
-	a.pendSigs = append(a.pendSigs, toSignals(recs)...)
+	select {
+	case <-p.Done():
+	case <-time.After(stopSlack):
+		a.c.log.Error().Str("run", a.run.ID).Int("pid", p.PID).Msg("srun did not exit after SIGKILL")
+	}
 }
 
 // nodeEnv is srun's environment: the controller's, without what must not
