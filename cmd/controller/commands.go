@@ -87,7 +87,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
 			so := campaigndir.StartOptions{Backend: resolved, FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver}
-			if err := eo.startOptions(&so, backend, cmd.Flags(), file); err != nil {
+			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &exitError{2, err}
 			}
 			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {

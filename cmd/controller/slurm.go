@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"warden/pkg/campaigndir"
 	"warden/pkg/slurm"
@@ -33,11 +32,11 @@ func (o *executorOptions) flags(cmd *cobra.Command) {
 
 // startOptions fills the campaign's start options with where attempts
 // run: the flags given, then the protocol's executor section.
-func (o *executorOptions) startOptions(so *campaigndir.StartOptions, backendFlag string, flags *pflag.FlagSet, protocol string) error {
+func (o *executorOptions) startOptions(so *campaigndir.StartOptions, backendFlag string, changed func(flag string) bool, protocol string) error {
 	given := map[string]bool{}
 	for flag, name := range map[string]string{"executor": "executor", "slurm-partition": "partition", "slurm-account": "account",
 		"slurm-constraint": "constraint", "slurm-exclusive": "exclusive", "slurm-queue-timeout": "queue_timeout"} {
-		given[name] = flags.Changed(flag)
+		given[name] = changed(flag)
 	}
 	plan, _ := protocols.PlanFile(protocol, protocols.Options{}) // an invalid protocol is start's to report
 	self, err := os.Executable()
