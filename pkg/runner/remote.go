@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,6 +142,10 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 				a.sendNode(inW, nodeCmdStop)
 				a.stopSrun(srun)
 				c.flights.remove(a.key())
+				go func() {
+					for range reports { // until srun's output ends, so the reader ends too
+					}
+				}()
 				return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 			}
 			if rep.Kind == "step" {
@@ -185,7 +190,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	}
 	derr := <-decodeErr
 	detail := fmt.Sprintf("srun %s before the attempt's end was reported", exitText(ex))
-	if derr != nil && !errors.Is(derr, os.ErrClosed) && derr.Error() != "EOF" {
+	if derr != nil && !errors.Is(derr, os.ErrClosed) && !errors.Is(derr, io.EOF) {
 		detail += fmt.Sprintf(" (its output: %v)", derr)
 	}
 	if tail, err := readTail(filepath.Join(a.dir, "srun.err"), 2048); err == nil && len(tail) > 0 {
