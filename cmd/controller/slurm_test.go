@@ -530,3 +530,53 @@ func TestSlurmStopWhileQueued(t *testing.T) {
 	}
 	c.assertSlurmClean()
 }
+
+// The node-side runner's failures as the controller sees them: the binary
+// is not on the node (srun cannot exec it), or what runs there does not
+// speak the report protocol (lines that are not reports; a report the
+// records refuse). Each attempt fails, its one exact rerun fails the
+// same way, the campaign stops for review, and nothing is left in Slurm.
+func TestSlurmNodeRunnerFailures(t *testing.T) {
+	requireSlurm(t)
+	script := func(t *testing.T, body string) string {
+		path := filepath.Join(t.TempDir(), "node-runner")
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name       string
+		controller func(t *testing.T) string
+		reason     state.Reason
+		detail     string
+	}{
+		{"not on the node", func(t *testing.T) string { return filepath.Join(t.TempDir(), "no-such-controller") }, state.ReasonStepLost, "srun exit code"},
+		{"not reports", func(*testing.T) string { return "/bin/echo" }, state.ReasonStepLost, "its output: invalid character"},
+		{"a report the records refuse", func(t *testing.T) string {
+			return script(t, `echo '{"schema":1,"kind":"transition","to":"complete"}'; exec sleep 600`)
+		}, state.ReasonHarnessError, "illegal transition"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newSlurmCampaign(t)
+			proto := slurmProtocol(t, scenario{patterns: 1, retries: 1})
+			out, code := c.controller(append(slurmArgs(c, proto), "--foreground", "--slurm-node-controller", tc.controller(t))...)
+			if code != 0 {
+				t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+			}
+			s := c.store()
+			cp, _ := s.Campaign()
+			if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(tc.reason) {
+				t.Fatalf("campaign %s (%s): %s; want stopped for %s", cp.State, cp.StopReason, cp.StopDetail, tc.reason)
+			}
+			if !strings.Contains(cp.StopDetail, tc.detail) {
+				t.Errorf("stop detail %q does not say %q", cp.StopDetail, tc.detail)
+			}
+			if as := c.attempts(s, "p1.saturation"); len(as) != 2 {
+				t.Errorf("attempts %v, want the failure and its one rerun", attemptStates(as))
+			}
+			waitFor(t, "the campaign's jobs to leave Slurm", 30*time.Second, func() bool { return len(c.jobsLeft()) == 0 })
+			c.assertSlurmClean()
+		})
+	}
+}

@@ -138,6 +138,8 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 				break
 			}
 			if err := a.applyReport(rep); err != nil {
+				// the node does not speak the report protocol (or the
+				// records are broken): end the step, then the attempt
 				c.log.Error().Err(err).Str("run", a.run.ID).Msg("record the node's report")
 				a.sendNode(inW, nodeCmdStop)
 				a.stopSrun(srun)
@@ -146,7 +148,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 					for range reports { // until srun's output ends, so the reader ends too
 					}
 				}()
-				return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
+				return a.endUnreported(ctx, state.ReasonHarnessError, "a report of the node-side runner could not be recorded: "+err.Error())
 			}
 			if rep.Kind == "step" {
 				stepSeen = true
@@ -196,14 +198,15 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	if tail, err := readTail(filepath.Join(a.dir, "srun.err"), 2048); err == nil && len(tail) > 0 {
 		detail += ": " + strings.TrimSpace(string(lastLine(tail)))
 	}
-	return a.stepLost(ctx, detail)
+	return a.endUnreported(ctx, state.ReasonStepLost, detail)
 }
 
-// stepLost ends an attempt whose step ended without reporting its end:
-// its GPU time is charged to now from the server's start (the node may
-// have held them until the step ended), and it fails step-lost, or is
+// endUnreported ends an attempt whose step ended without reporting its
+// end (step-lost), or whose reports could not be recorded (reason): its
+// GPU time is charged to now from the server's start (the node may have
+// held them until the step ended), and it fails with reason, or is
 // interrupted when the controller had asked it to stop.
-func (a *attempt) stepLost(ctx context.Context, detail string) outcome {
+func (a *attempt) endUnreported(ctx context.Context, reason state.Reason, detail string) outcome {
 	c := a.c
 	at, err := c.store.Attempt(a.run.ID, a.n)
 	if err != nil {
@@ -217,14 +220,14 @@ func (a *attempt) stepLost(ctx context.Context, detail string) outcome {
 			Note: "server start to the end of its lost step"})
 	}
 	if ctx.Err() != nil {
-		reason := state.ReasonInterrupted
+		why := state.ReasonInterrupted
 		if errors.Is(context.Cause(ctx), errBudgetExhausted) {
-			reason = state.ReasonBudgetExhausted
+			why = state.ReasonBudgetExhausted
 		}
-		if err := a.transition(state.Interrupted, reason, "the step ended while stopping: "+detail, nil); err != nil {
+		if err := a.transition(state.Interrupted, why, "the step ended while stopping: "+detail, nil); err != nil {
 			return a.harness(err)
 		}
-		return outcome{state: state.Interrupted, reason: reason, detail: detail, interrupted: true}
+		return outcome{state: state.Interrupted, reason: why, detail: detail, interrupted: true}
 	}
 	a.gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Error, At: c.now(),
 		Detail: "the node's GPUs were not read after the step ended: " + detail})
@@ -234,15 +237,15 @@ func (a *attempt) stepLost(ctx context.Context, detail string) outcome {
 		state.Measuring: {state.Stopping, state.Cleanup}, state.Stopping: {state.Cleanup},
 	}[a.state]
 	for _, to := range path {
-		reason, msg := state.Reason(""), "the step's processes are Slurm's to end; its GPUs not proven free"
+		why, msg := state.Reason(""), "the step's processes are Slurm's to end; its GPUs not proven free"
 		if to == state.Stopping {
-			reason, msg = state.ReasonStepLost, detail
+			why, msg = reason, detail
 		}
-		if err := a.transition(to, reason, msg, nil); err != nil {
+		if err := a.transition(to, why, msg, nil); err != nil {
 			return a.harness(err)
 		}
 	}
-	return a.terminal(state.Failed, state.ReasonStepLost, detail)
+	return a.terminal(state.Failed, reason, detail)
 }
 
 // charged says whether the attempt's GPU time is on its figures already
