@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testports"
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -77,23 +77,7 @@ type scenario struct {
 	moderArgs   string // extra stand-in client flags of the moderate load only
 }
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
+func freePorts(t *testing.T, n int) []int { return testports.Free(t, n) }
 
 func patternIDs(n int) string {
 	var ids []string

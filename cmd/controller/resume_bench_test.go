@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warden/internal/testports"
 	"warden/pkg/campaigndir"
 
 	"warden/pkg/api"
@@ -64,19 +64,7 @@ phases:
 	return path
 }
 
-func freePortsB(b *testing.B, n int) []int {
-	b.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
+func freePortsB(b *testing.B, n int) []int { return testports.Free(b, n) }
 
 // bigCampaign creates a campaign of benchRuns runs in dir whose runs are
 // all complete but the last, as a controller would have left them: each

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -346,21 +345,11 @@ func assignPorts(plan *protocols.Plan) error {
 		if !s.PortAuto {
 			continue
 		}
-		for tries := 0; ; tries++ {
-			if tries == 20 {
-				return fmt.Errorf("slot %s: no free port found for port: auto", s.Name)
-			}
-			ln, err := net.Listen("tcp", ":0")
-			if err != nil {
-				return fmt.Errorf("slot %s: choose a free port: %w", s.Name, err)
-			}
-			p := ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
-			if !used[p] {
-				used[p], s.Port = true, p
-				break
-			}
+		p, err := launch.FreePort(used)
+		if err != nil {
+			return fmt.Errorf("slot %s: choose a free port for port: auto: %w", s.Name, err)
 		}
+		used[p], s.Port = true, p
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"warden/internal/testports"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/runner"
@@ -125,23 +125,7 @@ func standinServerShell(prefix string) string {
 }
 
 // freePorts returns n loopback ports free now.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
+func freePorts(t *testing.T, n int) []int { return testports.Free(t, n) }
 
 // write writes the protocol into dir and returns its path.
 func (p protocol) write(t *testing.T, dir string) string {
