@@ -1,6 +1,9 @@
 package protocols
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // SlurmRequest is one shape of step a plan asks Slurm for: GPUs and CPUs
 // on one node, and how many of its runs ask for it.
@@ -45,7 +48,7 @@ func (p *Plan) slurmRequests() []SlurmRequest {
 		if r.Kind == "background" || len(r.Backgrounds) > 0 {
 			u := r.Phase + "/" + r.Regime // one block: its backgrounds and its target
 			for _, n := range names {
-				if !containsString(blocks[u], n) {
+				if !slices.Contains(blocks[u], n) {
 					blocks[u] = append(blocks[u], n)
 				}
 			}
@@ -75,13 +78,4 @@ func (p *Plan) slurmRequests() []SlurmRequest {
 		return a.CPUs > b.CPUs
 	})
 	return out
-}
-
-func containsString(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

@@ -178,9 +178,9 @@ func serverProcOf(a state.Attempt) *state.Proc {
 	return nil
 }
 
-// startSlurmForeground starts a foreground controller on the cluster and
-// returns it running once an attempt measures.
-func (c *campaign) startSlurmForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
+// startForeground starts a foreground controller with args and returns it
+// running; the test's cleanup kills it if it is still running then.
+func (c *campaign) startForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
 	c.t.Helper()
 	cmd := exec.Command(controllerBin, append(args, "--foreground")...)
 	var out bytes.Buffer
@@ -194,8 +194,16 @@ func (c *campaign) startSlurmForeground(args []string) (*exec.Cmd, *bytes.Buffer
 			cmd.Wait()
 		}
 	})
-	c.waitMeasuring()
 	return cmd, &out
+}
+
+// startSlurmForeground starts a foreground controller on the cluster and
+// returns it running once an attempt measures.
+func (c *campaign) startSlurmForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
+	c.t.Helper()
+	cmd, out := c.startForeground(args)
+	c.waitMeasuring()
+	return cmd, out
 }
 
 // The controller is SIGKILLed while steps run: Slurm ends them (srun dies
@@ -476,18 +484,7 @@ func TestSlurmStopWhileQueued(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("scancel", holdID).Run() })
 	proto := slurmProtocol(t, scenario{patterns: 2})
-	cmd := exec.Command(controllerBin, append(slurmArgs(c, proto), "--foreground")...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	cmd, out := c.startForeground(slurmArgs(c, proto))
 	waitFor(t, "the campaign's jobs to queue", 60*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(c.dir, campaigndir.SettingsFile))
 		return err == nil && len(c.jobsLeft()) > 0

@@ -145,7 +145,7 @@ func RunNodeAttempt(specPath string, out io.Writer, in io.Reader, logTo io.Write
 	}
 	defer reaper.Close()
 	st, err := runner.RunNode(ctx, runner.NodeConfig{
-		Spec: spec, Step: step, CPUs: cpus, FakeGPUDir: fakeDir, GPUs: gpus,
+		Spec: spec, Step: step, CPUs: cpus, StepCUDA: os.Getenv("CUDA_VISIBLE_DEVICES"), FakeGPUDir: fakeDir, GPUs: gpus,
 		Launcher: &launch.Launcher{Reaper: reaper}, Now: time.Now, Log: log, Out: out, In: in,
 	})
 	if err != nil {

@@ -149,6 +149,14 @@ func TestTextfile(t *testing.T) {
 	if err := metrics.WriteTextfile(path, metrics.Registry(s, func() time.Time { return now })); err != nil {
 		t.Fatal(err)
 	}
+	if value(t, readTextfile(t, path), "warden_campaign_info", map[string]string{"campaign": "m-1"}).GetGauge().GetValue() != 1 {
+		t.Fatal("no campaign info")
+	}
+}
+
+// readTextfile parses a node_exporter textfile.
+func readTextfile(t *testing.T, path string) map[string]*dto.MetricFamily {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -159,9 +167,7 @@ func TestTextfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if value(t, fams, "warden_campaign_info", map[string]string{"campaign": "m-1"}).GetGauge().GetValue() != 1 {
-		t.Fatal("no campaign info")
-	}
+	return fams
 }
 
 func TestCheckLoopback(t *testing.T) {

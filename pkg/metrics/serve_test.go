@@ -5,13 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
 	"warden/pkg/metrics"
@@ -45,16 +42,7 @@ func TestServe(t *testing.T) {
 	if _, err := http.Get("http://" + line.Addr + "/"); err == nil {
 		t.Error("the listener still answers after stop")
 	}
-	f, err := os.Open(prom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := readTextfile(t, prom)
 	if value(t, fams, "warden_campaign_info", map[string]string{"campaign": "m-1"}).GetGauge().GetValue() != 1 {
 		t.Fatal("no campaign info in the textfile")
 	}

@@ -158,8 +158,13 @@ type attemptOpts struct {
 	measuring chan<- string
 	until     <-chan struct{}
 	// allocation, on the Slurm executor, is the job whose allocation the
-	// attempt's step runs in (a co-location check's); "": a job of its own.
-	allocation, allocationName string
+	// attempt's step runs in (a co-location check's); zero: a job of its own.
+	allocation allocation
+}
+
+// allocation is a Slurm job allocated for several attempts' steps.
+type allocation struct {
+	ID, Name string
 }
 
 func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attemptOpts) outcome {
@@ -901,27 +906,25 @@ func (a *attempt) prepareCommands() error {
 		"PROTOCOL_DIR": filepath.Dir(c.protocolPath),
 		"WORKDIR":      c.workdir,
 	}
+	if a.needDirs == nil {
+		var err error
+		if a.needDirs, err = c.needDirs(a.run); err != nil {
+			return err
+		}
+	}
 	for as, run := range a.run.NeedVars {
 		res, ok := a.needDirs[as]
-		if a.needDirs == nil {
-			var err error
-			if res, err = c.resultDir(run); err != nil {
-				return fmt.Errorf("run %s needs %s: %w", a.run.ID, run, err)
-			}
-		} else if !ok {
+		if !ok {
 			return fmt.Errorf("run %s needs %s: no result directory given", a.run.ID, run)
 		}
 		a.vars[as] = res
 	}
-	env := os.Environ()
-	// On a Slurm node the step's own numbering stays (renumbered from 0
-	// where Slurm's device cgroup hides the node's other GPUs). Fake GPUs
-	// are not devices that a cgroup hides: they are named by the node's
-	// indices, as SLURM_STEP_GPUS gives them.
-	if _, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); !c.onNode || !ok || c.fakeGPUDir != "" {
-		env = append(env, "CUDA_VISIBLE_DEVICES="+a.vars["GPU_IDS"])
+	cuda := a.vars["GPU_IDS"]
+	if c.stepCUDA != "" {
+		cuda = c.stepCUDA
 	}
-	env = append(env,
+	env := append(os.Environ(),
+		"CUDA_VISIBLE_DEVICES="+cuda,
 		"WARDEN_RUN_ID="+a.run.ID,
 		"WARDEN_ATTEMPT="+a.vars["ATTEMPT"],
 		"WARDEN_RUN_DIR="+a.vars["RUN_DIR"],
@@ -940,6 +943,20 @@ func (a *attempt) prepareCommands() error {
 		"variables": a.vars, "gpu_backend": c.gpus.Name(), "workdir": c.workdir,
 		"protocol_sha256": a.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
 	}, 0o644, atomicfile.Beneath(c.dir))
+}
+
+// needDirs resolves the result directories of the runs r needs, by the
+// variable each is exported as.
+func (c *Runner) needDirs(r protocols.Run) (map[string]string, error) {
+	dirs := map[string]string{}
+	for as, run := range r.NeedVars {
+		res, err := c.resultDir(run)
+		if err != nil {
+			return nil, fmt.Errorf("run %s needs %s: %w", r.ID, run, err)
+		}
+		dirs[as] = res
+	}
+	return dirs, nil
 }
 
 // resultDir is the directory of a needed run's result: its complete (or

@@ -49,8 +49,9 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	// On Slurm the block runs in one allocation on one node: the target
 	// and its backgrounds share the node, each step its own GPUs and CPUs
 	// of it (co-location and CPU maps mean what they mean on one host).
-	alloc, allocName := "", ""
+	var alloc allocation
 	if c.slurm != nil && len(bgs) > 0 {
+		var err error
 		var slots []protocols.SlotInfo
 		seen := map[string]bool{}
 		for _, r := range u.Runs {
@@ -60,16 +61,14 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 			}
 		}
 		name := slurm.CampaignPrefix(c.slurm.Campaign) + "colocation.u" + strconv.Itoa(u.Unit)
-		id, err := c.allocate(ctx, name, slots)
-		if err != nil {
+		if alloc, err = c.allocate(ctx, name, slots); err != nil {
 			if ctx.Err() != nil {
 				res.interrupted = true
 				return res
 			}
 			return fail(u.Runs[0].ID, outcome{state: state.Failed, reason: state.ReasonStepLost, detail: "allocation for the co-location block: " + err.Error()})
 		}
-		defer c.releaseAllocation(ctx, id)
-		alloc, allocName = id, name
+		defer c.releaseAllocation(ctx, alloc)
 	}
 
 	// until ends the backgrounds normally once every target is done; on a
@@ -97,7 +96,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, measuring: measuring, until: until, allocation: alloc, allocationName: allocName})
+			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, measuring: measuring, until: until, allocation: alloc})
 			ended <- bgEnd{r.ID, out}
 		}()
 	}
@@ -119,7 +118,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 	for _, r := range targets {
-		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, allocation: alloc, allocationName: allocName})
+		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, allocation: alloc})
 		if out.interrupted {
 			cancelBG()
 			collect()

@@ -77,6 +77,8 @@ type NodeConfig struct {
 	// Step is the Slurm step the runner runs in; CPUs its affinity mask.
 	Step slurm.Step
 	CPUs []int
+	// StepCUDA is CUDA_VISIBLE_DEVICES as Slurm set it for the step.
+	StepCUDA string
 	// FakeGPUDir is this node's fake host, when the backend is fake.
 	FakeGPUDir string
 	GPUs       GPUs
@@ -131,6 +133,12 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 		dir: sp.CampaignDir, workdir: sp.Workdir, protocolPath: sp.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
 		starter: cfg.Launcher, gpus: cfg.GPUs, log: cfg.Log, boot: cfg.Boot, uid: sp.UID, now: now, private: private,
 		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), onNode: true,
+	}
+	// The step's GPUs keep Slurm's numbering (renumbered from 0 where its
+	// device cgroup hides the node's other GPUs). Fake GPUs are files no
+	// cgroup hides: they are named by the node's indices, the GPU ids.
+	if sp.GPUBackend != "fake" {
+		c.stepCUDA = cfg.StepCUDA
 	}
 	c.plan.Store(sp.Plan)
 

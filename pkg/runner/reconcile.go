@@ -182,10 +182,13 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	// charged: the attempts whose GPU time is on the ledger already (the
 	// controller died after charging them), with the time of the charge
+	// and the GPU-seconds charged
 	charged := map[string]time.Time{}
+	chargedGPUSeconds := map[string]float64{}
 	for _, e := range ledger {
 		if e.Kind == state.LedgerCharge {
 			charged[attemptKey(e.Run, e.Attempt)] = e.At
+			chargedGPUSeconds[attemptKey(e.Run, e.Attempt)] += e.GPUSeconds
 		}
 	}
 	bootID, _ := c.bootID()
@@ -194,12 +197,6 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		// the campaign's processes are Slurm's: through Slurm only
 		if err := c.cancelCampaignJobs(ctx); err != nil {
 			return fmt.Errorf("cancel the campaign's jobs left in Slurm: %w", err)
-		}
-	}
-	chargedGPUSeconds := map[string]float64{}
-	for _, e := range ledger {
-		if e.Kind == state.LedgerCharge {
-			chargedGPUSeconds[attemptKey(e.Run, e.Attempt)] += e.GPUSeconds
 		}
 	}
 	for _, a := range live {
@@ -278,35 +275,13 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			figures["last_seen_alive_unix"] = unixSeconds(lastSeen)
 			figures["charged_until_unix"] = unixSeconds(end)
 		}
-		figures["gpu_seconds"] = charge
-		if charge > 0 {
-			note := fmt.Sprintf("interrupted: from %s to %s, when this resume knew its GPUs free (last seen alive %s)",
-				start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), lastSeen.UTC().Format(time.RFC3339Nano))
-			if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: note}); err != nil {
-				return err
-			}
-		}
-		failpoint.Hit("before-transition:interrupted")
-		_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
-			"the controller died or stopped; left-overs reclaimed at resume", figures,
-			func(at *state.Attempt) error {
-				at.Signals = append(at.Signals, sigs...)
-				if at.Figures == nil {
-					at.Figures = map[string]float64{}
-				}
-				for k, v := range figures {
-					if k != "gpu_seconds" {
-						at.Figures[k] = v
-					}
-				}
-				at.Figures["gpu_seconds"] += charge
-				return nil
-			})
+		note := fmt.Sprintf("interrupted: from %s to %s, when this resume knew its GPUs free (last seen alive %s)",
+			start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), lastSeen.UTC().Format(time.RFC3339Nano))
+		err := c.interruptLeftover(a, charge, note, "the controller died or stopped; left-overs reclaimed at resume", figures,
+			func(at *state.Attempt) { at.Signals = append(at.Signals, sigs...) })
 		if err != nil {
-			return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
+			return err
 		}
-		failpoint.Hit("after-transition:interrupted")
-		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
 	}
 	// release reservations left open
 	open := map[string]float64{}
@@ -397,4 +372,38 @@ func toSignals(recs []launch.SignalRecord) []state.Signal {
 		out[i] = state.Signal{At: r.At, Role: r.Role, Target: r.Target, PID: r.PID, Signal: r.Signal}
 	}
 	return out
+}
+
+// interruptLeftover ends a live attempt a resume found: its charge goes on
+// the ledger with note (when there is one), then the attempt becomes
+// interrupted with msg, its figures (gpu_seconds added to what it was
+// charged before) and what mutate records beside them.
+func (c *Runner) interruptLeftover(a state.Attempt, charge float64, note, msg string, figures map[string]float64, mutate func(*state.Attempt)) error {
+	figures["gpu_seconds"] = charge
+	if charge > 0 {
+		if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: note}); err != nil {
+			return err
+		}
+	}
+	failpoint.Hit("before-transition:interrupted")
+	_, err := c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted, msg, figures,
+		func(at *state.Attempt) error {
+			if at.Figures == nil {
+				at.Figures = map[string]float64{}
+			}
+			for k, v := range figures {
+				if k != "gpu_seconds" {
+					at.Figures[k] = v
+				}
+			}
+			at.Figures["gpu_seconds"] += charge
+			mutate(at)
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
+	}
+	failpoint.Hit("after-transition:interrupted")
+	c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"warden/pkg/budget"
-	"warden/pkg/failpoint"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
 )
@@ -138,36 +137,12 @@ func (c *Runner) reconcileSlurmAttempt(ctx context.Context, a state.Attempt, alr
 		total = max(total, budget.Charge(len(a.GPUIDs), srv.StartedAt, last))
 	}
 	charge := max(0, total-already)
-	figures["gpu_seconds"] = charge
-	if charge > 0 {
-		note := fmt.Sprintf("interrupted Slurm job %s (%s): %.3f GPU-s from Slurm's start to end and the node's reports, less %.3f charged before",
-			a.Slurm.JobID, a.Slurm.JobName, total, already)
-		if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "charge", Run: a.RunID, Attempt: a.N, GPUSeconds: charge, Note: note}); err != nil {
-			return err
-		}
-	}
-	failpoint.Hit("before-transition:interrupted")
-	_, err = c.store.Transition(a.RunID, a.N, state.Interrupted, state.ReasonInterrupted,
-		"the controller died or stopped; the attempt's Slurm job was cancelled at resume", figures,
-		func(at *state.Attempt) error {
-			if at.Figures == nil {
-				at.Figures = map[string]float64{}
-			}
-			for k, v := range figures {
-				if k != "gpu_seconds" {
-					at.Figures[k] = v
-				}
-			}
-			at.Figures["gpu_seconds"] += charge
+	note := fmt.Sprintf("interrupted Slurm job %s (%s): %.3f GPU-s from Slurm's start to end and the node's reports, less %.3f charged before",
+		a.Slurm.JobID, a.Slurm.JobName, total, already)
+	return c.interruptLeftover(a, charge, note, "the controller died or stopped; the attempt's Slurm job was cancelled at resume", figures,
+		func(at *state.Attempt) {
 			if at.Slurm != nil && known {
 				at.Slurm.Start, at.Slurm.End = start, end
 			}
-			return nil
 		})
-	if err != nil {
-		return fmt.Errorf("mark %s attempt %d interrupted: %w", a.RunID, a.N, err)
-	}
-	failpoint.Hit("after-transition:interrupted")
-	c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over Slurm attempt interrupted")
-	return nil
 }

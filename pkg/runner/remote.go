@@ -52,31 +52,28 @@ const (
 func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	c := a.c
 	sc := c.slurm
-	needDirs := map[string]string{}
-	for as, run := range a.run.NeedVars {
-		res, err := c.resultDir(run)
-		if err != nil {
-			return a.fail(state.ReasonHarnessError, fmt.Sprintf("run %s needs %s: %v", a.run.ID, run, err))
-		}
-		needDirs[as] = res
+	needDirs, err := c.needDirs(a.run)
+	if err != nil {
+		return a.fail(state.ReasonHarnessError, err.Error())
 	}
-	name := slurm.JobName(sc.Campaign, a.run.ID, a.n)
-	if a.opts.allocation != "" {
-		name = a.opts.allocationName
+	alloc := a.opts.allocation
+	name, shared := slurm.JobName(sc.Campaign, a.run.ID, a.n), alloc.ID != ""
+	if shared {
+		name = alloc.Name
 	}
 	spec := NodeSpec{Schema: nodeSpecSchema, CampaignDir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath,
 		GPUBackend: sc.GPUBackend, FakeGPUDir: sc.FakeGPUDir, UID: c.uid, Plan: a.plan, Run: a.run, Attempt: a.n,
-		Dir: a.dir, Slots: a.slots, Regime: a.opts.regime, NeedDirs: needDirs, Background: a.opts.until != nil, JobName: name, Shared: a.opts.allocation != ""}
+		Dir: a.dir, Slots: a.slots, Regime: a.opts.regime, NeedDirs: needDirs, Background: a.opts.until != nil, JobName: name, Shared: shared}
 	specPath := filepath.Join(a.dir, NodeSpecFile)
 	if err := atomicfile.WriteJSON(specPath, spec, 0o600, atomicfile.Beneath(c.dir)); err != nil {
 		return a.fail(state.ReasonHarnessError, "write the node spec: "+err.Error())
 	}
-	argv := sc.Options.SrunArgv(slurm.Request{GPUs: len(a.gpuIDs), CPUs: len(a.cpus), JobName: name, JobID: a.opts.allocation},
+	argv := sc.Options.SrunArgv(slurm.Request{GPUs: len(a.gpuIDs), CPUs: len(a.cpus), JobName: name, JobID: alloc.ID},
 		append(append([]string(nil), sc.NodeCommand...), "--spec", specPath))
 	// The job's name is recorded before srun starts: a resume finds the
 	// job by it even when its id was never reported.
 	if _, err := c.store.UpdateAttempt(a.run.ID, a.n, func(at *state.Attempt) error {
-		at.Slurm = &state.SlurmStep{JobName: name, JobID: a.opts.allocation, Shared: a.opts.allocation != ""}
+		at.Slurm = &state.SlurmStep{JobName: name, JobID: alloc.ID, Shared: shared}
 		at.Commands = append(at.Commands, argv)
 		return nil
 	}); err != nil && !errors.Is(err, state.ErrStateFile) {
@@ -196,7 +193,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 		detail += fmt.Sprintf(" (its output: %v)", derr)
 	}
 	if tail, err := readTail(filepath.Join(a.dir, "srun.err"), 2048); err == nil && len(tail) > 0 {
-		detail += ": " + strings.TrimSpace(string(lastLine(tail)))
+		detail += ": " + lastLine(tail)
 	}
 	return a.endUnreported(ctx, state.ReasonStepLost, detail)
 }
@@ -359,10 +356,11 @@ func parseIntList(s string) ([]int, error) {
 	return protocols.ParseCPUList(s)
 }
 
-func lastLine(b []byte) []byte {
-	s := strings.TrimRight(string(b), "\n")
+// lastLine is the last line of b, trimmed.
+func lastLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		s = s[i+1:]
 	}
-	return []byte(s)
+	return strings.TrimSpace(s)
 }

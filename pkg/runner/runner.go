@@ -100,9 +100,11 @@ type Runner struct {
 	uid          int
 	now          func() time.Time
 	private      [][]byte
-	// onNode: a node-side runner of one attempt (RunNode): no database,
-	// and the GPUs are the Slurm step's, visible as Slurm set them.
+	// onNode: a node-side runner of one attempt (RunNode): no database.
 	onNode bool
+	// stepCUDA, when set, is CUDA_VISIBLE_DEVICES for the attempt's
+	// processes instead of the GPU ids: the Slurm step's own numbering.
+	stepCUDA string
 	// slurm, when set, runs every attempt as a Slurm step.
 	slurm *SlurmConfig
 

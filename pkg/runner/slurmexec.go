@@ -29,9 +29,9 @@ func (c *Runner) slurmClient() slurm.Client {
 
 // allocate asks Slurm for one allocation on one node with the GPUs and
 // CPUs of the given slots (a co-location check's target and
-// backgrounds), for their steps to run in side by side; it returns the
-// job id. The allocation is cancelled with releaseAllocation.
-func (c *Runner) allocate(ctx context.Context, name string, slots []protocols.SlotInfo) (string, error) {
+// backgrounds), for their steps to run in side by side. The allocation
+// is cancelled with releaseAllocation.
+func (c *Runner) allocate(ctx context.Context, name string, slots []protocols.SlotInfo) (allocation, error) {
 	gpus, cpus := 0, 0
 	for _, s := range slots {
 		gpus += len(s.GPUs)
@@ -44,17 +44,18 @@ func (c *Runner) allocate(ctx context.Context, name string, slots []protocols.Sl
 	defer cancel()
 	_, stderr, err := captureOutput(ctx, c.starter, argv)
 	if err != nil {
-		return "", err
+		return allocation{}, err
 	}
-	return slurm.AllocationGranted(stderr)
+	id, err := slurm.AllocationGranted(stderr)
+	return allocation{ID: id, Name: name}, err
 }
 
 // releaseAllocation cancels an allocation.
-func (c *Runner) releaseAllocation(ctx context.Context, job string) {
+func (c *Runner) releaseAllocation(ctx context.Context, a allocation) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), slurmCommandTimeout)
 	defer cancel()
-	if err := c.slurmClient().Cancel(ctx, job); err != nil {
-		c.log.Warn().Err(err).Str("job", job).Msg("cancel the co-location allocation")
+	if err := c.slurmClient().Cancel(ctx, a.ID); err != nil {
+		c.log.Warn().Err(err).Str("job", a.ID).Msg("cancel the co-location allocation")
 	}
 }
 

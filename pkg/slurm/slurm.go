@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"warden/protocols"
 )
 
 // Options say where the campaign's steps run: the protocol's or the
@@ -38,8 +40,8 @@ type Options struct {
 }
 
 // DefaultQueueTimeoutS is how long a step waits for busy resources when
-// the options do not say.
-const DefaultQueueTimeoutS = 600
+// the options do not say: the protocol format's default.
+const DefaultQueueTimeoutS = protocols.DefaultQueueTimeoutS
 
 // Request is what one attempt's step asks for, on one node.
 type Request struct {
