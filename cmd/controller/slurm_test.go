@@ -577,3 +577,44 @@ func TestSlurmNodeRunnerFailures(t *testing.T) {
 		})
 	}
 }
+
+// A resume that cannot read Slurm's accounting (slurmdbd down: sacct
+// fails) fails closed: each interrupted attempt is charged from its
+// creation to the resume, at least, and says the accounting was not read.
+func TestSlurmResumeWithoutAccounting(t *testing.T) {
+	c := newSlurmCampaign(t)
+	proto := slurmProtocol(t, scenario{patterns: 2, measureS: "3"})
+	cmd, _ := c.startSlurmForeground(slurmArgs(c, proto))
+	killed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	waitFor(t, "Slurm to end the dead controller's steps", 60*time.Second, func() bool { return len(c.jobsLeft()) == 0 })
+	shim := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shim, "sacct"), []byte("#!/bin/sh\necho 'sacct: error: Problem talking to the database: Connection refused' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, st := c.run(controllerBin, []string{"PATH=" + shim + ":" + os.Getenv("PATH")}, "resume", "-d", c.dir, "--foreground")
+	if st.ExitCode() != 0 {
+		t.Fatalf("resume exited %d:\n%s", st.ExitCode(), tail(out, 3000))
+	}
+	s := c.store()
+	interrupted := 0
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		for _, a := range c.attempts(s, run) {
+			if a.State != state.Interrupted {
+				continue
+			}
+			interrupted++
+			floor := float64(len(a.GPUIDs)) * killed.Sub(a.CreatedAt).Seconds()
+			if a.Figures["slurm_accounting_unread"] != 1 || a.Figures["gpu_seconds"] < floor {
+				t.Errorf("%s a%d: figures %v; want the accounting marked unread and at least %.3f GPU-s (creation to the kill)", run, a.N, a.Figures, floor)
+			}
+		}
+	}
+	if interrupted == 0 {
+		t.Fatal("no attempt was interrupted by the kill")
+	}
+	c.assertSlurmClean()
+}

@@ -102,6 +102,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 	if sp.Plan == nil || len(sp.Slots) == 0 {
 		return "", errors.New("node spec: no plan or no slots")
 	}
+	if filepath.Clean(sp.Dir) != sp.Dir || !filepath.IsAbs(sp.Dir) {
+		return "", fmt.Errorf("node spec: attempt directory %q is not a clean absolute path", sp.Dir)
+	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -171,9 +174,6 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 	a := &attempt{c: c, rec: rec, plan: sp.Plan, run: sp.Run, n: sp.Attempt, dir: sp.Dir, slots: sp.Slots,
 		gpuIDs: gpuIDs, cpus: cfg.CPUs, port: sp.Slots[0].Port, needDirs: sp.NeedDirs,
 		opts: attemptOpts{regime: sp.Regime, until: until}}
-	if filepath.Clean(a.dir) != a.dir || !filepath.IsAbs(a.dir) {
-		return "", fmt.Errorf("node spec: attempt directory %q is not a clean absolute path", a.dir)
-	}
 	out := a.execute(ctx)
 	return out.state, nil
 }

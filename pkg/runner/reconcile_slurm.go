@@ -136,6 +136,12 @@ func (c *Runner) reconcileSlurmAttempt(ctx context.Context, a state.Attempt, alr
 		}
 		total = max(total, budget.Charge(len(a.GPUIDs), srv.StartedAt, last))
 	}
+	if err != nil && (a.Slurm.JobID != "" || a.Slurm.JobName != "") {
+		// the accounting could not be read: the job may have held its
+		// GPUs from the attempt's creation until now (never under-count)
+		total = max(total, budget.Charge(len(a.GPUIDs), a.CreatedAt, now))
+		figures["slurm_accounting_unread"] = 1
+	}
 	charge := max(0, total-already)
 	note := fmt.Sprintf("interrupted Slurm job %s (%s): %.3f GPU-s from Slurm's start to end and the node's reports, less %.3f charged before",
 		a.Slurm.JobID, a.Slurm.JobName, total, already)
