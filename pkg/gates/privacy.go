@@ -59,7 +59,10 @@ const maxKeySpace = 64
 // detail, and they do not fail the scan by themselves. Other files that are
 // not regular (sockets, FIFOs, devices) are counted and never opened. skip,
 // when not nil, receives each path relative to dir (slash-separated); true
-// leaves out that file, or that whole directory.
+// leaves out that file, or that whole directory. A file listed but gone
+// when it is opened (a record the controller rewrites beside the scan:
+// its temporary file renamed into place) is no longer in the directory:
+// it is counted as vanished, not unreadable.
 //
 // Verdicts: fail when anything private is found, naming the file, and the
 // field with its JSON path, or the substring's SHA-256 prefix (never the
@@ -70,7 +73,7 @@ const maxKeySpace = 64
 // Figures: files_scanned, bytes_scanned (decompressed bytes examined),
 // files_parsed (files with at least one parsed JSON value), files_streamed,
 // files_gzip, files_gzip_truncated, files_skipped, files_unreadable,
-// symlinks, irregular, substrings (used), substrings_short (dropped),
+// files_vanished, symlinks, irregular, substrings (used), substrings_short (dropped),
 // findings.
 //
 // A fail is stop condition 8: the caller fails the run (privacy-violation),
@@ -119,7 +122,9 @@ func PrivacyScan(dir string, forbiddenFields []string, privateSubstrings [][]byt
 			s.irregular = append(s.irregular, rel)
 			return nil
 		}
-		if err := s.file(path, rel); err != nil {
+		if err := s.file(path, rel); errors.Is(err, fs.ErrNotExist) {
+			s.fig["files_vanished"]++
+		} else if err != nil {
 			s.unreadable(rel, err)
 		}
 		return nil
@@ -167,7 +172,7 @@ func newPrivacyScan(forbiddenFields []string, privateSubstrings [][]byte, maxPar
 		s.overlap = max(s.overlap, len(p)+maxKeySpace+1)
 	}
 	for _, k := range []string{"files_scanned", "bytes_scanned", "files_parsed", "files_streamed", "files_gzip",
-		"files_gzip_truncated", "files_skipped", "files_unreadable", "symlinks", "irregular", "findings"} {
+		"files_gzip_truncated", "files_skipped", "files_unreadable", "files_vanished", "symlinks", "irregular", "findings"} {
 		s.fig[k] = 0
 	}
 	s.fig["substrings"] = float64(used)

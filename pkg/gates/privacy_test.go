@@ -367,3 +367,27 @@ func BenchmarkPrivacyStream(b *testing.B) {
 		})
 	}
 }
+
+// A file listed but gone when the scan opens it (a record the controller
+// renamed into place beside the scan) is no longer in the directory: it is
+// counted as vanished, not unreadable, and the scan passes.
+func TestPrivacyScanVanishedFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.json", "b.json", "c.json"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(`{"ok": 1}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the walk lists the directory, then visits a.json first: b.json goes
+	// between the listing and its opening
+	gone := func(rel string) bool {
+		if rel == "a.json" {
+			os.Remove(filepath.Join(dir, "b.json"))
+		}
+		return false
+	}
+	v := PrivacyScan(dir, forbidden, nil, gone, 1<<20, time.Now())
+	if v.Verdict != Pass || v.Figures["files_vanished"] != 1 || v.Figures["files_scanned"] != 2 || v.Figures["files_unreadable"] != 0 {
+		t.Fatalf("verdict %s %q, figures %v: want pass with one vanished and two scanned", v.Verdict, v.Detail, v.Figures)
+	}
+}
