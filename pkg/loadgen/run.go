@@ -401,7 +401,12 @@ func (r *run) drain(ctx context.Context, cancelRequests context.CancelFunc) (int
 	case <-done:
 		return r.clock.Now(), false
 	case <-t.C:
-		return r.clock.Now(), true
+		select {
+		case <-done: // everything ended at the bound itself
+			return r.clock.Now(), false
+		default:
+			return r.clock.Now(), true
+		}
 	case <-ctx.Done():
 		cancelRequests()
 		<-done
