@@ -23,6 +23,9 @@ import (
 // DIR/segments.jsonl and DIR/requests/<segment>.jsonl. Only the fields
 // below are read; docs/validators.md lists them.
 
+// clientResultSchema is loadgen's result.json schema, the one read.
+const clientResultSchema = "warden.loadgen.result/1"
+
 // ClientResult is the part of result.json the client check reads.
 type ClientResult struct {
 	Schema      string `json:"schema"`
@@ -143,6 +146,10 @@ func ClientDir(dir string, opts ClientOptions) Result {
 	var res ClientResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		f.errorf("decode %s: %v", resPath, err)
+		return f.result("")
+	}
+	if res.Schema != clientResultSchema {
+		f.errorf("%s: schema %q, want %q", resPath, res.Schema, clientResultSchema)
 		return f.result("")
 	}
 	if !res.Complete || res.Interrupted {

@@ -218,6 +218,11 @@ func TestClient(t *testing.T) {
 	if r := ClientDir(t.TempDir(), DefaultClient()); r.Verdict != "error" {
 		t.Fatalf("no result.json: %+v", r)
 	}
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "result.json"), []byte(`{"schema":"warden.standin.result/1","complete":true}`), 0o644)
+	if r := ClientDir(other, DefaultClient()); r.Verdict != "error" || !strings.Contains(r.Detail, "schema") {
+		t.Fatalf("another schema: %+v", r)
+	}
 }
 
 func TestScanForbidden(t *testing.T) {
