@@ -2,7 +2,8 @@
 // does no work, for measuring load clients (bench/loadgen.sh): every
 // POST to /v1/completions or /v1/chat/completions answers a stream of
 // --tokens one-token chunks, --token-ms apart, then a usage chunk and
-// [DONE]. It reads max_tokens from the body only to report it in usage,
+// [DONE]. It reads max_tokens and a token-id prompt's length from the
+// body only to report them in usage,
 // so a client asking for exact output tokens gets them when --tokens is 0
 // (one chunk per requested token).
 package main
@@ -29,10 +30,12 @@ func main() {
 	interval := time.Duration(*tokenMS * float64(time.Millisecond))
 	handle := func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			MaxTokens int `json:"max_tokens"`
+			MaxTokens int   `json:"max_tokens"`
+			Prompt    []int `json:"prompt"` // token ids; usage reports their count
 		}
 		body, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(body, &req)
+		prompt := max(len(req.Prompt), 1)
 		n := *tokens
 		if n == 0 {
 			n = max(req.MaxTokens, 1)
@@ -56,7 +59,7 @@ func main() {
 			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":null}]}\n\n")
 			fl.Flush()
 		}
-		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", n)
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", prompt, n)
 		fl.Flush()
 	}
 	mux := http.NewServeMux()

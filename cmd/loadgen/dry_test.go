@@ -55,14 +55,15 @@ func runTests(m *testing.M) int {
 // tolerance for wall-clock assertions on seconds-scale intervals.
 const tolerance = 250 * time.Millisecond
 
-// startStandin starts a stand-in server on a free loopback port and stops
-// it (SIGTERM, then its group) at the test's end.
-func startStandin(t *testing.T, tokenMS string) string {
+// startStandin starts a stand-in server on a free loopback port, with
+// extra flags (misbehaviour switches), and stops it (SIGTERM, then its
+// group) at the test's end.
+func startStandin(t *testing.T, tokenMS string, extra ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	portFile := filepath.Join(dir, "port")
-	cmd := exec.Command(standinBin, "server", "--port", "0", "--port-file", portFile, "--load-s", "0",
-		"--token-ms", tokenMS, "--model", "m", "--shutdown-timeout", "1")
+	cmd := exec.Command(standinBin, append([]string{"server", "--port", "0", "--port-file", portFile, "--load-s", "0",
+		"--token-ms", tokenMS, "--model", "m", "--shutdown-timeout", "1"}, extra...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {

@@ -9,11 +9,13 @@
 //	loadgen materialize  write a synthetic manifest of token ids of exact
 //	                     lengths, from the seed's pattern-table flags
 //
-// Exit codes: 0 the run finished its timeline and wrote its results
-// (requests may still have failed: see result.json); 1 error, nothing
-// usable written, or interrupted (results written with complete=false);
-// 2 bad flags or a run refused before it started; 3 the manifest ran out
-// during the run (results written with complete=false).
+// Exit codes: 0 the run finished its timeline, every admitted request
+// ended, and the results are written (requests may still have failed: see
+// result.json); 1 error, nothing usable written, or interrupted (results
+// written with complete=false); 2 bad flags or a run refused before it
+// started; 3 the manifest ran out during the run (results written with
+// complete=false); 4 the drain bound was reached: requests abandoned,
+// results written with complete=false.
 package main
 
 import (
@@ -98,8 +100,10 @@ func newRunCmd() *cobra.Command {
 warm-up, --num-clean-segments contiguous clean segments, then (with
 --profile-after-clean) --num-profile-windows profile windows, each followed by
 --recovery-seconds of recovery. Admission continues through profile and
-recovery; then it stops and outstanding requests drain, never cancelled, for
-up to --drain-timeout-seconds.
+recovery; then it stops and outstanding requests drain, never cancelled, until
+every one has ended, bounded by --drain-timeout-seconds: those still
+outstanding at the bound are abandoned (deadline-exceeded) and the run is
+incomplete.
 
 Load: --request-rate inf is a closed loop of --max-concurrency outstanding
 requests. --load-point moderate derives λ = --rate-fraction × T_sat from
@@ -113,8 +117,9 @@ RESULT_DIR/result.json (last), and appends phase lines to --phase-file
 (default $WARDEN_PHASE_FILE). Never writes prompt or generated text.
 See docs/loadgen.md.
 
-Exit codes: 0 timeline finished; 1 error or interrupted; 2 refused before the
-start; 3 manifest exhausted during the run.`,
+Exit codes: 0 timeline finished, every request ended; 1 error or interrupted;
+2 refused before the start; 3 manifest exhausted during the run; 4 drain bound
+reached: requests abandoned; results written.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -151,7 +156,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.Float64Var(&f.profileHoldS, "profile-hold-seconds", 1, "seconds between /start_profile returning and the /stop_profile call")
 	fl.Float64Var(&f.profileBudgetS, "profile-window-budget-seconds", 24, "expected seconds of one profile window, for the manifest-length check before the start")
 	fl.Float64Var(&f.recoveryS, "recovery-seconds", 30, "fixed recovery after each profile window")
-	fl.Float64Var(&f.drainS, "drain-timeout-seconds", 120, "longest wait for outstanding requests after admission stops")
+	fl.Float64Var(&f.drainS, "drain-timeout-seconds", 120, "bound of the drain: requests still outstanding this long after admission stops are abandoned (exit 4)")
 	fl.Uint64Var(&f.seed, "workload-seed", 0, "seed of poisson and gamma arrivals (recorded)")
 	fl.StringVar(&f.resultDir, "result-dir", "", "directory for the results (required; never overwritten)")
 	fl.StringVar(&f.phaseFile, "phase-file", os.Getenv("WARDEN_PHASE_FILE"), "file to append phase lines to (default $WARDEN_PHASE_FILE)")
@@ -296,13 +301,15 @@ func run(ctx context.Context, cmd *cobra.Command, f runFlags) error {
 	res, err := loadgen.Run(ctx, cfg, m)
 	if res != nil {
 		c := res.Clean
-		fmt.Printf("loadgen: load_point=%s admitted=%d clean_s=%.3f completed=%d failed=%d completed_rps=%.4f offered_rps=%.4f ttft_p50_ms=%.3f e2e_p99_ms=%.3f lag_p99_ms=%.3f sustained_lag=%v drain_s=%.3f drain_timed_out=%v\n",
+		fmt.Printf("loadgen: load_point=%s admitted=%d clean_s=%.3f completed=%d failed=%d completed_rps=%.4f offered_rps=%.4f ttft_p50_ms=%.3f e2e_p99_ms=%.3f lag_p99_ms=%.3f sustained_lag=%v drain_s=%.3f drain_timed_out=%v drain_abandoned=%d\n",
 			res.LoadPoint, res.Totals.Admitted, c.Seconds, c.Completed, c.Failed, c.CompletedRPS, c.OfferedRPS,
-			c.Latency.TTFT.P50, c.Latency.E2E.P99, res.Lag.All.P99, res.Lag.Sustained, res.Drain.Seconds, res.Drain.TimedOut)
+			c.Latency.TTFT.P50, c.Latency.E2E.P99, res.Lag.All.P99, res.Lag.Sustained, res.Drain.Seconds, res.Drain.TimedOut, res.Drain.Abandoned)
 	}
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, loadgen.ErrDrainAbandoned):
+		return &exitError{code: 4, err: err}
 	case errors.Is(err, loadgen.ErrManifestExhausted):
 		return &exitError{code: 3, err: err}
 	case errors.Is(err, loadgen.ErrResultExists), errors.Is(err, loadgen.ErrManifestTooShort):

@@ -191,7 +191,7 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 			"completed_rps": completedRPS, "offered_rps": offered, "planned_rps": offered, "offered_over_lambda": 0.0,
 			"input_tokens": inputTokens, "output_tokens": outTok, "input_tokens_per_s": float64(inputTokens) / cleanS, "output_tokens_per_s": float64(outTok) / cleanS},
 		"lag":    map[string]any{"threshold_s": 1.0, "over_threshold": 0, "sustained": false},
-		"drain":  map[string]any{"seconds": 0.0, "outstanding_at_start": 0, "unfinished": 0, "timed_out": false},
+		"drain":  map[string]any{"seconds": 0.0, "outstanding_at_start": 0, "unfinished": 0, "abandoned": 0, "timed_out": false},
 		"totals": map[string]any{"admitted": row, "by_class": map[string]int{"success": succeeded}, "output_mismatches": 0, "input_mismatches": 0},
 		"files":  map[string]any{"segments": "segments.jsonl", "requests": files},
 	}

@@ -38,6 +38,7 @@ type serverConfig struct {
 	engine           engineConfig
 	layer1           layer1Config
 	layer2           layer2Config
+	misbehave        misbehaveConfig
 }
 
 func newServerCmd() *cobra.Command {
@@ -106,6 +107,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.StringVar(&cfg.layer2.dir, "traces-dir", "", "write Layer-2 traces here on /stop_profile (none written if empty)")
 	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
 	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: missing, corrupt, steps, no-kernels, execute")
+	bindMisbehave(cmd, &cfg.misbehave)
 	return cmd
 }
 
@@ -168,7 +170,7 @@ func runServer(cfg serverConfig) error {
 	}
 	log.Info("engine started", "engine_pid", eng.cmd.Process.Pid)
 
-	if err := errors.Join(cfg.layer1.validate(), cfg.layer2.validate()); err != nil {
+	if err := errors.Join(cfg.layer1.validate(), cfg.layer2.validate(), cfg.misbehave.validate()); err != nil {
 		_ = eng.stop(engineExitTimeout)
 		return fmt.Errorf("server: %w", err)
 	}
@@ -195,7 +197,7 @@ func runServer(cfg serverConfig) error {
 		profiler: &profiler{cfg: cfg.layer2},
 	}
 	s.http = &http.Server{
-		Handler:           s.api.handler(),
+		Handler:           cfg.misbehave.wrap(s.api, s.api.handler()),
 		BaseContext:       func(net.Listener) context.Context { return hard },
 		ReadHeaderTimeout: 10 * time.Second,
 	}

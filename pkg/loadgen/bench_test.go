@@ -29,7 +29,7 @@ func BenchmarkSend(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if o := s.send(context.Background(), body, 16, true); o.class != Success {
+		if o := s.send(context.Background(), body, expect{output: 16, exact: true}); o.class != Success {
 			b.Fatalf("class %s: %s", o.class, o.reason)
 		}
 	}

@@ -9,7 +9,9 @@
 // (/start_profile, a hold, /stop_profile, all synchronous and timestamped)
 // each followed by a fixed recovery. Admission runs from t0 through the
 // last recovery; then it stops and the outstanding requests drain, never
-// cancelled, up to the drain timeout. Every admitted request gets a
+// cancelled, until each has ended, bounded by the drain timeout: those
+// still outstanding at the bound are abandoned and the run ends with
+// ErrDrainAbandoned, incomplete. Every admitted request gets a
 // Record with its planned, sent, first-token and end times and a terminal
 // Class; result.json summarizes the clean interval (throughput T,
 // latencies, generator lag).
@@ -21,6 +23,8 @@
 //     than the manifest holds is refused before the start
 //     (ErrManifestTooShort); a run that reaches the end anyway stops
 //     admitting and ends with ErrManifestExhausted.
+//   - Every prompt sent is the bytes hashed at the start: a manifest
+//     rewritten in place during the run stops it (ErrManifestChanged).
 //   - The result directory of a finished run is never overwritten
 //     (ErrResultExists).
 //   - Times are CLOCK_MONOTONIC nanoseconds, comparable with the

@@ -23,9 +23,16 @@ import (
 //	 "arrival": "steady"}            // arrival class, the same on every line
 //
 // Other keys (such as "prefix_group") are allowed and ignored. The
-// manifest is read once at start (its SHA-256 over the file's bytes, and
-// every line checked); a prompt is read again from the file only when its
-// request is built, and never written anywhere else.
+// manifest is read once at start: its SHA-256 is taken over the very bytes
+// parsed, as they are read, and every line is checked. A prompt is read
+// again from the file only when its request is built, and never written
+// anywhere else; the bytes read back must have the SHA-256 the prompt had
+// at the start, so that what is sent is what was hashed even if the file
+// is rewritten in place during the run (ErrManifestChanged).
+
+// ErrManifestChanged: a prompt read back from the manifest differs from
+// the bytes hashed at the start; the request is not sent.
+var ErrManifestChanged = errors.New("the manifest changed since the start")
 
 // MaxLineBytes bounds one manifest line (a 32,768-token prompt of ids is
 // under 256 KiB).
@@ -54,6 +61,8 @@ type row struct {
 	inputTokens  int32
 	outputTokens int32
 	id           string
+	// sum is the SHA-256 of the prompt's bytes as parsed at the start.
+	sum [sha256.Size]byte
 }
 
 // manifestLine is one line as decoded.
@@ -126,7 +135,8 @@ func (m *Manifest) scan() error {
 		if err != nil {
 			return fmt.Errorf("line %d: %w", lineNo, err)
 		}
-		m.rows = append(m.rows, row{off: off + int64(poff), n: int32(plen), inputTokens: int32(*l.InputTokens), outputTokens: int32(*l.OutputTokens), id: l.ID})
+		m.rows = append(m.rows, row{off: off + int64(poff), n: int32(plen), inputTokens: int32(*l.InputTokens), outputTokens: int32(*l.OutputTokens), id: l.ID,
+			sum: sha256.Sum256(body[poff : poff+plen])})
 		off += int64(n)
 		if err == io.EOF {
 			break
@@ -253,15 +263,19 @@ func (m *Manifest) InputTokens(i int) int  { return int(m.rows[i].inputTokens) }
 func (m *Manifest) OutputTokens(i int) int { return int(m.rows[i].outputTokens) }
 
 // prompt reads request i's prompt back from the file, as raw JSON (an
-// array of ids or a string), without decoding it.
+// array of ids or a string), without decoding it, and checks that it is
+// the bytes parsed at the start.
 func (m *Manifest) prompt(i int) (json.RawMessage, error) {
 	r := m.rows[i]
 	buf := make([]byte, r.n)
 	if _, err := m.f.ReadAt(buf, r.off); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: request %d (line %d) is past the file's end", ErrManifestChanged, i, i+1)
+		}
 		return nil, fmt.Errorf("manifest: read request %d: %w", i, err)
 	}
-	if m.TokenIDs && (buf[0] != '[' || buf[len(buf)-1] != ']') || !m.TokenIDs && (buf[0] != '"' || buf[len(buf)-1] != '"') {
-		return nil, fmt.Errorf("manifest: request %d changed since the start", i)
+	if sha256.Sum256(buf) != r.sum {
+		return nil, fmt.Errorf("%w: request %d (line %d) reads other bytes than were hashed", ErrManifestChanged, i, i+1)
 	}
 	return buf, nil
 }

@@ -131,6 +131,20 @@ type streamChunk struct {
 	Message string          `json:"message"`
 }
 
+// expect is what a request's stream must report to be a success.
+type expect struct {
+	// output is max_tokens; exact (--ignore-eos) asks for exactly that
+	// many output tokens in usage.
+	output int
+	exact  bool
+	// input is the manifest's input_tokens; inputExact (token-id prompts,
+	// whose length the server cannot count otherwise) requires usage's
+	// prompt_tokens to equal it. A text prompt's count is the server's
+	// tokenizer's (and, for chat, its template's): only counted.
+	input      int
+	inputExact bool
+}
+
 // sender sends requests of one run.
 type sender struct {
 	client *http.Client
@@ -144,7 +158,7 @@ type sender struct {
 // send posts body and reads the stream to its end. It never gives up on
 // its own: only ctx ends a request early (then the class is
 // client-cancelled).
-func (s *sender) send(ctx context.Context, body []byte, want int, exact bool) outcome {
+func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	var o outcome
 	finish := func(c Class, reason string) outcome {
 		o.end = s.clock.Now()
@@ -239,13 +253,33 @@ func (s *sender) send(ctx context.Context, body []byte, want int, exact bool) ou
 			return finish(TransportError, "stream ended before [DONE]")
 		}
 	}
-	switch {
-	case !o.usage:
-		return finish(InvalidOutput, "no usage in the stream")
-	case exact && o.outputTokens != want:
-		return finish(InvalidOutput, fmt.Sprintf("%d output tokens, %d requested", o.outputTokens, want))
+	if reason := o.invalid(e); reason != "" {
+		return finish(InvalidOutput, reason)
 	}
 	return finish(Success, "")
+}
+
+// invalid says why a stream that ended with [DONE] is not a success ("" if
+// it is). Every chunk carries at least one token, so the token chunks
+// counted are at least one and at most usage's completion_tokens; they
+// may be fewer (a server may put several tokens in one chunk, as with
+// speculative decoding), so equality is not asked.
+func (o *outcome) invalid(e expect) string {
+	switch {
+	case !o.usage:
+		return "no usage in the stream"
+	case o.promptTokens < 0 || o.outputTokens < 0:
+		return fmt.Sprintf("negative token count in usage (%d prompt, %d output)", o.promptTokens, o.outputTokens)
+	case o.chunks == 0:
+		return fmt.Sprintf("no token chunk in the stream, usage reports %d output tokens", o.outputTokens)
+	case o.chunks > o.outputTokens:
+		return fmt.Sprintf("%d token chunks, usage reports %d output tokens", o.chunks, o.outputTokens)
+	case e.exact && o.outputTokens != e.output:
+		return fmt.Sprintf("%d output tokens, %d requested", o.outputTokens, e.output)
+	case e.inputExact && o.promptTokens != e.input:
+		return fmt.Sprintf("%d prompt tokens, the manifest's token ids are %d", o.promptTokens, e.input)
+	}
+	return ""
 }
 
 // nextLine returns the stream's next line without copying it: the slice
@@ -272,12 +306,13 @@ func nextLine(br *bufio.Reader, scratch *[]byte) ([]byte, error) {
 // scanChunk reads a stream chunk without decoding it: whether it carries
 // a token (a non-empty "text", "content" or "reasoning_content" string),
 // whether it must be decoded in full (it has a non-null "usage" or
-// mentions "error"), and whether it is a JSON object at all. Token chunks,
-// nearly all of a stream, are never decoded: decoding them was a third of
-// the client's CPU. Keys are matched with their quotes and colon, which a
-// JSON string value cannot contain unescaped.
+// mentions "error"), and whether it is a JSON object at all (checked
+// with json.Valid, which builds nothing). Token chunks, nearly all of a
+// stream, are never decoded: decoding them was a third of the client's
+// CPU. Keys are matched with their quotes and colon, which a JSON string
+// value cannot contain unescaped.
 func scanChunk(p []byte) (token, decode, whole bool) {
-	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' {
+	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
 		return false, false, false
 	}
 	if bytes.Contains(p, []byte(`"error"`)) {

@@ -26,6 +26,40 @@ func sse(w http.ResponseWriter, n, usageTokens int, done bool) {
 	}
 }
 
+const tokenChunk = `{"choices":[{"index":0,"text":" t","finish_reason":null}]}`
+
+func usage(prompt, completion int) string {
+	return fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, prompt, completion)
+}
+
+// raw streams each payload as one data line, then [DONE].
+func raw(payloads ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		for _, p := range payloads {
+			fmt.Fprintf(w, "data: %s\n\n", p)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}
+}
+
+// TestSendTextPromptCountsOnly: a text prompt's token count is the
+// server's tokenizer's; a count other than the manifest's is recorded,
+// never a failure of the request.
+func TestSendTextPromptCountsOnly(t *testing.T) {
+	srv := httptest.NewServer(raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(9, 4)))
+	defer srv.Close()
+	clock, _ := NewClock()
+	s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
+	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3}); o.class != Success || o.promptTokens != 9 {
+		t.Fatalf("outcome %+v", o)
+	}
+	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != InvalidOutput {
+		t.Fatalf("token-id prompt: outcome %+v", o)
+	}
+}
+
 func TestSendClassifiesEveryEnding(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -66,11 +100,11 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 			defer srv.Close()
 			clock, _ := NewClock()
 			s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
-			o := s.send(context.Background(), []byte(`{}`), 4, true)
+			o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
 			if o.class != tc.want || o.status != tc.status {
 				t.Fatalf("class %s status %d (%s), want %s %d", o.class, o.status, o.reason, tc.want, tc.status)
 			}
-			if tc.want == Success && (o.outputTokens != 4 || o.promptTokens != 3 || o.chunks != 4 || o.firstToken == 0 || o.end < o.firstToken) {
+			if tc.want == Success && (o.outputTokens != 4 || o.promptTokens != 3 || o.chunks < 1 || o.chunks > 4 || o.firstToken == 0 || o.end < o.firstToken) {
 				t.Fatalf("outcome %+v", o)
 			}
 			if strings.Contains(o.reason, "engine died") || strings.Contains(o.reason, "CUDA") {
@@ -84,8 +118,40 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 	srv.Close()
 	clock, _ := NewClock()
 	s := &sender{client: http.DefaultClient, url: url, clock: clock}
-	if o := s.send(context.Background(), []byte(`{}`), 4, true); o.class != TransportError || o.status != 0 {
+	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != TransportError || o.status != 0 {
 		t.Fatalf("no server: %+v", o)
+	}
+}
+
+// TestSendInvalidOutput: a 200 stream that ended with [DONE] but whose
+// chunks or usage cannot be a correct completion is invalid-output, for
+// the reason given.
+func TestSendInvalidOutput(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    Class
+		reason  string
+	}{
+		{"no token chunk, usage claims the tokens", raw(`{"choices":[{"text":""}]}`, usage(3, 4)), InvalidOutput, "no token chunk"},
+		{"a chunk that is not a JSON object", raw(tokenChunk, tokenChunk, `{"choices":[{"text":" t"}],}`, tokenChunk, usage(3, 4)), InvalidOutput, "not a JSON object"},
+		{"a chunk that is not JSON", raw(tokenChunk, tokenChunk, tokenChunk, " tok3", usage(3, 4)), InvalidOutput, "not a JSON object"},
+		{"more token chunks than usage reports", func(w http.ResponseWriter, _ *http.Request) { sse(w, 5, 4, true) }, InvalidOutput, "5 token chunks, usage reports 4"},
+		{"several tokens a chunk", raw(tokenChunk, tokenChunk, usage(3, 4)), Success, ""},
+		{"negative prompt tokens", raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(-3, 4)), InvalidOutput, "negative token count"},
+		{"negative output tokens", raw(tokenChunk, usage(3, -4)), InvalidOutput, "negative token count"},
+		{"prompt tokens other than the token ids", raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(4, 4)), InvalidOutput, "4 prompt tokens, the manifest's token ids are 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			clock, _ := NewClock()
+			s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
+			o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
+			if o.class != tc.want || !strings.Contains(o.reason, tc.reason) || o.status != 200 {
+				t.Fatalf("class %s (%s), want %s (%s)", o.class, o.reason, tc.want, tc.reason)
+			}
+		})
 	}
 }
 
@@ -104,6 +170,8 @@ func TestScanChunk(t *testing.T) {
 		{`{"error":{"message":"x"}}`, false, true, true},
 		{`{"object":"error","message":"x"}`, false, true, true},
 		{`not json`, false, false, false},
+		{`{"choices":[{"text":" t"}],}`, false, false, false},
+		{`{"choices": tok}`, false, false, false},
 	} {
 		token, decode, whole := scanChunk([]byte(tc.chunk))
 		if token != tc.token || decode != tc.decode || whole != tc.whole {

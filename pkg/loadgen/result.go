@@ -17,9 +17,10 @@ const LagThresholdS = 1.0
 // finished writing. Times are CLOCK_MONOTONIC nanoseconds.
 type Result struct {
 	Schema string `json:"schema"`
-	// Complete is true when the timeline ran to its end (the drain may
-	// still have timed out: see drain). False when interrupted or the
-	// manifest ran out.
+	// Complete is true when the timeline ran to its end and every
+	// admitted request ended before the drain bound. False when
+	// interrupted, when the manifest ran out, when the drain reached its
+	// bound (requests abandoned), or after a harness error.
 	Complete    bool   `json:"complete"`
 	Interrupted bool   `json:"interrupted"`
 	LoadPoint   string `json:"load_point"`
@@ -196,16 +197,21 @@ type ProfileWindow struct {
 }
 
 // DrainInfo is the end of the run: from the end of admission until the
-// last outstanding request ended or the timeout ran out. Requests are
-// never cancelled in the drain; those still outstanding at the timeout
-// are recorded as deadline-exceeded (unfinished).
+// last outstanding request ended or the drain bound ran out. Requests are
+// never cancelled in the drain; those still outstanding at the bound are
+// abandoned, recorded as deadline-exceeded.
 type DrainInfo struct {
 	StartMonoNS        int64   `json:"start_mono_ns"`
 	EndMonoNS          int64   `json:"end_mono_ns"`
 	Seconds            float64 `json:"seconds"`
 	OutstandingAtStart int     `json:"outstanding_at_start"`
-	Unfinished         int     `json:"unfinished"`
-	TimedOut           bool    `json:"timed_out"`
+	// Unfinished counts requests without an ending of their own when the
+	// records were frozen: Abandoned at the drain bound, or cancelled by
+	// an interruption.
+	Unfinished int `json:"unfinished"`
+	Abandoned  int `json:"abandoned"`
+	// TimedOut: the drain bound ran out before every request ended.
+	TimedOut bool `json:"timed_out"`
 }
 
 // Totals counts every admitted request by class.

@@ -29,6 +29,12 @@ var (
 	// requests were cancelled and recorded as client-cancelled; results
 	// were written with complete=false and no done phase.
 	ErrInterrupted = errors.New("interrupted")
+	// ErrDrainAbandoned: the drain reached its bound (--drain-timeout-
+	// seconds) with requests outstanding. They were recorded
+	// deadline-exceeded and counted in drain.abandoned, and the results
+	// were written with complete=false: a run that abandoned a request is
+	// never complete.
+	ErrDrainAbandoned = errors.New("drain bound reached")
 	// ErrResultExists: the result directory already holds a result.json;
 	// a finished run's directory is never overwritten.
 	ErrResultExists = errors.New("the result directory already holds a result.json")
@@ -334,16 +340,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	r.finalized = true
 	slots := r.slots
 	r.mu.Unlock()
-	endClass := DeadlineExceeded
-	if errors.Is(stopErr, ErrInterrupted) {
-		endClass = ClientCancelled
-	}
-	for _, s := range slots {
-		if !s.done {
-			s.rec.Class, s.rec.Reason = endClass, "outstanding at the end of the drain"
-			drain.Unfinished++
-		}
-	}
+	stopErr = r.abandon(slots, &drain, stopErr)
 
 	res := r.summarize(segs, windows, slots, drain, need)
 	res.Complete = stopErr == nil
@@ -359,6 +356,32 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 		}
 	}
 	return res, stopErr
+}
+
+// abandon records the requests still outstanding once the drain ended:
+// after an interruption client-cancelled, else abandoned at the drain
+// bound, deadline-exceeded. A drain that reached its bound makes the run
+// incomplete (ErrDrainAbandoned, joined to an exhaustion), whatever else
+// it holds. It returns the run's stop error.
+func (r *run) abandon(slots []*slot, drain *DrainInfo, stopErr error) error {
+	interrupted := errors.Is(stopErr, ErrInterrupted)
+	for _, s := range slots {
+		if s.done {
+			continue
+		}
+		drain.Unfinished++
+		if interrupted {
+			s.rec.Class, s.rec.Reason = ClientCancelled, "outstanding when the client was interrupted"
+			continue
+		}
+		s.rec.Class, s.rec.Reason = DeadlineExceeded, "abandoned: outstanding at the drain bound"
+		drain.Abandoned++
+	}
+	if interrupted || !drain.TimedOut && drain.Abandoned == 0 || stopErr != nil && !errors.Is(stopErr, ErrManifestExhausted) {
+		return stopErr
+	}
+	return errors.Join(stopErr, fmt.Errorf("%w after %.3f s: %d request(s) abandoned; results written",
+		ErrDrainAbandoned, r.cfg.DrainTimeout.Seconds(), drain.Abandoned))
 }
 
 // drain waits for the outstanding requests, up to the drain timeout; it
@@ -378,7 +401,12 @@ func (r *run) drain(ctx context.Context, cancelRequests context.CancelFunc) (int
 	case <-done:
 		return r.clock.Now(), false
 	case <-t.C:
-		return r.clock.Now(), true
+		select {
+		case <-done: // everything ended at the bound itself
+			return r.clock.Now(), false
+		default:
+			return r.clock.Now(), true
+		}
 	case <-ctx.Done():
 		cancelRequests()
 		<-done
@@ -502,6 +530,11 @@ func (r *run) body(i int) ([]byte, error) {
 	return r.builder.build(p, r.m.OutputTokens(i)), nil
 }
 
+// expect is what request i's stream must report to be a success.
+func (r *run) expect(i int) expect {
+	return expect{output: r.m.OutputTokens(i), exact: r.cfg.IgnoreEOS, input: r.m.InputTokens(i), inputExact: r.m.TokenIDs}
+}
+
 // signalExhausted reports the manifest's end once.
 func (r *run) signalExhausted() { r.exhaust.Do(func() { close(r.exhausted) }) }
 
@@ -528,7 +561,6 @@ func (r *run) dispatch(ctx, reqCtx context.Context) {
 		return
 	}
 	sem := make(chan struct{}, r.cfg.MaxConcurrency)
-	exact := r.cfg.IgnoreEOS
 	for i := 0; ; i++ {
 		planned := r.t0 + int64(planner.Next())
 		if i >= r.m.Len() {
@@ -562,12 +594,12 @@ func (r *run) dispatch(ctx, reqCtx context.Context) {
 			<-sem
 			return
 		}
-		want := r.m.OutputTokens(i)
+		e := r.expect(i)
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			defer func() { <-sem }()
-			r.finish(s, r.sender.send(reqCtx, body, want, exact))
+			r.finish(s, r.sender.send(reqCtx, body, e))
 		}()
 	}
 }
@@ -578,7 +610,6 @@ func (r *run) dispatch(ctx, reqCtx context.Context) {
 func (r *run) worker(ctx, reqCtx context.Context) {
 	defer r.wg.Done()
 	planned := r.t0
-	exact := r.cfg.IgnoreEOS
 	for {
 		select {
 		case <-r.stopAdmit:
@@ -595,8 +626,7 @@ func (r *run) worker(ctx, reqCtx context.Context) {
 		if s == nil {
 			return
 		}
-		i := s.rec.Row
-		o := r.sender.send(reqCtx, body, r.m.OutputTokens(i), exact)
+		o := r.sender.send(reqCtx, body, r.expect(s.rec.Row))
 		r.finish(s, o)
 		planned = o.end
 	}

@@ -1,8 +1,13 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,8 +35,9 @@ func smallManifest(t *testing.T, n int) *Manifest {
 }
 
 // TestDrainNeverCancels: requests that never finish are waited for until
-// the drain timeout, recorded as deadline-exceeded, and cancelled only
-// after the results are written.
+// the drain bound, abandoned (deadline-exceeded, drain.abandoned), the
+// run incomplete without a done phase, and cancelled only after the
+// results are written.
 func TestDrainNeverCancels(t *testing.T) {
 	clock, _ := NewClock()
 	var mu sync.Mutex
@@ -52,11 +58,15 @@ func TestDrainNeverCancels(t *testing.T) {
 		IgnoreEOS: true, CleanSegment: 200 * time.Millisecond, NumClean: 1, DrainTimeout: 300 * time.Millisecond,
 		ResultDir: dir, PhaseFile: filepath.Join(dir, "phases.jsonl")}
 	res, err := Run(context.Background(), cfg, smallManifest(t, 10))
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, ErrDrainAbandoned) || res == nil {
+		t.Fatalf("Run = %v; want ErrDrainAbandoned with a result", err)
 	}
-	if !res.Complete || !res.Drain.TimedOut || res.Drain.Unfinished != 2 || res.Totals.ByClass[DeadlineExceeded] != 2 {
+	if res.Complete || !res.Drain.TimedOut || res.Drain.Unfinished != 2 || res.Drain.Abandoned != 2 || res.Totals.ByClass[DeadlineExceeded] != 2 {
 		t.Fatalf("complete %v, drain %+v, classes %v", res.Complete, res.Drain, res.Totals.ByClass)
+	}
+	data, _ := os.ReadFile(cfg.PhaseFile)
+	if strings.Contains(string(data), `"done"`) || !strings.Contains(string(data), `"drain"`) {
+		t.Fatalf("an abandoning run's phases: %s", data)
 	}
 	if d := time.Duration(res.Drain.EndMonoNS - res.Drain.StartMonoNS); d < 300*time.Millisecond {
 		t.Fatalf("drain lasted %v, less than its timeout", d)
@@ -113,5 +123,70 @@ func TestInterruptCancelsAndRecords(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "result.json")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestManifestRewrittenMidRun: the manifest is rewritten in place while
+// the run sends it. No request carries bytes other than the ones hashed
+// at the start: result.json's manifest.sha256 is the original file's,
+// every prompt the server received is the original row's, and the run
+// stops, incomplete, at the first row that reads otherwise.
+func TestManifestRewrittenMidRun(t *testing.T) {
+	var orig, changed []string
+	for i := 0; i < 50; i++ {
+		line := `{"id":"r%d","prompt_token_ids":[%d,7],"input_tokens":2,"output_tokens":4,"arrival":"steady"}`
+		orig = append(orig, fmt.Sprintf(line, i, 1000+i))
+		changed = append(changed, fmt.Sprintf(line, i, 2000+i))
+	}
+	path := writeManifest(t, orig...)
+	origBytes, _ := os.ReadFile(path)
+	m, err := OpenManifest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const rewriteAt = 5
+	var mu sync.Mutex
+	var got []string // prompts received, in order
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Prompt json.RawMessage `json:"prompt"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		got = append(got, string(req.Prompt))
+		if len(got) == rewriteAt {
+			if err := os.WriteFile(path, []byte(strings.Join(changed, "\n")+"\n"), 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+		mu.Unlock()
+		raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(2, 4))(w, r)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 1,
+		IgnoreEOS: true, Warmup: time.Hour, CleanSegment: time.Hour, NumClean: 1, DrainTimeout: time.Minute, ResultDir: dir}
+	res, err := Run(context.Background(), cfg, m)
+	if !errors.Is(err, ErrManifestChanged) || res == nil || res.Complete {
+		t.Fatalf("Run = %v (result %v); want ErrManifestChanged with an incomplete result", err, res != nil)
+	}
+	sum := sha256.Sum256(origBytes)
+	if res.Manifest.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("manifest.sha256 %s is not the original file's", res.Manifest.SHA256)
+	}
+	now, _ := os.ReadFile(path)
+	if bytes.Equal(now, origBytes) {
+		t.Fatal("the manifest was not rewritten")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != rewriteAt || res.Manifest.Used != rewriteAt {
+		t.Fatalf("%d requests received, %d used; want %d, none after the rewrite", len(got), res.Manifest.Used, rewriteAt)
+	}
+	for i, p := range got {
+		if want := fmt.Sprintf("[%d,7]", 1000+i); p != want {
+			t.Fatalf("request %d carried %s, want the hashed %s", i, p, want)
+		}
 	}
 }

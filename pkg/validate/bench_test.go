@@ -129,7 +129,7 @@ func BenchmarkClient_12000Requests(b *testing.B) {
 		var buf bytes.Buffer
 		for k := range 4000 {
 			fmt.Fprintf(&buf, `{"schema":"warden.loadgen.request/1","id":"r%d","row":%d,"segment":"clean-%d","admit_segment":"clean-%d","planned_mono_ns":%d,"sent_mono_ns":%d,"first_token_mono_ns":%d,"end_mono_ns":%d,"expected_input_tokens":300,"prompt_tokens":300,"requested_output_tokens":64,"output_tokens":64,"token_chunks":64,"itl_max_ns":40000000,"http_status":200,"class":"success"}`+"\n",
-				k, k, s, s, k*20e6, k*20e6+50000, k*20e6+9e7, k*20e6+2e9)
+				k, (s-1)*4000+k, s, s, k*20e6, k*20e6+50000, k*20e6+9e7, k*20e6+2e9)
 		}
 		f := "requests/clean-" + strconv.Itoa(s) + ".jsonl"
 		os.WriteFile(filepath.Join(dir, f), buf.Bytes(), 0o644)
@@ -137,7 +137,7 @@ func BenchmarkClient_12000Requests(b *testing.B) {
 	}
 	res := fmt.Sprintf(`{"schema":"warden.loadgen.result/1","complete":true,"load_point":"saturation","load":{"closed_loop":true},"timeline":{"clean_segment_s":80,"num_clean_segments":3},
 "segments":[{"name":"clean-1","kind":"clean","seconds":80},{"name":"clean-2","kind":"clean","seconds":80},{"name":"clean-3","kind":"clean","seconds":80}],
-"clean":{"seconds":240,"completed":12000,"completed_rps":50,"offered_rps":50},"lag":{"threshold_s":1},"totals":{},"files":{"requests":[%s,%s,%s]}}`, files[0], files[1], files[2])
+"clean":{"seconds":240,"completed":12000,"completed_rps":50,"offered_rps":50},"lag":{"threshold_s":1},"drain":{"timed_out":false,"abandoned":0},"totals":{},"files":{"requests":[%s,%s,%s]}}`, files[0], files[1], files[2])
 	os.WriteFile(filepath.Join(dir, "result.json"), []byte(res), 0o644)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -14,12 +14,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"warden/pkg/gates"
 )
 
 // The client's files are loadgen's (Warden's load client; schemas
 // warden.loadgen.result/1, .segment/1, .request/1): DIR/result.json,
 // DIR/segments.jsonl and DIR/requests/<segment>.jsonl. Only the fields
 // below are read; docs/validators.md lists them.
+
+// clientResultSchema is loadgen's result.json schema, the one read.
+const clientResultSchema = "warden.loadgen.result/1"
 
 // ClientResult is the part of result.json the client check reads.
 type ClientResult struct {
@@ -34,10 +39,25 @@ type ClientResult struct {
 		SaturationCompletedRPS float64 `json:"saturation_completed_rps"`
 		SaturationResultSHA256 string  `json:"saturation_result_sha256"`
 	} `json:"load"`
+	Manifest struct {
+		Rows      int  `json:"rows"`
+		Used      int  `json:"used"`
+		Exhausted bool `json:"exhausted"`
+	} `json:"manifest"`
 	Timeline struct {
 		CleanSegmentS    float64 `json:"clean_segment_s"`
 		NumCleanSegments int     `json:"num_clean_segments"`
+		ProfileWindows   int     `json:"profile_windows"`
+		RecoveryS        float64 `json:"recovery_s"`
 	} `json:"timeline"`
+	ProfileWindows []struct {
+		Index           int    `json:"index"`
+		StartCallMonoNS int64  `json:"start_call_mono_ns"`
+		StartStatus     int    `json:"start_status"`
+		StartError      string `json:"start_error"`
+		StopStatus      int    `json:"stop_status"`
+		StopError       string `json:"stop_error"`
+	} `json:"profile_windows"`
 	Segments []struct {
 		Name      string  `json:"name"`
 		Kind      string  `json:"kind"`
@@ -47,6 +67,7 @@ type ClientResult struct {
 	} `json:"segments"`
 	Clean struct {
 		Seconds            float64 `json:"seconds"`
+		EndMonoNS          int64   `json:"end_mono_ns"`
 		Completed          int     `json:"completed"`
 		Failed             int     `json:"failed"`
 		AdmittedNotSuccess int     `json:"admitted_not_success"`
@@ -58,8 +79,15 @@ type ClientResult struct {
 		OverThreshold int     `json:"over_threshold"`
 		Sustained     bool    `json:"sustained"`
 	} `json:"lag"`
+	// Drain and its Abandoned are pointers: a result without them (an
+	// older client) cannot tell whether a request was abandoned.
+	Drain *struct {
+		TimedOut  bool `json:"timed_out"`
+		Abandoned *int `json:"abandoned"`
+	} `json:"drain"`
 	Totals struct {
-		OutputMismatches int `json:"output_mismatches"`
+		ByClass          map[string]int `json:"by_class"`
+		OutputMismatches int            `json:"output_mismatches"`
 	} `json:"totals"`
 	Files struct {
 		Segments string   `json:"segments"`
@@ -69,6 +97,7 @@ type ClientResult struct {
 
 // clientRecord is the part of a request record the check reads.
 type clientRecord struct {
+	Row                   int    `json:"row"`
 	Segment               string `json:"segment"`
 	PlannedNS             int64  `json:"planned_mono_ns"`
 	SentNS                int64  `json:"sent_mono_ns"`
@@ -101,9 +130,11 @@ func DefaultClient() ClientOptions {
 // ClientDir checks the client's result directory.
 //
 // Figures: clean_segments, clean_seconds, clean_failures, admitted_not_success,
-// records, output_mismatches, lag_over_threshold, forbidden_fields, and for
-// an open loop lambda_rps, expected_lambda_rps, offered_rps,
-// offered_over_expected.
+// clean_completed, records, output_mismatches, invalid_output, abandoned,
+// drain_timed_out, repeated_rows, profile_windows, profile_call_failures,
+// lag_over_threshold, forbidden_fields, and for an open loop lambda_rps,
+// expected_lambda_rps, offered_rps, offered_over_expected. A failure of
+// the profile calls alone carries class profile-artifact.
 func ClientDir(dir string, opts ClientOptions) Result {
 	f := newFindings()
 	resPath := filepath.Join(dir, "result.json")
@@ -115,6 +146,10 @@ func ClientDir(dir string, opts ClientOptions) Result {
 	var res ClientResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		f.errorf("decode %s: %v", resPath, err)
+		return f.result("")
+	}
+	if res.Schema != clientResultSchema {
+		f.errorf("%s: schema %q, want %q", resPath, res.Schema, clientResultSchema)
 		return f.result("")
 	}
 	if !res.Complete || res.Interrupted {
@@ -151,10 +186,126 @@ func ClientDir(dir string, opts ClientOptions) Result {
 		f.failf("%d prompt or generated-text field(s) (%s) in the client's files", forbidden, strings.Join(opts.ForbiddenFields, ", "))
 	}
 	checkTokens(f, res, recs)
+	checkOutcomes(f, res, recs)
+	checkManifest(f, res, recs)
 	checkLag(f, res, recs, opts)
 	checkRate(f, res, opts)
-	return f.result(fmt.Sprintf("%d clean segments of %g s, no failures, exact output tokens, no lag over %g s, no text fields",
-		opts.Segments, opts.SegmentSeconds, opts.LagThresholdS))
+	checkRecovery(f, res, opts)
+	profileFails := checkProfile(f, res)
+	r := f.result(fmt.Sprintf("%d clean segments of %g s with completions, no failures, exact output, every request ended, "+
+		"profile calls answered 200, no lag over %g s, no text fields", opts.Segments, opts.SegmentSeconds, opts.LagThresholdS))
+	if profileFails > 0 && len(f.fails) == profileFails && len(f.errs) == 0 {
+		// Only the profiler failed: the seed's one exact rerun applies.
+		r.Class = gates.ClassProfileArtifact
+	}
+	return r
+}
+
+// checkOutcomes: the clean interval holds completions (a server that
+// never finishes a request must not give a passing run), no request
+// anywhere in the run was invalid output (the seed's request/output
+// correctness), and the drain ended every request: "the client ... drains
+// outstanding requests ...; it never cancels" (client contract, item 3),
+// so a run that abandoned any request at the drain bound is never
+// complete.
+func checkOutcomes(f *findings, res ClientResult, recs []clientRecord) {
+	f.fig("clean_completed", float64(res.Clean.Completed))
+	if res.Clean.Completed <= 0 {
+		f.failf("no completion in the clean interval")
+	}
+	invalid, abandoned := 0, 0
+	for _, r := range recs {
+		switch r.Class {
+		case "invalid-output":
+			invalid++
+		case "deadline-exceeded":
+			abandoned++
+		}
+	}
+	invalid = max(invalid, res.Totals.ByClass["invalid-output"])
+	abandoned = max(abandoned, res.Totals.ByClass["deadline-exceeded"])
+	f.fig("invalid_output", float64(invalid))
+	if invalid > 0 {
+		f.failf("%d request(s) anywhere in the run were invalid output", invalid)
+	}
+	switch {
+	case res.Drain == nil:
+		f.errorf("result.json has no drain block: cannot tell whether a request was abandoned")
+	case res.Drain.Abandoned == nil:
+		f.errorf("result.json has no drain.abandoned: cannot tell whether a request was abandoned")
+	default:
+		abandoned = max(abandoned, *res.Drain.Abandoned)
+		f.fig("drain_timed_out", b2f(res.Drain.TimedOut))
+		if res.Drain.TimedOut {
+			f.failf("the drain reached its bound (drain.timed_out)")
+		}
+	}
+	f.fig("abandoned", float64(abandoned))
+	if abandoned > 0 {
+		f.failf("%d request(s) abandoned at the drain bound: a run that abandoned any request is never complete", abandoned)
+	}
+}
+
+// checkManifest: the manifest never ran out or wrapped: no row past the
+// last, none sent twice.
+func checkManifest(f *findings, res ClientResult, recs []clientRecord) {
+	if res.Manifest.Exhausted {
+		f.failf("the manifest ran out during the run")
+	}
+	if res.Manifest.Used > res.Manifest.Rows {
+		f.failf("%d manifest rows used of %d", res.Manifest.Used, res.Manifest.Rows)
+	}
+	seen := make(map[int]bool, len(recs))
+	dup := 0
+	for _, r := range recs {
+		if seen[r.Row] {
+			dup++
+		}
+		seen[r.Row] = true
+	}
+	f.fig("repeated_rows", float64(dup))
+	if dup > 0 {
+		f.failf("%d request(s) repeat a manifest row (the manifest wrapped)", dup)
+	}
+}
+
+// checkRecovery: every recovery lasted the fixed recovery the client was
+// given, never extended (the seed: "recovery is not silently extended").
+func checkRecovery(f *findings, res ClientResult, opts ClientOptions) {
+	for _, s := range res.Segments {
+		if s.Kind == "recovery" && math.Abs(s.Seconds-res.Timeline.RecoveryS) > opts.SegmentTolS {
+			f.failf("recovery %s lasted %.3f s, the client was given %g s", s.Name, s.Seconds, res.Timeline.RecoveryS)
+		}
+	}
+}
+
+// checkProfile: the windows the client was given all ran after the clean
+// interval, and both synchronous calls of each answered 200. It returns
+// how many failures were the profiler's answers (class profile-artifact
+// when they are the only ones).
+func checkProfile(f *findings, res ClientResult) int {
+	f.fig("profile_windows", float64(len(res.ProfileWindows)))
+	if len(res.ProfileWindows) != res.Timeline.ProfileWindows {
+		f.failf("%d profile window(s) recorded, the client was given %d", len(res.ProfileWindows), res.Timeline.ProfileWindows)
+	}
+	bad := 0
+	for _, w := range res.ProfileWindows {
+		if w.StartCallMonoNS < res.Clean.EndMonoNS {
+			f.failf("profile window %d began before the end of the clean interval", w.Index)
+		}
+		for _, c := range []struct {
+			path   string
+			status int
+			err    string
+		}{{"/start_profile", w.StartStatus, w.StartError}, {"/stop_profile", w.StopStatus, w.StopError}} {
+			if c.status != 200 || c.err != "" {
+				bad++
+				f.failf("profile window %d: %s answered %d (%s)", w.Index, c.path, c.status, c.err)
+			}
+		}
+	}
+	f.fig("profile_call_failures", float64(bad))
+	return bad
 }
 
 // inside joins a relative path from result.json to dir, refusing one
