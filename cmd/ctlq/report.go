@@ -202,8 +202,9 @@ func fptr(m map[string]float64, k string) *float64 {
 	return nil
 }
 
-// clientResult reads the figures the stand-in and common clients write to
-// client/result.json; a missing file or field leaves them empty.
+// clientResult reads the numeric figures of DIR/client/result.json,
+// nested objects flattened to dotted keys ("clean.completed_rps"); a
+// missing or unreadable file leaves them empty.
 func clientResult(dir string) map[string]float64 {
 	b, err := os.ReadFile(filepath.Join(dir, "client", "result.json"))
 	if err != nil {
@@ -214,12 +215,36 @@ func clientResult(dir string) map[string]float64 {
 		return nil
 	}
 	out := map[string]float64{}
+	flattenFigures(out, "", m)
+	return out
+}
+
+func flattenFigures(out map[string]float64, prefix string, m map[string]any) {
 	for k, v := range m {
-		if f, ok := v.(float64); ok {
-			out[k] = f
+		switch v := v.(type) {
+		case float64:
+			out[prefix+k] = v
+		case map[string]any:
+			flattenFigures(out, prefix+k+".", v)
 		}
 	}
-	return out
+}
+
+// The report's throughput columns, by the client that wrote result.json:
+// loadgen's clean-interval figures (warden.loadgen.result/1), else the
+// stand-in client's top-level ones.
+var (
+	throughputKeys   = []string{"clean.completed_rps", "throughput_rps"}
+	outputTokensKeys = []string{"clean.output_tokens_per_s", "output_tokens_per_s"}
+)
+
+func firstFigure(m map[string]float64, keys []string) *float64 {
+	for _, k := range keys {
+		if v := fptr(m, k); v != nil {
+			return v
+		}
+	}
+	return nil
 }
 
 func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportData {
@@ -252,7 +277,7 @@ func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportDa
 				row.DurationS = &dur
 			}
 			res := clientResult(a.Dir)
-			row.ThroughputRPS, row.OutputTokensPerS = fptr(res, "throughput_rps"), fptr(res, "output_tokens_per_s")
+			row.ThroughputRPS, row.OutputTokensPerS = firstFigure(res, throughputKeys), firstFigure(res, outputTokensKeys)
 			row.EnergyPerRequestJ, row.GPUSeconds = fptr(a.Figures, "energy_per_request_j"), fptr(a.Figures, "gpu_seconds")
 			for _, g := range rd.Gates {
 				if g.Attempt != a.N && g.Attempt != 0 {

@@ -18,6 +18,9 @@ import (
 	"warden/pkg/state"
 )
 
+// loadgenResult is a real loadgen saturation result (the validators' testdata).
+const loadgenResult = "../../pkg/validate/testdata/loadgen/saturation/result.json"
+
 // reportDir makes a stopped campaign with what a report draws: attempts
 // with directories, GPU samples, client results, figures, gate verdicts
 // and ledger entries.
@@ -73,7 +76,13 @@ func reportDir(t *testing.T) string {
 				start.Add(time.Duration(k)*time.Second).Format(time.RFC3339Nano), gpuID, 1000+k*50, 1400+k*10, 100+k*5)
 		}
 		os.WriteFile(filepath.Join(adir, "gpu-samples.jsonl"), samples.Bytes(), 0o644)
-		os.WriteFile(filepath.Join(adir, "client", "result.json"), []byte(`{"schema":1,"throughput_rps":12.5,"output_tokens_per_s":800}`), 0o644)
+		result := []byte(`{"schema":1,"throughput_rps":12.5,"output_tokens_per_s":800}`)
+		if i == 1 { // loadgen's own result, as every shipped protocol's client writes it
+			if result, err = os.ReadFile(loadgenResult); err != nil {
+				t.Fatal(err)
+			}
+		}
+		os.WriteFile(filepath.Join(adir, "client", "result.json"), result, 0o644)
 		if _, err := s.UpdateAttempt(r.ID, 1, func(a *state.Attempt) error {
 			a.Figures = map[string]float64{"gpu_seconds": 30, "energy_per_request_j": 4.2, "samples": 40, "samples_missed": float64(i % 2), "preflight_load1": 0.5}
 			return nil
@@ -132,6 +141,23 @@ func TestReportFiles(t *testing.T) {
 	rows := table["rows"].([]any)
 	if len(rows) != 3 {
 		t.Fatalf("%d rows", len(rows))
+	}
+	// loadgen's clean-interval throughput reaches the table (c0.moderate's
+	// client is loadgen), the stand-in client's figures too.
+	var lg struct {
+		Clean struct {
+			CompletedRPS     float64 `json:"completed_rps"`
+			OutputTokensPerS float64 `json:"output_tokens_per_s"`
+		} `json:"clean"`
+	}
+	if lb, err := os.ReadFile(loadgenResult); err != nil || json.Unmarshal(lb, &lg) != nil || lg.Clean.CompletedRPS <= 0 {
+		t.Fatalf("loadgen result %s: %v", loadgenResult, err)
+	}
+	if r := rows[1].(map[string]any); r["throughput_rps"] != lg.Clean.CompletedRPS || r["output_tokens_per_s"] != lg.Clean.OutputTokensPerS {
+		t.Errorf("loadgen run's row %v, want throughput %v and output tok/s %v", r, lg.Clean.CompletedRPS, lg.Clean.OutputTokensPerS)
+	}
+	if r := rows[0].(map[string]any); r["throughput_rps"] != 12.5 {
+		t.Errorf("stand-in client's row %v, want throughput 12.5", r)
 	}
 	for k := range rows[0].(map[string]any) {
 		if !regexp.MustCompile(`^[a-z0-9_]+$`).MatchString(k) {
