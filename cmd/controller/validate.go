@@ -70,17 +70,21 @@ func newValidateLayer1Cmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "layer1",
 		Short: "Check a Layer-1 JSONL stream and its sidecar by the A-P3-5 rule",
-		Long: `layer1 checks a Layer-1 stream (JSON lines, one "step" per record) and its
-sidecar <stream>.footer.json by seed 002's A-P3-5 rule: every complete line
-decodes and no line is partial; the data lines' count equals the sidecar's
-written_records; the last data line's step equals its last_step_index;
-encoded = written + dropped; dropped = 0; steps are unique and contiguous. A
-stream with an in-stream footer (a clean close) must agree with a final
-sidecar. Without a footer the sidecar is authoritative and its checkpoint
-may be at most its flush interval older than the controller's first signal
-to the server's API parent, plus --tolerance-ms (reported apart as
-tolerance_used_ms). The signal times are read from --signals, by default
-$WARDEN_SIGNALS_FILE, which the controller sets for validators.
+		Long: `layer1 checks a Layer-1 stream (JSON lines, one schema-v1 record per engine
+step: docs/validators.md lists its fields) and its sidecar
+<stream>.footer.json by seed 002's A-P3-5 rule: every complete line decodes
+as a schema-v1 record (every field present and of its type, schema 1;
+other fields allowed) or the footer, and no line is partial; the data
+lines' count equals the sidecar's written_records; the last data line's
+step equals its last_step_index; encoded = written + dropped; dropped = 0;
+steps are unique and contiguous. A stream with an in-stream footer (a clean
+close) must agree with a final sidecar. A stream without one passes only
+after a hard kill (a recorded SIGKILL to the server, its group or cgroup):
+the sidecar is then authoritative and its checkpoint may be at most its
+flush interval older than that SIGKILL, plus --tolerance-ms (reported apart
+as tolerance_used_ms); after a graceful stop it fails. The signal times are
+read from --signals, by default $WARDEN_SIGNALS_FILE, which the controller
+sets for validators.
 
 Give the stream with --stream, or a directory holding exactly one *.jsonl
 with --dir.` + validateExit,
