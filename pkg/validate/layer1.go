@@ -217,7 +217,18 @@ func (s *streamScan) addLine(n int, line []byte) {
 // (the seed wants exactly one), fails; one that cannot be read is an
 // error.
 func Layer1Dir(dir, sidecarPath, signalsPath string, opts Layer1Options) Result {
-	r := Result{Figures: map[string]float64{}}
+	stream, r := Layer1Stream(dir)
+	if stream == "" {
+		return r
+	}
+	return Layer1Files(stream, sidecarPath, signalsPath, opts)
+}
+
+// Layer1Stream finds the one Layer-1 stream (*.jsonl) in dir. When there
+// is not exactly one, path is "" and r says why: a fail for none or more
+// than one, an error for a directory that cannot be read.
+func Layer1Stream(dir string) (path string, r Result) {
+	r = Result{Figures: map[string]float64{}}
 	ms, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err == nil {
 		if _, serr := os.Stat(dir); serr != nil {
@@ -233,9 +244,9 @@ func Layer1Dir(dir, sidecarPath, signalsPath string, opts Layer1Options) Result 
 		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("%d Layer-1 streams in %s, the seed wants exactly one", len(ms), dir)
 		r.Figures["streams"] = float64(len(ms))
 	default:
-		return Layer1Files(ms[0], sidecarPath, signalsPath, opts)
+		return ms[0], r
 	}
-	return r
+	return "", r
 }
 
 // Layer1Files checks a Layer-1 stream, its sidecar and the recorded
