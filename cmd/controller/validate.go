@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ the check could not tell (a file missing or unreadable): it never passes.`
 func newValidateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate",
-		Short: "Check a run's artifacts against the seed's contracts (layer1, layer2, client, sanity)",
+		Short: "Check a run's artifacts against the seed's contracts (layer1, layer2, client, sanity, warmup, recovery)",
 		Long: `validate checks the artifacts of one run against the contracts seed 002
 freezes. Each subcommand can be run by hand or named by a protocol as a
 validator, whose verdict the controller records as the gate
@@ -38,13 +39,16 @@ validator, whose verdict the controller records as the gate
   controller validate layer2  --traces ${RUN_DIR}/traces --tp 1
   controller validate client  --result-dir ${ATTEMPT_DIR}/client [--saturation-result ${NEED_SATURATION_DIR}/client/result.json]
   controller validate sanity  --input ${ATTEMPT_DIR}/client --out ${ATTEMPT_DIR}/sanity.json
+  controller validate warmup  --result-dir ${ATTEMPT_DIR}/client --min-completions 32 [--stabilization --layer1-dir ${ATTEMPT_DIR}/opprof]
+  controller validate recovery --result-dir ${ATTEMPT_DIR}/client --layer1-dir ${ATTEMPT_DIR}/opprof
 ` + validateExit,
 		Args: cobra.NoArgs,
 	}
 	// A bad flag is a usage error: exit 2, as documented (the children
 	// inherit this).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
-	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd())
+	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
+		newValidateWarmupCmd(), newValidateRecoveryCmd())
 	return cmd
 }
 
@@ -70,17 +74,21 @@ func newValidateLayer1Cmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "layer1",
 		Short: "Check a Layer-1 JSONL stream and its sidecar by the A-P3-5 rule",
-		Long: `layer1 checks a Layer-1 stream (JSON lines, one "step" per record) and its
-sidecar <stream>.footer.json by seed 002's A-P3-5 rule: every complete line
-decodes and no line is partial; the data lines' count equals the sidecar's
-written_records; the last data line's step equals its last_step_index;
-encoded = written + dropped; dropped = 0; steps are unique and contiguous. A
-stream with an in-stream footer (a clean close) must agree with a final
-sidecar. Without a footer the sidecar is authoritative and its checkpoint
-may be at most its flush interval older than the controller's first signal
-to the server's API parent, plus --tolerance-ms (reported apart as
-tolerance_used_ms). The signal times are read from --signals, by default
-$WARDEN_SIGNALS_FILE, which the controller sets for validators.
+		Long: `layer1 checks a Layer-1 stream (JSON lines, one schema-v1 record per engine
+step: docs/validators.md lists its fields) and its sidecar
+<stream>.footer.json by seed 002's A-P3-5 rule: every complete line decodes
+as a schema-v1 record (every field present and of its type, schema 1;
+other fields allowed) or the footer, and no line is partial; the data
+lines' count equals the sidecar's written_records; the last data line's
+step equals its last_step_index; encoded = written + dropped; dropped = 0;
+steps are unique and contiguous. A stream with an in-stream footer (a clean
+close) must agree with a final sidecar. A stream without one passes only
+after a hard kill (a recorded SIGKILL to the server, its group or cgroup):
+the sidecar is then authoritative and its checkpoint may be at most its
+flush interval older than that SIGKILL, plus --tolerance-ms (reported apart
+as tolerance_used_ms); after a graceful stop it fails. The signal times are
+read from --signals, by default $WARDEN_SIGNALS_FILE, which the controller
+sets for validators.
 
 Give the stream with --stream, or a directory holding exactly one *.jsonl
 with --dir.` + validateExit,
@@ -255,6 +263,106 @@ ctlq show prints the block of an attempt.` + validateExit,
 	f.StringVar(&out, "out", "", "where to write sanity.json (default $WARDEN_ATTEMPT_DIR/sanity.json; - for none)")
 	f.StringArrayVar(&consts, "constant", nil, "a declared constant, FAMILY=VALUE; FAMILY may use * (repeatable)")
 	f.StringArrayVar(&o.Signed, "signed", nil, "a family pattern that may be negative (repeatable)")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}
+
+func newValidateWarmupCmd() *cobra.Command {
+	var output, dir, pattern string
+	var stabPatterns []string
+	var tolMS, flushS float64
+	o := validate.WarmupOptions{MinCompletions: 32, Layer1: validate.DefaultLayer1}
+	cmd := &cobra.Command{
+		Use:   "warmup",
+		Short: "Check the warm-up: enough completions, or for P10-class runs A-P3-6's stabilization test",
+		Long: `warmup checks the client's warm-up segment (result.json segments[0], kind
+warmup): it passes with at least --min-completions successful completions
+(the seed: 32; the smaller of the segment's succeeded and the successes in
+its records file). With --stabilization (or --pattern in
+--stabilization-patterns), A-P3-6's OR branch for P10-class runs: at least
+16 completions and the trailing-quartile test on the Layer-1 stream in
+--layer1-dir: model_executed records by submit_mono_ns in the last quarter
+of the warm-up after clock.t0_mono_ns, in three equal bins ([45,50),
+[50,55), [55,60) s of a 60 s warm-up), at least 16 steps a bin,
+R_j = sum(prefill_tokens+decode_tokens)/bin seconds, contiguous steps, the
+Layer-1 accounting check passing (--sidecar, --signals, --tolerance-ms,
+--flush-interval-s as for layer1); OLS slope s of R over the bin centres;
+abs(s)*(warm-up/4)/R_bar <= 0.10. It reads files only, so a
+re-adjudication can run it on retained telemetry.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if dir == "" {
+				return usage("warmup: --result-dir DIR is required")
+			}
+			if o.MinCompletions < 1 {
+				return usage("warmup: --min-completions must be at least 1")
+			}
+			if pattern != "" && slices.Contains(stabPatterns, pattern) {
+				o.Stabilization = true
+			}
+			if o.Stabilization && o.Layer1Dir == "" {
+				return usage("warmup: the stabilization test needs --layer1-dir")
+			}
+			o.Layer1.Tolerance = time.Duration(tolMS * float64(time.Millisecond))
+			o.Layer1.FlushInterval = time.Duration(flushS * float64(time.Second))
+			return printVerdict(cmd.OutOrStdout(), "warmup", output, validate.WarmupDir(dir, o))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	f.IntVar(&o.MinCompletions, "min-completions", o.MinCompletions, "successful warm-up completions required")
+	f.BoolVar(&o.Stabilization, "stabilization", false, "allow A-P3-6's OR branch (P10-class runs)")
+	f.StringVar(&pattern, "pattern", "", "the run's pattern (e.g. ${PATTERN}); with --stabilization-patterns")
+	f.StringSliceVar(&stabPatterns, "stabilization-patterns", nil, "patterns whose runs get the OR branch (e.g. P10)")
+	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
+	f.StringVar(&o.Sidecar, "sidecar", "", "the Layer-1 sidecar (default <stream>.footer.json)")
+	f.StringVar(&o.Signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals (default $"+runner.EnvSignalsFile+")")
+	f.Float64Var(&tolMS, "tolerance-ms", 100, "Layer-1 timestamp/scheduling tolerance beyond the flush interval")
+	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured Layer-1 flush interval (0: accept the sidecar's)")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}
+
+func newValidateRecoveryCmd() *cobra.Command {
+	var output, dir string
+	o := validate.DefaultRecovery()
+	cmd := &cobra.Command{
+		Use:   "recovery",
+		Short: "Check that every recovery returns to clean segment C's completion rate and waiting queue",
+		Long: `recovery checks, after each profile window, the seed's recovery rule: at the
+end of each recovery segment (result.json segments of kind recovery, each
+right after a profile window, each --recovery-s long), the --window-s
+rolling completion rate (successes of requests/*.jsonl by end_mono_ns in
+[end-W, end), per second) and waiting-queue depth (the mean Layer-1
+num_waiting_reqs of the records submitted in [end-W, end)) are within
+--tolerance of their medians over clean segment C (the last clean
+segment, sampled every --step-s from its start + W to its end). A median
+of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if dir == "" || o.Layer1Dir == "" {
+				return usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
+			}
+			if o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 || o.RecoveryS <= 0 || o.RecoveryTol < 0 {
+				return usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
+			}
+			return printVerdict(cmd.OutOrStdout(), "recovery", output, validate.RecoveryDir(dir, o))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
+	f.Float64Var(&o.WindowS, "window-s", o.WindowS, "the rolling window, seconds")
+	f.Float64Var(&o.StepS, "step-s", o.StepS, "spacing of the rolling samples in clean segment C, seconds")
+	f.Float64Var(&o.Tolerance, "tolerance", o.Tolerance, "relative tolerance around clean segment C's medians")
+	f.Float64Var(&o.RecoveryS, "recovery-s", o.RecoveryS, "each recovery's fixed length, seconds")
+	f.Float64Var(&o.RecoveryTol, "recovery-tolerance-s", o.RecoveryTol, "how far a recovery's length may be from --recovery-s")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"warden/pkg/validate"
 )
 
 // The validate subcommands as an operator runs them: the verdict is the
@@ -13,7 +15,12 @@ import (
 func TestValidateCommandOutput(t *testing.T) {
 	dir := t.TempDir()
 	stream := filepath.Join(dir, "l1.jsonl")
-	os.WriteFile(stream, []byte("{\"step\":0}\n{\"step\":1}\n{\"footer\":true,\"encoded_records\":2,\"written_records\":2,\"dropped_records\":0,\"last_step_index\":1,\"step_count\":2}\n"), 0o644)
+	var recs []byte
+	for i := range int64(2) {
+		b, _ := json.Marshal(validate.Layer1Record{Schema: 1, Step: i, ChunkSizeHist: []int64{}, ContextLenHist: []int64{}})
+		recs = append(append(recs, b...), '\n')
+	}
+	os.WriteFile(stream, append(recs, "{\"footer\":true,\"encoded_records\":2,\"written_records\":2,\"dropped_records\":0,\"last_step_index\":1,\"step_count\":2}\n"...), 0o644)
 	os.WriteFile(stream+".footer.json", []byte(`{"encoded_records":2,"written_records":2,"dropped_records":0,"last_step_index":1,"wall_time_unix_ns":1,"flush_interval_s":1,"final":true}`), 0o644)
 	c := &campaign{t: t}
 	lastLine := func(out string) map[string]any {
@@ -37,6 +44,8 @@ func TestValidateCommandOutput(t *testing.T) {
 		{[]string{"validate", "layer2", "--traces", dir}, "fail", "profile-artifact"},
 		{[]string{"validate", "client", "--result-dir", dir}, "error", ""},
 		{[]string{"validate", "sanity", "--input", dir, "--out", filepath.Join(dir, "sanity.json")}, "pass", ""},
+		{[]string{"validate", "warmup", "--result-dir", dir}, "error", ""},
+		{[]string{"validate", "recovery", "--result-dir", dir, "--layer1-dir", dir}, "error", ""},
 	} {
 		out, code := c.controller(tc.args...)
 		v := lastLine(out)
@@ -58,6 +67,12 @@ func TestValidateCommandOutput(t *testing.T) {
 		{"validate", "layer1", "--stream", stream, "-o", "yaml"},
 		{"validate", "layer1", "--stream", stream, "--bogus"},
 		{"validate", "layer2", "--traces", dir, "--tp", "two"},
+		{"validate", "warmup"},
+		{"validate", "warmup", "--result-dir", dir, "--min-completions", "0"},
+		{"validate", "warmup", "--result-dir", dir, "--stabilization"},
+		{"validate", "warmup", "--result-dir", dir, "--pattern", "P10", "--stabilization-patterns", "P10"},
+		{"validate", "recovery", "--result-dir", dir},
+		{"validate", "recovery", "--result-dir", dir, "--layer1-dir", dir, "--window-s", "0"},
 	} {
 		if out, code := c.controller(args...); code != 2 {
 			t.Fatalf("%v: exit %d, want 2\n%s", args, code, out)

@@ -105,12 +105,14 @@ func TestValidatorLayer1(t *testing.T) {
 				}
 				assertSignalsFile(t, c.attempts(s, "p1.saturation")[0])
 			}},
-		// no footer, but a sidecar fresh at the controller's SIGTERM: the
-		// hard-kill rule accepts it, judged against signals.json
-		{name: "no footer, fresh sidecar", sc: layer1Scenario("no-footer"), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
+		// no footer after a graceful stop (SIGTERM only), though the
+		// sidecar is fresh: A-P3-5 wants the in-stream footer of a clean
+		// run; the sidecar is authoritative only after a hard kill
+		{name: "no footer after a graceful stop", sc: layer1Scenario("no-footer"), runs: []wantRun{{"p1.saturation", failed1, validator1}},
+			campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
 				v := c.gateVerdict(s, "p1.saturation", "validator:layer1")
-				if _, ok := v.Figures["checkpoint_age_s"]; v.Verdict != "pass" || v.Figures["footer"] != 0 || !ok {
+				if v.Verdict != "fail" || v.Figures["footer"] != 0 || v.Figures["hard_kill"] != 0 || !strings.Contains(v.Detail, "no in-stream footer after a graceful stop") {
 					t.Fatalf("layer1 gate %+v", v)
 				}
 			}},
@@ -121,20 +123,26 @@ func TestValidatorLayer1(t *testing.T) {
 		{name: "hard kill", sc: func() scenario { s := layer1Scenario(""); s.serverArgs += `, --ignore-sigterm`; return s }(),
 			runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
+				// the age runs from the SIGKILL: the writer flushed until
+				// the kill, never after it, so the age is positive
 				v := c.gateVerdict(s, "p1.saturation", "validator:layer1")
-				if v.Verdict != "pass" || v.Figures["footer"] != 0 || v.Figures["checkpoint_age_s"] > 0.2 {
+				if v.Verdict != "pass" || v.Figures["footer"] != 0 || v.Figures["hard_kill"] != 1 || v.Figures["checkpoint_age_s"] <= 0 {
 					t.Fatalf("layer1 gate %+v", v)
 				}
 			}},
 	}
-	for _, b := range []struct{ brk, detail string }{
-		{"drop", "dropped_records 2"},
-		{"gap", "missing between"},
-		{"partial", "partial JSON line"},
-		{"no-sidecar", "sidecar missing"},
-		{"stale", "older than the server's signal"},
+	for _, b := range []struct{ brk, extra, detail string }{
+		{"drop", "", "dropped_records 2"},
+		{"gap", "", "missing between"},
+		{"partial", "", "partial JSON line"},
+		{"no-sidecar", "", "sidecar missing"},
+		// a stale checkpoint is judged after a hard kill: the server
+		// ignores SIGTERM and is killed with its group
+		{"stale", `, --ignore-sigterm`, "older than the server's SIGKILL"},
 	} {
-		cases = append(cases, validatorCase{name: b.brk, sc: layer1Scenario(b.brk), runs: []wantRun{{"p1.saturation", failed1, validator1}},
+		sc := layer1Scenario(b.brk)
+		sc.serverArgs += b.extra
+		cases = append(cases, validatorCase{name: b.brk, sc: sc, runs: []wantRun{{"p1.saturation", failed1, validator1}},
 			campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
 				v := c.gateVerdict(s, "p1.saturation", "validator:layer1")

@@ -49,6 +49,7 @@ type clientConfig struct {
 	// interval; loadgen the loadgen-format files.
 	profiles int
 	loadgen  loadgenFmtConfig
+	seed     seedClientConfig
 }
 
 // result is DIR/result.json. It holds counts and rates only: never prompts
@@ -122,6 +123,7 @@ interrupted; 2 --fail.`,
 	f.StringVar(&cfg.loadgen.satResult, "saturation-result", "", "with --loadgen-dir: a loadgen-format saturation result.json; the run is then a moderate one at --rate-fraction of its throughput")
 	f.Float64Var(&cfg.loadgen.rateFraction, "rate-fraction", 0.60, "with --saturation-result: λ as a fraction of the saturation throughput")
 	f.StringVar(&cfg.loadgen.brk, "client-break", "", "misbehave: break the loadgen-format result: failures, tokens, rate, lag, text, segments, negative")
+	addSeedClientFlags(cmd, &cfg.seed)
 	return cmd
 }
 
@@ -142,7 +144,7 @@ func (c *clientConfig) validate() error {
 	case c.profiles < 0:
 		return errors.New("--profile-windows must not be negative")
 	}
-	return c.loadgen.validate()
+	return errors.Join(c.loadgen.validate(), c.seed.validate())
 }
 
 func runClient(ctx context.Context, cfg clientConfig) error {
@@ -174,6 +176,9 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 
 	log.Info("warm-up; this is a STAND-IN load client, not a real benchmark client",
 		"url", cfg.url, "concurrency", cfg.concurrency)
+	if err := cfg.seed.start(); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
 	if err := phases.mark(phaseWarmup); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -198,7 +203,7 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 	g.phase.Store(loadStopped)
 	cleanEnd := time.Now()
-	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond)
+	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond, seconds(cfg.seed.recoveryS))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

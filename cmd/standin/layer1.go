@@ -10,15 +10,21 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/loadgen"
+	"warden/pkg/validate"
 )
 
 // The Layer-1 stream of seed 002 (A-P3-5), as the stand-in writes it: one
-// JSON line per engine "step" at --steps-per-s, buffered and appended to
-// DIR/layer1.jsonl at every --flush-interval-s, each flush followed by an
-// atomic replacement of the sidecar DIR/layer1.jsonl.footer.json. A
-// graceful shutdown flushes, appends the in-stream footer and writes a
-// final sidecar. docs/validators.md describes the fields. The records'
-// figures are placeholders: the stand-in measures nothing.
+// schema-v1 record (validate.Layer1Record, docs/validators.md) per engine
+// "step" at --steps-per-s, buffered and appended to DIR/layer1.jsonl at
+// every --flush-interval-s, each flush followed by an atomic replacement of
+// the sidecar DIR/layer1.jsonl.footer.json. A graceful shutdown flushes,
+// appends the in-stream footer and writes a final sidecar. Steps lie on a
+// fixed grid of CLOCK_MONOTONIC submit times (the clock of the client's
+// *_mono_ns), step i at start + i/--steps-per-s; the writer catches up
+// with the grid at every tick, so a window of the grid holds the same
+// number of steps however late the ticks come. The records' figures are
+// placeholders: the stand-in measures nothing.
 
 // Layer-1 breaks, each a way the seed says a stream invalidates its run.
 const (
@@ -27,8 +33,8 @@ const (
 	l1BreakPartial   = "partial"    // the stream ends in a half-written line, no footer
 	l1BreakNoSidecar = "no-sidecar" // the sidecar is never written
 	l1BreakStale     = "stale"      // flushing stops after the first flush; no footer
-	// not a break: a shutdown that leaves no footer but kept the sidecar
-	// fresh, which the hard-kill rule accepts
+	// a graceful shutdown that leaves no footer but keeps the sidecar
+	// fresh: accepted only after a hard kill, so a graceful stop fails
 	l1NoFooter = "no-footer"
 )
 
@@ -39,6 +45,7 @@ type layer1Config struct {
 	stepsPerS float64
 	flushS    float64
 	brk       string
+	misbehave layer1Misbehave
 }
 
 func (c layer1Config) validate() error {
@@ -51,7 +58,7 @@ func (c layer1Config) validate() error {
 	if c.brk != "" && !contains(layer1Breaks, c.brk) {
 		return fmt.Errorf("--layer1-break %q: want one of %v", c.brk, layer1Breaks)
 	}
-	return nil
+	return c.misbehave.validate()
 }
 
 func contains(xs []string, x string) bool {
@@ -68,7 +75,9 @@ type layer1Writer struct {
 	cfg     layer1Config
 	path    string
 	f       *os.File
-	start   time.Time
+	clock   *loadgen.Clock
+	start   int64 // CLOCK_MONOTONIC of step 0's submit
+	period  int64 // ns between two steps' submit times
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex // guards the fields below, between the loop and close
@@ -79,27 +88,12 @@ type layer1Writer struct {
 	dropped int64
 	last    int64
 	pending int64 // records in buf
+	grid    int64 // grid slots used: the next step's submit is start + grid*period
 	stale   bool  // flushing has stopped (--layer1-break stale)
 	err     error
-}
-
-// l1record is one data line: a step with placeholder figures.
-type l1record struct {
-	Schema         int     `json:"schema"`
-	Step           int64   `json:"step"`
-	SubmitMonoNS   int64   `json:"submit_mono_ns"`
-	CompleteMonoNS int64   `json:"complete_mono_ns"`
-	ModelExecuted  bool    `json:"model_executed"`
-	ScheduledReqs  int     `json:"scheduled_requests"`
-	PrefillTokens  int     `json:"prefill_tokens"`
-	DecodeTokens   int     `json:"decode_tokens"`
-	Waiting        int     `json:"waiting"`
-	Running        int     `json:"running"`
-	KVUsage        float64 `json:"kv_usage"`
-	PrefixHitRatio float64 `json:"prefix_hit_ratio"`
-	CUDAGraph      bool    `json:"cuda_graph"`
-	UnpaddedTokens int     `json:"unpadded_tokens"`
-	BucketTokens   int     `json:"bucket_tokens"`
+	// profileStop is the CLOCK_MONOTONIC time the first /stop_profile
+	// returned, 0 before; the misbehaviour switches read it.
+	profileStop int64
 }
 
 type l1counters struct {
@@ -131,7 +125,13 @@ func startLayer1(cfg layer1Config) (*layer1Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("layer1: %w", err)
 	}
-	w := &layer1Writer{cfg: cfg, path: path, f: f, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), last: -1}
+	clock, err := loadgen.NewClock()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("layer1: %w", err)
+	}
+	w := &layer1Writer{cfg: cfg, path: path, f: f, clock: clock, start: clock.Now(), period: max(1, int64(1e9/cfg.stepsPerS)),
+		stop: make(chan struct{}), done: make(chan struct{}), last: -1}
 	go w.loop()
 	return w, nil
 }
@@ -149,7 +149,7 @@ func (w *layer1Writer) loop() {
 		case <-step.C:
 			w.mu.Lock()
 			if !w.stale {
-				w.step()
+				w.catchUp()
 			}
 			w.mu.Unlock()
 		case <-flush.C:
@@ -163,7 +163,14 @@ func (w *layer1Writer) loop() {
 	}
 }
 
-// step encodes one record into the buffer.
+// catchUp encodes the steps whose grid submit time has come.
+func (w *layer1Writer) catchUp() {
+	for now := w.clock.Now(); w.start+w.grid*w.period <= now; {
+		w.step()
+	}
+}
+
+// step encodes one record into the buffer, at the next grid slot.
 func (w *layer1Writer) step() {
 	i := w.next
 	w.next++
@@ -171,9 +178,14 @@ func (w *layer1Writer) step() {
 		i = w.next // skip index 3
 		w.next++
 	}
-	now := time.Since(w.start).Nanoseconds()
-	rec := l1record{Schema: 1, Step: i, SubmitMonoNS: now, CompleteMonoNS: now + 1000, ModelExecuted: true, ScheduledReqs: 2,
-		PrefillTokens: 0, DecodeTokens: 2, Running: 2, KVUsage: 0.01, UnpaddedTokens: 2, BucketTokens: 2}
+	submit := w.start + w.grid*w.period
+	w.grid++
+	rec := validate.Layer1Record{Schema: validate.Layer1SchemaVersion, Step: i, ModelExecuted: true,
+		SubmitMonoNS: submit, CompleteMonoNS: submit + w.period/2,
+		NumScheduledReqs: 2, NumDecodeReqs: 2, DecodeTokens: 2, ChunkedPrefillClass: "none",
+		ChunkSizeHist: []int64{0, 0, 0, 0}, ContextLenHist: []int64{2, 0, 0, 0}, NumWaitingReqs: 1, NumRunningReqs: 2,
+		KVCacheUsage: 0.01, CUDAGraphHit: true, RuntimeMode: "FULL", UnpaddedTokens: 2, BucketTokens: 2}
+	w.cfg.misbehave.apply(&rec, w.profileStop)
 	b, _ := json.Marshal(rec)
 	w.buf.Write(append(b, '\n'))
 	w.encoded++
@@ -232,11 +244,14 @@ func (w *layer1Writer) close() error {
 	case l1BreakStale:
 		// the writer died long ago: nothing more reaches the disk
 	case l1BreakPartial:
+		w.catchUp()
 		w.flush(false)
 		_, _ = w.f.Write([]byte(`{"schema":1,"step":` + fmt.Sprint(w.next) + `,"submit_mo`))
 	case l1NoFooter:
+		w.catchUp()
 		w.flush(false)
 	default:
+		w.catchUp()
 		w.flush(true)
 	}
 	if err := w.f.Close(); err != nil && w.err == nil {

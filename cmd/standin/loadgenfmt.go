@@ -80,10 +80,10 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 	}
 	segS := cfg.measureS / float64(lc.segments)
 	segNS := int64(segS * 1e9)
-	t0 := int64(1_000_000_000)
+	t0 := cfg.seed.t0()
 	cleanStart := t0 + int64(cfg.warmupS*1e9)
 	completed := max(res.Completed, lc.segments) // at least one success per segment
-	perSeg := completed / lc.segments
+	perSeg := cfg.seed.segmentCount(completed / lc.segments)
 	var segs []loadgen.SegmentSummary
 	var files []string
 	row := 0
@@ -133,13 +133,21 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 		segs = append(segs, s)
 		files = append(files, s.File)
 	}
+	segs, err := withSeedSegments(cfg, segs, windows, segNS/int64(perSeg), &row)
+	if err != nil {
+		return err
+	}
+	files = files[:0]
 	var segLines []byte
 	succeeded, failed := 0, 0
 	for _, s := range segs {
 		b, _ := json.Marshal(s)
 		segLines = append(append(segLines, b...), '\n')
-		succeeded += s.Succeeded
-		failed += s.Failed
+		files = append(files, s.File)
+		if s.Kind == "clean" {
+			succeeded += s.Succeeded
+			failed += s.Failed
+		}
 	}
 	if err := atomicfile.WriteFile(filepath.Join(lc.dir, "segments.jsonl"), segLines, 0o644); err != nil {
 		return fmt.Errorf("loadgen files: %w", err)
@@ -183,7 +191,7 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 		"manifest": map[string]any{"sha256": strings.Repeat("0", 64), "rows": row, "used": row, "exhausted": false, "arrival": load["arrival"], "prompt_format": "text", "rows_needed": 0},
 		"clock":    map[string]any{"anchor_wall": time.Now().UTC().Format(time.RFC3339Nano), "anchor_mono_ns": t0, "t0_mono_ns": t0},
 		"timeline": map[string]any{"warmup_s": cfg.warmupS, "clean_segment_s": segS, "num_clean_segments": lc.segments, "profile_windows": len(windows),
-			"profile_hold_s": 0.0, "profile_warmup_iterations": 2, "profile_active_iterations": 8, "recovery_s": 0.0, "drain_timeout_s": cfg.drainS},
+			"profile_hold_s": 0.0, "profile_warmup_iterations": 2, "profile_active_iterations": 8, "recovery_s": cfg.seed.recoveryS, "drain_timeout_s": cfg.drainS},
 		"segments":        segs,
 		"profile_windows": windows,
 		"clean": map[string]any{"seconds": cleanS, "start_mono_ns": cleanStart, "end_mono_ns": cleanStart + int64(nseg)*segNS,
@@ -202,8 +210,9 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 }
 
 // profileWindows calls /start_profile and /stop_profile n times, each a
-// synchronous call timestamped like loadgen's profile_windows entries.
-func profileWindows(ctx context.Context, base string, n int, hold time.Duration) ([]map[string]any, error) {
+// synchronous call timestamped like loadgen's profile_windows entries,
+// and waits recovery after each.
+func profileWindows(ctx context.Context, base string, n int, hold, recovery time.Duration) ([]map[string]any, error) {
 	var out []map[string]any
 	c := &http.Client{Timeout: 30 * time.Second}
 	call := func(path string) (int, int64, int64, error) {
@@ -240,6 +249,9 @@ func profileWindows(ctx context.Context, base string, n int, hold time.Duration)
 		}
 		out = append(out, map[string]any{"index": i, "start_call_mono_ns": a0, "start_return_mono_ns": a1, "start_status": s1,
 			"stop_call_mono_ns": b0, "stop_return_mono_ns": b1, "stop_status": s2})
+		if err := sleepCtx(ctx, recovery); err != nil { // the fixed recovery
+			return out, err
+		}
 	}
 	return out, nil
 }

@@ -104,6 +104,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.Float64Var(&cfg.layer1.stepsPerS, "steps-per-s", 50, "Layer-1 records (engine steps) per second")
 	f.Float64Var(&cfg.layer1.flushS, "flush-interval-s", 1, "Layer-1 flush interval: records are appended and the sidecar replaced this often")
 	f.StringVar(&cfg.layer1.brk, "layer1-break", "", "misbehave: break the Layer-1 stream: drop, gap, partial, no-sidecar, stale; no-footer ends without a footer but with a fresh sidecar")
+	addLayer1MisbehaveFlags(f, &cfg.layer1.misbehave)
 	f.StringVar(&cfg.layer2.dir, "traces-dir", "", "write Layer-2 traces here on /stop_profile (none written if empty)")
 	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
 	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: missing, corrupt, steps, no-kernels, execute")
@@ -197,7 +198,7 @@ func runServer(cfg serverConfig) error {
 		profiler: &profiler{cfg: cfg.layer2},
 	}
 	s.http = &http.Server{
-		Handler:           cfg.misbehave.wrap(s.api, s.api.handler()),
+		Handler:           cfg.misbehave.wrap(s.api, l1.watchProfile(s.api.handler())),
 		BaseContext:       func(net.Listener) context.Context { return hard },
 		ReadHeaderTimeout: 10 * time.Second,
 	}

@@ -21,8 +21,8 @@ func writeLayer1Stream(b *testing.B, dir string, n int) (string, time.Time) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range n {
 		// about the width of a real record: the seed's counters and histograms
-		fmt.Fprintf(&buf, `{"schema":1,"step":%d,"submit_mono_ns":%d,"complete_mono_ns":%d,"model_executed":true,"scheduled_requests":%d,"prefill_requests":%d,"decode_requests":%d,"prefill_tokens":%d,"decode_tokens":%d,"chunked_prefill":%t,"chunk_size_hist":[%d,%d,%d,%d],"context_len_hist":[%d,%d,%d,%d,%d,%d],"waiting":%d,"running":%d,"deferred":%d,"preemptions":0,"kv_usage":%.4f,"prefix_queries":%d,"prefix_hits":%d,"cuda_graph":true,"runtime_mode":"FULL","unpadded_tokens":%d,"bucket_tokens":%d,"padding_tokens":%d}`+"\n",
-			i, int64(i)*20_000_000, int64(i)*20_000_000+15_000_000, rng.IntN(256), rng.IntN(8), rng.IntN(256), rng.IntN(8192), rng.IntN(256), rng.IntN(2) == 1,
+		fmt.Fprintf(&buf, `{"schema":1,"step":%d,"model_executed":true,"submit_mono_ns":%d,"complete_mono_ns":%d,"num_scheduled_reqs":%d,"num_prefill_reqs":%d,"num_decode_reqs":%d,"prefill_tokens":%d,"decode_tokens":%d,"chunked_prefill_class":%q,"chunk_size_hist":[%d,%d,%d,%d],"context_len_hist":[%d,%d,%d,%d,%d,%d],"num_waiting_reqs":%d,"num_running_reqs":%d,"num_deferred_reqs":%d,"num_preemptions":0,"kv_cache_usage":%.4f,"prefix_cache_queries":%d,"prefix_cache_hits":%d,"cuda_graph_hit":true,"runtime_mode":"FULL","unpadded_tokens":%d,"bucket_tokens":%d,"padding_tokens":%d}`+"\n",
+			i, int64(i)*20_000_000, int64(i)*20_000_000+15_000_000, rng.IntN(256), rng.IntN(8), rng.IntN(256), rng.IntN(8192), rng.IntN(256), []string{"none", "chunked"}[rng.IntN(2)],
 			rng.IntN(9), rng.IntN(9), rng.IntN(9), rng.IntN(9), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99),
 			rng.IntN(500), rng.IntN(256), rng.IntN(4), rng.Float64(), rng.IntN(256), rng.IntN(256), 200, 256, 56)
 	}
@@ -35,7 +35,7 @@ func writeLayer1Stream(b *testing.B, dir string, n int) (string, time.Time) {
 	if err := os.WriteFile(p+".footer.json", []byte(side), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	sig := fmt.Sprintf(`[{"at":%q,"role":"server","target":"pid","pid":1,"signal":"SIGTERM"}]`, wall.Add(400*time.Millisecond).Format(time.RFC3339Nano))
+	sig := fmt.Sprintf(`[{"at":%q,"role":"server","target":"group","pid":1,"signal":"SIGKILL"}]`, wall.Add(400*time.Millisecond).Format(time.RFC3339Nano))
 	if err := os.WriteFile(filepath.Join(dir, "signals.json"), []byte(sig), 0o644); err != nil {
 		b.Fatal(err)
 	}

@@ -18,9 +18,9 @@ import (
 
 // Layer-1 formats (seed 002, A-P3-5 and "Layer 1: always on").
 //
-// The stream is JSON lines. A data line is a JSON object with an integer
-// "step" (the engine step index); its other fields are not read here. The
-// in-stream footer, written once at a clean close, is the last line:
+// The stream is JSON lines. A data line is a schema-v1 record
+// (layer1schema.go: Layer1Record, every field required). The in-stream
+// footer, written once at a clean close, is the last line:
 //
 //	{"footer": true, "encoded_records": N, "written_records": N,
 //	 "dropped_records": 0, "last_step_index": N, "step_count": N}
@@ -85,17 +85,29 @@ type Signal struct {
 	Signal string    `json:"signal"`
 }
 
-// ServerSignalTime is the controller's recorded signal time for Layer 1:
-// the first signal to the server's API parent (role "server", target
-// "pid"). ok is false when there is none.
-func ServerSignalTime(sigs []Signal) (time.Time, bool) {
+// ServerKillTime is the time of the controller's first SIGKILL to the
+// server (role "server": its API parent, its process group or its
+// cgroup): the hard kill after which the sidecar is authoritative and from
+// which the checkpoint's age is measured (A-P3-5). ok is false when the
+// server was never sent SIGKILL.
+func ServerKillTime(sigs []Signal) (time.Time, bool) {
 	var first time.Time
 	for _, s := range sigs {
-		if s.Role == "server" && s.Target == "pid" && (first.IsZero() || s.At.Before(first)) {
+		if s.Role == "server" && s.Signal == "SIGKILL" && (first.IsZero() || s.At.Before(first)) {
 			first = s.At
 		}
 	}
 	return first, !first.IsZero()
+}
+
+// serverSignalled reports whether any signal to the server was recorded.
+func serverSignalled(sigs []Signal) bool {
+	for _, s := range sigs {
+		if s.Role == "server" {
+			return true
+		}
+	}
+	return false
 }
 
 // Layer1Options are the knobs of the Layer-1 check.
@@ -118,6 +130,7 @@ type streamScan struct {
 	lines        int   // complete lines, data and footer
 	data         int64 // data lines that decoded with a step
 	badLines     int   // complete lines that did not decode as a data line or footer
+	schemaErrs   int   // of those, JSON objects that are not schema-v1 data lines
 	firstBad     int   // 1-based line number of the first bad line
 	firstBadWhy  string
 	partial      bool // the stream ends in a line without its newline
@@ -127,17 +140,6 @@ type streamScan struct {
 	lastStep     int64
 	steps        []int64
 	negativeStep int
-}
-
-// l1line holds the fields read from one line, data or footer.
-type l1line struct {
-	Footer         bool   `json:"footer"`
-	Step           *int64 `json:"step"`
-	EncodedRecords *int64 `json:"encoded_records"`
-	WrittenRecords *int64 `json:"written_records"`
-	DroppedRecords *int64 `json:"dropped_records"`
-	LastStepIndex  *int64 `json:"last_step_index"`
-	StepCount      *int64 `json:"step_count"`
 }
 
 func scanStream(r io.Reader) (streamScan, error) {
@@ -175,34 +177,39 @@ func (s *streamScan) addLine(n int, line []byte) {
 		s.bad(n, "not a JSON object")
 		return
 	}
-	var l l1line
-	if err := json.Unmarshal(line, &l); err != nil {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(line, &keys); err != nil {
 		s.bad(n, "does not decode: "+err.Error())
 		return
 	}
 	if s.footer != nil {
 		s.afterFooter++
 	}
-	if l.Footer {
+	if isFooter(keys) {
 		if s.footer != nil {
 			s.bad(n, "a second footer")
 			return
 		}
-		s.footer = &Footer{EncodedRecords: l.EncodedRecords, WrittenRecords: l.WrittenRecords,
-			DroppedRecords: l.DroppedRecords, LastStepIndex: l.LastStepIndex, StepCount: l.StepCount}
-		s.footerLine = n
+		var ft Footer
+		if err := json.Unmarshal(line, &ft); err != nil {
+			s.bad(n, "footer does not decode: "+err.Error())
+			return
+		}
+		s.footer, s.footerLine = &ft, n
 		return
 	}
-	if l.Step == nil {
-		s.bad(n, "data line without an integer step")
+	rec, why := decodeLayer1Line(line, keys)
+	if why != "" {
+		s.schemaErrs++
+		s.bad(n, "not a schema-v1 data line: "+why)
 		return
 	}
-	if *l.Step < 0 {
+	if rec.Step < 0 {
 		s.negativeStep++
 	}
 	s.data++
-	s.lastStep = *l.Step
-	s.steps = append(s.steps, *l.Step)
+	s.lastStep = rec.Step
+	s.steps = append(s.steps, rec.Step)
 }
 
 // Layer1Dir checks the one Layer-1 stream (*.jsonl) in dir as
@@ -210,7 +217,18 @@ func (s *streamScan) addLine(n int, line []byte) {
 // (the seed wants exactly one), fails; one that cannot be read is an
 // error.
 func Layer1Dir(dir, sidecarPath, signalsPath string, opts Layer1Options) Result {
-	r := Result{Figures: map[string]float64{}}
+	stream, r := Layer1Stream(dir)
+	if stream == "" {
+		return r
+	}
+	return Layer1Files(stream, sidecarPath, signalsPath, opts)
+}
+
+// Layer1Stream finds the one Layer-1 stream (*.jsonl) in dir. When there
+// is not exactly one, path is "" and r says why: a fail for none or more
+// than one, an error for a directory that cannot be read.
+func Layer1Stream(dir string) (path string, r Result) {
+	r = Result{Figures: map[string]float64{}}
 	ms, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err == nil {
 		if _, serr := os.Stat(dir); serr != nil {
@@ -226,9 +244,9 @@ func Layer1Dir(dir, sidecarPath, signalsPath string, opts Layer1Options) Result 
 		r.Verdict, r.Detail = gates.Fail, fmt.Sprintf("%d Layer-1 streams in %s, the seed wants exactly one", len(ms), dir)
 		r.Figures["streams"] = float64(len(ms))
 	default:
-		return Layer1Files(ms[0], sidecarPath, signalsPath, opts)
+		return ms[0], r
 	}
-	return r
+	return "", r
 }
 
 // Layer1Files checks a Layer-1 stream, its sidecar and the recorded
@@ -284,13 +302,14 @@ func ReadSignals(path string) ([]Signal, error) {
 // the file is missing (a fail: the seed's "missing/invalid sidecar").
 // sigsGiven says whether a signals file was handed over at all.
 //
-// Figures: records, bytes, decode_errors, partial_lines, first_step,
-// last_step, duplicate_steps, missing_steps, footer (0/1), and from the
-// sidecar encoded_records, written_records, dropped_records,
+// Figures: records, bytes, decode_errors (schema_errors of them: lines
+// that are JSON objects but not schema-v1 data lines), partial_lines,
+// first_step, last_step, duplicate_steps, missing_steps, footer (0/1), and
+// from the sidecar encoded_records, written_records, dropped_records,
 // last_step_index, final (0/1), flush_interval_s; without a footer also
-// checkpoint_age_s (signal time minus the checkpoint's wall time) and
-// tolerance_used_ms (how much of the tolerance beyond the flush interval
-// the age took, reported apart).
+// hard_kill (0/1), and after a hard kill checkpoint_age_s (SIGKILL time
+// minus the checkpoint's wall time) and tolerance_used_ms (how much of the
+// tolerance beyond the flush interval the age took, reported apart).
 func Layer1(stream io.Reader, sidecar []byte, sigs []Signal, sigsGiven bool, opts Layer1Options) Result {
 	f := newFindings()
 	s, err := scanStream(stream)
@@ -324,6 +343,7 @@ func Layer1(stream io.Reader, sidecar []byte, sigs []Signal, sigsGiven bool, opt
 // checkLines: every complete line decodes; no partial last line.
 func checkLines(f *findings, s streamScan) {
 	f.fig("decode_errors", float64(s.badLines))
+	f.fig("schema_errors", float64(s.schemaErrs))
 	f.fig("partial_lines", b2f(s.partial))
 	if s.badLines > 0 {
 		f.failf("%d line(s) do not decode (first: line %d, %s)", s.badLines, s.firstBad, s.firstBadWhy)
@@ -473,20 +493,28 @@ func checkFooter(f *findings, s streamScan, side Sidecar, sideOK bool) {
 	}
 }
 
-// checkCheckpointAge: without a footer the sidecar is authoritative; its
-// checkpoint is at most one flush interval (plus the tolerance, reported
-// apart) older than the controller's signal to the server's API parent.
+// checkCheckpointAge: without a footer the sidecar is authoritative only
+// after a hard kill: the server (its API parent, group or cgroup) was sent
+// SIGKILL. Its checkpoint is then at most one flush interval (plus the
+// tolerance, reported apart) older than that kill. A footerless stream
+// after a purely graceful stop fails: "A clean run must contain an
+// in-stream footer" (A-P3-5).
 func checkCheckpointAge(f *findings, side Sidecar, sigs []Signal, sigsGiven bool, opts Layer1Options) {
 	if *side.Final {
 		f.failf("sidecar is final but the stream has no in-stream footer")
 	}
 	if !sigsGiven {
-		f.errorf("no in-stream footer and no recorded signal times (--signals or $WARDEN_SIGNALS_FILE): cannot judge the checkpoint's age")
+		f.errorf("no in-stream footer and no recorded signal times (--signals or $WARDEN_SIGNALS_FILE): cannot tell a hard kill or judge the checkpoint's age")
 		return
 	}
-	at, ok := ServerSignalTime(sigs)
-	if !ok {
-		f.errorf("no in-stream footer and no signal to the server's API parent recorded: cannot judge the checkpoint's age")
+	at, killed := ServerKillTime(sigs)
+	f.fig("hard_kill", b2f(killed))
+	switch {
+	case !killed && serverSignalled(sigs):
+		f.failf("no in-stream footer after a graceful stop (no SIGKILL to the server recorded): a clean run must contain an in-stream footer")
+		return
+	case !killed:
+		f.errorf("no in-stream footer and no signal to the server recorded: an external kill cannot be timed, so the checkpoint's age cannot be judged")
 		return
 	}
 	checkpoint := time.Unix(0, *side.WallTimeUnixNS)
@@ -497,7 +525,7 @@ func checkCheckpointAge(f *findings, side Sidecar, sigs []Signal, sigsGiven bool
 	f.fig("tolerance_used_ms", float64(used)/float64(time.Millisecond))
 	switch {
 	case age > interval+opts.Tolerance:
-		f.failf("checkpoint %.3f s older than the server's signal: more than the %.3f s flush interval + %.0f ms tolerance",
+		f.failf("checkpoint %.3f s older than the server's SIGKILL: more than the %.3f s flush interval + %.0f ms tolerance",
 			age.Seconds(), interval.Seconds(), float64(opts.Tolerance)/float64(time.Millisecond))
 	case used > 0:
 		f.notef("checkpoint age %.3f s is within the flush interval only with %.0f ms of the tolerance", age.Seconds(), float64(used)/float64(time.Millisecond))

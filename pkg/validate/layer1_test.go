@@ -26,7 +26,7 @@ type l1 struct {
 func (c l1) build() (stream, sidecar []byte) {
 	var b bytes.Buffer
 	for _, s := range c.steps {
-		fmt.Fprintf(&b, `{"step":%d,"submit_mono_ns":%d,"model_executed":true,"scheduled_tokens":128,"kv_usage":0.25}`+"\n", s, 1000+s)
+		b.Write(l1Line(s, 1000+s))
 	}
 	if c.badLine {
 		b.WriteString("{\"step\": 99, \"x\": }\n")
@@ -57,6 +57,20 @@ func (c l1) build() (stream, sidecar []byte) {
 	return b.Bytes(), sb
 }
 
+// l1Record is a schema-v1 record of step i submitted at submit.
+func l1Record(i, submit int64) Layer1Record {
+	return Layer1Record{Schema: 1, Step: i, ModelExecuted: true, SubmitMonoNS: submit, CompleteMonoNS: submit + 1000,
+		NumScheduledReqs: 2, NumDecodeReqs: 2, DecodeTokens: 2, ChunkedPrefillClass: "none", ChunkSizeHist: []int64{0, 0},
+		ContextLenHist: []int64{2, 0}, NumRunningReqs: 2, KVCacheUsage: 0.25, CUDAGraphHit: true, RuntimeMode: "FULL",
+		UnpaddedTokens: 2, BucketTokens: 4, PaddingTokens: 2}
+}
+
+// l1Line is the JSON line of l1Record(i, submit).
+func l1Line(i, submit int64) []byte {
+	b, _ := json.Marshal(l1Record(i, submit))
+	return append(b, '\n')
+}
+
 func steps(lo, hi int64) []int64 {
 	var s []int64
 	for i := lo; i <= hi; i++ {
@@ -67,12 +81,14 @@ func steps(lo, hi int64) []int64 {
 
 func TestLayer1(t *testing.T) {
 	sig := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
+	kill := sig.Add(3 * time.Second)
 	sigs := []Signal{
 		{At: sig.Add(-time.Hour), Role: "client", Target: "pid", Signal: "SIGTERM"},
 		{At: sig, Role: "server", Target: "pid", Signal: "SIGTERM"},
-		{At: sig.Add(3 * time.Second), Role: "server", Target: "group", Signal: "SIGKILL"},
+		{At: kill, Role: "server", Target: "group", Signal: "SIGKILL"},
 	}
-	fresh := sig.Add(-500 * time.Millisecond)
+	graceful := sigs[:2]
+	fresh := kill.Add(-500 * time.Millisecond)
 	cases := []struct {
 		name    string
 		c       l1
@@ -84,10 +100,14 @@ func TestLayer1(t *testing.T) {
 		{name: "clean close", c: l1{steps: steps(0, 99), footer: true, wall: sig.Add(2 * time.Second)}, verdict: "pass"},
 		{name: "clean close needs no signals", c: l1{steps: steps(0, 99), footer: true, wall: sig}, noSigs: true, verdict: "pass"},
 		{name: "hard kill, fresh checkpoint", c: l1{steps: steps(0, 99), wall: fresh}, verdict: "pass"},
-		{name: "hard kill, within tolerance", c: l1{steps: steps(0, 99), wall: sig.Add(-1050 * time.Millisecond)}, verdict: "pass", detail: "tolerance"},
-		{name: "hard kill, stale checkpoint", c: l1{steps: steps(0, 99), wall: sig.Add(-1200 * time.Millisecond)}, verdict: "fail", detail: "older than the server's signal"},
+		{name: "hard kill, within tolerance", c: l1{steps: steps(0, 99), wall: kill.Add(-1050 * time.Millisecond)}, verdict: "pass", detail: "tolerance"},
+		// the age runs from the SIGKILL, not the SIGTERM: 1.2 s before
+		// the kill is stale although it is 1.8 s after the SIGTERM
+		{name: "hard kill, stale checkpoint", c: l1{steps: steps(0, 99), wall: kill.Add(-1200 * time.Millisecond)}, verdict: "fail", detail: "older than the server's SIGKILL"},
+		{name: "hard kill, checkpoint fresh at the SIGTERM only", c: l1{steps: steps(0, 99), wall: sig.Add(-500 * time.Millisecond)}, verdict: "fail", detail: "older than the server's SIGKILL"},
+		{name: "graceful stop without footer", c: l1{steps: steps(0, 99), wall: sig.Add(-100 * time.Millisecond)}, sigs: graceful, verdict: "fail", detail: "no in-stream footer after a graceful stop"},
 		{name: "hard kill without signals file", c: l1{steps: steps(0, 99), wall: fresh}, noSigs: true, verdict: "error", detail: "no recorded signal times"},
-		{name: "hard kill without a server signal", c: l1{steps: steps(0, 99), wall: fresh}, sigs: sigs[:1], verdict: "error", detail: "API parent"},
+		{name: "no footer and no server signal", c: l1{steps: steps(0, 99), wall: fresh}, sigs: sigs[:1], verdict: "error", detail: "external kill cannot be timed"},
 		{name: "drops", c: l1{steps: steps(0, 99), footer: true, wall: sig, sidecar: map[string]any{"encoded_records": 102, "dropped_records": 2}}, verdict: "fail", detail: "dropped_records 2"},
 		{name: "unbalanced", c: l1{steps: steps(0, 99), wall: fresh, sidecar: map[string]any{"encoded_records": 101}}, verdict: "fail", detail: "unbalanced"},
 		{name: "gap", c: l1{steps: append(steps(0, 49), steps(51, 100)...), footer: true, wall: sig}, verdict: "fail", detail: "missing between"},
@@ -102,7 +122,7 @@ func TestLayer1(t *testing.T) {
 		{name: "final sidecar without footer", c: l1{steps: steps(0, 99), wall: fresh, sidecar: map[string]any{"final": true}}, verdict: "fail", detail: "no in-stream footer"},
 		{name: "empty stream", c: l1{wall: fresh}, verdict: "fail", detail: "no data lines"},
 	}
-	cases[11].c.partial = true
+	cases[13].c.partial = true
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			stream, side := tc.c.build()
@@ -121,11 +141,11 @@ func TestLayer1(t *testing.T) {
 func TestLayer1Figures(t *testing.T) {
 	sig := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
 	stream, side := l1{steps: steps(5, 104), wall: sig.Add(-1050 * time.Millisecond)}.build()
-	r := Layer1(bytes.NewReader(stream), side, []Signal{{At: sig, Role: "server", Target: "pid"}}, true, DefaultLayer1)
+	r := Layer1(bytes.NewReader(stream), side, []Signal{{At: sig, Role: "server", Target: "group", Signal: "SIGKILL"}}, true, DefaultLayer1)
 	if r.Verdict != "pass" {
 		t.Fatal(r)
 	}
-	want := map[string]float64{"records": 100, "first_step": 5, "last_step": 104, "written_records": 100, "footer": 0, "checkpoint_age_s": 1.05}
+	want := map[string]float64{"records": 100, "first_step": 5, "last_step": 104, "written_records": 100, "footer": 0, "hard_kill": 1, "checkpoint_age_s": 1.05}
 	for k, v := range want {
 		if d := r.Figures[k] - v; d > 1e-9 || d < -1e-9 {
 			t.Errorf("%s = %v, want %v", k, r.Figures[k], v)
@@ -154,5 +174,85 @@ func TestLayer1Files(t *testing.T) {
 	}
 	if r := Layer1Files(p, "", filepath.Join(dir, "signals.json"), DefaultLayer1); r.Verdict != "error" {
 		t.Fatalf("missing signals file: %v", r)
+	}
+}
+
+// TestLayer1Schema: every data line must decode as a schema-v1 record
+// (every field present, each of its type, schema 1); fields the schema
+// does not name are allowed.
+func TestLayer1Schema(t *testing.T) {
+	base := map[string]any{}
+	json.Unmarshal(l1Line(5, 1005), &base)
+	cases := []struct {
+		name   string
+		edit   func(m map[string]any)
+		detail string // "" for a pass
+	}{
+		{name: "valid", edit: func(map[string]any) {}},
+		{name: "unknown field allowed", edit: func(m map[string]any) { m["spec_decode_tokens"] = 3 }},
+		{name: "integer for a number", edit: func(m map[string]any) { m["kv_cache_usage"] = 1 }},
+		{name: "missing field", edit: func(m map[string]any) { delete(m, "num_waiting_reqs") }, detail: "lacks required field num_waiting_reqs"},
+		{name: "missing step", edit: func(m map[string]any) { delete(m, "step") }, detail: "lacks required field step"},
+		{name: "null", edit: func(m map[string]any) { m["prefill_tokens"] = nil }, detail: "field prefill_tokens is null, not integer"},
+		{name: "string for an integer", edit: func(m map[string]any) { m["decode_tokens"] = "2" }, detail: "field decode_tokens is a string, not integer"},
+		{name: "fraction for an integer", edit: func(m map[string]any) { m["submit_mono_ns"] = 1.5 }, detail: "field submit_mono_ns is a non-integer number 1.5, not integer"},
+		{name: "integer for a boolean", edit: func(m map[string]any) { m["model_executed"] = 1 }, detail: "field model_executed is the number 1, not boolean"},
+		{name: "number for a string", edit: func(m map[string]any) { m["runtime_mode"] = 2 }, detail: "field runtime_mode is the number 2, not string"},
+		{name: "histogram of floats", edit: func(m map[string]any) { m["chunk_size_hist"] = []any{1, 0.5} }, detail: "field chunk_size_hist is an array (not of integers), not integer-array"},
+		{name: "histogram as object", edit: func(m map[string]any) { m["context_len_hist"] = map[string]any{"16": 1} }, detail: "field context_len_hist is an object, not integer-array"},
+		{name: "unknown schema", edit: func(m map[string]any) { m["schema"] = 2 }, detail: "unknown schema 2"},
+	}
+	sig := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := map[string]any{}
+			for k, v := range base {
+				m[k] = v
+			}
+			tc.edit(m)
+			line, _ := json.Marshal(m)
+			var b bytes.Buffer
+			for i := int64(0); i < 5; i++ {
+				b.Write(l1Line(i, 1000+i))
+			}
+			b.Write(append(line, '\n'))
+			fmt.Fprintf(&b, `{"footer":true,"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"step_count":6}`+"\n")
+			side := fmt.Sprintf(`{"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"wall_time_unix_ns":%d,"flush_interval_s":1,"final":true}`, sig.UnixNano())
+			r := Layer1(&b, []byte(side), nil, false, DefaultLayer1)
+			if tc.detail == "" {
+				if r.Verdict != "pass" || r.Figures["schema_errors"] != 0 {
+					t.Fatalf("got %s %q", r.Verdict, r.Detail)
+				}
+				return
+			}
+			if r.Verdict != "fail" || r.Figures["schema_errors"] != 1 || !strings.Contains(r.Detail, "line 6, not a schema-v1 data line: "+tc.detail) {
+				t.Fatalf("got %s %q (schema_errors %v), want a fail naming %q", r.Verdict, r.Detail, r.Figures["schema_errors"], tc.detail)
+			}
+		})
+	}
+}
+
+// TestLayer1SchemaDoc: docs/validators.md's schema table lists exactly
+// Layer1Fields, in order, with their types.
+func TestLayer1SchemaDoc(t *testing.T) {
+	b, err := os.ReadFile("../../docs/validators.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tbl, ok := strings.Cut(string(b), "<!-- layer1-schema-v1 -->")
+	if !ok {
+		t.Fatal("docs/validators.md has no <!-- layer1-schema-v1 --> table")
+	}
+	tbl, _, _ = strings.Cut(tbl, "<!-- /layer1-schema-v1 -->")
+	var got []Layer1Field
+	for _, line := range strings.Split(tbl, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 4 || !strings.HasPrefix(strings.TrimSpace(cols[1]), "`") {
+			continue
+		}
+		got = append(got, Layer1Field{Name: strings.Trim(strings.TrimSpace(cols[1]), "`"), Type: strings.TrimSpace(cols[2])})
+	}
+	if fmt.Sprint(got) != fmt.Sprint(Layer1Fields) {
+		t.Fatalf("docs list\n%v\nthe schema is\n%v", got, Layer1Fields)
 	}
 }
