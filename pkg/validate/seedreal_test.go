@@ -12,35 +12,54 @@ import (
 // segments, two profile windows each followed by a 0.1 s recovery).
 func TestWarmupRecoveryOnRealLoadgenFiles(t *testing.T) {
 	const dir = "testdata/loadgen/saturation"
-	if r := WarmupDir(dir, WarmupOptions{MinCompletions: 3}); r.Verdict != "pass" || r.Figures["warmup_completions"] != 3 {
-		t.Fatalf("warmup, 3: %+v", r)
+	var res seedResult
+	b, err := os.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil || json.Unmarshal(b, &res) != nil || len(res.Segments) == 0 || res.Segments[0].Kind != "warmup" {
+		t.Fatalf("result.json: %v", err)
 	}
-	if r := WarmupDir(dir, WarmupOptions{MinCompletions: 4}); r.Verdict != "fail" || r.Figures["warmup_completions"] != 3 {
-		t.Fatalf("warmup, 4: %+v", r)
+	n := float64(res.Segments[0].Succeeded)
+	if n < 1 {
+		t.Fatalf("the testdata's warm-up has no success")
+	}
+	if r := WarmupDir(dir, WarmupOptions{MinCompletions: int(n)}); r.Verdict != "pass" || r.Figures["warmup_completions"] != n {
+		t.Fatalf("warmup, %v: %+v", n, r)
+	}
+	if r := WarmupDir(dir, WarmupOptions{MinCompletions: int(n) + 1}); r.Verdict != "fail" || r.Figures["warmup_completions"] != n {
+		t.Fatalf("warmup, %v: %+v", n+1, r)
 	}
 	// a Layer-1 stream over the run's monotonic times, waiting queue 2
-	var res seedResult
-	b, _ := os.ReadFile(filepath.Join(dir, "result.json"))
-	json.Unmarshal(b, &res)
 	l1 := t.TempDir()
 	var stream []byte
 	last := res.Segments[len(res.Segments)-1].EndMonoNS
-	n := int64(0)
+	step := int64(0)
 	for sub := res.Clock.T0MonoNS; sub < last; sub += 1_000_000 {
-		r := l1Record(n, sub)
+		r := l1Record(step, sub)
 		r.NumWaitingReqs = 2
 		line, _ := json.Marshal(r)
 		stream = append(append(stream, line...), '\n')
-		n++
+		step++
 	}
 	os.WriteFile(filepath.Join(l1, "layer1.jsonl"), stream, 0o644)
 	o := DefaultRecovery()
 	o.Layer1Dir, o.WindowS, o.StepS, o.RecoveryS = l1, 0.05, 0.01, 0.1
-	// at these sizes a 50 ms window holds two or three successes: the run
-	// recovered its rate (40 req/s) by the end of recovery-2, not of
-	// recovery-1 (60 req/s)
+	// At these sizes a 50 ms window holds two or three successes, so
+	// whether each recovery is within 10% depends on the run: the check
+	// must read both recoveries and clean segment C from the real files and
+	// judge each by its own figures.
 	r := RecoveryDir(dir, o)
-	wantResult(t, r, "fail", "recovery recovery-1: completion rate 60 req/s at its end, not within 10% of clean segment C's median 40",
-		map[string]float64{"recoveries": 2, "recovery1_seconds": 0.1, "clean_c_samples": 16, "clean_c_completion_rps": 40, "clean_c_waiting": 2,
-			"recovery1_completion_ratio": 1.5, "recovery1_pass": 0, "recovery2_completion_rps": 40, "recovery2_waiting": 2, "recovery2_pass": 1})
+	if r.Verdict == "error" || r.Figures["recoveries"] != 2 || r.Figures["recovery1_seconds"] != 0.1 || r.Figures["clean_c_waiting"] != 2 || r.Figures["clean_c_completion_rps"] <= 0 {
+		t.Fatalf("recovery on the real files: %+v", r)
+	}
+	all := true
+	for _, w := range []string{"recovery1", "recovery2"} {
+		ratio, pass := r.Figures[w+"_completion_ratio"], r.Figures[w+"_pass"]
+		within := ratio >= 0.9 && ratio <= 1.1 && r.Figures[w+"_waiting"] == 2
+		if _, ok := r.Figures[w+"_completion_ratio"]; !ok || (pass == 1) != within {
+			t.Errorf("%s: ratio %v, waiting %v, pass %v", w, ratio, r.Figures[w+"_waiting"], pass)
+		}
+		all = all && within
+	}
+	if (r.Verdict == "pass") != all {
+		t.Errorf("verdict %s with recoveries within 10%%: %v (%+v)", r.Verdict, all, r)
+	}
 }
