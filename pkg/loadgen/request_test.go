@@ -105,7 +105,7 @@ func TestScanChunk(t *testing.T) {
 		{`{"object":"error","message":"x"}`, false, true, true},
 		{`not json`, false, false, false},
 	} {
-		token, decode, whole := scanChunk([]byte(tc.chunk))
+		token, decode, whole := scanChunk([]byte(tc.chunk), ServerAuto.tokenKeys())
 		if token != tc.token || decode != tc.decode || whole != tc.whole {
 			t.Errorf("scanChunk(%s) = %v %v %v, want %v %v %v", tc.chunk, token, decode, whole, tc.token, tc.decode, tc.whole)
 		}

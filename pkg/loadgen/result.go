@@ -181,20 +181,6 @@ type LagSummary struct {
 	Sustained bool `json:"sustained"`
 }
 
-// ProfileWindow is one synchronous /start_profile ... /stop_profile pair.
-// Status 0 means no response; Error says why, in the client's words.
-type ProfileWindow struct {
-	Index             int    `json:"index"`
-	StartCallMonoNS   int64  `json:"start_call_mono_ns"`
-	StartReturnMonoNS int64  `json:"start_return_mono_ns"`
-	StartStatus       int    `json:"start_status"`
-	StartError        string `json:"start_error,omitempty"`
-	StopCallMonoNS    int64  `json:"stop_call_mono_ns"`
-	StopReturnMonoNS  int64  `json:"stop_return_mono_ns"`
-	StopStatus        int    `json:"stop_status"`
-	StopError         string `json:"stop_error,omitempty"`
-}
-
 // DrainInfo is the end of the run: from the end of admission until the
 // last outstanding request ended or the timeout ran out. Requests are
 // never cancelled in the drain; those still outstanding at the timeout
