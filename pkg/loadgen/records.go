@@ -53,8 +53,8 @@ type Record struct {
 	// PlannedNS is when the schedule planned the send (closed loop: when
 	// a slot freed); SentNS when the client handed it to its transport.
 	// Generator lag is sent - planned.
-	PlannedNS    int64 `json:"planned_mono_ns"`
-	SentNS       int64 `json:"sent_mono_ns"`
+	PlannedNS int64 `json:"planned_mono_ns"`
+	SentNS    int64 `json:"sent_mono_ns"`
 	// FirstTokenNS is the first chunk carrying a token (a non-empty text,
 	// content or reasoning field): the client's TTFT. FirstChunkNS is the
 	// first chunk with a non-empty choices array, where vLLM's benchmark
