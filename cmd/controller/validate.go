@@ -38,13 +38,14 @@ validator, whose verdict the controller records as the gate
   controller validate layer2  --traces ${RUN_DIR}/traces --tp 1
   controller validate client  --result-dir ${ATTEMPT_DIR}/client [--saturation-result ${NEED_SATURATION_DIR}/client/result.json]
   controller validate sanity  --input ${ATTEMPT_DIR}/client --out ${ATTEMPT_DIR}/sanity.json
+  controller validate profile-windows --result-dir ${ATTEMPT_DIR}/client --windows 2
 ` + validateExit,
 		Args: cobra.NoArgs,
 	}
 	// A bad flag is a usage error: exit 2, as documented (the children
 	// inherit this).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
-	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd())
+	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(), newValidateProfileWindowsCmd())
 	return cmd
 }
 
