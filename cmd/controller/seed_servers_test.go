@@ -289,3 +289,74 @@ func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
 	}
 	fresh.assertNoProcesses()
 }
+
+// sglangProtocol runs one stand-in run as an SGLang server, with one
+// effective-config expectation read from its server info.
+func sglangProtocol(t *testing.T, path, equals string) string {
+	t.Helper()
+	ports := freePorts(t, 1)
+	y := fmt.Sprintf(`warden: 1
+name: sglang-config
+host: {gpus: 1, cpus: 1}
+budget: {cap_gpu_hours: 1.0}
+vars: {STANDIN: %q}
+slots:
+  - {name: s0, gpus: [0], cpus: "0", port: %d}
+regimes:
+  - {name: one, concurrency: 1}
+classes:
+  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
+cleanup: {timeout_s: 10}
+servers:
+  - name: sglang
+    kind: sglang
+    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
+              --server-kind, sglang, --max-num-seqs, "48"]
+    ready_timeout_s: 10
+    shutdown_grace_s: 2
+    group_grace_s: 1
+    expect: [{name: max_running_requests, path: %q, equals: %s}]
+loads:
+  - name: saturation
+    kind: saturation
+    expected_s: 10
+    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
+axes:
+  - name: pattern
+    values: [{id: p1}]
+phases:
+  - name: matrix
+    kind: primary
+    matrix: {pattern: p1}
+    loads: [saturation]
+`, standinBin, ports[0], path, equals)
+	p := filepath.Join(t.TempDir(), "sglang.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSGLangEffectiveConfigNested: an SGLang server reports
+// max_running_requests null unless given; the expectation on the nested
+// effective value passes, the one on the top-level field stops the
+// campaign as a config mismatch that says where the value is.
+func TestSGLangEffectiveConfigNested(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(sglangProtocol(t, "internal_states[0].effective_max_running_requests_per_dp", "48"))
+	s := c.store()
+	if cp, _ := s.Campaign(); cp.State != state.CampaignComplete {
+		t.Fatalf("nested expectation: campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	c.assertNoProcesses()
+
+	top := newCampaign(t)
+	top.runForeground(sglangProtocol(t, "max_running_requests", "48"))
+	ts := top.store()
+	cp, _ := ts.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonConfigMismatch) ||
+		!strings.Contains(cp.StopDetail, "is null, want 48") || !strings.Contains(cp.StopDetail, "effective_max_running_requests_per_dp") {
+		t.Fatalf("top-level expectation: campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	top.assertNoProcesses()
+}
