@@ -25,6 +25,8 @@ type Result struct {
 	LoadPoint   string `json:"load_point"`
 	Endpoint    string `json:"endpoint"`
 	Model       string `json:"model"`
+	// ServerKind is the stream read (serverkind.go).
+	ServerKind ServerKind `json:"server_kind"`
 
 	Load           LoadInfo         `json:"load"`
 	Manifest       ManifestInfo     `json:"manifest"`
