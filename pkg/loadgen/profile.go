@@ -2,9 +2,9 @@ package loadgen
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -144,7 +144,7 @@ type TraceFile struct {
 	File  string `json:"file"`
 	Rank  int    `json:"rank"` // -1 when neither the name nor a single rank says
 	Bytes int64  `json:"bytes"`
-	// Complete: it decompresses (gzip) or parses (JSON) to its end.
+	// Complete: it is completely written (traceComplete).
 	Complete bool `json:"complete"`
 	// AfterStop: first seen complete after /stop_profile returned, as a
 	// window cut short by the stop writes it.
@@ -266,29 +266,37 @@ func (w *traceWatch) files() ([]TraceFile, int) {
 	return out, n
 }
 
-// traceComplete reports whether a trace reads to its end: a gzip stream
-// that decompresses without error, or a JSON document that parses.
+// traceComplete reports whether a trace file is completely written: a
+// gzip stream that decompresses to its end with a matching checksum and
+// length (the torch profiler writes it in place, so a partial file fails
+// here), or an uncompressed trace whose last byte other than white space
+// is its closing brace. Whether the trace holds a valid window is the
+// Layer-2 validator's question, not the client's; nothing is kept in
+// memory.
 func traceComplete(path string) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	var r io.Reader = bufio.NewReaderSize(f, 1<<20)
-	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(r)
-		if err != nil {
+	if !strings.HasSuffix(path, ".gz") {
+		st, err := f.Stat()
+		if err != nil || st.Size() == 0 {
 			return false
 		}
-		r = zr
+		tail := make([]byte, min(st.Size(), 256))
+		if _, err := f.ReadAt(tail, st.Size()-int64(len(tail))); err != nil {
+			return false
+		}
+		tail = bytes.TrimRight(tail, " \t\r\n")
+		return len(tail) > 0 && tail[len(tail)-1] == '}'
 	}
-	dec := json.NewDecoder(r)
-	var skip json.RawMessage
-	if err := dec.Decode(&skip); err != nil {
+	zr, err := gzip.NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
 		return false
 	}
-	_, err = dec.Token()
-	return err == io.EOF
+	_, err = io.Copy(io.Discard, zr)
+	return err == nil
 }
 
 // stepWatch counts the Layer-1 records appended since the window began.

@@ -219,3 +219,35 @@ func TestTraceRank(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceComplete: a gzip cut short is not complete, nor a JSON trace
+// without its closing brace.
+func TestTraceComplete(t *testing.T) {
+	dir := t.TempDir()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	fmt.Fprint(zw, `{"traceEvents":[`+strings.Repeat(`{"ph":"X"},`, 1000)+`{}]}`)
+	zw.Close()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{write("a.pt.trace.json.gz", b.Bytes()), true},
+		{write("b.pt.trace.json.gz", b.Bytes()[:b.Len()-4]), false},
+		{write("c.pt.trace.json.gz", b.Bytes()[:b.Len()/2]), false},
+		{write("d.pt.trace.json", []byte(`{"traceEvents":[]}`+"\n")), true},
+		{write("e.pt.trace.json", []byte(`{"traceEvents":[`)), false},
+		{filepath.Join(dir, "missing.gz"), false},
+	} {
+		if got := traceComplete(tc.path); got != tc.want {
+			t.Errorf("traceComplete(%s) = %v", filepath.Base(tc.path), got)
+		}
+	}
+}
