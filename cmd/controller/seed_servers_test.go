@@ -360,3 +360,53 @@ func TestSGLangEffectiveConfigNested(t *testing.T) {
 	}
 	top.assertNoProcesses()
 }
+
+// TestLoadgenChatStreamsPerKind: loadgen reads each server kind's chat
+// stream: vLLM's delta.reasoning, SGLang's delta.reasoning_content, and
+// SGLang-Omni's usage on a finish chunk of its own; read as the wrong kind,
+// the reasoning chunks are not counted as tokens.
+func TestLoadgenChatStreamsPerKind(t *testing.T) {
+	bin := buildLoadgen(t)
+	var b strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&b, `{"id":"c%d","prompt":"one two three","input_tokens":3,"output_tokens":4,"arrival":"steady"}`+"\n", i)
+	}
+	manifest := filepath.Join(t.TempDir(), "chat.jsonl")
+	if err := os.WriteFile(manifest, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		server, client string
+		chunks         int // token chunks per request
+	}{
+		{"vllm", "vllm", 4}, {"sglang", "sglang", 4}, {"sglang-omni", "sglang-omni", 4}, {"sglang", "vllm", 2},
+	} {
+		url := startStandin(t, "--server-kind", tc.server, "--reasoning-tokens", "2", "--token-ms", "5")
+		dir := filepath.Join(t.TempDir(), "client")
+		out, err := exec.Command(bin, "run", "--manifest", manifest, "--base-url", url, "--model", "standin", "--endpoint", "chat",
+			"--server-kind", tc.client, "--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", "2", "--ignore-eos",
+			"--warmup-seconds", "0.2", "--clean-segment-seconds", "0.5", "--num-clean-segments", "1", "--drain-timeout-seconds", "5",
+			"--result-dir", dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s read as %s: %v\n%s", tc.server, tc.client, err, out)
+		}
+		var res loadgen.Result
+		data, _ := os.ReadFile(filepath.Join(dir, "result.json"))
+		if err := json.Unmarshal(data, &res); err != nil {
+			t.Fatal(err)
+		}
+		if !res.Complete || res.Clean.Completed == 0 || res.Clean.Failed != 0 || res.Totals.OutputMismatches != 0 || string(res.ServerKind) != tc.client {
+			t.Fatalf("%s read as %s: complete %v, clean %+v, totals %+v", tc.server, tc.client, res.Complete, res.Clean, res.Totals)
+		}
+		recs, _ := os.ReadFile(filepath.Join(dir, "requests", "clean-1.jsonl"))
+		for _, line := range strings.Split(strings.TrimSpace(string(recs)), "\n") {
+			var r loadgen.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Class == loadgen.Success && (r.Chunks != tc.chunks || r.FirstChunkNS == 0 || r.FirstTokenNS < r.FirstChunkNS) {
+				t.Fatalf("%s read as %s: record %+v, want %d token chunks", tc.server, tc.client, r, tc.chunks)
+			}
+		}
+	}
+}

@@ -265,21 +265,29 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if send(chunk([]chatChoice{{Delta: &chatDelta{Role: "assistant"}}})) != nil {
 		return
 	}
+	onFinish := a.kind.usageOnFinish()
 	err := a.generate(r.Context(), gen.max, func(i int) error {
 		c := chunk([]chatChoice{{Delta: a.kind.delta(i)}})
-		if i == gen.max-1 {
+		if i == gen.max-1 && !onFinish {
 			reason := "length"
 			c.Choices[0].FinishReason = &reason
-			if a.kind.usageOnFinish() {
-				c.Usage = gen.usage()
-			}
 		}
 		return send(c)
 	})
 	if err != nil {
 		return
 	}
-	if includeUsage && !a.kind.usageOnFinish() {
+	if onFinish {
+		// SGLang-Omni: a finish chunk of its own, an empty delta with the
+		// finish reason and the usage, whatever stream_options said
+		reason := "length"
+		last := chunk([]chatChoice{{Delta: &chatDelta{}, FinishReason: &reason}})
+		last.Usage = gen.usage()
+		if send(last) != nil {
+			return
+		}
+	}
+	if includeUsage && !onFinish {
 		last := chunk([]chatChoice{})
 		last.Usage = gen.usage()
 		if send(last) != nil {

@@ -18,8 +18,9 @@ import (
 //     was given, the effective value at
 //     internal_states[0].effective_max_running_requests_per_dp; a chat
 //     delta's reasoning text is "reasoning_content".
-//   - sglang-omni: a chat stream puts its usage on the finish chunk and
-//     ignores stream_options.
+//   - sglang-omni: a chat stream ends with a finish chunk of its own (an
+//     empty delta, the finish reason and the usage) and ignores
+//     stream_options.
 const (
 	kindVLLM       = "vllm"
 	kindVLLMOmni   = "vllm-omni"

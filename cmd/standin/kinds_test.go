@@ -227,7 +227,8 @@ func TestServerKindChatStream(t *testing.T) {
 	for _, inc := range []bool{true, false} {
 		cs := chatChunks(t, om.url, inc)
 		last := cs[len(cs)-1]
-		if len(cs) != 5 || last["usage"] == nil || last["choices"].([]any)[0].(map[string]any)["finish_reason"] != "length" {
+		if len(cs) != 6 || last["usage"] == nil || last["choices"].([]any)[0].(map[string]any)["finish_reason"] != "length" ||
+			len(deltaKeys(last)) != 0 || cs[4]["choices"].([]any)[0].(map[string]any)["finish_reason"] != nil {
 			t.Fatalf("sglang-omni include_usage=%v: %v", inc, cs)
 		}
 	}
