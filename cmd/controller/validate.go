@@ -41,6 +41,7 @@ validator, whose verdict the controller records as the gate
   controller validate sanity  --input ${ATTEMPT_DIR}/client --out ${ATTEMPT_DIR}/sanity.json
   controller validate warmup  --result-dir ${ATTEMPT_DIR}/client --min-completions 32 [--stabilization --layer1-dir ${ATTEMPT_DIR}/opprof]
   controller validate recovery --result-dir ${ATTEMPT_DIR}/client --layer1-dir ${ATTEMPT_DIR}/opprof
+  controller validate profile-windows --result-dir ${ATTEMPT_DIR}/client --windows 2
 ` + validateExit,
 		Args: cobra.NoArgs,
 	}
@@ -48,7 +49,7 @@ validator, whose verdict the controller records as the gate
 	// inherit this).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
-		newValidateWarmupCmd(), newValidateRecoveryCmd())
+		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd())
 	return cmd
 }
 

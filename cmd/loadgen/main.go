@@ -89,6 +89,7 @@ type runFlags struct {
 	recoveryS, drainS                             float64
 	seed                                          uint64
 	resultDir, phaseFile                          string
+	ext                                           extFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -153,13 +154,14 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.IntVar(&f.numWindows, "num-profile-windows", 2, "profile windows, with --profile-after-clean")
 	fl.IntVar(&f.profWarmup, "profile-warmup-iterations", 2, "the server's profiler warm-up iterations per window (recorded; set in the server's profiler config)")
 	fl.IntVar(&f.profActive, "profile-active-iterations", 8, "the server's profiler active iterations per window (recorded; set in the server's profiler config)")
-	fl.Float64Var(&f.profileHoldS, "profile-hold-seconds", 1, "seconds between /start_profile returning and the /stop_profile call")
-	fl.Float64Var(&f.profileBudgetS, "profile-window-budget-seconds", 24, "expected seconds of one profile window, for the manifest-length check before the start")
+	fl.Float64Var(&f.profileHoldS, "profile-hold-seconds", 1, "legacy: seconds between /start_profile returning and /stop_profile, used only without --profile-traces-dir and --profile-layer1-stream (the server's window is then not observed)")
+	fl.Float64Var(&f.profileBudgetS, "profile-window-budget-seconds", 24, "longest time of one profile window, from the /start_profile call to the /stop_profile call (the seed: 24); also the window's length in the manifest-length check")
 	fl.Float64Var(&f.recoveryS, "recovery-seconds", 30, "fixed recovery after each profile window")
 	fl.Float64Var(&f.drainS, "drain-timeout-seconds", 120, "bound of the drain: requests still outstanding this long after admission stops are abandoned (exit 4)")
 	fl.Uint64Var(&f.seed, "workload-seed", 0, "seed of poisson and gamma arrivals (recorded)")
 	fl.StringVar(&f.resultDir, "result-dir", "", "directory for the results (required; never overwritten)")
 	fl.StringVar(&f.phaseFile, "phase-file", os.Getenv("WARDEN_PHASE_FILE"), "file to append phase lines to (default $WARDEN_PHASE_FILE)")
+	bindExtFlags(cmd, &f.ext)
 }
 
 // refused marks an error found before the run started.
@@ -206,6 +208,9 @@ func config(cmd *cobra.Command, f runFlags, m *loadgen.Manifest) (loadgen.Config
 		if *d.to, err = secondsFlag(d.name, d.s); err != nil {
 			return cfg, err
 		}
+	}
+	if err := f.ext.apply(&cfg); err != nil {
+		return cfg, err
 	}
 	if f.profileAfterClean {
 		cfg.ProfileWindows = f.numWindows

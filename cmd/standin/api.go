@@ -54,8 +54,10 @@ type chatRequest struct {
 
 // chatDelta is the delta of a streamed chat chunk.
 type chatDelta struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content,omitempty"`
+	Role             string `json:"role,omitempty"`
+	Content          string `json:"content,omitempty"`
+	Reasoning        string `json:"reasoning,omitempty"`         // vLLM's reasoning text
+	ReasoningContent string `json:"reasoning_content,omitempty"` // SGLang's
 }
 
 type chatChoice struct {
@@ -100,9 +102,11 @@ type api struct {
 	inflight inflight
 	// info is the effective configuration it reports.
 	info serverInfo
-	// profiler writes Layer-2 traces on /stop_profile; nil answers 200
-	// and writes nothing.
+	// profiler writes Layer-2 traces (profiler.go); nil answers 200 and
+	// writes nothing.
 	profiler *profiler
+	// kind is how the API differs by server kind (kinds.go).
+	kind kindConfig
 }
 
 func (a *api) handler() http.Handler {
@@ -111,7 +115,7 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("GET /v1/models", a.models)
 	mux.HandleFunc("POST /v1/completions", a.completions)
 	mux.HandleFunc("POST /v1/chat/completions", a.chatCompletions)
-	a.info.register(mux, a.model)
+	a.info.register(mux, a.model, a.kind)
 	mux.HandleFunc("POST /start_profile", a.startProfile)
 	mux.HandleFunc("POST /stop_profile", a.stopProfile)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -261,18 +265,29 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if send(chunk([]chatChoice{{Delta: &chatDelta{Role: "assistant"}}})) != nil {
 		return
 	}
+	onFinish := a.kind.usageOnFinish()
 	err := a.generate(r.Context(), gen.max, func(i int) error {
-		c := chatChoice{Delta: &chatDelta{Content: token(i)}}
-		if i == gen.max-1 {
+		c := chunk([]chatChoice{{Delta: a.kind.delta(i)}})
+		if i == gen.max-1 && !onFinish {
 			reason := "length"
-			c.FinishReason = &reason
+			c.Choices[0].FinishReason = &reason
 		}
-		return send(chunk([]chatChoice{c}))
+		return send(c)
 	})
 	if err != nil {
 		return
 	}
-	if includeUsage {
+	if onFinish {
+		// SGLang-Omni: a finish chunk of its own, an empty delta with the
+		// finish reason and the usage, whatever stream_options said
+		reason := "length"
+		last := chunk([]chatChoice{{Delta: &chatDelta{}, FinishReason: &reason}})
+		last.Usage = gen.usage()
+		if send(last) != nil {
+			return
+		}
+	}
+	if includeUsage && !onFinish {
 		last := chunk([]chatChoice{})
 		last.Usage = gen.usage()
 		if send(last) != nil {

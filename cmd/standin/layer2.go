@@ -5,24 +5,18 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
-	"sync"
-	"time"
-
-	"warden/pkg/atomicfile"
 )
 
 // Layer-2 traces, as the stand-in writes them: vLLM's POST /start_profile
-// and POST /stop_profile (200, empty body). Between them the profiler
-// "runs" a wait=0, warm-up=2, active=8 schedule; /stop_profile writes one
-// gzipped Chrome trace per TP rank (--tp) to --traces-dir, named like the
-// torch tensorboard handler's files and holding what a Kineto trace holds
-// for the active steps only: ProfilerStep#2..#9 and one vLLM execute
-// annotation per step (cat user_annotation, each with its
-// gpu_user_annotation copy on the GPU timeline), a few kernel events per step
-// (cat kernel), and "distributedInfo": {"rank": R}. Nothing is profiled.
+// and POST /stop_profile (200, empty body), and one gzipped Chrome trace
+// per TP rank (--tp) to --traces-dir per window, named as vLLM names them
+// (dp0_pp0_tp<R>_dcp0_ep0_rank<R>.<ns>.pt.trace.json.gz) and holding what
+// a Kineto trace holds for the recorded steps: ProfilerStep#N and one vLLM
+// execute annotation per step (cat user_annotation, each with its
+// gpu_user_annotation copy on the GPU timeline), a few kernel events per
+// step (cat kernel), and "distributedInfo": {"rank": R}. When the trace is
+// written, and which steps it holds, is the profiler's schedule
+// (profiler.go). Nothing is profiled.
 
 // Layer-2 breaks, each a way the seed says a window is not accepted.
 const (
@@ -36,9 +30,10 @@ const (
 var layer2Breaks = []string{l2BreakMissing, l2BreakCorrupt, l2BreakSteps, l2BreakNoKernels, l2BreakExecute}
 
 type layer2Config struct {
-	dir string
-	tp  int
-	brk string
+	dir   string
+	tp    int
+	brk   string
+	sched profilerSchedule // profiler.go
 }
 
 func (c layer2Config) validate() error {
@@ -51,66 +46,7 @@ func (c layer2Config) validate() error {
 	if c.brk != "" && !contains(layer2Breaks, c.brk) {
 		return fmt.Errorf("--layer2-break %q: want one of %v", c.brk, layer2Breaks)
 	}
-	return nil
-}
-
-// profiler remembers whether a window is open and writes its traces.
-type profiler struct {
-	cfg    layer2Config
-	mu     sync.Mutex // guards the fields below; one window at a time
-	open   bool
-	start  time.Time
-	window int
-}
-
-// startProfile answers vLLM's POST /start_profile.
-func (a *api) startProfile(w http.ResponseWriter, _ *http.Request) {
-	if p := a.profiler; p != nil {
-		p.mu.Lock()
-		p.open, p.start = true, time.Now()
-		p.mu.Unlock()
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-// stopProfile answers vLLM's POST /stop_profile, writing the window's
-// traces before it returns (vLLM's call is synchronous too).
-func (a *api) stopProfile(w http.ResponseWriter, _ *http.Request) {
-	if p := a.profiler; p != nil {
-		if err := p.stop(); err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-func (p *profiler) stop() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.open || p.cfg.dir == "" {
-		p.open = false
-		return nil
-	}
-	p.open = false
-	p.window++
-	if err := os.MkdirAll(p.cfg.dir, 0o755); err != nil {
-		return fmt.Errorf("traces: %w", err)
-	}
-	for r := range p.cfg.tp {
-		if p.cfg.brk == l2BreakMissing && r == p.cfg.tp-1 {
-			continue
-		}
-		b, err := p.trace(r)
-		if err != nil {
-			return err
-		}
-		name := fmt.Sprintf("standin_rank%d.%d.%d.pt.trace.json.gz", r, p.window, time.Now().UnixNano())
-		if err := atomicfile.WriteFile(filepath.Join(p.cfg.dir, name), b, 0o644); err != nil {
-			return fmt.Errorf("traces: %w", err)
-		}
-	}
-	return nil
+	return c.sched.validate()
 }
 
 type traceEvent struct {
@@ -124,31 +60,35 @@ type traceEvent struct {
 	Args map[string]any `json:"args,omitempty"`
 }
 
-// trace renders one rank's window.
-func (p *profiler) trace(rank int) ([]byte, error) {
-	first, execs, kernels := 2, 8, 3
+// trace renders one rank's window: ProfilerStep#first..#last, as the
+// torch profiler numbers a window's steps from the /start_profile (the
+// warm-up steps 0..warmup-1 are not recorded).
+func (p *profiler) trace(rank, first, last int) ([]byte, error) {
+	execs, kernels := last-first+1, 3
 	switch p.cfg.brk {
 	case l2BreakSteps:
 		first = 0
 	case l2BreakNoKernels:
 		kernels = 0
 	case l2BreakExecute:
-		execs = 7
+		execs--
 	}
+	warmup := p.cfg.sched.warmup
 	t0 := float64(p.start.UnixMicro())
+	step := p.cfg.sched.stepDuration().Seconds() * 1e6
 	var ev []traceEvent
 	corr := 0
-	for s := first; s <= 9; s++ {
-		ts := t0 + float64(s)*1000
-		ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 1, Tid: 1, Ts: ts, Dur: 900},
-			traceEvent{Ph: "X", Cat: "gpu_user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 0, Tid: 7, Ts: ts + 40, Dur: 820})
-		if s >= 2 && s-2 < execs {
-			ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: "execute_context_0(0)_generation_2(2)", Pid: 1, Tid: 1, Ts: ts + 5, Dur: 850},
-				traceEvent{Ph: "X", Cat: "gpu_user_annotation", Name: "execute_context_0(0)_generation_2(2)", Pid: 0, Tid: 7, Ts: ts + 50, Dur: 800})
+	for s := first; s <= last; s++ {
+		ts := t0 + float64(s)*step
+		ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 1, Tid: 1, Ts: ts, Dur: 0.9 * step},
+			traceEvent{Ph: "X", Cat: "gpu_user_annotation", Name: fmt.Sprintf("ProfilerStep#%d", s), Pid: 0, Tid: 7, Ts: ts + 0.04*step, Dur: 0.82 * step})
+		if s >= warmup && s-warmup < execs {
+			ev = append(ev, traceEvent{Ph: "X", Cat: "user_annotation", Name: "execute_context_0(0)_generation_2(2)", Pid: 1, Tid: 1, Ts: ts + 0.005*step, Dur: 0.85 * step},
+				traceEvent{Ph: "X", Cat: "gpu_user_annotation", Name: "execute_context_0(0)_generation_2(2)", Pid: 0, Tid: 7, Ts: ts + 0.05*step, Dur: 0.8 * step})
 		}
 		for k := range kernels {
 			corr++
-			ev = append(ev, traceEvent{Ph: "X", Cat: "kernel", Name: "standin_placeholder_kernel", Pid: 0, Tid: 7, Ts: ts + 60 + float64(k)*100, Dur: 90,
+			ev = append(ev, traceEvent{Ph: "X", Cat: "kernel", Name: "standin_placeholder_kernel", Pid: 0, Tid: 7, Ts: ts + 0.06*step + float64(k)*0.1*step, Dur: 0.09 * step,
 				Args: map[string]any{"correlation": corr, "device": rank, "stream": 7}})
 		}
 	}

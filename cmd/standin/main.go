@@ -21,6 +21,11 @@
 // --fail, --drain-extra-s) reproduce what real servers and clients do wrong,
 // so that the controller's gates can be tested against them.
 //
+// Real-server behaviours (--server-kind, --profiler-step-s,
+// --profiler-reused, --reasoning-tokens, --idle-timeout-s,
+// --max-running-requests) follow vLLM's and SGLang's source, cited in
+// docs/servers.md.
+//
 // Exit codes: 0 success; 1 failure (including --crash-after); 2 client
 // --fail after warm-up.
 package main

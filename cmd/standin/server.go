@@ -39,6 +39,7 @@ type serverConfig struct {
 	layer1           layer1Config
 	layer2           layer2Config
 	misbehave        misbehaveConfig
+	kind             kindConfig
 }
 
 func newServerCmd() *cobra.Command {
@@ -109,6 +110,8 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
 	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: missing, corrupt, steps, no-kernels, execute")
 	bindMisbehave(cmd, &cfg.misbehave)
+	addProfilerFlags(f, &cfg.layer2.sched)
+	addKindFlags(f, &cfg.kind)
 	return cmd
 }
 
@@ -171,7 +174,7 @@ func runServer(cfg serverConfig) error {
 	}
 	log.Info("engine started", "engine_pid", eng.cmd.Process.Pid)
 
-	if err := errors.Join(cfg.layer1.validate(), cfg.layer2.validate(), cfg.misbehave.validate()); err != nil {
+	if err := errors.Join(cfg.layer1.validate(), cfg.layer2.validate(), cfg.misbehave.validate(), cfg.kind.validate()); err != nil {
 		_ = eng.stop(engineExitTimeout)
 		return fmt.Errorf("server: %w", err)
 	}
@@ -196,11 +199,13 @@ func runServer(cfg serverConfig) error {
 			return !cfg.neverHealthy && isClosed(eng.ready)
 		},
 		profiler: &profiler{cfg: cfg.layer2},
+		kind:     cfg.kind,
 	}
 	s.http = &http.Server{
 		Handler:           cfg.misbehave.wrap(s.api, l1.watchProfile(s.api.handler())),
 		BaseContext:       func(net.Listener) context.Context { return hard },
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.kind.idleTimeout(),
 	}
 	// Shutdown runs this after closing the listener.
 	s.http.RegisterOnShutdown(func() { log.Info("stopped accepting connections; draining in-flight requests") })

@@ -7,13 +7,15 @@ import (
 )
 
 // serverInfo is the effective configuration the stand-in reports, in the
-// shapes of the real servers' endpoints:
+// shape of the server kind it follows (kinds.go):
 //   - vLLM's GET /server_info?config_format=json: {"vllm_config":
 //     {"scheduler_config": {...}, "parallel_config": {...}, ...},
 //     "vllm_env": {...}, "system_env": {...}};
-//   - SGLang's GET /get_server_info: the server arguments at the top
-//     level (max_running_requests, chunked_prefill_size, tp_size, ...),
-//     "internal_states" and "version".
+//   - SGLang's GET /server_info and its deprecated alias GET
+//     /get_server_info: the server arguments at the top level
+//     (max_running_requests null unless given, chunked_prefill_size,
+//     tp_size, ...), "internal_states" (the scheduler's, with
+//     effective_max_running_requests_per_dp) and "version".
 //
 // It reports what it was started with unless told to misreport
 // (--report-max-num-seqs), so the effective-config gate can be tested.
@@ -37,7 +39,13 @@ func (si serverInfo) tp() int {
 	return 1
 }
 
-func (si serverInfo) register(mux *http.ServeMux, model string) {
+func (si serverInfo) register(mux *http.ServeMux, model string, kind kindConfig) {
+	if kind.sglang() {
+		h := func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, si.sglang(model, kind)) }
+		mux.HandleFunc("GET /server_info", h)
+		mux.HandleFunc("GET /get_server_info", h)
+		return
+	}
 	mux.HandleFunc("GET /server_info", func(w http.ResponseWriter, r *http.Request) {
 		var cfg any = "VllmConfig(max_num_seqs=...)" // config_format=text
 		if r.URL.Query().Get("config_format") == "json" {
@@ -52,10 +60,26 @@ func (si serverInfo) register(mux *http.ServeMux, model string) {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"vllm_config": cfg, "vllm_env": map[string]any{}, "system_env": map[string]any{}})
 	})
-	mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{
-			"model_path": model, "max_running_requests": si.reported(), "chunked_prefill_size": si.maxNumBatchedTokens,
-			"tp_size": si.tp(), "internal_states": []any{map[string]any{}}, "version": "standin",
-		})
-	})
+}
+
+// sglang is SGLang's server-info document: max_running_requests as given
+// on the command line (null when not), the scheduler's effective value in
+// internal_states, one entry per DP rank.
+func (si serverInfo) sglang(model string, kind kindConfig) map[string]any {
+	var given any // JSON null
+	eff := si.reported()
+	if kind.maxRunningRequests >= 0 {
+		given = kind.maxRunningRequests
+		if si.reportMaxNumSeqs < 0 {
+			eff = kind.maxRunningRequests
+		}
+	}
+	return map[string]any{
+		"model_path": model, "max_running_requests": given, "chunked_prefill_size": si.maxNumBatchedTokens,
+		"tp_size": si.tp(), "dp_size": 1,
+		"internal_states": []any{map[string]any{
+			"effective_max_running_requests_per_dp": eff, "last_gen_throughput": 0.0,
+		}},
+		"version": "standin",
+	}
 }

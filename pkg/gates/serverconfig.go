@@ -11,8 +11,9 @@ import (
 
 // ConfigExpect is one expected value of the configuration a server
 // reports through its own API: a dotted JSON path into the document (an
-// object key per element; a number indexes an array) and the value it
-// must hold, as JSON.
+// object key per element; a number, or [N], indexes an array:
+// internal_states.0.x and internal_states[0].x are the same path) and the
+// value it must hold, as JSON.
 //
 // The documents, as the servers serve them:
 //   - vLLM, GET /server_info?config_format=json (served when
@@ -21,10 +22,13 @@ import (
 //     vllm_config.scheduler_config.max_num_seqs (vLLM,
 //     vllm/entrypoints/serve/instrumentator/server_info.py, main at
 //     09cb327f).
-//   - SGLang, GET /get_server_info: the server arguments and the
-//     scheduler's info merged at the top level, plus "internal_states" and
-//     "version"; e.g. max_running_requests, chunked_prefill_size (SGLang,
-//     python/sglang/srt/entrypoints/http_server.py).
+//   - SGLang, GET /server_info (GET /get_server_info is its deprecated
+//     alias): the server arguments at the top level, plus
+//     "internal_states" (one per DP rank, from the scheduler) and
+//     "version". A server argument is reported as given: max_running_requests
+//     is null unless --max-running-requests was passed; the effective
+//     value is internal_states.0.effective_max_running_requests_per_dp
+//     (docs/servers.md cites the sources).
 type ConfigExpect struct {
 	Name   string
 	Path   string
@@ -75,7 +79,7 @@ func ServerConfig(doc []byte, expects []ConfigExpect, now time.Time) Verdict {
 		}
 		if !sameJSON(got, want) {
 			g, _ := json.Marshal(got)
-			bad = append(bad, fmt.Sprintf("%s: %s is %s, want %s", e.Name, e.Path, g, e.Equals))
+			bad = append(bad, fmt.Sprintf("%s: %s is %s, want %s%s", e.Name, e.Path, g, e.Equals, nullHint(got, e.Path)))
 			continue
 		}
 		v.Figures["matched"]++
@@ -95,10 +99,28 @@ func decodeNumber(b []byte) (any, error) {
 	return x, err
 }
 
+// nullHint explains a null where a value was expected: the server did not
+// report one there, as SGLang reports a server argument that was not given.
+func nullHint(got any, path string) string {
+	if got != nil {
+		return ""
+	}
+	if strings.HasSuffix(path, "max_running_requests") {
+		return " (SGLang reports max_running_requests as given, null without --max-running-requests; its effective value is internal_states.0.effective_max_running_requests_per_dp)"
+	}
+	return " (the server reports no value at this path)"
+}
+
+// pathElements splits a path at dots, an [N] index being one element.
+func pathElements(path string) []string {
+	path = strings.ReplaceAll(strings.ReplaceAll(path, "[", "."), "]", "")
+	return strings.Split(path, ".")
+}
+
 // lookup follows a dotted path: object keys, and numbers as array indices.
 func lookup(root any, path string) (any, error) {
 	cur := root
-	for _, el := range strings.Split(path, ".") {
+	for _, el := range pathElements(path) {
 		switch c := cur.(type) {
 		case map[string]any:
 			next, ok := c[el]

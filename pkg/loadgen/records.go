@@ -53,9 +53,14 @@ type Record struct {
 	// PlannedNS is when the schedule planned the send (closed loop: when
 	// a slot freed); SentNS when the client handed it to its transport.
 	// Generator lag is sent - planned.
-	PlannedNS    int64 `json:"planned_mono_ns"`
-	SentNS       int64 `json:"sent_mono_ns"`
+	PlannedNS int64 `json:"planned_mono_ns"`
+	SentNS    int64 `json:"sent_mono_ns"`
+	// FirstTokenNS is the first chunk carrying a token (a non-empty text,
+	// content or reasoning field): the client's TTFT. FirstChunkNS is the
+	// first chunk with a non-empty choices array, where vLLM's benchmark
+	// client takes its TTFT (a chat stream's role-only first chunk).
 	FirstTokenNS int64 `json:"first_token_mono_ns"`
+	FirstChunkNS int64 `json:"first_chunk_mono_ns"`
 	EndNS        int64 `json:"end_mono_ns"`
 	// ExpectedInputTokens is the manifest's; PromptTokens and OutputTokens
 	// the server's usage (0 without usage).

@@ -85,7 +85,7 @@ func newTransport(maxConns int) *http.Transport {
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        maxConns,
 		MaxIdleConnsPerHost: maxConns,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     IdleKeepAlive,
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 		// Bodies are written once and the stream is read through the
@@ -100,6 +100,7 @@ func newTransport(maxConns int) *http.Transport {
 type outcome struct {
 	status       int
 	firstToken   int64 // CLOCK_MONOTONIC ns; 0 if none
+	firstChunk   int64 // first chunk with choices (vLLM's bench TTFT); 0 if none
 	end          int64
 	promptTokens int
 	outputTokens int
@@ -119,6 +120,7 @@ type streamChunk struct {
 		Text  string `json:"text"`
 		Delta struct {
 			Content          string `json:"content"`
+			Reasoning        string `json:"reasoning"`
 			ReasoningContent string `json:"reasoning_content"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
@@ -153,6 +155,8 @@ type sender struct {
 	// itl receives every inter-token gap of each request, in nanoseconds,
 	// with the monotonic time of the token that closed it.
 	itl func(at, gapNS int64)
+	// kind says which fields carry tokens (serverkind.go).
+	kind ServerKind
 }
 
 // send posts body and reads the stream to its end. It never gives up on
@@ -205,7 +209,10 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 		if bytes.Equal(payload, []byte("[DONE]")) {
 			break
 		}
-		token, decode, whole := scanChunk(payload)
+		token, decode, whole := scanChunk(payload, s.kind.tokenKeys())
+		if o.firstChunk == 0 && hasChoices(payload) {
+			o.firstChunk = s.clock.Now()
+		}
 		if !whole {
 			return finish(InvalidOutput, "a stream chunk is not a JSON object")
 		}
@@ -228,7 +235,7 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 			}
 			token = false
 			for _, ch := range c.Choices {
-				if ch.Text != "" || ch.Delta.Content != "" || ch.Delta.ReasoningContent != "" {
+				if ch.Text != "" || ch.Delta.Content != "" || s.kind.reasons(ch.Delta.Reasoning, ch.Delta.ReasoningContent) {
 					token = true
 				}
 			}
@@ -304,14 +311,15 @@ func nextLine(br *bufio.Reader, scratch *[]byte) ([]byte, error) {
 }
 
 // scanChunk reads a stream chunk without decoding it: whether it carries
-// a token (a non-empty "text", "content" or "reasoning_content" string),
+// a token (a non-empty string under one of keys: "text", "content", and
+// the server kind's reasoning field),
 // whether it must be decoded in full (it has a non-null "usage" or
 // mentions "error"), and whether it is a JSON object at all (checked
 // with json.Valid, which builds nothing). Token chunks, nearly all of a
 // stream, are never decoded: decoding them was a third of the client's
 // CPU. Keys are matched with their quotes and colon, which a JSON string
 // value cannot contain unescaped.
-func scanChunk(p []byte) (token, decode, whole bool) {
+func scanChunk(p []byte, keys []string) (token, decode, whole bool) {
 	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
 		return false, false, false
 	}
@@ -321,7 +329,7 @@ func scanChunk(p []byte) (token, decode, whole bool) {
 	if v, ok := valueAfter(p, `"usage":`); ok && v != 'n' {
 		decode = true
 	}
-	for _, key := range []string{`"text":`, `"content":`, `"reasoning_content":`} {
+	for _, key := range keys {
 		rest := p
 		for {
 			i := bytes.Index(rest, []byte(key))

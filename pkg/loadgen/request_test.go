@@ -173,7 +173,7 @@ func TestScanChunk(t *testing.T) {
 		{`{"choices":[{"text":" t"}],}`, false, false, false},
 		{`{"choices": tok}`, false, false, false},
 	} {
-		token, decode, whole := scanChunk([]byte(tc.chunk))
+		token, decode, whole := scanChunk([]byte(tc.chunk), ServerAuto.tokenKeys())
 		if token != tc.token || decode != tc.decode || whole != tc.whole {
 			t.Errorf("scanChunk(%s) = %v %v %v, want %v %v %v", tc.chunk, token, decode, whole, tc.token, tc.decode, tc.whole)
 		}

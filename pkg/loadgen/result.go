@@ -26,6 +26,8 @@ type Result struct {
 	LoadPoint   string `json:"load_point"`
 	Endpoint    string `json:"endpoint"`
 	Model       string `json:"model"`
+	// ServerKind is the stream read (serverkind.go).
+	ServerKind ServerKind `json:"server_kind"`
 
 	Load           LoadInfo         `json:"load"`
 	Manifest       ManifestInfo     `json:"manifest"`
@@ -180,20 +182,6 @@ type LagSummary struct {
 	OverThreshold int     `json:"over_threshold"`
 	// Sustained is true when any request's lag passed the threshold.
 	Sustained bool `json:"sustained"`
-}
-
-// ProfileWindow is one synchronous /start_profile ... /stop_profile pair.
-// Status 0 means no response; Error says why, in the client's words.
-type ProfileWindow struct {
-	Index             int    `json:"index"`
-	StartCallMonoNS   int64  `json:"start_call_mono_ns"`
-	StartReturnMonoNS int64  `json:"start_return_mono_ns"`
-	StartStatus       int    `json:"start_status"`
-	StartError        string `json:"start_error,omitempty"`
-	StopCallMonoNS    int64  `json:"stop_call_mono_ns"`
-	StopReturnMonoNS  int64  `json:"stop_return_mono_ns"`
-	StopStatus        int    `json:"stop_status"`
-	StopError         string `json:"stop_error,omitempty"`
 }
 
 // DrainInfo is the end of the run: from the end of admission until the

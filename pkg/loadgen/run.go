@@ -46,6 +46,9 @@ type Config struct {
 	BaseURL  string
 	Model    string
 	Endpoint Endpoint
+	// ServerKind says which chat delta field carries reasoning text
+	// (serverkind.go); "" reads both.
+	ServerKind ServerKind
 	// LoadPoint is a label recorded in the result (saturation, moderate,
 	// or any other).
 	LoadPoint string
@@ -65,16 +68,21 @@ type Config struct {
 	NumClean     int
 	// ProfileWindows after the clean interval; 0 for none.
 	ProfileWindows int
-	// ProfileHold is the time between /start_profile returning and the
-	// /stop_profile call, for the server's profiler schedule to run.
+	// ProfileWait says how a window sees the server's window end
+	// (profile.go): new trace files, or Layer-1 steps. Without either,
+	// the legacy fixed ProfileHold.
+	ProfileWait ProfileWait
+	// ProfileHold is the legacy fixed time between /start_profile
+	// returning and the /stop_profile call, used only when ProfileWait
+	// watches nothing.
 	ProfileHold time.Duration
-	// ProfileWindowBudget is how long one window (both calls, the hold,
-	// the trace flush) is expected to take; used only to check before the
-	// start that an open-loop run's manifest is long enough.
+	// ProfileWindowBudget bounds one window, from the /start_profile call
+	// to the /stop_profile call (the seed budgets 24 s), and estimates its
+	// length in the open-loop manifest check.
 	ProfileWindowBudget time.Duration
 	// ProfileWarmupIterations and ProfileActiveIterations are the server's
-	// profiler schedule, recorded (the server's own configuration sets
-	// it; the client cannot count engine iterations).
+	// profiler schedule (its own configuration sets it): a window waits
+	// for their sum of Layer-1 steps, and they are recorded.
 	ProfileWarmupIterations int
 	ProfileActiveIterations int
 	Recovery                time.Duration
@@ -119,6 +127,11 @@ func (c *Config) Check(m *Manifest) (int64, error) {
 		return 0, errors.New("durations must not be negative")
 	case c.ResultDir == "":
 		return 0, errors.New("no result directory")
+	case c.ProfileWindows > 0 && c.ProfileWait.source() != WaitHold && c.ProfileWindowBudget <= 0:
+		return 0, errors.New("a profile window that waits for the server needs a positive window budget")
+	}
+	if err := c.ProfileWait.check(); err != nil {
+		return 0, err
 	}
 	if c.Rate == 0 {
 		return 0, nil
@@ -210,7 +223,7 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
 		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
-	r.sender = &sender{client: &http.Client{Transport: tr}, url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL}
+	r.sender = &sender{client: &http.Client{Transport: tr}, url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
 	return r.execute(ctx, tr, need)
 }
 
@@ -297,9 +310,9 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 			stopErr, ok = err, false
 			break
 		}
-		pw := r.profileWindow(ctx, w, wait)
+		pw, more := r.profileWindow(ctx, w, wait)
 		windows = append(windows, pw)
-		if stopErr != nil {
+		if !more || stopErr != nil {
 			ok = false
 			break
 		}
@@ -430,23 +443,6 @@ func (r *run) closeAdmission() int {
 	return n
 }
 
-// profileWindow calls /start_profile, holds, and calls /stop_profile, each
-// call synchronous and timestamped.
-func (r *run) profileWindow(ctx context.Context, w int, wait func(int64) bool) ProfileWindow {
-	pw := ProfileWindow{Index: w}
-	pw.StartCallMonoNS = r.clock.Now()
-	pw.StartStatus, pw.StartError = r.post(ctx, "/start_profile")
-	pw.StartReturnMonoNS = r.clock.Now()
-	if !wait(pw.StartReturnMonoNS + int64(r.cfg.ProfileHold)) {
-		pw.StopCallMonoNS, pw.StopReturnMonoNS = r.clock.Now(), r.clock.Now()
-		return pw
-	}
-	pw.StopCallMonoNS = r.clock.Now()
-	pw.StopStatus, pw.StopError = r.post(ctx, "/stop_profile")
-	pw.StopReturnMonoNS = r.clock.Now()
-	return pw
-}
-
 // post sends an empty POST and returns the status (0 without a response)
 // and, on failure, the reason.
 func (r *run) post(ctx context.Context, path string) (int, string) {
@@ -489,7 +485,7 @@ func (r *run) finish(s *slot, o outcome) {
 	}
 	s.done = true
 	rec := &s.rec
-	rec.FirstTokenNS, rec.EndNS = o.firstToken, o.end
+	rec.FirstTokenNS, rec.FirstChunkNS, rec.EndNS = o.firstToken, o.firstChunk, o.end
 	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
 	rec.Class, rec.Reason = o.class, o.reason

@@ -12,10 +12,11 @@ func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, 
 	cfg := r.cfg
 	wall, mono := r.clock.Anchor()
 	res := &Result{
-		Schema:    ResultSchema,
-		LoadPoint: cfg.LoadPoint,
-		Endpoint:  string(cfg.Endpoint),
-		Model:     cfg.Model,
+		Schema:     ResultSchema,
+		LoadPoint:  cfg.LoadPoint,
+		Endpoint:   string(cfg.Endpoint),
+		Model:      cfg.Model,
+		ServerKind: cfg.ServerKind,
 		Load: LoadInfo{ClosedLoop: cfg.Rate == 0, RequestRate: "inf", LambdaRPS: cfg.Rate, MaxConcurrency: cfg.MaxConcurrency,
 			Arrival: "closed", Seed: cfg.Seed, RateFraction: cfg.RateFraction, SaturationCompletedRPS: cfg.SaturationCompletedRPS,
 			SaturationResultSHA256: cfg.SaturationResultSHA256, IgnoreEOS: cfg.IgnoreEOS, Temperature: cfg.Temperature},
@@ -32,6 +33,9 @@ func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, 
 	}
 	if res.ProfileWindows == nil {
 		res.ProfileWindows = []ProfileWindow{}
+	}
+	if res.ServerKind == "" {
+		res.ServerKind = ServerAuto
 	}
 	if r.m.TokenIDs {
 		res.Manifest.PromptFormat = "token-ids"

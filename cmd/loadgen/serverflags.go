@@ -1,0 +1,39 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"warden/pkg/loadgen"
+)
+
+// extFlags are the flags of "loadgen run" that say how the server behaves:
+// where its profile windows can be seen to end, and which server kind
+// streams the responses (docs/loadgen.md, docs/servers.md).
+type extFlags struct {
+	tracesDir, tracePattern, layer1Stream string
+	ranks                                 int
+	serverKind                            string
+}
+
+func bindExtFlags(cmd *cobra.Command, f *extFlags) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.tracesDir, "profile-traces-dir", "", "the server's trace directory: each profile window waits, within --profile-window-budget-seconds, for a new complete trace per rank there before /stop_profile")
+	fl.IntVar(&f.ranks, "profile-ranks", 1, "trace files expected per profile window (one per TP rank)")
+	fl.StringVar(&f.tracePattern, "profile-trace-pattern", loadgen.DefaultTracePattern, "glob of the trace files in --profile-traces-dir")
+	fl.StringVar(&f.layer1Stream, "profile-layer1-stream", "", "the server's Layer-1 JSONL stream: without --profile-traces-dir, a window waits for it to grow by warm-up + active steps; with it, the growth is recorded")
+	fl.StringVar(&f.serverKind, "server-kind", "auto", "the server streaming the responses: vllm, sglang, vllm-omni, sglang-omni, or auto (either reasoning field)")
+}
+
+// apply puts the flags into the run's configuration.
+func (f extFlags) apply(cfg *loadgen.Config) error {
+	if f.tracesDir != "" && f.ranks < 1 {
+		return refused("--profile-ranks %d: want at least 1", f.ranks)
+	}
+	kind, err := loadgen.ParseServerKind(f.serverKind)
+	if err != nil {
+		return refused("--server-kind: %v", err)
+	}
+	cfg.ServerKind = kind
+	cfg.ProfileWait = loadgen.ProfileWait{TracesDir: f.tracesDir, Ranks: f.ranks, TracePattern: f.tracePattern, Layer1Stream: f.layer1Stream}
+	return nil
+}
