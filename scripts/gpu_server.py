@@ -1,21 +1,729 @@
 #!/usr/bin/env python3
-"""A GPU stand-in server, for checking Warden on a real GPU.
+"""A small real inference engine for checking Warden on a GPU, and the older GPU stand-in.
 
-Not an inference server: it behaves like one as a process. An API parent
-holds some CUDA memory and starts an engine child (same process group) that
-holds more and runs matrix products until told to stop. /health answers 503
-until the engine is ready, then 200; POST /v1/completions answers an
-OpenAI-shaped completion after one matrix product. On SIGTERM the parent
-stops accepting work, tells the engine to exit, waits for it and exits.
+Role `serve` (docs/gpu.md): a Qwen3-MoE-shaped model with random weights,
+built with transformers (nothing downloaded), served the way vLLM serves:
+
+  - a step loop batching every request in flight: running requests first
+    (one decode token each, or their next prefill chunk), then waiting
+    ones, capped by --max-num-seqs and --max-num-batched-tokens (chunked
+    prefill). A step is one forward pass over its scheduled tokens packed
+    into one sequence: there is no KV cache, so decode tokens do not
+    attend to their request's context; the text is meaningless, the token
+    counts and the step costs follow the schedule;
+  - POST /v1/completions (token-id or text prompts; streamed as one SSE
+    chunk per generated token, the final usage chunk when
+    stream_options.include_usage, then `data: [DONE]`; ignore_eos and
+    max_tokens honoured exactly), GET /health, /v1/models, /server_info
+    (?config_format=json: vLLM's document shape);
+  - POST /start_profile and /stop_profile with vLLM's step-scheduled
+    semantics: a fresh torch profiler per window, schedule(wait, warmup,
+    active, repeat=1) counted in engine steps, the trace written by the
+    tensorboard handler as dp0_pp0_tp0_dcp0_ep0_rank0.<ns>.pt.trace.json.gz
+    when the schedule ends; an earlier stop saves what it has. Each step's
+    forward runs inside record_function named as vLLM's execute
+    annotations, execute_context_<n>(<tokens>)_generation_<m>(<tokens>);
+  - a Layer-1 stream (one JSON line per engine step) in --layer1-dir or
+    $VLLM_OPPROF_DIR, flushed every --flush-interval-s, each flush followed
+    by an atomic replacement of <stream>.footer.json; at a clean close an
+    in-stream footer and a final sidecar;
+  - SIGTERM: new requests are refused (503), in-flight ones finish up to
+    --shutdown-timeout, then the rest are aborted, the profiler stopped,
+    the Layer-1 stream closed, exit 0.
+
+--model-backend tiny (an embedding and a linear layer, CPU) and fake (no
+torch; each step sleeps) let the non-model parts run without a GPU.
+
+Roles `server` and `engine` are the older stand-in of protocols/gpu-smoke.yaml:
+an API parent and an engine child that hold CUDA memory and run matrix
+products.
 """
 import argparse
+import collections
 import http.server
 import json
 import os
+import queue
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
+
+WORKER_NAME = "dp0_pp0_tp0_dcp0_ep0_rank0"  # vLLM's trace file prefix, TP1
+
+
+def log(msg):
+    print(time.strftime("%H:%M:%S ") + msg, flush=True)
+
+
+# ---------------------------------------------------------------- models
+
+
+class FakeModel:
+    """No torch: a step sleeps --fake-step-ms plus --fake-token-us per token."""
+
+    device, uses_torch = "cpu", False
+
+    def __init__(self, args):
+        self.step_s, self.token_s = args.fake_step_ms / 1e3, args.fake_token_us / 1e6
+        self.vocab = args.vocab_size
+        self.rng = random.Random(0)
+
+    def forward(self, tokens, sample_at):
+        time.sleep(self.step_s + self.token_s * len(tokens))
+        return [self.rng.randrange(self.vocab) for _ in sample_at]
+
+
+class TorchModel:
+    """A causal LM run on the step's packed tokens: transformers' Qwen3-MoE
+    (backend torch) or an embedding and a linear layer (backend tiny)."""
+
+    uses_torch = True
+
+    def __init__(self, args):
+        import torch
+        self.torch = torch
+        torch.manual_seed(args.seed)
+        if args.model_backend == "tiny":
+            self.device, dtype = "cpu", torch.float32
+            emb = torch.nn.Embedding(args.vocab_size, 64)
+            self.body = lambda ids: emb(ids)
+            self.head = torch.nn.Linear(64, args.vocab_size)
+        else:
+            from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+            self.device, dtype = "cuda", torch.bfloat16
+            cfg = Qwen3MoeConfig(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+                                 intermediate_size=2 * args.hidden_size, moe_intermediate_size=args.hidden_size // 2,
+                                 num_hidden_layers=args.num_layers, num_attention_heads=16, num_key_value_heads=4,
+                                 head_dim=args.hidden_size // 16, num_experts=args.num_experts,
+                                 num_experts_per_tok=args.experts_per_token,
+                                 max_position_embeddings=max(args.max_num_batched_tokens, args.max_model_len))
+            cfg._attn_implementation = "sdpa"
+            m = Qwen3MoeForCausalLM(cfg).to(device="cuda", dtype=dtype).eval()
+            self.params = sum(p.numel() for p in m.parameters())
+            self.body = lambda ids: m.model(input_ids=ids, use_cache=False).last_hidden_state[0]
+            self.head = m.lm_head
+        if args.model_backend == "tiny":
+            self.params = sum(p.numel() for p in emb.parameters()) + sum(p.numel() for p in self.head.parameters())
+        self.dtype = dtype
+
+    def forward(self, tokens, sample_at):
+        torch = self.torch
+        with torch.no_grad():
+            ids = torch.tensor(tokens, dtype=torch.long).to(self.device, non_blocking=True).unsqueeze(0)
+            h = self.body(ids)
+            if h.dim() == 3:
+                h = h[0]
+            idx = torch.tensor(sample_at, dtype=torch.long).to(self.device, non_blocking=True)
+            return self.head(h.index_select(0, idx)).argmax(-1).tolist()  # .tolist() synchronizes
+
+
+def build_model(args):
+    if args.model_backend == "fake":
+        return FakeModel(args)
+    return TorchModel(args)
+
+
+# -------------------------------------------------------------- profiler
+
+
+class StepProfiler:
+    """One profile window, vLLM's TorchProfilerWrapper with a schedule: a
+    fresh torch profiler, started at a step boundary, stepped once per
+    engine step; the tensorboard handler saves the trace when the schedule
+    ends (after wait + warmup + active steps); stop() before then saves
+    what the active steps recorded (nothing during wait or warm-up)."""
+
+    def __init__(self, cfg, torch_mod, cuda):
+        import torch.profiler as tp
+        acts = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if cuda else [])
+        sched = tp.schedule(skip_first=0, wait=cfg["wait_iterations"], warmup=cfg["warmup_iterations"],
+                            active=cfg["active_iterations"], repeat=1)
+        self.total = cfg["wait_iterations"] + cfg["warmup_iterations"] + cfg["active_iterations"]
+        self.steps = 0
+        self.prof = tp.profile(activities=acts, schedule=sched,
+                               record_shapes=cfg["torch_profiler_record_shapes"],
+                               with_stack=cfg["torch_profiler_with_stack"],
+                               on_trace_ready=tp.tensorboard_trace_handler(
+                                   cfg["torch_profiler_dir"], worker_name=WORKER_NAME,
+                                   use_gzip=cfg["torch_profiler_use_gzip"]))
+        self.prof.start()
+
+    def step(self):
+        self.steps += 1
+        self.prof.step()
+
+    def stop(self):
+        self.prof.stop()
+
+
+PROFILER_DEFAULTS = {"profiler": "torch", "torch_profiler_dir": "", "torch_profiler_with_stack": True,
+                     "torch_profiler_record_shapes": True, "torch_profiler_use_gzip": True,
+                     "wait_iterations": 0, "warmup_iterations": 2, "active_iterations": 8}
+
+
+def profiler_config(text):
+    """vLLM's --profiler-config JSON: the fields this engine reads, with
+    vLLM's defaults for the schedule left out."""
+    if not text:
+        return None
+    cfg = dict(PROFILER_DEFAULTS)
+    cfg.update(json.loads(text))
+    if cfg["profiler"] != "torch" or not cfg["torch_profiler_dir"]:
+        raise SystemExit("--profiler-config: profiler must be torch and torch_profiler_dir set")
+    return cfg
+
+
+# --------------------------------------------------------------- layer 1
+
+
+def atomic_write(path, data):
+    """Write data to path through a same-directory temporary file, fsync,
+    rename, fsync the directory."""
+    d = os.path.dirname(path) or "."
+    tmp = os.path.join(d, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Layer1:
+    """The Layer-1 JSONL stream of A-P3-5: records are encoded by the
+    engine, appended by a flusher every flush interval, and after each
+    flush the sidecar <stream>.footer.json is replaced atomically with the
+    counters through that flush. close() flushes, appends the in-stream
+    footer and writes the final sidecar."""
+
+    MAX_PENDING = 1 << 20  # encoded records waiting for a flush; beyond: dropped
+
+    def __init__(self, d, flush_s):
+        os.makedirs(d, exist_ok=True)
+        self.path = os.path.join(d, "layer1.jsonl")
+        self.f = open(self.path, "wb")
+        self.flush_s = flush_s
+        self.lock = threading.Lock()
+        self.pending = []
+        self.encoded = self.written = self.dropped = 0
+        self.last_step = -1
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name="layer1", daemon=True)
+        self.thread.start()
+
+    def record(self, rec):
+        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+        with self.lock:
+            self.encoded += 1
+            if len(self.pending) >= self.MAX_PENDING:
+                self.dropped += 1
+                return
+            self.pending.append((rec["step"], line))
+
+    def loop(self):
+        while not self.stop_ev.wait(self.flush_s):
+            self.flush(False)
+
+    def flush(self, final):
+        with self.lock:
+            batch, self.pending = self.pending, []
+        if batch:
+            self.f.write(b"".join(line for _, line in batch))
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        with self.lock:
+            self.written += len(batch)
+            if batch:
+                self.last_step = batch[-1][0]
+            counters = {"encoded_records": self.encoded, "written_records": self.written,
+                        "dropped_records": self.dropped, "last_step_index": self.last_step}
+        if final:
+            footer = dict(footer=True, step_count=counters["written_records"], **counters)
+            self.f.write((json.dumps(footer, separators=(",", ":")) + "\n").encode())
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        side = dict(counters, wall_time_unix_ns=time.time_ns(), flush_interval_s=self.flush_s, final=final)
+        atomic_write(self.path + ".footer.json", json.dumps(side).encode())
+
+    def close(self):
+        self.stop_ev.set()
+        self.thread.join()
+        self.flush(True)
+        self.f.close()
+
+
+# ---------------------------------------------------------------- engine
+
+
+class Request:
+    def __init__(self, rid, prompt, max_tokens, ignore_eos):
+        self.id, self.prompt, self.max_tokens, self.ignore_eos = rid, prompt, max_tokens, ignore_eos
+        self.computed = 0  # prompt tokens processed
+        self.output = []
+        self.out = queue.Queue()
+        self.cancelled = False
+
+    def context(self):
+        return self.computed + len(self.output)
+
+
+class Engine:
+    """The step loop: one thread owns the scheduler, the model, the
+    profiler and the Layer-1 records. Other threads talk to it through
+    its inbox: ("req", Request) or ("call", fn, done) run at a step
+    boundary."""
+
+    def __init__(self, args, model, layer1, prof_cfg):
+        self.args, self.model, self.layer1, self.prof_cfg = args, model, layer1, prof_cfg
+        self.inbox = queue.Queue()
+        self.waiting = collections.deque()
+        self.running = []
+        self.step_index = 0
+        self.profiler = None
+        self.stopping = False
+        self.record_function = None
+        if model.uses_torch:
+            import torch.profiler
+            self.record_function = torch.profiler.record_function
+        self.thread = threading.Thread(target=self.loop, name="engine", daemon=True)
+
+    def submit(self, req):
+        self.inbox.put(("req", req))
+
+    def call(self, fn, timeout=300):
+        """Run fn on the engine thread at the next step boundary; return its result."""
+        done = {"ev": threading.Event()}
+        self.inbox.put(("call", fn, done))
+        if not done["ev"].wait(timeout):
+            raise TimeoutError("the engine did not answer")
+        if "err" in done:
+            raise done["err"]
+        return done.get("res")
+
+    def in_flight(self):
+        return self.call(lambda: len(self.waiting) + len(self.running))
+
+    def take(self, block):
+        while True:
+            try:
+                item = self.inbox.get(block=block, timeout=0.05 if block else None)
+            except queue.Empty:
+                return
+            block = False
+            if item[0] == "req":
+                self.waiting.append(item[1])
+            else:
+                _, fn, done = item
+                try:
+                    done["res"] = fn()
+                except Exception as e:  # the caller reports it
+                    done["err"] = e
+                done["ev"].set()
+
+    def loop(self):
+        while not self.stopping:
+            self.take(block=not (self.waiting or self.running))
+            if self.stopping:
+                break
+            self.step()
+        while True:  # whatever arrived after the shutdown is aborted, calls answered
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if item[0] == "req":
+                item[1].out.put(("abort", None, "abort"))
+            else:
+                item[2]["err"] = RuntimeError("the engine has stopped")
+                item[2]["ev"].set()
+
+    def schedule(self):
+        """vLLM v1's order: running requests first, then waiting ones;
+        the token budget caps each step, the running set --max-num-seqs."""
+        budget, sched, deferred = self.args.max_num_batched_tokens, [], 0
+        self.running = [r for r in self.running if not r.cancelled]
+        for r in self.running:
+            n = 1 if r.computed == len(r.prompt) else min(len(r.prompt) - r.computed, budget)
+            if n <= 0 or budget <= 0:
+                deferred += 1
+                continue
+            sched.append((r, n))
+            budget -= n
+        while self.waiting and len(self.running) < self.args.max_num_seqs and budget > 0:
+            r = self.waiting.popleft()
+            if r.cancelled:
+                continue
+            n = min(len(r.prompt), budget)
+            self.running.append(r)
+            sched.append((r, n))
+            budget -= n
+        return sched, deferred
+
+    def step(self):
+        submit = time.monotonic_ns()
+        sched, deferred = self.schedule()
+        if not sched:
+            return
+        tokens, sample_at, who = [], [], []
+        npre = tpre = ndec = tdec = chunked = 0
+        for r, n in sched:
+            if r.computed < len(r.prompt):
+                tokens.extend(r.prompt[r.computed:r.computed + n])
+                npre, tpre = npre + 1, tpre + n
+                if r.computed + n < len(r.prompt):
+                    chunked += 1
+                    continue  # a partial chunk samples nothing
+            else:
+                tokens.append(r.output[-1] if r.output else r.prompt[-1])
+                ndec, tdec = ndec + 1, tdec + 1
+            sample_at.append(len(tokens) - 1)
+            who.append(r)
+        name = "execute_context_%d(%d)_generation_%d(%d)" % (npre, tpre, ndec, tdec)
+        if self.record_function is not None:
+            with self.record_function(name):
+                out = self.model.forward(tokens, sample_at)
+        else:
+            out = self.model.forward(tokens, sample_at)
+        if self.args.min_step_ms > 0:
+            left = submit + int(self.args.min_step_ms * 1e6) - time.monotonic_ns()
+            if left > 0:
+                time.sleep(left / 1e9)
+        for r, n in sched:
+            r.computed = min(len(r.prompt), r.computed + n)
+        for r, tok in zip(who, out):
+            self.emit(r, tok)
+        self.running = [r for r in self.running if not r.cancelled and len(r.output) < r.max_tokens]
+        complete = time.monotonic_ns()
+        profiling = self.profiler is not None
+        if profiling:
+            self.profiler.step()
+        if self.layer1 is not None:
+            self.layer1.record(self.layer1_record(submit, complete, sched, deferred, npre, tpre, ndec, tdec,
+                                                  chunked, profiling))
+        self.step_index += 1
+
+    def emit(self, r, tok):
+        if r.cancelled:
+            return
+        r.output.append(tok)
+        finish = None
+        if len(r.output) >= r.max_tokens:
+            finish = "length"
+        elif not r.ignore_eos and tok == self.args.eos_token_id:
+            finish = "stop"
+            r.max_tokens = len(r.output)
+        r.out.put(("tok", tok, finish))
+
+    def layer1_record(self, submit, complete, sched, deferred, npre, tpre, ndec, tdec, chunked, profiling):
+        held = sum(r.context() for r in self.running)
+        cap = self.args.max_num_seqs * self.args.max_model_len
+        ctx = [r.context() for r, _ in sched]
+        n = tpre + tdec
+        return {"schema": 1, "step": self.step_index, "submit_mono_ns": submit, "complete_mono_ns": complete,
+                "model_executed": True, "scheduled_requests": len(sched),
+                "prefill_requests": npre, "prefill_tokens": tpre, "decode_requests": ndec, "decode_tokens": tdec,
+                "chunked_prefill_requests": chunked, "waiting": len(self.waiting), "running": len(self.running),
+                "deferred": deferred, "preemptions": 0, "kv_usage": min(1.0, held / cap),
+                "prefix_cache_queries": tpre, "prefix_cache_hits": 0,
+                "context_tokens_max": max(ctx), "context_tokens_sum": sum(ctx),
+                "cuda_graph": False, "runtime_mode": "eager", "unpadded_tokens": n, "bucket_tokens": n,
+                "padding_tokens": 0, "profiling": profiling}
+
+    # profiler calls, run on the engine thread
+
+    def start_profile(self):
+        if self.profiler is None:  # vLLM ignores a start while a window is open
+            os.makedirs(self.prof_cfg["torch_profiler_dir"], exist_ok=True)
+            self.profiler = StepProfiler(self.prof_cfg, None, self.model.device == "cuda")
+            log("profiler started (step %d)" % self.step_index)
+
+    def stop_profile(self):
+        if self.profiler is not None:
+            p, self.profiler = self.profiler, None  # a fresh profiler next time
+            p.stop()
+            log("profiler stopped after %d steps (step %d)" % (p.steps, self.step_index))
+            return p.steps
+        return 0
+
+    def shutdown(self):
+        """Abort what is left, stop the profiler, end the loop."""
+        for r in list(self.waiting) + self.running:
+            r.cancelled = True
+            r.out.put(("abort", None, "abort"))
+        self.waiting.clear()
+        self.running = []
+        self.stop_profile()
+        self.stopping = True
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+
+def make_handler(st):
+    """st: the serve state (args, engine, draining flag, counters)."""
+    args, eng = st["args"], st["engine"]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = args.idle_timeout_s  # uvicorn closes idle keep-alive connections after 5 s
+
+        def log_message(self, *a):
+            pass
+
+        def reply(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            path, _, query = self.path.partition("?")
+            if path == "/health":
+                self.reply(503 if st["draining"] else 200, {})
+            elif path == "/v1/models":
+                self.reply(200, {"object": "list", "data": [{"id": args.served_model_name, "object": "model",
+                                                             "owned_by": "warden", "max_model_len": args.max_model_len}]})
+            elif path == "/metrics":
+                data = metrics(st).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif path == "/server_info":
+                self.reply(200, server_info(st, "config_format=json" in query))
+            else:
+                self.reply(404, {"error": {"message": "not found", "code": 404}})
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(n) if n else b""
+            if self.path in ("/start_profile", "/stop_profile"):
+                return self.profile(self.path)
+            if self.path != "/v1/completions":
+                return self.reply(404, {"error": {"message": "not found", "code": 404}})
+            if st["draining"]:
+                return self.reply(503, {"error": {"message": "server is shutting down", "code": 503}})
+            try:
+                req, stream, usage = parse_completion(json.loads(raw or b"{}"), args, st)
+            except (ValueError, TypeError) as e:
+                return self.reply(400, {"error": {"message": str(e), "type": "BadRequestError", "code": 400}})
+            eng.submit(req)
+            if stream:
+                self.stream(req, usage)
+            else:
+                self.whole(req)
+
+        def profile(self, path):
+            if eng.prof_cfg is None:
+                return self.reply(404, {"error": {"message": "profiling is not enabled", "code": 404}})
+            try:
+                if path == "/start_profile":
+                    eng.call(eng.start_profile)
+                else:
+                    eng.call(eng.stop_profile)
+            except Exception as e:
+                return self.reply(500, {"error": {"message": "profiler: %s" % e, "code": 500}})
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def chunk(self, data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def stream(self, req, usage):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            created, head = int(time.time()), {"id": "cmpl-" + req.id, "object": "text_completion"}
+            try:
+                while True:
+                    kind, tok, finish = req.out.get()
+                    if kind == "abort":  # vLLM ends an aborted request with finish_reason abort
+                        ev = dict(head, created=created, model=args.served_model_name,
+                                  choices=[{"index": 0, "text": "", "logprobs": None, "finish_reason": "abort"}])
+                        self.chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                        break
+                    ev = dict(head, created=created, model=args.served_model_name,
+                              choices=[{"index": 0, "text": " t%d" % tok, "logprobs": None,
+                                        "finish_reason": finish, "stop_reason": None}])
+                    self.chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                    if finish:
+                        break
+                if usage:
+                    ev = dict(head, created=created, model=args.served_model_name, choices=[],
+                              usage=usage_of(req))
+                    self.chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                self.chunk(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                req.cancelled = True  # the client went away: the engine drops it
+                self.close_connection = True
+
+        def whole(self, req):
+            finish = None
+            while finish is None:
+                _, _, finish = req.out.get()
+            self.reply(200, {"id": "cmpl-" + req.id, "object": "text_completion", "created": int(time.time()),
+                             "model": args.served_model_name,
+                             "choices": [{"index": 0, "text": "".join(" t%d" % t for t in req.output),
+                                          "logprobs": None, "finish_reason": finish}],
+                             "usage": usage_of(req)})
+
+    return Handler
+
+
+def usage_of(req):
+    c = len(req.output)
+    return {"prompt_tokens": len(req.prompt), "completion_tokens": c, "total_tokens": len(req.prompt) + c}
+
+
+def parse_completion(body, args, st):
+    """A completions request: the prompt as token ids (a list of ints) or
+    text (one token per whitespace-separated word: there is no
+    tokenizer)."""
+    p = body.get("prompt")
+    if isinstance(p, list) and p and isinstance(p[0], list) and len(p) == 1:
+        p = p[0]
+    if isinstance(p, str):
+        ids = [hash(w) % args.vocab_size for w in p.split()] or [0]
+    elif isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        ids = p
+    else:
+        raise ValueError("prompt must be a non-empty list of token ids or a string")
+    if any(t < 0 or t >= args.vocab_size for t in ids):
+        ids = [t % args.vocab_size for t in ids]  # a random model: any id maps onto its vocabulary
+    mt = body.get("max_tokens", 16)
+    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+        raise ValueError("max_tokens must be a positive integer")
+    if len(ids) + mt > args.max_model_len:
+        raise ValueError("This model's maximum context length is %d tokens. However, you requested %d tokens "
+                         "(%d in the messages, %d in the completion)." % (args.max_model_len, len(ids) + mt,
+                                                                          len(ids), mt))
+    with st["lock"]:
+        st["seq"] += 1
+        rid = "%x-%d" % (os.getpid(), st["seq"])
+    stream = bool(body.get("stream", False))
+    usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+    return Request(rid, ids, mt, bool(body.get("ignore_eos", False))), stream, usage
+
+
+def metrics(st):
+    """A few of vLLM's Prometheus gauges, and the engine's step count."""
+    e = st["engine"]
+    return ("vllm:num_requests_running %d\nvllm:num_requests_waiting %d\nengine_steps_total %d\n"
+            % (len(e.running), len(e.waiting), e.step_index))
+
+
+def server_info(st, as_json):
+    a = st["args"]
+    cfg = {
+        "model_config": {"model": a.served_model_name, "dtype": str(st["dtype"]), "max_model_len": a.max_model_len,
+                         "backend": a.model_backend, "hidden_size": a.hidden_size, "num_hidden_layers": a.num_layers,
+                         "num_experts": a.num_experts, "num_experts_per_tok": a.experts_per_token,
+                         "parameters": st["params"]},
+        "scheduler_config": {"max_num_seqs": a.max_num_seqs, "max_num_batched_tokens": a.max_num_batched_tokens,
+                             "enable_chunked_prefill": True, "max_model_len": a.max_model_len},
+        "parallel_config": {"tensor_parallel_size": 1, "pipeline_parallel_size": 1},
+        "profiler_config": st["engine"].prof_cfg,
+        "shutdown_timeout": a.shutdown_timeout,
+    }
+    return {"vllm_config": cfg if as_json else str(cfg), "vllm_env": {}, "system_env": {}}
+
+
+# ----------------------------------------------------------------- serve
+
+
+def warm_up(model, args):
+    t = time.monotonic()
+    for n in (args.max_num_batched_tokens, 64, 1):
+        model.forward([1] * n, [n - 1])
+    return time.monotonic() - t
+
+
+def serve(args):
+    prof_cfg = profiler_config(args.profiler_config)
+    l1dir = args.layer1_dir or os.environ.get("VLLM_OPPROF_DIR", "")
+    t0 = time.monotonic()
+    model = build_model(args)
+    load_s = time.monotonic() - t0
+    warm_s = warm_up(model, args)
+    log("model loaded: backend=%s device=%s dtype=%s parameters=%d load_s=%.1f warmup_s=%.1f"
+        % (args.model_backend, model.device, getattr(model, "dtype", "none"), getattr(model, "params", 0),
+           load_s, warm_s))
+    if prof_cfg and not model.uses_torch:
+        raise SystemExit("--profiler-config needs a torch backend")
+    layer1 = Layer1(l1dir, args.flush_interval_s) if l1dir else None
+    eng = Engine(args, model, layer1, prof_cfg)
+    st = {"args": args, "engine": eng, "draining": False, "lock": threading.Lock(), "seq": 0,
+          "dtype": "torch.bfloat16" if args.model_backend == "torch" else "none", "params": getattr(model, "params", 0)}
+    # The effective configuration, as vLLM logs it (vllm/config/scheduler.py) and once on one line.
+    log("Chunked prefill is enabled with max_num_batched_tokens=%d." % args.max_num_batched_tokens)
+    log("effective config: max_num_seqs=%d max_num_batched_tokens=%d max_model_len=%d shutdown_timeout=%g "
+        "backend=%s hidden_size=%d num_layers=%d num_experts=%d experts_per_token=%d layer1_dir=%s "
+        "flush_interval_s=%g profiler=%s"
+        % (args.max_num_seqs, args.max_num_batched_tokens, args.max_model_len, args.shutdown_timeout,
+           args.model_backend, args.hidden_size, args.num_layers, args.num_experts, args.experts_per_token,
+           l1dir or "-", args.flush_interval_s, json.dumps(prof_cfg, sort_keys=True) if prof_cfg else "-"))
+    eng.thread.start()
+    srv = Server((args.host, args.port), make_handler(st))
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    http_thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True)
+    http_thread.start()
+    log("Uvicorn running on http://%s:%d (pid %d)" % (args.host, args.port, os.getpid()))
+    while not stop.wait(0.5):
+        pass
+    drain(st, eng, args)
+    srv.shutdown()
+    srv.server_close()
+    eng.thread.join()
+    if layer1 is not None:
+        layer1.close()
+        log("layer1 closed: %d records, footer written" % layer1.written)
+    log("shutdown complete")
+
+
+def drain(st, eng, args):
+    """SIGTERM: refuse new work, let in-flight requests finish up to
+    --shutdown-timeout, then abort the rest and stop the engine."""
+    st["draining"] = True
+    deadline = time.monotonic() + args.shutdown_timeout
+    left = eng.in_flight()
+    log("SIGTERM: draining %d in-flight requests, shutdown timeout %gs" % (left, args.shutdown_timeout))
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = eng.in_flight()
+    if left:
+        log("shutdown timeout: aborting %d requests" % left)
+    eng.call(eng.shutdown)
+
+
+# ------------------------------------------------------- older stand-in
 
 
 def engine(mib):
@@ -38,7 +746,7 @@ def engine(mib):
     del hold, c
 
 
-def serve(args):
+def standin(args):
     import torch
     hold = torch.empty(args.parent_mib * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     a = torch.randn(1024, 1024, device="cuda")
@@ -98,14 +806,38 @@ def serve(args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("role", choices=["server", "engine"])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("role", choices=["serve", "server", "engine"])
+    p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=int(os.environ.get("WARDEN_PORT", "8000")))
+    p.add_argument("--served-model-name", default="qwen3-moe-random")
+    p.add_argument("--model-backend", choices=["torch", "tiny", "fake"], default="torch",
+                   help="torch: transformers Qwen3-MoE on CUDA; tiny: a small torch model on CPU; fake: no torch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab-size", type=int, default=32000)
+    p.add_argument("--hidden-size", type=int, default=1024)
+    p.add_argument("--num-layers", type=int, default=6)
+    p.add_argument("--num-experts", type=int, default=16)
+    p.add_argument("--experts-per-token", type=int, default=4)
+    p.add_argument("--eos-token-id", type=int, default=2)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=16384)
+    p.add_argument("--profiler-config", default="", help="vLLM's --profiler-config JSON (torch profiler)")
+    p.add_argument("--layer1-dir", default="", help="Layer-1 stream directory (default $VLLM_OPPROF_DIR)")
+    p.add_argument("--flush-interval-s", type=float, default=1.0)
+    p.add_argument("--shutdown-timeout", type=float, default=0.0, help="seconds in-flight requests get after SIGTERM")
+    p.add_argument("--idle-timeout-s", type=float, default=5.0, help="close a keep-alive connection idle this long")
+    p.add_argument("--min-step-ms", type=float, default=0.0, help="pad every engine step to at least this long (a slower GPU)")
+    p.add_argument("--fake-step-ms", type=float, default=5.0)
+    p.add_argument("--fake-token-us", type=float, default=2.0)
     p.add_argument("--engine-mib", type=int, default=4096)
     p.add_argument("--parent-mib", type=int, default=512)
     args = p.parse_args()
     if args.role == "engine":
         engine(args.engine_mib)
+    elif args.role == "server":
+        standin(args)
     else:
         serve(args)
 
