@@ -471,6 +471,11 @@ class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
 
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (ConnectionError, socket.timeout)):
+            return  # a client that went away is no server error
+        super().handle_error(request, client_address)
+
 
 def make_handler(st):
     """st: the serve state (args, engine, draining flag, counters)."""
