@@ -117,6 +117,8 @@ if broken:
     p["vars"]["MIN_STEP_MS"] = "150"
     p["phases"][0]["matrix"]["pattern"] = ["P01s"]
     p["phases"][0]["loads"] = ["saturation"]
+    for l in p["loads"]:  # 64 streams, the engine's --max-num-seqs: a drain of one 64-step wave
+        l["client"] = [("64" if a == "256" else a) for a in l["client"]]
 yaml.safe_dump(p, open(dst, "w"), sort_keys=False)
 PY
 }
@@ -138,6 +140,7 @@ campaign() {
   bin/ctlq status -d "$2" > "$out/$3-status.txt" 2>&1
   bin/ctlq runs -d "$2" > "$out/$3-runs.txt" 2>&1
   cat "$out/$3-runs.txt"
+  for r in $(awk 'NR > 1 && $1 != "" {print $1}' "$out/$3-runs.txt"); do bin/ctlq show -d "$2" "$r"; done > "$out/$3-show.txt" 2>&1
   $PY - "$2" <<'PY' 2>&1 | tee "$out/$3-summary.txt"
 import glob, json, os, sys
 d = sys.argv[1]

@@ -276,8 +276,8 @@ class Request:
 
 
 class Engine:
-    """The step loop: one thread owns the scheduler, the model, the
-    profiler and the Layer-1 records. Other threads talk to it through
+    """The step loop: the main thread owns the scheduler, the model, the
+    profiler and the Layer-1 records. The HTTP threads talk to it through
     its inbox: ("req", Request) or ("call", fn, done) run at a step
     boundary."""
 
@@ -293,7 +293,6 @@ class Engine:
         if model.uses_torch:
             import torch.profiler
             self.record_function = torch.profiler.record_function
-        self.thread = threading.Thread(target=self.loop, name="engine", daemon=True)
 
     def submit(self, req):
         self.inbox.put(("req", req))
@@ -307,9 +306,6 @@ class Engine:
         if "err" in done:
             raise done["err"]
         return done.get("res")
-
-    def in_flight(self):
-        return self.call(lambda: len(self.waiting) + len(self.running))
 
     def take(self, block):
         while True:
@@ -328,11 +324,27 @@ class Engine:
                     done["err"] = e
                 done["ev"].set()
 
-    def loop(self):
+    def loop(self, stop, st):
+        """Runs on the main thread, where the model was built: Kineto starts
+        its CUPTI client only on the thread that registered it (a profiler
+        started on another thread crashed torch 2.11 on the H200). stop is
+        set by SIGTERM; the drain then refuses new work (st["draining"])
+        and lets what is in flight finish up to --shutdown-timeout."""
+        deadline = None
         while not self.stopping:
             self.take(block=not (self.waiting or self.running))
-            if self.stopping:
-                break
+            if stop.is_set() and deadline is None:
+                st["draining"] = True
+                deadline = time.monotonic() + self.args.shutdown_timeout
+                log("SIGTERM: draining %d in-flight requests, shutdown timeout %gs"
+                    % (len(self.waiting) + len(self.running), self.args.shutdown_timeout))
+            if deadline is not None:
+                left = len(self.waiting) + len(self.running)
+                if left and time.monotonic() >= deadline:
+                    log("shutdown timeout: aborting %d requests" % left)
+                if not left or time.monotonic() >= deadline:
+                    self.shutdown()
+                    break
             self.step()
         while True:  # whatever arrived after the shutdown is aborted, calls answered
             try:
@@ -689,7 +701,6 @@ def serve(args):
         % (args.max_num_seqs, args.max_num_batched_tokens, args.max_model_len, args.shutdown_timeout,
            args.model_backend, args.hidden_size, args.num_layers, args.num_experts, args.experts_per_token,
            l1dir or "-", args.flush_interval_s, json.dumps(prof_cfg, sort_keys=True) if prof_cfg else "-"))
-    eng.thread.start()
     srv = Server((args.host, args.port), make_handler(st))
     stop = threading.Event()
 
@@ -701,31 +712,13 @@ def serve(args):
     http_thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True)
     http_thread.start()
     log("Uvicorn running on http://%s:%d (pid %d)" % (args.host, args.port, os.getpid()))
-    while not stop.wait(0.5):
-        pass
-    drain(st, eng, args)
+    eng.loop(stop, st)
     srv.shutdown()
     srv.server_close()
-    eng.thread.join()
     if layer1 is not None:
         layer1.close()
         log("layer1 closed: %d records, footer written" % layer1.written)
     log("shutdown complete")
-
-
-def drain(st, eng, args):
-    """SIGTERM: refuse new work, let in-flight requests finish up to
-    --shutdown-timeout, then abort the rest and stop the engine."""
-    st["draining"] = True
-    deadline = time.monotonic() + args.shutdown_timeout
-    left = eng.in_flight()
-    log("SIGTERM: draining %d in-flight requests, shutdown timeout %gs" % (left, args.shutdown_timeout))
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = eng.in_flight()
-    if left:
-        log("shutdown timeout: aborting %d requests" % left)
-    eng.call(eng.shutdown)
 
 
 # ------------------------------------------------------- older stand-in
