@@ -264,11 +264,12 @@ class Layer1:
 
 
 class Request:
+    """A request as the engine holds it."""
+
     def __init__(self, rid, prompt, max_tokens, ignore_eos):
         self.id, self.prompt, self.max_tokens, self.ignore_eos = rid, prompt, max_tokens, ignore_eos
         self.computed = 0  # prompt tokens processed
         self.output = []
-        self.out = queue.Queue()
         self.cancelled = False
 
     def context(self):
@@ -276,86 +277,81 @@ class Request:
 
 
 class Engine:
-    """The step loop: the main thread owns the scheduler, the model, the
-    profiler and the Layer-1 records. The HTTP threads talk to it through
-    its inbox: ("req", Request) or ("call", fn, done) run at a step
-    boundary."""
+    """The step loop of the engine process (vLLM's EngineCore): its main
+    thread owns the scheduler, the model, the profiler and the Layer-1
+    records. The API process talks to it through two process queues: in,
+    ("req", id, prompt, max_tokens, ignore_eos), ("cancel", id), ("call",
+    id, name) run at a step boundary, ("drain",); out, ("ready", info),
+    ("tokens", [(id, token, finish)], metrics) once per step, ("abort",
+    [id]), ("reply", id, result, error), ("exit", code)."""
 
-    def __init__(self, args, model, layer1, prof_cfg):
+    def __init__(self, args, model, layer1, prof_cfg, inq, outq):
         self.args, self.model, self.layer1, self.prof_cfg = args, model, layer1, prof_cfg
-        self.inbox = queue.Queue()
+        self.inq, self.outq = inq, outq
+        self.live = {}
         self.waiting = collections.deque()
         self.running = []
+        self.events = []
         self.step_index = 0
         self.profiler = None
         self.stopping = False
+        self.drain_deadline = None
+        self.parent = os.getppid()
         self.record_function = None
         if model.uses_torch:
             import torch.profiler
             self.record_function = torch.profiler.record_function
 
-    def submit(self, req):
-        self.inbox.put(("req", req))
-
-    def call(self, fn, timeout=300):
-        """Run fn on the engine thread at the next step boundary; return its result."""
-        done = {"ev": threading.Event()}
-        self.inbox.put(("call", fn, done))
-        if not done["ev"].wait(timeout):
-            raise TimeoutError("the engine did not answer")
-        if "err" in done:
-            raise done["err"]
-        return done.get("res")
-
     def take(self, block):
         while True:
             try:
-                item = self.inbox.get(block=block, timeout=0.05 if block else None)
+                item = self.inq.get(block=block, timeout=0.05 if block else None)
             except queue.Empty:
                 return
             block = False
-            if item[0] == "req":
-                self.waiting.append(item[1])
-            else:
-                _, fn, done = item
+            kind = item[0]
+            if kind == "req":
+                r = Request(*item[1:])
+                self.live[r.id] = r
+                self.waiting.append(r)
+            elif kind == "cancel":
+                r = self.live.pop(item[1], None)
+                if r is not None:
+                    r.cancelled = True
+            elif kind == "call":
+                res, err = None, None
                 try:
-                    done["res"] = fn()
+                    res = getattr(self, item[2])()
                 except Exception as e:  # the caller reports it
-                    done["err"] = e
-                done["ev"].set()
+                    err = "%s: %s" % (type(e).__name__, e)
+                self.outq.put(("reply", item[1], res, err))
+            elif kind == "drain":
+                self.drain()
 
-    def loop(self, stop, st):
-        """Runs on the main thread, where the model was built: Kineto starts
-        its CUPTI client only on the thread that registered it (a profiler
-        started on another thread crashed torch 2.11 on the H200). stop is
-        set by SIGTERM; the drain then refuses new work (st["draining"])
-        and lets what is in flight finish up to --shutdown-timeout."""
-        deadline = None
+    def drain(self):
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + self.args.shutdown_timeout
+            log("SIGTERM: draining %d in-flight requests, shutdown timeout %gs"
+                % (len(self.waiting) + len(self.running), self.args.shutdown_timeout))
+
+    def loop(self, signalled):
+        """Runs on the engine process's main thread, where the model was
+        built: Kineto starts its CUPTI client only on the thread that
+        registered it. A drain (from the API process, or a SIGTERM to this
+        process: signalled) lets what is in flight finish up to
+        --shutdown-timeout, then aborts the rest."""
         while not self.stopping:
             self.take(block=not (self.waiting or self.running))
-            if stop.is_set() and deadline is None:
-                st["draining"] = True
-                deadline = time.monotonic() + self.args.shutdown_timeout
-                log("SIGTERM: draining %d in-flight requests, shutdown timeout %gs"
-                    % (len(self.waiting) + len(self.running), self.args.shutdown_timeout))
-            if deadline is not None:
+            if signalled.is_set() or os.getppid() != self.parent:
+                self.drain()
+            if self.drain_deadline is not None:
                 left = len(self.waiting) + len(self.running)
-                if left and time.monotonic() >= deadline:
+                if left and time.monotonic() >= self.drain_deadline:
                     log("shutdown timeout: aborting %d requests" % left)
-                if not left or time.monotonic() >= deadline:
+                if not left or time.monotonic() >= self.drain_deadline:
                     self.shutdown()
                     break
             self.step()
-        while True:  # whatever arrived after the shutdown is aborted, calls answered
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                return
-            if item[0] == "req":
-                item[1].out.put(("abort", None, "abort"))
-            else:
-                item[2]["err"] = RuntimeError("the engine has stopped")
-                item[2]["ev"].set()
 
     def schedule(self):
         """vLLM v1's order: running requests first, then waiting ones;
@@ -413,6 +409,9 @@ class Engine:
         for r, tok in zip(who, out):
             self.emit(r, tok)
         self.running = [r for r in self.running if not r.cancelled and len(r.output) < r.max_tokens]
+        self.outq.put(("tokens", self.events, {"steps": self.step_index + 1, "running": len(self.running),
+                                               "waiting": len(self.waiting)}))
+        self.events = []
         complete = time.monotonic_ns()
         profiling = self.profiler is not None
         if profiling:
@@ -432,7 +431,9 @@ class Engine:
         elif not r.ignore_eos and tok == self.args.eos_token_id:
             finish = "stop"
             r.max_tokens = len(r.output)
-        r.out.put(("tok", tok, finish))
+        if finish:
+            self.live.pop(r.id, None)
+        self.events.append((r.id, tok, finish))
 
     def layer1_record(self, submit, complete, sched, deferred, npre, tpre, ndec, tdec, chunked, profiling):
         held = sum(r.context() for r in self.running)
@@ -449,7 +450,7 @@ class Engine:
                 "cuda_graph": False, "runtime_mode": "eager", "unpadded_tokens": n, "bucket_tokens": n,
                 "padding_tokens": 0, "profiling": profiling}
 
-    # profiler calls, run on the engine thread
+    # calls from the API process, run at a step boundary
 
     def start_profile(self):
         if self.profiler is None:  # vLLM ignores a start while a window is open
@@ -467,9 +468,8 @@ class Engine:
 
     def shutdown(self):
         """Abort what is left, stop the profiler, end the loop."""
-        for r in list(self.waiting) + self.running:
-            r.cancelled = True
-            r.out.put(("abort", None, "abort"))
+        self.outq.put(("abort", list(self.live)))
+        self.live.clear()
         self.waiting.clear()
         self.running = []
         self.stop_profile()
@@ -491,7 +491,7 @@ class Server(http.server.ThreadingHTTPServer):
 
 def make_handler(st):
     """st: the serve state (args, engine, draining flag, counters)."""
-    args, eng = st["args"], st["engine"]
+    args, eng = st["args"], st["engine"]  # eng: the EngineClient
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -547,13 +547,10 @@ def make_handler(st):
                 self.whole(req)
 
         def profile(self, path):
-            if eng.prof_cfg is None:
+            if st["prof_cfg"] is None:
                 return self.reply(404, {"error": {"message": "profiling is not enabled", "code": 404}})
             try:
-                if path == "/start_profile":
-                    eng.call(eng.start_profile)
-                else:
-                    eng.call(eng.stop_profile)
+                eng.call(path[1:])  # start_profile, stop_profile: at the engine's next step boundary
             except Exception as e:
                 return self.reply(500, {"error": {"message": "profiler: %s" % e, "code": 500}})
             self.send_response(200)
@@ -593,7 +590,7 @@ def make_handler(st):
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError, socket.timeout):
-                req.cancelled = True  # the client went away: the engine drops it
+                eng.cancel(req.id)  # the client went away: the engine drops it
                 self.close_connection = True
 
         def whole(self, req):
@@ -611,7 +608,7 @@ def make_handler(st):
 
 def usage_of(req):
     c = len(req.output)
-    return {"prompt_tokens": len(req.prompt), "completion_tokens": c, "total_tokens": len(req.prompt) + c}
+    return {"prompt_tokens": req.prompt_tokens, "completion_tokens": c, "total_tokens": req.prompt_tokens + c}
 
 
 def parse_completion(body, args, st):
@@ -641,27 +638,27 @@ def parse_completion(body, args, st):
         rid = "%x-%d" % (os.getpid(), st["seq"])
     stream = bool(body.get("stream", False))
     usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-    return Request(rid, ids, mt, bool(body.get("ignore_eos", False))), stream, usage
+    return ApiRequest(rid, ids, mt, bool(body.get("ignore_eos", False))), stream, usage
 
 
 def metrics(st):
     """A few of vLLM's Prometheus gauges, and the engine's step count."""
-    e = st["engine"]
+    m = st["engine"].metrics
     return ("vllm:num_requests_running %d\nvllm:num_requests_waiting %d\nengine_steps_total %d\n"
-            % (len(e.running), len(e.waiting), e.step_index))
+            % (m["running"], m["waiting"], m["steps"]))
 
 
 def server_info(st, as_json):
     a = st["args"]
     cfg = {
-        "model_config": {"model": a.served_model_name, "dtype": str(st["dtype"]), "max_model_len": a.max_model_len,
+        "model_config": {"model": a.served_model_name, "dtype": st["info"]["dtype"], "max_model_len": a.max_model_len,
                          "backend": a.model_backend, "hidden_size": a.hidden_size, "num_hidden_layers": a.num_layers,
                          "num_experts": a.num_experts, "num_experts_per_tok": a.experts_per_token,
-                         "parameters": st["params"]},
+                         "parameters": st["info"]["params"]},
         "scheduler_config": {"max_num_seqs": a.max_num_seqs, "max_num_batched_tokens": a.max_num_batched_tokens,
                              "enable_chunked_prefill": True, "max_model_len": a.max_model_len},
         "parallel_config": {"tensor_parallel_size": 1, "pipeline_parallel_size": 1},
-        "profiler_config": st["engine"].prof_cfg,
+        "profiler_config": st["prof_cfg"],
         "shutdown_timeout": a.shutdown_timeout,
     }
     return {"vllm_config": cfg if as_json else str(cfg), "vllm_env": {}, "system_env": {}}
@@ -677,31 +674,146 @@ def warm_up(model, args):
     return time.monotonic() - t
 
 
-def serve(args):
+def engine_main(args, inq, outq):
+    """The engine process (vLLM's EngineCore): the model, the step loop,
+    the profiler and Layer 1, each on this process's main thread. The API
+    process's threads never touch torch: torch 2.11's profiler with stacks
+    crashed at the second window's start when HTTP threads came and went
+    in the process it profiled."""
+    signalled = threading.Event()
+    signal.signal(signal.SIGTERM, lambda n, f: signalled.set())  # a signal to the group: drain too
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     prof_cfg = profiler_config(args.profiler_config)
-    l1dir = args.layer1_dir or os.environ.get("VLLM_OPPROF_DIR", "")
     t0 = time.monotonic()
     model = build_model(args)
     load_s = time.monotonic() - t0
     warm_s = warm_up(model, args)
-    log("model loaded: backend=%s device=%s dtype=%s parameters=%d load_s=%.1f warmup_s=%.1f"
-        % (args.model_backend, model.device, getattr(model, "dtype", "none"), getattr(model, "params", 0),
-           load_s, warm_s))
     if prof_cfg and not model.uses_torch:
         raise SystemExit("--profiler-config needs a torch backend")
+    l1dir = args.layer1_dir or os.environ.get("VLLM_OPPROF_DIR", "")
     layer1 = Layer1(l1dir, args.flush_interval_s) if l1dir else None
-    eng = Engine(args, model, layer1, prof_cfg)
-    st = {"args": args, "engine": eng, "draining": False, "lock": threading.Lock(), "seq": 0,
-          "dtype": "torch.bfloat16" if args.model_backend == "torch" else "none", "params": getattr(model, "params", 0)}
-    # The effective configuration, as vLLM logs it (vllm/config/scheduler.py) and once on one line.
-    log("Chunked prefill is enabled with max_num_batched_tokens=%d." % args.max_num_batched_tokens)
-    log("effective config: max_num_seqs=%d max_num_batched_tokens=%d max_model_len=%d shutdown_timeout=%g "
-        "backend=%s hidden_size=%d num_layers=%d num_experts=%d experts_per_token=%d layer1_dir=%s "
-        "flush_interval_s=%g profiler=%s"
-        % (args.max_num_seqs, args.max_num_batched_tokens, args.max_model_len, args.shutdown_timeout,
-           args.model_backend, args.hidden_size, args.num_layers, args.num_experts, args.experts_per_token,
-           l1dir or "-", args.flush_interval_s, json.dumps(prof_cfg, sort_keys=True) if prof_cfg else "-"))
-    srv = Server((args.host, args.port), make_handler(st))
+    eng = Engine(args, model, layer1, prof_cfg, inq, outq)
+    info = {"device": model.device, "dtype": str(getattr(model, "dtype", "none")),
+            "params": getattr(model, "params", 0), "load_s": load_s, "warmup_s": warm_s, "layer1_dir": l1dir}
+    outq.put(("ready", info))
+    eng.loop(signalled)
+    if layer1 is not None:
+        layer1.close()
+        log("layer1 closed: %d records, footer written" % layer1.written)
+    while True:  # whatever arrived after the shutdown is aborted, calls answered
+        try:
+            item = inq.get_nowait()
+        except queue.Empty:
+            break
+        if item[0] == "req":
+            outq.put(("abort", [item[1]]))
+        elif item[0] == "call":
+            outq.put(("reply", item[1], None, "the engine has stopped"))
+    outq.put(("exit", 0))
+    outq.close()
+    outq.join_thread()
+
+
+class ApiRequest:
+    """A request as the API process holds it: its stream's queue of
+    ("tok", token, finish) and ("abort", None, "abort")."""
+
+    def __init__(self, rid, prompt, max_tokens, ignore_eos):
+        self.id, self.prompt, self.max_tokens, self.ignore_eos = rid, prompt, max_tokens, ignore_eos
+        self.prompt_tokens = len(prompt)
+        self.output = []
+        self.out = queue.Queue()
+
+
+class EngineClient:
+    """The API process's side of the engine process: it starts it, and one
+    reader thread hands its per-step tokens to the requests' streams and
+    its replies to the callers."""
+
+    def __init__(self, args):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: torch is imported there only
+        self.inq, self.outq = ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=engine_main, args=(args, self.inq, self.outq), name="EngineCore")
+        self.reqs, self.calls = {}, {}
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.metrics = {"steps": 0, "running": 0, "waiting": 0}
+        self.ready = threading.Event()
+        self.info = None
+        self.exited = threading.Event()
+        self.proc.start()
+        threading.Thread(target=self.read, name="engine-reader", daemon=True).start()
+
+    def read(self):
+        while True:
+            try:
+                msg = self.outq.get(timeout=0.5)
+            except queue.Empty:
+                if not self.proc.is_alive():
+                    break
+                continue
+            kind = msg[0]
+            if kind == "tokens":
+                for rid, tok, finish in msg[1]:
+                    r = self.reqs.get(rid)
+                    if r is None:
+                        continue
+                    r.output.append(tok)
+                    r.out.put(("tok", tok, finish))
+                    if finish:
+                        self.reqs.pop(rid, None)
+                self.metrics = msg[2]
+            elif kind == "abort":
+                for rid in msg[1]:
+                    r = self.reqs.pop(rid, None)
+                    if r is not None:
+                        r.out.put(("abort", None, "abort"))
+            elif kind == "reply":
+                c = self.calls.get(msg[1])
+                if c is not None:
+                    c["res"], c["err"] = msg[2], msg[3]
+                    c["ev"].set()
+            elif kind == "ready":
+                self.info = msg[1]
+                self.ready.set()
+            elif kind == "exit":
+                break
+        for r in list(self.reqs.values()):  # the engine is gone: end every stream
+            r.out.put(("abort", None, "abort"))
+        for c in list(self.calls.values()):
+            c.setdefault("err", "the engine has stopped")
+            c["ev"].set()
+        self.exited.set()
+
+    def submit(self, r):
+        self.reqs[r.id] = r
+        self.inq.put(("req", r.id, r.prompt, r.max_tokens, r.ignore_eos))
+
+    def cancel(self, rid):
+        self.reqs.pop(rid, None)
+        self.inq.put(("cancel", rid))
+
+    def call(self, name, timeout=300):
+        with self.lock:
+            self.seq += 1
+            cid = self.seq
+        c = self.calls[cid] = {"ev": threading.Event()}
+        self.inq.put(("call", cid, name))
+        ok = c["ev"].wait(timeout)
+        self.calls.pop(cid, None)
+        if not ok:
+            raise TimeoutError("the engine did not answer")
+        if c.get("err"):
+            raise RuntimeError(c["err"])
+        return c.get("res")
+
+
+def serve(args):
+    """The API process (vLLM's API server): HTTP on threads, the engine in
+    a child process; SIGTERM drains: new requests are refused, the engine
+    finishes what it holds up to --shutdown-timeout, then both exit."""
+    prof_cfg = profiler_config(args.profiler_config)
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -709,16 +821,45 @@ def serve(args):
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    http_thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True)
-    http_thread.start()
+    eng = EngineClient(args)
+    while not eng.ready.wait(0.2):
+        if stop.is_set() or not eng.proc.is_alive():
+            eng.proc.join(10)
+            log("engine exited before it was ready (exit %s)" % eng.proc.exitcode)
+            sys.exit(1)
+    info = eng.info
+    log("model loaded: backend=%s device=%s dtype=%s parameters=%d load_s=%.1f warmup_s=%.1f engine_pid=%d"
+        % (args.model_backend, info["device"], info["dtype"], info["params"], info["load_s"], info["warmup_s"],
+           eng.proc.pid))
+    st = {"args": args, "engine": eng, "draining": False, "lock": threading.Lock(), "seq": 0, "prof_cfg": prof_cfg,
+          "info": info}
+    # The effective configuration, as vLLM logs it (vllm/config/scheduler.py) and once on one line.
+    log("Chunked prefill is enabled with max_num_batched_tokens=%d." % args.max_num_batched_tokens)
+    log("effective config: max_num_seqs=%d max_num_batched_tokens=%d max_model_len=%d shutdown_timeout=%g "
+        "backend=%s hidden_size=%d num_layers=%d num_experts=%d experts_per_token=%d layer1_dir=%s "
+        "flush_interval_s=%g profiler=%s"
+        % (args.max_num_seqs, args.max_num_batched_tokens, args.max_model_len, args.shutdown_timeout,
+           args.model_backend, args.hidden_size, args.num_layers, args.num_experts, args.experts_per_token,
+           info["layer1_dir"] or "-", args.flush_interval_s, json.dumps(prof_cfg, sort_keys=True) if prof_cfg else "-"))
+    srv = Server((args.host, args.port), make_handler(st))
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True).start()
     log("Uvicorn running on http://%s:%d (pid %d)" % (args.host, args.port, os.getpid()))
-    eng.loop(stop, st)
+    while not stop.wait(0.2):
+        if eng.exited.is_set():
+            break
+    st["draining"] = True
+    eng.inq.put(("drain",))
+    eng.proc.join(args.shutdown_timeout + 120)
+    if eng.proc.is_alive():
+        log("the engine did not exit: terminating it")
+        eng.proc.terminate()
+        eng.proc.join(10)
+    eng.exited.wait(5)
     srv.shutdown()
     srv.server_close()
-    if layer1 is not None:
-        layer1.close()
-        log("layer1 closed: %d records, footer written" % layer1.written)
-    log("shutdown complete")
+    code = eng.proc.exitcode
+    log("shutdown complete (engine exit %s)" % code)
+    sys.exit(0 if code == 0 else 1)
 
 
 # ------------------------------------------------------- older stand-in

@@ -58,8 +58,9 @@ class Server:
         self.port = free_port()
         self.dir = tmp
         self.log = open(os.path.join(tmp, "server.log"), "wb")
+        # a session of its own: the API process and its engine process are one group, as the controller starts them
         self.p = subprocess.Popen([sys.executable, SERVER, "serve", "--port", str(self.port)] + list(extra),
-                                  stdout=self.log, stderr=subprocess.STDOUT)
+                                  stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         until(self.healthy, "health")
 
     def healthy(self):
@@ -132,10 +133,15 @@ class Server:
         self.p.send_signal(signal.SIGTERM)
         return self.p.wait(deadline_s)
 
+    def kill_group(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+
     def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
+        self.kill_group()
         self.log.close()
 
 
@@ -227,8 +233,7 @@ class ServeTest(unittest.TestCase):
         first = until(lambda: os.path.exists(side) and json.load(open(side))["written_records"] == 20 and
                       json.load(open(side)), "the sidecar")
         until(lambda: json.load(open(side))["wall_time_unix_ns"] > first["wall_time_unix_ns"], "a later flush")
-        s.p.kill()
-        s.p.wait()
+        s.kill_group()
         killed = time.time_ns()
         recs = lines(os.path.join(l1, "layer1.jsonl"))
         sc = json.load(open(side))
@@ -250,6 +255,7 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(status, 503)
         self.assertEqual(res["r"][:4], (200, 100, {"prompt_tokens": 2, "completion_tokens": 100, "total_tokens": 102}, True))
         self.assertEqual(s.p.wait(30), 0)
+        self.assertIn("shutdown complete (engine exit 0)", s.logtext())
 
     def test_shutdown_timeout_aborts_what_is_left(self):
         s = self.start("--model-backend", "fake", "--fake-step-ms", "10", "--shutdown-timeout", "0.2")
