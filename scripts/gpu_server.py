@@ -2,7 +2,10 @@
 """A small real inference engine for checking Warden on a GPU, and the older GPU stand-in.
 
 Role `serve` (docs/gpu.md): a Qwen3-MoE-shaped model with random weights,
-built with transformers (nothing downloaded), served the way vLLM serves:
+built with transformers (nothing downloaded), served the way vLLM serves,
+as two processes: an API process (HTTP on threads, no torch) and an engine
+process (vLLM's EngineCore: the model, the step loop, the profiler and
+Layer 1 on its main thread), joined by two process queues.
 
   - a step loop batching every request in flight: running requests first
     (one decode token each, or their next prefill chunk), then waiting
@@ -14,8 +17,8 @@ built with transformers (nothing downloaded), served the way vLLM serves:
   - POST /v1/completions (token-id or text prompts; streamed as one SSE
     chunk per generated token, the final usage chunk when
     stream_options.include_usage, then `data: [DONE]`; ignore_eos and
-    max_tokens honoured exactly), GET /health, /v1/models, /server_info
-    (?config_format=json: vLLM's document shape);
+    max_tokens honoured exactly), GET /health, /v1/models, /metrics,
+    /server_info (?config_format=json: vLLM's document shape);
   - POST /start_profile and /stop_profile with vLLM's step-scheduled
     semantics: a fresh torch profiler per window, schedule(wait, warmup,
     active, repeat=1) counted in engine steps, the trace written by the
@@ -137,7 +140,7 @@ class StepProfiler:
     ends (after wait + warmup + active steps); stop() before then saves
     what the active steps recorded (nothing during wait or warm-up)."""
 
-    def __init__(self, cfg, torch_mod, cuda):
+    def __init__(self, cfg, cuda):
         import torch.profiler as tp
         acts = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if cuda else [])
         sched = tp.schedule(skip_first=0, wait=cfg["wait_iterations"], warmup=cfg["warmup_iterations"],
@@ -455,7 +458,7 @@ class Engine:
     def start_profile(self):
         if self.profiler is None:  # vLLM ignores a start while a window is open
             os.makedirs(self.prof_cfg["torch_profiler_dir"], exist_ok=True)
-            self.profiler = StepProfiler(self.prof_cfg, None, self.model.device == "cuda")
+            self.profiler = StepProfiler(self.prof_cfg, self.model.device == "cuda")
             log("profiler started (step %d)" % self.step_index)
 
     def stop_profile(self):
