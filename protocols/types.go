@@ -427,10 +427,23 @@ type Retries struct {
 // check off.
 var DefaultForbiddenFields = []string{"prompt", "messages", "content", "generated_text"}
 
+// DefaultMinLeakBytes is privacy.min_leak_bytes when the protocol does
+// not set it: a run of 48 bytes of a private value, from anywhere in it,
+// found outside the private directory is a leak (the privacy scan's
+// PrivateIndex in pkg/gates).
+const DefaultMinLeakBytes = 48
+
+// MinLeakBytesFloor is the smallest privacy.min_leak_bytes accepted.
+const MinLeakBytesFloor = 16
+
 // Privacy is the privacy scan's rule.
 type Privacy struct {
 	Meta            Meta     `yaml:"-"`
 	ForbiddenFields []string `yaml:"forbidden_fields"`
+	// MinLeakBytes is the leak length: every run of at least this many
+	// bytes of any private value is looked for (default
+	// DefaultMinLeakBytes, at least MinLeakBytesFloor).
+	MinLeakBytes *int `yaml:"min_leak_bytes"`
 }
 
 // Validator is a command run after each attempt of the named loads (all

@@ -127,7 +127,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if boot == nil {
 		boot = launch.BootIDFromEnv()
 	}
-	private, err := runner.PrivateSubstrings(dir)
+	private, err := runner.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
+	"warden/pkg/provenance"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/state"
@@ -783,7 +784,51 @@ func (a *attempt) validate() (state.Reason, string) {
 	if !pv.Passed() {
 		return state.ReasonPrivacyViolation, "privacy scan: " + pv.Detail
 	}
+	cv := a.c.campaignPrivacy(a.plan.Privacy)
+	a.gate(cv)
+	if !cv.Passed() {
+		return state.ReasonPrivacyViolation, "privacy scan of the campaign's own files: " + cv.Detail
+	}
 	return "", ""
+}
+
+// campaignPrivacy scans the campaign's own files (everything in the
+// campaign directory but the attempt directories under runs/, which each
+// attempt scans itself, and the fake GPUs' claims): controller.log,
+// plan.json, controller.json, state.db, the provenance copies and
+// ledger output, a report written there. Files found clean and unchanged
+// since an earlier attempt are not read again.
+func (c *Runner) campaignPrivacy(forbidden []string) gates.Verdict {
+	fake := ""
+	if c.fakeGPUDir != "" {
+		if rel, err := filepath.Rel(c.dir, c.fakeGPUDir); err == nil && filepath.IsLocal(rel) {
+			fake = filepath.ToSlash(rel)
+		}
+	}
+	v := gates.PrivacyScanCached(c.dir, forbidden, c.private, func(rel string) bool {
+		return rel == "runs" || rel == fake || rel == provenance.SubDir
+	}, 64<<20, &c.privCache, c.now())
+	// Provenance copies are the protocol's inputs: a synthetic manifest
+	// may be archived there with its prompts (seed 002, "Synthetic
+	// manifests may be archived"), so no field is forbidden in them; no
+	// private text may be there.
+	pv := gates.PrivacyScanCached(filepath.Join(c.dir, provenance.SubDir), nil, c.private, nil, 64<<20, &c.privCache, c.now())
+	for k, n := range pv.Figures {
+		if strings.HasPrefix(k, "files_") || k == "bytes_scanned" || k == "findings" || k == "symlinks" || k == "irregular" {
+			v.Figures[k] += n
+		}
+	}
+	if !pv.Passed() {
+		if v.Detail != "" {
+			v.Detail += "; "
+		}
+		v.Detail += provenance.SubDir + "/: " + pv.Detail
+		if v.Verdict != gates.Fail {
+			v.Verdict = pv.Verdict // fail or error
+		}
+	}
+	v.Gate = "privacy-campaign"
+	return v
 }
 
 // EnvSignalsFile names, in a validator's environment, the attempt's
