@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 )
@@ -42,6 +43,18 @@ func IndexPrivate(paths []string, minLen int) (*PrivateIndex, error) {
 	b := NewIndexBuilder(minLen)
 	if minLen < MinLeakBytesFloor {
 		return b.Build() // the error
+	}
+	// The values are at most as long as the files (JSON escapes only
+	// shrink when decoded): one allocation of that size holds them all,
+	// where growing by appending would copy them and hold two copies.
+	var size int64
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			size += fi.Size()
+		}
+	}
+	if size > 0 && size <= math.MaxUint32 {
+		b.text = make([]byte, 0, size)
 	}
 	for _, p := range paths {
 		if err := collectFile(p, b); err != nil {
