@@ -440,9 +440,10 @@ const MinLeakBytesFloor = 16
 type Privacy struct {
 	Meta            Meta     `yaml:"-"`
 	ForbiddenFields []string `yaml:"forbidden_fields"`
-	// MinLeakBytes is the leak length: every run of at least this many
-	// bytes of any private value is looked for (default
-	// DefaultMinLeakBytes, at least MinLeakBytesFloor).
+	// MinLeakBytes is the leak length in bytes: every run of at least
+	// this many bytes of any private value, from anywhere in the value,
+	// is looked for in every file the campaign writes; at least 16;
+	// default 48.
 	MinLeakBytes *int `yaml:"min_leak_bytes"`
 }
 

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warden/pkg/state"
+)
+
+// privatePrompt is a prompt of the private manifest; leakMid is 48 bytes
+// from its middle, leakShort 47 of them.
+const privatePrompt = "Summarize the discharge letter of the patient in bed twelve and list every medication with its dose and the name of the ward doctor"
+
+var (
+	leakMid   = privatePrompt[40:88]
+	leakShort = leakMid[:47]
+)
+
+// The commands that copy those pieces out of the manifest (its line
+// starts with 21 bytes before the prompt): the command log may name the
+// private file, never hold its text.
+const (
+	cutMid   = `cut -c 62-109 MANIFEST`
+	cutShort = `cut -c 62-108 MANIFEST`
+)
+
+// privateProtocol writes a protocol whose provenance holds a private
+// manifest with privatePrompt, and whose saturation client first runs
+// shell (with $WARDEN_ATTEMPT_DIR set, and MANIFEST replaced by the
+// manifest's path), then the stand-in client.
+func privateProtocol(t *testing.T, patterns int, shell string) string {
+	t.Helper()
+	pdir := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(pdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(pdir, "p10.jsonl")
+	if err := os.WriteFile(manifest, []byte(`{"id": 1, "prompt": "`+privatePrompt+`", "max_tokens": 4}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`
+	if shell != "" {
+		client = `{shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && ` + strings.ReplaceAll(shell, "MANIFEST", manifest) + ` && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`
+	}
+	proto := writeProtocol(t, scenario{patterns: patterns, client: client})
+	b, err := os.ReadFile(proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := string(b) + "provenance:\n  - {path: " + manifest + ", role: manifest, private: true}\n"
+	if err := os.WriteFile(proto, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return proto
+}
+
+// A piece of 48 bytes from the middle of a private prompt, in a file of
+// the attempt, fails the run privacy-violation and stops the campaign
+// (seed 002 stop condition 8: "source prompt substring"); the verdict
+// names the value by its hash, never by its text.
+func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
+	c := newCampaign(t)
+	proto := privateProtocol(t, 2, cutMid+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	v := c.gateVerdict(s, "p1.saturation", "privacy")
+	if v.Verdict != "fail" || v.Figures["findings"] != 1 || !strings.Contains(v.Detail, "client/debug.log: private text (48+ bytes of private value sha256:") || strings.Contains(v.Detail, leakMid[:20]) {
+		t.Fatalf("privacy verdict %+v", v)
+	}
+	if as := c.attempts(s, "p1.saturation"); len(as) != 1 || as[0].Reason != state.ReasonPrivacyViolation {
+		t.Fatalf("attempts %+v", as)
+	}
+}
+
+// 47 bytes of it are no leak: the campaign completes, and the scan of
+// the campaign's own files after the second attempt reads again only
+// what changed since the first.
+func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
+	c := newCampaign(t)
+	proto := privateProtocol(t, 2, cutShort+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		v := c.gateVerdict(s, run, "privacy-campaign")
+		if v.Verdict != "pass" || v.Figures["private_values"] != 1 || v.Figures["min_leak_bytes"] != 48 || v.Figures["files_scanned"] < 1 {
+			t.Fatalf("%s: campaign privacy verdict %+v", run, v)
+		}
+	}
+	// both attempts ran at once; the one whose scan came second found
+	// the provenance copies unchanged
+	a, b := c.gateVerdict(s, "p1.saturation", "privacy-campaign"), c.gateVerdict(s, "p2.saturation", "privacy-campaign")
+	if a.Figures["files_unchanged"]+b.Figures["files_unchanged"] < 1 {
+		t.Fatalf("no file was left out as unchanged: %v / %v", a.Figures, b.Figures)
+	}
+}
+
+// The same piece written into controller.log, outside every attempt
+// directory, is found by the scan of the campaign's own files.
+func TestSeedPrivacyControllerLog(t *testing.T) {
+	c := newCampaign(t)
+	proto := privateProtocol(t, 1, cutMid+` >> "$WARDEN_ATTEMPT_DIR/../../../controller.log"`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	if v := c.gateVerdict(s, "p1.saturation", "privacy"); v.Verdict != "pass" {
+		t.Fatalf("attempt privacy verdict %+v", v)
+	}
+	v := c.gateVerdict(s, "p1.saturation", "privacy-campaign")
+	if v.Verdict != "fail" || !strings.Contains(v.Detail, "controller.log: private text (48+ bytes") {
+		t.Fatalf("campaign privacy verdict %+v", v)
+	}
+}
