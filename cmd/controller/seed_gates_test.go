@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"warden/pkg/campaigndir"
 	"warden/pkg/state"
 )
 
@@ -121,5 +123,74 @@ func TestSeedPrivacyControllerLog(t *testing.T) {
 	v := c.gateVerdict(s, "p1.saturation", "privacy-campaign")
 	if v.Verdict != "fail" || !strings.Contains(v.Detail, "controller.log: private text (48+ bytes") {
 		t.Fatalf("campaign privacy verdict %+v", v)
+	}
+}
+
+// Without NVML, start with auto (the default) or nvml refuses, exit 5,
+// saying how to ask for fake GPUs, and leaves no campaign directory:
+// auto never means fake.
+func TestSeedAutoNeverFake(t *testing.T) {
+	if campaigndir.CheckNVML("nvml") == nil {
+		t.Skip("NVML initializes on this host: auto is NVML here")
+	}
+	proto := writeProtocol(t, scenario{})
+	for _, args := range [][]string{{}, {"--gpu-backend", "auto"}, {"--gpu-backend", "nvml"}} {
+		c := newCampaign(t)
+		out, code := c.controller(append([]string{"start", "-f", proto, "-d", c.dir, "--foreground"}, args...)...)
+		if code != exitNoGPUs || exitNoGPUs == exitInvalid || exitNoGPUs == exitOverBudget || exitNoGPUs == exitDied ||
+			!strings.Contains(out, "needs NVML, which did not initialize") || !strings.Contains(out, "pass --gpu-backend fake") {
+			t.Fatalf("start %v: exit %d, want %d:\n%s", args, code, exitNoGPUs, out)
+		}
+		if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+			t.Fatalf("start %v left %s (%v)", args, c.dir, err)
+		}
+	}
+}
+
+// Resume refuses, exit 5, a campaign on NVML where NVML does not
+// initialize, and a fake campaign whose fake GPUs auto chose (before auto
+// stopped doing so) unless --gpu-backend fake is given; a campaign asked
+// to run on fake GPUs resumes.
+func TestSeedResumeBackend(t *testing.T) {
+	if campaigndir.CheckNVML("nvml") == nil {
+		t.Skip("NVML initializes on this host")
+	}
+	c := newCampaign(t)
+	// a server that exits at once: the campaign stops for review, unfinished
+	c.runForeground(writeProtocol(t, scenario{server: `["/bin/false"]`}))
+	if cp, _ := c.store().Campaign(); cp.State != state.CampaignStopped || cp.GPUBackend != "fake" {
+		t.Fatalf("campaign %s %s, backend %q", cp.State, cp.StopReason, cp.GPUBackend)
+	}
+	setPath := filepath.Join(c.dir, campaigndir.SettingsFile)
+	orig, err := os.ReadFile(setPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set map[string]any
+	if err := json.Unmarshal(orig, &set); err != nil || set["fake_gpus_explicit"] != true {
+		t.Fatalf("settings %s (%v)", orig, err)
+	}
+	rewrite := func(mutate func(map[string]any)) {
+		m := map[string]any{}
+		json.Unmarshal(orig, &m)
+		mutate(m)
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(setPath, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(func(m map[string]any) { m["gpu_backend"] = "nvml"; delete(m, "fake_gpus_explicit") })
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != exitNoGPUs || !strings.Contains(out, "--gpu-backend nvml needs NVML") {
+		t.Fatalf("resume of an NVML campaign without NVML: exit %d:\n%s", code, out)
+	}
+	rewrite(func(m map[string]any) { delete(m, "fake_gpus_explicit") })
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != exitNoGPUs || !strings.Contains(out, "chosen by auto") {
+		t.Fatalf("resume of a fake campaign auto chose: exit %d:\n%s", code, out)
+	}
+	if out, code := c.controller("--resume", "-d", c.dir, "--foreground"); code != exitNoGPUs {
+		t.Fatalf("--resume of a fake campaign auto chose: exit %d:\n%s", code, out)
+	}
+	if out, code := c.controller("--resume", "-d", c.dir, "--foreground", "--gpu-backend", "fake"); code == exitNoGPUs || strings.Contains(out, "needs NVML") {
+		t.Fatalf("--resume with --gpu-backend fake: exit %d:\n%s", code, out)
 	}
 }

@@ -43,6 +43,11 @@ type Settings struct {
 	ProtocolPath   string `json:"protocol_path"` // absolute
 	Workdir        string `json:"workdir"`       // absolute; where commands run
 	GPUBackend     string `json:"gpu_backend"`   // "fake" or "nvml"
+	// FakeExplicit records that the fake backend was asked for by name
+	// (--gpu-backend fake). A fake campaign without it was made when
+	// "auto" still fell back to fake GPUs: resume refuses it unless
+	// --gpu-backend fake is given.
+	FakeExplicit bool `json:"fake_gpus_explicit,omitempty"`
 	FakeGPUDir     string `json:"fake_gpu_dir,omitempty"`
 	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
 	// Executor is where attempts run: "local" (this host; "" in campaigns
@@ -226,6 +231,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		st.Cgroups = "auto"
 	}
 	if so.Backend == "fake" {
+		st.FakeExplicit = true
 		// The fake GPUs stand for the host: a directory given by the
 		// operator is shared with whatever else claims GPUs there.
 		st.FakeGPUDir = so.FakeGPUDir
@@ -276,6 +282,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		BudgetUnit:        plan.Totals.Unit,
 		Regime:            plan.Regime,
 		RegimeConcurrency: regimeConcurrency(plan, plan.Regime),
+		GPUBackend:        so.Backend,
 	}
 	return store.CreateCampaign(c, runs)
 }
