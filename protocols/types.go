@@ -40,9 +40,11 @@ type Protocol struct {
 	Axes    []Axis   `yaml:"axes" warden:"required"`
 	Phases  []Phase  `yaml:"phases" warden:"required"`
 
-	// SampleIntervalS is how often GPU power, clocks and memory are sampled
-	// while a server runs; default 1, 0 switches sampling off (energy
-	// counters are still read at each attempt's ends).
+	// SampleIntervalS is how often GPU power, clocks, memory and
+	// processes are sampled while a server runs (a process that is not
+	// the attempt's fails the run); default 1, 0 switches sampling off,
+	// and the mid-run process check with it (energy counters are still
+	// read at each attempt's ends).
 	SampleIntervalS *float64 `yaml:"sample_interval_s"`
 
 	Cleanup    Cleanup     `yaml:"cleanup"`

@@ -2,12 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"warden/pkg/campaigndir"
+	"warden/pkg/gpu/fakegpu"
+	"warden/pkg/gpu/sample"
 	"warden/pkg/state"
 )
 
@@ -192,5 +197,113 @@ func TestSeedResumeBackend(t *testing.T) {
 	}
 	if out, code := c.controller("--resume", "-d", c.dir, "--foreground", "--gpu-backend", "fake"); code == exitNoGPUs || strings.Contains(out, "needs NVML") {
 		t.Fatalf("--resume with --gpu-backend fake: exit %d:\n%s", code, out)
+	}
+}
+
+// Another user's process that appears on the run's fake GPU mid-run (a
+// claim file for a process the test started, recorded under another uid)
+// fails the run foreign-gpu-process within a sample, and the campaign
+// stops for review (seed 002 stop condition 2: "another user's GPU
+// process appears"). The samples file records it with its pid and uid.
+func TestSeedForeignGPUProcessMidRun(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", watchdogS: "60"})
+	b, err := os.ReadFile(proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(proto, append(b, "sample_interval_s: 0.1\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	cur := c.waitMeasuring()
+	gpuIdx := map[string]int{"s0": 0, "s1": 1}[cur.Slot]
+
+	foreign := exec.Command("sleep", "300")
+	if err := foreign.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := false
+	reap := func() {
+		if !reaped {
+			foreign.Process.Kill()
+			foreign.Wait()
+			reaped = true
+		}
+	}
+	t.Cleanup(reap)
+	start, err := fakegpu.StartTime(foreign.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fakegpu.ClaimFor(filepath.Join(c.dir, "fake-gpus"), gpuIdx, foreign.Process.Pid, start, os.Getuid()+1, 2048); err != nil {
+		t.Fatal(err)
+	}
+	// once the attempt ends its processes, the stranger leaves, so that
+	// cleanup has nothing of it left to wait for
+	waitFor(t, "the attempt to stop measuring", 60*time.Second, func() bool {
+		for _, cu := range c.liveStatus().Current {
+			if cu.Run == cur.Run && cu.State == string(state.Measuring) {
+				return false
+			}
+		}
+		return true
+	})
+	reap()
+	c.waitExit()
+
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	as := c.attempts(s, cur.Run)
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonForeignGPUProcess {
+		t.Fatalf("attempts of %s: %+v", cur.Run, as)
+	}
+	v := c.gateVerdict(s, cur.Run, "gpu-processes")
+	want := fmt.Sprintf("GPU %d: another user's process (pid %d, uid %d) holds 2048 MiB", gpuIdx, foreign.Process.Pid, os.Getuid()+1)
+	if v.Verdict != "fail" || !strings.Contains(v.Detail, want) || v.Figures["foreign_processes_other_users"] != 1 {
+		t.Fatalf("gpu-processes verdict %+v; want %q", v, want)
+	}
+	recs, err := sample.ReadFile(filepath.Join(c.dir, "runs", cur.Run, "a1", "gpu-samples.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var withStranger, withServer int
+	for _, r := range recs {
+		for _, g := range r.GPUs {
+			for _, p := range g.Procs {
+				if p.PID == foreign.Process.Pid && p.UID == os.Getuid()+1 && p.UsedMiB == 2048 {
+					withStranger++
+				} else if p.UID == os.Getuid() {
+					withServer++
+				}
+			}
+		}
+	}
+	if withStranger == 0 || withServer == 0 {
+		t.Fatalf("samples: %d with the stranger, %d with the server's own claim", withStranger, withServer)
+	}
+	c.assertNoProcesses()
+}
+
+// A clean run passes the gpu-processes gate, having judged its samples:
+// its own server's claim is never a stranger.
+func TestSeedGPUProcessesPass(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "1"})
+	b, _ := os.ReadFile(proto)
+	os.WriteFile(proto, append(b, "sample_interval_s: 0.05\n"...), 0o644)
+	c.runForeground(proto)
+	s := c.store()
+	if cp, _ := s.Campaign(); cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	v := c.gateVerdict(s, "p1.saturation", "gpu-processes")
+	if v.Verdict != "pass" || v.Figures["samples"] < 2 || v.Figures["foreign_processes"] != 0 {
+		t.Fatalf("gpu-processes verdict %+v", v)
 	}
 }
