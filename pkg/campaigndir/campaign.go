@@ -47,9 +47,9 @@ type Settings struct {
 	// (--gpu-backend fake). A fake campaign without it was made when
 	// "auto" still fell back to fake GPUs: resume refuses it unless
 	// --gpu-backend fake is given.
-	FakeExplicit bool `json:"fake_gpus_explicit,omitempty"`
-	FakeGPUDir     string `json:"fake_gpu_dir,omitempty"`
-	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
+	FakeExplicit bool   `json:"fake_gpus_explicit,omitempty"`
+	FakeGPUDir   string `json:"fake_gpu_dir,omitempty"`
+	Cgroups      string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
 	// Executor is where attempts run: "local" (this host; "" in campaigns
 	// made before there was a choice) or "slurm" (a Slurm step each, with
 	// Slurm's options).

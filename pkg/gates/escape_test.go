@@ -63,4 +63,3 @@ func jsonEscape(s []byte, asciiOnly, html bool) []byte {
 	}
 	return b
 }
-

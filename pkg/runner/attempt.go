@@ -22,9 +22,9 @@ import (
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
-	"warden/pkg/provenance"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
+	"warden/pkg/provenance"
 	"warden/pkg/state"
 	"warden/protocols"
 )
