@@ -43,18 +43,19 @@ type Settings struct {
 	ProtocolPath   string `json:"protocol_path"` // absolute
 	Workdir        string `json:"workdir"`       // absolute; where commands run
 	GPUBackend     string `json:"gpu_backend"`   // "fake" or "nvml"
-	// FakeExplicit records that the fake backend was asked for by name
-	// (--gpu-backend fake). A fake campaign without it was made when
-	// "auto" still fell back to fake GPUs: resume refuses it unless
-	// --gpu-backend fake is given.
-	FakeExplicit bool   `json:"fake_gpus_explicit,omitempty"`
-	FakeGPUDir   string `json:"fake_gpu_dir,omitempty"`
-	Cgroups      string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
+	FakeGPUDir     string `json:"fake_gpu_dir,omitempty"`
+	Cgroups        string `json:"cgroups"` // "auto": a leaf cgroup per process where cgroup v2 is writable; "off": process groups only
 	// Executor is where attempts run: "local" (this host; "" in campaigns
 	// made before there was a choice) or "slurm" (a Slurm step each, with
 	// Slurm's options).
 	Executor string         `json:"executor,omitempty"`
 	Slurm    *slurm.Options `json:"slurm,omitempty"`
+
+	// FakeExplicit records that the fake backend was asked for by name
+	// (--gpu-backend fake). A fake campaign without it was made when
+	// "auto" still fell back to fake GPUs: resume refuses it unless
+	// --gpu-backend fake is given.
+	FakeExplicit bool `json:"fake_gpus_explicit,omitempty"`
 }
 
 // StartOptions are the choices of controller start.
