@@ -20,6 +20,7 @@ import (
 	"warden/pkg/gpu/sample"
 	"warden/pkg/safefile"
 
+	"warden/pkg/api"
 	"warden/pkg/budget"
 	"warden/pkg/gates"
 	"warden/pkg/gpu/fakegpu"
@@ -823,7 +824,8 @@ func (c *Runner) campaignPrivacy(forbidden []string) gates.Verdict {
 		}
 	}
 	v := gates.PrivacyScanCached(c.dir, forbidden, c.private, func(rel string) bool {
-		return rel == "runs" || rel == fake || rel == provenance.SubDir
+		// the socket and the lock hold no content
+		return rel == "runs" || rel == fake || rel == provenance.SubDir || rel == api.SocketFile || rel == api.LockFile
 	}, 64<<20, &c.privCache, c.now())
 	// Provenance copies are the protocol's inputs: a synthetic manifest
 	// may be archived there with its prompts (seed 002, "Synthetic
