@@ -85,7 +85,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &exitError{2, err}
 			}
-			resolved, note, err := campaigndir.ResolveBackend(backend)
+			resolved, note, err := campaigndir.ResolveBackend(backend, so.Executor == "slurm")
 			var noNVML *campaigndir.NoNVMLError
 			if errors.As(err, &noNVML) {
 				return &exitError{exitNoGPUs, err}

@@ -54,12 +54,17 @@ func (e *NoNVMLError) Unwrap() error { return e.Err }
 // ResolveBackend is the GPU backend a new campaign records for the one
 // asked for: "fake" only when asked for by name; "auto" and "nvml" are
 // NVML, and a NoNVMLError where NVML does not initialize on this host.
-// note says what was chosen.
-func ResolveBackend(backend string) (resolved, note string, err error) {
+// With the Slurm executor (slurm true) the nodes read the GPUs, not this
+// host: "nvml" is taken as it is ("auto" is refused there before, by
+// ResolveExecutor). note says what was chosen.
+func ResolveBackend(backend string, slurm bool) (resolved, note string, err error) {
 	switch backend {
 	case "fake":
 		return "fake", "fake (file-backed GPUs, asked for by --gpu-backend fake; nothing measured is a GPU's)", nil
 	case "nvml", "auto":
+		if slurm && backend == "nvml" {
+			return "nvml", "NVML on the Slurm nodes (not checked from this host)", nil
+		}
 		if err := CheckNVML(backend); err != nil {
 			return "", "", err
 		}
@@ -85,12 +90,15 @@ func CheckNVML(backend string) error {
 }
 
 // CheckResumeBackend refuses to resume a campaign on GPUs it cannot
-// read: an NVML campaign where NVML does not initialize (NoNVMLError),
+// read: an NVML campaign (local executor) where NVML does not initialize
+// on this host (NoNVMLError),
 // and a fake campaign whose fake GPUs were not asked for by name (made
 // when auto still fell back to them) unless backend is "fake". backend
 // is resume's --gpu-backend ("" when not given).
 func CheckResumeBackend(s Settings, backend string) error {
 	switch {
+	case s.GPUBackend == "nvml" && s.Executor == "slurm":
+		return nil // the nodes read the GPUs; each attempt's runner opens NVML there
 	case s.GPUBackend == "nvml":
 		return CheckNVML("nvml")
 	case s.GPUBackend == "fake" && !s.FakeExplicit && backend != "fake":

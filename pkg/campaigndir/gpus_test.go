@@ -16,12 +16,12 @@ import (
 // does not open, both are a NoNVMLError that says how to ask for fake
 // GPUs; anything else is refused.
 func TestResolveBackend(t *testing.T) {
-	if b, note, err := ResolveBackend("fake"); err != nil || b != "fake" || !strings.Contains(note, "file-backed") {
+	if b, note, err := ResolveBackend("fake", false); err != nil || b != "fake" || !strings.Contains(note, "file-backed") {
 		t.Fatalf("fake: %q %q %v", b, note, err)
 	}
 	nvmlErr := CheckNVML("nvml")
 	for _, asked := range []string{"auto", "nvml"} {
-		b, note, err := ResolveBackend(asked)
+		b, note, err := ResolveBackend(asked, false)
 		var no *NoNVMLError
 		switch {
 		case nvmlErr == nil && (err != nil || b != "nvml" || !strings.HasPrefix(note, "NVML")):
@@ -31,7 +31,11 @@ func TestResolveBackend(t *testing.T) {
 			t.Fatalf("%s without NVML (%v): %q %q %v", asked, nvmlErr, b, note, err)
 		}
 	}
-	if _, _, err := ResolveBackend("cuda"); err == nil || err.Error() != `unknown --gpu-backend "cuda" (auto, nvml or fake)` {
+	// with Slurm the nodes read the GPUs: nvml is not checked here
+	if b, note, err := ResolveBackend("nvml", true); err != nil || b != "nvml" || !strings.Contains(note, "Slurm nodes") {
+		t.Fatalf("nvml for Slurm: %q %q %v", b, note, err)
+	}
+	if _, _, err := ResolveBackend("cuda", false); err == nil || err.Error() != `unknown --gpu-backend "cuda" (auto, nvml or fake)` {
 		t.Fatalf("cuda: %v", err)
 	}
 }
@@ -46,6 +50,9 @@ func TestCheckResumeBackend(t *testing.T) {
 	var no *NoNVMLError
 	if (nvmlErr == nil) != (err == nil) || err != nil && !errors.As(err, &no) {
 		t.Fatalf("nvml campaign: %v (NVML here: %v)", err, nvmlErr)
+	}
+	if err := CheckResumeBackend(Settings{GPUBackend: "nvml", Executor: "slurm"}, ""); err != nil {
+		t.Fatalf("nvml campaign on Slurm, resumed from a head without NVML: %v", err)
 	}
 	if err := CheckResumeBackend(Settings{GPUBackend: "fake", FakeExplicit: true}, ""); err != nil {
 		t.Fatalf("explicit fake: %v", err)
