@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"warden/pkg/api"
+	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
 
@@ -75,5 +76,64 @@ func TestFakeGPUsSaid(t *testing.T) {
 					strings.Contains(html, "<dt>GPU backend</dt><dd>"+c.json+"</dd>"))
 			}
 		})
+	}
+}
+
+// noPrivateInputs writes the provenance record of a campaign with no
+// inputs, as start does: report reads it for the private inputs.
+func noPrivateInputs(t *testing.T, dir string) {
+	t.Helper()
+	if err := provenance.Write(dir, nil, provenance.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReportRefusesPrivateText: a report whose page would hold 48 bytes
+// of a private input (here from an attempt's stop detail) is not written,
+// exit 6, naming the value by its hash only; a provenance record that
+// cannot be read refuses too.
+func TestReportRefusesPrivateText(t *testing.T) {
+	prompt := "Please summarize the attached discharge letter of the patient in bed twelve, listing every drug"
+	pdir := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(pdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(pdir, "p10.jsonl")
+	if err := os.WriteFile(manifest, []byte(`{"prompt": "`+prompt+`"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := campaignDir(t, state.CampaignComplete)
+	entries, err := provenance.Record(dir, []provenance.Entry{{Path: manifest, Role: "manifest", Private: true}}, provenance.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := provenance.Write(dir, entries, provenance.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(t.TempDir(), "r.html")
+	if o, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
+		t.Fatalf("clean report: exit %d:\n%s", code, o)
+	}
+	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateCampaign(func(c *state.Campaign) error { c.StopReason, c.StopDetail = state.StopOperator, "server said: "+prompt[20:70]; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	leaky := filepath.Join(t.TempDir(), "r.html")
+	o, code := run(t, "report", "-d", dir, "-o", leaky)
+	if code != 6 || !strings.Contains(o, "private value(s) sha256:") || strings.Contains(o, prompt[20:40]) {
+		t.Fatalf("leaky report: exit %d:\n%s", code, o)
+	}
+	if _, err := os.Stat(leaky); !os.IsNotExist(err) {
+		t.Fatalf("the leaky report was written (%v)", err)
+	}
+	if err := os.Remove(filepath.Join(dir, provenance.SubDir, provenance.SumFile)); err != nil {
+		t.Fatal(err)
+	}
+	if o, code := run(t, "report", "-d", dir, "-o", page); code != 6 || !strings.Contains(o, "provenance") {
+		t.Fatalf("no provenance record: exit %d:\n%s", code, o)
 	}
 }

@@ -265,3 +265,27 @@ func (b *IndexBuilder) mark() [3]int { return [3]int{len(b.text), len(b.ends), b
 func (b *IndexBuilder) reset(m [3]int) {
 	b.text, b.ends, b.short = b.text[:m[0]], b.ends[:m[1]], m[2]
 }
+
+// Leaks names (ID) every private value of which data holds a run of at
+// least MinLen bytes, in its raw bytes or its JSON-decoded view: the
+// privacy scan of one document held in memory (a report before it is
+// written). Nil when there is none.
+func (x *PrivateIndex) Leaks(data []byte) []string {
+	if x.empty() {
+		return nil
+	}
+	seen := map[int]bool{}
+	var out []string
+	add := func(v int) {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, x.ID(v))
+		}
+	}
+	x.Scan(data, add)
+	if bytes.IndexByte(data, '\\') >= 0 {
+		var u unescaper
+		x.Scan(u.decode(nil, data, true), add)
+	}
+	return out
+}
