@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -831,7 +832,12 @@ func (c *Runner) campaignPrivacy(forbidden []string) gates.Verdict {
 	// may be archived there with its prompts (seed 002, "Synthetic
 	// manifests may be archived"), so no field is forbidden in them; no
 	// private text may be there.
-	pv := gates.PrivacyScanCached(filepath.Join(c.dir, provenance.SubDir), nil, c.private, nil, 64<<20, &c.privCache, c.now())
+	provDir := filepath.Join(c.dir, provenance.SubDir)
+	if _, err := os.Lstat(provDir); errors.Is(err, fs.ErrNotExist) {
+		v.Gate = "privacy-campaign"
+		return v // nothing was written there to scan
+	}
+	pv := gates.PrivacyScanCached(provDir, nil, c.private, nil, 64<<20, &c.privCache, c.now())
 	for k, n := range pv.Figures {
 		if strings.HasPrefix(k, "files_") || k == "bytes_scanned" || k == "findings" || k == "symlinks" || k == "irregular" {
 			v.Figures[k] += n
