@@ -91,6 +91,17 @@ func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
 func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutShort+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
+	b, err := os.ReadFile(proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := strings.Replace(string(b), "{name: two, concurrency: 2}", "{name: two, concurrency: 1}", 1)
+	if one == string(b) {
+		t.Fatal("test bug: regime not replaced")
+	}
+	if err := os.WriteFile(proto, []byte(one), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()
@@ -103,11 +114,16 @@ func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
 			t.Fatalf("%s: campaign privacy verdict %+v", run, v)
 		}
 	}
-	// both attempts ran at once; the one whose scan came second found
-	// the provenance copies unchanged
-	a, b := c.gateVerdict(s, "p1.saturation", "privacy-campaign"), c.gateVerdict(s, "p2.saturation", "privacy-campaign")
-	if a.Figures["files_unchanged"]+b.Figures["files_unchanged"] < 1 {
-		t.Fatalf("no file was left out as unchanged: %v / %v", a.Figures, b.Figures)
+	// one run after the other: the second scan leaves out what the first
+	// found clean and nobody changed since (plan.json, controller.json,
+	// provenance/SHA256SUMS)
+	first, second := "p1.saturation", "p2.saturation"
+	if c.attempts(s, first)[0].CreatedAt.After(c.attempts(s, second)[0].CreatedAt) {
+		first, second = second, first
+	}
+	va, vb := c.gateVerdict(s, first, "privacy-campaign"), c.gateVerdict(s, second, "privacy-campaign")
+	if va.Figures["files_unchanged"] != 0 || vb.Figures["files_unchanged"] < 3 || vb.Figures["files_scanned"] < 1 {
+		t.Fatalf("files left out as unchanged: first %v, second %v", va.Figures, vb.Figures)
 	}
 }
 
