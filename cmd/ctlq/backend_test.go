@@ -118,7 +118,10 @@ func TestReportRefusesPrivateText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.UpdateCampaign(func(c *state.Campaign) error { c.StopReason, c.StopDetail = state.StopOperator, "server said: "+prompt[20:70]; return nil }); err != nil {
+	if err := s.UpdateCampaign(func(c *state.Campaign) error {
+		c.StopReason, c.StopDetail = state.StopOperator, "server said: "+prompt[20:70]
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
