@@ -19,7 +19,7 @@ import (
 // short pieces, so near-misses of every length are common.
 var words = strings.Fields("the of and to in is that for it as with was on be by at this " +
 	"patient note summary contract clause letter translate list every name value model " +
-	"résumé café 東京 🍣 \"quoted\" new\nline tab\there <tag> & more")
+	"résumé café 東京 🍣 \"quoted\" new\nline tab\there <tag> & more don't")
 
 func prose(rng *rand.Rand, n int) []byte {
 	var b []byte
@@ -123,8 +123,12 @@ func TestPrivacyScanPlanted(t *testing.T) {
 		func(b []byte) []byte { return jsonEscape(b, false, false) },
 		func(b []byte) []byte { return jsonEscape(b, true, false) },
 		func(b []byte) []byte { return jsonEscape(b, false, true) },
+		// as Python's repr writes a str holding both quotes
+		func(b []byte) []byte {
+			return []byte(strings.NewReplacer("\\", "\\\\", "\n", "\\n", "\t", "\\t", "'", "\\'", "é", "\\xe9").Replace(string(b)))
+		},
 	}
-	for round := range 80 {
+	for round := range 100 {
 		vi := rng.IntN(len(vals))
 		n := DefaultMinLeakBytes - round%2
 		off := rng.IntN(len(vals[vi]) - n + 1)
@@ -148,8 +152,8 @@ func TestPrivacyScanPlanted(t *testing.T) {
 }
 
 func TestUnescaper(t *testing.T) {
-	in := `a\"b\\c\n\t\u0001 \u00e9 \ud83c\udf63 \ud83c x \q \u12 end\`
-	want := "a\"b\\c\n\t\x01 é 🍣 \uFFFD x \\q \\u12 end\\"
+	in := `a\"b\\c\n\t\u0001 \u00e9 \ud83c\udf63 \ud83c x \q \u12 it\'s \xe9\xa0 \x4 end\`
+	want := "a\"b\\c\n\t\x01 é 🍣 \uFFFD x \\q \\u12 it's é\u00a0 \\x4 end\\"
 	var u unescaper
 	if got := string(u.decode(nil, []byte(in), true)); got != want {
 		t.Fatalf("whole: %q, want %q", got, want)

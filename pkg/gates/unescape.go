@@ -5,11 +5,13 @@ import (
 	"unicode/utf8"
 )
 
-// unescaper decodes JSON string escapes in a byte stream: \" \\ \/ \b \f
-// \n \r \t and \uXXXX (a surrogate pair as one character, a lone
+// unescaper decodes string escapes in a byte stream: JSON's \" \\ \/ \b
+// \f \n \r \t and \uXXXX (a surrogate pair as one character, a lone
 // surrogate as U+FFFD), as Go's encoding/json and Python's json.dumps
-// write them (ASCII-only and HTML-safe forms included). Every other byte,
-// and a backslash that starts no escape, is copied as it is. Fed in
+// write them (ASCII-only and HTML-safe forms included), and the \' \a \v
+// and \xNN (a character below U+0100) that Python's repr and Go's %q add.
+// Every other byte, and a backslash that starts no escape, is copied as
+// it is. Fed in
 // pieces, it holds back an escape cut at the end of a piece until the
 // next one, so the decoded stream does not depend on where the pieces
 // end.
@@ -75,6 +77,25 @@ func escapeAt(b []byte, final bool) (n int, out []byte, ok bool) {
 		return 2, []byte{'\r'}, true
 	case 't':
 		return 2, []byte{'\t'}, true
+	case '\'':
+		return 2, b[1:2], true // Python's repr
+	case 'a':
+		return 2, []byte{'\a'}, true
+	case 'v':
+		return 2, []byte{'\v'}, true
+	case 'x':
+		// \xNN: Python's repr of a character below U+0100, Go's %q of a byte
+		if len(b) < 4 {
+			if !final && allHex(b[2:]) {
+				return 0, nil, false
+			}
+			return 1, b[:1], true
+		}
+		r, ok := hex4([]byte{'0', '0', b[2], b[3]})
+		if !ok {
+			return 1, b[:1], true
+		}
+		return 4, utf8.AppendRune(nil, r), true
 	case 'u':
 	default:
 		return 1, b[:1], true
