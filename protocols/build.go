@@ -206,6 +206,9 @@ func (b *builder) validate() {
 		c.add(p.Meta.At("warden"), "warden", "protocol format %d is not supported; this controller reads format %d", p.Warden, FormatVersion)
 	}
 	checkID(c, p.Meta.At("name"), "name", "protocol name", p.Name)
+	if m := p.Privacy.MinLeakBytes; m != nil && *m < MinLeakBytesFloor {
+		c.add(p.Privacy.Meta.At("min_leak_bytes"), "privacy.min_leak_bytes", "must be at least %d bytes (shorter runs of a prompt turn up by chance), got %d", MinLeakBytesFloor, *m)
+	}
 
 	// host
 	h := &p.Host

@@ -59,6 +59,10 @@ func (b *builder) expand() *Plan {
 	if _, given := p.Privacy.Meta.Fields["forbidden_fields"]; !given {
 		plan.Privacy = DefaultForbiddenFields
 	}
+	plan.PrivacyMinLeakBytes = DefaultMinLeakBytes
+	if p.Privacy.MinLeakBytes != nil {
+		plan.PrivacyMinLeakBytes = *p.Privacy.MinLeakBytes
+	}
 	if plan.Protocol.Workdir == "" {
 		plan.Protocol.Workdir = "."
 	}

@@ -26,6 +26,11 @@ type Plan struct {
 	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
 	CleanupS   float64          `json:"cleanup_timeout_s"`
 	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling
+
+	// PrivacyMinLeakBytes is privacy.min_leak_bytes (0 in plans written
+	// before it existed: read as DefaultMinLeakBytes).
+	PrivacyMinLeakBytes int `json:"privacy_min_leak_bytes,omitempty"`
+
 	// Executor is where the protocol says attempts run.
 	Executor ExecutorInfo `json:"executor"`
 	// SlurmRequests are the steps and allocations the runs ask Slurm for,

@@ -29,6 +29,9 @@ func TestMiniIsValid(t *testing.T) {
 	if got, want := strings.Join(ids, " "), "A.sat A.mod B.sat B.mod"; got != want {
 		t.Fatalf("runs = %s, want %s", got, want)
 	}
+	if p.PrivacyMinLeakBytes != DefaultMinLeakBytes {
+		t.Fatalf("privacy leak length %d, want the default %d", p.PrivacyMinLeakBytes, DefaultMinLeakBytes)
+	}
 	if got := p.Runs[1].NeedVars["NEED_SAT_DIR"]; got != "A.sat" {
 		t.Fatalf("A.mod NEED_SAT_DIR = %q", got)
 	}
@@ -59,6 +62,8 @@ func TestProblems(t *testing.T) {
 			`required field "phases" is missing from the protocol`},
 		{"reserve mode", `budget: {cap_gpu_hours: 1.0}`, `budget: {cap_gpu_hours: 1.0, reserve: worst}`, 4, 39, "budget.reserve",
 			`reserve is nominal or bounds, got "worst"`},
+		{"leak length below the floor", `budget: {cap_gpu_hours: 1.0}`, "budget: {cap_gpu_hours: 1.0}\nprivacy: {min_leak_bytes: 8}", 5, 27, "privacy.min_leak_bytes",
+			`must be at least 16 bytes (shorter runs of a prompt turn up by chance), got 8`},
 		{"executor kind", `budget: {cap_gpu_hours: 1.0}`, "budget: {cap_gpu_hours: 1.0}\nexecutor: {kind: kubernetes}", 5, 18, "executor.kind",
 			`executor is local or slurm, got "kubernetes"`},
 		{"slurm settings without slurm", `budget: {cap_gpu_hours: 1.0}`, "budget: {cap_gpu_hours: 1.0}\nexecutor: {slurm: {partition: gpu}}", 5, 19, "executor.slurm",

@@ -40,9 +40,11 @@ type Protocol struct {
 	Axes    []Axis   `yaml:"axes" warden:"required"`
 	Phases  []Phase  `yaml:"phases" warden:"required"`
 
-	// SampleIntervalS is how often GPU power, clocks and memory are sampled
-	// while a server runs; default 1, 0 switches sampling off (energy
-	// counters are still read at each attempt's ends).
+	// SampleIntervalS is how often GPU power, clocks, memory and
+	// processes are sampled while a server runs (a process that is not
+	// the attempt's fails the run); default 1, 0 switches sampling off,
+	// and the mid-run process check with it (energy counters are still
+	// read at each attempt's ends).
 	SampleIntervalS *float64 `yaml:"sample_interval_s"`
 
 	Cleanup    Cleanup     `yaml:"cleanup"`
@@ -427,10 +429,24 @@ type Retries struct {
 // check off.
 var DefaultForbiddenFields = []string{"prompt", "messages", "content", "generated_text"}
 
+// DefaultMinLeakBytes is privacy.min_leak_bytes when the protocol does
+// not set it: a run of 48 bytes of a private value, from anywhere in it,
+// found outside the private directory is a leak (the privacy scan's
+// PrivateIndex in pkg/gates).
+const DefaultMinLeakBytes = 48
+
+// MinLeakBytesFloor is the smallest privacy.min_leak_bytes accepted.
+const MinLeakBytesFloor = 16
+
 // Privacy is the privacy scan's rule.
 type Privacy struct {
 	Meta            Meta     `yaml:"-"`
 	ForbiddenFields []string `yaml:"forbidden_fields"`
+	// MinLeakBytes is the leak length in bytes: every run of at least
+	// this many bytes of any private value, from anywhere in the value,
+	// is looked for in every file the campaign writes; at least 16;
+	// default 48.
+	MinLeakBytes *int `yaml:"min_leak_bytes"`
 }
 
 // Validator is a command run after each attempt of the named loads (all

@@ -78,18 +78,22 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if err != nil {
 				return err
 			}
-			resolved, note, err := campaigndir.ResolveBackend(backend)
-			if err != nil {
-				return &exitError{2, err}
-			}
-			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
 			if cgroups != "auto" && cgroups != "off" {
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			so := campaigndir.StartOptions{Backend: resolved, FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver}
+			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver}
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &exitError{2, err}
 			}
+			resolved, note, err := campaigndir.ResolveBackend(backend, so.Executor == "slurm")
+			var noNVML *campaigndir.NoNVMLError
+			if errors.As(err, &noNVML) {
+				return &exitError{exitNoGPUs, err}
+			} else if err != nil {
+				return &exitError{2, err}
+			}
+			so.Backend = resolved
+			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
 			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
@@ -113,7 +117,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 	eo.flags(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
-	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto (NVML when it initializes, else fake), nvml, or fake")
+	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto or nvml (NVML; refused, exit 5, where it does not initialize), or fake (file-backed GPUs, for tests and demos)")
 	cmd.RegisterFlagCompletionFunc("gpu-backend", cobra.FixedCompletions([]string{"auto", "nvml", "fake"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
 	cmd.Flags().StringVar(&fakeDir, "fake-gpus", "", "with the fake backend: the fake host's GPU directory (default DIR/fake-gpus, created)")
@@ -164,7 +168,7 @@ run that is not complete. It detaches like start unless --foreground.`,
 	mo.flags(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
-	cmd.Flags().StringVar(&backend, "gpu-backend", "", "GPU backend; must match the campaign's")
+	cmd.Flags().StringVar(&backend, "gpu-backend", "", "GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
 	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
 	return cmd
 }
@@ -183,7 +187,8 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if err != nil {
 		return err
 	}
-	if _, err := campaigndir.ReadSettings(abs); err != nil {
+	set, err := campaigndir.ReadSettings(abs)
+	if err != nil {
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
@@ -194,6 +199,13 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 			fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return nil
 		}
+	}
+	if err := campaigndir.CheckResumeBackend(set, backend); err != nil {
+		var noNVML *campaigndir.NoNVMLError
+		if errors.As(err, &noNVML) {
+			return &exitError{exitNoGPUs, err}
+		}
+		return &exitError{1, err}
 	}
 	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
@@ -276,6 +288,12 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	}
 	return reported, nil
 }
+
+// exitNoGPUs is start's and resume's exit status when the GPUs cannot be
+// read: NVML does not initialize for --gpu-backend auto or nvml, or for
+// an NVML campaign (campaigndir.NoNVMLError). Fake GPUs are never taken
+// instead; --gpu-backend fake asks for them.
+const exitNoGPUs = 5
 
 // exitDied is controller stop's exit status when the controller is not
 // alive while the campaign is unfinished: it died (before or during the

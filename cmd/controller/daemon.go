@@ -104,6 +104,15 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err := campaigndir.CheckBelongs(dir, set, plan, camp); err != nil {
 		return err
 	}
+	if camp.GPUBackend == "" {
+		// recorded before the campaign record named its backend
+		if err := store.UpdateCampaign(func(cp *state.Campaign) error { cp.GPUBackend = set.GPUBackend; return nil }); err != nil {
+			return err
+		}
+	}
+	if set.GPUBackend == "fake" {
+		log.Warn().Str("fake_gpu_dir", set.FakeGPUDir).Msg("fake GPUs: the GPU gates read files; nothing measured is a GPU's")
+	}
 	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
 		// a finished campaign: nothing to reconcile or run
 		log.Info().Msg("campaign complete; nothing to resume")
@@ -127,7 +136,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if boot == nil {
 		boot = launch.BootIDFromEnv()
 	}
-	private, err := runner.PrivateSubstrings(dir)
+	private, err := runner.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return err
 	}

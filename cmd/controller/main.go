@@ -41,7 +41,7 @@ func main() {
 
 func newRoot() *cobra.Command {
 	var resumeFlag, foreground bool
-	var dir string
+	var dir, backend string
 	root := &cobra.Command{
 		Use:   "controller",
 		Short: "Run pre-registered GPU serving benchmark campaigns",
@@ -60,12 +60,13 @@ ctlq shows what a campaign is doing.`,
 			if !resumeFlag {
 				return cmd.Help()
 			}
-			return resume(cmd, dir, "", foreground, "table", metricsOptions{})
+			return resume(cmd, dir, backend, foreground, "table", metricsOptions{})
 		},
 	}
 	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR (same as the resume command)")
 	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
 	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
+	root.Flags().StringVar(&backend, "gpu-backend", "", "with --resume: the GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
 	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
 		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), mancmd.New(root, "CONTROLLER"))
 	return root

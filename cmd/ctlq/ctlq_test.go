@@ -56,6 +56,7 @@ func campaignDir(t *testing.T, final state.CampaignState) string {
 	if err := s.CreateCampaign(c, runs); err != nil {
 		t.Fatal(err)
 	}
+	noPrivateInputs(t, dir)
 	if _, err := s.NewAttempt("a.saturation", "", nil); err != nil {
 		t.Fatal(err)
 	}

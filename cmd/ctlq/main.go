@@ -206,6 +206,17 @@ func statusExit(st api.Status) error {
 	return &exitError{exitOther, nil}
 }
 
+// backendLine says what the campaign's GPUs are; fake ones loudly.
+func backendLine(backend string, fake bool) string {
+	switch {
+	case fake:
+		return "FAKE (file-backed GPUs: no figure of this campaign is a GPU's)"
+	case backend == "nvml":
+		return "NVML"
+	}
+	return backend + " (not recorded: a campaign from before the record named its backend)"
+}
+
 func printStatus(w io.Writer, st api.Status) {
 	c := st.Campaign
 	fmt.Fprintf(w, "campaign   %s (protocol %s, sha256 %.12s)\n", c.ID, c.Protocol, c.SHA256)
@@ -215,6 +226,7 @@ func printStatus(w io.Writer, st api.Status) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "controller %s (via %s)\n", liveness(st.Controller), st.Source)
+	fmt.Fprintf(w, "gpus       %s\n", backendLine(c.GPUBackend, c.FakeGPUs))
 	for _, a := range st.Amendments {
 		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
 	}
@@ -328,6 +340,7 @@ func newShowCmd(o *options) *cobra.Command {
 func printRun(w io.Writer, d api.RunDetail) {
 	r := d.Run
 	fmt.Fprintf(w, "run %s (%s, phase %s, cell %s, load %s): %s\n", r.ID, r.Kind, r.Phase, r.Cell, r.Load, d.State)
+	fmt.Fprintf(w, "gpus %s\n", backendLine(d.GPUBackend, d.FakeGPUs))
 	if len(r.Needs) > 0 {
 		fmt.Fprintf(w, "needs %s\n", strings.Join(r.Needs, ", "))
 	}

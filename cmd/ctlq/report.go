@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"html/template"
@@ -21,8 +23,10 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/lockfile"
+	"warden/pkg/provenance"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -43,7 +47,12 @@ samples; and a sanity block (host load, other users' processes, missed
 samples, failing gates).
 
 -o FILE names the HTML file (default DIR/report.html, "-" for stdout);
---table-json and --csv write the runs table for analysis tools.`,
+--table-json and --csv write the runs table for analysis tools.
+
+Nothing is written that holds private text: each document is searched, before
+it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
+the campaign's private inputs (its provenance), as the privacy scan does; a
+document that holds one, or private inputs that cannot be read, exit 6.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			src, err := o.open()
@@ -56,20 +65,30 @@ samples, failing gates).
 				return &exitError{exitOther, err}
 			}
 			plan, _ := api.ReadPlan(src.dir)
+			priv, err := reportPrivacy(src.dir, plan)
+			if err != nil {
+				return &exitError{exitPrivate, err}
+			}
 			data := buildReportData(src.dir, rep, plan)
 			if file == "" {
 				file = filepath.Join(src.dir, "report.html")
 			}
-			if err := writeOut(cmd, file, func(w io.Writer) error { return writeReportHTML(w, data) }); err != nil {
-				return &exitError{exitOther, err}
-			}
-			if tableJSON != "" {
-				if err := writeOut(cmd, tableJSON, func(w io.Writer) error { return writeJSON(w, data.table()) }); err != nil {
-					return &exitError{exitOther, err}
+			for _, out := range []struct {
+				path  string
+				write func(io.Writer) error
+			}{
+				{file, func(w io.Writer) error { return writeReportHTML(w, data) }},
+				{tableJSON, func(w io.Writer) error { return writeJSON(w, data.table()) }},
+				{csvFile, func(w io.Writer) error { return writeTableCSV(w, data.Rows) }},
+			} {
+				if out.path == "" {
+					continue
 				}
-			}
-			if csvFile != "" {
-				if err := writeOut(cmd, csvFile, func(w io.Writer) error { return writeTableCSV(w, data.Rows) }); err != nil {
+				if err := writeOut(cmd, out.path, priv, out.write); err != nil {
+					var pe *privateError
+					if errors.As(err, &pe) {
+						return &exitError{exitPrivate, err}
+					}
 					return &exitError{exitOther, err}
 				}
 			}
@@ -85,15 +104,58 @@ samples, failing gates).
 	return cmd
 }
 
-func writeOut(cmd *cobra.Command, path string, write func(io.Writer) error) error {
-	if path == "-" {
-		return write(cmd.OutOrStdout())
-	}
-	var b strings.Builder
+// writeOut renders a document, refuses it when it holds private text
+// (priv), and writes it to path ("-": stdout).
+func writeOut(cmd *cobra.Command, path string, priv *gates.PrivateIndex, write func(io.Writer) error) error {
+	var b bytes.Buffer
 	if err := write(&b); err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(path, []byte(b.String()), 0o644)
+	if ids := priv.Leaks(b.Bytes()); len(ids) > 0 {
+		return &privateError{fmt.Errorf("refused to write %s: it holds %d+ bytes of private value(s) %s (seed 002 stop condition 8); nothing written",
+			path, priv.MinLen(), strings.Join(ids, ", "))}
+	}
+	if path == "-" {
+		_, err := cmd.OutOrStdout().Write(b.Bytes())
+		return err
+	}
+	return atomicfile.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// privateError says a document was not written: it holds private text.
+type privateError struct{ err error }
+
+func (e *privateError) Error() string { return e.err.Error() }
+func (e *privateError) Unwrap() error { return e.err }
+
+// exitPrivate is report's exit status when its output would hold private
+// text, or the private inputs cannot be read to tell.
+const exitPrivate = 6
+
+// reportPrivacy indexes the campaign's private inputs (its provenance) at
+// the protocol's leak length, so that report writes none of their text.
+// An input that cannot be read is an error: the report cannot be shown
+// to be clean.
+func reportPrivacy(dir string, plan *protocols.Plan) (*gates.PrivateIndex, error) {
+	entries, err := provenance.Read(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the campaign's provenance for the privacy check of the report: %w", err)
+	}
+	var paths []string
+	for _, e := range entries {
+		if e.Private {
+			paths = append(paths, e.Path)
+		}
+	}
+	minLeak := protocols.DefaultMinLeakBytes
+	if plan != nil && plan.PrivacyMinLeakBytes > 0 {
+		minLeak = plan.PrivacyMinLeakBytes
+	}
+	x, err := gates.IndexPrivate(paths, minLeak)
+	if err != nil {
+		return nil, fmt.Errorf("the report is not written: its privacy check cannot read the private inputs: %w", err)
+	}
+	return x, nil
 }
 
 func (s *source) report() (api.Report, error) {

@@ -47,12 +47,16 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{- $c := .Rep.Status.Campaign}}
 <h1>{{$c.Protocol}} <span class="muted">campaign {{$c.ID}}</span></h1>
 <div><span class="state {{$c.State}}">{{$c.State}}</span>{{if and (eq $c.State "running") (not .Rep.Status.Controller.Alive)}} <span class="bad">no controller runs it (crashed or killed): controller resume -d {{$c.Dir}}</span>{{end}}{{if $c.StopReason}} <span class="bad">stop reason {{$c.StopReason}}</span>: {{$c.StopDetail}}{{end}}</div>
+{{- if $c.FakeGPUs}}
+<div id="fake-gpus" class="bad">FAKE GPUs: this campaign ran on file-backed fake GPUs (--gpu-backend fake). No figure in this report is a GPU's.</div>
+{{- end}}
 <dl class="kv">
 <dt>protocol sha256</dt><dd class="mono">{{$c.SHA256}}</dd>
 {{- if .Plan}}{{if .Plan.Protocol.Title}}<dt>title</dt><dd>{{.Plan.Protocol.Title}}</dd>{{end}}{{if .Plan.Protocol.Frozen}}<dt>frozen</dt><dd>{{.Plan.Protocol.Frozen}}</dd>{{end}}{{end}}
 <dt>directory</dt><dd class="mono">{{$c.Dir}}</dd>
 <dt>created</dt><dd>{{time $c.CreatedAt}}</dd>
 <dt>regime</dt><dd>{{$c.Regime}}</dd>
+<dt>GPU backend</dt><dd>{{$c.GPUBackend}}</dd>
 <dt>runs</dt><dd>{{.Rep.Status.Runs.Total}}: {{range $k, $v := .Rep.Status.Runs.ByState}}{{$k}} {{$v}} &nbsp;{{end}}</dd>
 <dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ConsumedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
 <dt>report generated</dt><dd>{{time .Rep.GeneratedAt}} (from the {{.Rep.Status.Source}})</dd>

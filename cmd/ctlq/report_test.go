@@ -34,6 +34,7 @@ func reportDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	noPrivateInputs(t, dir)
 	runs := []state.Run{
 		{ID: "c0.saturation", Order: 0, Phase: "matrix", Kind: "saturation", Cell: "c0", GPUs: 1, ExpectedS: 60},
 		{ID: "c0.moderate", Order: 1, Phase: "matrix", Kind: "moderate", Cell: "c0", GPUs: 1, ExpectedS: 60},

@@ -68,6 +68,20 @@ type CampaignStatus struct {
 	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
 	Regime      string             `json:"regime,omitempty"`
 	CreatedAt   time.Time          `json:"created_at"`
+	// GPUBackend is what the campaign reads its GPUs through: "nvml",
+	// "fake", or "unknown" (a campaign recorded before the field, not
+	// yet resumed). FakeGPUs is true for "fake": the GPUs are files, and
+	// no figure of the campaign is a GPU's.
+	GPUBackend string `json:"gpu_backend"`
+	FakeGPUs   bool   `json:"fake_gpus"`
+}
+
+// BackendOf is a campaign record's GPU backend as the API names it.
+func BackendOf(c state.Campaign) (backend string, fake bool) {
+	if c.GPUBackend == "" {
+		return "unknown", false
+	}
+	return c.GPUBackend, c.GPUBackend == "fake"
 }
 
 // HeartbeatInterval is how often a running controller records its
@@ -148,12 +162,15 @@ type AttemptBrief struct {
 
 // RunDetail is `ctlq show RUN -o json`.
 type RunDetail struct {
-	Schema   int                 `json:"schema"`
-	Run      state.Run           `json:"run"`
-	State    string              `json:"state"`
-	Attempts []state.Attempt     `json:"attempts"`
-	Events   []state.Event       `json:"events"`
-	Gates    []state.GateVerdict `json:"gates"`
+	Schema int `json:"schema"`
+	// GPUBackend and FakeGPUs are the campaign's (CampaignStatus).
+	GPUBackend string              `json:"gpu_backend"`
+	FakeGPUs   bool                `json:"fake_gpus"`
+	Run        state.Run           `json:"run"`
+	State      string              `json:"state"`
+	Attempts   []state.Attempt     `json:"attempts"`
+	Events     []state.Event       `json:"events"`
+	Gates      []state.GateVerdict `json:"gates"`
 }
 
 // Events is the answer of GET /v1/events.
@@ -202,6 +219,7 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		Current:   []Current{},
 		LastEvent: sum.LastEventSeq,
 	}
+	st.Campaign.GPUBackend, st.Campaign.FakeGPUs = BackendOf(c)
 	for _, a := range sum.Live {
 		st.Budget.InFlightGPUHours += InFlightGPUSeconds(a, now) / 3600
 	}
@@ -321,7 +339,12 @@ func BuildRun(s *state.Store, id string) (RunDetail, error) {
 	if err != nil {
 		return RunDetail{}, err
 	}
+	cp, err := s.Campaign()
+	if err != nil {
+		return RunDetail{}, err
+	}
 	d := RunDetail{Schema: Schema, Run: r, State: string(r.State()), Attempts: []state.Attempt{}, Events: []state.Event{}}
+	d.GPUBackend, d.FakeGPUs = BackendOf(cp)
 	if d.Attempts, err = s.Attempts(id); err != nil {
 		return RunDetail{}, err
 	}

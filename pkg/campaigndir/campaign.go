@@ -50,6 +50,12 @@ type Settings struct {
 	// Slurm's options).
 	Executor string         `json:"executor,omitempty"`
 	Slurm    *slurm.Options `json:"slurm,omitempty"`
+
+	// FakeExplicit records that the fake backend was asked for by name
+	// (--gpu-backend fake). A fake campaign without it was made when
+	// "auto" still fell back to fake GPUs: resume refuses it unless
+	// --gpu-backend fake is given.
+	FakeExplicit bool `json:"fake_gpus_explicit,omitempty"`
 }
 
 // StartOptions are the choices of controller start.
@@ -226,6 +232,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		st.Cgroups = "auto"
 	}
 	if so.Backend == "fake" {
+		st.FakeExplicit = true
 		// The fake GPUs stand for the host: a directory given by the
 		// operator is shared with whatever else claims GPUs there.
 		st.FakeGPUDir = so.FakeGPUDir
@@ -276,6 +283,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		BudgetUnit:        plan.Totals.Unit,
 		Regime:            plan.Regime,
 		RegimeConcurrency: regimeConcurrency(plan, plan.Regime),
+		GPUBackend:        so.Backend,
 	}
 	return store.CreateCampaign(c, runs)
 }

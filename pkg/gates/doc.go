@@ -7,7 +7,7 @@
 //
 //   - A gate is a function of its arguments and, for the gates that read
 //     files (EffectiveConfigDir, PrivacyScan, ReadThroughput,
-//     PrivateSubstrings, ReadHostRecord), of what it reads. The time of a
+//     IndexPrivate, ReadHostRecord), of what it reads. The time of a
 //     verdict is the now the caller passes; no gate reads a clock.
 //   - Every verdict is one of Pass, Fail, Error. Fail means the gate looked
 //     and the thing is wrong; Error means the gate could not look (a bad

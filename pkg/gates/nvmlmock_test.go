@@ -33,6 +33,7 @@ func newHost(t *testing.T) *host {
 			return nvml.Memory_v2{Total: 143771 << 20, Used: h.used[i], Free: 143771<<20 - h.used[i]}, nvml.SUCCESS
 		}
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return h.procs[i], nvml.SUCCESS }
+		dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 		dev.GetCpuAffinityFunc = func(n int) ([]uint, nvml.Return) {
 			w := h.aff[i]
 			if w == nil {

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 	"warden/pkg/safefile"
 )
@@ -28,9 +30,9 @@ const chunkSize = 1 << 20
 // between the quoted key and its colon.
 const maxKeySpace = 64
 
-// PrivacyScan checks that an attempt directory holds no private data (the
-// seed's artifact contract and stop condition 8). It walks every regular
-// file under dir and fails when
+// PrivacyScan checks that a directory holds no private data (the seed's
+// artifact contract and stop condition 8). It walks every regular file
+// under dir and fails when
 //
 //   - a JSON or JSON-lines file has an object key equal to one of
 //     forbiddenFields ("prompt", "messages", "content", "generated_text",
@@ -38,11 +40,12 @@ const maxKeySpace = 64
 //     value, else line by line; lines that do not parse (a log's text, a
 //     torn last line) and files that are not JSON at all are searched for
 //     the bytes "<field>" followed by optional white space and a colon;
-//   - any file contains any of privateSubstrings: searched in the raw
-//     bytes, in their JSON-escaped forms (as Go and Python write strings),
-//     and in the decoded keys and strings of parsed JSON. Substrings
-//     shorter than MinSubstringLen are not used (see there: false
-//     positives).
+//   - any file holds a run of at least private.MinLen() bytes of any
+//     private value, from anywhere in the value (PrivateIndex: every such
+//     run is found). Each file is searched twice: as its raw bytes, and as
+//     its JSON-decoded view (unescaper: \n, \", \uXXXX... decoded, as Go
+//     and Python write strings), so an escaped value is found too. A nil
+//     or empty index looks for no private text.
 //
 // Gzip files (by their magic bytes, such as traces/*.json.gz) are searched
 // decompressed; a gzip stream cut short is searched as far as it goes and
@@ -50,10 +53,12 @@ const maxKeySpace = 64
 // bytes only.
 //
 // Bounded work: a file (decompressed) larger than maxParseBytes is not
-// parsed; it is searched as a stream in 1 MiB chunks, for the substrings
+// parsed; it is searched as a stream in 1 MiB chunks, for the private text
 // and for the "<field>": bytes, and counted in files_streamed. At most
 // maxParseBytes of one file is held in memory, with its parsed JSON (a few
-// times that); maxParseBytes <= 0 streams every file.
+// times that); maxParseBytes <= 0 streams every file. Successive chunks
+// share their last bytes (at least MinLen), so a run that straddles two
+// chunks lies wholly in one of them and is found.
 //
 // Symbolic links are not followed; they are counted and named in the
 // detail, and they do not fail the scan by themselves. Other files that are
@@ -65,23 +70,36 @@ const maxKeySpace = 64
 // it is counted as vanished, not unreadable.
 //
 // Verdicts: fail when anything private is found, naming the file, and the
-// field with its JSON path, or the substring's SHA-256 prefix (never the
-// substring: it is private), at most 20 findings; error when nothing was
-// found but a file or directory could not be read (the directory is not
-// proven clean); pass otherwise.
+// field with its JSON path, or the private value's SHA-256 prefix (never
+// the text: it is private) and the view it was found in, at most 20
+// findings; error when nothing was found but a file or directory could
+// not be read (the directory is not proven clean); pass otherwise.
 //
 // Figures: files_scanned, bytes_scanned (decompressed bytes examined),
 // files_parsed (files with at least one parsed JSON value), files_streamed,
 // files_gzip, files_gzip_truncated, files_skipped, files_unreadable,
-// files_vanished, symlinks, irregular, substrings (used), substrings_short (dropped),
-// findings.
+// files_vanished, symlinks, irregular, private_values (indexed),
+// private_values_short (shorter than the leak length: no leak of that
+// length can come from them), private_bytes, min_leak_bytes, findings.
 //
 // A fail is stop condition 8: the caller fails the run (privacy-violation),
 // stops the campaign, and must not package or copy the directory. An error
 // is treated as a fail for packaging and stops for review.
-func PrivacyScan(dir string, forbiddenFields []string, privateSubstrings [][]byte, skip func(relPath string) bool, maxParseBytes int64, now time.Time) Verdict {
+func PrivacyScan(dir string, forbiddenFields []string, private *PrivateIndex, skip func(relPath string) bool, maxParseBytes int64, now time.Time) Verdict {
+	return PrivacyScanCached(dir, forbiddenFields, private, skip, maxParseBytes, nil, now)
+}
+
+// PrivacyScanCached is PrivacyScan that leaves out the files cache says
+// were found clean unchanged (same path, inode, size and modification
+// time) by an earlier scan with the same index and fields, and records
+// in cache the files this scan finds clean. Figures: files_unchanged
+// counts the files left out. Meant for a campaign's own files, scanned
+// after every attempt, most of which (provenance copies) never change.
+// cache nil is PrivacyScan.
+func PrivacyScanCached(dir string, forbiddenFields []string, private *PrivateIndex, skip func(relPath string) bool, maxParseBytes int64, cache *ScanCache, now time.Time) Verdict {
 	v := Verdict{Gate: "privacy", Verdict: Pass, At: now}
-	s := newPrivacyScan(forbiddenFields, privateSubstrings, maxParseBytes)
+	s := newPrivacyScan(forbiddenFields, private, maxParseBytes)
+	s.cache = cache
 	v.Figures = s.fig
 	if fi, err := os.Lstat(dir); err != nil {
 		v.Verdict, v.Detail = Error, fmt.Sprintf("privacy scan of %s: %v", dir, err)
@@ -90,6 +108,12 @@ func PrivacyScan(dir string, forbiddenFields []string, privateSubstrings [][]byt
 		v.Verdict, v.Detail = Error, fmt.Sprintf("privacy scan of %s: not a directory", dir)
 		return v
 	}
+	s.walkDir(dir, skip)
+	return s.verdict(v)
+}
+
+// walkDir scans every file under dir that skip leaves in.
+func (s *privacyScan) walkDir(dir string, skip func(string) bool) {
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		rel, rerr := filepath.Rel(dir, path)
 		if rerr != nil {
@@ -129,7 +153,10 @@ func PrivacyScan(dir string, forbiddenFields []string, privateSubstrings [][]byt
 		}
 		return nil
 	})
+}
 
+// verdict completes v from what the scan found.
+func (s *privacyScan) verdict(v Verdict) Verdict {
 	s.fig["findings"] = float64(len(s.findings))
 	var parts []string
 	if len(s.findings) > 0 {
@@ -151,10 +178,9 @@ func PrivacyScan(dir string, forbiddenFields []string, privateSubstrings [][]byt
 	return v
 }
 
-func newPrivacyScan(forbiddenFields []string, privateSubstrings [][]byte, maxParseBytes int64) *privacyScan {
-	m, used, short := newMatcher(privateSubstrings)
+func newPrivacyScan(forbiddenFields []string, private *PrivateIndex, maxParseBytes int64) *privacyScan {
 	s := &privacyScan{
-		m:        m,
+		idx:      private,
 		fields:   map[string]bool{},
 		maxParse: maxParseBytes,
 		chunk:    chunkSize,
@@ -167,22 +193,30 @@ func newPrivacyScan(forbiddenFields []string, privateSubstrings [][]byte, maxPar
 		}
 	}
 	sort.Slice(s.fieldPats, func(i, j int) bool { return bytes.Compare(s.fieldPats[i], s.fieldPats[j]) < 0 })
-	s.overlap = max(m.maxLen, keyLen)
 	for _, p := range s.fieldPats {
 		s.overlap = max(s.overlap, len(p)+maxKeySpace+1)
 	}
 	for _, k := range []string{"files_scanned", "bytes_scanned", "files_parsed", "files_streamed", "files_gzip",
-		"files_gzip_truncated", "files_skipped", "files_unreadable", "files_vanished", "symlinks", "irregular", "findings"} {
+		"files_gzip_truncated", "files_skipped", "files_unreadable", "files_vanished", "files_unchanged", "symlinks", "irregular", "findings",
+		"private_values", "private_values_short", "private_bytes", "min_leak_bytes"} {
 		s.fig[k] = 0
 	}
-	s.fig["substrings"] = float64(used)
-	s.fig["substrings_short"] = float64(short)
+	if !private.empty() {
+		s.overlap = max(s.overlap, private.MinLen())
+		s.fig["private_values"] = float64(private.Values())
+		s.fig["private_values_short"] = float64(private.Short())
+		s.fig["private_bytes"] = float64(private.Bytes())
+		s.fig["min_leak_bytes"] = float64(private.MinLen())
+	} else if private != nil {
+		s.fig["private_values_short"] = float64(private.Short())
+		s.fig["min_leak_bytes"] = float64(private.MinLen())
+	}
 	return s
 }
 
 // privacyScan is the state of one PrivacyScan; it is used by one goroutine.
 type privacyScan struct {
-	m         *matcher
+	idx       *PrivateIndex
 	fields    map[string]bool
 	fieldPats [][]byte // `"field"`, sorted
 	maxParse  int64
@@ -196,6 +230,44 @@ type privacyScan struct {
 	irregular []string
 
 	seen map[string]bool // findings of the current file, to report each once
+
+	cache *ScanCache // nil: every file is scanned
+}
+
+// ScanCache remembers files a privacy scan found clean; see
+// PrivacyScanCached. It is safe for concurrent use.
+type ScanCache struct {
+	mu    sync.Mutex // guards clean
+	clean map[fileKey]bool
+}
+
+type fileKey struct {
+	path       string
+	ino, size  uint64
+	mtimeNanos int64
+}
+
+func (c *ScanCache) has(k fileKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clean[k]
+}
+
+func (c *ScanCache) add(k fileKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clean == nil {
+		c.clean = map[fileKey]bool{}
+	}
+	c.clean[k] = true
+}
+
+func keyOf(path string, fi fs.FileInfo) fileKey {
+	k := fileKey{path: path, size: uint64(fi.Size()), mtimeNanos: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		k.ino = st.Ino
+	}
+	return k
 }
 
 func (s *privacyScan) unreadable(rel string, err error) {
@@ -211,21 +283,38 @@ func (s *privacyScan) report(rel, what string) {
 	s.findings = append(s.findings, rel+": "+what)
 }
 
-func (s *privacyScan) substringFound(rel string, pat int) {
-	id := s.m.id[pat]
-	if s.seen[id] {
-		return // each substring once per file, in the form found first
+// private reports every private value found in buf, in the named view.
+func (s *privacyScan) private(buf []byte, rel, view string) {
+	s.idx.Scan(buf, func(value int) {
+		key := "value " + strconv.Itoa(value)
+		if s.seen[key] {
+			return // each value once per file, in the view found first
+		}
+		s.seen[key] = true
+		s.report(rel, fmt.Sprintf("private text (%d+ bytes of private value %s, %s)", s.idx.MinLen(), s.idx.ID(value), view))
+	})
+}
+
+// Views of a file's content the private text is searched in.
+const (
+	viewRaw     = "raw bytes"
+	viewDecoded = "JSON-decoded"
+)
+
+// privateBoth searches buf raw and, when it holds a backslash, decoded.
+func (s *privacyScan) privateBoth(buf []byte, rel string) {
+	if s.idx.empty() {
+		return
 	}
-	s.seen[id] = true
-	what := "private substring " + id
-	if f := s.m.form[pat]; f != "" {
-		what += " (" + f + ")"
+	s.private(buf, rel, viewRaw)
+	if bytes.IndexByte(buf, '\\') >= 0 {
+		var u unescaper
+		s.private(u.decode(nil, buf, true), rel, viewDecoded)
 	}
-	s.report(rel, what)
 }
 
 // file scans one regular file.
-func (s *privacyScan) file(path, rel string) error {
+func (s *privacyScan) file(path, rel string) (err error) {
 	s.seen = map[string]bool{}
 	f, err := safefile.Open(path) // replaced since the walk saw it: refused, not waited on
 	if err != nil {
@@ -235,6 +324,20 @@ func (s *privacyScan) file(path, rel string) error {
 	fi, err := f.Stat()
 	if err != nil {
 		return err
+	}
+	var key fileKey
+	if s.cache != nil {
+		key = keyOf(path, fi)
+		if s.cache.has(key) {
+			s.fig["files_unchanged"]++
+			return nil
+		}
+		before, errsBefore := len(s.findings), len(s.errs)
+		defer func() {
+			if len(s.findings) == before && len(s.errs) == errsBefore && err == nil {
+				s.cache.add(key)
+			}
+		}()
 	}
 	s.fig["files_scanned"]++
 	br := bufio.NewReaderSize(f, 64<<10)
@@ -285,7 +388,7 @@ func (s *privacyScan) content(r io.Reader, rel string, size int64) error {
 // where it does not.
 func (s *privacyScan) memory(data []byte, rel string) {
 	s.fig["bytes_scanned"] += float64(len(data))
-	s.m.scan(data, len(data), func(p int) { s.substringFound(rel, p) })
+	s.privateBoth(data, rel)
 	var whole any
 	if json.Unmarshal(data, &whole) == nil {
 		s.fig["files_parsed"]++
@@ -315,8 +418,8 @@ func (s *privacyScan) memory(data []byte, rel string) {
 	}
 }
 
-// walk reports forbidden keys at any depth, and private substrings in
-// decoded keys and strings (which escapes may hide from the raw search).
+// walk reports forbidden keys at any depth. (Private text in keys and
+// strings is found in the file's JSON-decoded view.)
 func (s *privacyScan) walk(v any, rel, at string) {
 	switch x := v.(type) {
 	case map[string]any:
@@ -330,22 +433,12 @@ func (s *privacyScan) walk(v any, rel, at string) {
 			if s.fields[k] {
 				s.report(rel, fmt.Sprintf("forbidden field %q at %s", k, p))
 			}
-			s.strings(k, rel)
 			s.walk(x[k], rel, p)
 		}
 	case []any:
 		for i, e := range x {
 			s.walk(e, rel, at+"["+strconv.Itoa(i)+"]")
 		}
-	case string:
-		s.strings(x, rel)
-	}
-}
-
-func (s *privacyScan) strings(str, rel string) {
-	if len(str) >= keyLen {
-		b := []byte(str)
-		s.m.scan(b, len(b), func(p int) { s.substringFound(rel, p) })
 	}
 }
 
@@ -380,23 +473,48 @@ func (s *privacyScan) fieldBytes(buf []byte, limit int, rel, where string) {
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // stream searches a file too large to parse, chunk by chunk, keeping
-// overlap bytes so that a match across two chunks is seen. A read error
-// ends the search after what was read is searched, and is returned.
+// overlap bytes so that a match across two chunks is seen. The JSON-decoded
+// view is decoded as the chunks come and searched the same way, in a
+// buffer of its own. A read error ends the search after what was read is
+// searched, and is returned.
 func (s *privacyScan) stream(r io.Reader, rel string) error {
 	buf := make([]byte, 0, s.chunk+s.overlap)
+	var dec []byte // the decoded view not yet searched, and its overlap
+	var u unescaper
+	keepDec := 0
+	if !s.idx.empty() {
+		keepDec = s.idx.MinLen()
+	}
 	for {
 		var rerr error
+		before := len(buf)
 		for len(buf) < cap(buf) && rerr == nil {
 			var n int
 			n, rerr = r.Read(buf[len(buf):cap(buf)])
 			buf = buf[:len(buf)+n]
 			s.fig["bytes_scanned"] += float64(n)
 		}
+		final := rerr != nil
 		limit := len(buf)
-		if rerr == nil {
+		if !final {
 			limit = len(buf) - s.overlap
 		}
-		s.m.scan(buf, limit, func(p int) { s.substringFound(rel, p) })
+		if !s.idx.empty() {
+			s.private(buf, rel, viewRaw)
+			if n := len(dec); len(u.pend) == 0 && bytes.IndexByte(buf[before:], '\\') < 0 {
+				// Decoded, the new bytes are themselves, searched raw
+				// just now: only runs that begin in the kept bytes are
+				// left to search.
+				dec = append(dec, buf[before:]...)
+				s.private(dec[:n+min(len(dec)-n, keepDec)], rel, viewDecoded)
+			} else {
+				dec = u.decode(dec, buf[before:], final)
+				s.private(dec, rel, viewDecoded)
+			}
+			if len(dec) > keepDec {
+				dec = append(dec[:0], dec[len(dec)-keepDec:]...)
+			}
+		}
 		s.fieldBytes(buf, limit, rel, "")
 		if errors.Is(rerr, io.EOF) {
 			return nil

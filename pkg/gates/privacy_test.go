@@ -20,10 +20,24 @@ const (
 	secretASCII = "Summarize the following clinical note for patient Alice Wong"
 	secretQuote = "He said \"stop\"\nand left the room at noon <quietly>"
 	secretUni   = "Résumé of naïve café owners: 東京の話 🍣 and more"
-	secretShort = "Alice Wong" // under MinSubstringLen: not used
+	secretShort = "Alice Wong" // under the leak length: not indexed
 )
 
 var secrets = [][]byte{[]byte(secretASCII), []byte(secretQuote), []byte(secretUni), []byte(secretShort)}
+
+// index builds a PrivateIndex of values for leaks of minLen bytes.
+func index(t testing.TB, minLen int, values ...[]byte) *PrivateIndex {
+	t.Helper()
+	b := NewIndexBuilder(minLen)
+	for _, v := range values {
+		b.Add(v)
+	}
+	x, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
 
 // tree writes files (slash-separated relative paths) under a new directory.
 func tree(t *testing.T, files map[string][]byte) string {
@@ -87,7 +101,7 @@ func TestPrivacyScan(t *testing.T) {
 				"opprof/a.jsonl":     []byte("{\"step\":1}\n{\"step\":2}\n"),
 			},
 			verdict: Pass,
-			figures: map[string]float64{"files_scanned": 3, "files_parsed": 2, "files_streamed": 0, "findings": 0, "substrings": 3, "substrings_short": 1}},
+			figures: map[string]float64{"files_scanned": 3, "files_parsed": 2, "files_streamed": 0, "findings": 0, "private_values": 3, "private_values_short": 1, "min_leak_bytes": 48}},
 		{name: "forbidden key deep in JSON",
 			files:   map[string][]byte{"client/result.json": []byte(`{"requests": [{"id": 1}, {"id": 2, "prompt": "x"}]}`)},
 			verdict: Fail, figures: map[string]float64{"findings": 1, "files_parsed": 1},
@@ -107,18 +121,18 @@ func TestPrivacyScan(t *testing.T) {
 		{name: "private substring in a log",
 			files:   map[string][]byte{"client.log": []byte("request 17: " + secretASCII[:50] + secretASCII[50:] + "...\n")},
 			verdict: Fail, figures: map[string]float64{"findings": 1},
-			detail: []string{"client.log: private substring " + sha(secretASCII)}},
+			detail: []string{"client.log: private text (48+ bytes of private value " + sha(secretASCII) + ", raw bytes)"}},
 		{name: "escaped substring in a parsed JSON value",
 			files:   map[string][]byte{"analysis/sanity.json": []byte(`{"sample": "` + jsonPlain(secretQuote) + `"}`)},
 			verdict: Fail, figures: map[string]float64{"findings": 1},
-			detail: []string{"analysis/sanity.json: private substring " + sha(secretQuote) + " (JSON-escaped)"}},
+			detail: []string{"analysis/sanity.json: private text (48+ bytes of private value " + sha(secretQuote) + ", JSON-decoded)"}},
 		{name: "ASCII-escaped substring in a streamed file",
 			files:   map[string][]byte{"client/raw.jsonl": big(filler(limit), []byte(`{"x": "`+jsonASCII(secretUni)+`"}`+"\n"))},
 			verdict: Fail, figures: map[string]float64{"files_streamed": 1, "files_parsed": 0},
-			detail: []string{"client/raw.jsonl: private substring " + sha(secretUni) + " (JSON-escaped, ASCII only)"}},
+			detail: []string{"client/raw.jsonl: private text (48+ bytes of private value " + sha(secretUni) + ", JSON-decoded)"}},
 		{name: "short substrings are not used",
 			files:   map[string][]byte{"client.log": []byte("patient " + secretShort + "\n")},
-			verdict: Pass, figures: map[string]float64{"substrings_short": 1}},
+			verdict: Pass, figures: map[string]float64{"private_values_short": 1}},
 		{name: "gzip trace with a forbidden key",
 			files:   map[string][]byte{"traces/w0.pt.trace.json.gz": gz(t, []byte(`{"traceEvents": [{"name": "gemm", "args": {"content": "z"}}]}`))},
 			verdict: Fail, figures: map[string]float64{"files_gzip": 1, "files_parsed": 1},
@@ -129,18 +143,18 @@ func TestPrivacyScan(t *testing.T) {
 				return z[:len(z)/2]
 			}()},
 			verdict: Fail, figures: map[string]float64{"files_gzip": 1, "files_gzip_truncated": 1, "files_unreadable": 0},
-			detail: []string{"traces/w1.pt.trace.json.gz: private substring " + sha(secretASCII)}},
+			detail: []string{"traces/w1.pt.trace.json.gz: private text (48+ bytes of private value " + sha(secretASCII) + ", raw bytes)"}},
 		{name: "gzip magic without a gzip stream is searched as bytes",
 			files:   map[string][]byte{"blob.bin": big([]byte{0x1f, 0x8b, 0x00}, []byte(secretASCII))},
 			verdict: Fail, figures: map[string]float64{"files_gzip": 0},
-			detail: []string{"blob.bin: private substring " + sha(secretASCII)}},
+			detail: []string{"blob.bin: private text (48+ bytes of private value " + sha(secretASCII) + ", raw bytes)"}},
 		{name: "matches across the streaming chunk boundary",
 			files: map[string][]byte{
 				"a.log": big(filler(chunkSize-20), []byte(secretASCII), filler(limit)),
 				"b.log": big(filler(chunkSize-70), []byte(`{"prompt"`+strings.Repeat(" ", 63)+`: 1}`), filler(limit)),
 			},
 			verdict: Fail, figures: map[string]float64{"files_streamed": 2, "findings": 2},
-			detail: []string{"a.log: private substring " + sha(secretASCII), `b.log: forbidden field "prompt" (bytes)`}},
+			detail: []string{"a.log: private text (48+ bytes of private value " + sha(secretASCII) + ", raw bytes)", `b.log: forbidden field "prompt" (bytes)`}},
 		{name: "no parsing at limit 0: keys found as bytes",
 			files:   map[string][]byte{"client/result.json": []byte(`{"a": {"prompt": 1}}`)},
 			limit:   -1,
@@ -199,7 +213,7 @@ func TestPrivacyScan(t *testing.T) {
 			if c.limit != 0 {
 				lim = c.limit
 			}
-			v := PrivacyScan(dir, forbidden, secrets, c.skip, lim, now)
+			v := PrivacyScan(dir, forbidden, index(t, DefaultMinLeakBytes, secrets...), c.skip, lim, now)
 			if v.Verdict != c.verdict || v.Gate != "privacy" || !v.At.Equal(now) {
 				t.Fatalf("got %s, want %s: %s\nfigures %v", v.Verdict, c.verdict, v.Detail, v.Figures)
 			}
@@ -256,10 +270,12 @@ func TestPrivacyScanNotADirectory(t *testing.T) {
 }
 
 // TestStreamAgainstNaive compares the streaming search, at many chunk
-// sizes, with a plain search of the whole content.
+// sizes, with a plain search of the whole content: a value is found
+// exactly when some run of minLen of its bytes occurs in the content.
 func TestStreamAgainstNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const alphabet = `ab "::` // small, so near-misses are everywhere
+	const minLen = MinLeakBytesFloor
 	fieldRE := regexp.MustCompile(`"ab"[ \t\r\n]{0,64}:`)
 	hits, fieldHits := 0, 0
 	for round := range 300 {
@@ -267,31 +283,33 @@ func TestStreamAgainstNaive(t *testing.T) {
 		for i := range data {
 			data[i] = alphabet[rng.IntN(len(alphabet))]
 		}
-		var subs [][]byte
+		var vals [][]byte
 		for range 1 + rng.IntN(6) {
-			n := MinSubstringLen + rng.IntN(40)
-			if rng.IntN(2) == 0 && n < len(data) {
-				at := rng.IntN(len(data) - n)
-				subs = append(subs, bytes.Clone(data[at:at+n]))
-			} else {
-				s := make([]byte, n)
-				for i := range s {
-					s[i] = alphabet[rng.IntN(len(alphabet))]
-				}
-				subs = append(subs, s)
+			v := make([]byte, minLen+rng.IntN(60))
+			for i := range v {
+				v[i] = alphabet[rng.IntN(len(alphabet))]
 			}
+			if n := minLen + rng.IntN(10); rng.IntN(2) == 0 && n < len(data) && n <= len(v) {
+				at, to := rng.IntN(len(data)-n), rng.IntN(len(v)-n+1)
+				copy(v[to:], data[at:at+n]) // a run of n bytes anywhere in the value
+			}
+			vals = append(vals, v)
 		}
-		s := newPrivacyScan([]string{"ab"}, subs, 0)
+		x := index(t, minLen, vals...)
+		s := newPrivacyScan([]string{"ab"}, x, 0)
 		s.chunk = 1 + rng.IntN(200)
 		s.seen = map[string]bool{}
 		if err := s.stream(bytes.NewReader(data), "f"); err != nil {
 			t.Fatal(err)
 		}
 		want := map[string]bool{}
-		for i, p := range s.m.pats {
-			if bytes.Contains(data, p) {
-				want["f: private substring "+s.m.id[i]] = true
-				hits++
+		for i, v := range vals {
+			for o := 0; o+minLen <= len(v); o++ {
+				if bytes.Contains(data, v[o:o+minLen]) {
+					want["f: private text (16+ bytes of private value "+x.ID(i)+", raw bytes)"] = true
+					hits++
+					break
+				}
 			}
 		}
 		if fieldRE.Match(data) {
@@ -300,7 +318,6 @@ func TestStreamAgainstNaive(t *testing.T) {
 		}
 		got := map[string]bool{}
 		for _, f := range s.findings {
-			f = strings.TrimSuffix(strings.TrimSuffix(f, " (JSON-escaped)"), " (JSON-escaped, HTML-safe)")
 			got[f] = true
 		}
 		if len(got) != len(want) {
@@ -316,7 +333,7 @@ func TestStreamAgainstNaive(t *testing.T) {
 		}
 	}
 	if hits < 100 || fieldHits < 100 || fieldHits > 290 {
-		t.Fatalf("the rounds did not exercise both outcomes: %d substring hits, %d of 300 with the field", hits, fieldHits)
+		t.Fatalf("the rounds did not exercise both outcomes: %d value hits, %d of 300 with the field", hits, fieldHits)
 	}
 }
 
@@ -336,35 +353,6 @@ func TestJSONEscape(t *testing.T) {
 		if got := string(jsonEscape([]byte(c.in), c.ascii != "", c.html != "")); got != c.want {
 			t.Errorf("jsonEscape(%q, ascii %v, html %v) = %q, want %q", c.in, c.ascii != "", c.html != "", got, c.want)
 		}
-	}
-}
-
-func BenchmarkPrivacyStream(b *testing.B) {
-	for _, n := range []int{10, 1000, 10000} {
-		b.Run("substrings="+strconv.Itoa(n), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(3, 4))
-			subs := make([][]byte, n)
-			for i := range subs {
-				s := make([]byte, 64)
-				for j := range s {
-					s[j] = byte('a' + rng.IntN(26))
-				}
-				subs[i] = s
-			}
-			data := filler(32 << 20)
-			b.SetBytes(int64(len(data)))
-			b.ResetTimer()
-			for b.Loop() {
-				s := newPrivacyScan(forbidden, subs, 0)
-				s.seen = map[string]bool{}
-				if err := s.stream(bytes.NewReader(data), "f"); err != nil {
-					b.Fatal(err)
-				}
-				if len(s.findings) != 0 {
-					b.Fatal(s.findings)
-				}
-			}
-		})
 	}
 }
 

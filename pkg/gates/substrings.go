@@ -7,15 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 )
-
-// SubstringPrefixLen is how much of each private value PrivateSubstrings
-// keeps: the first 64 bytes (cut back to a character boundary), or minLen
-// when that is longer. A prefix long enough to be specific and short
-// enough to survive a log that prints only the start of a prompt.
-const SubstringPrefixLen = 64
 
 // privateKey reports whether the strings under a manifest key are private
 // text: prompts, chat messages, and generated or reference outputs.
@@ -28,81 +23,78 @@ func privateKey(k string) bool {
 	return false
 }
 
-// PrivateSubstrings derives the substrings the privacy scan looks for from
-// a private input file, without copying the file anywhere.
+// IndexPrivate indexes the private values of the given private input
+// files for the privacy scan (PrivateIndex), without copying the files
+// anywhere: every run of at least minLen bytes of any value is then found.
 //
 // A file whose first non-blank byte is '{' or '[' is read as JSON: one
 // document, a top-level array (read element by element), or JSON lines
 // (one value at a time). Every string at any depth under a private key
 // (prompt, prompts, messages, content, text, generated_text, completion,
-// response, output, input, query, system, instruction) gives its prefix.
-// If the first value does not parse, the file is read as text; a later
-// value that does not parse is an error, returned with what was found.
+// response, output, input, query, system, instruction) is a value. If the
+// first value does not parse, the file is read as text; a later value
+// that does not parse is an error.
 //
-// In text, each line (trimmed of white space) gives its prefix.
+// In text, each line (trimmed of white space) is a value.
 //
-// A prefix is the first SubstringPrefixLen bytes, or minLen bytes when
-// minLen is larger, and is kept only if it is at least minLen bytes long.
-// minLen below MinSubstringLen is raised to it. The result holds at most
-// max distinct substrings, the first found; reading stops there.
-func PrivateSubstrings(path string, minLen int, max int) ([][]byte, error) {
-	if max <= 0 {
-		return nil, fmt.Errorf("private substrings of %s: max must be positive, got %d", path, max)
+// Values shorter than minLen are counted (PrivateIndex.Short), not
+// indexed. minLen below MinLeakBytesFloor is an error.
+func IndexPrivate(paths []string, minLen int) (*PrivateIndex, error) {
+	b := NewIndexBuilder(minLen)
+	if minLen < MinLeakBytesFloor {
+		return b.Build() // the error
 	}
-	minLen = maxInt(minLen, MinSubstringLen)
-	c := &collector{minLen: minLen, window: maxInt(minLen, SubstringPrefixLen), max: max, seen: map[string]bool{}}
+	// The values are at most as long as the files (JSON escapes only
+	// shrink when decoded): one allocation of that size holds them all,
+	// where growing by appending would copy them and hold two copies.
+	var size int64
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			size += fi.Size()
+		}
+	}
+	if size > 0 && size <= math.MaxUint32 {
+		b.text = make([]byte, 0, size)
+	}
+	for _, p := range paths {
+		if err := collectFile(p, b); err != nil {
+			return nil, err
+		}
+	}
+	return b.Build()
+}
+
+// collectFile adds the private values of one file to b.
+func collectFile(path string, b *IndexBuilder) error {
+	c := &collector{b: b}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("private substrings: %w", err)
+		return fmt.Errorf("private values: %w", err)
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 1<<20)
 	if first := firstNonBlank(br); first == '{' || first == '[' {
+		mark := b.mark()
 		ok, err := c.json(br, first == '[')
 		if err != nil {
-			return c.out, fmt.Errorf("private substrings of %s: %w", path, err)
+			return fmt.Errorf("private values of %s: %w", path, err)
 		}
 		if ok {
-			return c.out, nil
+			return nil
 		}
-		c.out, c.seen = nil, map[string]bool{}
+		b.reset(mark)
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("private substrings of %s: %w", path, err)
+			return fmt.Errorf("private values of %s: %w", path, err)
 		}
 		br.Reset(f)
 	}
 	if err := c.text(br); err != nil {
-		return c.out, fmt.Errorf("private substrings of %s: %w", path, err)
+		return fmt.Errorf("private values of %s: %w", path, err)
 	}
-	return c.out, nil
+	return nil
 }
 
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-type collector struct {
-	minLen, window, max int
-	seen                map[string]bool
-	out                 [][]byte
-}
-
-func (c *collector) full() bool { return len(c.out) >= c.max }
-
-func (c *collector) add(b []byte) {
-	if c.full() {
-		return
-	}
-	p := runePrefix(b, c.window)
-	if len(p) < c.minLen || c.seen[string(p)] {
-		return
-	}
-	c.seen[string(p)] = true
-	c.out = append(c.out, bytes.Clone(p))
-}
+type collector struct{ b *IndexBuilder }
 
 // firstNonBlank peeks at the first byte that is not white space, or 0.
 func firstNonBlank(br *bufio.Reader) byte {
@@ -127,7 +119,7 @@ func (c *collector) json(r io.Reader, array bool) (ok bool, err error) {
 		if _, err := dec.Token(); err != nil {
 			return false, nil
 		}
-		for dec.More() && !c.full() {
+		for dec.More() {
 			var v any
 			if err := dec.Decode(&v); err != nil {
 				return ok, ignoreFirst(ok, err)
@@ -135,7 +127,7 @@ func (c *collector) json(r io.Reader, array bool) (ok bool, err error) {
 			ok = true
 			c.walk(v, false)
 		}
-		if !ok && !c.full() {
+		if !ok {
 			// An empty array, or one that ended before its first value.
 			if _, err := dec.Token(); err != nil {
 				return false, nil
@@ -143,7 +135,7 @@ func (c *collector) json(r io.Reader, array bool) (ok bool, err error) {
 		}
 		return true, nil
 	}
-	for !c.full() {
+	for {
 		var v any
 		err := dec.Decode(&v)
 		if errors.Is(err, io.EOF) {
@@ -155,7 +147,6 @@ func (c *collector) json(r io.Reader, array bool) (ok bool, err error) {
 		ok = true
 		c.walk(v, false)
 	}
-	return true, nil
 }
 
 // ignoreFirst drops the error of the first value: the file is then read
@@ -184,29 +175,23 @@ func (c *collector) walk(v any, private bool) {
 		}
 	case string:
 		if private {
-			c.add([]byte(x))
+			c.b.Add([]byte(x))
 		}
 	}
 }
 
-// text takes the prefix of each line, reading long lines in pieces.
+// text takes each line, trimmed, as a value, reading long lines in
+// pieces.
 func (c *collector) text(br *bufio.Reader) error {
 	var line []byte
-	for !c.full() {
+	for {
 		piece, err := br.ReadSlice('\n')
-		if len(line) == 0 {
-			piece = bytes.TrimLeft(piece, " \t\r\n")
-		}
-		if len(line) < c.window+1 {
-			// Keep one byte past the window so runePrefix can see the
-			// character boundary.
-			line = append(line, piece[:min(len(piece), c.window+1-len(line))]...)
-		}
+		line = append(line, piece...)
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		if t := bytes.TrimSpace(line); len(t) > 0 {
-			c.add(t)
+			c.b.Add(t)
 		}
 		line = line[:0]
 		if errors.Is(err, io.EOF) {
@@ -216,5 +201,4 @@ func (c *collector) text(br *bufio.Reader) error {
 			return err
 		}
 	}
-	return nil
 }

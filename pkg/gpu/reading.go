@@ -16,7 +16,8 @@ type Fields uint32
 const (
 	// Memory is MemoryUsedMiB and MemoryTotalMiB.
 	Memory Fields = 1 << iota
-	// Processes is Procs: the compute processes and their memory.
+	// Processes is Procs: the compute and graphics processes and their
+	// memory.
 	Processes
 	// Clocks is SMClockMHz and MemClockMHz.
 	Clocks
@@ -38,6 +39,11 @@ const (
 // Fast is what a periodic sample reads: each field costs microseconds.
 const Fast = Memory | Clocks | ClockReasons | Power | Temperature
 
+// Sampled is what the 1 Hz sampler reads: the fast fields and the
+// processes (NVML's process queries cost microseconds too), so that a
+// process that comes and goes between the gates is seen.
+const Sampled = Fast | Processes
+
 // All is every field.
 const All = Fast | Processes | Energy | MIG | Topology
 
@@ -47,7 +53,7 @@ const (
 	MIGEnabled  = 1
 )
 
-// Proc is a compute process on a GPU.
+// Proc is a compute or graphics process on a GPU.
 type Proc struct {
 	PID int `json:"pid"`
 	// UID is the real uid of the process, -1 when it cannot be read (a

@@ -1,6 +1,7 @@
 // Package metrics exposes a campaign in the Prometheus exposition format,
 // for orchestrators: runs by state, the GPU-hour budget, the controller's
-// heartbeat, attempt durations and the last stop reason.
+// heartbeat, attempt durations, the last stop reason, and whether the GPUs
+// are fake.
 //
 // The collector reads the state database at every scrape (or textfile
 // write) and keeps nothing of its own, so it shows what the records say
@@ -39,6 +40,10 @@ var (
 		"Unix time of the controller's last heartbeat.", nil, nil)
 	descBeatAge = prometheus.NewDesc("warden_controller_heartbeat_age_seconds",
 		"Seconds since the controller's last heartbeat, at the scrape.", nil, nil)
+	descBackend = prometheus.NewDesc("warden_gpu_backend",
+		"The campaign's GPU backend: 1, labelled nvml, fake, or unknown (a campaign recorded before the record named it).", []string{"backend"}, nil)
+	descFake = prometheus.NewDesc("warden_fake_gpus",
+		"1 when the campaign runs on file-backed fake GPUs (nothing measured is a GPU's), 0 on NVML; absent when unknown.", nil, nil)
 	descDur = prometheus.NewDesc("warden_attempt_duration_seconds",
 		"Durations of attempts that ended, from creation to their terminal state, by that state.", []string{"outcome"}, nil)
 )
@@ -59,7 +64,7 @@ type Collector struct {
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descState, descStop, descRuns, descBudget, descBeat, descBeatAge, descDur} {
+	for _, d := range []*prometheus.Desc{descInfo, descState, descStop, descRuns, descBudget, descBeat, descBeatAge, descBackend, descFake, descDur} {
 		ch <- d
 	}
 }
@@ -78,6 +83,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	cp := sum.Campaign
 	ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, cp.ID, cp.ProtocolName, cp.ProtocolSHA256)
+	backend, fake := api.BackendOf(cp)
+	ch <- prometheus.MustNewConstMetric(descBackend, prometheus.GaugeValue, 1, backend)
+	if backend != "unknown" {
+		ch <- prometheus.MustNewConstMetric(descFake, prometheus.GaugeValue, b2f(fake))
+	}
 	for _, s := range campaignStates {
 		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, b2f(cp.State == s), string(s))
 	}

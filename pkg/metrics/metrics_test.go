@@ -180,3 +180,29 @@ func TestCheckLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeGPUsMetric: a fake campaign says so (warden_fake_gpus 1 and
+// the backend label), an NVML one says 0, and one whose backend is not
+// recorded says unknown and has no warden_fake_gpus.
+func TestFakeGPUsMetric(t *testing.T) {
+	for _, c := range []struct {
+		backend, label string
+		fake           float64 // -1: absent
+	}{{"fake", "fake", 1}, {"nvml", "nvml", 0}, {"", "unknown", -1}} {
+		s, now := campaign(t)
+		if err := s.UpdateCampaign(func(cp *state.Campaign) error { cp.GPUBackend = c.backend; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		fams := scrape(t, metrics.Handler(metrics.Registry(s, func() time.Time { return now })))
+		if got := value(t, fams, "warden_gpu_backend", map[string]string{"backend": c.label}).GetGauge().GetValue(); got != 1 {
+			t.Errorf("%q: warden_gpu_backend{backend=%q} = %g", c.backend, c.label, got)
+		}
+		f, ok := fams["warden_fake_gpus"]
+		switch {
+		case c.fake < 0 && ok:
+			t.Errorf("%q: warden_fake_gpus present: %v", c.backend, f)
+		case c.fake >= 0 && (!ok || f.Metric[0].GetGauge().GetValue() != c.fake):
+			t.Errorf("%q: warden_fake_gpus %v, want %g", c.backend, f, c.fake)
+		}
+	}
+}

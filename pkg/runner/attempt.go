@@ -112,6 +112,11 @@ type attempt struct {
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
 	post         chan map[string]float64 // the post-measure record's figures, when taken
+	// own judges the processes the sampler sees on the GPUs (nil when
+	// nothing samples); foreign is its verdict once taken, to fail the
+	// attempt with.
+	own     *ownProcs
+	foreign *gates.Verdict
 	// earlyBackground: this background load's client ended before its
 	// target was done
 	earlyBackground bool
@@ -379,6 +384,8 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			a.setFigure("client_ran_s", ran)
 			a.stopClient()
 			return state.ReasonMeasureDeadline, fmt.Sprintf("the client ran %.1f s, past the %.0f s measuring deadline of load %s; ended", ran, a.run.DeadlineS, a.run.Load)
+		case v := <-a.ownFound():
+			return a.foreignProcess(v)
 		case <-tick.C:
 			if a.run.AdmissionEnd == "phase-file" {
 				if r, d := a.checkDrain(time.Time{}); r != "" {
@@ -595,6 +602,9 @@ func (a *attempt) stopClient() { a.stopProc(a.client) }
 // the API parent, its grace, then the group and the cgroup. Every signal
 // is recorded with its time.
 func (a *attempt) shutdown() {
+	if a.own != nil {
+		a.own.end() // from here the cleanup gate judges what holds the GPUs
+	}
 	n := len(a.pendSigs)
 	if a.client != nil {
 		a.stopProc(a.client)
@@ -737,6 +747,13 @@ func contains(xs []int, x int) bool {
 // validate runs the protocol's validators (exit code and JSON verdict)
 // and the built-in privacy scan of the attempt directory.
 func (a *attempt) validate() (state.Reason, string) {
+	if a.foreign != nil {
+		if a.foreign.Verdict == gates.Error {
+			return state.ReasonHarnessError, "gpu-processes: " + a.foreign.Detail
+		}
+		// seen after the client ended, before the shutdown
+		return state.ReasonForeignGPUProcess, a.foreign.Detail
+	}
 	a.recordTerminalClasses()
 	env := a.env
 	if len(a.run.Validators) > 0 {
@@ -782,6 +799,11 @@ func (a *attempt) validate() (state.Reason, string) {
 	a.gate(pv)
 	if !pv.Passed() {
 		return state.ReasonPrivacyViolation, "privacy scan: " + pv.Detail
+	}
+	cv := a.c.campaignPrivacy(a.plan.Privacy)
+	a.gate(cv)
+	if !cv.Passed() {
+		return state.ReasonPrivacyViolation, "privacy scan of the campaign's own files: " + cv.Detail
 	}
 	return "", ""
 }
@@ -993,6 +1015,9 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		env = append(env, k+"="+v)
 	}
 	a.c.appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.c.now().UTC().Format(time.RFC3339Nano), role, shellQuote(argv)))
+	if a.own != nil {
+		a.own.lockStart() // a sample that sees it waits until it is known
+	}
 	p, err := a.c.starter.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.c.workdir,
 		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),
@@ -1000,6 +1025,12 @@ func (a *attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		Cgroup: leafName(a.run.ID, a.n, role),
 		Stop:   a.stopOptions(role),
 	})
+	if a.own != nil {
+		if err == nil {
+			a.own.register(p)
+		}
+		a.own.unlockStart()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -99,15 +99,21 @@ func (a *attempt) startSampler(idle []gpu.Reading) {
 		return
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
-	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl")})
+	own := newOwnProcs()
+	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl"),
+		Watch: own.watch(a.c.uid)})
 	if err == nil {
 		err = s.Start(context.Background())
 	}
 	if err != nil {
 		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+		// nothing watches the GPUs' processes mid-run: the check cannot tell
+		v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Error, At: a.c.now(), Detail: "the GPU sampler did not start: " + err.Error()}
+		a.foreign = &v
+		a.gate(v)
 		return
 	}
-	a.sampler = s
+	a.sampler, a.own = s, own
 }
 
 // stopSampler ends the sampler and records its figures: energy per GPU
@@ -122,6 +128,7 @@ func (a *attempt) stopSampler() {
 	if err != nil {
 		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
 	}
+	a.gpuProcsGate(sum)
 	a.setFigure("samples", float64(sum.Samples))
 	a.setFigure("samples_missed", float64(sum.Missed))
 	a.setFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)

@@ -128,7 +128,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 	if err := rec.send(Report{Kind: "step", Step: step}); err != nil {
 		return "", fmt.Errorf("report the step: %w", err)
 	}
-	private, err := PrivateSubstrings(sp.CampaignDir)
+	private, err := PrivateIndex(sp.CampaignDir, sp.Plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return "", err
 	}

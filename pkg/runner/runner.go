@@ -65,9 +65,9 @@ type Config struct {
 	// FakeGPUDir, when set, is exported to every child as the fake GPU
 	// backend's directory.
 	FakeGPUDir string
-	// Private holds substrings of the private inputs that no artifact may
-	// contain (see PrivateSubstrings).
-	Private [][]byte
+	// Private indexes the private inputs, no run of which (of the
+	// protocol's leak length) any artifact may contain (see PrivateIndex).
+	Private *gates.PrivateIndex
 	// Slurm, when set, runs every attempt as a Slurm step (SlurmConfig);
 	// nil: on this host.
 	Slurm *SlurmConfig
@@ -99,7 +99,10 @@ type Runner struct {
 	boot         launch.BootIDSource
 	uid          int
 	now          func() time.Time
-	private      [][]byte
+	private      *gates.PrivateIndex
+	// privCache holds the campaign's own files found clean and unchanged
+	// by the privacy scan after earlier attempts.
+	privCache gates.ScanCache
 	// onNode: a node-side runner of one attempt (RunNode): no database.
 	onNode bool
 	// stepCUDA, when set, is CUDA_VISIBLE_DEVICES for the attempt's
@@ -238,26 +241,29 @@ func (c *Runner) stopCampaign(s Stop) {
 	}
 }
 
-// PrivateSubstrings reads the private inputs recorded in the campaign's
-// provenance and takes the substrings the privacy scan looks for in every
-// attempt's artifacts.
-func PrivateSubstrings(dir string) ([][]byte, error) {
+// PrivateIndex reads the private inputs recorded in the campaign's
+// provenance and indexes them for the privacy scan of every attempt's
+// artifacts: every run of at least minLeak bytes of any private value
+// (0: protocols.DefaultMinLeakBytes).
+func PrivateIndex(dir string, minLeak int) (*gates.PrivateIndex, error) {
 	entries, err := provenance.Read(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out [][]byte
-	for _, e := range entries {
-		if !e.Private {
-			continue
-		}
-		subs, err := gates.PrivateSubstrings(e.Path, gates.MinSubstringLen, 100000)
-		if err != nil {
-			return nil, fmt.Errorf("read private input %s for the privacy scan: %w", e.Path, err)
-		}
-		out = append(out, subs...)
+	if minLeak == 0 {
+		minLeak = protocols.DefaultMinLeakBytes
 	}
-	return out, nil
+	var paths []string
+	for _, e := range entries {
+		if e.Private {
+			paths = append(paths, e.Path)
+		}
+	}
+	x, err := gates.IndexPrivate(paths, minLeak)
+	if err != nil {
+		return nil, fmt.Errorf("read the private inputs for the privacy scan: %w", err)
+	}
+	return x, nil
 }
 
 // Reconcile looks at what a previous controller left and ends it: see

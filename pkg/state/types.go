@@ -102,6 +102,11 @@ type Campaign struct {
 	Heartbeat          time.Time `json:"heartbeat"`
 	ControllerPID      int       `json:"controller_pid"`
 	ControllerBootID   string    `json:"controller_boot_id"`
+	// GPUBackend is the GPU backend the campaign reads: "nvml", or
+	// "fake" (file-backed GPUs: nothing measured is a GPU's); "" in
+	// campaigns recorded before the field existed, until their next
+	// controller records it.
+	GPUBackend string `json:"gpu_backend,omitempty"`
 }
 
 // RunState is the state of a run, derived from its fields (see Run.State).

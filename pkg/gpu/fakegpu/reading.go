@@ -51,10 +51,11 @@ func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) 
 	return out, nil
 }
 
-// Sample reads the fast fields (gpu.Fast): memory, clocks, clock-event
-// reasons, power and temperature.
+// Sample reads what a periodic sample reads (gpu.Sampled): memory,
+// clocks, clock-event reasons, power, temperature and the processes (the
+// live claims).
 func (b *Backend) Sample(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Fast)
+	return b.Read(indices, gpu.Sampled)
 }
 
 // Energy reads the energy counters. Each read adds the GPU's present power

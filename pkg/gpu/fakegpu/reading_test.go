@@ -123,8 +123,11 @@ func TestReadingFollowsClaims(t *testing.T) {
 	if intOf(r.MemoryUsedMiB) != 0 || floatOf(r.PowerW) != IdlePowerW || intOf(r.SMClockMHz) != IdleSMClockMHz {
 		t.Errorf("GPU 1 after its claimer died: %d MiB, %v W, %d MHz; want idle", intOf(r.MemoryUsedMiB), floatOf(r.PowerW), intOf(r.SMClockMHz))
 	}
-	if r.EnergyMJ != nil || r.MIGMode != nil || r.Procs != nil || r.CPUAffinity != nil || r.Name != "" || r.NUMANode != -1 {
-		t.Errorf("Sample read more than the fast fields: %+v", r)
+	if r.Procs == nil || len(r.Procs) != 0 {
+		t.Errorf("Sample after the claimer died: processes %v, want an empty list", r.Procs)
+	}
+	if r.EnergyMJ != nil || r.MIGMode != nil || r.CPUAffinity != nil || r.Name != "" || r.NUMANode != -1 {
+		t.Errorf("Sample read more than the sampled fields: %+v", r)
 	}
 }
 

@@ -15,6 +15,7 @@ type mockGPU struct {
 	uuid, name, busID   string
 	usedBytes, total    uint64
 	procs               []nvml.ProcessInfo
+	graphics            []nvml.ProcessInfo // graphics processes: NVML answers them apart
 	smMHz, memMHz       uint32
 	reasons             uint64
 	powerMW, limitMW    uint32
@@ -95,6 +96,9 @@ func newMockDevice(g *mockGPU) *mock.Device {
 		},
 		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
 			return g.procs, nvml.SUCCESS
+		},
+		GetGraphicsRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+			return g.graphics, nvml.SUCCESS
 		},
 		GetClockInfoFunc: func(c nvml.ClockType) (uint32, nvml.Return) {
 			switch c {

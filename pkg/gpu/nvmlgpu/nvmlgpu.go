@@ -159,10 +159,11 @@ func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) 
 	return out, nil
 }
 
-// Sample reads the fast fields (gpu.Fast): memory, clocks, clock-event
-// reasons, power and temperature.
+// Sample reads what a periodic sample reads (gpu.Sampled): memory,
+// clocks, clock-event reasons, power, temperature, and the compute and
+// graphics processes.
 func (b *Backend) Sample(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Fast)
+	return b.Read(indices, gpu.Sampled)
 }
 
 // Energy reads the energy counters alone (milliseconds per GPU).
@@ -236,19 +237,11 @@ func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
 		}
 	}
 	if fields&gpu.Processes != 0 {
-		procs, ret := dev.GetComputeRunningProcesses()
-		if ok, err := supported(i, "processes", ret); err != nil {
+		procs, err := runningProcs(i, dev)
+		if err != nil {
 			return r, err
-		} else if ok {
-			r.Procs = make([]gpu.Proc, 0, len(procs))
-			for _, p := range procs {
-				used := -1
-				if p.UsedGpuMemory != math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
-					used = int(p.UsedGpuMemory >> 20)
-				}
-				r.Procs = append(r.Procs, gpu.Proc{PID: int(p.Pid), UID: uidOf(int(p.Pid)), UsedMiB: used})
-			}
 		}
+		r.Procs = procs
 	}
 	if fields&gpu.Clocks != 0 {
 		for _, c := range []struct {
@@ -317,6 +310,48 @@ func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
 		}
 	}
 	return r, nil
+}
+
+// runningProcs lists the compute and the graphics processes on a GPU
+// (NVML's two queries), each pid once with the larger of its memory
+// figures. nil when neither query is supported.
+func runningProcs(i int, dev nvml.Device) ([]gpu.Proc, error) {
+	var out []gpu.Proc
+	seen := map[int]int{} // pid -> position in out
+	answered := false
+	for _, q := range []struct {
+		what string
+		get  func() ([]nvml.ProcessInfo, nvml.Return)
+	}{{"compute processes", dev.GetComputeRunningProcesses}, {"graphics processes", dev.GetGraphicsRunningProcesses}} {
+		procs, ret := q.get()
+		ok, err := supported(i, q.what, ret)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		answered = true
+		for _, p := range procs {
+			used := -1
+			if p.UsedGpuMemory != math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
+				used = int(p.UsedGpuMemory >> 20)
+			}
+			if k, dup := seen[int(p.Pid)]; dup {
+				out[k].UsedMiB = max(out[k].UsedMiB, used)
+				continue
+			}
+			seen[int(p.Pid)] = len(out)
+			out = append(out, gpu.Proc{PID: int(p.Pid), UID: uidOf(int(p.Pid)), UsedMiB: used})
+		}
+	}
+	if !answered {
+		return nil, nil
+	}
+	if out == nil {
+		out = []gpu.Proc{}
+	}
+	return out, nil
 }
 
 // readTopology fills the name, PCI bus id, CPU affinity and NUMA node.

@@ -3,6 +3,7 @@ package nvmlgpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -141,7 +142,10 @@ func TestFieldsSelectWhatIsRead(t *testing.T) {
 			r.MemClockMHz == nil || r.ClockEventReasons == nil || r.TemperatureC == nil {
 			t.Errorf("Sample GPU %d lacks a fast field: %+v", r.Index, r)
 		}
-		if r.EnergyMJ != nil || r.MIGMode != nil || r.Procs != nil || r.Name != "" || r.CPUAffinity != nil || r.NUMANode != -1 {
+		if r.Procs == nil {
+			t.Errorf("Sample GPU %d lacks its processes: %+v", r.Index, r)
+		}
+		if r.EnergyMJ != nil || r.MIGMode != nil || r.Name != "" || r.CPUAffinity != nil || r.NUMANode != -1 {
 			t.Errorf("Sample GPU %d has a slow field: %+v", r.Index, r)
 		}
 		if r.UUID != h.gpus[r.Index].uuid {
@@ -149,7 +153,7 @@ func TestFieldsSelectWhatIsRead(t *testing.T) {
 		}
 	}
 	for i, d := range h.devs {
-		if n := len(d.GetTotalEnergyConsumptionCalls()) + len(d.GetMigModeCalls()) + len(d.GetComputeRunningProcessesCalls()) + len(d.GetCpuAffinityCalls()); n != 0 {
+		if n := len(d.GetTotalEnergyConsumptionCalls()) + len(d.GetMigModeCalls()) + len(d.GetCpuAffinityCalls()); n != 0 {
 			t.Errorf("Sample made %d slow calls on GPU %d", n, i)
 		}
 	}
@@ -209,6 +213,7 @@ func TestNotSupportedLeavesFieldAbsent(t *testing.T) {
 		}, func(r gpu.Reading) bool { return r.CPUAffinity == nil && r.PCIBusID != "" }},
 		{"processes", func(h *mockHost) {
 			h.devs[2].GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, notSupported }
+			h.devs[2].GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, notSupported }
 		}, func(r gpu.Reading) bool { return r.Procs == nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -565,5 +570,38 @@ func TestRealSampler(t *testing.T) {
 		if g.PowerSamples != sum.Samples || g.EnergyJ <= 0 || g.CounterEnergyJ == nil || *g.CounterEnergyJ < 0 {
 			t.Errorf("GPU %d summary %+v", g.Index, g)
 		}
+	}
+}
+
+// TestComputeAndGraphicsProcesses: a reading lists the compute and the
+// graphics processes, each pid once with the larger memory figure; a
+// query one GPU does not support leaves the other's answer.
+func TestComputeAndGraphicsProcesses(t *testing.T) {
+	h := newMockHost(2)
+	h.gpus[0].procs = []nvml.ProcessInfo{{Pid: 101, UsedGpuMemory: 100 << 20}, {Pid: 102, UsedGpuMemory: 10 << 20}}
+	h.gpus[0].graphics = []nvml.ProcessInfo{{Pid: 102, UsedGpuMemory: 30 << 20}, {Pid: 103, UsedGpuMemory: math.MaxUint64}}
+	h.gpus[1].graphics = []nvml.ProcessInfo{{Pid: 201, UsedGpuMemory: 5 << 20}}
+	h.devs[1].GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+	b := openMock(t, h)
+	rs, err := b.Sample([]int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := func(r gpu.Reading) string {
+		var parts []string
+		for _, p := range r.Procs {
+			parts = append(parts, fmt.Sprintf("%d:%d", p.PID, p.UsedMiB))
+		}
+		return strings.Join(parts, " ")
+	}
+	if g := got(rs[0]); g != "101:100 102:30 103:-1" {
+		t.Errorf("GPU 0 processes %q", g)
+	}
+	if g := got(rs[1]); g != "201:5" {
+		t.Errorf("GPU 1 processes %q", g)
+	}
+	h.devs[0].GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_UNKNOWN }
+	if _, err := b.Sample([]int{0}); err == nil || !strings.Contains(err.Error(), "graphics processes") {
+		t.Errorf("a failing graphics query: %v", err)
 	}
 }

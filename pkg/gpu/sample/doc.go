@@ -1,9 +1,12 @@
 // Package sample samples GPUs periodically into a file of JSON lines and
 // integrates the power it saw into energy.
 //
-// A Sampler reads the fast fields of its GPUs (a Reader: nvmlgpu.Backend or
-// fakegpu.Backend) once at Start, then once per interval, and once more at
-// Stop. Each read becomes one line (a Record) appended to the output file:
+// A Sampler reads the fast fields and the processes of its GPUs
+// (gpu.Sampled, through a Reader: nvmlgpu.Backend or fakegpu.Backend) once
+// at Start, then once per interval, and once more at Stop. Each read
+// becomes one line (a Record) appended to the output file, every GPU with
+// the processes on it (pid, uid, used MiB), and is passed to Config.Watch
+// when set:
 //
 //	{"time":"…","mono_ns":…,"took_ns":…,"gpus":[{"index":0,"uuid":"GPU-…","power_w":312.5,…}]}
 //

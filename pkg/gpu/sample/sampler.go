@@ -15,8 +15,8 @@ import (
 	"warden/pkg/gpu"
 )
 
-// Reader reads the fast fields of GPUs (gpu.Fast). nvmlgpu.Backend and
-// fakegpu.Backend satisfy it.
+// Reader reads what a sample reads of GPUs (gpu.Sampled: the fast fields
+// and the processes). nvmlgpu.Backend and fakegpu.Backend satisfy it.
 type Reader interface {
 	Sample(indices []int) ([]gpu.Reading, error)
 }
@@ -63,6 +63,12 @@ type Config struct {
 	Path string
 	// Now reads the clock; nil is time.Now.
 	Now func() time.Time
+	// Watch, when set, is called in the sampling goroutine with every
+	// periodic sample whose read succeeded (its GPUs hold the processes
+	// read), after the record is written. It must return promptly: the
+	// next sample waits for it. The runner watches it for processes that
+	// are not the attempt's.
+	Watch func(Record)
 
 	// ticks replaces the ticker in tests.
 	ticks <-chan time.Time
@@ -291,6 +297,9 @@ func (s *Sampler) take() {
 		}
 	}
 	s.write(rec)
+	if err == nil && s.cfg.Watch != nil {
+		s.cfg.Watch(rec)
+	}
 }
 
 // readEnergy reads the energy counters and writes them as a record.

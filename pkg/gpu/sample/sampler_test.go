@@ -422,3 +422,61 @@ func BenchmarkTake(b *testing.B) {
 type constReader []gpu.Reading
 
 func (r constReader) Sample([]int) ([]gpu.Reading, error) { return r, nil }
+
+// TestSamplerRecordsProcesses: every sample of fake GPUs records the
+// processes on them (pid, uid, MiB), in the file and to Watch; a claim
+// that appears between two samples (another user's, written as its
+// file) is in the second and not the first.
+func TestSamplerRecordsProcesses(t *testing.T) {
+	dir := t.TempDir()
+	if err := fakegpu.Init(dir, 1, 143771); err != nil {
+		t.Fatal(err)
+	}
+	b, err := fakegpu.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := make(chan time.Time)
+	seen := make(chan Record, 4)
+	path := filepath.Join(t.TempDir(), "gpu.jsonl")
+	s, err := New(Config{Reader: b, GPUs: []int{0}, Interval: time.Hour, Path: path, ticks: ticks, Watch: func(r Record) { seen <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := <-seen
+	start, err := fakegpu.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fakegpu.ClaimFor(dir, 0, os.Getpid(), start, 4242, 5000); err != nil {
+		t.Fatal(err)
+	}
+	ticks <- time.Time{}
+	second := <-seen
+	if _, err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(first.GPUs) != 1 || first.GPUs[0].Procs == nil || len(first.GPUs[0].Procs) != 0 {
+		t.Fatalf("first sample: %+v", first.GPUs)
+	}
+	want := gpu.Proc{PID: os.Getpid(), UID: 4242, UsedMiB: 5000}
+	if len(second.GPUs) != 1 || len(second.GPUs[0].Procs) != 1 || second.GPUs[0].Procs[0] != want {
+		t.Fatalf("second sample: %+v, want %+v", second.GPUs, want)
+	}
+	recs, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inFile int
+	for _, r := range recs {
+		if r.Kind == KindSample && len(r.GPUs) == 1 && len(r.GPUs[0].Procs) == 1 && r.GPUs[0].Procs[0] == want {
+			inFile++
+		}
+	}
+	if inFile < 2 { // the second sample and the last one, at Stop
+		t.Fatalf("%d records in the file hold the process, want 2: %+v", inFile, recs)
+	}
+}
