@@ -440,6 +440,8 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	if cls := b.classes[class]; cls != nil {
 		r.Class, r.DrainS, r.WatchdogS = class, cls.DrainAllowanceS, cls.WatchdogS
+		vars["DRAIN_ALLOWANCE_S"] = formatSeconds(cls.DrainAllowanceS)
+		vars["DRAIN_WATCHDOG_S"] = formatSeconds(cls.WatchdogS)
 	}
 	r.DeadlineS = load.DeadlineS
 	if r.DeadlineS == 0 {
@@ -474,6 +476,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		r.Server.Expect = append(r.Server.Expect, expects...)
 	}
 	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
+	b.checkClientDrain(&r, load)
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
 		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {

@@ -139,6 +139,10 @@ type Run struct {
 	Class     string            `json:"class"`
 	DrainS    float64           `json:"drain_allowance_s"`
 	WatchdogS float64           `json:"watchdog_s"`
+	// ClientDrainS is the drain bound the run's client is given (the value
+	// of its --drain-timeout-seconds), when it has one: never shorter than
+	// the class's allowance (the plan refuses it).
+	ClientDrainS *float64 `json:"client_drain_bound_s,omitempty"`
 	ExpectedS float64           `json:"expected_s"`
 	// The run's bounds: the measuring deadline (client start to exit), where
 	// the end of admission is read, and the worst case from server start to

@@ -116,6 +116,7 @@ func writeBounds(w io.Writer, p *protocols.Plan, wide bool) {
 	type key struct {
 		load, class                          string
 		ready, deadline, drain, watchdog, to float64
+		clientDrain                          string
 		admission, validators                string
 	}
 	var keys []key
@@ -125,22 +126,26 @@ func writeBounds(w io.Writer, p *protocols.Plan, wide bool) {
 		for _, v := range r.Validators {
 			vs = append(vs, v.Name)
 		}
-		k := key{r.Load, r.Class, r.Server.ReadyTimeoutS, r.DeadlineS, r.DrainS, r.WatchdogS, r.BoundS, r.AdmissionEnd, strings.Join(vs, ", ")}
+		cd := "-"
+		if r.ClientDrainS != nil {
+			cd = fmt.Sprintf("%.0f", *r.ClientDrainS)
+		}
+		k := key{r.Load, r.Class, r.Server.ReadyTimeoutS, r.DeadlineS, r.DrainS, r.WatchdogS, r.BoundS, cd, r.AdmissionEnd, strings.Join(vs, ", ")}
 		if _, seen := runs[k]; !seen {
 			keys = append(keys, k)
 		}
 		runs[k] = append(runs[k], r.ID)
 	}
-	fmt.Fprintln(w, "\nbounds (every run is ended past them):")
+	fmt.Fprintln(w, "\nbounds (every run is ended past them; DRAIN_S is the class's drain allowance, CLIENT_S the client's own drain bound):")
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tADMISSION_END\tWORST_S\tVALIDATORS")
+	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tCLIENT_S\tADMISSION\tWORST_S\tVALIDATORS")
 	for _, k := range keys {
 		vs := k.validators
 		if vs == "" {
 			vs = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.admission, k.to, vs)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.clientDrain, k.admission, k.to, vs)
 	}
 	tw.Flush()
 	for _, line := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {

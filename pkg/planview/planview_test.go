@@ -76,7 +76,7 @@ func TestWriteTotals(t *testing.T) {
 		"primary cells: 2\n",
 		"GPU-hour estimate: 0.011 GPU-hours (+0.000 if conditional runs execute)\n",
 		"a wave reserves each run's expected seconds (budget.reserve: nominal)\n",
-		"sat   std    2     900      30          10       20          phase-file     1120     -\n",
+		"sat   std    2     900      30          10       20          -         phase-file  1120     -\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)

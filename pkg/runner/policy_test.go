@@ -36,6 +36,8 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonMeasureDeadline:   StopForReview,
 		state.ReasonDrainUnseen:       StopForReview,
 		state.ReasonQualityFailed:     Quarantine,
+		state.ReasonDrainAbandoned:    StopForReview,
+		state.ReasonInputChanged:      StopForReview,
 	}
 	if len(Policy) != len(state.Reasons) {
 		t.Errorf("the policy has %d rules for %d reasons", len(Policy), len(state.Reasons))

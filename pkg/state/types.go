@@ -56,13 +56,17 @@ const (
 	// StopHarnessError: the controller itself failed (an I/O error, a full
 	// disk, a bug); the detail says what.
 	StopHarnessError StopReason = "harness-error"
+	// StopInputChanged: an input recorded at start (provenance) hashed
+	// otherwise, or was missing, before a wave; the detail names the file
+	// and both hashes.
+	StopInputChanged StopReason = "input-changed"
 )
 
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
 	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
-	StopFailedFraction, StopHarnessError,
+	StopFailedFraction, StopHarnessError, StopInputChanged,
 }
 
 // StopForRun is the campaign's stop reason when a run's failure stops it:
