@@ -143,7 +143,7 @@ type Run struct {
 	// of its --drain-timeout-seconds), when it has one: never shorter than
 	// the class's allowance (the plan refuses it).
 	ClientDrainS *float64 `json:"client_drain_bound_s,omitempty"`
-	ExpectedS float64           `json:"expected_s"`
+	ExpectedS    float64  `json:"expected_s"`
 	// The run's bounds: the measuring deadline (client start to exit), where
 	// the end of admission is read, and the worst case from server start to
 	// cleanup (ready timeout + deadline + shutdown graces + cleanup timeout).
@@ -232,8 +232,25 @@ type Totals struct {
 	GPUHoursEstimate float64        `json:"gpu_hours_estimate"`
 	// BoundsGPUHours is what every run (conditional ones too) would cost at
 	// its bounds; Reserve says which of the two a wave reserves.
-	BoundsGPUHours          float64 `json:"bounds_gpu_hours"`
-	Reserve                 string  `json:"reserve"`
+	BoundsGPUHours float64 `json:"bounds_gpu_hours"`
+	Reserve        string  `json:"reserve"`
+	// ConservativeGPUHours is what the runs that are not conditional would
+	// cost at their bounds (GPUHoursEstimate is their nominal cost).
+	ConservativeGPUHours float64 `json:"conservative_gpu_hours"`
+	// Colocation is the co-location check's cost and Matrix the rest's,
+	// apart (seed 002, A-P3-1: "The one-time co-location validation is
+	// reported separately from matrix cost"); conditional runs excluded.
+	Colocation CostInfo `json:"colocation"`
+	Matrix     CostInfo `json:"matrix"`
+	// PeakReservation is the largest total a launch checks against the cap
+	// on the estimate's timeline: the GPU time charged by then (nominal,
+	// plus the budget's consumed hours), the reservations of the units in
+	// flight and the launching unit's own, each at what a wave reserves.
+	// PeakReservationRun is the first run of that launch; ReservationFits
+	// says the peak is within the cap.
+	PeakReservationGPUHours float64 `json:"peak_reservation_gpu_hours"`
+	PeakReservationRun      string  `json:"peak_reservation_run,omitempty"`
+	ReservationFits         bool    `json:"reservation_fits"`
 	ConditionalGPUHours     float64 `json:"conditional_gpu_hours"`
 	BudgetCapGPUHours       float64 `json:"budget_cap_gpu_hours"`
 	BudgetConsumedGPUHours  float64 `json:"budget_consumed_gpu_hours"`
@@ -241,6 +258,14 @@ type Totals struct {
 	RemainingAfterEstimate  float64 `json:"budget_remaining_after_estimate_gpu_hours"`
 	RemainingAfterWorstCase float64 `json:"budget_remaining_after_worst_case_gpu_hours"`
 	Unit                    string  `json:"unit,omitempty"`
+}
+
+// CostInfo is a part of the plan's cost: its runs (not conditional), what
+// they cost nominally (expected_s) and conservatively (their bounds).
+type CostInfo struct {
+	Runs                 int     `json:"runs"`
+	NominalGPUHours      float64 `json:"nominal_gpu_hours"`
+	ConservativeGPUHours float64 `json:"conservative_gpu_hours"`
 }
 
 // RunByID returns the run with the given id.

@@ -69,10 +69,10 @@ type Budget struct {
 	CapGPUHours      float64 `yaml:"cap_gpu_hours" warden:"required"`
 	ConsumedGPUHours float64 `yaml:"consumed_gpu_hours"` // spent before this campaign, counted against the cap
 	Unit             string  `yaml:"unit"`               // what a GPU-hour is here, e.g. "H20-hours"
-	// Reserve says how conservative a wave's reservation is: "nominal"
-	// (default: each run's expected_s) or "bounds" (each run's worst case:
-	// ready timeout + measuring deadline + shutdown graces + cleanup
-	// timeout).
+	// Reserve says how conservative a wave's reservation is: "bounds" (default) reserves
+	// each run's worst case (ready timeout + measuring deadline + shutdown
+	// graces + cleanup timeout), seed 002 A-P3-4's "conservative
+	// reservation"; "nominal" reserves each run's expected_s only.
 	Reserve string `yaml:"reserve"`
 }
 

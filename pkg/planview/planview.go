@@ -91,6 +91,7 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 	fmt.Fprintf(w, "budget: cap %.3f, already consumed %.3f, remaining %.3f, remaining after this estimate %.3f (worst case %.3f)\n",
 		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
 	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
+	writeCosts(w, t, unit)
 	writeBounds(w, p, wide)
 	writeSlurm(w, p)
 	if len(p.Provenance) > 0 {
@@ -101,9 +102,34 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 
 func reserveText(mode string) string {
 	if mode == "bounds" {
-		return "each run's bounds (budget.reserve: bounds)"
+		return "each run's bounds (budget.reserve: bounds, the default)"
 	}
 	return "each run's expected seconds (budget.reserve: nominal)"
+}
+
+// writeCosts lays out the cost of the co-location check apart from the
+// rest (seed 002, A-P3-1), nominal and conservative, and the peak of the
+// wave reservations on the estimate's timeline against the cap.
+func writeCosts(w io.Writer, t protocols.Totals, unit string) {
+	fmt.Fprintf(w, "\ncost in %s (conditional runs apart):\n", unit)
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PART\tRUNS\tNOMINAL\tCONSERVATIVE")
+	fmt.Fprintf(tw, "co-location check (apart from the matrix)\t%d\t%.3f\t%.3f\n", t.Colocation.Runs, t.Colocation.NominalGPUHours, t.Colocation.ConservativeGPUHours)
+	fmt.Fprintf(tw, "matrix, burn-ins, confirmations\t%d\t%.3f\t%.3f\n", t.Matrix.Runs, t.Matrix.NominalGPUHours, t.Matrix.ConservativeGPUHours)
+	fmt.Fprintf(tw, "total\t%d\t%.3f\t%.3f\n", t.Colocation.Runs+t.Matrix.Runs, t.GPUHoursEstimate, t.ConservativeGPUHours)
+	fmt.Fprintf(tw, "conditional runs, if they execute\t%d\t+%.3f\t+%.3f\n", t.Conditional, t.ConditionalGPUHours, t.BoundsGPUHours-t.ConservativeGPUHours)
+	tw.Flush()
+	io.WriteString(w, buf.String())
+	verdict := "within the cap"
+	if !t.ReservationFits {
+		verdict = "OVER the cap: refused, stop reason budget"
+	}
+	fmt.Fprintf(w, "peak wave reservation (charged + reserved + launch): %.3f of the %.3f cap, %s\n",
+		t.PeakReservationGPUHours, t.BudgetCapGPUHours, verdict)
+	if t.PeakReservationRun != "" {
+		fmt.Fprintf(w, "  at the launch of %s on the estimate's timeline\n", t.PeakReservationRun)
+	}
 }
 
 // writeBounds lists the bounds and validators of each kind of run: the
