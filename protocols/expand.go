@@ -90,7 +90,6 @@ func (b *builder) expand() *Plan {
 	}
 	b.checkGatedRegimes()
 	b.resolveNeeds()
-	b.prepareSteps(plan)
 
 	for i := range b.runs {
 		b.runs[i].Index = i
@@ -854,29 +853,6 @@ func (r Run) needPos(b *builder, k int) Pos {
 		return ps[k]
 	}
 	return b.runPos[r.ID]
-}
-
-func (b *builder) prepareSteps(plan *Plan) {
-	used := map[*AxisValue]bool{}
-	for _, r := range b.runs {
-		for name, id := range r.Axes {
-			used[b.values[name][id]] = true
-		}
-	}
-	for _, a := range b.p.Axes {
-		for i := range a.Values {
-			v := &a.Values[i]
-			if v.Prepare == nil || !used[v] {
-				continue
-			}
-			cl := cell{axes: []string{a.Name}, values: []*AxisValue{v}, repeat: 1}
-			vars := b.cellVars(&Phase{Name: "prepare"}, cl)
-			plan.Prepare = append(plan.Prepare, PrepareStep{
-				ID:      "prepare." + a.Name + "." + v.ID,
-				Command: b.command(*v.Prepare, "axes."+a.Name+"."+v.ID+".prepare", vars, nil),
-			})
-		}
-	}
 }
 
 func (b *builder) regimeInfo(plan *Plan) {

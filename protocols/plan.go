@@ -17,7 +17,6 @@ type Plan struct {
 	Classes    []Class          `json:"classes"`
 	Provenance []ProvenanceInfo `json:"provenance"`
 	Ledger     []CommandSpec    `json:"ledger,omitempty"`
-	Prepare    []PrepareStep    `json:"prepare,omitempty"`
 	Gates      []GateInfo       `json:"gates,omitempty"`
 	Phases     []PhaseInfo      `json:"phases"`
 	Runs       []Run            `json:"runs"`
@@ -87,12 +86,6 @@ type ProvenanceInfo struct {
 	Path    string `json:"path"`
 	Role    string `json:"role"`
 	Private bool   `json:"private"`
-}
-
-// PrepareStep is a CPU-only command run once before the first GPU run.
-type PrepareStep struct {
-	ID      string      `json:"id"`
-	Command CommandSpec `json:"command"`
 }
 
 // GateInfo is a gate the plan will evaluate, with its rule.

@@ -65,6 +65,8 @@ func TestProblems(t *testing.T) {
 			`the client's --drain-timeout-seconds "${ATTEMPT}" is not a positive number of seconds the plan can read (write "${DRAIN_WATCHDOG_S}", the class's watchdog)`},
 		{"client drain shell", `client: [standin, client, --result-dir, "${ATTEMPT_DIR}"]`, `client: {shell: "standin client --drain-timeout-seconds 3"}`, 20, 0, "loads.sat.client",
 			`the client's --drain-timeout-seconds 3 is shorter than the 10 s drain allowance of class std: the client would abandon requests the class allows to drain (write "${DRAIN_WATCHDOG_S}", the class's 20 s watchdog)`},
+		{"prepare removed", `values: [{id: A}`, `values: [{id: A, prepare: [make, manifest]}`, 28, 22, "axes[0].values[0].prepare",
+			"prepare steps are not part of the format: nothing would run them, and every input must exist before controller start, which hashes the provenance files (the manifests among them) and refuses one that is missing. Materialize the inputs first (e.g. loadgen materialize), list them under provenance:, then start"},
 		{"reserve mode", `budget: {cap_gpu_hours: 1.0}`, `budget: {cap_gpu_hours: 1.0, reserve: worst}`, 4, 39, "budget.reserve",
 			`reserve is nominal or bounds, got "worst"`},
 		{"executor kind", `budget: {cap_gpu_hours: 1.0}`, "budget: {cap_gpu_hours: 1.0}\nexecutor: {kind: kubernetes}", 5, 18, "executor.kind",

@@ -302,7 +302,6 @@ type AxisValue struct {
 	ServerArgs []string          `yaml:"server_args"` // appended to the server command
 	Expect     []Expect          `yaml:"expect"`      // added to the server's expectations
 	Vars       map[string]string `yaml:"vars"`        // exported as ${NAME}; may use protocol vars
-	Prepare    *Command          `yaml:"prepare"`     // run once, CPU only, before the campaign's first GPU run
 }
 
 // Phase is a step of the campaign: phases run in order, each to completion.
