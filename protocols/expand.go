@@ -476,6 +476,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
 	b.checkClientDrain(&r, load)
+	b.runManifest(&r, load, vars)
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
 		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {

@@ -143,6 +143,10 @@ type Run struct {
 	DeadlineS    float64           `json:"deadline_s"`
 	AdmissionEnd string            `json:"admission_end"`
 	ResultFile   string            `json:"result_file"`
+	// Manifest is the provenance path of the input the client reads (the
+	// load's manifest), when the load names one: its result's
+	// manifest.sha256 is checked against the hash recorded at start.
+	Manifest string `json:"manifest,omitempty"`
 	BoundS       float64           `json:"bound_s"`
 	Measured     bool              `json:"measured"`
 	Unit         int               `json:"unit"` // runs of one unit run back to back, in one slot

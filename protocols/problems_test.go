@@ -67,6 +67,9 @@ func TestProblems(t *testing.T) {
 			`the client's --drain-timeout-seconds 3 is shorter than the 10 s drain allowance of class std: the client would abandon requests the class allows to drain (write "${DRAIN_WATCHDOG_S}", the class's 20 s watchdog)`},
 		{"prepare removed", `values: [{id: A}`, `values: [{id: A, prepare: [make, manifest]}`, 28, 22, "axes[0].values[0].prepare",
 			"prepare steps are not part of the format: nothing would run them, and every input must exist before controller start, which hashes the provenance files (the manifests among them) and refuses one that is missing. Materialize the inputs first (e.g. loadgen materialize), list them under provenance:, then start"},
+		{"manifest not recorded", `client: [standin, client, --result-dir, "${ATTEMPT_DIR}"]`, `client: [standin, client, --result-dir, "${ATTEMPT_DIR}"]
+    manifest: "/data/${PATTERN}.jsonl"`, 21, 15, "loads.sat.manifest",
+			`run A.sat's manifest "/data/A.jsonl" is not among the provenance files, so it has no hash recorded at start to check (provenance: none)`},
 		{"reserve mode", `budget: {cap_gpu_hours: 1.0}`, `budget: {cap_gpu_hours: 1.0, reserve: worst}`, 4, 39, "budget.reserve",
 			`reserve is nominal or bounds, got "worst"`},
 		{"executor kind", `budget: {cap_gpu_hours: 1.0}`, "budget: {cap_gpu_hours: 1.0}\nexecutor: {kind: kubernetes}", 5, 18, "executor.kind",

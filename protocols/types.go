@@ -257,6 +257,13 @@ type Load struct {
 	// ResultFile is the client's result, relative to the attempt
 	// directory; default client/result.json.
 	ResultFile string `yaml:"result_file"`
+	// Manifest names the input the load's client reads, as its path is
+	// written under provenance (plan-time variables allowed, e.g.
+	// "${MANIFEST}"). After the client, the manifest.sha256 its result file
+	// reports must equal the hash recorded at start, or the run fails
+	// input-changed (seed 002, stop condition 1; sanity block "exact
+	// manifest hash").
+	Manifest string `yaml:"manifest"`
 }
 
 // Load kinds and whether each is measured by default.

@@ -149,6 +149,9 @@ func writeBounds(w io.Writer, p *protocols.Plan, wide bool) {
 	runs := map[key][]string{}
 	for _, r := range p.Runs {
 		var vs []string
+		if r.Manifest != "" {
+			vs = append(vs, "manifest-hash") // the built-in check of the client's manifest.sha256
+		}
 		for _, v := range r.Validators {
 			vs = append(vs, v.Name)
 		}

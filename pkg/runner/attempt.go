@@ -741,6 +741,9 @@ func contains(xs []int, x int) bool {
 // and the built-in privacy scan of the attempt directory.
 func (a *attempt) validate() (state.Reason, string) {
 	a.recordTerminalClasses()
+	if r, d := a.checkManifest(); r != "" {
+		return r, d
+	}
 	env := a.env
 	if len(a.run.Validators) > 0 {
 		path, err := a.writeSignals()
