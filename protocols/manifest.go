@@ -44,4 +44,3 @@ func ManifestPath(manifest, workdir string) string {
 	}
 	return filepath.Join(workdir, manifest)
 }
-

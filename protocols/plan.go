@@ -140,24 +140,24 @@ type Run struct {
 	// The run's bounds: the measuring deadline (client start to exit), where
 	// the end of admission is read, and the worst case from server start to
 	// cleanup (ready timeout + deadline + shutdown graces + cleanup timeout).
-	DeadlineS    float64           `json:"deadline_s"`
-	AdmissionEnd string            `json:"admission_end"`
-	ResultFile   string            `json:"result_file"`
+	DeadlineS    float64 `json:"deadline_s"`
+	AdmissionEnd string  `json:"admission_end"`
+	ResultFile   string  `json:"result_file"`
 	// Manifest is the provenance path of the input the client reads (the
 	// load's manifest), when the load names one: its result's
 	// manifest.sha256 is checked against the hash recorded at start.
-	Manifest string `json:"manifest,omitempty"`
-	BoundS       float64           `json:"bound_s"`
-	Measured     bool              `json:"measured"`
-	Unit         int               `json:"unit"` // runs of one unit run back to back, in one slot
-	Condition    string            `json:"condition,omitempty"`
-	Backgrounds  []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
-	Until        []string          `json:"until,omitempty"`       // a background: stopped after these runs
-	ClientStart  string            `json:"client_start"`
-	Server       ServerSpec        `json:"server"`
-	Client       CommandSpec       `json:"client"`
-	Env          map[string]string `json:"env,omitempty"`
-	Validators   []ValidatorSpec   `json:"validators,omitempty"`
+	Manifest    string            `json:"manifest,omitempty"`
+	BoundS      float64           `json:"bound_s"`
+	Measured    bool              `json:"measured"`
+	Unit        int               `json:"unit"` // runs of one unit run back to back, in one slot
+	Condition   string            `json:"condition,omitempty"`
+	Backgrounds []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
+	Until       []string          `json:"until,omitempty"`       // a background: stopped after these runs
+	ClientStart string            `json:"client_start"`
+	Server      ServerSpec        `json:"server"`
+	Client      CommandSpec       `json:"client"`
+	Env         map[string]string `json:"env,omitempty"`
+	Validators  []ValidatorSpec   `json:"validators,omitempty"`
 
 	// Where and when the estimate placed the run (seconds from campaign start).
 	PlannedSlots []string `json:"planned_slots"`

@@ -18,8 +18,8 @@ import (
 	"warden/internal/testports"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
-	"warden/pkg/runner"
 	"warden/pkg/provenance"
+	"warden/pkg/runner"
 	"warden/pkg/state"
 	"warden/protocols"
 )
