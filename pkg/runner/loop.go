@@ -235,6 +235,9 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	for u := range c.active {
 		v.Active[u] = true
 	}
+	if v.Awaiting, err = AwaitingAmendment(c.store); err != nil {
+		return View{}, err
+	}
 	if len(ended) > 0 {
 		// the thresholds are judged now: the reasons of quarantined runs
 		v.QuarantineReasons = map[string]state.Reason{}
