@@ -95,7 +95,7 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 	writeBounds(w, p, wide)
 	writeSlurm(w, p)
 	if len(p.Provenance) > 0 {
-		fmt.Fprintf(w, "provenance files hashed at start: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
+		fmt.Fprintf(w, "provenance files hashed at start and again before every wave: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
 	return nil
 }
