@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,9 +21,10 @@ const stallClient = `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5
 // drain-quarantined, never complete (A-P3-5, drain quarantine).
 func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 	c := newCampaign(t)
-	// every request from the 4th on waits 3 s: the drain lasts at least
-	// 3 s - (0.2 s warm-up + 0.5 s clean) > the 1 s allowance
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-from-request, "4", --stall-s, "3"`,
+	// requests arriving 0.3 s after the first (inside the 0.5 s clean
+	// interval that follows the 0.2 s warm-up) wait 3 s: the drain lasts
+	// at least 3 s - 0.4 s > the 1 s allowance
+	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0.3", --stall-s, "3"`,
 		client: stallClient, drainS: "1", watchdogS: "60"}))
 	s := c.store()
 	as := c.attempts(s, "p1.saturation")
@@ -34,6 +38,12 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 	if v.Figures["quarantine"] != 1 || v.Figures["allowance_s"] != 1 {
 		t.Fatalf("drain gate %+v", v)
 	}
+	// the client waited for every request it admitted: none abandoned
+	b, err := os.ReadFile(filepath.Join(as[0].Dir, "client", "result.json"))
+	var res struct{ Requests, Completed, Failed int }
+	if err != nil || json.Unmarshal(b, &res) != nil || res.Failed != 0 || res.Completed != res.Requests || res.Requests == 0 {
+		t.Fatalf("client result (%v): %s", err, b)
+	}
 	c.assertNoProcesses()
 }
 
@@ -41,7 +51,7 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 // for review.
 func TestServerStallPastWatchdogFails(t *testing.T) {
 	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-from-request, "4", --stall-s, "120"`,
+	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
 		client: stallClient, drainS: "1", watchdogS: "2"}))
 	s := c.store()
 	as := c.attempts(s, "p1.saturation")
