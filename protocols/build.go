@@ -237,7 +237,7 @@ func (b *builder) validate() {
 
 	switch bu.Reserve {
 	case "":
-		bu.Reserve = "nominal"
+		bu.Reserve = "bounds"
 	case "nominal", "bounds":
 	default:
 		c.add(bu.Meta.At("reserve"), "budget.reserve", "reserve is nominal or bounds, got %q", bu.Reserve)

@@ -267,6 +267,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			}
 		}
 		if f == nil {
+			if why, ok := removedFields[v.Type().Name()+"."+k.Value]; ok {
+				d.c.add(posOf(k), join(path, k.Value), "%s", why)
+				continue
+			}
 			d.c.add(posOf(k), join(path, k.Value), "unknown field %q in %s (known fields: %s)", k.Value, what, knownList(fields))
 			continue
 		}
@@ -296,4 +300,13 @@ func knownList(fields []fieldInfo) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// removedFields are fields the format no longer has, by type and YAML
+// name, with what to do instead: a protocol that still gives one is told
+// why, not only that the field is unknown.
+var removedFields = map[string]string{
+	"AxisValue.prepare": "prepare steps are not part of the format: nothing would run them, and every input must exist before " +
+		"controller start, which hashes the provenance files (the manifests among them) and refuses one that is missing. " +
+		"Materialize the inputs first (e.g. loadgen materialize), list them under provenance:, then start",
 }

@@ -1,5 +1,7 @@
 package protocols
 
+import "fmt"
+
 // estimate places every run that is not conditional on a timeline, as the
 // controller would under the plan's regime, and sums the totals. Phases
 // are barriers; within a phase, units (a cell's loads, run back to back)
@@ -125,6 +127,15 @@ func (b *builder) estimate(plan *Plan) {
 			continue
 		}
 		tot.GPUHoursEstimate += gh
+		bh := r.BoundS * float64(r.GPUs) / 3600
+		tot.ConservativeGPUHours += bh
+		part := &tot.Matrix
+		if r.PhaseKind == "colocation" {
+			part = &tot.Colocation
+		}
+		part.Runs++
+		part.NominalGPUHours += gh
+		part.ConservativeGPUHours += bh
 		if r.Measured {
 			tot.Measured++
 		}
@@ -142,5 +153,70 @@ func (b *builder) estimate(plan *Plan) {
 	tot.RemainingAfterWorstCase = tot.RemainingAfterEstimate - tot.ConditionalGPUHours
 	tot.Unit = bu.Unit
 	tot.Reserve = bu.Reserve
+	tot.PeakReservationGPUHours, tot.PeakReservationRun = peakReservation(runs, bu.ConsumedGPUHours*3600, bu.Reserve)
+	tot.ReservationFits = tot.PeakReservationGPUHours <= bu.CapGPUHours
 	plan.Totals = tot
+}
+
+// peakReservation walks the estimate's timeline as the controller's budget
+// check would (A-P3-4: "Before every launch wave, the detached controller
+// records consumed cost and refuses to launch if the wave's conservative
+// reservation would exceed" the cap): at each launch, the GPU time charged
+// by then (each run's nominal cost, from its planned end) plus the
+// reservations of the launches in flight plus the launch's own. A launch
+// is a unit of runs, or a co-location block (all its runs reserve at
+// once). It returns the largest such total, in GPU-hours, and the first
+// run of the launch where it falls. Conditional runs are not placed.
+func peakReservation(runs []Run, consumedS float64, reserve string) (float64, string) {
+	type launch struct {
+		first      string
+		start, end float64
+		reserveS   float64
+	}
+	var order []string
+	launches := map[string]*launch{}
+	for i := range runs {
+		r := &runs[i]
+		if r.Condition != "" || len(r.PlannedSlots) == 0 {
+			continue
+		}
+		key := fmt.Sprintf("unit %d", r.Unit)
+		if r.PhaseKind == "colocation" {
+			key = "colocation " + r.Phase + " " + r.Regime
+		}
+		l := launches[key]
+		if l == nil {
+			l = &launch{first: r.ID, start: r.StartS}
+			launches[key] = l
+			order = append(order, key)
+		}
+		l.start = min(l.start, r.StartS)
+		l.end = max(l.end, r.StartS+r.ExpectedS)
+		s := r.ExpectedS
+		if reserve == "bounds" && r.BoundS > 0 {
+			s = r.BoundS
+		}
+		l.reserveS += s * float64(r.GPUs)
+	}
+	peak, at := 0.0, ""
+	for li, k := range order {
+		l := launches[k]
+		total := consumedS + l.reserveS
+		for i := range runs {
+			r := &runs[i]
+			if r.Condition == "" && len(r.PlannedSlots) > 0 && r.StartS+r.ExpectedS <= l.start {
+				total += r.ExpectedS * float64(r.GPUs)
+			}
+		}
+		for oi, k2 := range order {
+			o := launches[k2]
+			if o != l && o.start <= l.start && o.end > l.start && (o.start < l.start || oi < li) {
+				total += o.reserveS
+			}
+		}
+		if total > peak {
+			peak, at = total, l.first
+		}
+	}
+	return peak / 3600, at
 }

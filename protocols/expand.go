@@ -94,7 +94,6 @@ func (b *builder) expand() *Plan {
 	}
 	b.checkGatedRegimes()
 	b.resolveNeeds()
-	b.prepareSteps(plan)
 
 	for i := range b.runs {
 		b.runs[i].Index = i
@@ -444,6 +443,8 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	if cls := b.classes[class]; cls != nil {
 		r.Class, r.DrainS, r.WatchdogS = class, cls.DrainAllowanceS, cls.WatchdogS
+		vars["DRAIN_ALLOWANCE_S"] = formatSeconds(cls.DrainAllowanceS)
+		vars["DRAIN_WATCHDOG_S"] = formatSeconds(cls.WatchdogS)
 	}
 	r.DeadlineS = load.DeadlineS
 	if r.DeadlineS == 0 {
@@ -478,6 +479,8 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		r.Server.Expect = append(r.Server.Expect, expects...)
 	}
 	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
+	b.checkClientDrain(&r, load)
+	b.runManifest(&r, load, vars)
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
 		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
@@ -855,29 +858,6 @@ func (r Run) needPos(b *builder, k int) Pos {
 		return ps[k]
 	}
 	return b.runPos[r.ID]
-}
-
-func (b *builder) prepareSteps(plan *Plan) {
-	used := map[*AxisValue]bool{}
-	for _, r := range b.runs {
-		for name, id := range r.Axes {
-			used[b.values[name][id]] = true
-		}
-	}
-	for _, a := range b.p.Axes {
-		for i := range a.Values {
-			v := &a.Values[i]
-			if v.Prepare == nil || !used[v] {
-				continue
-			}
-			cl := cell{axes: []string{a.Name}, values: []*AxisValue{v}, repeat: 1}
-			vars := b.cellVars(&Phase{Name: "prepare"}, cl)
-			plan.Prepare = append(plan.Prepare, PrepareStep{
-				ID:      "prepare." + a.Name + "." + v.ID,
-				Command: b.command(*v.Prepare, "axes."+a.Name+"."+v.ID+".prepare", vars, nil),
-			})
-		}
-	}
 }
 
 func (b *builder) regimeInfo(plan *Plan) {

@@ -17,7 +17,6 @@ type Plan struct {
 	Classes    []Class          `json:"classes"`
 	Provenance []ProvenanceInfo `json:"provenance"`
 	Ledger     []CommandSpec    `json:"ledger,omitempty"`
-	Prepare    []PrepareStep    `json:"prepare,omitempty"`
 	Gates      []GateInfo       `json:"gates,omitempty"`
 	Phases     []PhaseInfo      `json:"phases"`
 	Runs       []Run            `json:"runs"`
@@ -94,12 +93,6 @@ type ProvenanceInfo struct {
 	Private bool   `json:"private"`
 }
 
-// PrepareStep is a CPU-only command run once before the first GPU run.
-type PrepareStep struct {
-	ID      string      `json:"id"`
-	Command CommandSpec `json:"command"`
-}
-
 // GateInfo is a gate the plan will evaluate, with its rule.
 type GateInfo struct {
 	Name                string       `json:"name"`
@@ -144,24 +137,32 @@ type Run struct {
 	Class     string            `json:"class"`
 	DrainS    float64           `json:"drain_allowance_s"`
 	WatchdogS float64           `json:"watchdog_s"`
-	ExpectedS float64           `json:"expected_s"`
+	// ClientDrainS is the drain bound the run's client is given (the value
+	// of its --drain-timeout-seconds), when it has one: never shorter than
+	// the class's allowance (the plan refuses it).
+	ClientDrainS *float64 `json:"client_drain_bound_s,omitempty"`
+	ExpectedS    float64  `json:"expected_s"`
 	// The run's bounds: the measuring deadline (client start to exit), where
 	// the end of admission is read, and the worst case from server start to
 	// cleanup (ready timeout + deadline + shutdown graces + cleanup timeout).
-	DeadlineS    float64           `json:"deadline_s"`
-	AdmissionEnd string            `json:"admission_end"`
-	ResultFile   string            `json:"result_file"`
-	BoundS       float64           `json:"bound_s"`
-	Measured     bool              `json:"measured"`
-	Unit         int               `json:"unit"` // runs of one unit run back to back, in one slot
-	Condition    string            `json:"condition,omitempty"`
-	Backgrounds  []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
-	Until        []string          `json:"until,omitempty"`       // a background: stopped after these runs
-	ClientStart  string            `json:"client_start"`
-	Server       ServerSpec        `json:"server"`
-	Client       CommandSpec       `json:"client"`
-	Env          map[string]string `json:"env,omitempty"`
-	Validators   []ValidatorSpec   `json:"validators,omitempty"`
+	DeadlineS    float64 `json:"deadline_s"`
+	AdmissionEnd string  `json:"admission_end"`
+	ResultFile   string  `json:"result_file"`
+	// Manifest is the provenance path of the input the client reads (the
+	// load's manifest), when the load names one: its result's
+	// manifest.sha256 is checked against the hash recorded at start.
+	Manifest    string            `json:"manifest,omitempty"`
+	BoundS      float64           `json:"bound_s"`
+	Measured    bool              `json:"measured"`
+	Unit        int               `json:"unit"` // runs of one unit run back to back, in one slot
+	Condition   string            `json:"condition,omitempty"`
+	Backgrounds []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
+	Until       []string          `json:"until,omitempty"`       // a background: stopped after these runs
+	ClientStart string            `json:"client_start"`
+	Server      ServerSpec        `json:"server"`
+	Client      CommandSpec       `json:"client"`
+	Env         map[string]string `json:"env,omitempty"`
+	Validators  []ValidatorSpec   `json:"validators,omitempty"`
 
 	// Where and when the estimate placed the run (seconds from campaign start).
 	PlannedSlots []string `json:"planned_slots"`
@@ -233,8 +234,25 @@ type Totals struct {
 	GPUHoursEstimate float64        `json:"gpu_hours_estimate"`
 	// BoundsGPUHours is what every run (conditional ones too) would cost at
 	// its bounds; Reserve says which of the two a wave reserves.
-	BoundsGPUHours          float64 `json:"bounds_gpu_hours"`
-	Reserve                 string  `json:"reserve"`
+	BoundsGPUHours float64 `json:"bounds_gpu_hours"`
+	Reserve        string  `json:"reserve"`
+	// ConservativeGPUHours is what the runs that are not conditional would
+	// cost at their bounds (GPUHoursEstimate is their nominal cost).
+	ConservativeGPUHours float64 `json:"conservative_gpu_hours"`
+	// Colocation is the co-location check's cost and Matrix the rest's,
+	// apart (seed 002, A-P3-1: "The one-time co-location validation is
+	// reported separately from matrix cost"); conditional runs excluded.
+	Colocation CostInfo `json:"colocation"`
+	Matrix     CostInfo `json:"matrix"`
+	// PeakReservation is the largest total a launch checks against the cap
+	// on the estimate's timeline: the GPU time charged by then (nominal,
+	// plus the budget's consumed hours), the reservations of the units in
+	// flight and the launching unit's own, each at what a wave reserves.
+	// PeakReservationRun is the first run of that launch; ReservationFits
+	// says the peak is within the cap.
+	PeakReservationGPUHours float64 `json:"peak_reservation_gpu_hours"`
+	PeakReservationRun      string  `json:"peak_reservation_run,omitempty"`
+	ReservationFits         bool    `json:"reservation_fits"`
 	ConditionalGPUHours     float64 `json:"conditional_gpu_hours"`
 	BudgetCapGPUHours       float64 `json:"budget_cap_gpu_hours"`
 	BudgetConsumedGPUHours  float64 `json:"budget_consumed_gpu_hours"`
@@ -242,6 +260,14 @@ type Totals struct {
 	RemainingAfterEstimate  float64 `json:"budget_remaining_after_estimate_gpu_hours"`
 	RemainingAfterWorstCase float64 `json:"budget_remaining_after_worst_case_gpu_hours"`
 	Unit                    string  `json:"unit,omitempty"`
+}
+
+// CostInfo is a part of the plan's cost: its runs (not conditional), what
+// they cost nominally (expected_s) and conservatively (their bounds).
+type CostInfo struct {
+	Runs                 int     `json:"runs"`
+	NominalGPUHours      float64 `json:"nominal_gpu_hours"`
+	ConservativeGPUHours float64 `json:"conservative_gpu_hours"`
 }
 
 // RunByID returns the run with the given id.

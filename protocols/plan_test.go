@@ -112,8 +112,31 @@ func TestPhase3Order(t *testing.T) {
 
 	// budget
 	tot := p.Totals
-	if tot.BudgetCapGPUHours != 16.0 || tot.BudgetConsumedGPUHours != 3.964 {
+	// E-a is the colocation phase, charged as it runs: not also consumed
+	if tot.BudgetCapGPUHours != 16.0 || tot.BudgetConsumedGPUHours != 0 {
 		t.Fatalf("budget cap %v consumed %v", tot.BudgetCapGPUHours, tot.BudgetConsumedGPUHours)
+	}
+	// A-P3-4: conservative reservations, and they fit the cap; A-P3-1: the
+	// co-location check's cost apart
+	if tot.Reserve != "bounds" || !tot.ReservationFits || tot.PeakReservationGPUHours <= tot.GPUHoursEstimate ||
+		tot.Colocation.Runs != 11 || tot.Colocation.NominalGPUHours <= 0 || tot.Colocation.ConservativeGPUHours <= tot.Colocation.NominalGPUHours ||
+		tot.Colocation.NominalGPUHours+tot.Matrix.NominalGPUHours != tot.GPUHoursEstimate || tot.ConservativeGPUHours <= tot.GPUHoursEstimate {
+		t.Fatalf("totals %+v", tot)
+	}
+}
+
+// Every phase-3 client drains as long as its class's watchdog (A-P3-3 and
+// A-P3-5: the client never cancels; the watchdog ends a hang).
+func TestPhase3DrainBounds(t *testing.T) {
+	p, err := PlanFile("opprof-phase3.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"standard": 240, "burst-512": 480, "p10": 1200}
+	for _, r := range p.Runs {
+		if r.ClientDrainS == nil || *r.ClientDrainS != r.WatchdogS || r.WatchdogS != want[r.Class] || *r.ClientDrainS < r.DrainS {
+			t.Errorf("run %s class %s: client drain bound %v, allowance %v, watchdog %v", r.ID, r.Class, r.ClientDrainS, r.DrainS, r.WatchdogS)
+		}
 	}
 }
 
@@ -218,7 +241,7 @@ func TestPlanJSONFields(t *testing.T) {
 			t.Fatalf("run missing fields: %+v", r)
 		}
 	}
-	if m.Totals.Estimate == nil || *m.Totals.Cap != 16 || *m.Totals.Consumed != 3.964 || m.Totals.ByKind["saturation"] != 24 {
+	if m.Totals.Estimate == nil || *m.Totals.Cap != 16 || *m.Totals.Consumed != 0 || m.Totals.ByKind["saturation"] != 24 {
 		t.Fatalf("totals %+v", m.Totals)
 	}
 }

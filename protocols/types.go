@@ -71,10 +71,10 @@ type Budget struct {
 	CapGPUHours      float64 `yaml:"cap_gpu_hours" warden:"required"`
 	ConsumedGPUHours float64 `yaml:"consumed_gpu_hours"` // spent before this campaign, counted against the cap
 	Unit             string  `yaml:"unit"`               // what a GPU-hour is here, e.g. "H20-hours"
-	// Reserve says how conservative a wave's reservation is: "nominal"
-	// (default: each run's expected_s) or "bounds" (each run's worst case:
-	// ready timeout + measuring deadline + shutdown graces + cleanup
-	// timeout).
+	// Reserve says how conservative a wave's reservation is: "bounds" (default) reserves
+	// each run's worst case (ready timeout + measuring deadline + shutdown
+	// graces + cleanup timeout), seed 002 A-P3-4's "conservative
+	// reservation"; "nominal" reserves each run's expected_s only.
 	Reserve string `yaml:"reserve"`
 }
 
@@ -259,6 +259,13 @@ type Load struct {
 	// ResultFile is the client's result, relative to the attempt
 	// directory; default client/result.json.
 	ResultFile string `yaml:"result_file"`
+	// Manifest names the input the load's client reads, as its path is
+	// written under provenance (plan-time variables allowed, e.g.
+	// "${MANIFEST}"). After the client, the manifest.sha256 its result file
+	// reports must equal the hash recorded at start, or the run fails
+	// input-changed (seed 002, stop condition 1; sanity block "exact
+	// manifest hash").
+	Manifest string `yaml:"manifest"`
 }
 
 // Load kinds and whether each is measured by default.
@@ -304,7 +311,6 @@ type AxisValue struct {
 	ServerArgs []string          `yaml:"server_args"` // appended to the server command
 	Expect     []Expect          `yaml:"expect"`      // added to the server's expectations
 	Vars       map[string]string `yaml:"vars"`        // exported as ${NAME}; may use protocol vars
-	Prepare    *Command          `yaml:"prepare"`     // run once, CPU only, before the campaign's first GPU run
 }
 
 // Phase is a step of the campaign: phases run in order, each to completion.

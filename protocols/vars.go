@@ -16,6 +16,8 @@ import (
 //	CELL       the cell, e.g. P05/C00        CELL_ID the cell as an id, e.g. P05.C00
 //	LOAD       the load point's name         REPEAT  the repeat number (1-based)
 //	<AXIS>     each matrix axis's value, the axis name in upper case (PATTERN, CONFIG)
+//	DRAIN_ALLOWANCE_S  the run's class's drain allowance, in seconds
+//	DRAIN_WATCHDOG_S   the run's class's drain watchdog, in seconds
 //	<VAR>      the protocol's vars and the vars of the cell's axis values
 //
 // Known when an attempt starts (kept as ${NAME} in the plan, substituted at launch):
@@ -36,7 +38,7 @@ var LaunchVars = []string{
 }
 
 // planVars are the built-in names substituted in the plan.
-var planVars = []string{"RUN_ID", "PHASE", "CELL", "CELL_ID", "LOAD", "REPEAT"}
+var planVars = []string{"RUN_ID", "PHASE", "CELL", "CELL_ID", "LOAD", "REPEAT", "DRAIN_ALLOWANCE_S", "DRAIN_WATCHDOG_S"}
 
 var varName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 

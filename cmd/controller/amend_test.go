@@ -26,7 +26,7 @@ import (
 //     imputed.
 func TestSeedAmendmentHistory(t *testing.T) {
 	c := newCampaign(t)
-	base := scenario{patterns: 4, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", capGPUHours: "0.007", measureS: "0.2"}
+	base := scenario{patterns: 4, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", capGPUHours: "0.007, reserve: nominal", measureS: "0.2"} // the cap fits the waves nominally only
 	// one run at a time, so that p1's drain stops the campaign before
 	// another run starts
 	v0 := editProtocol(t, writeProtocol(t, base), "concurrency: 2", "concurrency: 1")

@@ -17,6 +17,8 @@ import (
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
+	"warden/pkg/runner"
+	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -33,6 +35,10 @@ type result struct {
 	Running    bool   `json:"running"`
 	Foreground bool   `json:"foreground,omitempty"`
 	Note       string `json:"note,omitempty"`
+	// AwaitingAmendment (resume) are the runs whose last attempt failed for
+	// a reason that allows no rerun: resume starts no attempt of them until
+	// an amendment covers them.
+	AwaitingAmendment []runner.Awaiting `json:"awaiting_amendment,omitempty"`
 }
 
 func checkTableOrJSON(output string) error {
@@ -108,7 +114,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if output != "json" {
 				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
 			}
-			return launchController(cmd, "start", abs, foreground, "", output, mo)
+			return launchController(cmd, "start", abs, foreground, "", output, mo, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
@@ -128,11 +134,16 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 
 // launchController runs the controller in this process (foreground) or
 // detached, and reports how in the output format.
-func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string, mo metricsOptions) error {
+func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string, mo metricsOptions, awaiting []runner.Awaiting) error {
+	if output != "json" {
+		for _, w := range awaiting {
+			fmt.Fprintf(cmd.OutOrStdout(), "waiting for an amendment, no further attempt without one: %s (attempt %d failed: %s)\n", w.Run, w.Attempt, w.Reason)
+		}
+	}
 	if foreground {
 		err := runDaemon(daemonOptions{dir: dir, foreground: true, readyFD: -1, backend: backend, metrics: mo})
 		if err == nil && output == "json" {
-			return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: os.Getpid(), Foreground: true})
+			return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: os.Getpid(), Foreground: true, AwaitingAmendment: awaiting})
 		}
 		return err
 	}
@@ -141,7 +152,7 @@ func launchController(cmd *cobra.Command, action, dir string, foreground bool, b
 		return err
 	}
 	if output == "json" {
-		return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: pid, Running: true})
+		return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: action, Dir: dir, PID: pid, Running: true, AwaitingAmendment: awaiting})
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "controller running, pid %d; follow it with: ctlq status -d %s\n", pid, dir)
 	return nil
@@ -210,7 +221,24 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
 	}
-	return launchController(cmd, "resume", abs, foreground, backend, output, mo)
+	var awaiting []runner.Awaiting
+	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+		if awaiting, err = awaitingAmendment(abs); err != nil {
+			return &exitError{1, err}
+		}
+	}
+	return launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting)
+}
+
+// awaitingAmendment reads, before a resume, the runs that wait for an
+// amendment (runner.AwaitingAmendment).
+func awaitingAmendment(dir string) ([]runner.Awaiting, error) {
+	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("resume: read the campaign's runs: %w", err)
+	}
+	defer s.Close()
+	return runner.AwaitingAmendment(s)
 }
 
 func newDaemonCmd() *cobra.Command {

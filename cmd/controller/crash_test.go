@@ -85,6 +85,10 @@ type crashScenario struct {
 	// the state the campaign ends in after every resume, and its stop reason
 	want       state.CampaignState
 	wantReason state.StopReason
+	// awaiting, when set, names the failed run (as a stop detail does) whose
+	// failure the resume does not rerun: a final stop awaiting-amendment
+	// naming it is the expected end too
+	awaiting string
 	// results: runs that must end with exactly one complete or quarantined
 	// attempt (nil: every run)
 	results []string
@@ -118,6 +122,7 @@ var failurePath = crashScenario{
 	},
 	want:       state.CampaignStopped,
 	wantReason: state.StopForRun(state.ReasonClientFailed),
+	awaiting:   "p3.saturation (attempt 1, client-failed)",
 	results:    []string{"p1.saturation", "p2.saturation"},
 }
 
@@ -176,7 +181,18 @@ func crashAndResume(t *testing.T, bin, point string, sc crashScenario, preKill s
 	if before != nil {
 		vs = append(vs, crashcheck.Compare(before, after)...)
 	}
-	final, err := crashcheck.FinalExpect(c.dir, after, crashcheck.Expect{State: sc.want, StopReason: sc.wantReason, Results: sc.results})
+	wantReason := sc.wantReason
+	if sc.awaiting != "" {
+		// killed after the failure was recorded: the resume starts no
+		// attempt of the failed run (no amendment covers it) and stops
+		// again once nothing else can run
+		s := c.store()
+		if cp, err := s.Campaign(); err == nil && cp.StopReason == state.StopAwaitingAmendment && strings.Contains(cp.StopDetail, sc.awaiting) {
+			wantReason = state.StopAwaitingAmendment
+		}
+		s.Close()
+	}
+	final, err := crashcheck.FinalExpect(c.dir, after, crashcheck.Expect{State: sc.want, StopReason: wantReason, Results: sc.results})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -400,7 +400,7 @@ func TestSlurmStop(t *testing.T) {
 // budget-exhausted) and the campaign stops budget-exhausted.
 func TestSlurmBudgetStop(t *testing.T) {
 	c := newSlurmCampaign(t)
-	proto := slurmProtocol(t, scenario{patterns: 2, capGPUHours: "0.006", client: `{shell: 'exec sleep 3600'}`})
+	proto := slurmProtocol(t, scenario{patterns: 2, capGPUHours: "0.006, reserve: nominal", client: `{shell: 'exec sleep 3600'}`})
 	out, code := c.controller(append(slurmArgs(c, proto), "--foreground", "--allow-over-budget")...)
 	if code != 0 {
 		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))

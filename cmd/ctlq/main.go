@@ -22,6 +22,7 @@ import (
 	"warden/internal/mancmd"
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
+	"warden/pkg/runner"
 	"warden/pkg/state"
 )
 
@@ -174,16 +175,47 @@ func newStatusCmd(o *options) *cobra.Command {
 			if err != nil {
 				return &exitError{exitOther, err}
 			}
+			doc := statusDoc{Status: st}
+			if src.store != nil {
+				aw, err := runner.AwaitingAmendment(src.store)
+				if err != nil {
+					return &exitError{exitOther, err}
+				}
+				if aw == nil {
+					aw = []runner.Awaiting{}
+				}
+				doc.AwaitingAmendment = &aw
+			}
 			if o.output == "json" {
-				writeJSON(cmd.OutOrStdout(), st)
+				writeJSON(cmd.OutOrStdout(), doc)
 			} else {
 				printStatus(cmd.OutOrStdout(), st)
+				printAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
 			}
 			return statusExit(st)
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "the live view of ctlq watch")
 	return cmd
+}
+
+// statusDoc is ctlq status's -o json document: the campaign's status and,
+// when read from the database, the runs that wait for an amendment (a
+// failure that allows no rerun: resume starts no attempt of them). Read
+// through a running controller the list is absent: the database is the
+// controller's.
+type statusDoc struct {
+	api.Status
+	AwaitingAmendment *[]runner.Awaiting `json:"awaiting_amendment,omitempty"`
+}
+
+func printAwaiting(w io.Writer, aw *[]runner.Awaiting) {
+	if aw == nil {
+		return
+	}
+	for _, a := range *aw {
+		fmt.Fprintf(w, "awaiting   %s: attempt %d failed (%s); no further attempt without an amendment\n", a.Run, a.Attempt, a.Reason)
+	}
 }
 
 func statusExit(st api.Status) error {

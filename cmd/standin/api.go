@@ -357,6 +357,9 @@ func (a *api) stream(ctx context.Context, w http.ResponseWriter, gen generation,
 // generate calls emit for each of n tokens, one every tokenInterval. It
 // stops early with the context's error.
 func (a *api) generate(ctx context.Context, n int, emit func(i int) error) error {
+	if err := serverStall.hold(ctx); err != nil {
+		return err
+	}
 	var tick <-chan time.Time
 	if a.tokenInterval > 0 {
 		t := time.NewTicker(a.tokenInterval)

@@ -99,6 +99,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.IntVar(&cfg.info.reportMaxNumSeqs, "report-max-num-seqs", -1, "misbehave: report this max_num_seqs instead of --max-num-seqs")
 	f.BoolVar(&cfg.neverHealthy, "never-healthy", false, "misbehave: /health answers 503 forever")
 	f.BoolVar(&cfg.engine.engineSurvives, "engine-survives", false, "misbehave: on SIGTERM the parent exits but the engine stays, holding its GPU memory")
+	addDrainStallFlags(f)
 	f.IntVar(&cfg.engine.fork, "fork", 0, "misbehave: the engine starts this many sleeping children in the process group, left behind at exit")
 	// Seed 002's artifacts.
 	f.StringVar(&cfg.layer1.dir, "layer1-dir", "", "write a Layer-1 stream (layer1.jsonl and its sidecar layer1.jsonl.footer.json) here")

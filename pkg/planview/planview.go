@@ -91,19 +91,45 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 	fmt.Fprintf(w, "budget: cap %.3f, already consumed %.3f, remaining %.3f, remaining after this estimate %.3f (worst case %.3f)\n",
 		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
 	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
+	writeCosts(w, t, unit)
 	writeBounds(w, p, wide)
 	writeSlurm(w, p)
 	if len(p.Provenance) > 0 {
-		fmt.Fprintf(w, "provenance files hashed at start: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
+		fmt.Fprintf(w, "provenance files hashed at start and again before every wave: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
 	return nil
 }
 
 func reserveText(mode string) string {
 	if mode == "bounds" {
-		return "each run's bounds (budget.reserve: bounds)"
+		return "each run's bounds (budget.reserve: bounds, the default)"
 	}
 	return "each run's expected seconds (budget.reserve: nominal)"
+}
+
+// writeCosts lays out the cost of the co-location check apart from the
+// rest (seed 002, A-P3-1), nominal and conservative, and the peak of the
+// wave reservations on the estimate's timeline against the cap.
+func writeCosts(w io.Writer, t protocols.Totals, unit string) {
+	fmt.Fprintf(w, "\ncost in %s (conditional runs apart):\n", unit)
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PART\tRUNS\tNOMINAL\tCONSERVATIVE")
+	fmt.Fprintf(tw, "co-location check (apart from the matrix)\t%d\t%.3f\t%.3f\n", t.Colocation.Runs, t.Colocation.NominalGPUHours, t.Colocation.ConservativeGPUHours)
+	fmt.Fprintf(tw, "matrix, burn-ins, confirmations\t%d\t%.3f\t%.3f\n", t.Matrix.Runs, t.Matrix.NominalGPUHours, t.Matrix.ConservativeGPUHours)
+	fmt.Fprintf(tw, "total\t%d\t%.3f\t%.3f\n", t.Colocation.Runs+t.Matrix.Runs, t.GPUHoursEstimate, t.ConservativeGPUHours)
+	fmt.Fprintf(tw, "conditional runs, if they execute\t%d\t+%.3f\t+%.3f\n", t.Conditional, t.ConditionalGPUHours, t.BoundsGPUHours-t.ConservativeGPUHours)
+	tw.Flush()
+	io.WriteString(w, buf.String())
+	verdict := "within the cap"
+	if !t.ReservationFits {
+		verdict = "OVER the cap: refused, stop reason budget"
+	}
+	fmt.Fprintf(w, "peak wave reservation (charged + reserved + launch): %.3f of the %.3f cap, %s\n",
+		t.PeakReservationGPUHours, t.BudgetCapGPUHours, verdict)
+	if t.PeakReservationRun != "" {
+		fmt.Fprintf(w, "  at the launch of %s on the estimate's timeline\n", t.PeakReservationRun)
+	}
 }
 
 // writeBounds lists the bounds and validators of each kind of run: the
@@ -116,31 +142,39 @@ func writeBounds(w io.Writer, p *protocols.Plan, wide bool) {
 	type key struct {
 		load, class                          string
 		ready, deadline, drain, watchdog, to float64
+		clientDrain                          string
 		admission, validators                string
 	}
 	var keys []key
 	runs := map[key][]string{}
 	for _, r := range p.Runs {
 		var vs []string
+		if r.Manifest != "" {
+			vs = append(vs, "manifest-hash") // the built-in check of the client's manifest.sha256
+		}
 		for _, v := range r.Validators {
 			vs = append(vs, v.Name)
 		}
-		k := key{r.Load, r.Class, r.Server.ReadyTimeoutS, r.DeadlineS, r.DrainS, r.WatchdogS, r.BoundS, r.AdmissionEnd, strings.Join(vs, ", ")}
+		cd := "-"
+		if r.ClientDrainS != nil {
+			cd = fmt.Sprintf("%.0f", *r.ClientDrainS)
+		}
+		k := key{r.Load, r.Class, r.Server.ReadyTimeoutS, r.DeadlineS, r.DrainS, r.WatchdogS, r.BoundS, cd, r.AdmissionEnd, strings.Join(vs, ", ")}
 		if _, seen := runs[k]; !seen {
 			keys = append(keys, k)
 		}
 		runs[k] = append(runs[k], r.ID)
 	}
-	fmt.Fprintln(w, "\nbounds (every run is ended past them):")
+	fmt.Fprintln(w, "\nbounds (every run is ended past them; DRAIN_S is the class's drain allowance, CLIENT_S the client's own drain bound):")
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tADMISSION_END\tWORST_S\tVALIDATORS")
+	fmt.Fprintln(tw, "LOAD\tCLASS\tRUNS\tREADY_S\tDEADLINE_S\tDRAIN_S\tWATCHDOG_S\tCLIENT_S\tADMISSION\tWORST_S\tVALIDATORS")
 	for _, k := range keys {
 		vs := k.validators
 		if vs == "" {
 			vs = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.admission, k.to, vs)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\n", k.load, k.class, len(runs[k]), k.ready, k.deadline, k.drain, k.watchdog, k.clientDrain, k.admission, k.to, vs)
 	}
 	tw.Flush()
 	for _, line := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {

@@ -75,8 +75,10 @@ func TestWriteTotals(t *testing.T) {
 		"\n4 runs: moderate 2, saturation 2,\n  of which 4 measured, 0 conditional\n",
 		"primary cells: 2\n",
 		"GPU-hour estimate: 0.011 GPU-hours (+0.000 if conditional runs execute)\n",
-		"a wave reserves each run's expected seconds (budget.reserve: nominal)\n",
-		"sat   std    2     900      30          10       20          phase-file     1120     -\n",
+		"a wave reserves each run's bounds (budget.reserve: bounds, the default)\n",
+		"co-location check (apart from the matrix)  0     0.000    0.000\n",
+		"peak wave reservation (charged + reserved + launch): ",
+		"sat   std    2     900      30          10       20          -         phase-file  1120     -\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
@@ -109,7 +111,7 @@ func TestWrapLastColumn(t *testing.T) {
 }
 
 func TestReserveText(t *testing.T) {
-	if got := reserveText("bounds"); !strings.Contains(got, "bounds (budget.reserve: bounds)") {
+	if got := reserveText("bounds"); !strings.Contains(got, "bounds (budget.reserve: bounds, the default)") {
 		t.Errorf("bounds: %q", got)
 	}
 	if got := reserveText(""); !strings.Contains(got, "expected seconds (budget.reserve: nominal)") {

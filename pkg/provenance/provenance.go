@@ -245,7 +245,11 @@ func Read(campaignDir string) ([]Entry, error) {
 // joined: a *ChangedError for a file changed or missing, a
 // *NotRegularError for one replaced by something that is not a regular
 // file (never opened, so a FIFO cannot block it).
-func Verify(campaignDir string) error {
+func Verify(campaignDir string) error { return VerifyOnly(campaignDir, nil) }
+
+// VerifyOnly is Verify of the recorded entries keep accepts (every entry
+// when keep is nil).
+func VerifyOnly(campaignDir string, keep func(Entry) bool) error {
 	entries, err := Read(campaignDir)
 	if err != nil {
 		return err
@@ -253,6 +257,9 @@ func Verify(campaignDir string) error {
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	var errs []error
 	for _, e := range entries {
+		if keep != nil && !keep(e) {
+			continue
+		}
 		now, err := HashFile(e.Path)
 		switch {
 		case errors.Is(err, os.ErrNotExist):

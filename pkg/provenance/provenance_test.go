@@ -422,3 +422,29 @@ func TestMemoryBounded(t *testing.T) {
 		t.Fatalf("copy hash %s %v; want %s", got, err, want)
 	}
 }
+
+// VerifyOnly checks the entries it keeps and no other.
+func TestVerifyOnly(t *testing.T) {
+	dir, camp := t.TempDir(), t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, []byte("before "+p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Record(camp, []Entry{{Path: a, Role: "protocol"}, {Path: b, Role: "manifest"}}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, []byte("after"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := VerifyOnly(camp, func(e Entry) bool { return e.Role != "protocol" })
+	if err == nil || !strings.Contains(err.Error(), b+" changed") || strings.Contains(err.Error(), a+" changed") {
+		t.Fatalf("VerifyOnly: %v", err)
+	}
+	if err := Verify(camp); err == nil || !strings.Contains(err.Error(), a+" changed") {
+		t.Fatalf("Verify: %v", err)
+	}
+}

@@ -364,6 +364,9 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 				a.earlyBackground = true
 				return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
 			}
+			if ex.Code == state.ExitDrainAbandoned && ex.Signal == "" {
+				return state.ReasonDrainAbandoned, fmt.Sprintf("client exit code %d: it abandoned requests still outstanding at its drain bound", ex.Code)
+			}
 			if ex.Code != 0 || ex.Signal != "" {
 				return state.ReasonClientFailed, "client " + exitText(ex)
 			}
@@ -755,6 +758,9 @@ func (a *attempt) validate() (state.Reason, string) {
 		return state.ReasonForeignGPUProcess, a.foreign.Detail
 	}
 	a.recordTerminalClasses()
+	if r, d := a.checkManifest(); r != "" {
+		return r, d
+	}
 	env := a.env
 	if len(a.run.Validators) > 0 {
 		path, err := a.writeSignals()
@@ -956,6 +962,8 @@ func (a *attempt) prepareCommands() error {
 		"WARDEN_GPU_IDS="+a.vars["GPU_IDS"],
 		"WARDEN_CPUS="+a.vars["CPUS"],
 		"WARDEN_PHASE_FILE="+a.vars["PHASE_FILE"],
+		"WARDEN_DRAIN_ALLOWANCE_S="+strconv.FormatFloat(a.run.DrainS, 'f', -1, 64),
+		"WARDEN_DRAIN_WATCHDOG_S="+strconv.FormatFloat(a.run.WatchdogS, 'f', -1, 64),
 	)
 	if c.fakeGPUDir != "" {
 		env = append(env, fakegpu.EnvDir+"="+c.fakeGPUDir)

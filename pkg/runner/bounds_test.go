@@ -97,7 +97,7 @@ func TestDrainFromResultFile(t *testing.T) {
 // it accrues; the controller ends both gracefully, stops the campaign as
 // budget-exhausted, and charges at most about one tick past the cap.
 func TestBudgetHardStopInFlight(t *testing.T) {
-	c := newCampaign(t, protocol{patterns: 2, expectedS: "1", capGPUHours: "0.002",
+	c := newCampaign(t, protocol{patterns: 2, expectedS: "1", capGPUHours: "0.002, reserve: nominal", // nominal: the waves start, and the cap ends them in flight
 		client: `{shell: 'exec sleep 3600'}`, saturation: "    deadline_s: 600"})
 	r := c.start(c.newRunner())
 	c.waitAttempt(r, "an attempt measuring", func(a state.Attempt) bool { return a.State == state.Measuring })

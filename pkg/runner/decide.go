@@ -44,6 +44,14 @@ type View struct {
 	Account budget.Account
 	// Ended are the units that ended since the last decision.
 	Ended []UnitEnd
+	// Awaiting are the runs that wait for an amendment (AwaitingAmendment):
+	// no attempt of theirs is started, nor of a unit that holds one.
+	Awaiting []Awaiting
+}
+
+// waiting says whether run id waits for an amendment.
+func (v View) waiting(id string) bool {
+	return slices.ContainsFunc(v.Awaiting, func(w Awaiting) bool { return w.Run == id })
 }
 
 // UnitEnd is how a unit ended: the run that failed for good, if any, and
@@ -153,6 +161,10 @@ func Decide(v View) Decision {
 		}
 	}
 	if len(d.Launch) == 0 {
+		if len(v.Active) == 0 && len(v.Awaiting) > 0 {
+			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopAwaitingAmendment,
+				Detail: "nothing more can run: these runs failed for a reason that allows no rerun and wait for an amendment (seed 002: \"A semantic workload/config failure requires a reviewed protocol amendment\"): " + awaitingText(v.Awaiting)}}
+		}
 		return d
 	}
 	for _, w := range d.Launch {
@@ -259,7 +271,10 @@ func matrixWave(v View, phase string, regime protocols.RegimeInfo, done map[stri
 				todo = append(todo, r)
 			}
 		}
-		if len(todo) == 0 {
+		if len(todo) == 0 || slices.ContainsFunc(todo, func(r protocols.Run) bool { return v.waiting(r.ID) }) {
+			continue // a unit that holds a run waiting for an amendment does not start
+		}
+		if slices.ContainsFunc(todo[0].Needs, v.waiting) {
 			continue
 		}
 		for _, n := range todo[0].Needs {
@@ -314,6 +329,9 @@ func colocationWave(v View, phase string, done map[string]bool) []Launch {
 		var todo []protocols.Run
 		for _, r := range b {
 			if !satisfied(r, done) {
+				if v.waiting(r.ID) {
+					return nil // the block waits for an amendment
+				}
 				todo = append(todo, r)
 			}
 		}

@@ -405,7 +405,11 @@ func TestDecideInOrder(t *testing.T) {
 // and a cap that the nominal reservation fits can refuse it.
 func TestDecideReservesAtTheBounds(t *testing.T) {
 	p := phase3(t)
+	if p.Totals.Reserve != "bounds" {
+		t.Fatalf("the plan reserves %q by default, want bounds", p.Totals.Reserve)
+	}
 	w := newWorld(p).coloc(gates.Pass)
+	p.Totals.Reserve = "nominal"
 	nominal := Decide(w.View)
 	p.Totals.Reserve = "bounds"
 	bounds := Decide(w.View)

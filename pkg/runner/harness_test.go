@@ -18,6 +18,7 @@ import (
 	"warden/internal/testports"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
+	"warden/pkg/provenance"
 	"warden/pkg/runner"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -244,6 +245,11 @@ func newCampaign(t *testing.T, p protocol) *campaign {
 	}
 	c.plan = plan
 	if err := os.MkdirAll(filepath.Join(c.dir, "runs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// the protocol recorded as controller start records it: the runner
+	// re-hashes the recorded inputs before every wave
+	if _, err := provenance.Record(c.dir, []provenance.Entry{{Path: c.protocol, Role: "protocol"}}, provenance.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fakegpu.Init(c.gpuDir, 2, 143771); err != nil {

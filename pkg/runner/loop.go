@@ -235,6 +235,9 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	for u := range c.active {
 		v.Active[u] = true
 	}
+	if v.Awaiting, err = AwaitingAmendment(c.store); err != nil {
+		return View{}, err
+	}
 	if len(ended) > 0 {
 		// the thresholds are judged now: the reasons of quarantined runs
 		v.QuarantineReasons = map[string]state.Reason{}
@@ -332,9 +335,14 @@ func (c *Runner) finishUnit(res unitResult) *UnitEnd {
 }
 
 // beforeWave checks what a wave needs of the world that the records do
-// not hold: the protocol's disk limits. It returns the stop, if one is
-// due. (The recorded inputs' hashes are checked at every resume.)
-func (c *Runner) beforeWave() *Stop { return c.checkDisk() }
+// not hold: the recorded inputs' hashes and the protocol's disk limits. It
+// returns the stop, if one is due.
+func (c *Runner) beforeWave() *Stop {
+	if s := c.checkInputs(); s != nil {
+		return s
+	}
+	return c.checkDisk()
+}
 
 // checkDisk applies the protocol's disk limits before a wave: free space
 // on the campaign's file system and the size of the runs' artifacts.

@@ -77,6 +77,12 @@ var Policy = map[state.Reason]Rule{
 	// drain quarantine: "Drain is post-measurement and serves as a hang
 	// watchdog").
 	state.ReasonDrainWatchdog: {StopForReview, "002 A-P3-5 (drain quarantine): drain serves as a hang watchdog"},
+	// A client that gave up on requests at its own drain bound cut the
+	// drain the watchdog exists for: a failure, never complete (A-P3-3:
+	// exceeding the budget "does not authorize cancellation, truncation").
+	state.ReasonDrainAbandoned: {StopForReview, "002 A-P3-3: no cancellation or truncation; A-P3-5 (drain quarantine): drain serves as a hang watchdog"},
+	// Stop list item 1: "source/patch/helper/manifest hash mismatch".
+	state.ReasonInputChanged: {StopForReview, "002 stop condition 1: manifest hash mismatch"},
 	// Drain over the class allowance quarantines; the matrix goes on.
 	state.ReasonDrainQuarantine: {Quarantine, "002 A-P3-5 (drain quarantine): exceeding the allowance marks the run drain-quarantined but no longer stops the matrix"},
 	// Seed 000's terminal taxonomy: a run that fails a quality gate is kept

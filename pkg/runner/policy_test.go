@@ -36,6 +36,8 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonMeasureDeadline:   StopForReview,
 		state.ReasonDrainUnseen:       StopForReview,
 		state.ReasonQualityFailed:     Quarantine,
+		state.ReasonDrainAbandoned:    StopForReview,
+		state.ReasonInputChanged:      StopForReview,
 	}
 	if len(Policy) != len(state.Reasons) {
 		t.Errorf("the policy has %d rules for %d reasons", len(Policy), len(state.Reasons))
@@ -106,7 +108,8 @@ func TestEveryReasonProduced(t *testing.T) {
 		"ReasonHarnessError": state.ReasonHarnessError, "ReasonProfileArtifact": state.ReasonProfileArtifact,
 		"ReasonBudgetExhausted": state.ReasonBudgetExhausted, "ReasonMeasureDeadline": state.ReasonMeasureDeadline,
 		"ReasonDrainUnseen": state.ReasonDrainUnseen, "ReasonQualityFailed": state.ReasonQualityFailed,
-		"ReasonStepLost": state.ReasonStepLost,
+		"ReasonStepLost": state.ReasonStepLost, "ReasonDrainAbandoned": state.ReasonDrainAbandoned,
+		"ReasonInputChanged": state.ReasonInputChanged,
 	}
 	if len(names) != len(state.Reasons) {
 		t.Fatalf("the test names %d reasons, state has %d: add the new one here", len(names), len(state.Reasons))

@@ -160,7 +160,18 @@ const (
 	// node's GPUs were not proven free by the attempt (the next attempt's
 	// preflight proves them).
 	ReasonStepLost Reason = "step-lost"
+	// ReasonDrainAbandoned: the load client exited with ExitDrainAbandoned:
+	// it gave up on requests still outstanding at its own drain bound.
+	ReasonDrainAbandoned Reason = "drain-abandoned"
+	// ReasonInputChanged: an input the run read is not the one frozen at
+	// start (the manifest hash the client reports differs from the
+	// recorded one).
+	ReasonInputChanged Reason = "input-changed"
 )
+
+// ExitDrainAbandoned is the exit code of Warden's load client when it
+// abandoned requests at its drain bound (docs/loadgen.md).
+const ExitDrainAbandoned = 4
 
 // Reasons lists every reason, in the order above.
 var Reasons = []Reason{
@@ -169,7 +180,7 @@ var Reasons = []Reason{
 	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
 	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
 	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen, ReasonQualityFailed,
-	ReasonStepLost,
+	ReasonStepLost, ReasonDrainAbandoned, ReasonInputChanged,
 }
 
 // Valid reports whether r is a known reason.

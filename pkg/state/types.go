@@ -56,13 +56,20 @@ const (
 	// StopHarnessError: the controller itself failed (an I/O error, a full
 	// disk, a bug); the detail says what.
 	StopHarnessError StopReason = "harness-error"
+	// StopInputChanged: an input recorded at start (provenance) hashed
+	// otherwise, or was missing, before a wave; the detail names the file
+	// and both hashes.
+	StopInputChanged StopReason = "input-changed"
+	// StopAwaitingAmendment: nothing more can run while runs whose
+	// failure allows no rerun wait for an amendment; the detail names them.
+	StopAwaitingAmendment StopReason = "awaiting-amendment"
 )
 
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
 	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
-	StopFailedFraction, StopHarnessError,
+	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment,
 }
 
 // StopForRun is the campaign's stop reason when a run's failure stops it:

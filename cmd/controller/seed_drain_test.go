@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warden/pkg/state"
+)
+
+// stallClient is the stand-in client with its own drain bound given by
+// the run's class (${DRAIN_WATCHDOG_S}), as the protocols pass it to
+// loadgen: it waits for every request it admitted until the watchdog.
+const stallClient = `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "${DRAIN_WATCHDOG_S}", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`
+
+// A server that stalls its last requests past the class allowance, but
+// not past the watchdog: the client waits for them (its bound is the
+// watchdog), the drain is over the allowance, and the run is
+// drain-quarantined, never complete (A-P3-5, drain quarantine).
+func TestServerStallPastAllowanceQuarantines(t *testing.T) {
+	c := newCampaign(t)
+	// requests arriving 0.3 s after the first (inside the 0.5 s clean
+	// interval that follows the 0.2 s warm-up) wait 3 s: the drain lasts
+	// at least 3 s - 0.4 s > the 1 s allowance
+	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0.3", --stall-s, "3"`,
+		client: stallClient, drainS: "1", watchdogS: "60"}))
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Quarantined || as[0].Reason != state.ReasonDrainQuarantine {
+		t.Fatalf("attempts %+v", as)
+	}
+	if d := as[0].Figures["drain_s"]; d <= 1 || d >= 60 {
+		t.Fatalf("drain_s %v, want over the 1 s allowance and under the 60 s watchdog", d)
+	}
+	v := c.gateVerdict(s, "p1.saturation", "drain")
+	if v.Figures["quarantine"] != 1 || v.Figures["allowance_s"] != 1 {
+		t.Fatalf("drain gate %+v", v)
+	}
+	// the client waited for every request it admitted: none abandoned
+	b, err := os.ReadFile(filepath.Join(as[0].Dir, "client", "result.json"))
+	var res struct{ Requests, Completed, Failed int }
+	if err != nil || json.Unmarshal(b, &res) != nil || res.Failed != 0 || res.Completed != res.Requests || res.Requests == 0 {
+		t.Fatalf("client result (%v): %s", err, b)
+	}
+	c.assertNoProcesses()
+}
+
+// Past the watchdog, the run fails (drain-watchdog) and the campaign stops
+// for review.
+func TestServerStallPastWatchdogFails(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
+		client: stallClient, drainS: "1", watchdogS: "2"}))
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainWatchdog {
+		t.Fatalf("attempts %+v", as)
+	}
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainWatchdog) {
+		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
+	}
+	c.assertNoProcesses()
+}
+
+// A client that exits 4 (Warden's load client: it abandoned requests at
+// its drain bound) fails its run with reason drain-abandoned: a cut drain
+// is never complete.
+func TestClientAbandonedDrainFails(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainAbandoned {
+		t.Fatalf("attempts %+v", as)
+	}
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainAbandoned) {
+		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
+	}
+}
+
+// The plan refuses a client whose own drain bound is shorter than its
+// class's allowance, naming the file, line and argument.
+func TestPlanRefusesShortClientDrain(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{drainS: "5", watchdogS: "10",
+		client: `["${STANDIN}", client, --drain-timeout-seconds, "3", --result-dir, "${ATTEMPT_DIR}/client"]`})
+	out, code := c.controller("plan", "-f", proto)
+	if code != exitInvalid || !strings.Contains(out, "e2e.yaml:") || !strings.Contains(out, "loads.saturation.client[3]") ||
+		!strings.Contains(out, "--drain-timeout-seconds 3 is shorter than the 5 s drain allowance of class c") {
+		t.Fatalf("plan exit %d:\n%s", code, out)
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warden/pkg/state"
+)
+
+// manifestProtocol is the test protocol with one recorded manifest, named
+// by the saturation load, and a client that runs the stand-in client and
+// then reports the manifest's hash as `report` computes it (a shell
+// expression) in client/manifest.json, its result file; after may change
+// the manifest once the report is written. One run at a time.
+func manifestProtocol(t *testing.T, report, after string) (proto, manifest, sum string) {
+	t.Helper()
+	manifest = filepath.Join(t.TempDir(), "P01.jsonl")
+	body := []byte(`{"id":"r0","input_tokens":4,"output_tokens":4}` + "\n")
+	if err := os.WriteFile(manifest, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(body)
+	client := `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 2 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && printf ''{"manifest":{"sha256":"%s"}}'' "` + report + `" > "${ATTEMPT_DIR}/client/manifest.json"` + after + `'}`
+	proto = writeProtocol(t, scenario{patterns: 2, client: client})
+	proto = editProtocol(t, proto, "concurrency: 2", "concurrency: 1",
+		"slots:\n", "provenance:\n  - {path: "+manifest+", role: manifest}\nslots:\n",
+		"    expected_s: 10\n    client: {shell:", "    expected_s: 10\n    manifest: "+manifest+"\n    result_file: client/manifest.json\n    client: {shell:")
+	return proto, manifest, hex.EncodeToString(h[:])
+}
+
+// A manifest rewritten mid-campaign (here by the first run's client, once
+// it reported the hash it read) stops the campaign before the next wave:
+// stop condition 1, naming the file, the recorded and the found hash.
+func TestManifestRewrittenMidCampaignStops(t *testing.T) {
+	c := newCampaign(t)
+	proto, manifest, sum := manifestProtocol(t, "$(sha256sum "+"${MAN}"+" | cut -c1-64)", " && echo rewritten >> ${MAN}")
+	proto = editProtocol(t, proto, "vars: {", "vars: {MAN: "+manifest+", ")
+	c.runForeground(proto)
+	s := c.store()
+	if as := c.attempts(s, "p1.saturation"); len(as) != 1 || as[0].State != state.Complete {
+		t.Fatalf("p1 attempts %+v", as)
+	}
+	if as := c.attempts(s, "p2.saturation"); len(as) != 0 {
+		t.Fatalf("p2 started on a rewritten manifest: %+v", as)
+	}
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(b)
+	now := hex.EncodeToString(h[:])
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopInputChanged ||
+		!strings.Contains(cp.StopDetail, manifest+" changed: recorded sha256 "+sum+", now "+now) {
+		t.Fatalf("campaign %s %s: %s (want the file, %s and %s)", cp.State, cp.StopReason, cp.StopDetail, sum, now)
+	}
+	c.assertNoProcesses()
+}
+
+// A client whose result reports another manifest hash than the one
+// recorded at start fails its run (input-changed) and stops the campaign.
+func TestClientManifestHashMismatchStops(t *testing.T) {
+	c := newCampaign(t)
+	bogus := strings.Repeat("0", 64)
+	proto, manifest, sum := manifestProtocol(t, bogus, "")
+	c.runForeground(proto)
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonInputChanged {
+		t.Fatalf("p1 attempts %+v", as)
+	}
+	cp, _ := s.Campaign()
+	want := "manifest " + manifest + ": recorded sha256 " + sum + ", the client read " + bogus
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonInputChanged) || !strings.Contains(cp.StopDetail, want) {
+		t.Fatalf("campaign %s %s: %s (want %q)", cp.State, cp.StopReason, cp.StopDetail, want)
+	}
+}
+
+// A result that reports no manifest hash cannot be checked: the run fails
+// (fail closed).
+func TestClientManifestHashMissingFails(t *testing.T) {
+	c := newCampaign(t)
+	proto, _, _ := manifestProtocol(t, "", "")
+	proto = editProtocol(t, proto, "result_file: client/manifest.json", "result_file: client/result.json")
+	c.runForeground(proto)
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonInputChanged {
+		t.Fatalf("p1 attempts %+v", as)
+	}
+	cp, _ := s.Campaign()
+	if !strings.Contains(cp.StopDetail, "reports no manifest.sha256") {
+		t.Fatalf("stop detail %q", cp.StopDetail)
+	}
+}
