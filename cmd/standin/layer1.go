@@ -81,6 +81,7 @@ type layer1Writer struct {
 	pending int64 // records in buf
 	stale   bool  // flushing has stopped (--layer1-break stale)
 	err     error
+	l2      l1Shapes // the steps' shapes and the records the profiler reads (layer2.go)
 }
 
 // l1record is one data line: a step with placeholder figures.
@@ -100,6 +101,9 @@ type l1record struct {
 	CUDAGraph      bool    `json:"cuda_graph"`
 	UnpaddedTokens int     `json:"unpadded_tokens"`
 	BucketTokens   int     `json:"bucket_tokens"`
+	PrefillReqs    int     `json:"prefill_requests"`
+	DecodeReqs     int     `json:"decode_requests"`
+	RuntimeMode    string  `json:"runtime_mode"`
 }
 
 type l1counters struct {
@@ -174,6 +178,7 @@ func (w *layer1Writer) step() {
 	now := time.Since(w.start).Nanoseconds()
 	rec := l1record{Schema: 1, Step: i, SubmitMonoNS: now, CompleteMonoNS: now + 1000, ModelExecuted: true, ScheduledReqs: 2,
 		PrefillTokens: 0, DecodeTokens: 2, Running: 2, KVUsage: 0.01, UnpaddedTokens: 2, BucketTokens: 2}
+	w.l2.shape(&rec)
 	b, _ := json.Marshal(rec)
 	w.buf.Write(append(b, '\n'))
 	w.encoded++

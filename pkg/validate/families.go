@@ -39,6 +39,7 @@ type Mapping struct {
 	Version int
 	SHA256  string // of the file's bytes
 	scopes  []string
+	scopeNs []string // the scopes' names, in bit order
 	rules   []mappingRule
 	cache   map[classKey]string
 }
@@ -117,6 +118,7 @@ func ParseMapping(b []byte) (*Mapping, error) {
 		}
 		bit[s] = 1 << len(m.scopes)
 		m.scopes = append(m.scopes, f.Scopes[s])
+		m.scopeNs = append(m.scopeNs, s)
 	}
 	mask := func(i int, names []string) (uint64, error) {
 		var x uint64

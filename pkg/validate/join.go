@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"warden/pkg/phasefile"
 )
@@ -90,6 +91,11 @@ type monoSpan struct{ lo, hi int64 }
 type phaseBounds struct {
 	profiles  []monoSpan // by profile index, in order
 	lastClean *monoSpan  // the clean segment adjacent to the first window
+	// wallMinusMono is a line's wall-clock time minus its CLOCK_MONOTONIC
+	// time (the first line whose t parses), which maps a trace's
+	// baseTimeNanoseconds-anchored clock to the monotonic one.
+	wallMinusMono int64
+	haveWall      bool
 }
 
 // ReadPhaseBounds reads the profile windows and the last clean segment of
@@ -110,6 +116,9 @@ func readPhaseBounds(path string) (phaseBounds, error) {
 			return pb, fmt.Errorf("phases line %d: %w", i+1, err)
 		}
 		lines = append(lines, p)
+		if w, err := time.Parse(time.RFC3339Nano, p.T); err == nil && !pb.haveWall {
+			pb.wallMinusMono, pb.haveWall = w.UnixNano()-p.MonoNS, true
+		}
 	}
 	for i, p := range lines {
 		if i+1 >= len(lines) {
@@ -166,7 +175,11 @@ type annot struct {
 // annotation must find exactly one record submitted within tolNS of its
 // start, compatible, later in step order than the previous one's. Exactly
 // one placement of the whole window must fit.
-func joinWindow(as []annot, recs []L1Step, cands []int, tolNS float64) joinOutcome {
+//
+// When the trace's clock maps to the monotonic one (expect: the offset
+// that the trace's baseTimeNanoseconds and the phase file's wall and
+// monotonic times give), only offsets within clockTolNS of it are tried.
+func joinWindow(as []annot, recs []L1Step, cands []int, tolNS float64, expect *float64, clockTolNS float64) joinOutcome {
 	out := joinOutcome{recs: make([]int, len(as))}
 	for i := range out.recs {
 		out.recs[i] = -1
@@ -182,6 +195,9 @@ func joinWindow(as []annot, recs []L1Step, cands []int, tolNS float64) joinOutco
 			continue
 		}
 		off := float64(*recs[ri].SubmitMonoNS) - as[0].tsNS
+		if expect != nil && math.Abs(off-*expect) > clockTolNS {
+			continue
+		}
 		p := place(as, recs, cands, off, tolNS)
 		n := 0
 		for _, x := range p.recs {
@@ -205,7 +221,7 @@ func joinWindow(as []annot, recs []L1Step, cands []int, tolNS float64) joinOutco
 			len(as), len(fits), stepList(fits[0].recs, recs), stepList(fits[1].recs, recs)))
 		return out
 	case bestN < 0:
-		out.problems = append(out.problems, fmt.Sprintf("annotation 1 (%s) matches the tokens of no Layer-1 record of the window", as[0].name))
+		out.problems = append(out.problems, fmt.Sprintf("annotation 1 (%s) matches the tokens of no Layer-1 record of the window at its time", as[0].name))
 		return out
 	}
 	return best

@@ -48,6 +48,10 @@ type Layer2Options struct {
 	// JoinTolerance: how far a Layer-1 record's submit time may be from
 	// its annotation's start once the clocks' offset is fixed.
 	JoinTolerance time.Duration
+	// ClockTolerance: how far the clocks' offset may be from the one the
+	// trace's baseTimeNanoseconds and the phase file's wall and monotonic
+	// times give.
+	ClockTolerance time.Duration
 	// MaxOtherOpaque: the seed's 30% classifiability limit.
 	MaxOtherOpaque float64
 	// MaxSMD: the seed's 0.25 representativeness limit.
@@ -64,7 +68,7 @@ type Layer2Options struct {
 func DefaultLayer2() Layer2Options {
 	return Layer2Options{TP: 1, Windows: 2, WarmupIters: 2, ActiveIters: 8, Pattern: "*.pt.trace.json.gz",
 		ExecuteAnnotate: regexp.MustCompile(`^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$`),
-		JoinTolerance:   5 * time.Millisecond, MaxOtherOpaque: 0.30, MaxSMD: 0.25}
+		JoinTolerance:   5 * time.Millisecond, ClockTolerance: 10 * time.Millisecond, MaxOtherOpaque: 0.30, MaxSMD: 0.25}
 }
 
 // TraceSummary is what one trace file holds.

@@ -279,7 +279,14 @@ func joinOne(f *l2findings, name string, d *traceData, k int, recs []L1Step, pb 
 			cands = append(cands, i)
 		}
 	}
-	j := joinWindow(as, recs, cands, float64(opts.JoinTolerance.Nanoseconds()))
+	var expect *float64
+	if pb != nil && pb.haveWall && d.baseNS != 0 {
+		// trace µs + baseTimeNanoseconds is wall-clock time
+		e := float64(d.baseNS - pb.wallMinusMono)
+		expect = &e
+	}
+	f.fig(fmt.Sprintf("w%d.clock_mapped", k), b2f(expect != nil))
+	j := joinWindow(as, recs, cands, float64(opts.JoinTolerance.Nanoseconds()), expect, float64(opts.ClockTolerance.Nanoseconds()))
 	rep.JoinProblems = j.problems
 	for _, ri := range j.recs {
 		if ri >= 0 {

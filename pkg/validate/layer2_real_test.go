@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The real H200 traces of testdata/h200 (eager: the shared traces; graph:
@@ -54,7 +55,9 @@ func shapeLine(step, submit int64, sh [4]int64, graphDecode bool) l1Line {
 
 // makeL1 builds, from the windows' execute annotations (trace clock µs),
 // a Layer-1 stream (monotonic ns = µs*1000 - monoShift - 150 µs: each step
-// submitted 150 µs before its annotation starts) and a phase file: 60
+// submitted 150 µs before its annotation starts) and a phase file (its
+// wall-clock times the trace's: monotonic + monoShift +
+// baseTimeNanoseconds): 60
 // clean steps 20 ms apart cycling through the three shapes before the
 // first window, each window's two warm-up steps 20 ms before its first
 // annotation, its eight active steps, and five recovery steps after it.
@@ -63,12 +66,14 @@ func makeL1(t testing.TB, dir string, graphDecode bool) (stream, phases []byte) 
 	paths, _ := filepath.Glob(filepath.Join(dir, "*.pt.trace.json.gz"))
 	type win struct{ execs []execMark }
 	var wins []win
+	var base int64
 	for _, p := range paths {
 		d, err := readTraceFile(p, DefaultLayer2().ExecuteAnnotate, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		wins = append(wins, win{d.execs})
+		base = d.baseNS
 	}
 	sort.Slice(wins, func(i, j int) bool { return wins[i].execs[0].lo < wins[j].execs[0].lo })
 	var lines []l1Line
@@ -79,7 +84,9 @@ func makeL1(t testing.TB, dir string, graphDecode bool) (stream, phases []byte) 
 		step++
 	}
 	phase := func(name string, index int, mono int64) {
-		ph = append(ph, fmt.Sprintf(`{"phase":%q,"t":"2026-12-01T00:00:00Z","mono_ns":%d,"index":%d}`, name, mono, index))
+		// wall-clock time is the trace's: baseTimeNanoseconds + µs*1000
+		wall := time.Unix(0, mono+monoShift+base).UTC().Format(time.RFC3339Nano)
+		ph = append(ph, fmt.Sprintf(`{"phase":%q,"t":%q,"mono_ns":%d,"index":%d}`, name, wall, mono, index))
 	}
 	mono := func(us float64) int64 { return int64(math.Round(us*1000)) - monoShift - 150_000 }
 	first := mono(wins[0].execs[0].lo)
