@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-		"strconv"
+	"strconv"
 	"strings"
 	"time"
 

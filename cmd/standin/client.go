@@ -198,7 +198,7 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 	g.phase.Store(loadStopped)
 	cleanEnd := time.Now()
-	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond)
+	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond, phases)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

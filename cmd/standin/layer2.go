@@ -260,15 +260,16 @@ func (p *profiler) stop() error {
 }
 
 // windowSteps gives the window's ten steps (two warm-up, eight active):
-// the first ten Layer-1 records submitted after /start_profile, waiting
-// for the engine to make them; without a stream, ten of the profiler's own
-// 20 ms apart.
+// ten consecutive Layer-1 records submitted after /start_profile, from the
+// first whose active steps begin with a prefill (so that every window has
+// the same mix of the three shapes), waiting for the engine to make them;
+// without a stream, ten of the profiler's own 20 ms apart.
 func (p *profiler) windowSteps() ([]l1record, error) {
 	const n = 10
 	if p.l1 == nil {
 		var out []l1record
 		for i := range n {
-			sh := stepShapes[i%3]
+			sh := stepShapes[(i+1)%3]
 			out = append(out, l1record{Step: int64(i), SubmitMonoNS: p.startNS + int64(i)*20_000_000, PrefillTokens: sh[1], DecodeTokens: sh[3], PrefillReqs: sh[0], DecodeReqs: sh[2]})
 		}
 		return out, nil
@@ -280,7 +281,9 @@ func (p *profiler) windowSteps() ([]l1record, error) {
 		p.l1.mu.Lock()
 		var got []l1record
 		for _, r := range p.l1.l2.recent {
-			if r.SubmitMonoNS >= p.startNS && len(got) < n {
+			// the window starts on a step whose active steps begin with
+			// a prefill: every window has the same mix of shapes
+			if r.SubmitMonoNS >= p.startNS && len(got) < n && (len(got) > 0 || r.Step%3 == 1) {
 				got = append(got, r)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -383,6 +385,9 @@ func sortedRankModes(m map[int]map[string]*modeAcc) []int {
 func WriteAnalysis(path string, an *Analysis) error {
 	b, err := json.MarshalIndent(an, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(path, append(b, '\n'), 0o644)

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warden/pkg/state"
+	"warden/pkg/validate"
+)
+
+// Seed 002's Layer-2 gates end to end on the stand-in, whose traces carry
+// the kernels a real H200 ran and whose Layer-1 steps are the traces'
+// steps: the family shares, classifiability (stop condition 7), the join
+// and representativeness (stop condition 5), and the co-location gate's
+// F3 computed from the two targets' traces.
+
+// seedL2Scenario: one TP1 saturation run, two profile windows, the layer2
+// validator with the run's Layer-1 stream and phase file; brk breaks the
+// first attempt only, or every attempt.
+func seedL2Scenario(brk string, everyAttempt bool) scenario {
+	sc := layer2Scenario(1, brk, everyAttempt)
+	sc.validators = `  - {name: layer2, command: ["${CONTROLLER}", validate, layer2, --traces, "${ATTEMPT_DIR}/traces", --layer1, "${ATTEMPT_DIR}/opprof", --phases, "${PHASE_FILE}", --analysis-out, "${ATTEMPT_DIR}/analysis/kernels.json", -o, json]}
+`
+	return sc
+}
+
+func TestSeedLayer2(t *testing.T) {
+	rerun := []state.AttemptState{state.Failed, state.Complete}
+	rerunWhy := []state.Reason{state.ReasonProfileArtifact, ""}
+	twice := []state.AttemptState{state.Failed, state.Failed}
+	twiceWhy := []state.Reason{state.ReasonProfileArtifact, state.ReasonProfileArtifact}
+	cases := []validatorCase{
+		{name: "real kernels pass and add up", sc: seedL2Scenario("", false), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
+			check: func(t *testing.T, c *campaign, s *state.Store) {
+				v := c.gateVerdict(s, "p1.saturation", "validator:layer2")
+				if v.Verdict != "pass" || !strings.Contains(v.Detail, "mapping opfamily/v1 sha256:"+validate.DefaultMapping().SHA256) {
+					t.Fatalf("layer2 gate %s %q", v.Verdict, v.Detail)
+				}
+				for _, w := range []string{"w0.r0.", "w1.r0."} {
+					sum := 0.0
+					for k, x := range v.Figures {
+						if rest, ok := strings.CutPrefix(k, w+"share."); ok && !strings.HasPrefix(rest, "attention_") {
+							sum += x
+						}
+					}
+					if math.Abs(sum-1) > 1e-9 || v.Figures[w+"share.moe_gemm"] < 0.1 || v.Figures[w+"share.attention"] <= 0 || v.Figures[w+"other_opaque"] > 0.3 {
+						t.Fatalf("%s shares sum to %v: %v", w, sum, v.Figures)
+					}
+				}
+				// the analysis file: per window shares, the join, the SMD, the top unmatched
+				as := c.attempts(s, "p1.saturation")
+				b, err := os.ReadFile(filepath.Join(as[0].Dir, "analysis", "kernels.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var an validate.Analysis
+				if err := json.Unmarshal(b, &an); err != nil || an.Schema != validate.AnalysisSchema || len(an.Windows) != 2 {
+					t.Fatalf("analysis %v: %s", err, b[:min(len(b), 300)])
+				}
+				for _, w := range an.Windows {
+					if len(w.JoinedSteps) != 8 || len(w.SMD) == 0 || len(w.Unmatched) == 0 || w.Shares["attention_decode"] <= 0 {
+						t.Fatalf("window %d: %+v", w.Window, w)
+					}
+				}
+			}},
+		// stop condition 7: no rerun cures a mapping that leaves most kernels unmatched
+		{name: "renamed kernels stop the campaign", sc: seedL2Scenario("unmatched", true),
+			runs: []wantRun{{"p1.saturation", []state.AttemptState{state.Failed}, []state.Reason{state.ReasonValidatorFailed}}}, campaign: state.CampaignStopped, stop: state.ReasonValidatorFailed,
+			check: func(t *testing.T, c *campaign, s *state.Store) {
+				if v := c.gateVerdict(s, "p1.saturation", "validator:layer2"); !strings.Contains(v.Detail, "not classifiable") || v.Figures["other_opaque_max"] <= 0.3 {
+					t.Fatalf("layer2 gate %s %q", v.Verdict, v.Detail)
+				}
+			}},
+		{name: "an ambiguous join is rerun once", sc: seedL2Scenario("join-ambiguous", false),
+			runs: []wantRun{{"p1.saturation", rerun, rerunWhy}}, campaign: state.CampaignComplete,
+			check: func(t *testing.T, c *campaign, s *state.Store) {
+				vs, _ := s.GateVerdicts("p1.saturation")
+				if len(vs) == 0 || !strings.Contains(firstGate(vs, "validator:layer2").Detail, "2 compatible Layer-1 records") {
+					t.Fatalf("first layer2 verdict %+v", firstGate(vs, "validator:layer2"))
+				}
+			}},
+		// stop condition 5: "profiler composition has abs(SMD)>0.25 twice"
+		{name: "unrepresentative twice stops", sc: seedL2Scenario("unrepresentative", true),
+			runs: []wantRun{{"p1.saturation", twice, twiceWhy}}, campaign: state.CampaignStopped, stop: state.ReasonProfileArtifact,
+			check: func(t *testing.T, c *campaign, s *state.Store) {
+				if v := c.gateVerdict(s, "p1.saturation", "validator:layer2"); !strings.Contains(v.Detail, "not representative") || !strings.Contains(v.Detail, "Layer-2-inconclusive") {
+					t.Fatalf("layer2 gate %s %q", v.Verdict, v.Detail)
+				}
+			}},
+	}
+	runValidatorCases(t, cases)
+}
+
+func firstGate(vs []state.GateVerdict, gate string) state.GateVerdict {
+	for _, v := range vs {
+		if v.Gate == gate {
+			return v
+		}
+	}
+	return state.GateVerdict{}
+}
+
+// colocF3Protocol is colocProtocol with the gate's validator replaced by
+// Warden's own F3 comparison from the targets' traces; the target of the
+// first regime (pair-a) adds kernel time to its top family, raising that
+// family's share by shift.
+func colocF3Protocol(t *testing.T, shift string) string {
+	t.Helper()
+	p := colocProtocol(t, false, false)
+	p = editProtocol(t, p, `    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "512"]`,
+		`    command: {shell: 's=""; case "$$WARDEN_RUN_ID" in *pair-a*) s="--layer2-shift norm_elementwise=`+shift+`";; esac; exec "${STANDIN}" server --port "${PORT}" --load-s 0.2 --shutdown-timeout 1 --gpu-mem-mib 512 --traces-dir "${ATTEMPT_DIR}/traces" --layer1-dir "${ATTEMPT_DIR}/opprof" $$s'}`)
+	p = editProtocol(t, p, `    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,
+		`    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --profile-windows, "1"]`)
+	old := `        validator:
+          shell: |
+            case "$NEED_TARGET_DIR" in
+              *pair-a*) echo '{"verdict": "pass", "detail": "operator shares moved"}' ;;
+              *) echo '{"verdict": "pass"}' ;;
+            esac
+`
+	p = editProtocol(t, p, old, `        validator: ["${CONTROLLER}", validate, colocation,
+                    --solo-traces, "${NEED_SOLO_DIR}/traces", --solo-layer1, "${NEED_SOLO_DIR}/opprof", --solo-phases, "${NEED_SOLO_DIR}/phases.jsonl",
+                    --coloc-traces, "${NEED_TARGET_DIR}/traces", --coloc-layer1, "${NEED_TARGET_DIR}/opprof", --coloc-phases, "${NEED_TARGET_DIR}/phases.jsonl", -o, json]
+`)
+	return editProtocol(t, p, `vars: {STANDIN: `, `vars: {CONTROLLER: "`+controllerBin+`", STANDIN: `)
+}
+
+func TestSeedColocationF3(t *testing.T) {
+	for _, tc := range []struct {
+		shift, pairA string
+		regime       string
+	}{
+		{"0.02", "pass", "pair-a"}, // two points: within the seed's three
+		{"0.04", "fail", "pair-b"}, // four points: eight-way is withheld, the next regime is tried
+	} {
+		t.Run(tc.shift, func(t *testing.T) {
+			t.Parallel()
+			c := newCampaign(t)
+			c.runForeground(colocF3Protocol(t, tc.shift))
+			s := c.store()
+			cp, _ := s.Campaign()
+			verdicts := map[string]state.GateVerdict{}
+			vs, _ := s.GateVerdicts("")
+			for _, v := range vs {
+				verdicts[v.Gate] = v
+			}
+			a := verdicts["colocation/pair-a"]
+			if cp.State != state.CampaignComplete || cp.Regime != tc.regime || a.Verdict != tc.pairA {
+				t.Fatalf("campaign %s (%s) regime %q; pair-a %s %q", cp.State, cp.StopDetail, cp.Regime, a.Verdict, a.Detail)
+			}
+			// the figures are Warden's, computed from the traces: the solo
+			// window's three largest families and how far each moved
+			d := a.Figures["diff_norm_elementwise"]
+			want := map[string]float64{"0.02": 0.02, "0.04": 0.04}[tc.shift]
+			_, moe := a.Figures["diff_moe_gemm"]
+			if math.Abs(d-want) > 1e-9 || !moe {
+				t.Fatalf("pair-a F3 figures %v (shift %v)", a.Figures, d)
+			}
+			c.assertNoProcesses()
+		})
+	}
+}
