@@ -43,7 +43,7 @@ validator, whose verdict the controller records as the gate
 	// A bad flag is a usage error: exit 2, as documented (the children
 	// inherit this).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
-	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(), newValidateColocationCmd())
+	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(), newValidateColocationCmd(), newValidatePrefixCmd())
 	return cmd
 }
 

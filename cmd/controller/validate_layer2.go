@@ -166,3 +166,40 @@ throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.` + vali
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
+
+func newValidatePrefixCmd() *cobra.Command {
+	var output, layer1 string
+	o := validate.DefaultPrefix()
+	cmd := &cobra.Command{
+		Use:   "prefix",
+		Short: "Check a prefix-none cell: no common prefix over 16 tokens, clean prefix hit ratio below 1%",
+		Long: `prefix checks seed 002's rule for "prefix: none" cells: "The manifest must
+have no common prefix longer than 16 tokens, and the clean Layer-1
+prefix-query hit ratio must remain below 1%; otherwise the cell is
+invalid." No two rows of --manifest (JSONL, prompt_token_ids) may share a
+prefix longer than --max-common-prefix tokens. With --layer1 and --phases,
+sum(prefix_hits)/sum(prefix_queries) over the Layer-1 records submitted in
+the phase file's clean segments must be below --max-hit-ratio.` + validateExit,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if o.Manifest == "" || o.MaxCommonPrefix < 0 || o.MaxHitRatio <= 0 {
+				return usage("prefix: --manifest is required; --max-common-prefix not negative, --max-hit-ratio positive")
+			}
+			if layer1 != "" {
+				o.Layer1 = layer1Stream(layer1)
+			}
+			return printVerdict(cmd.OutOrStdout(), "prefix", output, validate.PrefixCheck(o))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Manifest, "manifest", "", "the request manifest (JSONL with prompt_token_ids)")
+	f.IntVar(&o.MaxCommonPrefix, "max-common-prefix", o.MaxCommonPrefix, "longest prefix, in tokens, two requests may share")
+	f.StringVar(&layer1, "layer1", "", "the run's Layer-1 stream, or a directory holding exactly one *.jsonl")
+	f.StringVar(&o.Phases, "phases", "", "the load client's phase file (its clean segments)")
+	f.Float64Var(&o.MaxHitRatio, "max-hit-ratio", o.MaxHitRatio, "the clean prefix hit ratio must be below this")
+	f.StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}

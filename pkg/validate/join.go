@@ -102,20 +102,11 @@ type phaseBounds struct {
 // a phase file.
 func readPhaseBounds(path string) (phaseBounds, error) {
 	var pb phaseBounds
-	b, err := os.ReadFile(path)
+	lines, err := readPhaseLines(path)
 	if err != nil {
-		return pb, fmt.Errorf("phases: %w", err)
+		return pb, err
 	}
-	var lines []phasefile.Line
-	for i, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		var p phasefile.Line
-		if err := json.Unmarshal([]byte(l), &p); err != nil {
-			return pb, fmt.Errorf("phases line %d: %w", i+1, err)
-		}
-		lines = append(lines, p)
+	for _, p := range lines {
 		if w, err := time.Parse(time.RFC3339Nano, p.T); err == nil && !pb.haveWall {
 			pb.wallMinusMono, pb.haveWall = w.UnixNano()-p.MonoNS, true
 		}
@@ -136,6 +127,26 @@ func readPhaseBounds(path string) (phaseBounds, error) {
 		}
 	}
 	return pb, nil
+}
+
+// readPhaseLines reads a phase file's lines.
+func readPhaseLines(path string) ([]phasefile.Line, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("phases: %w", err)
+	}
+	var lines []phasefile.Line
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		var p phasefile.Line
+		if err := json.Unmarshal([]byte(l), &p); err != nil {
+			return nil, fmt.Errorf("phases line %d: %w", i+1, err)
+		}
+		lines = append(lines, p)
+	}
+	return lines, nil
 }
 
 // joinOutcome is the join of one window's annotations.
