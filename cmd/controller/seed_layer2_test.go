@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -65,6 +67,12 @@ func TestSeedLayer2(t *testing.T) {
 					if len(w.JoinedSteps) != 8 || len(w.SMD) == 0 || len(w.Unmatched) == 0 || w.Shares["attention_decode"] <= 0 {
 						t.Fatalf("window %d: %+v", w.Window, w)
 					}
+				}
+				// where a person looks: ctlq show has a row per window
+				out, err := exec.Command(ctlqBin(t), "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "attempt 1 Layer-2 windows (validator:layer2)") ||
+					!regexp.MustCompile(`(?m)^  2 +0 +norm_elementwise \d+\.\d%, moe_gemm .* +\d+\.\d% +joined +0\.\d{3}$`).Match(out) {
+					t.Fatalf("ctlq show (%v):\n%s", err, out)
 				}
 			}},
 		// stop condition 7: no rerun cures a mapping that leaves most kernels unmatched
