@@ -74,6 +74,11 @@ func TestSeedLayer2(t *testing.T) {
 					!regexp.MustCompile(`(?m)^  2 +0 +norm_elementwise \d+\.\d%, moe_gemm .* +\d+\.\d% +joined +0\.\d{3}$`).Match(out) {
 					t.Fatalf("ctlq show (%v):\n%s", err, out)
 				}
+				// and the report has the same rows
+				html, err := exec.Command(ctlqBin(t), "report", "-d", c.dir, "-o", "-").Output()
+				if err != nil || !regexp.MustCompile(`<td class="mono">p1.saturation</td><td class="num">1</td><td class="mono">validator:layer2</td><td class="num">2</td><td class="num">0</td><td>norm_elementwise \d+\.\d%, moe_gemm [^<]*</td><td class="num">\d+\.\d%</td><td>joined</td><td class="num">0\.\d{3}</td>`).Match(html) {
+					t.Fatalf("ctlq report (%v) has no Layer-2 window row", err)
+				}
 			}},
 		// stop condition 7: no rerun cures a mapping that leaves most kernels unmatched
 		{name: "renamed kernels stop the campaign", sc: seedL2Scenario("unmatched", true),

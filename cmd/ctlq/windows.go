@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"warden/pkg/api"
 	"warden/pkg/state"
 )
 
@@ -84,17 +85,6 @@ func printWindows(w io.Writer, n int, g state.GateVerdict) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  WINDOW\tRANK\tFAMILY SHARES\tOTHER+OPAQUE\tJOIN\tMAX |SMD|")
 	for _, r := range rows {
-		var fams []string
-		for f := range r.shares {
-			if !strings.HasPrefix(f, "attention_") && f != "other" && f != "graph_replay_opaque" {
-				fams = append(fams, f)
-			}
-		}
-		sort.Slice(fams, func(i, j int) bool { return r.shares[fams[i]] > r.shares[fams[j]] })
-		var parts []string
-		for _, f := range fams {
-			parts = append(parts, fmt.Sprintf("%s %.1f%%", f, 100*r.shares[f]))
-		}
 		join, smd := "-", "-"
 		if r.hasJ {
 			join = "joined"
@@ -102,7 +92,59 @@ func printWindows(w io.Writer, n int, g state.GateVerdict) {
 		if r.hasS {
 			smd = strconv.FormatFloat(r.smd, 'f', 3, 64)
 		}
-		fmt.Fprintf(tw, "  %d\t%d\t%s\t%.1f%%\t%s\t%s\n", r.w+1, r.r, strings.Join(parts, ", "), 100*r.other, join, smd)
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%.1f%%\t%s\t%s\n", r.w+1, r.r, sharesText(r.shares), 100*r.other, join, smd)
 	}
 	tw.Flush()
+}
+
+// reportWindow is one Layer-2 window in the HTML report.
+type reportWindow struct {
+	Run, Gate             string
+	Attempt, Window, Rank int
+	Shares                string
+	OtherOpaque           string
+	Join, SMD             string
+	Bad                   bool // not classifiable (other + opaque above 30%)
+}
+
+// reportWindows lists the windows of every run's validator verdicts.
+func reportWindows(rep api.Report) []reportWindow {
+	var out []reportWindow
+	for _, rd := range rep.Runs {
+		for _, g := range rd.Gates {
+			if !strings.HasPrefix(g.Gate, "validator:") {
+				continue
+			}
+			for _, r := range layer2Windows(g.Figures) {
+				row := reportWindow{Run: rd.Run.ID, Gate: g.Gate, Attempt: g.Attempt, Window: r.w + 1, Rank: r.r,
+					OtherOpaque: fmt.Sprintf("%.1f%%", 100*r.other), Join: "-", SMD: "-", Bad: r.other > 0.30}
+				row.Shares = sharesText(r.shares)
+				if r.hasJ {
+					row.Join = "joined"
+				}
+				if r.hasS {
+					row.SMD = strconv.FormatFloat(r.smd, 'f', 3, 64)
+				}
+				out = append(out, row)
+			}
+		}
+	}
+	return out
+}
+
+// sharesText: the families, largest first, without other, opaque and the
+// attention subfamilies.
+func sharesText(s map[string]float64) string {
+	var fams []string
+	for f := range s {
+		if !strings.HasPrefix(f, "attention_") && f != "other" && f != "graph_replay_opaque" {
+			fams = append(fams, f)
+		}
+	}
+	sort.Slice(fams, func(i, j int) bool { return s[fams[i]] > s[fams[j]] || s[fams[i]] == s[fams[j]] && fams[i] < fams[j] })
+	var parts []string
+	for _, f := range fams {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", f, 100*s[f]))
+	}
+	return strings.Join(parts, ", ")
 }
