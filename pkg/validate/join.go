@@ -247,12 +247,13 @@ func place(as []annot, recs []L1Step, cands []int, off, tolNS float64) joinOutco
 		out.recs[i] = -1
 		want := a.tsNS + off
 		var near, fit []int
-		for _, ri := range cands {
-			if math.Abs(float64(*recs[ri].SubmitMonoNS)-want) <= tolNS {
-				near = append(near, ri)
-				if compatible(a, recs[ri]) {
-					fit = append(fit, ri)
-				}
+		// cands ascend, and so do their submit times
+		k := sort.Search(len(cands), func(k int) bool { return float64(*recs[cands[k]].SubmitMonoNS) >= want-tolNS })
+		for ; k < len(cands) && float64(*recs[cands[k]].SubmitMonoNS) <= want+tolNS; k++ {
+			ri := cands[k]
+			near = append(near, ri)
+			if compatible(a, recs[ri]) {
+				fit = append(fit, ri)
 			}
 		}
 		switch {
