@@ -177,3 +177,68 @@ func TestSeedColocationF3(t *testing.T) {
 		})
 	}
 }
+
+// The Layer-2, co-location and prefix subcommands as an operator runs them
+// on the real H200 traces: the verdict is the last line, exit 0 whatever
+// it says, 2 for a usage error.
+func TestSeedLayer2Commands(t *testing.T) {
+	real := filepath.Join("..", "..", "pkg", "validate", "testdata", "h200", "eager")
+	l1, ph := filepath.Join(real, "layer1.jsonl"), filepath.Join(real, "phases.jsonl")
+	dir := t.TempDir()
+	badMap := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badMap, []byte("name: x\nversion: 1\nrules: [{family: other, name: a}]\n"), 0o644)
+	v2 := filepath.Join(dir, "v2.yaml")
+	os.WriteFile(v2, []byte("name: opfamily\nversion: 2\nrules: [{family: everything, name: '.'}]\n"), 0o644)
+	manifest := filepath.Join(dir, "m.jsonl")
+	os.WriteFile(manifest, []byte(`{"id":"a","prompt_token_ids":[1,2,3]}`+"\n"+`{"id":"b","prompt_token_ids":[1,2,4]}`+"\n"), 0o644)
+	analysis := filepath.Join(dir, "analysis", "kernels.json")
+	// one window each: the real window 0 as the solo and the co-located target
+	one := filepath.Join(dir, "one")
+	os.MkdirAll(one, 0o755)
+	w0, _ := filepath.Glob(filepath.Join(real, "rank0_w0.*.pt.trace.json.gz"))
+	b, _ := os.ReadFile(w0[0])
+	os.WriteFile(filepath.Join(one, filepath.Base(w0[0])), b, 0o644)
+	c := &campaign{t: t}
+	for _, tc := range []struct {
+		args           []string
+		verdict, class string
+		detail         string
+	}{
+		{[]string{"validate", "layer2", "--traces", real, "--layer1", l1, "--phases", ph, "--analysis-out", analysis, "-o", "json"}, "pass", "", "mapping opfamily/v1 sha256:"},
+		// an amendment's table: the same traces judged again, named by its own hash
+		{[]string{"validate", "layer2", "--traces", real, "--layer1", l1, "--phases", ph, "--mapping", v2}, "pass", "", "mapping opfamily/v2 sha256:"},
+		{[]string{"validate", "layer2", "--traces", real, "--layer1", l1, "--phases", ph, "--mapping", badMap}, "error", "profile-artifact", "is not a family a rule can give"},
+		{[]string{"validate", "layer2", "--traces", real, "--phases", ph}, "error", "profile-artifact", "no Layer-1 stream"},
+		{[]string{"validate", "layer2", "--traces", real, "--layer1", l1, "--phases", ph, "--max-other-opaque", "0.01"}, "fail", "", "not classifiable"},
+		{[]string{"validate", "layer2", "--traces", real, "--layer1", l1, "--phases", ph, "--require-mode", "FULL"}, "fail", "", "required FULL mode segment"},
+		// the check samples one window per target: two windows are not a co-location check's
+		{[]string{"validate", "colocation", "--solo-traces", real, "--solo-layer1", l1, "--solo-phases", ph, "--coloc-traces", real, "--coloc-layer1", l1, "--coloc-phases", ph}, "error", "", "not accepted"},
+		{[]string{"validate", "colocation", "--solo-traces", one, "--solo-layer1", l1, "--solo-phases", ph, "--coloc-traces", one, "--coloc-layer1", l1, "--coloc-phases", ph}, "pass", "", "F3: norm_elementwise 0."},
+		{[]string{"validate", "prefix", "--manifest", manifest}, "pass", "", "no two requests"},
+		{[]string{"validate", "prefix", "--manifest", manifest, "--max-common-prefix", "1"}, "fail", "", "share a 2-token prefix"},
+	} {
+		out, code := c.controller(tc.args...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		var v map[string]any
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &v); err != nil || code != 0 || v["verdict"] != tc.verdict || (v["class"] != nil) != (tc.class != "") ||
+			!strings.Contains(v["detail"].(string), tc.detail) {
+			t.Fatalf("%v: exit %d, last line %v; want %s [%s] %q", tc.args, code, v, tc.verdict, tc.class, tc.detail)
+		}
+	}
+	if b, err := os.ReadFile(analysis); err != nil || !strings.Contains(string(b), validate.AnalysisSchema) {
+		t.Fatalf("analysis: %v", err)
+	}
+	for _, args := range [][]string{
+		{"validate", "layer2", "--traces", real, "--require-mode", "SOMETIMES"},
+		{"validate", "layer2", "--traces", real, "--join-tolerance-ms", "0"},
+		{"validate", "layer2", "--traces", real, "--max-smd", "-1"},
+		{"validate", "colocation", "--solo-traces", real},
+		{"validate", "colocation", "--solo-traces", real, "--coloc-traces", real, "--share-tolerance", "0"},
+		{"validate", "prefix"},
+		{"validate", "prefix", "--manifest", manifest, "--max-hit-ratio", "0"},
+	} {
+		if out, code := c.controller(args...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2\n%s", args, code, out)
+		}
+	}
+}
