@@ -112,6 +112,9 @@ func Layer2Analyze(dir string, opts Layer2Options) (Result, *Analysis) {
 	if opts.Mapping == nil {
 		opts.Mapping = DefaultMapping()
 	}
+	// every verdict names the table it was reached with
+	f.notef("mapping %s", opts.Mapping.Label())
+	f.fig("mapping_version", float64(opts.Mapping.Version))
 	wins := layer2Shape(f, dir, opts)
 	var an *Analysis
 	if len(wins) > 0 {

@@ -92,8 +92,6 @@ type modeAcc struct {
 func analyzeWindows(f *l2findings, wins map[int][]rankWindow, opts Layer2Options) *Analysis {
 	m := opts.Mapping
 	an := &Analysis{Schema: AnalysisSchema, Mapping: MappingRef{m.Name, m.Version, m.SHA256}}
-	f.notef("mapping %s", m.Label())
-	f.fig("mapping_version", float64(m.Version))
 	recs, pb, ok := readJoinInputs(f, opts)
 	f.fig("classifiable_min", 1)
 	f.fig("other_opaque_max", 0)

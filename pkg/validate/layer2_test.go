@@ -140,6 +140,9 @@ func TestLayer2(t *testing.T) {
 			if r.Verdict != tc.verdict || !strings.Contains(r.Detail, tc.detail) {
 				t.Fatalf("got %s %q, want %s containing %q", r.Verdict, r.Detail, tc.verdict, tc.detail)
 			}
+			if !strings.Contains(r.Detail, "mapping opfamily/v1 sha256:") {
+				t.Fatalf("the verdict does not name the mapping: %q", r.Detail)
+			}
 			if (r.Verdict != "pass") != (r.Class == "profile-artifact") {
 				t.Fatalf("class %q for verdict %s", r.Class, r.Verdict)
 			}
