@@ -15,6 +15,17 @@ import (
 // window that does not pass makes the comparison an error (nothing valid
 // to compare); the detail says which and why.
 func ColocationShares(soloDir, colocDir string, soloOpts, colocOpts Layer2Options, tol float64, now time.Time) Result {
+	m := soloOpts.Mapping
+	if m == nil {
+		m = DefaultMapping()
+	}
+	soloOpts.Mapping, colocOpts.Mapping = m, m // one table for both windows
+	r := colocationShares(soloDir, colocDir, soloOpts, colocOpts, tol, now)
+	r.Detail += "; mapping " + m.Label()
+	return r
+}
+
+func colocationShares(soloDir, colocDir string, soloOpts, colocOpts Layer2Options, tol float64, now time.Time) Result {
 	shares := make([]map[string]float64, 2)
 	for i, t := range []struct {
 		name, dir string
@@ -30,9 +41,5 @@ func ColocationShares(soloDir, colocDir string, soloOpts, colocOpts Layer2Option
 		shares[i] = an.Windows[0].Shares
 	}
 	v := gates.ColocationF3(shares[0], shares[1], tol, now)
-	m := soloOpts.Mapping
-	if m == nil {
-		m = DefaultMapping()
-	}
-	return Result{Verdict: v.Verdict, Detail: v.Detail + "; mapping " + m.Label(), Figures: v.Figures}
+	return Result{Verdict: v.Verdict, Detail: v.Detail, Figures: v.Figures}
 }
