@@ -1,3 +1,9 @@
+# Made the graph/ traces on an NVIDIA H200 (torch 2.11, transformers 5.17):
+#   python3 make_graph_traces.py OUT graph 6 16 4     (OUT VARIANT LAYERS EXPERTS TOP_K)
+# make_h200_traces.py of the shared traces, compacted: the same model and
+# steps, but the decode step (execute_context_0(0)_generation_64(64)) is
+# always replayed from a CUDA graph captured before profiling (whatever
+# VARIANT says; "fullgraph" replays every step); worker names rank0_VARIANT_wN.
 import os,sys,time,torch
 from torch.profiler import profile,schedule,ProfilerActivity,tensorboard_trace_handler,record_function
 from transformers import Qwen3MoeConfig,Qwen3MoeForCausalLM
