@@ -454,3 +454,35 @@ func dropEvents(s string, drop func(map[string]any) bool) string {
 	b, _ := json.Marshal(doc)
 	return string(b)
 }
+
+// A run recorded whole on the H200 (testdata/h200/joined): real Kineto
+// timestamps, a real monotonic Layer-1 stream, a real phase file.
+func TestLayer2RealJoinedRun(t *testing.T) {
+	dir := filepath.Join("testdata", "h200", "joined")
+	o := DefaultLayer2()
+	o.Layer1, o.Phases = filepath.Join(dir, "layer1.jsonl"), filepath.Join(dir, "phases.jsonl")
+	r, an := Layer2Analyze(dir, o)
+	if r.Verdict != "pass" || r.Figures["w0.clock_mapped"] != 1 || r.Figures["w1.clock_mapped"] != 1 || len(an.Windows) != 2 {
+		t.Fatalf("%s %q", r.Verdict, r.Detail)
+	}
+	if a, b := an.Windows[0].JoinedSteps, an.Windows[1].JoinedSteps; len(a) != 8 || len(b) != 8 || a[0] != 68 || b[0] != 88 {
+		t.Fatalf("joined steps %v %v", a, b)
+	}
+	// the phase file's wall clock 50 ms off: no record is where the mapped
+	// clock puts the annotations
+	b, _ := os.ReadFile(o.Phases)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var p map[string]any
+		json.Unmarshal([]byte(l), &p)
+		w, _ := time.Parse(time.RFC3339Nano, p["t"].(string))
+		p["t"] = w.Add(50 * time.Millisecond).Format(time.RFC3339Nano)
+		js, _ := json.Marshal(p)
+		lines = append(lines, string(js))
+	}
+	o.Phases = filepath.Join(t.TempDir(), "phases.jsonl")
+	os.WriteFile(o.Phases, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	if r := Layer2Dir(dir, o); r.Verdict != "fail" || !strings.Contains(r.Detail, "matches the tokens of no Layer-1 record of the window at its time") {
+		t.Fatalf("clock 50 ms off: %s %q", r.Verdict, r.Detail)
+	}
+}
