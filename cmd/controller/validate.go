@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +48,7 @@ validator, whose verdict the controller records as the gate
 	// inherit this).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
-		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd())
+		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd())
 	return cmd
 }
 
@@ -117,53 +116,6 @@ with --dir.` + validateExit,
 	f.StringVar(&signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+runner.EnvSignalsFile+")")
 	f.Float64Var(&tolMS, "tolerance-ms", 100, "timestamp/scheduling tolerance beyond the flush interval, reported apart")
 	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured flush interval the sidecar must declare (0: accept the sidecar's)")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
-	return cmd
-}
-
-func newValidateLayer2Cmd() *cobra.Command {
-	var output, execPattern string
-	o := validate.DefaultLayer2()
-	var traces string
-	cmd := &cobra.Command{
-		Use:   "layer2",
-		Short: "Check the Layer-2 profiler traces of a run's profile windows",
-		Long: `layer2 checks every trace (--pattern, gzipped Chrome trace JSON) in --traces:
-it decompresses and parses; its ProfilerStep numbers are exactly
---warmup-iters .. --warmup-iters + --active-iters - 1 (the seed: 2..9); it
-holds exactly --active-iters execute annotations
-(execute_context_N(T)_generation_M(T), user_annotation) inside those steps;
-it has at least one kernel event. Every rank 0..--tp-1 must have --windows
-traces (0: any number, the same for every rank). A failing or erroring
-verdict carries "class":"profile-artifact": the outcome policy then allows
-the seed's one exact rerun.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			if traces == "" {
-				return usage("layer2: --traces DIR is required")
-			}
-			re, err := regexp.Compile(execPattern)
-			if err != nil {
-				return usage("layer2: --execute-pattern: %v", err)
-			}
-			o.ExecuteAnnotate = re
-			if o.TP < 1 || o.Windows < 0 || o.ActiveIters < 1 || o.WarmupIters < 0 {
-				return usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative")
-			}
-			return printVerdict(cmd.OutOrStdout(), "layer2", output, validate.Layer2Dir(traces, o))
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&traces, "traces", "", "directory of the run's trace files")
-	f.IntVar(&o.TP, "tp", o.TP, "tensor-parallel ranks: trace files expected per window")
-	f.IntVar(&o.Windows, "windows", o.Windows, "profile windows expected per rank (0: any)")
-	f.IntVar(&o.WarmupIters, "warmup-iters", o.WarmupIters, "profiler warm-up iterations (not recorded)")
-	f.IntVar(&o.ActiveIters, "active-iters", o.ActiveIters, "profiler active iterations")
-	f.StringVar(&o.Pattern, "pattern", o.Pattern, "file name pattern of the traces")
-	f.StringVar(&execPattern, "execute-pattern", o.ExecuteAnnotate.String(), "regular expression of an execute annotation's name (cat user_annotation)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }

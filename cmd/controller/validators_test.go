@@ -190,9 +190,9 @@ func layer2Scenario(tp int, brk string, everyAttempt bool) scenario {
 	}
 	tps := map[int]string{1: "1", 2: "2"}[tp]
 	return scenario{
-		server:     standinShell(`--traces-dir "${ATTEMPT_DIR}/traces" --tp ` + tps + ` --layer2-break ` + b),
+		server:     standinShell(`--traces-dir "${ATTEMPT_DIR}/traces" --layer1-dir "${ATTEMPT_DIR}/opprof" --tp ` + tps + ` --layer2-break ` + b),
 		clientArgs: `, --profile-windows, "2"`,
-		validators: `  - {name: layer2, command: ["${CONTROLLER}", validate, layer2, --traces, "${ATTEMPT_DIR}/traces", --tp, "` + tps + `", -o, json]}
+		validators: `  - {name: layer2, command: ["${CONTROLLER}", validate, layer2, --traces, "${ATTEMPT_DIR}/traces", --layer1, "${ATTEMPT_DIR}/opprof", --phases, "${PHASE_FILE}", --tp, "` + tps + `", -o, json]}
 `,
 		retries: 1,
 	}

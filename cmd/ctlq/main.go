@@ -474,6 +474,11 @@ func printRun(w io.Writer, d api.RunDetail) {
 		}
 		tw.Flush()
 	}
+	for _, g := range d.Gates {
+		if strings.HasPrefix(g.Gate, "validator:") {
+			printWindows(w, g.Attempt, g)
+		}
+	}
 	blocks := sanityBlocks(d)
 	for _, a := range d.Attempts {
 		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {

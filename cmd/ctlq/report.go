@@ -236,6 +236,7 @@ type reportData struct {
 	Traces   []trace
 	Sanity   []sanityRow
 	Notes    []string // sanity findings, in words
+	Windows  []reportWindow
 	Unit     string
 }
 
@@ -358,6 +359,7 @@ func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportDa
 	d.Budget = budgetSVG(rep)
 	d.Traces = gpuTraces(rep)
 	d.Sanity, d.Notes = sanity(rep)
+	d.Windows = reportWindows(rep)
 	return d
 }
 

@@ -86,6 +86,16 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 </tbody>
 </table>
 
+<h2>Layer-2 windows</h2>
+{{if .Windows}}<table>
+<thead><tr><th>run</th><th>attempt</th><th>verdict of</th><th>window</th><th>rank</th><th>family shares</th><th>other + opaque</th><th>join</th><th>max |SMD|</th></tr></thead>
+<tbody>
+{{- range .Windows}}
+<tr><td class="mono">{{.Run}}</td><td class="num">{{.Attempt}}</td><td class="mono">{{.Gate}}</td><td class="num">{{.Window}}</td><td class="num">{{.Rank}}</td><td>{{.Shares}}</td><td class="num{{if .Bad}} bad{{end}}">{{.OtherOpaque}}</td><td>{{.Join}}</td><td class="num">{{.SMD}}</td></tr>
+{{- end}}
+</tbody>
+</table>{{else}}<p class="muted">No Layer-2 windows.</p>{{end}}
+
 <h2>GPU traces</h2>
 {{if .Traces}}{{range .Traces}}<h3 style="font-size:14px;margin:12px 0 0">{{.Title}}</h3>{{.SVG}}{{end}}{{else}}<p class="muted">No GPU samples.</p>{{end}}
 

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"warden/pkg/validate"
 )
@@ -31,7 +34,19 @@ func TestServerWritesLayer1AndTraces(t *testing.T) {
 				_, err := os.Stat(filepath.Join(l1, "layer1.jsonl.footer.json"))
 				return err == nil
 			})
-			for range 2 {
+			// the phase file a load client would write: a clean segment,
+			// then each window (its CLOCK_MONOTONIC bounds) and a recovery
+			var phases []byte
+			phase := func(name string, i int) {
+				phases = fmt.Appendf(phases, `{"phase":%q,"t":%q,"mono_ns":%d,"index":%d}`+"\n", name, time.Now().UTC().Format(time.RFC3339Nano), monoNow(), i)
+			}
+			phase("clean", 3)
+			waitFor(t, "clean steps", func() bool {
+				b, _ := os.ReadFile(filepath.Join(l1, "layer1.jsonl"))
+				return bytes.Count(b, []byte("\n")) >= 30
+			})
+			for w := range 2 {
+				phase("profile", w+1)
 				for _, ep := range []string{"/start_profile", "/stop_profile"} {
 					resp, err := httpClient.Post(s.url+ep, "application/json", nil)
 					if err != nil {
@@ -42,7 +57,11 @@ func TestServerWritesLayer1AndTraces(t *testing.T) {
 						t.Fatalf("%s: %d", ep, resp.StatusCode)
 					}
 				}
+				phase("recovery", w+1)
 			}
+			phase("done", 0)
+			phasePath := filepath.Join(dir, "phases.jsonl")
+			os.WriteFile(phasePath, phases, 0o644)
 			if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -56,6 +75,7 @@ func TestServerWritesLayer1AndTraces(t *testing.T) {
 			}
 			o := validate.DefaultLayer2()
 			o.TP = 2
+			o.Layer1, o.Phases = filepath.Join(l1, "layer1.jsonl"), phasePath
 			if r := validate.Layer2Dir(traces, o); r.Verdict != tc.l2 || r.Figures["files"] != 4 {
 				t.Fatalf("layer2: %+v", r)
 			}

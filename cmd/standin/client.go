@@ -203,7 +203,7 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 	g.phase.Store(loadStopped)
 	cleanEnd := time.Now()
-	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond, seconds(cfg.seed.recoveryS))
+	windows, err := profileWindows(ctx, cfg.url, cfg.profiles, 20*time.Millisecond, seconds(cfg.seed.recoveryS), phases)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

@@ -94,6 +94,7 @@ type layer1Writer struct {
 	// profileStop is the CLOCK_MONOTONIC time the first /stop_profile
 	// returned, 0 before; the misbehaviour switches read it.
 	profileStop int64
+	l2          l1Shapes // the steps' shapes and the records the profiler reads (layer2.go)
 }
 
 type l1counters struct {
@@ -185,6 +186,7 @@ func (w *layer1Writer) step() {
 		NumScheduledReqs: 2, NumDecodeReqs: 2, DecodeTokens: 2, ChunkedPrefillClass: "none",
 		ChunkSizeHist: []int64{0, 0, 0, 0}, ContextLenHist: []int64{2, 0, 0, 0}, NumWaitingReqs: 1, NumRunningReqs: 2,
 		KVCacheUsage: 0.01, CUDAGraphHit: true, RuntimeMode: "FULL", UnpaddedTokens: 2, BucketTokens: 2}
+	w.l2.shape(&rec)
 	w.cfg.misbehave.apply(&rec, w.profileStop)
 	b, _ := json.Marshal(rec)
 	w.buf.Write(append(b, '\n'))

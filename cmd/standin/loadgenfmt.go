@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"warden/pkg/phasefile"
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/loadgen"
@@ -212,7 +213,7 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 // profileWindows calls /start_profile and /stop_profile n times, each a
 // synchronous call timestamped like loadgen's profile_windows entries,
 // and waits recovery after each.
-func profileWindows(ctx context.Context, base string, n int, hold, recovery time.Duration) ([]map[string]any, error) {
+func profileWindows(ctx context.Context, base string, n int, hold, recovery time.Duration, phases *phaseLog) ([]map[string]any, error) {
 	var out []map[string]any
 	c := &http.Client{Timeout: 30 * time.Second}
 	call := func(path string) (int, int64, int64, error) {
@@ -230,6 +231,9 @@ func profileWindows(ctx context.Context, base string, n int, hold, recovery time
 		return resp.StatusCode, t0, t1, nil
 	}
 	for i := 1; i <= n; i++ {
+		if err := phases.markIndex(phasefile.Profile, i, nil); err != nil {
+			return out, err
+		}
 		s1, a0, a1, err := call("/start_profile")
 		if err == nil && s1 != http.StatusOK {
 			err = fmt.Errorf("/start_profile answered %d", s1)
@@ -246,6 +250,9 @@ func profileWindows(ctx context.Context, base string, n int, hold, recovery time
 		}
 		if err != nil {
 			return out, fmt.Errorf("profile window %d: %w", i, err)
+		}
+		if err := phases.markIndex(phasefile.Recovery, i, nil); err != nil {
+			return out, err
 		}
 		out = append(out, map[string]any{"index": i, "start_call_mono_ns": a0, "start_return_mono_ns": a1, "start_status": s1,
 			"stop_call_mono_ns": b0, "stop_return_mono_ns": b1, "stop_status": s2})

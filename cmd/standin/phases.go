@@ -37,6 +37,12 @@ func (p *phaseLog) mark(phase string) error { return p.markWith(phase, nil) }
 
 // markWith appends one line for phase, with the success count when given.
 func (p *phaseLog) markWith(phase string, successes *int) error {
+	return p.markIndex(phase, 0, successes)
+}
+
+// markIndex appends one line for phase with its index (profile windows and
+// recoveries are numbered from 1), as Warden's load client does.
+func (p *phaseLog) markIndex(phase string, index int, successes *int) error {
 	if p == nil {
 		return nil
 	}
@@ -44,7 +50,7 @@ func (p *phaseLog) markWith(phase string, successes *int) error {
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return fmt.Errorf("phase %s: monotonic clock: %w", phase, err)
 	}
-	return p.w.Write(phasefile.Line{Phase: phase, T: time.Now().UTC().Format(time.RFC3339Nano), MonoNS: ts.Nano(), Successes: successes})
+	return p.w.Write(phasefile.Line{Phase: phase, T: time.Now().UTC().Format(time.RFC3339Nano), MonoNS: ts.Nano(), Index: index, Successes: successes})
 }
 
 func (p *phaseLog) close() error {

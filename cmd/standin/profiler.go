@@ -62,11 +62,13 @@ func (s profilerSchedule) stepDuration() time.Duration {
 
 // profiler holds the open window and writes its traces.
 type profiler struct {
-	cfg    layer2Config
-	mu     sync.Mutex // guards the fields below; one window at a time
-	open   bool
-	start  time.Time
-	window int
+	cfg     layer2Config
+	l1      *layer1Writer // nil: no Layer-1 stream; the steps are the profiler's own (layer2.go)
+	mu      sync.Mutex    // guards the fields below; one window at a time
+	open    bool
+	start   time.Time
+	startNS int64 // CLOCK_MONOTONIC at /start_profile
+	window  int
 	steps  int           // engine steps run in the open window
 	saved  bool          // the open window's trace is written
 	halt   chan struct{} // closed by /stop_profile: the stepper ends
@@ -100,8 +102,13 @@ func (p *profiler) begin() {
 	if p.open {
 		return
 	}
-	p.open, p.start, p.steps, p.saved = true, time.Now(), 0, false
+	p.open, p.start, p.startNS, p.steps, p.saved = true, time.Now(), monoNow(), 0, false
 	p.window++
+	if p.l1 != nil {
+		p.l1.mu.Lock()
+		p.l1.l2.profiling, p.l1.l2.unrepr = true, p.cfg.brk == l2BreakUnrepr
+		p.l1.mu.Unlock()
+	}
 	if p.cfg.sched.stepS > 0 {
 		p.halt = make(chan struct{})
 		go p.stepper(p.halt, p.window)
@@ -168,6 +175,7 @@ func (p *profiler) stop() error {
 		return p.write(w, w+p.cfg.sched.active-1)
 	}
 	if p.steps < w {
+		p.endProfiling()
 		return nil // stopped in the warm-up: nothing recorded
 	}
 	return p.write(w, p.steps)
@@ -177,7 +185,13 @@ func (p *profiler) stop() error {
 // nothing for a reused profiler's later windows. Called with mu held.
 func (p *profiler) write(first, last int) error {
 	if p.cfg.dir == "" || (p.cfg.sched.reused && p.window > 1) {
+		p.endProfiling()
 		return nil
+	}
+	steps, err := p.windowSteps(last + 1)
+	if err != nil {
+		p.endProfiling()
+		return err
 	}
 	if err := os.MkdirAll(p.cfg.dir, 0o755); err != nil {
 		return fmt.Errorf("traces: %w", err)
@@ -186,7 +200,7 @@ func (p *profiler) write(first, last int) error {
 		if p.cfg.brk == l2BreakMissing && r == p.cfg.tp-1 {
 			continue
 		}
-		b, err := p.trace(r, first, last)
+		b, err := p.trace(r, first, last, steps)
 		if err != nil {
 			return err
 		}
@@ -196,4 +210,14 @@ func (p *profiler) write(first, last int) error {
 		}
 	}
 	return nil
+}
+
+// endProfiling tells the Layer-1 writer that no window is open (the
+// unrepresentative break shapes only a window's steps). Called with mu held.
+func (p *profiler) endProfiling() {
+	if p.l1 != nil {
+		p.l1.mu.Lock()
+		p.l1.l2.profiling = false
+		p.l1.mu.Unlock()
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -109,7 +110,8 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	addLayer1MisbehaveFlags(f, &cfg.layer1.misbehave)
 	f.StringVar(&cfg.layer2.dir, "traces-dir", "", "write Layer-2 traces here on /stop_profile (none written if empty)")
 	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
-	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: missing, corrupt, steps, no-kernels, execute")
+	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: "+strings.Join(layer2Breaks, ", "))
+	f.StringVar(&cfg.layer2.shift, "layer2-shift", "", "FAMILY=DELTA: add kernel time of FAMILY (a v1 family of the learned kernels) so that its window share rises by DELTA")
 	bindMisbehave(cmd, &cfg.misbehave)
 	addProfilerFlags(f, &cfg.layer2.sched)
 	addKindFlags(f, &cfg.kind)
@@ -199,7 +201,7 @@ func runServer(cfg serverConfig) error {
 		healthy: func() bool {
 			return !cfg.neverHealthy && isClosed(eng.ready)
 		},
-		profiler: &profiler{cfg: cfg.layer2},
+		profiler: &profiler{cfg: cfg.layer2, l1: l1},
 		kind:     cfg.kind,
 	}
 	s.http = &http.Server{

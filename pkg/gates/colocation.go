@@ -143,3 +143,83 @@ func ReadThroughput(path string, dottedField string) (float64, error) {
 	}
 	return x, nil
 }
+
+// NotFamilies are share keys that F3 never names: unmatched and opaque
+// device time, and the attention subfamilies (the ranking uses the
+// attention total; seed 002: "The headline bottleneck ranking uses
+// attention_total").
+var NotFamilies = map[string]bool{"other": true, "graph_replay_opaque": true,
+	"attention_prefill": true, "attention_decode": true, "attention_mixed": true, "attention_unsplit": true, "attention_idle": true}
+
+// TopFamilies gives the n operator families with the greatest share, the
+// larger first, ties by name.
+func TopFamilies(shares map[string]float64, n int) []string {
+	var fams []string
+	for f := range shares {
+		if !NotFamilies[f] {
+			fams = append(fams, f)
+		}
+	}
+	sort.Slice(fams, func(i, j int) bool {
+		if shares[fams[i]] != shares[fams[j]] {
+			return shares[fams[i]] > shares[fams[j]]
+		}
+		return fams[i] < fams[j]
+	})
+	if len(fams) > n {
+		fams = fams[:n]
+	}
+	return fams
+}
+
+// ColocationF3 is the share half of A-P3-1 item 4: "Let F3 be the three
+// operator families with greatest aggregate device-duration share in the
+// solo target's accepted Layer-2 validation window. ... for every f in F3,
+// abs(share_coloc[f] - share_solo[f]) < 0.03. The latter thresholds are
+// absolute share fractions (three percentage points)". solo and coloc are
+// the two windows' family shares (fractions of device kernel time, as the
+// Layer-2 check computes them with one mapping). A family of F3 absent from
+// coloc has share 0 there.
+//
+// Verdicts: fail when a share of F3 moved by tol or more (strict, as in
+// the seed); error when solo has fewer than three families, a share is not
+// a finite fraction, or tol is not positive.
+//
+// Figures: solo.F and coloc.F for each F of F3 (the pairs the co-location
+// gate compares), diff_F (coloc minus solo), share_tol, families.
+func ColocationF3(solo, coloc map[string]float64, tol float64, now time.Time) Verdict {
+	v := Verdict{Gate: "colocation-f3", Verdict: Pass, At: now, Figures: map[string]float64{"share_tol": tol}}
+	for _, m := range []map[string]float64{solo, coloc} {
+		for f, s := range m {
+			if math.IsNaN(s) || s < 0 || s > 1 {
+				v.Verdict, v.Detail = Error, fmt.Sprintf("share %s = %v is not a fraction", f, s)
+				return v
+			}
+		}
+	}
+	if math.IsNaN(tol) || tol <= 0 {
+		v.Verdict, v.Detail = Error, fmt.Sprintf("share tolerance %v must be positive", tol)
+		return v
+	}
+	f3 := TopFamilies(solo, 3)
+	v.Figures["families"] = float64(len(f3))
+	if len(f3) < 3 {
+		v.Verdict, v.Detail = Error, fmt.Sprintf("the solo window has %d operator families (%s): F3 needs three", len(f3), strings.Join(f3, ", "))
+		return v
+	}
+	var problems, parts []string
+	for _, f := range f3 {
+		d := coloc[f] - solo[f]
+		v.Figures["solo."+f], v.Figures["coloc."+f], v.Figures["diff_"+f] = solo[f], coloc[f], d
+		parts = append(parts, fmt.Sprintf("%s %.4f -> %.4f", f, solo[f], coloc[f]))
+		if !(math.Abs(d) < tol) {
+			problems = append(problems, fmt.Sprintf("%s moved by %+.4f (solo %.4f, co-located %.4f), not within %.4f", f, d, solo[f], coloc[f], tol))
+		}
+	}
+	v.Detail = "F3: " + strings.Join(parts, ", ")
+	if len(problems) > 0 {
+		v.Verdict = Fail
+		v.Detail = strings.Join(problems, "; ") + " (" + v.Detail + ")"
+	}
+	return v
+}

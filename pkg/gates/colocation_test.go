@@ -120,3 +120,54 @@ func TestReadThroughput(t *testing.T) {
 		t.Errorf("truncated JSON: %v", err)
 	}
 }
+
+func TestColocationF3(t *testing.T) {
+	now := time.Date(2026, 7, 13, 0, 0, 0, 0, time.UTC)
+	solo := map[string]float64{"moe_gemm": 0.30, "attention": 0.20, "attention_decode": 0.19, "norm_elementwise": 0.25, "dense_gemm": 0.10, "other": 0.15}
+	shift := func(f string, d float64) map[string]float64 {
+		c := map[string]float64{}
+		for k, v := range solo {
+			c[k] = v
+		}
+		c[f] += d
+		c["other"] -= d
+		return c
+	}
+	if got := TopFamilies(solo, 3); strings.Join(got, ",") != "moe_gemm,norm_elementwise,attention" {
+		t.Fatalf("F3 %v", got)
+	}
+	cases := []struct {
+		name    string
+		coloc   map[string]float64
+		verdict string
+		detail  string
+	}{
+		{"a 2-point shift passes", shift("moe_gemm", 0.02), Pass, "moe_gemm 0.3000 -> 0.3200"},
+		{"a 4-point shift fails", shift("attention", -0.04), Fail, "attention moved by -0.0400"},
+		{"exactly 3 points fails (strict)", shift("norm_elementwise", 0.03), Fail, "norm_elementwise moved"},
+		{"a family outside F3 may move", shift("dense_gemm", 0.09), Pass, "F3"},
+		{"a subfamily is not compared", shift("attention_decode", -0.1), Pass, "F3"},
+		{"a family gone from the co-located window", map[string]float64{"attention": 0.2, "norm_elementwise": 0.25}, Fail, "moe_gemm moved by -0.3000"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := ColocationF3(solo, c.coloc, 0.03, now)
+			if v.Verdict != c.verdict || !strings.Contains(v.Detail, c.detail) || v.Figures["solo.moe_gemm"] != 0.30 {
+				t.Fatalf("got %s %q %v", v.Verdict, v.Detail, v.Figures)
+			}
+		})
+	}
+	for name, c := range map[string]struct {
+		solo, coloc map[string]float64
+		tol         float64
+	}{
+		"two families":   {map[string]float64{"a": 0.5, "other": 0.5, "b": 0}, solo, 0.03},
+		"NaN share":      {solo, map[string]float64{"moe_gemm": math.NaN()}, 0.03},
+		"share above 1":  {map[string]float64{"a": 2, "b": 0, "c": 0}, solo, 0.03},
+		"zero tolerance": {solo, solo, 0},
+	} {
+		if v := ColocationF3(c.solo, c.coloc, c.tol, now); v.Verdict != Error {
+			t.Errorf("%s: %s %q", name, v.Verdict, v.Detail)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package validate
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -53,70 +52,6 @@ func BenchmarkLayer1_600s_50steps(b *testing.B) {
 			b.Fatal(r)
 		}
 	}
-}
-
-// writeBigTrace writes a gzip trace of at least size bytes: one window of
-// ProfilerStep#2..9 with eight execute annotations, then kernels, CUDA
-// runtime calls and CPU ops with args, as Kineto writes them.
-func writeBigTrace(b *testing.B, path string, size int) int {
-	b.Helper()
-	var out bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&out, gzip.DefaultCompression)
-	rng := rand.New(rand.NewPCG(3, 4))
-	fmt.Fprint(zw, `{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"NVIDIA H20","totalGlobalMem":102005473280}],"distributedInfo":{"backend":"nccl","rank":0,"world_size":1},"traceEvents":[`)
-	for s := 2; s <= 9; s++ {
-		ts := 1_000_000 + s*100_000
-		fmt.Fprintf(zw, `{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":1,"tid":1,"ts":%d,"dur":90000},`, s, ts)
-		fmt.Fprintf(zw, `{"ph":"X","cat":"user_annotation","name":"execute_context_1(512)_generation_63(63)","pid":1,"tid":1,"ts":%d,"dur":85000},`, ts+100)
-	}
-	kernels := []string{"void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, true, false, false>",
-		"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "void vllm::fused_moe_kernel<__nv_bfloat16>", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"}
-	n := 0
-	for i := 0; ; i++ {
-		ts := 1_200_000 + i*3
-		switch i % 3 {
-		case 0:
-			fmt.Fprintf(zw, `{"ph":"X","cat":"kernel","name":%q,"pid":0,"tid":7,"ts":%d.%03d,"dur":%d.%03d,"args":{"External id":%d,"device":0,"context":1,"stream":7,"correlation":%d,"registers per thread":%d,"shared memory":%d,"blocks per SM":%d.%06d,"warps per SM":%d.%06d,"grid":[%d,1,1],"block":[128,1,1],"est. achieved occupancy %%":%d}},`,
-				kernels[rng.IntN(len(kernels))], ts, rng.IntN(1000), rng.IntN(200), rng.IntN(1000), i, i, 32+rng.IntN(200), rng.IntN(99000), rng.IntN(9), rng.IntN(1e6), rng.IntN(64), rng.IntN(1e6), 1+rng.IntN(4096), rng.IntN(100))
-		case 1:
-			fmt.Fprintf(zw, `{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":%d,"ts":%d.%03d,"dur":%d.%03d,"args":{"External id":%d,"cbid":211,"correlation":%d}},`,
-				1+rng.IntN(4), ts, rng.IntN(1000), rng.IntN(20), rng.IntN(1000), i, i)
-		default:
-			fmt.Fprintf(zw, `{"ph":"X","cat":"cpu_op","name":"aten::%s","pid":1,"tid":1,"ts":%d.%03d,"dur":%d.%03d,"args":{"External id":%d,"Record function id":0,"Sequence number":%d,"Fwd thread id":0,"Ev Idx":%d,"Input Dims":[[%d,%d],[%d,%d]],"Input type":["c10::BFloat16","c10::BFloat16"]}},`,
-				[]string{"mm", "addmm", "silu", "add_", "copy_"}[rng.IntN(5)], ts, rng.IntN(1000), rng.IntN(50), rng.IntN(1000), i, rng.IntN(1e6), i, 1+rng.IntN(8192), 1+rng.IntN(8192), 1+rng.IntN(8192), 1+rng.IntN(8192))
-		}
-		n++
-		if n%4096 == 0 {
-			zw.Flush()
-			if out.Len() >= size {
-				break
-			}
-		}
-	}
-	fmt.Fprint(zw, `{"ph":"i","cat":"Trace","name":"End","pid":1,"tid":1,"ts":0,"s":"g"}],"traceName":"bench.pt.trace.json.gz"}`)
-	zw.Close()
-	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return n
-}
-
-func BenchmarkLayer2_16MBTrace(b *testing.B) {
-	dir := b.TempDir()
-	p := filepath.Join(dir, "w1.pt.trace.json.gz")
-	n := writeBigTrace(b, p, 16<<20)
-	st, _ := os.Stat(p)
-	b.SetBytes(st.Size())
-	b.ReportAllocs()
-	o := DefaultLayer2()
-	o.Windows = 1
-	for b.Loop() {
-		if r := Layer2Dir(dir, o); r.Verdict != "pass" {
-			b.Fatal(r)
-		}
-	}
-	b.ReportMetric(float64(st.Size())/(1<<20), "gz_MB")
-	b.ReportMetric(float64(n), "events")
 }
 
 // A moderate client run of 240 clean seconds at 50 requests/s: 12,000

@@ -1,12 +1,7 @@
 package validate
 
 import (
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"warden/pkg/gates"
 )
@@ -44,12 +40,35 @@ type Layer2Options struct {
 	ActiveIters     int // seed: 8
 	Pattern         string
 	ExecuteAnnotate *regexp.Regexp
+	// Mapping is the kernel-to-family table; nil: the built-in v1.
+	Mapping *Mapping
+	// Layer1 is the run's Layer-1 stream, Phases the load client's phase
+	// file (profile windows' and clean segments' monotonic bounds).
+	Layer1, Phases string
+	// JoinTolerance: how far a Layer-1 record's submit time may be from
+	// its annotation's start once the clocks' offset is fixed.
+	JoinTolerance time.Duration
+	// ClockTolerance: how far the clocks' offset may be from the one the
+	// trace's baseTimeNanoseconds and the phase file's wall and monotonic
+	// times give.
+	ClockTolerance time.Duration
+	// MaxOtherOpaque: the seed's 30% classifiability limit.
+	MaxOtherOpaque float64
+	// MaxSMD: the seed's 0.25 representativeness limit.
+	MaxSMD float64
+	// RequireModes: CUDA-graph mode segments that need at least eight
+	// active steps (stop condition 7).
+	RequireModes []string
+	// AnalysisOut, when set, receives the per-window analysis (JSON).
+	AnalysisOut string
 }
 
-// DefaultLayer2 is the seed's window: TP1, two windows, 2+8 iterations.
+// DefaultLayer2 is the seed's window: TP1, two windows, 2+8 iterations,
+// the v1 mapping, 30% and 0.25 limits.
 func DefaultLayer2() Layer2Options {
 	return Layer2Options{TP: 1, Windows: 2, WarmupIters: 2, ActiveIters: 8, Pattern: "*.pt.trace.json.gz",
-		ExecuteAnnotate: regexp.MustCompile(`^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$`)}
+		ExecuteAnnotate: regexp.MustCompile(`^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$`),
+		JoinTolerance:   5 * time.Millisecond, ClockTolerance: 10 * time.Millisecond, MaxOtherOpaque: 0.30, MaxSMD: 0.25}
 }
 
 // TraceSummary is what one trace file holds.
@@ -64,151 +83,83 @@ type TraceSummary struct {
 	Events   int
 }
 
-type traceEvent struct {
-	Name string  `json:"name"`
-	Cat  string  `json:"cat"`
-	Ph   string  `json:"ph"`
-	Ts   float64 `json:"ts"`
-	Dur  float64 `json:"dur"`
-}
-
 var rankInName = regexp.MustCompile(`(?i)(?:rank|tp)[-_]?(\d+)`)
 
-// ReadTrace decompresses and parses one trace, streaming its events.
-func ReadTrace(r io.Reader, exec *regexp.Regexp) (TraceSummary, error) {
-	var t TraceSummary
-	zr, err := gzip.NewReader(bufio.NewReaderSize(r, 1<<20))
-	if err != nil {
-		return t, fmt.Errorf("gunzip: %w", err)
-	}
-	dec := json.NewDecoder(bufio.NewReaderSize(zr, 1<<20))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return t, fmt.Errorf("parse: not a JSON object (%v)", err)
-	}
-	t.Rank = -1
-	sawEvents := false
-	type span struct{ lo, hi float64 }
-	var steps []span
-	var execTs []float64
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return t, fmt.Errorf("parse: %w", err)
-		}
-		key, _ := tok.(string)
-		switch key {
-		case "traceEvents":
-			sawEvents = true
-			if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-				return t, fmt.Errorf("parse: traceEvents is not an array (%v)", err)
-			}
-			for dec.More() {
-				var e traceEvent
-				if err := dec.Decode(&e); err != nil {
-					return t, fmt.Errorf("parse event %d: %w", t.Events, err)
-				}
-				t.Events++
-				if e.Ph != "X" {
-					continue
-				}
-				switch {
-				case e.Cat == "gpu_user_annotation":
-					// the GPU-timeline copy of a CPU annotation: counted once, on the CPU side
-				case strings.HasPrefix(e.Name, "ProfilerStep#"):
-					n, err := strconv.Atoi(strings.TrimPrefix(e.Name, "ProfilerStep#"))
-					if err != nil {
-						return t, fmt.Errorf("parse: step marker %q", e.Name)
-					}
-					t.Steps = append(t.Steps, n)
-					steps = append(steps, span{e.Ts, e.Ts + e.Dur})
-				case e.Cat == "kernel":
-					t.Kernels++
-				case e.Cat == "user_annotation" && exec.MatchString(e.Name):
-					t.Execute++
-					execTs = append(execTs, e.Ts)
-				}
-			}
-			if _, err := dec.Token(); err != nil {
-				return t, fmt.Errorf("parse: %w", err)
-			}
-		case "distributedInfo":
-			var di struct {
-				Rank *int `json:"rank"`
-			}
-			if err := dec.Decode(&di); err != nil {
-				return t, fmt.Errorf("parse distributedInfo: %w", err)
-			}
-			if di.Rank != nil {
-				t.Rank, t.RankFrom = *di.Rank, "distributedInfo"
-			}
-		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return t, fmt.Errorf("parse %s: %w", key, err)
-			}
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return t, fmt.Errorf("parse: %w", err)
-	}
-	if !sawEvents {
-		return t, errors.New("parse: no traceEvents")
-	}
-	sort.Ints(t.Steps)
-	for _, ts := range execTs {
-		in := false
-		for _, s := range steps {
-			if ts >= s.lo && ts <= s.hi {
-				in = true
-				break
-			}
-		}
-		if !in {
-			t.Outside++
-		}
-	}
-	return t, nil
+// l2findings are the findings of the Layer-2 check, and whether one of
+// them is stop condition 7 (not classifiable, too few mode steps), which
+// no rerun cures.
+type l2findings struct {
+	*findings
+	stop7 bool
 }
 
 // Layer2Dir checks every trace in dir.
 //
 // Figures: files, windows (per rank, the smallest count), ranks,
-// bad_windows, kernels_min, execute_min, events. A failed or errored
-// verdict carries class profile-artifact, which the outcome policy
-// retries once.
+// bad_windows, kernels_min, execute_min, events, and those of the
+// composition gates (docs/validators.md). A failed or errored verdict
+// carries class profile-artifact, which the outcome policy retries once,
+// unless a failure is stop condition 7.
 func Layer2Dir(dir string, opts Layer2Options) Result {
-	f := newFindings()
-	res := layer2Dir(f, dir, opts)
-	if !res.Passed() {
-		res.Class = gates.ClassProfileArtifact
-	}
-	return res
+	r, _ := Layer2Analyze(dir, opts)
+	return r
 }
 
-func layer2Dir(f *findings, dir string, opts Layer2Options) Result {
+// Layer2Analyze is Layer2Dir that also returns the analysis of the
+// windows that had the right shape (nil when none had).
+func Layer2Analyze(dir string, opts Layer2Options) (Result, *Analysis) {
+	f := &l2findings{findings: newFindings()}
+	if opts.Mapping == nil {
+		opts.Mapping = DefaultMapping()
+	}
+	// every verdict names the table it was reached with
+	f.notef("mapping %s", opts.Mapping.Label())
+	f.fig("mapping_version", float64(opts.Mapping.Version))
+	wins := layer2Shape(f, dir, opts)
+	var an *Analysis
+	if len(wins) > 0 {
+		an = analyzeWindows(f, wins, opts)
+		if opts.AnalysisOut != "" {
+			if err := WriteAnalysis(opts.AnalysisOut, an); err != nil {
+				f.errorf("analysis: %v", err)
+			}
+		}
+	}
+	res := f.result(fmt.Sprintf("%d window(s) of %d rank(s): 2+8 steps, %d execute annotations joined to Layer 1, classifiable, representative",
+		int(f.figs["files"]), opts.TP, opts.ActiveIters))
+	if !res.Passed() && !f.stop7 {
+		res.Class = gates.ClassProfileArtifact
+	}
+	return res, an
+}
+
+// layer2Shape checks the files' shape rules and returns, by rank, the
+// windows that pass them.
+func layer2Shape(f *l2findings, dir string, opts Layer2Options) map[int][]rankWindow {
 	if opts.TP < 1 {
 		f.errorf("TP %d: must be at least 1", opts.TP)
-		return f.result("")
+		return nil
 	}
 	if _, err := os.Stat(dir); err != nil {
 		f.errorf("traces: %v", err)
-		return f.result("")
+		return nil
 	}
 	paths, err := filepath.Glob(filepath.Join(dir, opts.Pattern))
 	if err != nil {
 		f.errorf("traces: %v", err)
-		return f.result("")
+		return nil
 	}
 	sort.Strings(paths)
 	f.fig("files", float64(len(paths)))
 	if len(paths) == 0 {
 		f.failf("no trace files %s in %s", opts.Pattern, dir)
-		return f.result("")
+		return nil
 	}
 	byRank := map[int][]TraceSummary{}
+	good := map[int][]rankWindow{}
 	bad := 0
 	kmin, emin, events := -1, -1, 0
-	read := readTraces(paths, opts.ExecuteAnnotate)
+	read := readTraces(paths, opts.ExecuteAnnotate, opts.Mapping.scopeMatchers())
 	for i, p := range paths {
 		t, err := read[i].t, read[i].err
 		name := filepath.Base(p)
@@ -250,6 +201,8 @@ func layer2Dir(f *findings, dir string, opts Layer2Options) Result {
 		if why := checkWindow(t, opts); why != "" {
 			bad++
 			f.failf("%s (rank %d): %s", name, t.Rank, why)
+		} else {
+			good[t.Rank] = append(good[t.Rank], rankWindow{name, read[i].d})
 		}
 		byRank[t.Rank] = append(byRank[t.Rank], t)
 	}
@@ -258,18 +211,19 @@ func layer2Dir(f *findings, dir string, opts Layer2Options) Result {
 	f.fig("kernels_min", float64(max(kmin, 0)))
 	f.fig("execute_min", float64(max(emin, 0)))
 	f.fig("ranks", float64(len(byRank)))
-	checkRanks(f, byRank, opts)
-	return f.result(fmt.Sprintf("%d trace(s): %d rank(s), 2+8 steps, %d execute annotations each, kernels in every window", len(paths), opts.TP, opts.ActiveIters))
+	checkRanks(f.findings, byRank, opts)
+	return good
 }
 
 type traceRead struct {
 	t   TraceSummary
+	d   *traceData
 	err error
 }
 
-// readTraces reads the traces a few at a time (each is streamed: memory
-// stays small), in the order of paths.
-func readTraces(paths []string, exec *regexp.Regexp) []traceRead {
+// readTraces reads the traces a few at a time (each is streamed; what is
+// kept is the events the rules read), in the order of paths.
+func readTraces(paths []string, exec *regexp.Regexp, scopes []*regexp.Regexp) []traceRead {
 	out := make([]traceRead, len(paths))
 	sem := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), 4)))
 	var wg sync.WaitGroup
@@ -277,23 +231,22 @@ func readTraces(paths []string, exec *regexp.Regexp) []traceRead {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			t, err := readTraceFile(p, exec)
-			out[i] = traceRead{t, err}
+			d, err := readTraceFile(p, exec, scopes)
+			d.summary.File = filepath.Base(p)
+			out[i] = traceRead{d.summary, d, err}
 		})
 	}
 	wg.Wait()
 	return out
 }
 
-func readTraceFile(path string, exec *regexp.Regexp) (TraceSummary, error) {
+func readTraceFile(path string, exec *regexp.Regexp, scopes []*regexp.Regexp) (*traceData, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return TraceSummary{}, err
+		return &traceData{summary: TraceSummary{Rank: -1}}, err
 	}
 	defer fh.Close()
-	t, err := ReadTrace(fh, exec)
-	t.File = filepath.Base(path)
-	return t, err
+	return readTraceData(fh, exec, scopes)
 }
 
 // checkWindow: active steps exactly warm-up..warm-up+active-1, each once;

@@ -1,0 +1,325 @@
+package validate
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// What one trace (one window of one rank) holds for the Layer-2 rules:
+// the ProfilerStep spans, the execute annotations (CPU side and their
+// GPU-timeline copies), the CPU-side parents that a mapping's scopes name,
+// the CUDA runtime and driver calls (launches among them), and the GPU
+// activity (kernels, memcpy, memset).
+
+type span struct{ lo, hi float64 }
+
+func (s span) has(t float64) bool { return t >= s.lo && t <= s.hi }
+
+type stepMark struct {
+	n int
+	span
+}
+
+type execMark struct {
+	name string
+	span
+	gpu  *span // the gpu_user_annotation copy, when Kineto wrote one
+	step int   // index into steps, -1 when outside every step
+}
+
+type scopeSpan struct {
+	span
+	bits uint64
+}
+
+type apiCall struct {
+	thread string
+	name   string
+	ts     float64
+	dur    float64
+	corr   int64
+	hasC   bool
+	scopes uint64 // filled by attachScopes
+	step   int    // index into steps, -1 outside
+}
+
+type gpuActivity struct {
+	cat  string // kernel, gpu_memcpy, gpu_memset
+	name string
+	ts   float64
+	dur  float64
+	corr int64
+	hasC bool
+}
+
+// traceData is one parsed trace.
+type traceData struct {
+	summary TraceSummary
+	steps   []stepMark
+	execs   []execMark
+	scopes  map[string][]scopeSpan // by thread
+	calls   []apiCall
+	gpu     []gpuActivity
+	baseNS  int64
+}
+
+type rawEvent struct {
+	Name string          `json:"name"`
+	Cat  string          `json:"cat"`
+	Ph   string          `json:"ph"`
+	Ts   float64         `json:"ts"`
+	Dur  float64         `json:"dur"`
+	Pid  json.RawMessage `json:"pid"`
+	Tid  json.RawMessage `json:"tid"`
+	Args struct {
+		Correlation *int64 `json:"correlation"`
+	} `json:"args"`
+}
+
+// ReadTrace decompresses and parses one trace, streaming its events, and
+// summarizes its shape.
+func ReadTrace(r io.Reader, exec *regexp.Regexp) (TraceSummary, error) {
+	d, err := readTraceData(r, exec, nil)
+	return d.summary, err
+}
+
+// readTraceData parses one trace. scopes are the mapping's scope patterns
+// (nil: no scopes are collected).
+func readTraceData(r io.Reader, exec *regexp.Regexp, scopes []*regexp.Regexp) (*traceData, error) {
+	d := &traceData{scopes: map[string][]scopeSpan{}}
+	d.summary.Rank = -1
+	zr, err := gzip.NewReader(bufio.NewReaderSize(r, 1<<20))
+	if err != nil {
+		return d, fmt.Errorf("gunzip: %w", err)
+	}
+	dec := json.NewDecoder(bufio.NewReaderSize(zr, 1<<20))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return d, fmt.Errorf("parse: not a JSON object (%v)", err)
+	}
+	sawEvents := false
+	rd := &eventReader{d: d, exec: exec, scopes: scopes, bits: map[string]uint64{}}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return d, fmt.Errorf("parse: %w", err)
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "traceEvents":
+			sawEvents = true
+			if err := rd.events(dec); err != nil {
+				return d, err
+			}
+		case "distributedInfo":
+			var di struct {
+				Rank *int `json:"rank"`
+			}
+			if err := dec.Decode(&di); err != nil {
+				return d, fmt.Errorf("parse distributedInfo: %w", err)
+			}
+			if di.Rank != nil {
+				d.summary.Rank, d.summary.RankFrom = *di.Rank, "distributedInfo"
+			}
+		case "baseTimeNanoseconds":
+			if err := dec.Decode(&d.baseNS); err != nil {
+				return d, fmt.Errorf("parse baseTimeNanoseconds: %w", err)
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return d, fmt.Errorf("parse %s: %w", key, err)
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return d, fmt.Errorf("parse: %w", err)
+	}
+	if !sawEvents {
+		return d, errors.New("parse: no traceEvents")
+	}
+	d.finish()
+	return d, nil
+}
+
+type eventReader struct {
+	d      *traceData
+	exec   *regexp.Regexp
+	scopes []*regexp.Regexp
+	bits   map[string]uint64 // scope bits by CPU event name
+	gpuEx  []execMark        // GPU-timeline copies of execute annotations
+}
+
+func (rd *eventReader) events(dec *json.Decoder) error {
+	d := rd.d
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return fmt.Errorf("parse: traceEvents is not an array (%v)", err)
+	}
+	for dec.More() {
+		var e rawEvent
+		if err := dec.Decode(&e); err != nil {
+			return fmt.Errorf("parse event %d: %w", d.summary.Events, err)
+		}
+		d.summary.Events++
+		if e.Ph != "X" {
+			continue
+		}
+		if err := rd.event(&e); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return fmt.Errorf("parse: %w", err)
+	}
+	// pair each GPU copy with its CPU annotation: same name, in order
+	byName := map[string][]*execMark{}
+	for i := range d.execs {
+		byName[d.execs[i].name] = append(byName[d.execs[i].name], &d.execs[i])
+	}
+	sort.Slice(rd.gpuEx, func(i, j int) bool { return rd.gpuEx[i].lo < rd.gpuEx[j].lo })
+	used := map[string]int{}
+	for _, g := range rd.gpuEx {
+		if cpu := byName[g.name]; used[g.name] < len(cpu) {
+			s := g.span
+			cpu[used[g.name]].gpu = &s
+			used[g.name]++
+		}
+	}
+	return nil
+}
+
+func (rd *eventReader) event(e *rawEvent) error {
+	d := rd.d
+	sp := span{e.Ts, e.Ts + e.Dur}
+	switch {
+	case e.Cat == "gpu_user_annotation":
+		// the GPU-timeline copy of a CPU annotation: counted once, on the CPU side
+		if rd.exec.MatchString(e.Name) {
+			rd.gpuEx = append(rd.gpuEx, execMark{name: e.Name, span: sp})
+		}
+		return nil
+	case strings.HasPrefix(e.Name, "ProfilerStep#"):
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name, "ProfilerStep#"))
+		if err != nil {
+			return fmt.Errorf("parse: step marker %q", e.Name)
+		}
+		d.summary.Steps = append(d.summary.Steps, n)
+		d.steps = append(d.steps, stepMark{n, sp})
+		return nil
+	case e.Cat == "kernel" || e.Cat == "gpu_memcpy" || e.Cat == "gpu_memset":
+		if e.Cat == "kernel" {
+			d.summary.Kernels++
+		}
+		g := gpuActivity{cat: e.Cat, name: e.Name, ts: e.Ts, dur: e.Dur}
+		if e.Args.Correlation != nil {
+			g.corr, g.hasC = *e.Args.Correlation, true
+		}
+		d.gpu = append(d.gpu, g)
+		return nil
+	case e.Cat == "cuda_runtime" || e.Cat == "cuda_driver":
+		c := apiCall{thread: string(e.Pid) + "/" + string(e.Tid), name: e.Name, ts: e.Ts, dur: e.Dur, step: -1}
+		if e.Args.Correlation != nil {
+			c.corr, c.hasC = *e.Args.Correlation, true
+		}
+		d.calls = append(d.calls, c)
+		return nil
+	case e.Cat == "user_annotation" && rd.exec.MatchString(e.Name):
+		d.summary.Execute++
+		d.execs = append(d.execs, execMark{name: e.Name, span: sp, step: -1})
+	}
+	if len(rd.scopes) > 0 && (e.Cat == "cpu_op" || e.Cat == "python_function" || e.Cat == "user_annotation") {
+		b, ok := rd.bits[e.Name]
+		if !ok {
+			for i, re := range rd.scopes {
+				if re.MatchString(e.Name) {
+					b |= 1 << i
+				}
+			}
+			rd.bits[e.Name] = b
+		}
+		if b != 0 {
+			th := string(e.Pid) + "/" + string(e.Tid)
+			d.scopes[th] = append(d.scopes[th], scopeSpan{sp, b})
+		}
+	}
+	return nil
+}
+
+// finish orders the marks, places annotations and calls in their steps,
+// counts annotations outside every step and gives each call its scopes.
+func (d *traceData) finish() {
+	sort.Ints(d.summary.Steps)
+	sort.Slice(d.steps, func(i, j int) bool { return d.steps[i].lo < d.steps[j].lo })
+	sort.Slice(d.execs, func(i, j int) bool { return d.execs[i].lo < d.execs[j].lo })
+	for i := range d.execs {
+		d.execs[i].step = d.stepAt(d.execs[i].lo)
+		if d.execs[i].step < 0 {
+			d.summary.Outside++
+		}
+	}
+	sort.Slice(d.calls, func(i, j int) bool { return d.calls[i].ts < d.calls[j].ts })
+	for i := range d.calls {
+		d.calls[i].step = d.stepAt(d.calls[i].ts)
+	}
+	d.attachScopes()
+}
+
+// stepAt gives the index of the step whose span holds t, or -1.
+func (d *traceData) stepAt(t float64) int {
+	i := sort.Search(len(d.steps), func(i int) bool { return d.steps[i].hi >= t })
+	if i < len(d.steps) && d.steps[i].has(t) {
+		return i
+	}
+	return -1
+}
+
+// attachScopes gives every call the scopes of the parents on its thread
+// whose spans hold its start: one sweep per thread over spans sorted by
+// start, a stack of the open ones (CPU spans on one thread nest).
+func (d *traceData) attachScopes() {
+	byThread := map[string][]int{}
+	for i, c := range d.calls {
+		byThread[c.thread] = append(byThread[c.thread], i)
+	}
+	for th, idx := range byThread {
+		sp := d.scopes[th]
+		if len(sp) == 0 {
+			continue
+		}
+		sort.Slice(sp, func(i, j int) bool { return sp[i].lo < sp[j].lo })
+		type open struct {
+			hi  float64
+			cum uint64
+		}
+		var stack []open
+		pop := func(t float64) {
+			for len(stack) > 0 && stack[len(stack)-1].hi < t {
+				stack = stack[:len(stack)-1]
+			}
+		}
+		k := 0
+		for _, i := range idx {
+			t := d.calls[i].ts
+			for k < len(sp) && sp[k].lo <= t {
+				pop(sp[k].lo)
+				cum := sp[k].bits
+				if len(stack) > 0 {
+					cum |= stack[len(stack)-1].cum
+				}
+				stack = append(stack, open{sp[k].hi, cum})
+				k++
+			}
+			pop(t)
+			if len(stack) > 0 {
+				d.calls[i].scopes = stack[len(stack)-1].cum
+			}
+		}
+	}
+}
