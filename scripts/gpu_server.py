@@ -420,8 +420,9 @@ class Engine:
         if profiling:
             self.profiler.step()
         if self.layer1 is not None:
+            chunks = [n for r, n in sched if n > 1]  # the prefill chunks (a decode schedules one token)
             self.layer1.record(self.layer1_record(submit, complete, sched, deferred, npre, tpre, ndec, tdec,
-                                                  chunked, profiling))
+                                                  chunked, profiling, chunks))
         self.step_index += 1
 
     def emit(self, r, tok):
@@ -438,20 +439,39 @@ class Engine:
             self.live.pop(r.id, None)
         self.events.append((r.id, tok, finish))
 
-    def layer1_record(self, submit, complete, sched, deferred, npre, tpre, ndec, tdec, chunked, profiling):
+    # Layer-1 schema v1 (pkg/validate/layer1schema.go, docs/validators.md):
+    # every field of the seed's "Layer 1: always on" list, one record a step.
+    CONTEXT_EDGES = (512, 2048, 8192)     # context-length histogram buckets: <=512, <=2048, <=8192, more
+    CHUNK_EDGES = (256, 1024, 4096)       # chunk-size histogram buckets, likewise
+
+    @staticmethod
+    def hist(values, edges):
+        out = [0] * (len(edges) + 1)
+        for v in values:
+            i = 0
+            while i < len(edges) and v > edges[i]:
+                i += 1
+            out[i] += 1
+        return out
+
+    def layer1_record(self, submit, complete, sched, deferred, npre, tpre, ndec, tdec, chunked, profiling, chunks=()):
         held = sum(r.context() for r in self.running)
         cap = self.args.max_num_seqs * self.args.max_model_len
         ctx = [r.context() for r, _ in sched]
         n = tpre + tdec
+        cls = "none" if tpre == 0 else ("chunked" if chunked else "whole")
         return {"schema": 1, "step": self.step_index, "submit_mono_ns": submit, "complete_mono_ns": complete,
-                "model_executed": True, "scheduled_requests": len(sched),
-                "prefill_requests": npre, "prefill_tokens": tpre, "decode_requests": ndec, "decode_tokens": tdec,
-                "chunked_prefill_requests": chunked, "waiting": len(self.waiting), "running": len(self.running),
-                "deferred": deferred, "preemptions": 0, "kv_usage": min(1.0, held / cap),
+                "model_executed": n > 0, "num_scheduled_reqs": len(sched),
+                "num_prefill_reqs": npre, "prefill_tokens": tpre, "num_decode_reqs": ndec, "decode_tokens": tdec,
+                "chunked_prefill_class": cls, "chunk_size_hist": self.hist(chunks, self.CHUNK_EDGES),
+                "context_len_hist": self.hist(ctx, self.CONTEXT_EDGES),
+                "num_waiting_reqs": len(self.waiting), "num_running_reqs": len(self.running),
+                "num_deferred_reqs": deferred, "num_preemptions": 0, "kv_cache_usage": min(1.0, held / cap),
                 "prefix_cache_queries": tpre, "prefix_cache_hits": 0,
-                "context_tokens_max": max(ctx), "context_tokens_sum": sum(ctx),
-                "cuda_graph": False, "runtime_mode": "eager", "unpadded_tokens": n, "bucket_tokens": n,
-                "padding_tokens": 0, "profiling": profiling}
+                "cuda_graph_hit": False, "runtime_mode": "NONE", "unpadded_tokens": n, "bucket_tokens": n,
+                "padding_tokens": 0,
+                # beside the schema (allowed, not read by schema-v1 readers)
+                "chunked_prefill_requests": chunked, "profiling": profiling}
 
     # calls from the API process, run at a step boundary
 

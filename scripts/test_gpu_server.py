@@ -211,11 +211,11 @@ class ServeTest(unittest.TestCase):
         footer, data = recs[-1], recs[:-1]
         self.assertEqual([r["step"] for r in data], list(range(len(data))))
         self.assertTrue(all(r["prefill_tokens"] + r["decode_tokens"] <= 32 for r in data))
-        self.assertTrue(all(r["running"] <= 2 for r in data))
+        self.assertTrue(all(r["num_running_reqs"] <= 2 for r in data))
         self.assertEqual(sum(r["prefill_tokens"] for r in data), 3 * 40)
         self.assertEqual(sum(r["decode_tokens"] for r in data), 3 * 4)  # the first token comes with the prefill
         self.assertTrue(any(r["chunked_prefill_requests"] for r in data))
-        self.assertTrue(any(r["waiting"] for r in data))
+        self.assertTrue(any(r["num_waiting_reqs"] for r in data))
         self.assertEqual(footer, {"footer": True, "step_count": len(data), "encoded_records": len(data),
                                   "written_records": len(data), "dropped_records": 0,
                                   "last_step_index": len(data) - 1})
