@@ -133,7 +133,9 @@ func TestWarmupReadjudicatedThroughTheORBranch(t *testing.T) {
 	if v := c.gateVerdict(s, "p1.saturation", "validator:warmup"); v.Verdict != "fail" {
 		t.Errorf("the old verdict is gone: %+v", v)
 	}
-	// the re-run validator's verdict, with every figure of the branch
+	// the re-run validator's verdict, with every figure of the branch (the
+	// stand-in's steps cycle the real traces' three shapes, so the bins'
+	// token rates differ by up to one step's shape: a drift below 0.08)
 	b, err := os.ReadFile(filepath.Join(c.dir, provenance.SubDir, "amendments", "A-P3-6", "readjudicated", "p1.saturation", "a1", "validator-warmup.out"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +150,7 @@ func TestWarmupReadjudicatedThroughTheORBranch(t *testing.T) {
 	}
 	f := v.Figures
 	if v.Verdict != "pass" || f["warmup_completions"] != 20 || f["count_pass"] != 0 || f["stabilization"] != 1 || f["layer1_accounting"] != 1 ||
-		f["bin1_steps"] != 40 || f["bin2_steps"] != 40 || f["bin3_steps"] != 40 || f["normalized_drift"] != 0 || f["or_branch_pass"] != 1 {
+		f["bin1_steps"] != 40 || f["bin2_steps"] != 40 || f["bin3_steps"] != 40 || f["normalized_drift"] < 0 || f["normalized_drift"] > 0.10 || f["or_branch_pass"] != 1 {
 		t.Fatalf("re-adjudicated warmup verdict %s %v", v.Verdict, f)
 	}
 	for _, k := range []string{"bin1_tokens_per_s", "bin2_tokens_per_s", "bin3_tokens_per_s", "mean_tokens_per_s", "slope_tokens_per_s2", "stabilization_pass"} {
