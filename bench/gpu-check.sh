@@ -12,8 +12,9 @@
 #   bench/gpu-check.sh phase3   on the GPU machine: protocols/gpu-phase3.yaml
 #                               through the controller with NVML (4 runs)
 #   bench/gpu-check.sh broken   on the GPU machine: a broken variant of it (engine
-#                               steps padded to 150 ms, so the fixed 1 s hold
-#                               truncates the windows) that layer2 must fail
+#                               steps padded to 150 ms and a 1 s window budget,
+#                               so no window completes) that profile-windows
+#                               must fail
 #   bench/gpu-check.sh smoke    on the GPU machine: protocols/gpu-smoke.yaml
 #                               (three stand-in runs through NVML), a foreign
 #                               process stopping preflight, NVML read costs
@@ -113,12 +114,14 @@ dst, name, broken = sys.argv[1], sys.argv[2], sys.argv[3]
 p = yaml.safe_load(open("protocols/gpu-phase3.yaml"))
 p["name"], p["workdir"] = name, os.getcwd()
 if broken:
-    p["title"] = "gpu-phase3 with 150 ms engine steps: a fixed 1 s profile hold truncates the 2+8 window"
+    p["title"] = "gpu-phase3 with 150 ms engine steps and a 1 s window budget: the 2+8 window (1.5 s) cannot complete in it"
     p["vars"]["MIN_STEP_MS"] = "150"
     p["phases"][0]["matrix"]["pattern"] = ["P01s"]
     p["phases"][0]["loads"] = ["saturation"]
     for l in p["loads"]:  # 64 streams, the engine's --max-num-seqs: a drain of one 64-step wave
         l["client"] = [("64" if a == "256" else a) for a in l["client"]]
+        i = l["client"].index("--profile-window-budget-seconds")
+        l["client"][i + 1] = "1"
 yaml.safe_dump(p, open(dst, "w"), sort_keys=False)
 PY
 }
