@@ -385,8 +385,8 @@ func TestPhase3Validators(t *testing.T) {
 		return out
 	}
 	for id, want := range map[string]string{
-		"P05.C00.saturation":      "layer1 layer2 client sanity warmup recovery",
-		"P05.C00.moderate":        "layer1 layer2 client-moderate sanity warmup recovery",
+		"P05.C00.saturation":      "layer1 layer2 profile-windows client sanity warmup recovery",
+		"P05.C00.moderate":        "layer1 layer2 profile-windows client-moderate sanity warmup recovery",
 		"confirm.P10.C00.confirm": "",
 	} {
 		r, ok := p.RunByID(id)
