@@ -22,7 +22,7 @@ import (
 	"warden/internal/mancmd"
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
-	"warden/pkg/runner"
+	"warden/pkg/outcome"
 	"warden/pkg/state"
 )
 
@@ -177,12 +177,12 @@ func newStatusCmd(o *options) *cobra.Command {
 			}
 			doc := statusDoc{Status: st}
 			if src.store != nil {
-				aw, err := runner.AwaitingAmendment(src.store)
+				aw, err := outcome.AwaitingAmendment(src.store)
 				if err != nil {
 					return &exitError{exitOther, err}
 				}
 				if aw == nil {
-					aw = []runner.Awaiting{}
+					aw = []outcome.Awaiting{}
 				}
 				doc.AwaitingAmendment = &aw
 			}
@@ -206,10 +206,10 @@ func newStatusCmd(o *options) *cobra.Command {
 // controller's.
 type statusDoc struct {
 	api.Status
-	AwaitingAmendment *[]runner.Awaiting `json:"awaiting_amendment,omitempty"`
+	AwaitingAmendment *[]outcome.Awaiting `json:"awaiting_amendment,omitempty"`
 }
 
-func printAwaiting(w io.Writer, aw *[]runner.Awaiting) {
+func printAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
 	if aw == nil {
 		return
 	}

@@ -1,9 +1,7 @@
-package runner
+package outcome
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 
 	"warden/pkg/state"
 )
@@ -78,13 +76,4 @@ func covered(run string, a state.Attempt, ams []state.Amendment) bool {
 		}
 	}
 	return false
-}
-
-// awaitingText names the runs for a stop's detail and an operator.
-func awaitingText(ws []Awaiting) string {
-	parts := make([]string, len(ws))
-	for i, w := range ws {
-		parts[i] = fmt.Sprintf("%s (attempt %d, %s)", w.Run, w.Attempt, w.Reason)
-	}
-	return strings.Join(parts, ", ")
 }
