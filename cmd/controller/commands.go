@@ -155,7 +155,14 @@ re-hashes the protocol and every provenance file (a change is refused, naming
 the file and both hashes), ends what a dead controller left behind (only
 processes whose pid, start time and boot id match the records), marks those
 attempts interrupted, charges their GPU time, and continues with the first
-run that is not complete. It detaches like start unless --foreground.`,
+run that is not complete. It detaches like start unless --foreground.
+
+Before it claims anything, resume verifies every page of DIR/state.db. A
+damaged or empty database is refused: the file is left as it is, a copy is
+kept beside it as state.db.damaged-<UTC time> (one per distinct content),
+and resume exits 5, naming both. Exit status: 0 running (or nothing to
+resume); 1 refused or failed; 2 usage or not a campaign; 5 the state
+database is damaged or empty.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return resume(cmd, dir, backend, foreground, output, mo)
@@ -187,6 +194,11 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+		// every page verified before anything is claimed or recorded; the
+		// daemon's own open verifies again under the campaign's lock
+		if err := campaigndir.CheckDatabase(abs); err != nil {
+			return damagedExit(err)
+		}
 		if done, msg := campaigndir.Finished(abs); done {
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "resume", Dir: abs, Note: msg})
@@ -198,7 +210,20 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
 	}
-	return launchController(cmd, "resume", abs, foreground, backend, output, mo)
+	return damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo))
+}
+
+// exitDamaged is resume's exit status when the campaign's state database
+// is damaged or empty: it was refused unchanged and a copy kept.
+const exitDamaged = 5
+
+// damagedExit gives a *campaigndir.DamagedError its own exit status.
+func damagedExit(err error) error {
+	var de *campaigndir.DamagedError
+	if errors.As(err, &de) {
+		return &exitError{exitDamaged, err}
+	}
+	return err
 }
 
 func newDaemonCmd() *cobra.Command {

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/internal/boltfault"
+	"warden/pkg/api"
+	"warden/pkg/campaigndir"
+	"warden/pkg/lockfile"
+	"warden/pkg/state"
+)
+
+// snapshot maps each file directly in dir to its content.
+func snapshot(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[e.Name()] = b
+		}
+	}
+	return files
+}
+
+// A campaign stopped by its operator, its state.db then damaged (one bit
+// of a page header, the page found by walking the file; or truncated to 0
+// bytes): resume, --resume and resume --foreground each refuse with exit
+// 5, naming the file and the copy; the copy holds the damaged bytes, is
+// made once for one content, and nothing else in the directory changes:
+// no lock taken, no daemon started, no record written. ctlq status says
+// the same with its own exit status.
+func TestResumeRefusesDamagedDatabase(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
+	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to stop", 60*time.Second)
+	path := filepath.Join(c.dir, api.StateFile)
+	clean, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T)
+		want   string
+	}{
+		{"page header bit", func(t *testing.T) {
+			pages, err := boltfault.TreePages(path)
+			if err != nil || len(pages) == 0 {
+				t.Fatalf("tree pages: %v %v", pages, err)
+			}
+			if err := boltfault.FlipBit(path, pages[0].Offset+boltfault.FieldFlags, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, "neither branch nor leaf"},
+		{"empty", func(t *testing.T) {
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, "the file is empty (0 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(path, clean, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(t)
+			damaged, _ := os.ReadFile(path)
+			before := snapshot(t, c.dir)
+			var kept string
+			for _, args := range [][]string{{"resume", "-d", c.dir}, {"--resume", "-d", c.dir}, {"resume", "-d", c.dir, "--foreground"}} {
+				out, code := c.controller(args...)
+				if code != exitDamaged || !strings.Contains(out, path+" is damaged or empty") || !strings.Contains(out, tc.want) ||
+					strings.Contains(out, "goroutine") || strings.Contains(out, "controller running") {
+					t.Fatalf("%v: exit %d, want %d:\n%s", args, code, exitDamaged, out)
+				}
+				if lockfile.Held(filepath.Join(c.dir, api.LockFile)) {
+					t.Fatalf("%v left a controller running", args)
+				}
+				after := snapshot(t, c.dir)
+				var added []string
+				for name := range after {
+					if _, ok := before[name]; !ok {
+						added = append(added, name)
+					} else if !bytes.Equal(before[name], after[name]) {
+						t.Fatalf("%v changed %s", args, name)
+					}
+				}
+				if len(after) != len(before)+1 || len(added) != 1 || !strings.HasPrefix(added[0], api.StateFile+campaigndir.DamagedSuffix) {
+					t.Fatalf("%v: files added %v, want one copy", args, added)
+				}
+				if kept == "" {
+					kept = added[0]
+				} else if added[0] != kept {
+					t.Fatalf("%v kept a second copy %s of the same content (first %s)", args, added[0], kept)
+				}
+				if !strings.Contains(out, filepath.Join(c.dir, kept)) || !bytes.Equal(after[kept], damaged) {
+					t.Fatalf("%v: the copy %s is not named or not the damaged file:\n%s", args, kept, out)
+				}
+			}
+			if err := os.Remove(filepath.Join(c.dir, kept)); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
+			sout, _ := cmd.CombinedOutput()
+			out, code := string(sout), cmd.ProcessState.ExitCode()
+			if code != 6 || !strings.Contains(out, path+" is damaged or empty") {
+				t.Fatalf("ctlq status: exit %d:\n%s", code, out)
+			}
+		})
+	}
+	// restored, the campaign is as the operator left it
+	if err := os.WriteFile(path, clean, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := c.store()
+	defer s.Close()
+	if cp, err := s.Campaign(); err != nil || cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
+		t.Fatalf("campaign %+v, %v", cp, err)
+	}
+}
