@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"warden/internal/boltfault"
+	"warden/internal/testports"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
 	"warden/pkg/lockfile"
@@ -130,5 +133,73 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 	defer s.Close()
 	if cp, err := s.Campaign(); err != nil || cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
 		t.Fatalf("campaign %+v, %v", cp, err)
+	}
+}
+
+// flood opens n connections to addr on network and keeps them open until
+// the test ends, sending nothing: a leaky local poller. Dials that fail
+// (a full backlog) are counted, not fatal.
+func flood(t *testing.T, network, addr string, n int) (opened int) {
+	t.Helper()
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := net.DialTimeout(network, addr, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		conns = append(conns, c)
+	}
+	return len(conns)
+}
+
+// A controller whose open-files limit is 512, its socket and metrics
+// listener capped at 4 connections each, while a local client holds 700
+// idle connections to each: the listeners take 4, the rest wait in the
+// kernel's backlog, so the controller keeps the descriptors it needs.
+// SIGTERM then stops the campaign as an operator stop: the attempt in
+// flight is interrupted (never cleanup-failed), and nothing of the
+// campaign is left alive.
+func TestFloodedListenersCannotStarveTheController(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
+	port := testports.Free(t, 1)[0]
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command("prlimit", "--nofile=512:512", controllerBin, "start", "-f", proto, "-d", c.dir,
+		"--gpu-backend", "fake", "--metrics", addr)
+	cmd.Env = append(os.Environ(), MaxConnsEnv+"=4")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("start: %v\n%s", err, out)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	pid := lockfile.Owner(lock)
+	c.waitMeasuring()
+	sock := flood(t, "unix", filepath.Join(c.dir, api.SocketFile), 700)
+	tcp := flood(t, "tcp", addr, 700)
+	if sock+tcp < 600 {
+		t.Fatalf("only %d and %d connections opened: the flood does not pass the controller's limit", sock, tcp)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the controller to stop", 60*time.Second, func() bool { return !lockfile.Held(lock) })
+	s := c.store()
+	defer s.Close()
+	cp, err := s.Campaign()
+	if err != nil || cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
+		t.Fatalf("campaign %s (%s: %s), %v", cp.State, cp.StopReason, cp.StopDetail, err)
+	}
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Interrupted {
+		t.Fatalf("attempts %+v", as)
+	}
+	c.assertNoProcesses()
+	log, _ := os.ReadFile(filepath.Join(c.dir, api.LogFile))
+	if bytes.Contains(log, []byte("too many open files")) {
+		t.Fatalf("the controller ran out of descriptors:\n%s", tail(string(log), 3000))
 	}
 }
