@@ -299,6 +299,13 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			c.release(run, 0)
 		}
 	}
+	// Leaves a dead controller left empty (attempts whose processes had
+	// ended): nothing of the campaign runs yet, so none is in use.
+	if removed, err := c.cgroups.PruneEmpty(ctx); err != nil {
+		c.log.Warn().Err(err).Msg("remove empty cgroups left by the previous controller")
+	} else if len(removed) > 0 {
+		c.log.Info().Int("cgroups", len(removed)).Msg("removed empty cgroups left by the previous controller")
+	}
 	c.repairStateFiles()
 	return nil
 }
