@@ -16,6 +16,7 @@ import (
 	"warden/internal/testports"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -202,4 +203,61 @@ func TestFloodedListenersCannotStarveTheController(t *testing.T) {
 	if bytes.Contains(log, []byte("too many open files")) {
 		t.Fatalf("the controller ran out of descriptors:\n%s", tail(string(log), 3000))
 	}
+}
+
+// A server that overwrote its initial environment as setproctitle does
+// (/proc/PID/environ holds no entry), left alive by a controller killed
+// while it measured: resume recognises it by pid, start time, boot id,
+// cgroup and the process group it was started in, and ends it; it is never
+// "not this campaign's". A stop of the resumed controller then ends the
+// second attempt's server too, so no recorded process of the campaign is
+// alive.
+func TestResumeEndsAServerThatRewroteItsEnvironment(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", serverArgs: `, --rewrite-environ`})
+	c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)
+	s := c.store()
+	first := serverProc(t, c.attempts(s, "p1.saturation")[0])
+	s.Close()
+	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", first.PID)); err != nil || bytes.Contains(env, []byte("=")) {
+		t.Fatalf("the server's environment was not rewritten: %q, %v", env, err)
+	}
+	t.Cleanup(func() { syscall.Kill(first.PID, syscall.SIGKILL) }) // after a failure only: its environment hides it from killLeftovers
+	if out, code := c.controller("resume", "-d", c.dir); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, out)
+	}
+	c.waitMeasuring()
+	if out, code := c.controller("stop", "-d", c.dir); code != 0 {
+		t.Fatalf("stop exited %d:\n%s", code, out)
+	}
+	s = c.store()
+	defer s.Close()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 2 || as[0].State != state.Interrupted {
+		t.Fatalf("attempts %+v", as)
+	}
+	for _, a := range as {
+		p := serverProc(t, a)
+		id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
+		if alive, err := id.Alive(nil); alive || err != nil {
+			t.Fatalf("attempt %d's server %v is still alive (%v)", a.N, id, err)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(c.dir, api.LogFile))
+	if bytes.Contains(log, []byte("not this campaign's")) {
+		t.Fatalf("resume called the campaign's own server foreign:\n%s", tail(string(log), 3000))
+	}
+	c.assertNoProcesses()
+}
+
+// serverProc is the attempt's recorded server process.
+func serverProc(t *testing.T, a state.Attempt) state.Proc {
+	t.Helper()
+	for _, p := range a.Procs {
+		if p.Role == "server" {
+			return p
+		}
+	}
+	t.Fatalf("attempt %d records no server: %+v", a.N, a.Procs)
+	return state.Proc{}
 }
