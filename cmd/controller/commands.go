@@ -153,9 +153,13 @@ func newResumeCmd() *cobra.Command {
 		Long: `resume takes the campaign's lock (refused while another controller holds it),
 re-hashes the protocol and every provenance file (a change is refused, naming
 the file and both hashes), ends what a dead controller left behind (only
-processes whose pid, start time and boot id match the records), marks those
-attempts interrupted, charges their GPU time, and continues with the first
-run that is not complete. It detaches like start unless --foreground.
+processes whose pid, start time and boot id match the records, whose
+recorded cgroup is the campaign's, and whose environment names this campaign
+or, emptied or rewritten as setproctitle does, names none while they are
+still in the process group they were started in), marks those attempts
+interrupted, charges their GPU time, removes the empty cgroups it left, and
+continues with the first run that is not complete. It detaches like start
+unless --foreground.
 
 Before it claims anything, resume verifies every page of DIR/state.db. A
 damaged or empty database is refused: the file is left as it is, a copy is
