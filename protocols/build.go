@@ -71,6 +71,9 @@ func PlanBytes(file string, data []byte, opts Options) (*Plan, error) {
 	d.decode(doc.Content[0], reflectValue(&p), "")
 	b := newBuilder(c, &p, opts)
 	b.validate()
+	if !b.checkRunCount() {
+		return nil, c.err()
+	}
 	plan := b.expand()
 	if err := c.err(); err != nil {
 		return nil, err

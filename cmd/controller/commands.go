@@ -168,9 +168,21 @@ func newResumeCmd() *cobra.Command {
 		Long: `resume takes the campaign's lock (refused while another controller holds it),
 re-hashes the protocol and every provenance file (a change is refused, naming
 the file and both hashes), ends what a dead controller left behind (only
-processes whose pid, start time and boot id match the records), marks those
-attempts interrupted, charges their GPU time, and continues with the first
-run that is not complete. It detaches like start unless --foreground.`,
+processes whose pid, start time and boot id match the records, whose
+recorded cgroup is the campaign's, and whose environment names this campaign
+or, emptied or rewritten as setproctitle does, names none while they are
+still in the process group they were started in), marks those attempts
+interrupted, charges their GPU time, removes the empty cgroups it left, and
+continues with the first run that is not complete. It detaches like start
+unless --foreground.
+
+Before it claims anything, resume verifies every page of DIR/state.db. A
+damaged or empty database is refused: the file is left as it is, a copy is
+kept beside it as state.db.damaged-<UTC time> (one per distinct content),
+and resume exits 6, naming both. Exit status: 0 running (or nothing to
+resume); 1 refused or failed; 2 usage or not a campaign; 5 the campaign's
+NVML GPUs cannot be opened here; 6 the state database is damaged or
+empty.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return resume(cmd, dir, backend, foreground, output, mo)
@@ -203,6 +215,11 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 		return &exitError{2, err}
 	}
 	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+		// every page verified before anything is claimed or recorded; the
+		// daemon's own open verifies again under the campaign's lock
+		if err := campaigndir.CheckDatabase(abs); err != nil {
+			return damagedExit(err)
+		}
 		if done, msg := campaigndir.Finished(abs); done {
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), result{Schema: 1, Action: "resume", Dir: abs, Note: msg})
@@ -227,7 +244,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 			return &exitError{1, err}
 		}
 	}
-	return launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting)
+	return damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting))
 }
 
 // awaitingAmendment reads, before a resume, the runs that wait for an
@@ -239,6 +256,19 @@ func awaitingAmendment(dir string) ([]runner.Awaiting, error) {
 	}
 	defer s.Close()
 	return runner.AwaitingAmendment(s)
+}
+
+// exitDamaged is resume's exit status when the campaign's state database
+// is damaged or empty: it was refused unchanged and a copy kept.
+const exitDamaged = 6
+
+// damagedExit gives a *campaigndir.DamagedError its own exit status.
+func damagedExit(err error) error {
+	var de *campaigndir.DamagedError
+	if errors.As(err, &de) {
+		return &exitError{exitDamaged, err}
+	}
+	return err
 }
 
 func newDaemonCmd() *cobra.Command {

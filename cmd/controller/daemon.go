@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/connlimit"
 	"warden/pkg/launch"
 	"warden/pkg/metrics"
 	"warden/pkg/runner"
@@ -50,6 +52,14 @@ func runDaemon(opts daemonOptions) (err error) {
 	// A fixed GOMAXPROCS also stops the runtime's periodic re-reading of
 	// the CPU quota; the controller needs no more than two.
 	runtime.GOMAXPROCS(min(2, runtime.NumCPU()))
+
+	apiMax, metricsMax, err := listenerCaps()
+	if err != nil {
+		return err
+	}
+	if _, err := connlimit.Reserve(apiMax+metricsMax, descriptorReserve); err != nil {
+		return err
+	}
 
 	dir, err := filepath.Abs(opts.dir)
 	if err != nil {
@@ -191,13 +201,16 @@ func runDaemon(opts daemonOptions) (err error) {
 			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
 		},
 	}
+	sv.MaxConns = apiMax
 	srv, err := sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 
-	stopMetrics, err := metrics.Serve(ctx, opts.metrics.Outputs, store, log)
+	mout := opts.metrics.Outputs
+	mout.MaxConns = metricsMax
+	stopMetrics, err := metrics.Serve(ctx, mout, store, log)
 	if err != nil {
 		return err
 	}
@@ -249,3 +262,27 @@ func isTerminal(f *os.File) bool {
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id.
 const bootIDFileEnv = launch.BootIDFileEnv
+
+// descriptorReserve is how many open files the controller keeps beyond its
+// listeners' caps, for stopping and reclaiming what it started: pidfds,
+// cgroup files, /proc reads, logs and the database.
+const descriptorReserve = 256
+
+// MaxConnsEnv, when set, caps both the socket's and the metrics
+// listener's connections at its value instead of api.DefaultMaxConns and
+// metrics.DefaultMaxConns (tests use small caps).
+const MaxConnsEnv = "WARDEN_MAX_CONNS"
+
+// listenerCaps returns the connection caps of the socket and the metrics
+// listener.
+func listenerCaps() (apiMax, metricsMax int, err error) {
+	v := os.Getenv(MaxConnsEnv)
+	if v == "" {
+		return api.DefaultMaxConns, metrics.DefaultMaxConns, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, 0, fmt.Errorf("%s=%q: want a whole number of connections, at least 1", MaxConnsEnv, v)
+	}
+	return n, n, nil
+}

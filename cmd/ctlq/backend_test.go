@@ -127,7 +127,7 @@ func TestReportRefusesPrivateText(t *testing.T) {
 	s.Close()
 	leaky := filepath.Join(t.TempDir(), "r.html")
 	o, code := run(t, "report", "-d", dir, "-o", leaky)
-	if code != 6 || !strings.Contains(o, "private value(s) sha256:") || strings.Contains(o, prompt[20:40]) {
+	if code != exitPrivate || !strings.Contains(o, "private value(s) sha256:") || strings.Contains(o, prompt[20:40]) {
 		t.Fatalf("leaky report: exit %d:\n%s", code, o)
 	}
 	if _, err := os.Stat(leaky); !os.IsNotExist(err) {
@@ -136,7 +136,7 @@ func TestReportRefusesPrivateText(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, provenance.SubDir, provenance.SumFile)); err != nil {
 		t.Fatal(err)
 	}
-	if o, code := run(t, "report", "-d", dir, "-o", page); code != 6 || !strings.Contains(o, "provenance") {
+	if o, code := run(t, "report", "-d", dir, "-o", page); code != exitPrivate || !strings.Contains(o, "provenance") {
 		t.Fatalf("no provenance record: exit %d:\n%s", code, o)
 	}
 }

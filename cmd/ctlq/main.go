@@ -33,6 +33,7 @@ const (
 	exitStopped      = 3 // stopped for review
 	exitControllerX  = 4 // the controller is not alive while the campaign is unfinished, or left attempts live
 	exitOperatorStop = 5 // stopped by an operator (controller stop, SIGTERM): resumable as it is
+	exitDamaged      = 6 // the state database is damaged or empty; ctlq changed nothing
 )
 
 type exitError struct {
@@ -76,7 +77,13 @@ Exit status of ctlq status:
   4  the controller is not alive while the campaign is unfinished (or it left
      attempts live: it died, during a stop say; resume reclaims them)
   5  an operator stopped the campaign (stop_reason operator-stop): resume it as it is
-  2  anything else (not a campaign directory, unreadable, bad usage)`,
+  6  the state database is damaged or empty (every page is verified when it
+     is opened); ctlq changed nothing, and controller resume refuses it too,
+     keeping a copy as state.db.damaged-<UTC time>
+  2  anything else (not a campaign directory, permission denied, unreadable,
+     bad usage)
+ctlq report exits 7, writing nothing, when its page or tables would hold
+private text (or the private inputs cannot be read to tell).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -109,7 +116,7 @@ func (o *options) open() (*source, error) {
 	}
 	dir, _ := filepath.Abs(o.dir)
 	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
-		return nil, &exitError{exitOther, fmt.Errorf("%s is not a campaign directory (no %s)", dir, api.StateFile)}
+		return nil, &exitError{exitOther, campaignDirError(dir, err)}
 	}
 	s := &source{dir: dir, client: api.NewClient(dir, 5*time.Second)}
 	if _, err := os.Stat(filepath.Join(dir, api.SocketFile)); err == nil {
@@ -126,10 +133,25 @@ func (o *options) open() (*source, error) {
 			lock := filepath.Join(dir, api.LockFile)
 			return nil, &exitError{exitOther, fmt.Errorf("controller pid %d holds %s but does not answer on %s", lockfile.Owner(lock), dir, api.SocketFile)}
 		}
+		if errors.Is(err, state.ErrCorrupt) {
+			return nil, &exitError{exitDamaged, fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
+				filepath.Join(dir, api.StateFile), err)}
+		}
 		return nil, &exitError{exitOther, err}
 	}
 	s.store = st
 	return s, nil
+}
+
+// campaignDirError says why DIR/state.db could not be looked at: only a
+// missing file means that dir is not a campaign directory; a directory
+// that this user may not read (a campaign is owner-only) is permission
+// denied, and says so.
+func campaignDirError(dir string, err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s is not a campaign directory (no %s)", dir, api.StateFile)
+	}
+	return fmt.Errorf("cannot read campaign directory %s: %w", dir, err)
 }
 
 func (s *source) close() {

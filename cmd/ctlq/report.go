@@ -130,7 +130,7 @@ func (e *privateError) Unwrap() error { return e.err }
 
 // exitPrivate is report's exit status when its output would hold private
 // text, or the private inputs cannot be read to tell.
-const exitPrivate = 6
+const exitPrivate = 7
 
 // reportPrivacy indexes the campaign's private inputs (its provenance) at
 // the protocol's leak length, so that report writes none of their text.

@@ -35,6 +35,7 @@ type serverConfig struct {
 	effectiveConfig  []string
 	holdPort         bool
 	neverHealthy     bool
+	rewriteEnviron   bool // misbehave: overwrite the initial environment, as setproctitle does
 	info             serverInfo
 	engine           engineConfig
 	layer1           layer1Config
@@ -99,6 +100,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.IntVar(&cfg.info.maxNumBatchedTokens, "max-num-batched-tokens", 8192, "the scheduler's max_num_batched_tokens it reports")
 	f.IntVar(&cfg.info.reportMaxNumSeqs, "report-max-num-seqs", -1, "misbehave: report this max_num_seqs instead of --max-num-seqs")
 	f.BoolVar(&cfg.neverHealthy, "never-healthy", false, "misbehave: /health answers 503 forever")
+	f.BoolVar(&cfg.rewriteEnviron, "rewrite-environ", false, "misbehave: the API parent overwrites its initial environment's memory, as setproctitle does (/proc/PID/environ holds no entry)")
 	f.BoolVar(&cfg.engine.engineSurvives, "engine-survives", false, "misbehave: on SIGTERM the parent exits but the engine stays, holding its GPU memory")
 	addDrainStallFlags(f)
 	f.IntVar(&cfg.engine.fork, "fork", 0, "misbehave: the engine starts this many sleeping children in the process group, left behind at exit")
@@ -145,6 +147,12 @@ func runServer(cfg serverConfig) error {
 	}
 	defer signal.Stop(sigs)
 
+	if cfg.rewriteEnviron {
+		if err := rewriteEnviron(); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		log.Info("initial environment overwritten (--rewrite-environ)")
+	}
 	for _, line := range cfg.effectiveConfig {
 		fmt.Println(line)
 	}

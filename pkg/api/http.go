@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"warden/pkg/connlimit"
 	"warden/pkg/state"
 )
 
@@ -33,7 +34,13 @@ type Server struct {
 	// matrix; it returns at once. nil: refused.
 	Freeze func(FreezeRequest) error
 	Now    func() time.Time
+	// MaxConns bounds the connections open at once on the socket (0:
+	// DefaultMaxConns); connections beyond it wait in the backlog.
+	MaxConns int
 }
+
+// DefaultMaxConns is the socket's connection cap when Server.MaxConns is 0.
+const DefaultMaxConns = 64
 
 // Handler serves the API: GET /v1/status, /v1/runs[?state=S], /v1/runs/ID,
 // /v1/events[?after=N&limit=M], /v1/report; POST /v1/stop.
@@ -101,7 +108,8 @@ func (sv *Server) Handler() http.Handler {
 
 // Listen serves the API on DIR/ctl.sock, owner-only from its creation (a
 // stale socket a dead controller left is replaced), until the returned
-// server is closed. An error that ends serving, other than that close,
+// server is closed: at most MaxConns connections at once, each with the
+// timeouts of connlimit.Server. An error that ends serving, other than that close,
 // goes to onError.
 func (sv *Server) Listen(onError func(error)) (*http.Server, error) {
 	sock := filepath.Join(sv.Dir, SocketFile)
@@ -118,9 +126,14 @@ func (sv *Server) Listen(onError func(error)) (*http.Server, error) {
 		ln.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: sv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	max := sv.MaxConns
+	if max <= 0 {
+		max = DefaultMaxConns
+	}
+	srv := connlimit.Server(sv.Handler())
+	limited := connlimit.Listener(ln, max)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			onError(err)
 		}
 	}()

@@ -47,7 +47,8 @@ type Opened struct {
 }
 
 // Open reads the settings and plan of the locked campaign in dir and opens
-// its store. backend, when not "", must be the campaign's GPU backend. An
+// its store; a damaged or empty database is refused (*DamagedError), a
+// copy of it kept, before anything is recorded. backend, when not "", must be the campaign's GPU backend. An
 // amendment that a controller recorded and died before it installed is
 // installed first. Every recorded input must be unchanged: a change is
 // refused, with where to find the copy of an input that is missing.
@@ -63,9 +64,10 @@ func Open(dir, backend string) (_ Opened, err error) {
 	if err != nil {
 		return Opened{}, fmt.Errorf("read plan: %w", err)
 	}
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	path := filepath.Join(dir, api.StateFile)
+	store, err := state.Open(path, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		return Opened{}, err
+		return Opened{}, damaged(path, err)
 	}
 	defer func() {
 		if err != nil {

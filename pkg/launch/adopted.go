@@ -103,3 +103,40 @@ func Carries(id Identity, marker string) bool {
 	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(id.PID) + "/environ")
 	return err == nil && hasEntry(env, marker)
 }
+
+// EnvValue returns the value of key in the environment of the live process
+// id (its /proc/PID/environ), and whether it holds a key= entry at all. A
+// process may overwrite that memory (setproctitle reuses argv and environ
+// for its title, leaving /proc/PID/environ empty or holding the title):
+// found is false then, and when the environment cannot be read, so an
+// absent entry proves nothing about whose the process is; an entry with
+// another value does.
+func EnvValue(id Identity, key string) (value string, found bool) {
+	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(id.PID) + "/environ")
+	if err != nil {
+		return "", false
+	}
+	prefix := key + "="
+	for len(env) > 0 {
+		var e []byte
+		e, env, _ = bytes.Cut(env, []byte{0})
+		if v, ok := bytes.CutPrefix(e, []byte(prefix)); ok {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
+// Group returns the process group and session of the live process id. A
+// process group a process was started in is not rewritable from its
+// memory: only setpgid or setsid change it.
+func (id Identity) Group() (pgid, sid int, err error) {
+	st, err := readStat(id.PID)
+	if err != nil {
+		return 0, 0, err
+	}
+	if st.StartTime != id.StartTime {
+		return 0, 0, fmt.Errorf("group of %v: pid now has start time %d: %w", id, st.StartTime, ErrNotOurs)
+	}
+	return st.PGRP, st.Session, nil
+}

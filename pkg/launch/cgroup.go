@@ -172,30 +172,9 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 	if !m.Available() {
 		return nil
 	}
-	ents, err := os.ReadDir(m.root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	_, busy, err := m.pruneLeaves(ctx)
 	if err != nil {
 		return fmt.Errorf("clean up campaign cgroup %s: %w", m.root, err)
-	}
-	var busy []string
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		l := Leaf{Path: filepath.Join(m.root, e.Name()), rel: filepath.Join(m.rootRel, e.Name())}
-		pop, err := l.Populated()
-		if err != nil {
-			return fmt.Errorf("clean up campaign cgroup %s: %w", m.root, err)
-		}
-		if pop {
-			busy = append(busy, e.Name())
-			continue
-		}
-		if err := rmdirTree(ctx, l.Path); err != nil {
-			return fmt.Errorf("clean up campaign cgroup %s: %w", m.root, err)
-		}
 	}
 	if len(busy) > 0 {
 		return fmt.Errorf("clean up campaign cgroup %s: leaves still hold processes: %s", m.root, strings.Join(busy, ", "))
@@ -204,6 +183,51 @@ func (m *Manager) Cleanup(ctx context.Context) error {
 		return fmt.Errorf("clean up campaign cgroup %s: %w", m.root, err)
 	}
 	return nil
+}
+
+// PruneEmpty removes the leaves that hold no process (a controller that
+// died left them) and keeps the campaign root; it returns the names it
+// removed. A leaf that holds processes is left as it is.
+func (m *Manager) PruneEmpty(ctx context.Context) ([]string, error) {
+	if !m.Available() {
+		return nil, nil
+	}
+	removed, _, err := m.pruneLeaves(ctx)
+	if err != nil {
+		return removed, fmt.Errorf("prune campaign cgroup %s: %w", m.root, err)
+	}
+	return removed, nil
+}
+
+// pruneLeaves removes the empty leaves under the root, returning those
+// removed and those that still hold processes.
+func (m *Manager) pruneLeaves(ctx context.Context) (removed, busy []string, err error) {
+	ents, err := os.ReadDir(m.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		l := Leaf{Path: filepath.Join(m.root, e.Name()), rel: filepath.Join(m.rootRel, e.Name())}
+		pop, err := l.Populated()
+		if err != nil {
+			return removed, busy, err
+		}
+		if pop {
+			busy = append(busy, e.Name())
+			continue
+		}
+		if err := rmdirTree(ctx, l.Path); err != nil {
+			return removed, busy, err
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, busy, nil
 }
 
 // Leaf is one leaf cgroup. The zero Leaf means "no cgroup": its methods do

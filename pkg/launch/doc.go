@@ -16,6 +16,14 @@
 // reuse cannot slip between check and signal. The boot id is read through
 // an injectable BootIDSource so tests can simulate a reboot.
 //
+// Whose a recorded process is never rests on its environment alone: a
+// process can rewrite /proc/PID/environ (setproctitle reuses argv and
+// environ for its title). EnvValue says found only when the entry is
+// there; the runner's resume treats a WARDEN_CAMPAIGN_DIR naming another
+// campaign as foreign, and a process whose environment names none as its
+// own when its identity, recorded cgroup and process group (Group; set at
+// spawn, changed only by setpgid or setsid) match.
+//
 // # One reaper
 //
 // A Reaper is the only code in the process that waits for children: one

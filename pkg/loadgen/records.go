@@ -29,7 +29,8 @@ const (
 	// JSON, or with other than the requested output tokens.
 	InvalidOutput Class = "invalid-output"
 	// HarnessError: a 4xx status (the server refused what the client
-	// built) or a request the client could not build.
+	// built), a 3xx (a redirect, never followed: it would send the body
+	// again elsewhere) or a request the client could not build.
 	HarnessError Class = "harness-error"
 )
 

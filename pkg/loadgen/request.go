@@ -96,6 +96,16 @@ func newTransport(maxConns int) *http.Transport {
 	}
 }
 
+// newClient is the HTTP client of a run. It never follows a redirect: a
+// 3xx would have the request body, prompt included, sent again to wherever
+// the server points. The 3xx itself is the request's answer, classed
+// harness-error (classifyStatus).
+func newClient(tr http.RoundTripper) *http.Client {
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+}
+
 // outcome is what one request produced, filled by send.
 type outcome struct {
 	status       int
@@ -377,7 +387,9 @@ func classifyStatus(status int, body []byte) Class {
 		return WorkerLost
 	}
 	// 4xx: the server refused what the client built (a prompt too long
-	// for the model, a wrong model name): the harness's fault.
+	// for the model, a wrong model name): the harness's fault. A 3xx (a
+	// redirect, never followed) is the harness's too: the endpoint it was
+	// given is not the server's.
 	return HarnessError
 }
 

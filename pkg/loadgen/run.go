@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
 		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
-	r.sender = &sender{client: &http.Client{Transport: tr}, url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
+	r.sender = &sender{client: newClient(tr), url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
 	return r.execute(ctx, tr, need)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"warden/pkg/api"
+	"warden/pkg/connlimit"
 	"warden/pkg/state"
 )
 
@@ -19,7 +20,14 @@ import (
 type Outputs struct {
 	Addr     string // loopback listener, "" for none
 	Textfile string // node_exporter textfile, "" for none
+	// MaxConns bounds the listener's connections open at once (0:
+	// DefaultMaxConns): a loopback port is open to every local user.
+	MaxConns int
 }
+
+// DefaultMaxConns is the metrics listener's connection cap when
+// Outputs.MaxConns is 0.
+const DefaultMaxConns = 16
 
 // Serve starts the outputs o asks for: a loopback listener and a textfile
 // rewritten every heartbeat interval (and once at the end). The returned
@@ -39,11 +47,16 @@ func Serve(ctx context.Context, o Outputs, store *state.Store, log zerolog.Logge
 		if err != nil {
 			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
-		srv = &http.Server{Handler: Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		max := o.MaxConns
+		if max <= 0 {
+			max = DefaultMaxConns
+		}
+		srv = connlimit.Server(Handler(reg))
+		limited := connlimit.Listener(ln, max)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error().Err(err).Msg("metrics server")
 			}
 		}()

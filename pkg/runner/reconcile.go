@@ -299,21 +299,48 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			c.release(run, 0)
 		}
 	}
+	// Leaves a dead controller left empty (attempts whose processes had
+	// ended): nothing of the campaign runs yet, so none is in use.
+	if removed, err := c.cgroups.PruneEmpty(ctx); err != nil {
+		c.log.Warn().Err(err).Msg("remove empty cgroups left by the previous controller")
+	} else if len(removed) > 0 {
+		c.log.Info().Int("cgroups", len(removed)).Msg("removed empty cgroups left by the previous controller")
+	}
 	c.repairStateFiles()
 	return nil
 }
 
 // foreign says why a recorded process must not be signalled by this
-// campaign's resume ("" when it may be): its recorded cgroup is not under
-// this campaign's cgroup root, or, alive, it does not carry this campaign
-// directory in its environment (a database copied from another campaign
-// names that campaign's processes, with identities that check out).
+// campaign's resume ("" when it may be). Its pid, start time and boot id
+// matched already (Identity.Alive). Then: its recorded cgroup must be under
+// this campaign's cgroup root; and, alive, what it carries must not name
+// another campaign. The environment is evidence only when it says
+// something: WARDEN_CAMPAIGN_DIR with this campaign's directory is ours,
+// with another (a database copied from another campaign names that
+// campaign's processes, with identities that check out) is foreign. An
+// environment without the entry (emptied, or rewritten as setproctitle
+// does; unreadable) proves nothing either way: the process is ours when it
+// is still in the process group it was started in (recorded at spawn; only
+// setpgid or setsid change it, never a write to its memory).
 func (c *Runner) foreign(p state.Proc, id launch.Identity, alive bool) string {
 	if p.Cgroup != "" && c.cgroups.Available() && !strings.HasPrefix(filepath.Clean(p.Cgroup)+"/", filepath.Clean(c.cgroups.Root())+"/") {
 		return fmt.Sprintf("its cgroup %s is not under this campaign's", p.Cgroup)
 	}
-	if alive && !launch.Carries(id, "WARDEN_CAMPAIGN_DIR="+c.dir) {
-		return "it does not carry WARDEN_CAMPAIGN_DIR=" + c.dir
+	if !alive {
+		return ""
+	}
+	switch dir, found := launch.EnvValue(id, "WARDEN_CAMPAIGN_DIR"); {
+	case found && dir == c.dir:
+		return ""
+	case found:
+		return fmt.Sprintf("it carries WARDEN_CAMPAIGN_DIR=%s, not this campaign's %s", dir, c.dir)
+	}
+	pgid, _, err := id.Group()
+	switch {
+	case err != nil:
+		return fmt.Sprintf("its environment names no campaign and its process group cannot be read: %v", err)
+	case p.PGID <= 0 || pgid != p.PGID:
+		return fmt.Sprintf("its environment names no campaign and it is in process group %d, not %d where it was started", pgid, p.PGID)
 	}
 	return ""
 }

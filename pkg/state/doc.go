@@ -126,14 +126,22 @@
 //     never forever). OpenReadOnly takes a shared lock, so it also times out
 //     while a writer holds the file: query a live controller through its
 //     API, and open the file read-only only when no controller answers.
-//   - Open detects a truncated file or invalid meta pages before bbolt maps
-//     it (bbolt itself would fault reading past the end of the file) and
-//     reports ErrCorrupt; it never repairs. Garbage deeper in the file that
-//     makes bbolt fault or panic while opening is also reported as
-//     ErrCorrupt, but the memory map of such a file stays until the process
-//     exits, and garbage that looks valid enough can still crash bbolt (a
-//     freelist page claiming billions of entries): keep backups, and run
-//     `bbolt check` on a file that fails to open.
+//   - Every open (read-only or read-write) verifies the whole file and
+//     reports damage as ErrCorrupt; it never repairs. Before bbolt maps the
+//     file: an existing file of 0 bytes is refused (bbolt would make a new
+//     database of it), as is one with invalid meta pages or shorter than its
+//     meta page says (bbolt would fault reading past its end). Once the
+//     lock is held (no writer can change a page meanwhile), every page the
+//     tree reaches is read with ordinary reads, never the memory map, and
+//     checked (pages.go: its own id in its header, a branch or leaf type,
+//     inside the high-water mark, reached once and not free, its elements
+//     packed inside it, not empty unless it is the root; the free list
+//     inside the file; every page reached or free), then bbolt's Check
+//     verifies key order. One bit flipped in the header of a page in use is
+//     refused this way. A negative schema version is ErrCorrupt for both
+//     opens. Garbage that makes bbolt fault or panic while opening is also
+//     reported as ErrCorrupt, but the memory map of such a file stays until
+//     the process exits: keep backups.
 //   - Strict mode reads the whole database on every write: it is for tests.
 //   - Options.NoSync skips the fsync at each commit: it is for building
 //     large fixtures in tests and benchmarks, never for a campaign, since a

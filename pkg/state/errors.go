@@ -8,8 +8,10 @@ var (
 	ErrLocked = errors.New("state database is locked by another handle")
 
 	// ErrCorrupt is returned by Open and OpenReadOnly when the file is
-	// truncated, its meta pages are invalid, or its buckets do not match the
-	// schema. The store never repairs a file.
+	// empty (0 bytes) or truncated, its meta pages are invalid, a page fails
+	// the verification every open runs (see Caveats in doc.go), its schema
+	// version is negative, or its buckets do not match the schema. The store
+	// never repairs a file.
 	ErrCorrupt = errors.New("state database is corrupt: restore it from a backup or move it aside; the controller never repairs silently")
 
 	// ErrSchemaTooNew is returned by Open and OpenReadOnly when the file was

@@ -129,6 +129,10 @@ func open(path string, opts Options, readOnly bool) (_ *Store, err error) {
 	case err != nil:
 		return nil, err
 	}
+	if err := verifyFile(db, path); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	s := &Store{db: db, path: path, strict: opts.Strict, now: now}
 	if readOnly {
 		err = db.View(func(tx *bolt.Tx) error { return checkSchema(tx, true) })
@@ -158,9 +162,11 @@ func (s *Store) Close() error {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
-// checkFile verifies that a non-empty file has a valid bbolt meta page and is
-// at least as long as that page says. bbolt does not check the length, and
-// reading a page past the end of a memory-mapped file kills the process.
+// checkFile verifies, before bbolt maps the file, that an existing file is
+// not empty, has a valid bbolt meta page and is at least as long as that
+// page says. bbolt does not check the length, and reading a page past the
+// end of a memory-mapped file kills the process; bbolt would initialise an
+// empty file as a new database, losing what it was.
 func checkFile(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -176,9 +182,17 @@ func checkFile(path string) error {
 	}
 	size := info.Size()
 	if size == 0 {
-		return nil // a new file; bbolt initialises it
+		// Open makes a new database only where no file is: an empty one is
+		// what a crash can leave of a campaign's database, never a new one.
+		return fmt.Errorf("%w: the file is empty (0 bytes)", ErrCorrupt)
 	}
+	_, err = fileMeta(f, size)
+	return err
+}
 
+// fileMeta returns the meta page bbolt uses (the valid one with the higher
+// transaction id) of a file of size bytes.
+func fileMeta(f *os.File, size int64) (meta, error) {
 	// Meta page 0 is at offset 0; meta page 1 one page further. When page 0
 	// is unreadable the page size is unknown: try the sizes bbolt tries.
 	m0, ok0 := readMeta(f, 0)
@@ -198,17 +212,51 @@ func checkFile(path string) error {
 	case ok0:
 		m = m0
 	default:
-		return fmt.Errorf("%w: both meta pages are invalid", ErrCorrupt)
+		return meta{}, fmt.Errorf("%w: both meta pages are invalid", ErrCorrupt)
 	}
 	if need := int64(m.pgid) * int64(m.pageSize); size < need {
-		return fmt.Errorf("%w: truncated: the file has %d bytes, its meta page needs %d", ErrCorrupt, size, need)
+		return meta{}, fmt.Errorf("%w: truncated: the file has %d bytes, its meta page needs %d", ErrCorrupt, size, need)
 	}
-	return nil
+	return m, nil
+}
+
+// verifyFile checks every page of the open database db while its lock is
+// held (no writer can change a page meanwhile): first by reading the file
+// (verifyPages), then with bbolt's own Check, which reads through the
+// memory map and so runs only on pages the first found sound.
+func verifyFile(db *bolt.DB, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	m, err := fileMeta(f, info.Size())
+	if err != nil {
+		return err
+	}
+	if err := verifyPages(f, m); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return db.View(func(tx *bolt.Tx) error {
+		var first error
+		for err := range tx.Check() { // drained: Check's goroutine ends
+			if first == nil {
+				first = fmt.Errorf("%w: %w", ErrCorrupt, err)
+			}
+		}
+		return first
+	})
 }
 
 // meta holds the fields of a bbolt meta page that checkFile needs.
 type meta struct {
 	pageSize uint32
+	root     uint64 // the root bucket's page
+	freelist uint64 // the free list's page (noFreelist: none written)
 	pgid     uint64 // high-water mark: pages in use
 	txid     uint64
 }
@@ -232,7 +280,8 @@ func readMeta(f *os.File, off int64) (meta, bool) {
 	b := buf[hdr:]
 	h := fnv.New64a()
 	h.Write(buf[hdr:sumOff])
-	m := meta{pageSize: le.Uint32(b[8:]), pgid: le.Uint64(b[40:]), txid: le.Uint64(b[48:])}
+	m := meta{pageSize: le.Uint32(b[8:]), root: le.Uint64(b[16:]), freelist: le.Uint64(b[32:]),
+		pgid: le.Uint64(b[40:]), txid: le.Uint64(b[48:])}
 	ok := le.Uint32(b[0:]) == magic && le.Uint32(b[4:]) == version &&
 		le.Uint64(buf[sumOff:]) == h.Sum64() && m.pageSize >= 512
 	return m, ok
@@ -298,6 +347,11 @@ func schemaVersion(tx *bolt.Tx) (int, error) {
 	var v int
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return 0, fmt.Errorf("%w: schema_version %q: %w", ErrCorrupt, raw, err)
+	}
+	if v < 0 {
+		// no program writes it: read-only and read-write opens both call
+		// it corrupt, rather than one of them suggesting an upgrade
+		return 0, fmt.Errorf("%w: schema_version %d is negative", ErrCorrupt, v)
 	}
 	return v, nil
 }
