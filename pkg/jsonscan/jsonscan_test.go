@@ -1,0 +1,56 @@
+package jsonscan
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var samples = []string{
+	`{}`, `[]`, `""`, `0`, `-0`, `1.5e10`, `-1E-2`, `true`, `false`, `null`, ` {"a" : [1, 2.0, {"b":null}] } `,
+	`{"id":"cmpl-1","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null}],"usage":null}`,
+	`"\u00e9\n\"\\\/\b\f\r\t"`, "\"\xff\xfe\"", `[[[[]]]]`, `{"a":{"b":{"c":[true,false,null]}}}`,
+	// invalid
+	``, ` `, `{`, `}`, `[`, `{"a"}`, `{"a":}`, `{"a":1,}`, `[1,]`, `[,1]`, `{,}`, `01`, `-`, `1.`, `.5`, `1e`, `1e+`, `+1`,
+	`tru`, `nul`, `truex`, `"abc`, `"\x"`, `"\u12"`, `"\u12G4"`, "\"a\x01b\"", `{"a":1}x`, `{"a":1}{}`, `{a:1}`,
+	`{"a":1 "b":2}`, `[1 2]`, `NaN`, `Infinity`, `0x10`, `{"a":[}`, `"\`, `{"\u0061":1}`, `[-]`, `[1e5,-0.0e-0]`,
+}
+
+func TestValidAgreesWithEncodingJSON(t *testing.T) {
+	for _, s := range samples {
+		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
+			t.Errorf("Valid(%q) = %v, encoding/json says %v", s, got, want)
+		}
+	}
+	deep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
+	if Valid([]byte(deep)) {
+		t.Errorf("nesting deeper than %d accepted", MaxDepth)
+	}
+	if ok := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth); !Valid([]byte(ok)) {
+		t.Errorf("nesting of %d refused", MaxDepth)
+	}
+}
+
+func FuzzValid(f *testing.F) {
+	for _, s := range samples {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if got, want := Valid(p), json.Valid(p); got != want {
+			t.Fatalf("Valid(%q) = %v, encoding/json says %v", p, got, want)
+		}
+	})
+}
+
+func TestInt(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+		"-9223372036854775809", "99999999999999999999", "01", "-", "", "1.0", "1e3", "+1", "12a"} {
+		v, ok := Int([]byte(s))
+		w, err := strconv.ParseInt(s, 10, 64)
+		want := err == nil && s[0] != '+' && !(len(strings.TrimPrefix(s, "-")) > 1 && strings.TrimPrefix(s, "-")[0] == '0')
+		if ok != want || ok && v != w {
+			t.Errorf("Int(%q) = %d, %v; want %d, %v", s, v, ok, w, want)
+		}
+	}
+}
