@@ -249,3 +249,78 @@ func Int(p []byte) (v int64, ok bool) {
 	}
 	return int64(u), true
 }
+
+// Members walks the object that starts at p[i] (a '{'), calling fn with
+// each member's key (between its quotes, escapes as written) and value
+// (its span of p), and returns the index just past the object, or -1 if
+// it is not a valid JSON object (fn may have been called for the members
+// before the fault).
+func Members(p []byte, i int, fn func(key, val []byte)) int {
+	if i >= len(p) || p[i] != '{' {
+		return -1
+	}
+	i = SkipSpace(p, i+1)
+	if i < len(p) && p[i] == '}' {
+		return i + 1
+	}
+	for {
+		k := i
+		if i >= len(p) || p[i] != '"' {
+			return -1
+		}
+		if i = SkipString(p, k); i < 0 {
+			return -1
+		}
+		key := p[k+1 : i-1]
+		if i = SkipSpace(p, i); i >= len(p) || p[i] != ':' {
+			return -1
+		}
+		v := SkipSpace(p, i+1)
+		if i = skip(p, v, 1); i < 0 {
+			return -1
+		}
+		fn(key, p[v:i])
+		if i = SkipSpace(p, i); i >= len(p) {
+			return -1
+		}
+		switch p[i] {
+		case ',':
+			i = SkipSpace(p, i+1)
+		case '}':
+			return i + 1
+		default:
+			return -1
+		}
+	}
+}
+
+// Items walks the array that starts at p[i] (a '['), calling fn with each
+// item's span, and returns the index just past the array, or -1 if it is
+// not a valid JSON array.
+func Items(p []byte, i int, fn func(val []byte)) int {
+	if i >= len(p) || p[i] != '[' {
+		return -1
+	}
+	i = SkipSpace(p, i+1)
+	if i < len(p) && p[i] == ']' {
+		return i + 1
+	}
+	for {
+		v := i
+		if i = skip(p, v, 1); i < 0 {
+			return -1
+		}
+		fn(p[v:i])
+		if i = SkipSpace(p, i); i >= len(p) {
+			return -1
+		}
+		switch p[i] {
+		case ',':
+			i = SkipSpace(p, i+1)
+		case ']':
+			return i + 1
+		default:
+			return -1
+		}
+	}
+}

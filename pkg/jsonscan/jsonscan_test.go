@@ -54,3 +54,36 @@ func TestInt(t *testing.T) {
 		}
 	}
 }
+
+// TestMembersItems: the walkers see every member and item, and refuse
+// what Valid refuses.
+func TestMembersItems(t *testing.T) {
+	p := []byte(`{"a" : 1, "b\"":[true, {"c":null}], "d":"x"}`)
+	var got []string
+	if end := Members(p, 0, func(k, v []byte) { got = append(got, string(k)+"="+string(v)) }); end != len(p) {
+		t.Fatalf("end %d", end)
+	}
+	if s := strings.Join(got, " "); s != `a=1 b\"=[true, {"c":null}] d="x"` {
+		t.Fatalf("members %s", s)
+	}
+	got = nil
+	q := []byte(`[1, "x" ,{}]`)
+	if end := Items(q, 0, func(v []byte) { got = append(got, string(v)) }); end != len(q) || strings.Join(got, "|") != `1|"x"|{}` {
+		t.Fatalf("items %v end %d", got, end)
+	}
+	for _, s := range samples {
+		p := []byte(strings.TrimSpace(s))
+		if len(p) > 0 && p[0] == '{' {
+			ok := Members(p, 0, func(_, _ []byte) {}) == len(p)
+			if ok != json.Valid(p) {
+				t.Errorf("Members(%q) valid %v", s, ok)
+			}
+		}
+		if len(p) > 0 && p[0] == '[' {
+			ok := Items(p, 0, func([]byte) {}) == len(p)
+			if ok != json.Valid(p) && !strings.Contains(s, strings.Repeat("[", 100)) {
+				t.Errorf("Items(%q) valid %v", s, ok)
+			}
+		}
+	}
+}
