@@ -202,3 +202,19 @@ func TestReadChunk(t *testing.T) {
 		}
 	}
 }
+
+// TestSendRedirectIsNotFollowed: a redirect is classified by its status
+// (harness-error), never followed to a stream elsewhere.
+func TestSendRedirectIsNotFollowed(t *testing.T) {
+	followed := false
+	mux := http.NewServeMux()
+	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, _ *http.Request) { followed = true; sse(w, 4, 4, true) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	clock, _ := NewClock()
+	s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
+	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4}); o.class != HarnessError || o.status != 307 || followed {
+		t.Fatalf("class %s status %d followed %v", o.class, o.status, followed)
+	}
+}
