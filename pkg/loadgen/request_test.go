@@ -209,7 +209,9 @@ func TestSendRedirectIsNotFollowed(t *testing.T) {
 	followed := false
 	mux := http.NewServeMux()
 	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, _ *http.Request) { followed = true; sse(w, 4, 4, true) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	clock, _ := NewClock()
