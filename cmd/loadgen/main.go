@@ -145,7 +145,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.saturationResult, "saturation-result", "", "result.json of the saturation run whose T_sat sets λ (moderate)")
 	fl.Float64Var(&f.rateFraction, "rate-fraction", 0, "λ = fraction × T_sat (moderate)")
 	fl.IntVar(&f.maxConcurrency, "max-concurrency", 256, "most requests outstanding at once")
-	fl.IntVar(&f.dispatchers, "dispatchers", 0, "open-loop dispatchers sharing the schedule (0: one per 4,000 requests/s, at most GOMAXPROCS)")
+	fl.IntVar(&f.dispatchers, "dispatchers", 0, "open-loop dispatchers sharing the schedule (0: one per 50,000 requests/s, at most GOMAXPROCS)")
 	fl.StringVar(&f.arrival, "arrival", "manifest", "open-loop arrival class: manifest (the manifest's), steady, burst:N, poisson, gamma:K")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask for exactly the manifest's output tokens (vLLM's ignore_eos); other counts fail as invalid-output")
 	fl.Float64Var(&f.temperature, "temperature", 0, "sampling temperature")

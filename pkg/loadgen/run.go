@@ -560,8 +560,13 @@ func (r *run) signalFatal(err error) {
 }
 
 // DispatcherRPS is the open-loop rate one dispatcher is given when
-// Config.Dispatchers is 0.
-const DispatcherRPS = 4000
+// Config.Dispatchers is 0. A dispatcher spends a few microseconds a
+// request (the body, the admission, the sender's start); the senders run
+// on every core anyway. Each added dispatcher is one more locked thread
+// that must win a scheduler slot back from the senders at each wake-up:
+// at 10,000 requests/s on two cores two dispatchers had a 20-30x worse
+// p99 schedule error than one, so one carries any rate below this.
+const DispatcherRPS = 50000
 
 // dispatchers is the number of open-loop dispatchers: n when set, else
 // one per DispatcherRPS of rate, between 1 and procs.

@@ -260,7 +260,7 @@ func TestDispatchers(t *testing.T) {
 		n            int
 		rate         float64
 		procs, wantK int
-	}{{0, 100, 8, 1}, {0, 4000, 8, 1}, {0, 4001, 8, 2}, {0, 10000, 2, 2}, {0, 1e6, 4, 4}, {3, 100, 1, 3}} {
+	}{{0, 100, 8, 1}, {0, 10000, 8, 1}, {0, DispatcherRPS, 8, 1}, {0, DispatcherRPS + 1, 8, 2}, {0, 3 * DispatcherRPS, 2, 2}, {0, 1e7, 4, 4}, {3, 100, 1, 3}} {
 		if k := dispatchers(tc.n, tc.rate, tc.procs); k != tc.wantK {
 			t.Errorf("dispatchers(%d, %v, %d) = %d, want %d", tc.n, tc.rate, tc.procs, k, tc.wantK)
 		}
