@@ -6,6 +6,8 @@
 // chunk, a line of a JSON-lines file.
 package jsonscan
 
+import "encoding/binary"
+
 // MaxDepth bounds the nesting of arrays and objects, as encoding/json's
 // decoder does (10,000).
 const MaxDepth = 10000
@@ -142,6 +144,15 @@ var plain = func() (t [256]bool) {
 func SkipString(p []byte, i int) int {
 	i++
 	for {
+		// Eight bytes at a time while none is a quote, a backslash or a
+		// control character (the word tests are exact for "any byte").
+		for i+8 <= len(p) {
+			x := binary.LittleEndian.Uint64(p[i:])
+			if (x-lo*0x20)&^x&hi|hasZero(x^(lo*'"'))|hasZero(x^(lo*'\\')) != 0 {
+				break
+			}
+			i += 8
+		}
 		for i < len(p) && plain[p[i]] {
 			i++
 		}
@@ -171,6 +182,14 @@ func SkipString(p []byte, i int) int {
 		}
 	}
 }
+
+const (
+	lo = 0x0101010101010101
+	hi = 0x8080808080808080
+)
+
+// hasZero is non-zero when a byte of x is zero.
+func hasZero(x uint64) uint64 { return (x - lo) &^ x & hi }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
@@ -215,6 +234,51 @@ func SkipNumber(p []byte, i int) int {
 		}
 	}
 	return i
+}
+
+// Number is SkipNumber that also parses an integer literal within int64:
+// isInt is false for a fraction, an exponent or an integer out of range.
+func Number(p []byte, i int) (end int, v int64, isInt bool) {
+	start := i
+	neg := i < len(p) && p[i] == '-'
+	if neg {
+		i++
+	}
+	var u uint64
+	switch {
+	case i >= len(p):
+		return -1, 0, false
+	case p[i] == '0':
+		i++
+		isInt = true
+	case p[i] >= '1' && p[i] <= '9':
+		isInt = true
+		// 18 digits cannot overflow; check only past them.
+		for d := i + 18; i < len(p) && i < d && isDigit(p[i]); i++ {
+			u = u*10 + uint64(p[i]-'0')
+		}
+		for ; i < len(p) && isDigit(p[i]); i++ {
+			if u > (1<<63)/10 {
+				isInt = false
+			}
+			u = u*10 + uint64(p[i]-'0')
+			if u > 1<<63 {
+				isInt = false
+			}
+		}
+	default:
+		return -1, 0, false
+	}
+	if i < len(p) && (p[i] == '.' || p[i] == 'e' || p[i] == 'E') {
+		return SkipNumber(p, start), 0, false
+	}
+	if !isInt || !neg && u > 1<<63-1 {
+		return i, 0, false
+	}
+	if neg {
+		return i, -int64(u), true
+	}
+	return i, int64(u), true
 }
 
 // Int parses a JSON integer literal (no fraction, no exponent) that fills

@@ -14,7 +14,7 @@ var samples = []string{
 	// invalid
 	``, ` `, `{`, `}`, `[`, `{"a"}`, `{"a":}`, `{"a":1,}`, `[1,]`, `[,1]`, `{,}`, `01`, `-`, `1.`, `.5`, `1e`, `1e+`, `+1`,
 	`tru`, `nul`, `truex`, `"abc`, `"\x"`, `"\u12"`, `"\u12G4"`, "\"a\x01b\"", `{"a":1}x`, `{"a":1}{}`, `{a:1}`,
-	`{"a":1 "b":2}`, `[1 2]`, `NaN`, `Infinity`, `0x10`, `{"a":[}`, `"\`, `{"\u0061":1}`, `[-]`, `[1e5,-0.0e-0]`,
+	`{"a":1 "b":2}`, `"abcdefghijklmnop\"qrstuvwxyz"`, `"abcdefgh\u0041ijklmnopq"`, "\"abcdefghijklm\x1fnop\"", `"abcdefghijklmnopqrstuvwxyz\`, `[1 2]`, `NaN`, `Infinity`, `0x10`, `{"a":[}`, `"\`, `{"\u0061":1}`, `[-]`, `[1e5,-0.0e-0]`,
 }
 
 func TestValidAgreesWithEncodingJSON(t *testing.T) {
@@ -40,17 +40,38 @@ func FuzzValid(f *testing.F) {
 		if got, want := Valid(p), json.Valid(p); got != want {
 			t.Fatalf("Valid(%q) = %v, encoding/json says %v", p, got, want)
 		}
+		end, v, isInt := Number(p, 0)
+		if end != SkipNumber(p, 0) {
+			t.Fatalf("Number(%q) ends at %d, SkipNumber at %d", p, end, SkipNumber(p, 0))
+		}
+		if end > 0 {
+			if iv, iok := Int(p[:end]); iok != isInt || iv != v {
+				t.Fatalf("Number(%q) = %d, %v; Int says %d, %v", p, v, isInt, iv, iok)
+			}
+		}
 	})
 }
 
 func TestInt(t *testing.T) {
 	for _, s := range []string{"0", "-0", "7", "-7", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
-		"-9223372036854775809", "99999999999999999999", "01", "-", "", "1.0", "1e3", "+1", "12a"} {
+		"-9223372036854775809", "99999999999999999999", "01", "-", "", "1.0", "1e3", "+1", "12a", "-0.5", "123456789012345678901.5e3", "18446744073709551616"} {
 		v, ok := Int([]byte(s))
 		w, err := strconv.ParseInt(s, 10, 64)
 		want := err == nil && s[0] != '+' && !(len(strings.TrimPrefix(s, "-")) > 1 && strings.TrimPrefix(s, "-")[0] == '0')
 		if ok != want || ok && v != w {
 			t.Errorf("Int(%q) = %d, %v; want %d, %v", s, v, ok, w, want)
+		}
+		// Number scans as SkipNumber does and parses what it scanned as
+		// Int does.
+		end, nv, nok := Number([]byte(s), 0)
+		if end != SkipNumber([]byte(s), 0) {
+			t.Errorf("Number(%q) ends at %d, SkipNumber at %d", s, end, SkipNumber([]byte(s), 0))
+		}
+		if end > 0 {
+			iv, iok := Int([]byte(s[:end]))
+			if nok != iok || nv != iv {
+				t.Errorf("Number(%q) = %d, %v; Int of %q = %d, %v", s, nv, nok, s[:end], iv, iok)
+			}
 		}
 	}
 }

@@ -346,3 +346,75 @@ func TestLayer1LongLine(t *testing.T) {
 		t.Fatalf("got %s %q %v", r.Verdict, r.Detail, r.Figures)
 	}
 }
+
+// refLayer1 is the reading of one line through encoding/json: the object
+// decoded into a map of raw values (exact keys, a repeated key's last
+// value), then each schema field's type checked on its value.
+func refLayer1(line []byte) (object, schemaOK bool, step int64) {
+	var keys map[string]json.RawMessage
+	if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &keys) != nil {
+		return false, false, 0
+	}
+	for _, f := range Layer1Fields {
+		raw, ok := keys[f.Name]
+		if !ok {
+			return true, false, 0
+		}
+		var ok2 bool
+		switch f.Type {
+		case "integer":
+			var n int64
+			ok2 = !bytes.ContainsAny(raw, ".eE") && json.Unmarshal(raw, &n) == nil && raw[0] != 'n'
+		case "number":
+			var x float64
+			ok2 = raw[0] != 'n' && json.Unmarshal(raw, &x) == nil
+		case "boolean":
+			ok2 = string(raw) == "true" || string(raw) == "false"
+		case "string":
+			ok2 = raw[0] == '"'
+		case "integer-array":
+			var xs []json.RawMessage
+			ok2 = raw[0] == '[' && json.Unmarshal(raw, &xs) == nil
+			for _, x := range xs {
+				var n int64
+				ok2 = ok2 && !bytes.ContainsAny(x, ".eE") && x[0] != 'n' && json.Unmarshal(x, &n) == nil
+			}
+		}
+		if !ok2 {
+			return true, false, 0
+		}
+	}
+	json.Unmarshal(keys["step"], &step)
+	var schema int64
+	json.Unmarshal(keys["schema"], &schema)
+	return true, schema == 1, step
+}
+
+// FuzzLayer1Line: the one-pass reader agrees with encoding/json on
+// whether a line is a JSON object, whether it is a schema-v1 data line,
+// and its step.
+func FuzzLayer1Line(f *testing.F) {
+	good := l1Line(5, 1005)
+	f.Add(bytes.TrimSpace(good))
+	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"step":5`, `"\u0073tep":5,"step":6`, 1)))
+	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"kv_cache_usage":0.25`, `"kv_cache_usage":1e400`, 1)))
+	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"decode_tokens":2`, `"decode_tokens":-9223372036854775808`, 1)))
+	f.Add([]byte(`{"footer":true}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		object, schemaOK, step := refLayer1(line)
+		var l layer1Line
+		why := l.parse(line)
+		if (why == "") != object {
+			t.Fatalf("%q: parse says %q, encoding/json object %v", line, why, object)
+		}
+		if !object {
+			return
+		}
+		var rec Layer1Record
+		why = l.record(&rec, true)
+		if (why == "") != schemaOK || schemaOK && rec.Step != step {
+			t.Fatalf("%q: record says %q step %d, encoding/json schema-v1 %v step %d", line, why, rec.Step, schemaOK, step)
+		}
+	})
+}

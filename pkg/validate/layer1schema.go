@@ -133,12 +133,25 @@ var (
 // matched exactly, as msgspec matches them; other keys are validated and
 // skipped.
 type layer1Line struct {
-	vals [][]byte // by field index; footerField last
-	// ints holds the value of each integer field whose span is an
+	line []byte
+	// at holds, by field index (footerField last), the span of the
+	// field's value in line; hi 0 when the key is absent.
+	at []span
+	// ints holds the value of each integer field whose value is an
 	// integer literal within int64 (isInt says which).
 	ints  []int64
 	isInt []bool
 	next  int // the index the next key is expected to have
+}
+
+type span struct{ lo, hi int }
+
+// val is field i's value, nil when absent.
+func (l *layer1Line) val(i int) []byte {
+	if l.at[i].hi == 0 {
+		return nil
+	}
+	return l.line[l.at[i].lo:l.at[i].hi]
 }
 
 // layer1Integer marks the integer fields of Layer1Fields.
@@ -153,11 +166,11 @@ var layer1Integer = func() []bool {
 // parse reads line, already trimmed of surrounding whitespace. why says
 // why it is not one JSON object ("" when it is).
 func (l *layer1Line) parse(line []byte) (why string) {
-	if l.vals == nil {
-		l.vals, l.ints, l.isInt = make([][]byte, footerField+1), make([]int64, footerField), make([]bool, footerField)
+	if l.at == nil {
+		l.at, l.ints, l.isInt = make([]span, footerField+1), make([]int64, footerField), make([]bool, footerField)
 	}
-	clear(l.vals)
-	l.next = 0
+	clear(l.at)
+	l.line, l.next = line, 0
 	if len(line) == 0 || line[0] != '{' {
 		return "not a JSON object"
 	}
@@ -170,22 +183,32 @@ func (l *layer1Line) parse(line []byte) (why string) {
 			if i >= len(line) || line[i] != '"' {
 				return badJSON(line, i)
 			}
-			if i = jsonscan.SkipString(line, k); i < 0 {
-				return badJSON(line, k)
+			idx, known := l.expectedKey(line, k)
+			if known {
+				i = k + len(Layer1Fields[idx].Name) + 2
+			} else {
+				if i = jsonscan.SkipString(line, k); i < 0 {
+					return badJSON(line, k)
+				}
+				idx, known = l.lookupKey(line[k+1 : i-1])
 			}
-			key := line[k+1 : i-1]
 			if i = jsonscan.SkipSpace(line, i); i >= len(line) || line[i] != ':' {
 				return badJSON(line, i)
 			}
 			v := jsonscan.SkipSpace(line, i+1)
-			if i = jsonscan.Skip(line, v); i < 0 {
+			if known && idx < footerField && layer1Integer[idx] && v < len(line) && (line[v] == '-' || line[v] >= '0' && line[v] <= '9') {
+				i, l.ints[idx], l.isInt[idx] = jsonscan.Number(line, v)
+			} else {
+				i = jsonscan.Skip(line, v)
+				if known && idx < footerField {
+					l.isInt[idx] = false
+				}
+			}
+			if i < 0 {
 				return badJSON(line, v)
 			}
-			if idx, ok := l.lookupKey(key); ok {
-				l.vals[idx] = line[v:i]
-				if idx < footerField && layer1Integer[idx] {
-					l.ints[idx], l.isInt[idx] = jsonscan.Int(line[v:i])
-				}
+			if known {
+				l.at[idx] = span{v, i}
 			}
 			if i = jsonscan.SkipSpace(line, i); i >= len(line) {
 				return badJSON(line, i)
@@ -206,15 +229,28 @@ func (l *layer1Line) parse(line []byte) (why string) {
 	return ""
 }
 
-// lookupKey finds a key's field index. Writers emit the fields in the
-// schema's order, so the key after field i is first compared with field
-// i+1's name; any other key is looked up. A key with escapes is unquoted
-// first (rare: writers emit plain names).
-func (l *layer1Line) lookupKey(key []byte) (int, bool) {
-	if l.next < footerField && string(key) == Layer1Fields[l.next].Name {
-		l.next++
-		return l.next - 1, true
+// expectedKey reports whether the key string at line[k] (a quote) is the
+// next field in the schema's order: writers emit the fields in that
+// order, so the key after field i is field i+1's name, written plainly
+// and followed by its closing quote. Those bytes are a valid JSON string
+// (the schema's names hold no quote, backslash or control character), so
+// the match alone scans the key.
+func (l *layer1Line) expectedKey(line []byte, k int) (int, bool) {
+	if l.next >= footerField {
+		return 0, false
 	}
+	name := Layer1Fields[l.next].Name
+	end := k + 1 + len(name)
+	if end >= len(line) || line[end] != '"' || string(line[k+1:end]) != name {
+		return 0, false
+	}
+	l.next++
+	return l.next - 1, true
+}
+
+// lookupKey finds the field index of a key that is not the expected one.
+// A key with escapes is unquoted first (rare: writers emit plain names).
+func (l *layer1Line) lookupKey(key []byte) (int, bool) {
 	if bytes.IndexByte(key, '\\') < 0 {
 		idx, ok := layer1Index[string(key)]
 		if ok {
@@ -238,7 +274,7 @@ func badJSON(line []byte, at int) string {
 }
 
 // isFooter: the in-stream footer carries "footer": true.
-func (l *layer1Line) isFooter() bool { return string(l.vals[footerField]) == "true" }
+func (l *layer1Line) isFooter() bool { return string(l.val(footerField)) == "true" }
 
 // record checks the parsed line against schema v1 and fills rec; arrays
 // and strings are stored only when full is set (the stream check reads
@@ -248,7 +284,7 @@ func (l *layer1Line) isFooter() bool { return string(l.vals[footerField]) == "tr
 // reads it back.
 func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
 	for i, f := range Layer1Fields {
-		raw := l.vals[i]
+		raw := l.val(i)
 		if raw == nil {
 			return "lacks required field " + f.Name
 		}
@@ -256,25 +292,25 @@ func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
 			return fmt.Sprintf("field %s is %s, not %s", f.Name, describeJSON(raw), f.Type)
 		}
 	}
-	v := l.vals
+	v := func(i int) []byte { return l.val(i) }
 	in := func(i int) int64 { return l.ints[i] }
-	rec.Schema, rec.Step, rec.ModelExecuted = in(0), in(1), v[2][0] == 't'
+	rec.Schema, rec.Step, rec.ModelExecuted = in(0), in(1), v(2)[0] == 't'
 	rec.SubmitMonoNS, rec.CompleteMonoNS = in(3), in(4)
 	rec.NumScheduledReqs, rec.NumPrefillReqs, rec.NumDecodeReqs, rec.PrefillTokens, rec.DecodeTokens = in(5), in(6), in(7), in(8), in(9)
 	rec.NumWaitingReqs, rec.NumRunningReqs, rec.NumDeferredReqs, rec.NumPreemptions = in(13), in(14), in(15), in(16)
-	kv, err := strconv.ParseFloat(string(v[17]), 64)
+	kv, err := strconv.ParseFloat(string(v(17)), 64)
 	if err != nil {
-		return fmt.Sprintf("does not decode: field kv_cache_usage: number %s out of range", v[17])
+		return fmt.Sprintf("does not decode: field kv_cache_usage: number %s out of range", v(17))
 	}
 	rec.KVCacheUsage = kv
-	rec.PrefixCacheQueries, rec.PrefixCacheHits, rec.CUDAGraphHit = in(18), in(19), v[20][0] == 't'
+	rec.PrefixCacheQueries, rec.PrefixCacheHits, rec.CUDAGraphHit = in(18), in(19), v(20)[0] == 't'
 	rec.UnpaddedTokens, rec.BucketTokens, rec.PaddingTokens = in(22), in(23), in(24)
 	if full {
-		rec.ChunkSizeHist, rec.ContextLenHist = intArray(v[11]), intArray(v[12])
-		if err := json.Unmarshal(v[10], &rec.ChunkedPrefillClass); err != nil {
+		rec.ChunkSizeHist, rec.ContextLenHist = intArray(v(11)), intArray(v(12))
+		if err := json.Unmarshal(v(10), &rec.ChunkedPrefillClass); err != nil {
 			return "does not decode: field chunked_prefill_class: " + err.Error()
 		}
-		if err := json.Unmarshal(v[21], &rec.RuntimeMode); err != nil {
+		if err := json.Unmarshal(v(21), &rec.RuntimeMode); err != nil {
 			return "does not decode: field runtime_mode: " + err.Error()
 		}
 	}
