@@ -234,7 +234,23 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
 		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
 	r.sender = &sender{client: &http.Client{Transport: tr}, url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
+	r.slots = make([]*slot, 0, slotsCap(need, m.Len()))
 	return r.execute(ctx, tr, need)
+}
+
+// maxSlotsCap bounds the records reserved before a run (8 bytes each).
+const maxSlotsCap = 1 << 22
+
+// slotsCap is how many records to reserve: the rows an open loop plans
+// (need), else the manifest's (a closed loop cannot send more), up to
+// maxSlotsCap. Admission appends a record under the run's lock, which the
+// dispatcher takes before each send: growing a slice of millions of
+// records there would copy it, and delay the sends, for milliseconds.
+func slotsCap(need int64, rows int) int {
+	if need > 0 {
+		return int(min(need+need/16+64, maxSlotsCap))
+	}
+	return min(rows, maxSlotsCap)
 }
 
 // addITL keeps an inter-token gap that closed inside the clean interval.

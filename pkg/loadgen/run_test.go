@@ -266,3 +266,14 @@ func TestDispatchers(t *testing.T) {
 		}
 	}
 }
+
+func TestSlotsCap(t *testing.T) {
+	for _, tc := range []struct {
+		need       int64
+		rows, want int
+	}{{0, 100, 100}, {1000, 5000, 1000 + 62 + 64}, {0, 1 << 30, maxSlotsCap}, {1 << 40, 10, maxSlotsCap}} {
+		if got := slotsCap(tc.need, tc.rows); got != tc.want {
+			t.Errorf("slotsCap(%d, %d) = %d, want %d", tc.need, tc.rows, got, tc.want)
+		}
+	}
+}
