@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -119,4 +120,58 @@ func BenchmarkSendRaw(b *testing.B) {
 			b.Fatalf("class %s: %s", o.class, o.reason)
 		}
 	}
+}
+
+// BenchmarkReadChunk: the client's cost of reading one chunk, a vLLM
+// completions token chunk and its usage chunk; beside them what the
+// previous reader spent at least (json.Valid on every chunk, and a full
+// decode of the usage chunk into a struct).
+func BenchmarkReadChunk(b *testing.B) {
+	tok := []byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null}],"usage":null}`)
+	use := []byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4,"total_tokens":20,"completion_tokens":16,"prompt_tokens_details":null}}`)
+	for _, c := range []struct {
+		name string
+		p    []byte
+	}{{"token", tok}, {"usage", use}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, why := readChunk(c.p, ServerVLLM); why != "" {
+					b.Fatal(why)
+				}
+			}
+		})
+		b.Run(c.name+"/json.Valid", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !json.Valid(c.p) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+	b.Run("usage/json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var v struct {
+				Object  string `json:"object"`
+				Choices []struct {
+					Text  string `json:"text"`
+					Delta struct {
+						Content, Reasoning, ReasoningContent string
+					} `json:"delta"`
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage *struct {
+					PromptTokens     int `json:"prompt_tokens"`
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+				Error   json.RawMessage `json:"error"`
+				Message string          `json:"message"`
+			}
+			if json.Unmarshal(use, &v) != nil {
+				b.Fatal("invalid")
+			}
+		}
+	})
 }
