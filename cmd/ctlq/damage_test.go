@@ -16,20 +16,24 @@ import (
 	"warden/pkg/state"
 )
 
-// dirFiles maps each file name in dir to its content.
+// dirFiles maps each file under dir (its path relative to dir) to its content.
 func dirFiles(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		files[rel] = b
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[e.Name()] = b
 	}
 	return files
 }

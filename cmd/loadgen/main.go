@@ -79,6 +79,7 @@ type runFlags struct {
 	requestRate, saturationResult, arrival        string
 	rateFraction                                  float64
 	maxConcurrency                                int
+	dispatchers                                   int
 	ignoreEOS                                     bool
 	temperature                                   float64
 	warmupS, cleanS                               float64
@@ -144,6 +145,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.saturationResult, "saturation-result", "", "result.json of the saturation run whose T_sat sets λ (moderate)")
 	fl.Float64Var(&f.rateFraction, "rate-fraction", 0, "λ = fraction × T_sat (moderate)")
 	fl.IntVar(&f.maxConcurrency, "max-concurrency", 256, "most requests outstanding at once")
+	fl.IntVar(&f.dispatchers, "dispatchers", 0, "open-loop dispatchers sharing the schedule (0: one per 50,000 requests/s, at most GOMAXPROCS)")
 	fl.StringVar(&f.arrival, "arrival", "manifest", "open-loop arrival class: manifest (the manifest's), steady, burst:N, poisson, gamma:K")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "ask for exactly the manifest's output tokens (vLLM's ignore_eos); other counts fail as invalid-output")
 	fl.Float64Var(&f.temperature, "temperature", 0, "sampling temperature")
@@ -181,7 +183,7 @@ func secondsFlag(name string, s float64) (time.Duration, error) {
 func config(cmd *cobra.Command, f runFlags, m *loadgen.Manifest) (loadgen.Config, error) {
 	cfg := loadgen.Config{
 		BaseURL: strings.TrimRight(f.baseURL, "/"), Model: f.model, Endpoint: loadgen.Endpoint(f.endpoint),
-		LoadPoint: f.loadPoint, MaxConcurrency: f.maxConcurrency, IgnoreEOS: f.ignoreEOS, Temperature: f.temperature,
+		LoadPoint: f.loadPoint, MaxConcurrency: f.maxConcurrency, Dispatchers: f.dispatchers, IgnoreEOS: f.ignoreEOS, Temperature: f.temperature,
 		NumClean: f.numClean, ProfileWarmupIterations: f.profWarmup, ProfileActiveIterations: f.profActive,
 		Seed: f.seed, ResultDir: f.resultDir, PhaseFile: f.phaseFile, Arrival: m.Arrival,
 	}

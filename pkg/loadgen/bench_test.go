@@ -1,10 +1,16 @@
 package loadgen
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -33,4 +39,139 @@ func BenchmarkSend(b *testing.B) {
 			b.Fatalf("class %s: %s", o.class, o.reason)
 		}
 	}
+}
+
+// rawStreamServer is a loopback HTTP/1.1 server that answers every
+// request with pre-rendered bytes: the 16 token chunks and the usage
+// chunk of BenchmarkSend, each in its own chunked-encoding write, so
+// that nearly all the CPU a benchmark measures is the client's.
+func rawStreamServer(b *testing.B) (url string, stop func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+	chunk := func(s string) []byte { return fmt.Appendf(nil, "%x\r\n%s\r\n", len(s), s) }
+	tok := chunk("data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n")
+	tail := append(chunk("data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":16,\"total_tokens\":20}}\n\ndata: [DONE]\n\n"), "0\r\n\r\n"...)
+	var wg sync.WaitGroup
+	serve := func(c net.Conn) {
+		defer wg.Done()
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			n := -1
+			for { // the request head; its Content-Length
+				line, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if v, ok := strings.CutPrefix(strings.ToLower(string(line)), "content-length:"); ok {
+					n, _ = strconv.Atoi(strings.TrimSpace(v))
+				}
+				if len(line) <= 2 {
+					break
+				}
+			}
+			if _, err := br.Discard(n); err != nil || n < 0 {
+				return
+			}
+			if _, err := c.Write(head); err != nil {
+				return
+			}
+			for range 16 {
+				if _, err := c.Write(tok); err != nil {
+					return
+				}
+			}
+			if _, err := c.Write(tail); err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() { // ends when ln is closed
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go serve(c)
+		}
+	}()
+	return "http://" + ln.Addr().String(), func() { ln.Close(); wg.Wait() }
+}
+
+// BenchmarkSendRaw is BenchmarkSend against rawStreamServer: the client's
+// cost of one streamed request of 16 token chunks and a usage chunk.
+func BenchmarkSendRaw(b *testing.B) {
+	url, stop := rawStreamServer(b)
+	clock, _ := NewClock()
+	tr := newTransport(4)
+	s := &sender{client: &http.Client{Transport: tr}, url: url, clock: clock, itl: func(int64, int64) {}}
+	defer stop()
+	defer tr.CloseIdleConnections()
+	body := []byte(`{"model":"m","prompt":[1,2,3,4],"max_tokens":16,"stream":true}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if o := s.send(context.Background(), body, expect{output: 16, exact: true}); o.class != Success {
+			b.Fatalf("class %s: %s", o.class, o.reason)
+		}
+	}
+}
+
+// BenchmarkReadChunk: the client's cost of reading one chunk, a vLLM
+// completions token chunk and its usage chunk; beside them what the
+// previous reader spent at least (json.Valid on every chunk, and a full
+// decode of the usage chunk into a struct).
+func BenchmarkReadChunk(b *testing.B) {
+	tok := []byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null}],"usage":null}`)
+	use := []byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4,"total_tokens":20,"completion_tokens":16,"prompt_tokens_details":null}}`)
+	for _, c := range []struct {
+		name string
+		p    []byte
+	}{{"token", tok}, {"usage", use}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, why := readChunk(c.p, ServerVLLM); why != "" {
+					b.Fatal(why)
+				}
+			}
+		})
+		b.Run(c.name+"/json.Valid", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !json.Valid(c.p) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+	b.Run("usage/json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var v struct {
+				Object  string `json:"object"`
+				Choices []struct {
+					Text  string `json:"text"`
+					Delta struct {
+						Content, Reasoning, ReasoningContent string
+					} `json:"delta"`
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage *struct {
+					PromptTokens     int `json:"prompt_tokens"`
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+				Error   json.RawMessage `json:"error"`
+				Message string          `json:"message"`
+			}
+			if json.Unmarshal(use, &v) != nil {
+				b.Fatal("invalid")
+			}
+		}
+	})
 }

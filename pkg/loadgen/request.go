@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -121,28 +122,6 @@ type outcome struct {
 	reason       string // why it is not a success; never server text
 }
 
-// streamChunk is the part of a streamed chunk (completions or chat) that
-// the client reads. Text is decoded only to know whether a chunk carries
-// a token; it is dropped at once.
-type streamChunk struct {
-	Object  string `json:"object"`
-	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content          string `json:"content"`
-			Reasoning        string `json:"reasoning"`
-			ReasoningContent string `json:"reasoning_content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error   json.RawMessage `json:"error"`
-	Message string          `json:"message"`
-}
-
 // expect is what a request's stream must report to be a success.
 type expect struct {
 	// output is max_tokens; exact (--ignore-eos) asks for exactly that
@@ -169,6 +148,14 @@ type sender struct {
 	kind ServerKind
 }
 
+// streamHeader is every streamed request's header. It is shared and
+// never written: the transport only reads a request's header.
+var streamHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}}
+
+// readers are the stream readers of finished requests, for reuse: 1 KiB
+// each, one per outstanding request.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1<<10) }}
+
 // send posts body and reads the stream to its end. It never gives up on
 // its own: only ctx ends a request early (then the class is
 // client-cancelled).
@@ -183,9 +170,14 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	if err != nil {
 		return finish(HarnessError, "build request")
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := s.client.Do(req)
+	req.Header = streamHeader
+	rt := s.client.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	// The transport directly: a redirect is not followed but classified
+	// by its status, and no per-request header copy for redirects is made.
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return finish(ClientCancelled, "cancelled before the response")
@@ -199,7 +191,9 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		return finish(classifyStatus(resp.StatusCode, data), "status "+strconv.Itoa(resp.StatusCode))
 	}
-	br := bufio.NewReaderSize(resp.Body, 1<<10)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	defer func() { br.Reset(nil); readers.Put(br) }()
 	var last int64
 	var scratch []byte
 	for {
@@ -219,37 +213,24 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 		if bytes.Equal(payload, []byte("[DONE]")) {
 			break
 		}
-		token, decode, whole := scanChunk(payload, s.kind.tokenKeys())
-		if o.firstChunk == 0 && hasChoices(payload) {
+		c, why := readChunk(payload, s.kind)
+		if o.firstChunk == 0 && c.choices {
 			o.firstChunk = s.clock.Now()
 		}
-		if !whole {
-			return finish(InvalidOutput, "a stream chunk is not a JSON object")
+		if why != "" {
+			return finish(InvalidOutput, why)
 		}
-		if decode {
-			// A chunk with usage or an error: decode it in full.
-			var c streamChunk
-			if err := json.Unmarshal(payload, &c); err != nil {
-				return finish(InvalidOutput, "a stream chunk is not JSON")
+		if c.errorEvent {
+			if isOOM(payload) {
+				return finish(OOM, "error event in the stream: out of memory")
 			}
-			if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) || c.Object == "error" {
-				if isOOM(payload) {
-					return finish(OOM, "error event in the stream: out of memory")
-				}
-				return finish(WorkerLost, "error event in the stream")
-			}
-			if c.Usage != nil {
-				o.usage = true
-				o.promptTokens = c.Usage.PromptTokens
-				o.outputTokens = c.Usage.CompletionTokens
-			}
-			token = false
-			for _, ch := range c.Choices {
-				if ch.Text != "" || ch.Delta.Content != "" || s.kind.reasons(ch.Delta.Reasoning, ch.Delta.ReasoningContent) {
-					token = true
-				}
-			}
+			return finish(WorkerLost, "error event in the stream")
 		}
+		if c.usage {
+			o.usage = true
+			o.promptTokens, o.outputTokens = c.promptTokens, c.output
+		}
+		token := c.token
 		if token {
 			now := s.clock.Now()
 			o.chunks++
@@ -318,61 +299,6 @@ func nextLine(br *bufio.Reader, scratch *[]byte) ([]byte, error) {
 			return *scratch, err
 		}
 	}
-}
-
-// scanChunk reads a stream chunk without decoding it: whether it carries
-// a token (a non-empty string under one of keys: "text", "content", and
-// the server kind's reasoning field),
-// whether it must be decoded in full (it has a non-null "usage" or
-// mentions "error"), and whether it is a JSON object at all (checked
-// with json.Valid, which builds nothing). Token chunks, nearly all of a
-// stream, are never decoded: decoding them was a third of the client's
-// CPU. Keys are matched with their quotes and colon, which a JSON string
-// value cannot contain unescaped.
-func scanChunk(p []byte, keys []string) (token, decode, whole bool) {
-	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
-		return false, false, false
-	}
-	if bytes.Contains(p, []byte(`"error"`)) {
-		return false, true, true
-	}
-	if v, ok := valueAfter(p, `"usage":`); ok && v != 'n' {
-		decode = true
-	}
-	for _, key := range keys {
-		rest := p
-		for {
-			i := bytes.Index(rest, []byte(key))
-			if i < 0 {
-				break
-			}
-			rest = skipSpace(rest[i+len(key):])
-			if len(rest) >= 2 && rest[0] == '"' && rest[1] != '"' {
-				return true, decode, true
-			}
-		}
-	}
-	return false, decode, true
-}
-
-// valueAfter returns the first byte of the value after key.
-func valueAfter(p []byte, key string) (byte, bool) {
-	i := bytes.Index(p, []byte(key))
-	if i < 0 {
-		return 0, false
-	}
-	rest := skipSpace(p[i+len(key):])
-	if len(rest) == 0 {
-		return 0, false
-	}
-	return rest[0], true
-}
-
-func skipSpace(p []byte) []byte {
-	for len(p) > 0 && (p[0] == ' ' || p[0] == '\t' || p[0] == '\n' || p[0] == '\r') {
-		p = p[1:]
-	}
-	return p
 }
 
 // classifyStatus maps an HTTP error status (and its body, read only for

@@ -155,27 +155,68 @@ func TestSendInvalidOutput(t *testing.T) {
 	}
 }
 
-func TestScanChunk(t *testing.T) {
+// TestReadChunk: one pass reads whether a chunk carries a token, has
+// choices, usage or an error, and refuses what is not JSON or not of the
+// completion chunk's types.
+func TestReadChunk(t *testing.T) {
 	for _, tc := range []struct {
-		chunk                string
-		token, decode, whole bool
+		chunk string
+		want  chunk
+		why   string
 	}{
-		{`{"choices":[{"index":0,"text":" tok","finish_reason":null}],"usage":null}`, true, false, true},
-		{`{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`, false, false, true},
-		{`{"choices":[{"delta":{"role":"assistant","content":""}}]}`, false, false, true},
-		{`{"choices":[{"delta":{"content": "hi"}}]}`, true, false, true},
-		{`{"choices":[{"delta":{"reasoning_content":"x"}}]}`, true, false, true},
-		{`{"choices":[{"text":"say \"text\": \"\""}]}`, true, false, true},
-		{`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`, false, true, true},
-		{`{"error":{"message":"x"}}`, false, true, true},
-		{`{"object":"error","message":"x"}`, false, true, true},
-		{`not json`, false, false, false},
-		{`{"choices":[{"text":" t"}],}`, false, false, false},
-		{`{"choices": tok}`, false, false, false},
+		{`{"choices":[{"index":0,"text":" tok","finish_reason":null}],"usage":null}`, chunk{token: true, choices: true}, ""},
+		{`{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`, chunk{choices: true}, ""},
+		{`{"choices":[{"delta":{"role":"assistant","content":""}}]}`, chunk{choices: true}, ""},
+		{`{"choices":[{"delta":{"content": "hi"}}]}`, chunk{token: true, choices: true}, ""},
+		{`{"choices":[{"delta":{"reasoning_content":"x"}}]}`, chunk{token: true, choices: true}, ""},
+		{`{"choices":[{"text":"say \"text\": \"\""}]}`, chunk{token: true, choices: true}, ""},
+		{`{"choices":[{"text":"\u0000"}]}`, chunk{token: true, choices: true}, ""},
+		{`{"choices":[{"logprobs":{"text":"x","content":"y"}}]}`, chunk{choices: true}, ""},
+		{`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":null}}`, chunk{usage: true, promptTokens: 3, output: 4}, ""},
+		{`{"choices":[{"text":"t"}],"usage":{"prompt_tokens":3,"completion_tokens":null}}`, chunk{token: true, choices: true, usage: true, promptTokens: 3}, ""},
+		{`{"choices": [ ] }`, chunk{}, ""},
+		{`{"error":{"message":"x"}}`, chunk{errorEvent: true}, ""},
+		{`{"error":null,"choices":null}`, chunk{}, ""},
+		{`{"object":"error","message":"x"}`, chunk{errorEvent: true}, ""},
+		{`not json`, chunk{}, notObject},
+		{`[{"choices":[]}]`, chunk{}, notObject},
+		{`{"choices":[{"text":" t"}],}`, chunk{}, notObject},
+		{`{"choices": tok}`, chunk{}, notObject},
+		{`{"choices":[]}{}`, chunk{}, notObject},
+		{`{"choices":[{"text":"\x"}]}`, chunk{}, notObject},
+		{`{"choices":[{"text":1}]}`, chunk{}, wrongType},
+		{`{"choices":{"text":"t"}}`, chunk{}, wrongType},
+		{`{"choices":["t"]}`, chunk{}, wrongType},
+		{`{"choices":[{"delta":"t"}]}`, chunk{}, wrongType},
+		{`{"choices":[{"delta":{"content":["t"]}}]}`, chunk{}, wrongType},
+		{`{"choices":[{"finish_reason":1}]}`, chunk{}, wrongType},
+		{`{"usage":{"prompt_tokens":3,"completion_tokens":4.0}}`, chunk{}, wrongType},
+		{`{"usage":{"prompt_tokens":"3","completion_tokens":4}}`, chunk{}, wrongType},
+		{`{"usage":[3,4]}`, chunk{}, wrongType},
+		{`{"object":1}`, chunk{}, wrongType},
+		{`{"message":{}}`, chunk{}, wrongType},
 	} {
-		token, decode, whole := scanChunk([]byte(tc.chunk), ServerAuto.tokenKeys())
-		if token != tc.token || decode != tc.decode || whole != tc.whole {
-			t.Errorf("scanChunk(%s) = %v %v %v, want %v %v %v", tc.chunk, token, decode, whole, tc.token, tc.decode, tc.whole)
+		c, why := readChunk([]byte(tc.chunk), ServerAuto)
+		if c != tc.want || why != tc.why {
+			t.Errorf("readChunk(%s) = %+v %q, want %+v %q", tc.chunk, c, why, tc.want, tc.why)
 		}
+	}
+}
+
+// TestSendRedirectIsNotFollowed: a redirect is classified by its status
+// (harness-error), never followed to a stream elsewhere.
+func TestSendRedirectIsNotFollowed(t *testing.T) {
+	followed := false
+	mux := http.NewServeMux()
+	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, _ *http.Request) { followed = true; sse(w, 4, 4, true) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	clock, _ := NewClock()
+	s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
+	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4}); o.class != HarnessError || o.status != 307 || followed {
+		t.Fatalf("class %s status %d followed %v", o.class, o.status, followed)
 	}
 }

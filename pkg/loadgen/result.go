@@ -51,6 +51,9 @@ type LoadInfo struct {
 	// LambdaRPS is λ (0 in a closed loop).
 	LambdaRPS      float64 `json:"lambda_rps"`
 	MaxConcurrency int     `json:"max_concurrency"`
+	// Dispatchers is the number of open-loop dispatchers that shared the
+	// schedule (absent in a closed loop).
+	Dispatchers int `json:"dispatchers,omitempty"`
 	// Arrival is the open-loop class used (closed in a closed loop).
 	Arrival string `json:"arrival"`
 	Seed    uint64 `json:"workload_seed"`

@@ -190,3 +190,90 @@ func TestManifestRewrittenMidRun(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenLoopDispatchersShareOneSchedule: three dispatchers admit one
+// Poisson schedule between them: every request sent was planned at the
+// schedule's own offset for its row, no row is sent twice, each
+// dispatcher's share is present, and the records come out in row order.
+func TestOpenLoopDispatchersShareOneSchedule(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(2, 4))(w, r)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	arr := Arrival{Kind: "poisson"}
+	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "moderate", Rate: 300, Arrival: arr, Seed: 7,
+		Dispatchers: 3, MaxConcurrency: 64, IgnoreEOS: true, CleanSegment: 300 * time.Millisecond, NumClean: 1,
+		DrainTimeout: 10 * time.Second, ResultDir: dir}
+	need, err := cfg.Check(smallManifest(t, 1000))
+	if err != nil || need < 30 {
+		t.Fatalf("need %d rows: %v", need, err)
+	}
+	res, err := Run(context.Background(), cfg, smallManifest(t, int(need)+20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Load.Dispatchers != 3 {
+		t.Fatalf("dispatchers %d", res.Load.Dispatchers)
+	}
+	planner, _ := NewPlanner(arr, cfg.Rate, cfg.Seed)
+	var offsets []int64
+	for range need + 20 {
+		offsets = append(offsets, int64(planner.Next()))
+	}
+	seen := map[int]bool{}
+	residues := map[int]bool{}
+	last := -1
+	for _, f := range res.Files.Requests {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+			if len(line) == 0 {
+				continue // a segment without requests
+			}
+			var rec Record
+			if err := json.Unmarshal(line, &rec); err != nil {
+				t.Fatal(err)
+			}
+			if seen[rec.Row] || rec.Row <= last {
+				t.Fatalf("row %d repeated or out of order (after %d)", rec.Row, last)
+			}
+			seen[rec.Row], residues[rec.Row%3], last = true, true, rec.Row
+			if got := rec.PlannedNS - res.Clock.T0MonoNS; got != offsets[rec.Row] {
+				t.Fatalf("row %d planned at +%d ns, the schedule says +%d", rec.Row, got, offsets[rec.Row])
+			}
+			if rec.Class != Success {
+				t.Fatalf("row %d: %s (%s)", rec.Row, rec.Class, rec.Reason)
+			}
+		}
+	}
+	if len(seen) != res.Totals.Admitted || len(residues) != 3 || len(seen) < 30 {
+		t.Fatalf("%d rows recorded, %d admitted, residues %v", len(seen), res.Totals.Admitted, residues)
+	}
+}
+
+func TestDispatchers(t *testing.T) {
+	for _, tc := range []struct {
+		n            int
+		rate         float64
+		procs, wantK int
+	}{{0, 100, 8, 1}, {0, 10000, 8, 1}, {0, DispatcherRPS, 8, 1}, {0, DispatcherRPS + 1, 8, 2}, {0, 3 * DispatcherRPS, 2, 2}, {0, 1e7, 4, 4}, {3, 100, 1, 3}} {
+		if k := dispatchers(tc.n, tc.rate, tc.procs); k != tc.wantK {
+			t.Errorf("dispatchers(%d, %v, %d) = %d, want %d", tc.n, tc.rate, tc.procs, k, tc.wantK)
+		}
+	}
+}
+
+func TestSlotsCap(t *testing.T) {
+	for _, tc := range []struct {
+		need       int64
+		rows, want int
+	}{{0, 100, 100}, {1000, 5000, 1000 + 62 + 64}, {0, 1 << 30, maxSlotsCap}, {1 << 40, 10, maxSlotsCap}} {
+		if got := slotsCap(tc.need, tc.rows); got != tc.want {
+			t.Errorf("slotsCap(%d, %d) = %d, want %d", tc.need, tc.rows, got, tc.want)
+		}
+	}
+}

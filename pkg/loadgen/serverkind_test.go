@@ -50,10 +50,10 @@ func TestServerKindReasoning(t *testing.T) {
 
 func TestHasChoices(t *testing.T) {
 	for p, want := range map[string]bool{
-		`{"choices":[{"text":""}]}`: true, `{"choices": [ ]}`: false, `{"choices":[]}`: false, `{"usage":{}}`: false, `{"choices":`: false,
+		`{"choices":[{"text":""}]}`: true, `{"choices": [ ]}`: false, `{"choices":[]}`: false, `{"usage":{}}`: false, `{"choices":`: false, `{"choices":[null]}`: true,
 	} {
-		if hasChoices([]byte(p)) != want {
-			t.Errorf("hasChoices(%s) = %v", p, !want)
+		if c, _ := readChunk([]byte(p), ServerAuto); c.choices != want {
+			t.Errorf("choices of %s: %v", p, !want)
 		}
 	}
 }

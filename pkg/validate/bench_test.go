@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"math/rand/v2"
@@ -16,17 +17,24 @@ import (
 
 func writeLayer1Stream(b *testing.B, dir string, n int) (string, time.Time) {
 	b.Helper()
-	var buf bytes.Buffer
+	p := filepath.Join(dir, "layer1.jsonl")
+	fh, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := bufio.NewWriterSize(fh, 1<<20)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range n {
 		// about the width of a real record: the seed's counters and histograms
-		fmt.Fprintf(&buf, `{"schema":1,"step":%d,"model_executed":true,"submit_mono_ns":%d,"complete_mono_ns":%d,"num_scheduled_reqs":%d,"num_prefill_reqs":%d,"num_decode_reqs":%d,"prefill_tokens":%d,"decode_tokens":%d,"chunked_prefill_class":%q,"chunk_size_hist":[%d,%d,%d,%d],"context_len_hist":[%d,%d,%d,%d,%d,%d],"num_waiting_reqs":%d,"num_running_reqs":%d,"num_deferred_reqs":%d,"num_preemptions":0,"kv_cache_usage":%.4f,"prefix_cache_queries":%d,"prefix_cache_hits":%d,"cuda_graph_hit":true,"runtime_mode":"FULL","unpadded_tokens":%d,"bucket_tokens":%d,"padding_tokens":%d}`+"\n",
+		fmt.Fprintf(buf, `{"schema":1,"step":%d,"model_executed":true,"submit_mono_ns":%d,"complete_mono_ns":%d,"num_scheduled_reqs":%d,"num_prefill_reqs":%d,"num_decode_reqs":%d,"prefill_tokens":%d,"decode_tokens":%d,"chunked_prefill_class":%q,"chunk_size_hist":[%d,%d,%d,%d],"context_len_hist":[%d,%d,%d,%d,%d,%d],"num_waiting_reqs":%d,"num_running_reqs":%d,"num_deferred_reqs":%d,"num_preemptions":0,"kv_cache_usage":%.4f,"prefix_cache_queries":%d,"prefix_cache_hits":%d,"cuda_graph_hit":true,"runtime_mode":"FULL","unpadded_tokens":%d,"bucket_tokens":%d,"padding_tokens":%d}`+"\n",
 			i, int64(i)*20_000_000, int64(i)*20_000_000+15_000_000, rng.IntN(256), rng.IntN(8), rng.IntN(256), rng.IntN(8192), rng.IntN(256), []string{"none", "chunked"}[rng.IntN(2)],
 			rng.IntN(9), rng.IntN(9), rng.IntN(9), rng.IntN(9), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99), rng.IntN(99),
 			rng.IntN(500), rng.IntN(256), rng.IntN(4), rng.Float64(), rng.IntN(256), rng.IntN(256), 200, 256, 56)
 	}
-	p := filepath.Join(dir, "layer1.jsonl")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+	if err := buf.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := fh.Close(); err != nil {
 		b.Fatal(err)
 	}
 	wall := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
@@ -41,14 +49,19 @@ func writeLayer1Stream(b *testing.B, dir string, n int) (string, time.Time) {
 	return p, wall
 }
 
-func BenchmarkLayer1_600s_50steps(b *testing.B) {
+func BenchmarkLayer1_600s_50steps(b *testing.B) { benchLayer1(b, 30_000) }
+
+// The 1M-record stream (about 370 MB): run with -benchtime 1x.
+func BenchmarkLayer1_1M(b *testing.B) { benchLayer1(b, 1_000_000) }
+
+func benchLayer1(b *testing.B, n int) {
 	dir := b.TempDir()
-	p, _ := writeLayer1Stream(b, dir, 30_000)
+	p, _ := writeLayer1Stream(b, dir, n)
 	st, _ := os.Stat(p)
 	b.SetBytes(st.Size())
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := Layer1Files(p, "", filepath.Join(dir, "signals.json"), DefaultLayer1); r.Verdict != "pass" || r.Figures["records"] != 30_000 {
+		if r := Layer1Files(p, "", filepath.Join(dir, "signals.json"), DefaultLayer1); r.Verdict != "pass" || r.Figures["records"] != float64(n) {
 			b.Fatal(r)
 		}
 	}

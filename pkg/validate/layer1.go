@@ -1,7 +1,6 @@
 package validate
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -142,17 +141,21 @@ type streamScan struct {
 	negativeStep int
 }
 
+// scanStream reads the stream once: every complete line is parsed and,
+// unless it is the footer, checked against schema v1 (layer1schema.go).
 func scanStream(r io.Reader) (streamScan, error) {
 	var s streamScan
-	br := bufio.NewReaderSize(r, 1<<20)
+	lr := newLineReader(r)
+	var l layer1Line
+	var rec Layer1Record
 	n := 0
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := lr.next()
 		s.bytes += int64(len(line))
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			n++
 			s.lines++
-			s.addLine(n, bytes.TrimSpace(line))
+			s.addLine(n, bytes.TrimSpace(line), &l, &rec)
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			s.partial = true
 		}
@@ -172,20 +175,15 @@ func (s *streamScan) bad(n int, why string) {
 	}
 }
 
-func (s *streamScan) addLine(n int, line []byte) {
-	if len(line) == 0 || line[0] != '{' {
-		s.bad(n, "not a JSON object")
-		return
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(line, &keys); err != nil {
-		s.bad(n, "does not decode: "+err.Error())
+func (s *streamScan) addLine(n int, line []byte, l *layer1Line, rec *Layer1Record) {
+	if why := l.parse(line); why != "" {
+		s.bad(n, why)
 		return
 	}
 	if s.footer != nil {
 		s.afterFooter++
 	}
-	if isFooter(keys) {
+	if l.isFooter() {
 		if s.footer != nil {
 			s.bad(n, "a second footer")
 			return
@@ -198,8 +196,7 @@ func (s *streamScan) addLine(n int, line []byte) {
 		s.footer, s.footerLine = &ft, n
 		return
 	}
-	rec, why := decodeLayer1Line(line, keys)
-	if why != "" {
+	if why := l.record(rec, false); why != "" {
 		s.schemaErrs++
 		s.bad(n, "not a schema-v1 data line: "+why)
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -255,4 +256,165 @@ func TestLayer1SchemaDoc(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(Layer1Fields) {
 		t.Fatalf("docs list\n%v\nthe schema is\n%v", got, Layer1Fields)
 	}
+}
+
+// TestLayer1RecordRoundTrip: every field of a record, each set to a
+// distinct value, reads back from its line through the stream reader.
+func TestLayer1RecordRoundTrip(t *testing.T) {
+	var want Layer1Record
+	rv := reflect.ValueOf(&want).Elem()
+	for i := range rv.NumField() {
+		switch f := rv.Field(i); f.Kind() {
+		case reflect.Int64:
+			f.SetInt(int64(1000 + i))
+		case reflect.Float64:
+			f.SetFloat(float64(i) + 0.5)
+		case reflect.Bool:
+			f.SetBool(i%2 == 0)
+		case reflect.String:
+			f.SetString(fmt.Sprintf("s\"%d\u00e9", i))
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]int64{int64(i), -1, 1 << 62}))
+		}
+	}
+	want.Schema = 1
+	for _, b := range []bool{true, false} { // the booleans both ways
+		want.ModelExecuted, want.CUDAGraphHit = b, !b
+		line, _ := json.Marshal(want)
+		p := filepath.Join(t.TempDir(), "s.jsonl")
+		os.WriteFile(p, append(line, '\n'), 0o644)
+		recs, err := ReadLayer1Records(p)
+		if err != nil || len(recs) != 1 || !reflect.DeepEqual(recs[0], want) {
+			t.Fatalf("read back %+v, %v; want %+v", recs, err, want)
+		}
+	}
+}
+
+// TestLayer1LineSyntax: a line is one strict JSON object, read in one
+// pass; keys match exactly; a repeated key's last value counts.
+func TestLayer1LineSyntax(t *testing.T) {
+	good := strings.TrimSuffix(string(l1Line(5, 1005)), "}\n")
+	cases := []struct {
+		name, line, detail string // detail "" for a pass
+	}{
+		{name: "escaped key", line: strings.Replace(good, `"step":5`, `"\u0073tep":5`, 1) + "}"},
+		{name: "unknown nested field", line: good + `,"extra":{"a":[1,{"b":null}],"c":"\n"}}`},
+		{name: "other-case key is unknown", line: good + `,"Step":"x"}`},
+		{name: "repeated key, last wins", line: strings.Replace(good, `"step":5`, `"step":"x","step":5`, 1) + "}"},
+		{name: "repeated key, last is wrong", line: good + `,"step":1.5}`, detail: "field step is a non-integer number 1.5"},
+		{name: "invalid unknown field", line: good + `,"extra":[1,]}`, detail: "does not decode"},
+		{name: "bad escape", line: good + `,"extra":"\x"}`, detail: "does not decode"},
+		{name: "trailing garbage", line: good + `}}`, detail: "does not decode"},
+		{name: "two objects", line: good + `}{}`, detail: "does not decode"},
+		{name: "number out of range", line: strings.Replace(good, `"kv_cache_usage":0.25`, `"kv_cache_usage":1e400`, 1) + "}", detail: "out of range"},
+		{name: "integer out of range", line: strings.Replace(good, `"decode_tokens":2`, `"decode_tokens":9223372036854775808`, 1) + "}", detail: "field decode_tokens is the number"},
+		{name: "array", line: `[1]`, detail: "not a JSON object"},
+	}
+	sig := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			for i := int64(0); i < 5; i++ {
+				b.Write(l1Line(i, 1000+i))
+			}
+			b.WriteString(tc.line + "\n")
+			fmt.Fprintf(&b, `{"footer":true,"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"step_count":6}`+"\n")
+			side := fmt.Sprintf(`{"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"wall_time_unix_ns":%d,"flush_interval_s":1,"final":true}`, sig.UnixNano())
+			r := Layer1(bytes.NewReader(b.Bytes()), []byte(side), nil, false, DefaultLayer1)
+			if tc.detail == "" {
+				if r.Verdict != "pass" {
+					t.Fatalf("got %s %q", r.Verdict, r.Detail)
+				}
+				return
+			}
+			if r.Verdict != "fail" || !strings.Contains(r.Detail, "line 6") || !strings.Contains(r.Detail, tc.detail) {
+				t.Fatalf("got %s %q, want a fail at line 6 naming %q", r.Verdict, r.Detail, tc.detail)
+			}
+		})
+	}
+}
+
+// TestLayer1LongLine: a line longer than the reader's buffer is read whole.
+func TestLayer1LongLine(t *testing.T) {
+	var b bytes.Buffer
+	line := strings.TrimSuffix(string(l1Line(0, 1000)), "}\n") + `,"pad":"` + strings.Repeat("x", 3<<20) + `"}` + "\n"
+	b.WriteString(line)
+	b.Write(l1Line(1, 1001))
+	b.WriteString(`{"footer":true,"encoded_records":2,"written_records":2,"dropped_records":0,"last_step_index":1,"step_count":2}` + "\n")
+	side := fmt.Sprintf(`{"encoded_records":2,"written_records":2,"dropped_records":0,"last_step_index":1,"wall_time_unix_ns":%d,"flush_interval_s":1,"final":true}`, time.Now().UnixNano())
+	if r := Layer1(&b, []byte(side), nil, false, DefaultLayer1); r.Verdict != "pass" || r.Figures["records"] != 2 {
+		t.Fatalf("got %s %q %v", r.Verdict, r.Detail, r.Figures)
+	}
+}
+
+// refLayer1 is the reading of one line through encoding/json: the object
+// decoded into a map of raw values (exact keys, a repeated key's last
+// value), then each schema field's type checked on its value.
+func refLayer1(line []byte) (object, schemaOK bool, step int64) {
+	var keys map[string]json.RawMessage
+	if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &keys) != nil {
+		return false, false, 0
+	}
+	for _, f := range Layer1Fields {
+		raw, ok := keys[f.Name]
+		if !ok {
+			return true, false, 0
+		}
+		var ok2 bool
+		switch f.Type {
+		case "integer":
+			var n int64
+			ok2 = !bytes.ContainsAny(raw, ".eE") && json.Unmarshal(raw, &n) == nil && raw[0] != 'n'
+		case "number":
+			var x float64
+			ok2 = raw[0] != 'n' && json.Unmarshal(raw, &x) == nil
+		case "boolean":
+			ok2 = string(raw) == "true" || string(raw) == "false"
+		case "string":
+			ok2 = raw[0] == '"'
+		case "integer-array":
+			var xs []json.RawMessage
+			ok2 = raw[0] == '[' && json.Unmarshal(raw, &xs) == nil
+			for _, x := range xs {
+				var n int64
+				ok2 = ok2 && !bytes.ContainsAny(x, ".eE") && x[0] != 'n' && json.Unmarshal(x, &n) == nil
+			}
+		}
+		if !ok2 {
+			return true, false, 0
+		}
+	}
+	json.Unmarshal(keys["step"], &step)
+	var schema int64
+	json.Unmarshal(keys["schema"], &schema)
+	return true, schema == 1, step
+}
+
+// FuzzLayer1Line: the one-pass reader agrees with encoding/json on
+// whether a line is a JSON object, whether it is a schema-v1 data line,
+// and its step.
+func FuzzLayer1Line(f *testing.F) {
+	good := l1Line(5, 1005)
+	f.Add(bytes.TrimSpace(good))
+	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"step":5`, `"\u0073tep":5,"step":6`, 1)))
+	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"kv_cache_usage":0.25`, `"kv_cache_usage":1e400`, 1)))
+	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"decode_tokens":2`, `"decode_tokens":-9223372036854775808`, 1)))
+	f.Add([]byte(`{"footer":true}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		object, schemaOK, step := refLayer1(line)
+		var l layer1Line
+		why := l.parse(line)
+		if (why == "") != object {
+			t.Fatalf("%q: parse says %q, encoding/json object %v", line, why, object)
+		}
+		if !object {
+			return
+		}
+		var rec Layer1Record
+		why = l.record(&rec, true)
+		if (why == "") != schemaOK || schemaOK && rec.Step != step {
+			t.Fatalf("%q: record says %q step %d, encoding/json schema-v1 %v step %d", line, why, rec.Step, schemaOK, step)
+		}
+	})
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+
+	"warden/pkg/jsonscan"
 )
 
 // Layer-1 schema v1: the one home of the data line's fields (seed 002,
@@ -109,37 +111,222 @@ func layer1Fields() []Layer1Field {
 	return out
 }
 
-// decodeLayer1Line checks one data line, already split into its keys,
-// against schema v1 and decodes it. why says what is wrong: a missing
-// field, a wrong type, an unknown schema.
-func decodeLayer1Line(line []byte, keys map[string]json.RawMessage) (rec Layer1Record, why string) {
-	for _, f := range Layer1Fields {
-		raw, ok := keys[f.Name]
-		if !ok {
-			return rec, "lacks required field " + f.Name
+// layer1Index maps a schema-v1 field's name to its index in Layer1Fields;
+// footerField is the index of the footer's "footer" key.
+var (
+	layer1Index = func() map[string]int {
+		m := make(map[string]int, len(Layer1Fields)+1)
+		for i, f := range Layer1Fields {
+			m[f.Name] = i
 		}
-		if !hasType(raw, f.Type) {
-			return rec, fmt.Sprintf("field %s is %s, not %s", f.Name, describeJSON(raw), f.Type)
-		}
-	}
-	if err := json.Unmarshal(line, &rec); err != nil {
-		return rec, "does not decode: " + err.Error()
-	}
-	if rec.Schema != Layer1SchemaVersion {
-		return rec, fmt.Sprintf("unknown schema %d (schema-v1 wants %d)", rec.Schema, Layer1SchemaVersion)
-	}
-	return rec, ""
+		m["footer"] = footerField
+		return m
+	}()
+	footerField = len(Layer1Fields)
+)
+
+// layer1Line is one line of a Layer-1 stream, read in a single pass: the
+// whole line is checked to be one JSON object (jsonscan, as strict as
+// encoding/json), and the value of each key the schema or the footer
+// names is kept as its span of the line (the last one when a key
+// repeats, as a decoder into a map or a struct keeps it). Keys are
+// matched exactly, as msgspec matches them; other keys are validated and
+// skipped.
+type layer1Line struct {
+	line []byte
+	// at holds, by field index (footerField last), the span of the
+	// field's value in line; hi 0 when the key is absent.
+	at []byteSpan
+	// ints holds the value of each integer field whose value is an
+	// integer literal within int64 (isInt says which).
+	ints  []int64
+	isInt []bool
+	next  int // the index the next key is expected to have
 }
 
-// hasType reports whether the JSON value raw is of the schema type typ.
-func hasType(raw json.RawMessage, typ string) bool {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return false
+type byteSpan struct{ lo, hi int }
+
+// val is field i's value, nil when absent.
+func (l *layer1Line) val(i int) []byte {
+	if l.at[i].hi == 0 {
+		return nil
 	}
+	return l.line[l.at[i].lo:l.at[i].hi]
+}
+
+// layer1Integer marks the integer fields of Layer1Fields.
+var layer1Integer = func() []bool {
+	out := make([]bool, len(Layer1Fields))
+	for i, f := range Layer1Fields {
+		out[i] = f.Type == "integer"
+	}
+	return out
+}()
+
+// parse reads line, already trimmed of surrounding whitespace. why says
+// why it is not one JSON object ("" when it is).
+func (l *layer1Line) parse(line []byte) (why string) {
+	if l.at == nil {
+		l.at, l.ints, l.isInt = make([]byteSpan, footerField+1), make([]int64, footerField), make([]bool, footerField)
+	}
+	clear(l.at)
+	l.line, l.next = line, 0
+	if len(line) == 0 || line[0] != '{' {
+		return "not a JSON object"
+	}
+	i := jsonscan.SkipSpace(line, 1)
+	if i < len(line) && line[i] == '}' {
+		i++
+	} else {
+		for {
+			k := i
+			if i >= len(line) || line[i] != '"' {
+				return badJSON(line, i)
+			}
+			idx, known := l.expectedKey(line, k)
+			if known {
+				i = k + len(Layer1Fields[idx].Name) + 2
+			} else {
+				if i = jsonscan.SkipString(line, k); i < 0 {
+					return badJSON(line, k)
+				}
+				idx, known = l.lookupKey(line[k+1 : i-1])
+			}
+			if i = jsonscan.SkipSpace(line, i); i >= len(line) || line[i] != ':' {
+				return badJSON(line, i)
+			}
+			v := jsonscan.SkipSpace(line, i+1)
+			if known && idx < footerField && layer1Integer[idx] && v < len(line) && (line[v] == '-' || line[v] >= '0' && line[v] <= '9') {
+				i, l.ints[idx], l.isInt[idx] = jsonscan.Number(line, v)
+			} else {
+				i = jsonscan.Skip(line, v)
+				if known && idx < footerField {
+					l.isInt[idx] = false
+				}
+			}
+			if i < 0 {
+				return badJSON(line, v)
+			}
+			if known {
+				l.at[idx] = byteSpan{v, i}
+			}
+			if i = jsonscan.SkipSpace(line, i); i >= len(line) {
+				return badJSON(line, i)
+			}
+			if line[i] == '}' {
+				i++
+				break
+			}
+			if line[i] != ',' {
+				return badJSON(line, i)
+			}
+			i = jsonscan.SkipSpace(line, i+1)
+		}
+	}
+	if i != len(line) {
+		return badJSON(line, i)
+	}
+	return ""
+}
+
+// expectedKey reports whether the key string at line[k] (a quote) is the
+// next field in the schema's order: writers emit the fields in that
+// order, so the key after field i is field i+1's name, written plainly
+// and followed by its closing quote. Those bytes are a valid JSON string
+// (the schema's names hold no quote, backslash or control character), so
+// the match alone scans the key.
+func (l *layer1Line) expectedKey(line []byte, k int) (int, bool) {
+	if l.next >= footerField {
+		return 0, false
+	}
+	name := Layer1Fields[l.next].Name
+	end := k + 1 + len(name)
+	if end >= len(line) || line[end] != '"' || string(line[k+1:end]) != name {
+		return 0, false
+	}
+	l.next++
+	return l.next - 1, true
+}
+
+// lookupKey finds the field index of a key that is not the expected one.
+// A key with escapes is unquoted first (rare: writers emit plain names).
+func (l *layer1Line) lookupKey(key []byte) (int, bool) {
+	if bytes.IndexByte(key, '\\') < 0 {
+		idx, ok := layer1Index[string(key)]
+		if ok {
+			l.next = idx + 1
+		}
+		return idx, ok
+	}
+	var s string
+	if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &s) != nil {
+		return 0, false
+	}
+	idx, ok := layer1Index[s]
+	return idx, ok
+}
+
+func badJSON(line []byte, at int) string {
+	if at >= len(line) {
+		return "does not decode: unexpected end of the line"
+	}
+	return fmt.Sprintf("does not decode: invalid JSON at byte %d", at+1)
+}
+
+// isFooter: the in-stream footer carries "footer": true.
+func (l *layer1Line) isFooter() bool { return string(l.val(footerField)) == "true" }
+
+// record checks the parsed line against schema v1 and fills rec; arrays
+// and strings are stored only when full is set (the stream check reads
+// the step alone). why says what is wrong: a missing field, a wrong type,
+// an unknown schema. The indices are Layer1Fields' order;
+// TestLayer1RecordRoundTrip sets every field to a distinct value and
+// reads it back.
+func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
+	for i, f := range Layer1Fields {
+		raw := l.val(i)
+		if raw == nil {
+			return "lacks required field " + f.Name
+		}
+		if layer1Integer[i] && !l.isInt[i] || !layer1Integer[i] && !hasType(raw, f.Type) {
+			return fmt.Sprintf("field %s is %s, not %s", f.Name, describeJSON(raw), f.Type)
+		}
+	}
+	v := func(i int) []byte { return l.val(i) }
+	in := func(i int) int64 { return l.ints[i] }
+	rec.Schema, rec.Step, rec.ModelExecuted = in(0), in(1), v(2)[0] == 't'
+	rec.SubmitMonoNS, rec.CompleteMonoNS = in(3), in(4)
+	rec.NumScheduledReqs, rec.NumPrefillReqs, rec.NumDecodeReqs, rec.PrefillTokens, rec.DecodeTokens = in(5), in(6), in(7), in(8), in(9)
+	rec.NumWaitingReqs, rec.NumRunningReqs, rec.NumDeferredReqs, rec.NumPreemptions = in(13), in(14), in(15), in(16)
+	kv, err := strconv.ParseFloat(string(v(17)), 64)
+	if err != nil {
+		return fmt.Sprintf("does not decode: field kv_cache_usage: number %s out of range", v(17))
+	}
+	rec.KVCacheUsage = kv
+	rec.PrefixCacheQueries, rec.PrefixCacheHits, rec.CUDAGraphHit = in(18), in(19), v(20)[0] == 't'
+	rec.UnpaddedTokens, rec.BucketTokens, rec.PaddingTokens = in(22), in(23), in(24)
+	if full {
+		rec.ChunkSizeHist, rec.ContextLenHist = intArray(v(11)), intArray(v(12))
+		if err := json.Unmarshal(v(10), &rec.ChunkedPrefillClass); err != nil {
+			return "does not decode: field chunked_prefill_class: " + err.Error()
+		}
+		if err := json.Unmarshal(v(21), &rec.RuntimeMode); err != nil {
+			return "does not decode: field runtime_mode: " + err.Error()
+		}
+	}
+	if rec.Schema != Layer1SchemaVersion {
+		return fmt.Sprintf("unknown schema %d (schema-v1 wants %d)", rec.Schema, Layer1SchemaVersion)
+	}
+	return ""
+}
+
+// hasType reports whether raw, one valid JSON value, is of the schema
+// type typ.
+func hasType(raw []byte, typ string) bool {
 	switch typ {
 	case "integer":
-		return isInt(raw)
+		_, ok := jsonscan.Int(raw)
+		return ok
 	case "number":
 		c := raw[0]
 		return c == '-' || (c >= '0' && c <= '9')
@@ -148,27 +335,45 @@ func hasType(raw json.RawMessage, typ string) bool {
 	case "string":
 		return raw[0] == '"'
 	case "integer-array":
-		var xs []json.RawMessage
-		if raw[0] != '[' || json.Unmarshal(raw, &xs) != nil {
-			return false
-		}
-		for _, x := range xs {
-			if !isInt(bytes.TrimSpace(x)) {
-				return false
+		ok := raw[0] == '['
+		for x := range arrayItems(raw) {
+			if _, isInt := jsonscan.Int(x); !isInt {
+				ok = false
 			}
 		}
-		return true
+		return ok
 	}
 	return false
 }
 
-// isInt: an integer literal within int64, as msgspec's int takes.
-func isInt(raw []byte) bool {
-	if bytes.ContainsAny(raw, ".eE") {
-		return false
+// arrayItems yields the items of raw, a valid JSON array, as spans.
+func arrayItems(raw []byte) func(func([]byte) bool) {
+	return func(yield func([]byte) bool) {
+		if len(raw) == 0 || raw[0] != '[' {
+			return
+		}
+		i := jsonscan.SkipSpace(raw, 1)
+		for i < len(raw) && raw[i] != ']' {
+			j := jsonscan.Skip(raw, i)
+			if j < 0 || !yield(raw[i:j]) {
+				return
+			}
+			i = jsonscan.SkipSpace(raw, j)
+			if i < len(raw) && raw[i] == ',' {
+				i = jsonscan.SkipSpace(raw, i+1)
+			}
+		}
 	}
-	_, err := strconv.ParseInt(string(raw), 10, 64)
-	return err == nil
+}
+
+// intArray decodes an array hasType accepted as integer-array.
+func intArray(raw []byte) []int64 {
+	out := []int64{}
+	for x := range arrayItems(raw) {
+		n, _ := jsonscan.Int(x)
+		out = append(out, n)
+	}
+	return out
 }
 
 func describeJSON(raw json.RawMessage) string {
@@ -205,21 +410,21 @@ func ReadLayer1Records(path string) ([]Layer1Record, error) {
 		return nil, fmt.Errorf("open Layer-1 stream: %w", err)
 	}
 	defer fh.Close()
-	br := bufio.NewReaderSize(fh, 1<<20)
+	lr := newLineReader(fh)
 	var recs []Layer1Record
+	var l layer1Line
 	for n := 1; ; n++ {
-		line, err := br.ReadBytes('\n')
+		line, err := lr.next()
 		if len(line) > 0 && line[len(line)-1] != '\n' && len(bytes.TrimSpace(line)) > 0 {
 			return recs, fmt.Errorf("%s ends in a partial line", path)
 		}
 		if t := bytes.TrimSpace(line); len(t) > 0 {
-			var keys map[string]json.RawMessage
-			if jerr := json.Unmarshal(t, &keys); jerr != nil {
-				return recs, fmt.Errorf("%s line %d does not decode: %v", path, n, jerr)
+			if why := l.parse(t); why != "" {
+				return recs, fmt.Errorf("%s line %d: %s", path, n, why)
 			}
-			if !isFooter(keys) {
-				rec, why := decodeLayer1Line(t, keys)
-				if why != "" {
+			if !l.isFooter() {
+				var rec Layer1Record
+				if why := l.record(&rec, true); why != "" {
 					return recs, fmt.Errorf("%s line %d: %s", path, n, why)
 				}
 				recs = append(recs, rec)
@@ -234,8 +439,25 @@ func ReadLayer1Records(path string) ([]Layer1Record, error) {
 	}
 }
 
-// isFooter: the in-stream footer carries "footer": true.
-func isFooter(keys map[string]json.RawMessage) bool {
-	raw, ok := keys["footer"]
-	return ok && string(bytes.TrimSpace(raw)) == "true"
+// lineReader yields a stream's lines, each with its newline (the last may
+// lack it), without copying a line that fits its 1 MiB buffer: a slice is
+// valid until the next call.
+type lineReader struct {
+	br   *bufio.Reader
+	long []byte
+}
+
+func newLineReader(r io.Reader) *lineReader { return &lineReader{br: bufio.NewReaderSize(r, 1<<20)} }
+
+func (lr *lineReader) next() ([]byte, error) {
+	line, err := lr.br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	lr.long = append(lr.long[:0], line...)
+	for err == bufio.ErrBufferFull {
+		line, err = lr.br.ReadSlice('\n')
+		lr.long = append(lr.long, line...)
+	}
+	return lr.long, err
 }
