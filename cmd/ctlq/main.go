@@ -75,7 +75,8 @@ Exit status of ctlq status:
   0  the campaign runs with a live controller, or is complete
   3  the campaign is stopped for review (stop_reason says why)
   4  the controller is not alive while the campaign is unfinished (or it left
-     attempts live: it died, during a stop say; resume reclaims them)
+     attempts live: it died, during a stop say; resume reclaims them); status
+     then adds a hint (the hint field of -o json): controller --resume -d DIR
   5  an operator stopped the campaign (stop_reason operator-stop): resume it as it is
   6  the state database is damaged or empty (every page is verified when it
      is opened); ctlq changed nothing, and controller resume refuses it too,
@@ -208,13 +209,18 @@ func newStatusCmd(o *options) *cobra.Command {
 				}
 				doc.AwaitingAmendment = &aw
 			}
+			exit := statusExit(st)
+			doc.Hint = crashHint(exit, src.dir)
 			if o.output == "json" {
 				writeJSON(cmd.OutOrStdout(), doc)
 			} else {
 				printStatus(cmd.OutOrStdout(), st)
 				printAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
+				if doc.Hint != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
+				}
 			}
-			return statusExit(st)
+			return exit
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "the live view of ctlq watch")
@@ -229,6 +235,19 @@ func newStatusCmd(o *options) *cobra.Command {
 type statusDoc struct {
 	api.Status
 	AwaitingAmendment *[]outcome.Awaiting `json:"awaiting_amendment,omitempty"`
+	// Hint says what to do when the controller is dead (exit 4).
+	Hint string `json:"hint,omitempty"`
+}
+
+// crashHint is the line ctlq status adds when it exits 4: no controller
+// runs the unfinished campaign, and its attempts' servers and clients may
+// still hold GPUs and ports until a resume reclaims them.
+func crashHint(exit error, dir string) string {
+	var ee *exitError
+	if !errors.As(exit, &ee) || ee.code != exitControllerX {
+		return ""
+	}
+	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + shellQuote(dir)
 }
 
 func printAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
@@ -304,7 +323,7 @@ func printStatus(w io.Writer, st api.Status) {
 	for _, cur := range st.Current {
 		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s%s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot, slurmWhere(cur.Slurm))
 	}
-	if st.ETAS != nil && c.State == string(state.CampaignRunning) {
+	if st.ETAS != nil && c.State == string(state.CampaignRunning) && st.Controller.Alive {
 		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
 	}
 }
