@@ -24,6 +24,7 @@ import (
 	"warden/pkg/lockfile"
 	"warden/pkg/outcome"
 	"warden/pkg/state"
+	"warden/protocols"
 )
 
 // Exit codes of ctlq status.
@@ -378,7 +379,15 @@ func newRunsCmd(o *options) *cobra.Command {
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:               "show RUN",
-		Short:             "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks",
+		Short:             "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks, failed processes' last stderr lines",
+		Long: `show prints one run: its attempts, transitions with times, commands, exit
+codes, signals, gate verdicts and data sanity blocks, and, for each client
+or server of a failed attempt that exited non-zero or was killed, the end
+of its standard error (ROLE.err in the attempt directory): the last 20
+lines within its last 4 KiB (stderr_tails in -o json). A file is read only
+under the campaign's runs/ directory, never through a link, never under
+the directory of a private input, and is not shown when it holds private
+text (or when the private inputs cannot be read to tell): a note says why.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -401,10 +410,16 @@ func newShowCmd(o *options) *cobra.Command {
 			if err != nil {
 				return &exitError{exitOther, err}
 			}
+			minLeak := protocols.DefaultMinLeakBytes
+			if plan, _ := api.ReadPlan(src.dir); plan != nil && plan.PrivacyMinLeakBytes > 0 {
+				minLeak = plan.PrivacyMinLeakBytes
+			}
+			tails := stderrTails(d, newStderrGuard(src.dir, minLeak))
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d)})
+				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d), StderrTails: tails})
 			}
 			printRun(cmd.OutOrStdout(), d)
+			printStderrTails(cmd.OutOrStdout(), tails)
 			return nil
 		},
 	}
