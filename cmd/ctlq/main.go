@@ -378,8 +378,8 @@ func newRunsCmd(o *options) *cobra.Command {
 
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
-		Use:               "show RUN",
-		Short:             "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks, failed processes' last stderr lines",
+		Use:   "show RUN",
+		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks, failed processes' last stderr lines",
 		Long: `show prints one run: its attempts, transitions with times, commands, exit
 codes, signals, gate verdicts and data sanity blocks, and, for each client
 or server of a failed attempt that exited non-zero or was killed, the end
