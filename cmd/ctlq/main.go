@@ -46,17 +46,43 @@ func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
 	root := newRoot()
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.err != nil {
-				fmt.Fprintln(os.Stderr, "ctlq:", ee.err)
-			}
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "ctlq:", err)
-		os.Exit(exitOther)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return
 	}
+	code := exitOther
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code, err = ee.code, ee.err
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ctlq:", err)
+		if jsonOutput(cmd) {
+			writeJSON(os.Stdout, errorDoc{Schema: errorSchema, Error: err.Error(), ExitCode: code})
+		}
+	}
+	os.Exit(code)
+}
+
+// errorSchema is the version of the error document.
+const errorSchema = 1
+
+// errorDoc is what a command given -o json prints on stdout when it fails
+// (the message goes to stderr too; the exit status is the command's).
+type errorDoc struct {
+	Schema   int    `json:"schema"`
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// jsonOutput says whether cmd took -o json as its output format (report's
+// -o is a file name, not a format).
+func jsonOutput(cmd *cobra.Command) bool {
+	if cmd == nil || cmd.Name() == "report" {
+		return false
+	}
+	f := cmd.Flags().Lookup("output")
+	return f != nil && f.Value.String() == "json"
 }
 
 type options struct {
@@ -85,7 +111,13 @@ Exit status of ctlq status:
   2  anything else (not a campaign directory, permission denied, unreadable,
      bad usage)
 ctlq report exits 7, writing nothing, when its page or tables would hold
-private text (or the private inputs cannot be read to tell).`,
+private text (or the private inputs cannot be read to tell).
+
+-o json (status, runs, show, events): on an error the command prints
+{"schema": 1, "error": MESSAGE, "exit_code": N} on stdout, the message on
+stderr too, and exits N as it would without -o json. ctlq watch has no -o
+(it is a live view; use status -o json); ctlq report's -o is the HTML file
+and refuses "json" and "table".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -47,12 +47,15 @@ samples; and a sanity block (host load, other users' processes, missed
 samples, failing gates).
 
 -o FILE names the HTML file (default DIR/report.html, "-" for stdout);
---table-json and --csv write the runs table for analysis tools.
+--table-json and --csv write the runs table for analysis tools. -o json and
+-o table are refused (exit 2), writing nothing: report has no output format,
+and a file of that name is nearly always a mistake (write ./json to mean it).
+Its errors are plain text on stderr.
 
 Nothing is written that holds private text: each document is searched, before
 it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
 the campaign's private inputs (its provenance), as the privacy scan does; a
-document that holds one, or private inputs that cannot be read, exit 6.`,
+document that holds one, or private inputs that cannot be read, exit 7.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			src, err := o.open()
@@ -70,6 +73,9 @@ document that holds one, or private inputs that cannot be read, exit 6.`,
 				return &exitError{exitPrivate, err}
 			}
 			data := buildReportData(src.dir, rep, plan)
+			if err := reportFileName(file); err != nil {
+				return &exitError{exitOther, err}
+			}
 			if file == "" {
 				file = filepath.Join(src.dir, "report.html")
 			}
@@ -755,4 +761,13 @@ func writeReportHTML(w io.Writer, d *reportData) error {
 		return err
 	}
 	return t.Execute(w, d)
+}
+
+// reportFileName refuses -o json and -o table: the other commands' output
+// formats, which report's -o (a file) would take as a file name.
+func reportFileName(file string) error {
+	if file == "json" || file == "table" {
+		return fmt.Errorf("report -o names the HTML file to write, not a format: refusing to write it to a file named %q (give ./%s to mean that file; --table-json FILE writes the runs table as JSON)", file, file)
+	}
+	return nil
 }
