@@ -132,7 +132,7 @@ func parseDoc(c *collector, data []byte) *yaml.Node {
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			pos.Line, _ = strconv.Atoi(m[1])
 			msg = m[2]
-			pos.Line, field = locateSyntaxError(data, pos.Line, msg)
+			pos.Line, pos.Column, field = locateSyntaxError(data, pos.Line, msg)
 		}
 		c.add(pos, field, "not valid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
 		return nil

@@ -87,7 +87,7 @@ machine it is frozen for (start always looks).`,
 				return &exitError{2, fmt.Errorf("plan: unknown output %q (json or table)", output)}
 			}
 			if err := overBudget(plan); err != nil {
-				return &exitError{exitOverBudget, err}
+				return &exitError{exitOverBudget, fmt.Errorf("%w; controller start refuses it unless --allow-over-budget (then it stops when a wave would pass the cap)", err)}
 			}
 			return nil
 		},
