@@ -24,7 +24,6 @@ import (
 	"warden/pkg/lockfile"
 	"warden/pkg/outcome"
 	"warden/pkg/state"
-	"warden/protocols"
 )
 
 // Exit codes of ctlq status.
@@ -442,11 +441,8 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 			if err != nil {
 				return &exitError{exitOther, err}
 			}
-			minLeak := protocols.DefaultMinLeakBytes
-			if plan, _ := api.ReadPlan(src.dir); plan != nil && plan.PrivacyMinLeakBytes > 0 {
-				minLeak = plan.PrivacyMinLeakBytes
-			}
-			tails := stderrTails(d, newStderrGuard(src.dir, minLeak))
+			plan, _ := api.ReadPlan(src.dir)
+			tails := stderrTails(d, newStderrGuard(src.dir, minLeakOf(plan)))
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d), StderrTails: tails})
 			}

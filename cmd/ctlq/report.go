@@ -43,8 +43,9 @@ attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
 attempt, states and times); the budget burned over time against the cap;
 the runs with outcomes, gate and validator verdicts and key figures
 (throughput, energy per request); GPU power, memory and clock traces from the
-samples; and a sanity block (host load, other users' processes, missed
-samples, failing gates).
+samples; a sanity block (host load, other users' processes, missed
+samples, failing gates); and the end of each failed client's or server's
+stderr, as ctlq show prints it.
 
 -o FILE names the HTML file (default DIR/report.html, "-" for stdout);
 --table-json and --csv write the runs table for analysis tools. -o json and
@@ -73,6 +74,7 @@ document that holds one, or private inputs that cannot be read, exit 7.`,
 				return &exitError{exitPrivate, err}
 			}
 			data := buildReportData(src.dir, rep, plan)
+			data.Stderr = reportStderr(src.dir, rep, plan)
 			if err := reportFileName(file); err != nil {
 				return &exitError{exitOther, err}
 			}
@@ -244,6 +246,13 @@ type reportData struct {
 	Notes    []string // sanity findings, in words
 	Windows  []reportWindow
 	Unit     string
+	Stderr   []runStderr // the ends of failed processes' stderr
+}
+
+// runStderr is a failed process's stderr tail, with its run.
+type runStderr struct {
+	Run string
+	StderrTail
 }
 
 type trace struct {
@@ -770,4 +779,17 @@ func reportFileName(file string) error {
 		return fmt.Errorf("report -o names the HTML file to write, not a format: refusing to write it to a file named %q (give ./%s to mean that file; --table-json FILE writes the runs table as JSON)", file, file)
 	}
 	return nil
+}
+
+// reportStderr is the stderr tails of every run's failed processes, as
+// ctlq show prints them.
+func reportStderr(dir string, rep api.Report, plan *protocols.Plan) []runStderr {
+	g := newStderrGuard(dir, minLeakOf(plan))
+	var out []runStderr
+	for _, rd := range rep.Runs {
+		for _, t := range stderrTails(rd, g) {
+			out = append(out, runStderr{Run: rd.Run.ID, StderrTail: t})
+		}
+	}
+	return out
 }

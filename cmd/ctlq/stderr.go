@@ -14,6 +14,7 @@ import (
 	"warden/pkg/provenance"
 	"warden/pkg/safefile"
 	"warden/pkg/state"
+	"warden/protocols"
 )
 
 // The bound on what ctlq shows of a failed process's standard error: its
@@ -44,6 +45,15 @@ type stderrGuard struct {
 	privateDirs []string
 	index       *gates.PrivateIndex
 	err         error
+}
+
+// minLeakOf is the plan's privacy.min_leak_bytes (the default without a
+// plan or in a plan written before it existed).
+func minLeakOf(plan *protocols.Plan) int {
+	if plan != nil && plan.PrivacyMinLeakBytes > 0 {
+		return plan.PrivacyMinLeakBytes
+	}
+	return protocols.DefaultMinLeakBytes
 }
 
 func newStderrGuard(dir string, minLeak int) *stderrGuard {

@@ -153,3 +153,26 @@ func TestShowStderrNeverPrivate(t *testing.T) {
 		t.Fatalf("private inputs unreadable:\n%s", out)
 	}
 }
+
+// The report shows the same tail in its own section.
+func TestReportFailedProcessStderr(t *testing.T) {
+	dir, adir := failedClient(t)
+	if err := os.WriteFile(filepath.Join(adir, "client.err"), []byte("early line\nerror: manifest <data/m.jsonl> missing\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(t.TempDir(), "r.html")
+	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
+		t.Fatalf("report: exit %d:\n%s", code, out)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	if !strings.Contains(html, "<h2>Failed processes&#39; stderr</h2>") && !strings.Contains(html, "<h2>Failed processes' stderr</h2>") {
+		t.Fatal("the report has no stderr section")
+	}
+	if !strings.Contains(html, "early line\nerror: manifest &lt;data/m.jsonl&gt; missing") || !strings.Contains(html, "not shown: no such file") {
+		t.Fatalf("the report's stderr section lacks the client's tail or the server's note")
+	}
+}
