@@ -138,3 +138,48 @@ func TestPlanChecksExecutablesOnPath(t *testing.T) {
 		t.Fatalf("slurm: inputs_unchecked %q, want the executables named", plan.InputsUnchecked)
 	}
 }
+
+// The ledger's commands and the co-location gate's validator are looked
+// for too: the first in a small protocol, the second in phase 3's with
+// its controller named where none is.
+func TestPlanChecksLedgerAndGateValidator(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	y := strings.Replace(inputsProtocol, "provenance:\n  - {path: data/helper.py, role: helper}\n",
+		"ledger:\n  - [warden-no-such-ledger-tool, --version]\n", 1)
+	y = strings.Replace(y, `--manifest, "${MANIFEST}", `, "", 1)
+	for _, rel := range []string{"bin/client", "bin/check"} {
+		writeExec(t, filepath.Join(dir, rel))
+	}
+	if err := os.WriteFile(file, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := PlanFile(file, Options{CheckInputs: true})
+	var ps *Problems
+	if !errors.As(err, &ps) || len(ps.List) != 1 || ps.List[0].Field != "ledger[0]" || ps.List[0].Pos.Line == 0 {
+		t.Fatalf("a ledger command not on PATH: %v", err)
+	}
+
+	b, err := os.ReadFile("opprof-phase3.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3 := strings.Replace(string(b), "WARDEN: bin/controller", "WARDEN: bin/warden-no-such-controller", 1)
+	if p3 == string(b) {
+		t.Fatal("test bug: phase 3 names its controller otherwise")
+	}
+	file = filepath.Join(t.TempDir(), "p3.yaml")
+	if err := os.WriteFile(file, []byte(p3), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = PlanFile(file, Options{CheckInputs: true})
+	if !errors.As(err, &ps) {
+		t.Fatalf("phase 3 with no controller: %v", err)
+	}
+	for _, p := range ps.List {
+		if strings.HasSuffix(p.Field, ".colocation.gate.validator") && strings.Contains(p.Msg, "bin/warden-no-such-controller does not exist") && p.Pos.Line > 0 {
+			return
+		}
+	}
+	t.Fatalf("no problem for the co-location gate's validator:\n%v", err)
+}

@@ -46,11 +46,12 @@ plan also looks for every input the runs will read (each is a problem,
 exit 2, with file, line and field): each provenance file, relative to the
 workdir; each file a client's argv names after --manifest (after the
 plan-time variables, such as one from vars, are substituted); and the
-executable of every server, client and validator command, a path (with a
-slash, relative to the workdir) that must be an executable file or a name
-that must be on PATH. Arguments holding a launch-time variable and
+executable of every server, client, validator, co-location gate validator
+and ledger command, a path (with a slash, relative to the workdir) that
+must be an executable file or a name that must be on PATH; each missing
+file once. Arguments holding a launch-time variable and
 {shell: ...} commands are not checked. With the Slurm executor the
-executables run on a node and are not checked: the plan says so
+executables run on a node and are not checked (the ledger's are): the plan says so
 (inputs_unchecked in -o json, a line on stderr otherwise).
 --check-inputs=false skips the search, to plan a protocol away from the
 machine it is frozen for (start always looks).`,
