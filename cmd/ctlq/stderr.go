@@ -42,6 +42,8 @@ type StderrTail struct {
 // inputs cannot be read: then no tail is shown.
 type stderrGuard struct {
 	campaign    string
+	minLeak     int
+	loaded      bool // the private inputs are read when a tail is first asked for
 	privateDirs []string
 	index       *gates.PrivateIndex
 	err         error
@@ -57,11 +59,20 @@ func minLeakOf(plan *protocols.Plan) int {
 }
 
 func newStderrGuard(dir string, minLeak int) *stderrGuard {
-	g := &stderrGuard{campaign: dir}
-	entries, err := provenance.Read(dir)
+	return &stderrGuard{campaign: dir, minLeak: minLeak}
+}
+
+// load reads the private inputs once, the first time a tail is wanted:
+// a run with no failed process costs no reading of them.
+func (g *stderrGuard) load() {
+	if g.loaded {
+		return
+	}
+	g.loaded = true
+	entries, err := provenance.Read(g.campaign)
 	if err != nil {
 		g.err = err
-		return g
+		return
 	}
 	var paths []string
 	for _, e := range entries {
@@ -70,8 +81,7 @@ func newStderrGuard(dir string, minLeak int) *stderrGuard {
 			g.privateDirs = append(g.privateDirs, filepath.Dir(e.Path))
 		}
 	}
-	g.index, g.err = gates.IndexPrivate(paths, minLeak)
-	return g
+	g.index, g.err = gates.IndexPrivate(paths, g.minLeak)
 }
 
 // stderrTails returns the tails of every failed process of the run's
@@ -128,6 +138,7 @@ func (g *stderrGuard) tail(n int, attemptDir, role string) StderrTail {
 // allowed refuses a file outside the campaign's runs/ directory, in a
 // directory that is a link, or under a private input's directory.
 func (g *stderrGuard) allowed(attemptDir, path string) error {
+	g.load()
 	if g.err != nil {
 		return fmt.Errorf("the private inputs cannot be read to check it: %v", g.err)
 	}
