@@ -23,6 +23,9 @@ type Options struct {
 	// Regime is the regime the estimate assumes for phases that do not pin
 	// one. Empty means the first regime, the one the campaign tries first.
 	Regime string
+	// CheckInputs looks for the files and executables the runs will read
+	// (see checkInputs): controller plan and start set it.
+	CheckInputs bool
 }
 
 // maxProtocolBytes bounds a protocol file.
@@ -75,6 +78,9 @@ func PlanBytes(file string, data []byte, opts Options) (*Plan, error) {
 		return nil, c.err()
 	}
 	plan := b.expand()
+	if opts.CheckInputs && c.err() == nil {
+		checkInputs(c, &p, plan, file)
+	}
 	if err := c.err(); err != nil {
 		return nil, err
 	}
@@ -126,7 +132,7 @@ func parseDoc(c *collector, data []byte) *yaml.Node {
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			pos.Line, _ = strconv.Atoi(m[1])
 			msg = m[2]
-			pos.Line, field = locateSyntaxError(data, pos.Line, msg)
+			pos.Line, pos.Column, field = locateSyntaxError(data, pos.Line, msg)
 		}
 		c.add(pos, field, "not valid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
 		return nil

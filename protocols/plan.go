@@ -36,6 +36,9 @@ type Plan struct {
 	// with the Slurm executor.
 	SlurmRequests []SlurmRequest `json:"slurm_requests,omitempty"`
 	Totals        Totals         `json:"totals"`
+	// InputsUnchecked names the inputs the plan could not look for (with
+	// Options.CheckInputs), each with the reason.
+	InputsUnchecked []string `json:"inputs_unchecked,omitempty"`
 }
 
 // ExecutorInfo is the protocol's executor, with its defaults applied.

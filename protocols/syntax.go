@@ -25,9 +25,12 @@ const maxSyntaxScan = 400
 // parses: the deepest mapping key or list item that starts left of line
 // L's first character.
 //
-// It returns the line (reported when no prefix reproduces the message) and
-// the field path ("" when the fault is at the top level).
-func locateSyntaxError(data []byte, reported int, msg string) (int, string) {
+// It returns the line (reported when no prefix reproduces the message),
+// the column of that line's first character that is not a blank (the
+// parser names no column: this is where the line's content starts; 0 when
+// no prefix reproduces the message) and the field path ("" when the fault
+// is at the top level).
+func locateSyntaxError(data []byte, reported int, msg string) (int, int, string) {
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	line := 0
 	// The fault is rarely far from where its structure began; the bound
@@ -41,7 +44,7 @@ func locateSyntaxError(data []byte, reported int, msg string) (int, string) {
 		}
 	}
 	if line == 0 {
-		return reported, ""
+		return reported, 0, ""
 	}
 	text := string(lines[line-1])
 	col := len(text) - len(strings.TrimLeft(text, " \t")) + 1
@@ -51,10 +54,10 @@ func locateSyntaxError(data []byte, reported int, msg string) (int, string) {
 			if len(doc.Content) == 0 {
 				break
 			}
-			return line, enclosing(doc.Content[0], line, col, "")
+			return line, col, enclosing(doc.Content[0], line, col, "")
 		}
 	}
-	return line, ""
+	return line, col, ""
 }
 
 // enclosing descends from n along the last entries that start before

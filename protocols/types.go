@@ -79,7 +79,9 @@ type Budget struct {
 }
 
 // ProvenanceFile is a file whose SHA-256 is recorded at campaign start and
-// re-checked at resume. Relative paths are relative to the protocol file.
+// re-checked at resume. Relative paths are relative to the workdir (which
+// defaults to the protocol file's directory); plan and start refuse a
+// missing one, naming its line.
 type ProvenanceFile struct {
 	Meta    Meta   `yaml:"-"`
 	Path    string `yaml:"path" warden:"required"`

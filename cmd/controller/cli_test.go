@@ -65,7 +65,7 @@ func TestPlanOverBudget(t *testing.T) {
 func TestPlanTableFits(t *testing.T) {
 	proto := filepath.Join("..", "..", "protocols", "opprof-phase3.yaml")
 	c := newCampaign(t)
-	js, code := c.controller("plan", "-f", proto, "-o", "json")
+	js, code := c.controller("plan", "-f", proto, "-o", "json", "--check-inputs=false")
 	if code != 0 {
 		t.Fatalf("plan -o json: exit %d:\n%s", code, tail(js, 2000))
 	}
@@ -77,7 +77,7 @@ func TestPlanTableFits(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &plan); err != nil || len(plan.Runs) == 0 {
 		t.Fatalf("plan JSON: %v", err)
 	}
-	out, code := c.controller("plan", "-f", proto)
+	out, code := c.controller("plan", "-f", proto, "--check-inputs=false")
 	if code != 0 {
 		t.Fatalf("plan: exit %d:\n%s", code, out)
 	}
@@ -94,7 +94,7 @@ func TestPlanTableFits(t *testing.T) {
 	if strings.Contains(out, "(-)") || !strings.Contains(out, "ON: the GPUs the estimate places it on") {
 		t.Errorf("the GPUS notation is not explained:\n%s", out)
 	}
-	wide, code := c.controller("plan", "-f", proto, "--wide")
+	wide, code := c.controller("plan", "-f", proto, "--wide", "--check-inputs=false")
 	if code != 0 || !strings.Contains(wide, "NEEDS") || !strings.Contains(wide, "if gate colocation/eight-way failed") {
 		t.Fatalf("plan --wide: exit %d:\n%s", code, tail(wide, 2000))
 	}

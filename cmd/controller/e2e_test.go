@@ -51,7 +51,11 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 	}
-	return m.Run()
+	code := m.Run()
+	if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
+		fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
+	}
+	return code
 }
 
 // scenario shapes the test protocol.

@@ -24,7 +24,7 @@ const tableWidth = planview.Width
 
 func newPlanCmd() *cobra.Command {
 	var file, output, regime string
-	var wide bool
+	var wide, checkInputs bool
 	cmd := &cobra.Command{
 		Use:   "plan -f PROTOCOL",
 		Short: "Validate a protocol and print its runs in execution order, without touching a GPU",
@@ -40,13 +40,27 @@ Exit status: 0 when the protocol is valid and its estimate fits the budget;
 2 when it is not valid (every problem is printed with its file, line, column
 and field); 3 when it is valid but the GPU-hour estimate, or the worst case
 with every conditional run, passes the budget cap (start then refuses it
-unless --allow-over-budget).`,
+unless --allow-over-budget).
+
+plan also looks for every input the runs will read (each is a problem,
+exit 2, with file, line and field): each provenance file, relative to the
+workdir; each file a client's argv names after --manifest (after the
+plan-time variables, such as one from vars, are substituted); and the
+executable of every server, client, validator, co-location gate validator
+and ledger command, a path (with a slash, relative to the workdir) that
+must be an executable file or a name that must be on PATH; each missing
+file once. Arguments holding a launch-time variable and
+{shell: ...} commands are not checked. With the Slurm executor the
+executables run on a node and are not checked (the ledger's are): the plan says so
+(inputs_unchecked in -o json, a line on stderr otherwise).
+--check-inputs=false skips the search, to plan a protocol away from the
+machine it is frozen for (start always looks).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return &exitError{2, errors.New("plan: -f PROTOCOL is required")}
 			}
-			plan, err := protocols.PlanFile(file, protocols.Options{Regime: regime})
+			plan, err := protocols.PlanFile(file, protocols.Options{Regime: regime, CheckInputs: checkInputs})
 			if err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
@@ -67,16 +81,20 @@ unless --allow-over-budget).`,
 				if err := planview.Write(cmd.OutOrStdout(), plan, wide); err != nil {
 					return err
 				}
+				for _, u := range plan.InputsUnchecked {
+					fmt.Fprintln(cmd.ErrOrStderr(), "not checked:", u)
+				}
 			default:
 				return &exitError{2, fmt.Errorf("plan: unknown output %q (json or table)", output)}
 			}
 			if err := overBudget(plan); err != nil {
-				return &exitError{exitOverBudget, err}
+				return &exitError{exitOverBudget, fmt.Errorf("%w; controller start refuses it unless --allow-over-budget (then it stops when a wave would pass the cap)", err)}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&wide, "wide", false, "every column, however wide")
+	cmd.Flags().BoolVar(&checkInputs, "check-inputs", true, "look for the provenance files, manifests and executables the runs read")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	cmd.Flags().StringVar(&regime, "regime", "", "regime the estimate assumes (default: the protocol's first)")

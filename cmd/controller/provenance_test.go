@@ -104,7 +104,7 @@ func TestStartRefusesBadProvenance(t *testing.T) {
 	}{
 		{"fifo", fifo, []string{fifo + " is not a regular file", "FIFO"}, false},
 		{"dev-zero", "/dev/zero", []string{"/dev/zero is not a regular file", "character device"}, true},
-		{"missing", filepath.Join(src, "gone.py"), []string{filepath.Join(src, "gone.py"), "no such file"}, false},
+		{"missing", filepath.Join(src, "gone.py"), []string{filepath.Join(src, "gone.py"), "does not exist"}, false},
 		{"over-limit", huge, []string{huge + " is 4294967297 bytes", "limit of 4294967296 bytes (4 GiB)"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

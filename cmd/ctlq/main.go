@@ -45,17 +45,43 @@ func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
 	root := newRoot()
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.err != nil {
-				fmt.Fprintln(os.Stderr, "ctlq:", ee.err)
-			}
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "ctlq:", err)
-		os.Exit(exitOther)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return
 	}
+	code := exitOther
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code, err = ee.code, ee.err
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ctlq:", err)
+		if jsonOutput(cmd) {
+			writeJSON(os.Stdout, errorDoc{Schema: errorSchema, Error: err.Error(), ExitCode: code})
+		}
+	}
+	os.Exit(code)
+}
+
+// errorSchema is the version of the error document.
+const errorSchema = 1
+
+// errorDoc is what a command given -o json prints on stdout when it fails
+// (the message goes to stderr too; the exit status is the command's).
+type errorDoc struct {
+	Schema   int    `json:"schema"`
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// jsonOutput says whether cmd took -o json as its output format (report's
+// -o is a file name, not a format).
+func jsonOutput(cmd *cobra.Command) bool {
+	if cmd == nil || cmd.Name() == "report" {
+		return false
+	}
+	f := cmd.Flags().Lookup("output")
+	return f != nil && f.Value.String() == "json"
 }
 
 type options struct {
@@ -75,7 +101,8 @@ Exit status of ctlq status:
   0  the campaign runs with a live controller, or is complete
   3  the campaign is stopped for review (stop_reason says why)
   4  the controller is not alive while the campaign is unfinished (or it left
-     attempts live: it died, during a stop say; resume reclaims them)
+     attempts live: it died, during a stop say; resume reclaims them); status
+     then adds a hint (the hint field of -o json): controller --resume -d DIR
   5  an operator stopped the campaign (stop_reason operator-stop): resume it as it is
   6  the state database is damaged or empty (every page is verified when it
      is opened); ctlq changed nothing, and controller resume refuses it too,
@@ -83,7 +110,13 @@ Exit status of ctlq status:
   2  anything else (not a campaign directory, permission denied, unreadable,
      bad usage)
 ctlq report exits 7, writing nothing, when its page or tables would hold
-private text (or the private inputs cannot be read to tell).`,
+private text (or the private inputs cannot be read to tell).
+
+-o json (status, runs, show, events): on an error the command prints
+{"schema": 1, "error": MESSAGE, "exit_code": N} on stdout, the message on
+stderr too, and exits N as it would without -o json. ctlq watch has no -o
+(it is a live view; use status -o json); ctlq report's -o is the HTML file
+and refuses "json" and "table".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -208,13 +241,18 @@ func newStatusCmd(o *options) *cobra.Command {
 				}
 				doc.AwaitingAmendment = &aw
 			}
+			exit := statusExit(st)
+			doc.Hint = crashHint(exit, src.dir)
 			if o.output == "json" {
 				writeJSON(cmd.OutOrStdout(), doc)
 			} else {
 				printStatus(cmd.OutOrStdout(), st)
 				printAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
+				if doc.Hint != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
+				}
 			}
-			return statusExit(st)
+			return exit
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "the live view of ctlq watch")
@@ -229,6 +267,19 @@ func newStatusCmd(o *options) *cobra.Command {
 type statusDoc struct {
 	api.Status
 	AwaitingAmendment *[]outcome.Awaiting `json:"awaiting_amendment,omitempty"`
+	// Hint says what to do when the controller is dead (exit 4).
+	Hint string `json:"hint,omitempty"`
+}
+
+// crashHint is the line ctlq status adds when it exits 4: no controller
+// runs the unfinished campaign, and its attempts' servers and clients may
+// still hold GPUs and ports until a resume reclaims them.
+func crashHint(exit error, dir string) string {
+	var ee *exitError
+	if !errors.As(exit, &ee) || ee.code != exitControllerX {
+		return ""
+	}
+	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + shellQuote(dir)
 }
 
 func printAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
@@ -304,7 +355,7 @@ func printStatus(w io.Writer, st api.Status) {
 	for _, cur := range st.Current {
 		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s%s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot, slurmWhere(cur.Slurm))
 	}
-	if st.ETAS != nil && c.State == string(state.CampaignRunning) {
+	if st.ETAS != nil && c.State == string(state.CampaignRunning) && st.Controller.Alive {
 		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
 	}
 }
@@ -358,8 +409,16 @@ func newRunsCmd(o *options) *cobra.Command {
 
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
-		Use:               "show RUN",
-		Short:             "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks",
+		Use:   "show RUN",
+		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks, failed processes' last stderr lines",
+		Long: `show prints one run: its attempts, transitions with times, commands, exit
+codes, signals, gate verdicts and data sanity blocks, and, for each client
+or server of a failed attempt that exited non-zero or was killed, the end
+of its standard error (ROLE.err in the attempt directory): the last 20
+lines within its last 4 KiB (stderr_tails in -o json). A file is read only
+under the campaign's runs/ directory, never through a link, never under
+the directory of a private input, and is not shown when it holds private
+text (or when the private inputs cannot be read to tell): a note says why.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -382,10 +441,13 @@ func newShowCmd(o *options) *cobra.Command {
 			if err != nil {
 				return &exitError{exitOther, err}
 			}
+			plan, _ := api.ReadPlan(src.dir)
+			tails := stderrTails(d, newStderrGuard(src.dir, minLeakOf(plan)))
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d)})
+				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d), StderrTails: tails})
 			}
 			printRun(cmd.OutOrStdout(), d)
+			printStderrTails(cmd.OutOrStdout(), tails)
 			return nil
 		},
 	}

@@ -43,16 +43,20 @@ attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
 attempt, states and times); the budget burned over time against the cap;
 the runs with outcomes, gate and validator verdicts and key figures
 (throughput, energy per request); GPU power, memory and clock traces from the
-samples; and a sanity block (host load, other users' processes, missed
-samples, failing gates).
+samples; a sanity block (host load, other users' processes, missed
+samples, failing gates); and the end of each failed client's or server's
+stderr, as ctlq show prints it.
 
 -o FILE names the HTML file (default DIR/report.html, "-" for stdout);
---table-json and --csv write the runs table for analysis tools.
+--table-json and --csv write the runs table for analysis tools. -o json and
+-o table are refused (exit 2), writing nothing: report has no output format,
+and a file of that name is nearly always a mistake (write ./json to mean it).
+Its errors are plain text on stderr.
 
 Nothing is written that holds private text: each document is searched, before
 it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
 the campaign's private inputs (its provenance), as the privacy scan does; a
-document that holds one, or private inputs that cannot be read, exit 6.`,
+document that holds one, or private inputs that cannot be read, exit 7.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			src, err := o.open()
@@ -70,6 +74,10 @@ document that holds one, or private inputs that cannot be read, exit 6.`,
 				return &exitError{exitPrivate, err}
 			}
 			data := buildReportData(src.dir, rep, plan)
+			data.Stderr = reportStderr(src.dir, rep, plan)
+			if err := reportFileName(file); err != nil {
+				return &exitError{exitOther, err}
+			}
 			if file == "" {
 				file = filepath.Join(src.dir, "report.html")
 			}
@@ -238,6 +246,13 @@ type reportData struct {
 	Notes    []string // sanity findings, in words
 	Windows  []reportWindow
 	Unit     string
+	Stderr   []runStderr // the ends of failed processes' stderr
+}
+
+// runStderr is a failed process's stderr tail, with its run.
+type runStderr struct {
+	Run string
+	StderrTail
 }
 
 type trace struct {
@@ -755,4 +770,26 @@ func writeReportHTML(w io.Writer, d *reportData) error {
 		return err
 	}
 	return t.Execute(w, d)
+}
+
+// reportFileName refuses -o json and -o table: the other commands' output
+// formats, which report's -o (a file) would take as a file name.
+func reportFileName(file string) error {
+	if file == "json" || file == "table" {
+		return fmt.Errorf("report -o names the HTML file to write, not a format: refusing to write it to a file named %q (give ./%s to mean that file; --table-json FILE writes the runs table as JSON)", file, file)
+	}
+	return nil
+}
+
+// reportStderr is the stderr tails of every run's failed processes, as
+// ctlq show prints them.
+func reportStderr(dir string, rep api.Report, plan *protocols.Plan) []runStderr {
+	g := newStderrGuard(dir, minLeakOf(plan))
+	var out []runStderr
+	for _, rd := range rep.Runs {
+		for _, t := range stderrTails(rd, g) {
+			out = append(out, runStderr{Run: rd.Run.ID, StderrTail: t})
+		}
+	}
+	return out
 }

@@ -85,6 +85,15 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{- end}}
 </tbody>
 </table>
+{{- if .Stderr}}
+
+<h2>Failed processes' stderr</h2>
+<p class="muted">The last lines (at most 20 within 4 KiB) of each failed attempt's client or server that exited non-zero or was killed.</p>
+{{- range .Stderr}}
+<h3 style="font-size:14px;margin:12px 0 0"><span class="mono">{{.Run}}</span> attempt {{.Attempt}} {{.Role}} <span class="muted mono">{{.File}}</span></h3>
+{{if .Note}}<p class="muted">{{.Note}}</p>{{else}}<pre class="mono">{{join .Lines "\n"}}</pre>{{end}}
+{{- end}}
+{{- end}}
 
 <h2>Layer-2 windows</h2>
 {{if .Windows}}<table>

@@ -22,6 +22,8 @@ import (
 type runWithSanity struct {
 	api.RunDetail
 	Sanity map[string]json.RawMessage `json:"sanity,omitempty"`
+	// StderrTails are the ends of the failed processes' stderr.
+	StderrTails []StderrTail `json:"stderr_tails,omitempty"`
 }
 
 // sanityBlocks reads the sanity.json of every attempt that has one.

@@ -12,6 +12,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -62,8 +63,8 @@ type Refusal struct {
 }
 
 func (r *Refusal) Error() string {
-	return fmt.Sprintf("budget refused: consumed %.3f + reserved %.3f + wave %.3f GPU-hours would pass the cap of %.3f (runs %v)",
-		Hours(r.Account.ConsumedGPUSeconds), Hours(r.Account.ReservedGPUSeconds), Hours(r.Want), Hours(r.Account.CapGPUSeconds), r.Runs)
+	return fmt.Sprintf("budget refused: consumed %.3f + reserved %.3f + wave %.3f GPU-hours would pass the cap of %.3f (runs %s)",
+		Hours(r.Account.ConsumedGPUSeconds), Hours(r.Account.ReservedGPUSeconds), Hours(r.Want), Hours(r.Account.CapGPUSeconds), strings.Join(r.Runs, ", "))
 }
 
 func (r *Refusal) Unwrap() error { return ErrRefused }

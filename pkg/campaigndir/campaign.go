@@ -122,7 +122,7 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 	if err != nil {
 		return nil, err
 	}
-	plan, err := protocols.PlanFile(abs, protocols.Options{})
+	plan, err := protocols.PlanFile(abs, protocols.Options{CheckInputs: true})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"warden/pkg/api"
+	"warden/pkg/gates"
+	"warden/pkg/provenance"
+	"warden/pkg/safefile"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// The bound on what ctlq shows of a failed process's standard error: its
+// last stderrTailLines lines within its last stderrTailBytes bytes.
+const (
+	stderrTailLines = 20
+	stderrTailBytes = 4 << 10
+)
+
+// StderrTail is the end of the standard error of a process of a failed
+// attempt that exited non-zero or was killed: ROLE.err in the attempt
+// directory. Lines is empty and Note says why when it is not shown.
+type StderrTail struct {
+	Attempt   int      `json:"attempt"`
+	Role      string   `json:"role"`
+	File      string   `json:"file"`
+	Lines     []string `json:"lines"`
+	Truncated bool     `json:"truncated"` // the file holds more than Lines
+	Note      string   `json:"note,omitempty"`
+}
+
+// stderrGuard is what decides whether a file may be shown: the private
+// inputs' directories (nothing under one is read) and their index (a tail
+// that holds private text is not shown). Err is set when the private
+// inputs cannot be read: then no tail is shown.
+type stderrGuard struct {
+	campaign    string
+	minLeak     int
+	loaded      bool // the private inputs are read when a tail is first asked for
+	privateDirs []string
+	index       *gates.PrivateIndex
+	err         error
+}
+
+// minLeakOf is the plan's privacy.min_leak_bytes (the default without a
+// plan or in a plan written before it existed).
+func minLeakOf(plan *protocols.Plan) int {
+	if plan != nil && plan.PrivacyMinLeakBytes > 0 {
+		return plan.PrivacyMinLeakBytes
+	}
+	return protocols.DefaultMinLeakBytes
+}
+
+func newStderrGuard(dir string, minLeak int) *stderrGuard {
+	return &stderrGuard{campaign: dir, minLeak: minLeak}
+}
+
+// load reads the private inputs once, the first time a tail is wanted:
+// a run with no failed process costs no reading of them.
+func (g *stderrGuard) load() {
+	if g.loaded {
+		return
+	}
+	g.loaded = true
+	entries, err := provenance.Read(g.campaign)
+	if err != nil {
+		g.err = err
+		return
+	}
+	var paths []string
+	for _, e := range entries {
+		if e.Private {
+			paths = append(paths, e.Path)
+			g.privateDirs = append(g.privateDirs, filepath.Dir(e.Path))
+		}
+	}
+	g.index, g.err = gates.IndexPrivate(paths, g.minLeak)
+}
+
+// stderrTails returns the tails of every failed process of the run's
+// failed attempts: client and server.
+func stderrTails(d api.RunDetail, g *stderrGuard) []StderrTail {
+	var out []StderrTail
+	for _, a := range d.Attempts {
+		if a.State != state.Failed {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, x := range a.Exits {
+			if (x.Code == 0 && x.Signal == "") || seen[x.Role] || (x.Role != "client" && x.Role != "server") {
+				continue
+			}
+			seen[x.Role] = true
+			out = append(out, g.tail(a.N, a.Dir, x.Role))
+		}
+	}
+	return out
+}
+
+func (g *stderrGuard) tail(n int, attemptDir, role string) StderrTail {
+	path := filepath.Join(attemptDir, role+".err")
+	t := StderrTail{Attempt: n, Role: role, File: path, Lines: []string{}}
+	if err := g.allowed(attemptDir, path); err != nil {
+		t.Note = "not shown: " + err.Error()
+		return t
+	}
+	b, truncated, err := readEnd(path, stderrTailBytes)
+	if err != nil {
+		t.Note = "not shown: " + err.Error()
+		return t
+	}
+	if ids := g.index.Leaks(b); len(ids) > 0 {
+		t.Note = fmt.Sprintf("not shown: it holds private text (%s)", strings.Join(ids, ", "))
+		return t
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if truncated && len(lines) > 1 {
+		lines = lines[1:] // the first is cut
+	}
+	if len(lines) > stderrTailLines {
+		lines, truncated = lines[len(lines)-stderrTailLines:], true
+	}
+	if len(lines) == 1 && lines[0] == "" {
+		lines = nil
+	}
+	t.Lines = append(t.Lines, lines...)
+	t.Truncated = truncated
+	return t
+}
+
+// allowed refuses a file outside the campaign's runs/ directory, in a
+// directory that is a link, or under a private input's directory.
+func (g *stderrGuard) allowed(attemptDir, path string) error {
+	g.load()
+	if g.err != nil {
+		return fmt.Errorf("the private inputs cannot be read to check it: %v", g.err)
+	}
+	rel, err := filepath.Rel(filepath.Join(g.campaign, "runs"), attemptDir)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return fmt.Errorf("the attempt directory %s is not under %s", attemptDir, filepath.Join(g.campaign, "runs"))
+	}
+	if fi, err := os.Lstat(attemptDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the attempt directory %s is not a directory", attemptDir)
+	}
+	for _, d := range g.privateDirs {
+		if r, err := filepath.Rel(d, path); err == nil && !strings.HasPrefix(r, "..") {
+			return fmt.Errorf("it is under %s, a private input's directory", d)
+		}
+	}
+	return nil
+}
+
+// readEnd reads at most the last n bytes of a regular file (safefile: no
+// link, FIFO or device) and says whether the file holds more.
+func readEnd(path string, n int64) ([]byte, bool, error) {
+	f, err := safefile.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, false, errors.New("no such file")
+		}
+		return nil, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	k, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	return bytes.ToValidUTF8(b[:k], []byte("?")), off > 0, nil
+}
+
+// printStderrTails is ctlq show's text for the tails.
+func printStderrTails(w io.Writer, tails []StderrTail) {
+	for _, t := range tails {
+		fmt.Fprintf(w, "\nattempt %d %s stderr (%s", t.Attempt, t.Role, t.File)
+		if t.Truncated {
+			fmt.Fprintf(w, ", last %d lines", len(t.Lines))
+		}
+		fmt.Fprintln(w, "):")
+		if t.Note != "" {
+			fmt.Fprintf(w, "  %s\n", t.Note)
+		}
+		for _, l := range t.Lines {
+			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	}
+}
