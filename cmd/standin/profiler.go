@@ -69,9 +69,9 @@ type profiler struct {
 	start   time.Time
 	startNS int64 // CLOCK_MONOTONIC at /start_profile
 	window  int
-	steps  int           // engine steps run in the open window
-	saved  bool          // the open window's trace is written
-	halt   chan struct{} // closed by /stop_profile: the stepper ends
+	steps   int           // engine steps run in the open window
+	saved   bool          // the open window's trace is written
+	halt    chan struct{} // closed by /stop_profile: the stepper ends
 	// ticks, when set, replaces the step timer (tests step by hand).
 	ticks func() (<-chan time.Time, func())
 }
