@@ -358,19 +358,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 	for {
 		select {
 		case <-a.client.Done():
-			a.recordExit(a.client)
-			ex := a.client.Exit()
-			if a.opts.until != nil {
-				a.earlyBackground = true
-				return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
-			}
-			if ex.Code == state.ExitDrainAbandoned && ex.Signal == "" {
-				return state.ReasonDrainAbandoned, fmt.Sprintf("client exit code %d: it abandoned requests still outstanding at its drain bound", ex.Code)
-			}
-			if ex.Code != 0 || ex.Signal != "" {
-				return state.ReasonClientFailed, "client " + exitText(ex)
-			}
-			return a.finalDrain(ex.At)
+			return a.clientEnded()
 		case <-a.server.Done():
 			a.recordExit(a.server)
 			return a.serverExitReason(), "server exited while the client ran (" + exitText(a.server.Exit()) + ")" + a.oomNote()
@@ -382,6 +370,9 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			a.stopClient()
 			return "", ""
 		case <-deadline:
+			if a.clientGone() {
+				return a.clientEnded()
+			}
 			ran := a.c.now().Sub(a.client.Started).Seconds()
 			a.setFigure("measure_deadline_s", a.run.DeadlineS)
 			a.setFigure("client_ran_s", ran)
@@ -390,6 +381,9 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 		case v := <-a.ownFound():
 			return a.foreignProcess(v)
 		case <-tick.C:
+			if a.clientGone() {
+				return a.clientEnded()
+			}
 			if a.run.AdmissionEnd == "phase-file" {
 				if r, d := a.checkDrain(time.Time{}); r != "" {
 					return r, d
@@ -397,6 +391,40 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			}
 		}
 	}
+}
+
+// clientGone collects any exit that has already happened and says whether
+// the client is gone. The measuring deadline and the drain watchdog judge a
+// client still running: one found exited when either timer fires ended on
+// its own, and is judged on its exit. After the controller itself was
+// stopped the timers fire at once on resuming, before the reaper's goroutine
+// has read the pending SIGCHLD; without this the exited client would be
+// failed measure-deadline and its (empty) group signalled.
+func (a *attempt) clientGone() bool {
+	a.c.starter.Reaper.Collect()
+	select {
+	case <-a.client.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// clientEnded judges the client's own exit.
+func (a *attempt) clientEnded() (state.Reason, string) {
+	a.recordExit(a.client)
+	ex := a.client.Exit()
+	if a.opts.until != nil {
+		a.earlyBackground = true
+		return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
+	}
+	if ex.Code == state.ExitDrainAbandoned && ex.Signal == "" {
+		return state.ReasonDrainAbandoned, fmt.Sprintf("client exit code %d: it abandoned requests still outstanding at its drain bound", ex.Code)
+	}
+	if ex.Code != 0 || ex.Signal != "" {
+		return state.ReasonClientFailed, "client " + exitText(ex)
+	}
+	return a.finalDrain(ex.At)
 }
 
 // seconds converts protocol seconds to a Duration.
