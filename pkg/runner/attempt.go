@@ -519,6 +519,8 @@ func (a *attempt) stopThenValidate() outcome {
 	}
 	if r, d := a.validate(); r == state.ReasonQualityFailed {
 		return a.terminal(state.Quarantined, r, d)
+	} else if r == state.ReasonInterrupted {
+		return a.stopThenInterrupt(d)
 	} else if r != "" {
 		return a.terminal(state.Failed, r, d)
 	}
@@ -802,6 +804,9 @@ func (a *attempt) validate() (state.Reason, string) {
 		if err != nil {
 			return state.ReasonHarnessError, err.Error()
 		}
+		if argv, err = boundedArgv(argv, v.MemoryMiB); err != nil {
+			return state.ReasonHarnessError, err.Error()
+		}
 		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
 		p, err := a.c.starter.Start(launch.Spec{
 			Role: "validator:" + v.Name, Argv: argv, Env: env, Dir: a.c.workdir,
@@ -811,7 +816,13 @@ func (a *attempt) validate() (state.Reason, string) {
 		if err != nil {
 			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %v", v.Name, err)
 		}
-		<-p.Done()
+		switch a.waitValidator(p, v) {
+		case validatorTimedOut:
+			a.setFigure("validator_timeout_s", v.TimeoutS)
+			return state.ReasonHarnessError, fmt.Sprintf("validator %s ran past its %g s bound (timeout_s); ended", v.Name, v.TimeoutS)
+		case validatorStopped:
+			return state.ReasonInterrupted, fmt.Sprintf("stopped while validator %s ran; ended", v.Name)
+		}
 		ex := p.Exit()
 		stdout, _ := safefile.ReadFile(out, maxChildFile)
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.c.now())
