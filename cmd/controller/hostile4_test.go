@@ -226,3 +226,58 @@ func (c *campaign) hasFile(name string) bool {
 	})
 	return found
 }
+
+// The campaign's file system runs out of inodes while a run measures
+// (blocks remain, so the database still commits): the client cannot create
+// its result directory and exits non-zero, and the controller's own state.json
+// write fails with ENOSPC. The attempt is the harness's (harness-error,
+// naming the full file system and the client's exit), not client-failed;
+// the campaign stops for the full directory.
+func TestInodesOutIsTheHarnesss(t *testing.T) {
+	fs := mountTmpfs(t, "64m,nr_inodes=4000")
+	c := newCampaign(t)
+	c.dir = filepath.Join(fs, "camp")
+	proto := writeProtocol(t, scenario{patterns: 1})
+	b, _ := os.ReadFile(proto)
+	filler := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`,
+		`client: {shell: 'mkdir "$WARDEN_ATTEMPT_DIR/fill" && i=0 && while : > "$WARDEN_ATTEMPT_DIR/fill/$i" 2>/dev/null; do i=$$((i+1)); done; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`, 1)
+	if filler == string(b) {
+		t.Fatal("test bug: client command not replaced")
+	}
+	if err := os.WriteFile(proto, []byte(filler), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(fs, &st); err != nil || st.Ffree > 8 || st.Bavail == 0 {
+		t.Fatalf("test bug: inodes not used up, or blocks too (%d inodes, %d blocks free, %v)", st.Ffree, st.Bavail, err)
+	}
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonHarnessError {
+		t.Fatalf("attempts %v", summarize(as))
+	}
+	evs, err := s.Events(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var detail string
+	for _, e := range evs {
+		if e.Run == "p1.saturation" && e.To == string(state.Failed) {
+			detail = e.Message
+		}
+	}
+	if !strings.Contains(detail, "ran out of space (ENOSPC)") || !strings.Contains(detail, "its failure client-failed (client exit code ") {
+		t.Fatalf("failed attempt's detail: %q", detail)
+	}
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonHarnessError) ||
+		!strings.Contains(cp.StopDetail, "no space left on device") {
+		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	s.Close()
+	c.assertNoProcesses()
+}

@@ -77,6 +77,9 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 // attempt is the working state of one attempt.
 type attempt struct {
 	c   *Runner
+	// diskFullSeen is the runner's count of ENOSPC writes when the attempt
+	// was created.
+	diskFullSeen int64
 	rec recorder // where its records go
 	// needDirs, when set, are the needed runs' result directories as the
 	// controller resolved them (a node-side runner has no database)
@@ -177,7 +180,8 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 	if err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
-	a := &attempt{c: c, rec: storeRecorder{c}, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts}
+	a := &attempt{c: c, rec: storeRecorder{c}, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts,
+		diskFullSeen: c.diskFull.Load()}
 	a.dir = filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(a.n))
 	for _, s := range slots {
 		a.gpuIDs = append(a.gpuIDs, s.GPUs...)
@@ -596,6 +600,9 @@ func (a *attempt) terminal(to state.AttemptState, reason state.Reason, detail st
 }
 
 func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) outcome {
+	if to == state.Failed {
+		reason, detail = a.diskFullClass(reason, detail)
+	}
 	if err := a.transition(to, reason, detail, figures); err != nil {
 		return a.harness(err)
 	}

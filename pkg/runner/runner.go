@@ -119,6 +119,13 @@ type Runner struct {
 	storageFailed chan struct{}
 	storageErr    error
 
+	// diskFull counts the times the controller's own writes to the
+	// campaign directory failed with ENOSPC or EDQUOT; diskFullErr is the
+	// last such error. An attempt that ends failed while the count grew is
+	// classed as the harness's (diskFullClass).
+	diskFull    atomic.Int64
+	diskFullErr atomic.Pointer[string]
+
 	freezeMu sync.Mutex       // guards freeze
 	freeze   *state.Amendment // a freeze to record once the runs in flight ended
 
