@@ -588,6 +588,12 @@ func (a *attempt) harness(err error) outcome {
 	a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("record transition")
 	if a.server != nil || a.client != nil {
 		a.shutdown()
+		if a.stopErr == nil {
+			// its processes are proven gone now: resume charges it to here
+			if err := a.c.ends.record(a.run.ID, a.n, a.c.now()); err != nil {
+				a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("record the attempt's end in the end log")
+			}
+		}
 	}
 	a.stopSampler()
 	// the attempt stays live in the records: resume charges it

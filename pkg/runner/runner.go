@@ -126,6 +126,10 @@ type Runner struct {
 	diskFull    atomic.Int64
 	diskFullErr atomic.Pointer[string]
 
+	// ends is the campaign's end log (EndLogFile), opened by Claim; nil
+	// when it could not be prepared.
+	ends *endLog
+
 	freezeMu sync.Mutex       // guards freeze
 	freeze   *state.Amendment // a freeze to record once the runs in flight ended
 
@@ -291,6 +295,11 @@ func (c *Runner) Claim(pid int) error {
 	})
 	if err != nil {
 		return err
+	}
+	if c.ends == nil {
+		if c.ends, err = openEndLog(c.dir); err != nil {
+			c.log.Warn().Err(err).Msg("prepare the end log: an attempt whose end cannot be recorded is charged until the resume")
+		}
 	}
 	cp, err := c.store.Campaign()
 	if err != nil || cp.State != state.CampaignStopped {
