@@ -831,8 +831,9 @@ func (a *attempt) validate() (state.Reason, string) {
 		}
 		switch a.waitValidator(p, v) {
 		case validatorTimedOut:
-			a.setFigure("validator_timeout_s", v.TimeoutS)
-			return state.ReasonHarnessError, fmt.Sprintf("validator %s ran past its %g s bound (timeout_s); ended", v.Name, v.TimeoutS)
+			bound := validatorTimeout(v).Seconds()
+			a.setFigure("validator_timeout_s", bound)
+			return state.ReasonHarnessError, fmt.Sprintf("validator %s ran past its %g s bound (timeout_s); ended", v.Name, bound)
 		case validatorStopped:
 			return state.ReasonInterrupted, fmt.Sprintf("stopped while validator %s ran; ended", v.Name)
 		}

@@ -67,11 +67,23 @@ func memTotalKiB() (uint64, error) {
 	return 0, fmt.Errorf("/proc/meminfo has no MemTotal")
 }
 
+// defaultValidatorTimeout bounds a validator whose plan names no timeout_s
+// (a plan written before validators had one): the protocol's default.
+const defaultValidatorTimeout = 600 * time.Second
+
+// validatorTimeout is v's time bound.
+func validatorTimeout(v protocols.ValidatorSpec) time.Duration {
+	if v.TimeoutS <= 0 {
+		return defaultValidatorTimeout
+	}
+	return seconds(v.TimeoutS)
+}
+
 // waitValidator waits for the validator p until it exits, its time bound
 // passes or the attempt is stopped; in the last two cases it ends p (its
 // leader, then its group) before it returns.
 func (a *attempt) waitValidator(p *launch.Proc, v protocols.ValidatorSpec) validatorEnd {
-	t := time.NewTimer(seconds(v.TimeoutS))
+	t := time.NewTimer(validatorTimeout(v))
 	defer t.Stop()
 	var stop <-chan struct{}
 	if a.ctx != nil {
