@@ -77,10 +77,10 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 // attempt is the working state of one attempt.
 type attempt struct {
 	c   *Runner
+	rec recorder // where its records go
 	// diskFullSeen is the runner's count of ENOSPC writes when the attempt
 	// was created.
 	diskFullSeen int64
-	rec recorder // where its records go
 	// needDirs, when set, are the needed runs' result directories as the
 	// controller resolved them (a node-side runner has no database)
 	needDirs map[string]string
@@ -590,7 +590,7 @@ func (a *attempt) harness(err error) outcome {
 		a.shutdown()
 		if a.stopErr == nil {
 			// its processes are proven gone now: resume charges it to here
-			if err := a.c.ends.record(a.run.ID, a.n, a.c.now()); err != nil {
+			if err := a.c.ends.Record(a.run.ID, a.n, a.c.now()); err != nil {
 				a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("record the attempt's end in the end log")
 			}
 		}

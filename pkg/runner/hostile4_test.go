@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/pkg/endlog"
 	"warden/pkg/launch"
 	"warden/pkg/runner"
 	"warden/pkg/state"
@@ -51,7 +52,13 @@ func TestResumeChargesToProvenEnd(t *testing.T) {
 		}
 	}
 	gone := now.Add(-30 * time.Second)
-	if err := runner.RecordEnd(c.dir, "p1.saturation", 1, gone); err != nil {
+	el, err := endlog.Open(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = el.Record("p1.saturation", 1, gone)
+	el.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	rn := c.newRunner()
@@ -74,44 +81,6 @@ func TestResumeChargesToProvenEnd(t *testing.T) {
 	}
 }
 
-// The end log is allocated once, keeps its records across opens and, when
-// full, reuses its oldest slot; a slot that is not a record makes it
-// unreadable, and resume then charges up to the resume.
-func TestEndLog(t *testing.T) {
-	dir := t.TempDir()
-	t0 := time.Unix(1_700_000_000, 123)
-	if err := runner.RecordEnd(dir, "p1.saturation", 1, t0); err != nil {
-		t.Fatal(err)
-	}
-	if err := runner.RecordEnd(dir, "p2.saturation", 2, t0.Add(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	// the last slot, then the first again (p1's record is overwritten)
-	if err := runner.SkipEndLogTo(dir, runner.EndLogSlots-1, "p3.saturation", 1, t0.Add(2*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if err := runner.RecordEnd(dir, "p4.saturation", 1, t0.Add(3*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	ends, err := runner.ReadEndLog(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ends) != 3 {
-		t.Fatalf("%d records, want 3 (p1's slot reused): %v", len(ends), ends)
-	}
-	fi, err := os.Stat(filepath.Join(dir, runner.EndLogFile))
-	if err != nil || fi.Size() != 256*runner.EndLogSlots {
-		t.Fatalf("end log size %v %v", fi, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, runner.EndLogFile), []byte("not a record"+string(make([]byte, 244))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runner.ReadEndLog(dir); err == nil {
-		t.Fatal("a damaged end log was read without an error")
-	}
-}
-
 // A controller whose transition cannot be recorded (harness) ends the
 // attempt's processes and writes when they were proven gone to the end
 // log: after the server's exit, before harness returned.
@@ -122,7 +91,7 @@ func TestHarnessRecordsProvenEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ends, err := runner.ReadEndLog(dir)
+	ends, err := endlog.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

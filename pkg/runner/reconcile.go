@@ -13,6 +13,7 @@ import (
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
 
+	"warden/pkg/endlog"
 	"warden/pkg/launch"
 	"warden/pkg/state"
 )
@@ -193,7 +194,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	bootID, _ := c.bootID()
 	sameBoot := bootID != "" && bootID == cp.ControllerBootID
-	ends, err := readEndLog(c.dir)
+	ends, err := endlog.Read(c.dir)
 	if err != nil {
 		c.log.Warn().Err(err).Msg("read the end log: attempts are charged until this resume")
 		ends = nil
@@ -263,7 +264,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		}
 		// the controller that ended its processes recorded when they were
 		// proven gone, though it could not record the attempt's end
-		provenGone, proven := ends[attemptKey(a.RunID, a.N)]
+		provenGone, proven := ends[endlog.Key{Run: a.RunID, N: a.N}]
 		if proven = proven && sameBoot && !held && provenGone.Before(end); proven {
 			end = provenGone
 		}
@@ -291,7 +292,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		}
 		when := "when this resume knew its GPUs free"
 		if proven {
-			when = "when the controller that ended its processes proved them gone (" + EndLogFile + ")"
+			when = "when the controller that ended its processes proved them gone (" + endlog.File + ")"
 		}
 		note := fmt.Sprintf("interrupted: from %s to %s, %s (last seen alive %s)",
 			start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), when, lastSeen.UTC().Format(time.RFC3339Nano))

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"warden/pkg/budget"
+	"warden/pkg/endlog"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/launch"
@@ -126,9 +127,9 @@ type Runner struct {
 	diskFull    atomic.Int64
 	diskFullErr atomic.Pointer[string]
 
-	// ends is the campaign's end log (EndLogFile), opened by Claim; nil
+	// ends is the campaign's end log (endlog.File), opened by Claim; nil
 	// when it could not be prepared.
-	ends *endLog
+	ends *endlog.Log
 
 	freezeMu sync.Mutex       // guards freeze
 	freeze   *state.Amendment // a freeze to record once the runs in flight ended
@@ -297,7 +298,7 @@ func (c *Runner) Claim(pid int) error {
 		return err
 	}
 	if c.ends == nil {
-		if c.ends, err = openEndLog(c.dir); err != nil {
+		if c.ends, err = endlog.Open(c.dir); err != nil {
 			c.log.Warn().Err(err).Msg("prepare the end log: an attempt whose end cannot be recorded is charged until the resume")
 		}
 	}

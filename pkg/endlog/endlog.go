@@ -1,4 +1,9 @@
-package runner
+// Package endlog keeps DIR/proc-ends.log: when the controller proved an
+// attempt's processes gone, for the attempts whose end it could not record
+// in the database (a full disk). Resume charges such an attempt up to that
+// time, and a status read without a controller counts its GPU time in
+// flight up to it.
+package endlog
 
 import (
 	"bytes"
@@ -17,34 +22,33 @@ import (
 	"warden/pkg/atomicfile"
 )
 
-// EndLogFile, in the campaign directory, holds when the controller proved
-// an attempt's processes gone, for the attempts whose end it could not
-// record in the database (a full disk). Its space is allocated when the
-// controller claims the campaign, so writing a record needs no new block
-// or inode: it is written where the database no longer can be. Resume
-// charges such an attempt up to that time, not up to the resume.
-const EndLogFile = "proc-ends.log"
+// File, in the campaign directory, is the end log. Its space is allocated
+// when the controller claims the campaign, so writing a record needs no new
+// block or inode: it is written where the database no longer can be.
+const File = "proc-ends.log"
 
 const (
-	endSlot  = 256  // bytes per record: "seq run attempt unix_nano\n", space padded
-	endSlots = 4096 // records kept; the oldest slot is reused past that
+	endSlot = 256 // bytes per record: "seq run attempt unix_nano\n", space padded
+	// Slots is how many records the log keeps; the oldest slot is reused
+	// past that.
+	Slots = 4096
 )
 
-// endLog is the open EndLogFile; nil when it could not be prepared.
-type endLog struct {
+// Log is an open end log. A nil *Log records nothing (Record says so).
+type Log struct {
 	mu   sync.Mutex
 	f    *os.File
 	next uint64 // sequence of the next record
 }
 
-// openEndLog opens (creating and allocating) the end log of dir.
-func openEndLog(dir string) (*endLog, error) {
-	path := filepath.Join(dir, EndLogFile)
+// Open opens (creating and allocating) the end log of dir.
+func Open(dir string) (*Log, error) {
+	path := filepath.Join(dir, File)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	size := int64(endSlot * endSlots)
+	size := int64(endSlot * Slots)
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
 		// no fallocate: write the zeros, which allocates all the same
 		if _, werr := f.WriteAt(make([]byte, size), 0); werr != nil {
@@ -60,20 +64,20 @@ func openEndLog(dir string) (*endLog, error) {
 		f.Close()
 		return nil, err
 	}
-	recs, err := parseEndLog(f)
+	recs, err := parse(f)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	l := &endLog{f: f}
+	l := &Log{f: f}
 	for _, r := range recs {
 		l.next = max(l.next, r.seq+1)
 	}
 	return l, nil
 }
 
-// record notes that attempt n of run had no process left at t, and syncs.
-func (l *endLog) record(run string, n int, t time.Time) error {
+// Record notes that attempt n of run had no process left at t, and syncs.
+func (l *Log) Record(run string, n int, t time.Time) error {
 	if l == nil {
 		return errors.New("no end log")
 	}
@@ -86,28 +90,39 @@ func (l *endLog) record(run string, n int, t time.Time) error {
 	buf[endSlot-1] = '\n'
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, err := l.f.WriteAt(buf, int64(l.next%endSlots)*endSlot); err != nil {
+	if _, err := l.f.WriteAt(buf, int64(l.next%Slots)*endSlot); err != nil {
 		return err
 	}
 	l.next++
 	return unix.Fdatasync(int(l.f.Fd()))
 }
 
-func (l *endLog) close() {
+// SetNext makes seq the sequence of the next record (as after seq
+// records): a test reaches the log's wrap with it.
+func (l *Log) SetNext(seq uint64) { l.next = seq }
+
+// Close closes the file; a nil Log has none.
+func (l *Log) Close() {
 	if l != nil {
 		l.f.Close()
 	}
 }
 
+// Key names an attempt: its run and number.
+type Key struct {
+	Run string
+	N   int
+}
+
 type endRecord struct {
 	seq uint64
-	key string // attemptKey
+	key Key
 	at  time.Time
 }
 
-// parseEndLog reads every record of an end log; empty slots are skipped,
-// a slot that is not a record is an error (the file is not ours).
-func parseEndLog(f *os.File) ([]endRecord, error) {
+// parse reads every record of an end log; empty slots are skipped, a slot
+// that is not a record is an error (the file is not ours).
+func parse(f *os.File) ([]endRecord, error) {
 	b, err := os.ReadFile(f.Name())
 	if err != nil {
 		return nil, err
@@ -128,15 +143,15 @@ func parseEndLog(f *os.File) ([]endRecord, error) {
 		if err := errors.Join(e1, e2, e3); err != nil {
 			return nil, fmt.Errorf("%s: slot %d: %w", f.Name(), i/endSlot, err)
 		}
-		out = append(out, endRecord{seq: seq, key: attemptKey(fs[1], n), at: time.Unix(0, ns)})
+		out = append(out, endRecord{seq: seq, key: Key{fs[1], n}, at: time.Unix(0, ns)})
 	}
 	return out, nil
 }
 
-// readEndLog maps each attempt with an end record in dir to its latest
-// recorded end. No file: none.
-func readEndLog(dir string) (map[string]time.Time, error) {
-	f, err := os.Open(filepath.Join(dir, EndLogFile))
+// Read maps each attempt with an end record in dir to its latest recorded
+// end. No file: none.
+func Read(dir string) (map[Key]time.Time, error) {
+	f, err := os.Open(filepath.Join(dir, File))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -144,11 +159,11 @@ func readEndLog(dir string) (map[string]time.Time, error) {
 		return nil, err
 	}
 	defer f.Close()
-	recs, err := parseEndLog(f)
+	recs, err := parse(f)
 	if err != nil {
 		return nil, err
 	}
-	ends := map[string]time.Time{}
+	ends := map[Key]time.Time{}
 	for _, r := range recs {
 		if r.at.After(ends[r.key]) {
 			ends[r.key] = r.at
