@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warden/pkg/launch"
 	"warden/protocols"
 )
@@ -35,6 +37,12 @@ func boundedArgv(argv []string, memMiB float64) ([]string, error) {
 			return nil, fmt.Errorf("validator memory bound: %w", err)
 		}
 		kib = total / 2
+	}
+	// a limit above the controller's own hard limit cannot be set by an
+	// unprivileged shell: the hard limit is the bound then
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &lim); err == nil && lim.Max != unix.RLIM_INFINITY && kib > lim.Max/1024 {
+		kib = lim.Max / 1024
 	}
 	if kib == 0 {
 		return nil, fmt.Errorf("validator memory bound of %v MiB is too small", memMiB)
