@@ -583,6 +583,10 @@ func (b *builder) validate() {
 			}
 			vnames[v.Name] = true
 		}
+		defaultPositive(c, &p.Validators[i].TimeoutS, 600, v.Meta, f, "timeout_s")
+		if _, given := v.Meta.Fields["memory_mib"]; given && v.MemoryMiB < 1 {
+			c.add(v.Meta.At("memory_mib"), f+".memory_mib", "must be at least 1, got %v", v.MemoryMiB)
+		}
 		for j, l := range v.Loads {
 			if b.loads[l] == nil {
 				c.add(v.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q (loads: %s)", l, strings.Join(sortedKeys(b.loads), ", "))

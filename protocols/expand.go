@@ -484,7 +484,8 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
 		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
-			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs)})
+			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
+				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
 		}
 	}
 

@@ -215,6 +215,10 @@ func expectSpec(e Expect) ExpectSpec {
 type ValidatorSpec struct {
 	Name    string      `json:"name"`
 	Command CommandSpec `json:"command"`
+	// TimeoutS bounds the validator's run (seconds); MemoryMiB its address
+	// space, 0: half of the host's memory when it starts.
+	TimeoutS  float64 `json:"timeout_s"`
+	MemoryMiB float64 `json:"memory_mib,omitempty"`
 }
 
 // StopInfo are the stop thresholds.

@@ -464,6 +464,14 @@ type Validator struct {
 	Name    string   `yaml:"name" warden:"required"`
 	Command Command  `yaml:"command" warden:"required"`
 	Loads   []string `yaml:"loads"`
+	// TimeoutS bounds the validator's run, from its start to its exit:
+	// past it the validator is ended (SIGTERM to it, then its group) and the
+	// run fails harness-error (one exact rerun). Default 600.
+	TimeoutS float64 `yaml:"timeout_s"`
+	// MemoryMiB bounds the validator's address space (RLIMIT_AS, MiB): an
+	// allocation past it fails inside the validator. Default: half of the
+	// host's memory (MemTotal), read when the validator starts.
+	MemoryMiB float64 `yaml:"memory_mib"`
 }
 
 // Command is an argument vector, or {shell: "..."} run by /bin/sh -c. Each

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"warden/pkg/endlog"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -196,7 +197,8 @@ type EventLine struct {
 // Campaign.RegimeConcurrency slots (at least one), and the budget unit
 // is Campaign.BudgetUnit. Nothing is read from dir, the campaign
 // directory: plan.json can be large, and the figures the status needs from
-// it are kept in the campaign record.
+// it are kept in the campaign record; only without a controller running
+// the end log (endlog.File, at most 1 MiB) bounds the time in flight.
 func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Status, error) {
 	sum, err := s.Summary()
 	if err != nil {
@@ -220,8 +222,13 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		LastEvent: sum.LastEventSeq,
 	}
 	st.Campaign.GPUBackend, st.Campaign.FakeGPUs = BackendOf(c)
+	ends := provenEnds(dir, ctl)
 	for _, a := range sum.Live {
-		st.Budget.InFlightGPUHours += InFlightGPUSeconds(a, now) / 3600
+		until := now
+		if t, ok := ends[endlog.Key{Run: a.RunID, N: a.N}]; ok && t.Before(until) {
+			until = t
+		}
+		st.Budget.InFlightGPUHours += InFlightGPUSeconds(a, until) / 3600
 	}
 	st.Budget.RemainingGPUHours = st.Budget.CapGPUHours - st.Budget.ConsumedGPUHours - st.Budget.ReservedGPUHours
 	if st.Controller.PID == 0 {
@@ -271,6 +278,23 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 	etaS := max(0, left) / float64(max(1, c.RegimeConcurrency))
 	st.ETAS = &etaS
 	return st, nil
+}
+
+// provenEnds reads the campaign's end log when no controller runs: an
+// attempt recorded there had no process left at its time, and resume
+// charges it to then, so its GPU time in flight stops there too. With a
+// controller running, or no directory, none is read. A log that cannot be
+// read bounds nothing (the time in flight grows to now, as resume would
+// charge).
+func provenEnds(dir string, ctl Controller) map[endlog.Key]time.Time {
+	if ctl.Alive || dir == "" {
+		return nil
+	}
+	ends, err := endlog.Read(dir)
+	if err != nil {
+		return nil
+	}
+	return ends
 }
 
 // InFlightGPUSeconds is the GPU time a live attempt holds and has not been

@@ -133,6 +133,13 @@ func (r *Reaper) Close() error {
 	return nil
 }
 
+// Collect reaps every child that has exited by now, without waiting for
+// the SIGCHLD that would wake the reaping goroutine. A caller about to
+// judge a process by a timer calls it first: after the whole controller
+// was stopped (SIGSTOP, a freezer) the timer and the pending SIGCHLD are
+// read in no set order, and an exit that already happened must win.
+func (r *Reaper) Collect() { r.reap() }
+
 // reap collects every exited child.
 func (r *Reaper) reap() {
 	r.mu.Lock()

@@ -78,6 +78,9 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 type attempt struct {
 	c   *Runner
 	rec recorder // where its records go
+	// diskFullSeen is the runner's count of ENOSPC writes when the attempt
+	// was created.
+	diskFullSeen int64
 	// needDirs, when set, are the needed runs' result directories as the
 	// controller resolved them (a node-side runner has no database)
 	needDirs map[string]string
@@ -177,7 +180,8 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 	if err != nil {
 		return outcome{state: state.Failed, reason: state.ReasonHarnessError, detail: err.Error()}
 	}
-	a := &attempt{c: c, rec: storeRecorder{c}, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts}
+	a := &attempt{c: c, rec: storeRecorder{c}, plan: c.currentPlan(), run: r, n: run.Attempts + 1, slots: slots, opts: opts,
+		diskFullSeen: c.diskFull.Load()}
 	a.dir = filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(a.n))
 	for _, s := range slots {
 		a.gpuIDs = append(a.gpuIDs, s.GPUs...)
@@ -358,19 +362,7 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 	for {
 		select {
 		case <-a.client.Done():
-			a.recordExit(a.client)
-			ex := a.client.Exit()
-			if a.opts.until != nil {
-				a.earlyBackground = true
-				return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
-			}
-			if ex.Code == state.ExitDrainAbandoned && ex.Signal == "" {
-				return state.ReasonDrainAbandoned, fmt.Sprintf("client exit code %d: it abandoned requests still outstanding at its drain bound", ex.Code)
-			}
-			if ex.Code != 0 || ex.Signal != "" {
-				return state.ReasonClientFailed, "client " + exitText(ex)
-			}
-			return a.finalDrain(ex.At)
+			return a.clientEnded()
 		case <-a.server.Done():
 			a.recordExit(a.server)
 			return a.serverExitReason(), "server exited while the client ran (" + exitText(a.server.Exit()) + ")" + a.oomNote()
@@ -382,6 +374,9 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			a.stopClient()
 			return "", ""
 		case <-deadline:
+			if a.clientGone() {
+				return a.clientEnded()
+			}
 			ran := a.c.now().Sub(a.client.Started).Seconds()
 			a.setFigure("measure_deadline_s", a.run.DeadlineS)
 			a.setFigure("client_ran_s", ran)
@@ -390,6 +385,9 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 		case v := <-a.ownFound():
 			return a.foreignProcess(v)
 		case <-tick.C:
+			if a.clientGone() {
+				return a.clientEnded()
+			}
 			if a.run.AdmissionEnd == "phase-file" {
 				if r, d := a.checkDrain(time.Time{}); r != "" {
 					return r, d
@@ -397,6 +395,40 @@ func (a *attempt) supervise(ctx context.Context) (state.Reason, string) {
 			}
 		}
 	}
+}
+
+// clientGone collects any exit that has already happened and says whether
+// the client is gone. The measuring deadline and the drain watchdog judge a
+// client still running: one found exited when either timer fires ended on
+// its own, and is judged on its exit. After the controller itself was
+// stopped the timers fire at once on resuming, before the reaper's goroutine
+// has read the pending SIGCHLD; without this the exited client would be
+// failed measure-deadline and its (empty) group signalled.
+func (a *attempt) clientGone() bool {
+	a.c.starter.Reaper.Collect()
+	select {
+	case <-a.client.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// clientEnded judges the client's own exit.
+func (a *attempt) clientEnded() (state.Reason, string) {
+	a.recordExit(a.client)
+	ex := a.client.Exit()
+	if a.opts.until != nil {
+		a.earlyBackground = true
+		return state.ReasonClientFailed, "background load ended before its target (" + exitText(ex) + ")"
+	}
+	if ex.Code == state.ExitDrainAbandoned && ex.Signal == "" {
+		return state.ReasonDrainAbandoned, fmt.Sprintf("client exit code %d: it abandoned requests still outstanding at its drain bound", ex.Code)
+	}
+	if ex.Code != 0 || ex.Signal != "" {
+		return state.ReasonClientFailed, "client " + exitText(ex)
+	}
+	return a.finalDrain(ex.At)
 }
 
 // seconds converts protocol seconds to a Duration.
@@ -491,6 +523,8 @@ func (a *attempt) stopThenValidate() outcome {
 	}
 	if r, d := a.validate(); r == state.ReasonQualityFailed {
 		return a.terminal(state.Quarantined, r, d)
+	} else if r == state.ReasonInterrupted {
+		return a.stopThenInterrupt(d)
 	} else if r != "" {
 		return a.terminal(state.Failed, r, d)
 	}
@@ -554,6 +588,12 @@ func (a *attempt) harness(err error) outcome {
 	a.c.log.Error().Err(err).Str("run", a.run.ID).Msg("record transition")
 	if a.server != nil || a.client != nil {
 		a.shutdown()
+		if a.stopErr == nil {
+			// its processes are proven gone now: resume charges it to here
+			if err := a.c.ends.Record(a.run.ID, a.n, a.c.now()); err != nil {
+				a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("record the attempt's end in the end log")
+			}
+		}
 	}
 	a.stopSampler()
 	// the attempt stays live in the records: resume charges it
@@ -566,6 +606,9 @@ func (a *attempt) terminal(to state.AttemptState, reason state.Reason, detail st
 }
 
 func (a *attempt) terminalFig(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) outcome {
+	if to == state.Failed {
+		reason, detail = a.diskFullClass(reason, detail)
+	}
 	if err := a.transition(to, reason, detail, figures); err != nil {
 		return a.harness(err)
 	}
@@ -774,6 +817,9 @@ func (a *attempt) validate() (state.Reason, string) {
 		if err != nil {
 			return state.ReasonHarnessError, err.Error()
 		}
+		if argv, err = boundedArgv(argv, v.MemoryMiB); err != nil {
+			return state.ReasonHarnessError, err.Error()
+		}
 		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
 		p, err := a.c.starter.Start(launch.Spec{
 			Role: "validator:" + v.Name, Argv: argv, Env: env, Dir: a.c.workdir,
@@ -783,7 +829,14 @@ func (a *attempt) validate() (state.Reason, string) {
 		if err != nil {
 			return state.ReasonValidatorFailed, fmt.Sprintf("validator %s: %v", v.Name, err)
 		}
-		<-p.Done()
+		switch a.waitValidator(p, v) {
+		case validatorTimedOut:
+			bound := validatorTimeout(v).Seconds()
+			a.setFigure("validator_timeout_s", bound)
+			return state.ReasonHarnessError, fmt.Sprintf("validator %s ran past its %g s bound (timeout_s); ended", v.Name, bound)
+		case validatorStopped:
+			return state.ReasonInterrupted, fmt.Sprintf("stopped while validator %s ran; ended", v.Name)
+		}
 		ex := p.Exit()
 		stdout, _ := safefile.ReadFile(out, maxChildFile)
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.c.now())

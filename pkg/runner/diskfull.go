@@ -24,11 +24,32 @@ func (c *Runner) stopIfDiskFull(err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		msg := err.Error()
+		c.diskFullErr.Store(&msg)
+		c.diskFull.Add(1)
 		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
 			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
 	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
 		c.failStorage(err)
 	}
+}
+
+// diskFullClass classes a failure of an attempt as the harness's when the
+// controller's own writes to the campaign directory ran out of space
+// (ENOSPC, EDQUOT: blocks or inodes) while the attempt lived (seen is the
+// count when it was created): what the workload did then (a client that
+// could not create its result directory, a server that could not write its
+// log) says nothing about the workload. The original reason stays in the
+// detail.
+func (a *attempt) diskFullClass(reason state.Reason, detail string) (state.Reason, string) {
+	if reason == state.ReasonHarnessError || a.c.diskFull.Load() == a.diskFullSeen {
+		return reason, detail
+	}
+	last := ""
+	if p := a.c.diskFullErr.Load(); p != nil {
+		last = *p
+	}
+	return state.ReasonHarnessError, fmt.Sprintf("the campaign directory ran out of space (ENOSPC) while the attempt ran (%s); its failure %s (%s) is the harness's, not the workload's", last, reason, detail)
 }
 
 // failStorage records, once, that the campaign directory's file system

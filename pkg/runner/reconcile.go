@@ -13,6 +13,7 @@ import (
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
 
+	"warden/pkg/endlog"
 	"warden/pkg/launch"
 	"warden/pkg/state"
 )
@@ -193,6 +194,11 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	bootID, _ := c.bootID()
 	sameBoot := bootID != "" && bootID == cp.ControllerBootID
+	ends, err := endlog.Read(c.dir)
+	if err != nil {
+		c.log.Warn().Err(err).Msg("read the end log: attempts are charged until this resume")
+		ends = nil
+	}
 	if c.slurm != nil {
 		// the campaign's processes are Slurm's: through Slurm only
 		if err := c.cancelCampaignJobs(ctx); err != nil {
@@ -256,6 +262,12 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 				end = bt
 			}
 		}
+		// the controller that ended its processes recorded when they were
+		// proven gone, though it could not record the attempt's end
+		provenGone, proven := ends[endlog.Key{Run: a.RunID, N: a.N}]
+		if proven = proven && sameBoot && !held && provenGone.Before(end); proven {
+			end = provenGone
+		}
 		var start time.Time
 		lastCharge, wasCharged := charged[attemptKey(a.RunID, a.N)]
 		switch srv := serverProc(a); {
@@ -274,9 +286,16 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			charge = budget.Charge(len(a.GPUIDs), start, end)
 			figures["last_seen_alive_unix"] = unixSeconds(lastSeen)
 			figures["charged_until_unix"] = unixSeconds(end)
+			if proven {
+				figures["proven_gone_unix"] = unixSeconds(end)
+			}
 		}
-		note := fmt.Sprintf("interrupted: from %s to %s, when this resume knew its GPUs free (last seen alive %s)",
-			start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), lastSeen.UTC().Format(time.RFC3339Nano))
+		when := "when this resume knew its GPUs free"
+		if proven {
+			when = "when the controller that ended its processes proved them gone (" + endlog.File + ")"
+		}
+		note := fmt.Sprintf("interrupted: from %s to %s, %s (last seen alive %s)",
+			start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), when, lastSeen.UTC().Format(time.RFC3339Nano))
 		err := c.interruptLeftover(a, charge, note, "the controller died or stopped; left-overs reclaimed at resume", figures,
 			func(at *state.Attempt) { at.Signals = append(at.Signals, sigs...) })
 		if err != nil {

@@ -58,6 +58,9 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 		if err != nil {
 			return out, err
 		}
+		if argv, err = boundedArgv(argv, v.MemoryMiB); err != nil {
+			return out, err
+		}
 		stdout := filepath.Join(outDir, "validator-"+v.Name+".out")
 		p, err := l.Start(launch.Spec{Role: "validator:" + v.Name, Argv: argv, Env: environ, Dir: workdir,
 			StdoutPath: stdout, StderrPath: filepath.Join(outDir, "validator-"+v.Name+".err"),
@@ -66,7 +69,11 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 			out = append(out, gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Error, Detail: err.Error(), At: time.Now()})
 			continue
 		}
-		timer := time.NewTimer(revalidateTimeout)
+		bound := revalidateTimeout
+		if v.TimeoutS > 0 {
+			bound = validatorTimeout(v)
+		}
+		timer := time.NewTimer(bound)
 		select {
 		case <-p.Done():
 		case <-timer.C:

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"warden/pkg/budget"
+	"warden/pkg/endlog"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/launch"
@@ -118,6 +119,17 @@ type Runner struct {
 	storageOnce   sync.Once
 	storageFailed chan struct{}
 	storageErr    error
+
+	// diskFull counts the times the controller's own writes to the
+	// campaign directory failed with ENOSPC or EDQUOT; diskFullErr is the
+	// last such error. An attempt that ends failed while the count grew is
+	// classed as the harness's (diskFullClass).
+	diskFull    atomic.Int64
+	diskFullErr atomic.Pointer[string]
+
+	// ends is the campaign's end log (endlog.File), opened by Claim; nil
+	// when it could not be prepared.
+	ends *endlog.Log
 
 	freezeMu sync.Mutex       // guards freeze
 	freeze   *state.Amendment // a freeze to record once the runs in flight ended
@@ -284,6 +296,11 @@ func (c *Runner) Claim(pid int) error {
 	})
 	if err != nil {
 		return err
+	}
+	if c.ends == nil {
+		if c.ends, err = endlog.Open(c.dir); err != nil {
+			c.log.Warn().Err(err).Msg("prepare the end log: an attempt whose end cannot be recorded is charged until the resume")
+		}
 	}
 	cp, err := c.store.Campaign()
 	if err != nil || cp.State != state.CampaignStopped {

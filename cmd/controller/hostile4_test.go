@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/pkg/api"
+	"warden/pkg/lockfile"
+	"warden/pkg/state"
+)
+
+// childWithArg finds a direct child of parent whose argv holds arg.
+func childWithArg(parent int, arg string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		for _, a := range bytes.Split(argv, []byte{0}) {
+			if string(a) == arg {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// The controller stopped (SIGSTOP) while a run measures; its client ends
+// within the measuring deadline meanwhile, and the controller stays stopped
+// until the deadline has passed. At SIGCONT the deadline timer and the
+// client's exit are both pending: the run is judged on the exit (complete),
+// not failed measure-deadline, and no signal is sent to the client.
+func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
+	c := newCampaign(t)
+	const deadlineS = 4
+	proto := writeProtocol(t, scenario{patterns: 1})
+	y, err := os.ReadFile(proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDeadline := strings.Replace(string(y), "    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:", 1)
+	if withDeadline == string(y) {
+		t.Fatal("protocol template changed: no place for deadline_s")
+	}
+	if err := os.WriteFile(proto, []byte(withDeadline), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	lock := filepath.Join(c.dir, api.LockFile)
+	ctl := lockfile.Owner(lock)
+	cur := c.waitMeasuring()
+	measuring := time.Now() // the client started before this
+	client := childWithArg(ctl, "client")
+	if client == 0 {
+		t.Fatal("no client process under the controller while measuring")
+	}
+	if err := syscall.Kill(ctl, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(ctl, syscall.SIGCONT)
+		}
+	}()
+	waitFor(t, "the client to exit while the controller is stopped", 60*time.Second, func() bool { return procState(client) == 'Z' })
+	waitFor(t, "the measuring deadline to pass", 60*time.Second, func() bool {
+		return time.Since(measuring) > deadlineS*time.Second
+	})
+	if err := syscall.Kill(ctl, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	waitFor(t, "the controller to finish", 60*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.assertNoProcesses()
+	s := c.store()
+	r, err := s.Run(cur.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := c.attempts(s, cur.Run)
+	last := as[len(as)-1]
+	if r.State() != state.RunComplete || last.Reason != "" {
+		t.Fatalf("run %s: %s, last attempt %s %s %v", cur.Run, r.State(), last.State, last.Reason, last.Figures)
+	}
+	for _, sig := range last.Signals {
+		if sig.Role == "client" {
+			t.Fatalf("the exited client was signalled: %+v", sig)
+		}
+	}
+}
+
+// hangingValidator is a validator that records its pid and then never
+// ends, bounded by timeoutS.
+func hangingValidator(timeoutS string) string {
+	return `  - {name: hang, timeout_s: ` + timeoutS + `, command: {shell: "echo $$$$ > ${ATTEMPT_DIR}/validator.pid; exec sleep 1000"}}
+`
+}
+
+// validatorPIDs reads the pid each attempt's hanging validator recorded.
+func (c *campaign) validatorPIDs(s *state.Store, run string) []int {
+	c.t.Helper()
+	var pids []int
+	for _, a := range c.attempts(s, run) {
+		b, err := os.ReadFile(filepath.Join(a.Dir, "validator.pid"))
+		if err != nil {
+			c.t.Fatalf("attempt %d: the validator did not start: %v", a.N, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// A validator that never ends is ended at its timeout_s: the attempt fails
+// harness-error, gets its one exact rerun, which fails the same way, and
+// the campaign stops for review; neither validator is left running.
+func TestValidatorPastItsBoundIsEnded(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{validators: hangingValidator("0.3"), retries: 1}))
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 2 {
+		t.Fatalf("%d attempts, want 2: %v", len(as), summarize(as))
+	}
+	for _, a := range as {
+		if a.State != state.Failed || a.Reason != state.ReasonHarnessError || a.Figures["validator_timeout_s"] != 0.3 {
+			t.Fatalf("attempt %d: %s %s %v", a.N, a.State, a.Reason, a.Figures)
+		}
+	}
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonHarnessError) ||
+		!strings.Contains(cp.StopDetail, "validator hang ran past its 0.3 s bound") {
+		t.Fatalf("campaign %s %s: %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	for _, pid := range c.validatorPIDs(s, "p1.saturation") {
+		if st := procState(pid); st != 0 {
+			t.Fatalf("validator pid %d still exists (state %c)", pid, st)
+		}
+	}
+	c.assertNoProcesses()
+}
+
+// controller stop while a validator runs ends the validator: stop returns,
+// the attempt is interrupted, nothing is left running.
+func TestStopEndsARunningValidator(t *testing.T) {
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{validators: hangingValidator("1000")})
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	waitFor(t, "a validator running", 60*time.Second, func() bool {
+		for _, cur := range c.liveStatus().Current {
+			if cur.State == string(state.Validating) {
+				return c.hasFile("validator.pid")
+			}
+		}
+		return false
+	})
+	out, code := c.controller("stop", "-d", c.dir)
+	if code != 0 || !strings.Contains(out, "controller exited") {
+		t.Fatalf("stop exited %d:\n%s", code, out)
+	}
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Interrupted || as[0].Reason != state.ReasonInterrupted {
+		t.Fatalf("attempts %v", summarize(as))
+	}
+	for _, pid := range c.validatorPIDs(s, "p1.saturation") {
+		if st := procState(pid); st != 0 {
+			t.Fatalf("validator pid %d still exists (state %c)", pid, st)
+		}
+	}
+	c.assertNoProcesses()
+}
+
+// A validator runs under its memory_mib as RLIMIT_AS from its first
+// instruction: the shell validator sees the limit (and fails if not).
+func TestValidatorMemoryBound(t *testing.T) {
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
+`}))
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Complete {
+		vs, _ := s.GateVerdicts("p1.saturation")
+		t.Fatalf("attempts %v; gates %+v", summarize(as), vs)
+	}
+}
+
+// hasFile says whether a file of that name exists anywhere in the campaign
+// directory.
+func (c *campaign) hasFile(name string) bool {
+	found := false
+	filepath.WalkDir(c.dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == name {
+			found = true
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return found
+}
+
+// The campaign's file system runs out of inodes while a run measures
+// (blocks remain, so the database still commits): the client cannot create
+// its result directory and exits non-zero, and the controller's own state.json
+// write fails with ENOSPC. The attempt is the harness's (harness-error,
+// naming the full file system and the client's exit), not client-failed;
+// the campaign stops for the full directory.
+func TestInodesOutIsTheHarnesss(t *testing.T) {
+	fs := mountTmpfs(t, "64m,nr_inodes=4000")
+	c := newCampaign(t)
+	c.dir = filepath.Join(fs, "camp")
+	proto := writeProtocol(t, scenario{patterns: 1})
+	b, _ := os.ReadFile(proto)
+	filler := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`,
+		`client: {shell: 'mkdir "$WARDEN_ATTEMPT_DIR/fill" && i=0 && while : > "$WARDEN_ATTEMPT_DIR/fill/$i" 2>/dev/null; do i=$$((i+1)); done; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`, 1)
+	if filler == string(b) {
+		t.Fatal("test bug: client command not replaced")
+	}
+	if err := os.WriteFile(proto, []byte(filler), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(fs, &st); err != nil || st.Ffree > 8 || st.Bavail == 0 {
+		t.Fatalf("test bug: inodes not used up, or blocks too (%d inodes, %d blocks free, %v)", st.Ffree, st.Bavail, err)
+	}
+	s := c.store()
+	as := c.attempts(s, "p1.saturation")
+	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonHarnessError {
+		t.Fatalf("attempts %v", summarize(as))
+	}
+	evs, err := s.Events(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var detail string
+	for _, e := range evs {
+		if e.Run == "p1.saturation" && e.To == string(state.Failed) {
+			detail = e.Message
+		}
+	}
+	if !strings.Contains(detail, "ran out of space (ENOSPC)") || !strings.Contains(detail, "its failure client-failed (client exit code ") {
+		t.Fatalf("failed attempt's detail: %q", detail)
+	}
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonHarnessError) ||
+		!strings.Contains(cp.StopDetail, "no space left on device") {
+		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	s.Close()
+	c.assertNoProcesses()
+}

@@ -1,0 +1,127 @@
+package runner_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warden/pkg/endlog"
+	"warden/pkg/launch"
+	"warden/pkg/runner"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// An attempt left live in the records by a controller that ended its
+// processes but could not record the end (a full disk) is charged at
+// resume up to when that controller proved them gone (its end log), not
+// up to the resume; one with no such record is still charged up to the
+// resume that found it gone (never under-count).
+func TestResumeChargesToProvenEnd(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 2})
+	boot, err := launch.ReadBootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.Heartbeat, cp.ControllerBootID = now.Add(-50*time.Second), boot
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	started := now.Add(-60 * time.Second)
+	for _, run := range []string{"p1.saturation", "p2.saturation"} {
+		if _, err := c.store.NewAttempt(run, filepath.Join(c.dir, "runs", run, "a1"), func(a *state.Attempt) { a.GPUIDs = []int{0} }); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range []state.AttemptState{state.Reserved, state.Preflight, state.Starting} {
+			if _, err := c.store.Transition(run, 1, st, "", "test", nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a server that is no process now
+		if _, err := c.store.UpdateAttempt(run, 1, func(a *state.Attempt) error {
+			a.Procs = append(a.Procs, state.Proc{Role: "server", PID: 1 << 22, StartTime: 1, BootID: boot, PGID: 1 << 22, StartedAt: started})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := now.Add(-30 * time.Second)
+	el, err := endlog.Open(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = el.Record("p1.saturation", 1, gone)
+	el.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rn := c.newRunner()
+	if err := rn.Reconcile(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l := c.ledger()
+	if got := l.byAttempt["p1.saturation/a1"]; math.Abs(got-30) > 1e-6 {
+		t.Errorf("p1 charged %.6f GPU-s for a server started 60 s ago and proven gone 30 s ago; want 30", got)
+	}
+	a := c.attempts("p1.saturation")[0]
+	if a.State != state.Interrupted || a.Figures["proven_gone_unix"] != a.Figures["charged_until_unix"] || a.Figures["proven_gone_unix"] <= 0 {
+		t.Errorf("p1: %s, figures %v", a.State, a.Figures)
+	}
+	if got := l.byAttempt["p2.saturation/a1"]; got < 60 {
+		t.Errorf("p2 (no end record) charged %.3f GPU-s; want at least 60, up to this resume", got)
+	}
+	if a := c.attempts("p2.saturation")[0]; a.Figures["proven_gone_unix"] != 0 {
+		t.Errorf("p2: figures %v; want no proven end", a.Figures)
+	}
+}
+
+// A controller whose transition cannot be recorded (harness) ends the
+// attempt's processes and writes when they were proven gone to the end
+// log: after the server's exit, before harness returned.
+func TestHarnessRecordsProvenEnd(t *testing.T) {
+	dir := t.TempDir()
+	before := time.Now()
+	after, err := runner.HarnessEndOf(&launch.Launcher{Reaper: testReaper}, dir, "p1.saturation", []string{"sleep", "1000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := endlog.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ends) != 1 {
+		t.Fatalf("end records %v, want one", ends)
+	}
+	for _, at := range ends {
+		if at.Before(before) || at.After(after) {
+			t.Fatalf("end recorded at %v, not between the start %v and harness's return %v", at, before, after)
+		}
+	}
+}
+
+// A re-adjudication runs each validator under the same bounds as an
+// attempt does: its timeout_s ends one that never ends (a failing verdict,
+// killed by SIGTERM), and memory_mib is its RLIMIT_AS.
+func TestRevalidateBoundsValidators(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "environment.json"), []byte(`{"variables":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := protocols.Run{ID: "p1.saturation", Validators: []protocols.ValidatorSpec{
+		{Name: "hang", Command: protocols.CommandSpec{Shell: "exec sleep 1000"}, TimeoutS: 0.2},
+		{Name: "mem", Command: protocols.CommandSpec{Shell: `test "$(ulimit -v)" = 65536`}, MemoryMiB: 64},
+	}}
+	vs, err := runner.Revalidate(&launch.Launcher{Reaper: testReaper}, run, state.Attempt{RunID: run.ID, N: 1, Dir: dir}, dir, filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 2 || vs[0].Passed() || !strings.Contains(vs[0].Detail, "killed by signal SIGTERM") || !vs[1].Passed() {
+		t.Fatalf("verdicts %+v", vs)
+	}
+}
