@@ -3,7 +3,6 @@ package protocols
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -151,7 +150,7 @@ func checkExecutable(c *collector, pos Pos, field string, cmd CommandSpec, at fu
 	}
 	name := cmd.Argv[0]
 	if !strings.Contains(name, "/") {
-		if _, err := exec.LookPath(name); err != nil {
+		if !onPath(name) {
 			c.add(pos, field, "executable %q is not on PATH", name)
 		}
 		return
@@ -173,4 +172,20 @@ func missingWhy(err error) string {
 		return "does not exist"
 	}
 	return "cannot be read: " + err.Error()
+}
+
+// onPath says whether name is an executable regular file in a directory
+// of $PATH, as a shell would find it. (Searched here rather than with
+// os/exec, which the protocol package, pure, does not import.)
+func onPath(name string) bool {
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return true
+		}
+	}
+	return false
 }
