@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"warden/pkg/runner"
 	"warden/pkg/validate"
@@ -69,8 +70,8 @@ func usage(format string, a ...any) error {
 }
 
 func newValidateLayer1Cmd() *cobra.Command {
-	var stream, dir, sidecar, signals, output string
-	var tolMS, flushS float64
+	var stream, dir, output string
+	var acc layer1Accounting
 	cmd := &cobra.Command{
 		Use:   "layer1",
 		Short: "Check a Layer-1 JSONL stream and its sidecar by the A-P3-5 rule",
@@ -100,22 +101,17 @@ with --dir.` + validateExit,
 			if (stream == "") == (dir == "") {
 				return usage("layer1: give exactly one of --stream and --dir")
 			}
-			opts := validate.DefaultLayer1
-			opts.Tolerance = time.Duration(tolMS * float64(time.Millisecond))
-			opts.FlushInterval = time.Duration(flushS * float64(time.Second))
+			opts := acc.options()
 			if dir != "" {
-				return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Dir(dir, sidecar, signals, opts))
+				return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Dir(dir, acc.sidecar, acc.signals, opts))
 			}
-			return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Files(stream, sidecar, signals, opts))
+			return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Files(stream, acc.sidecar, acc.signals, opts))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&stream, "stream", "", "the Layer-1 JSONL stream")
 	f.StringVar(&dir, "dir", "", "a directory holding exactly one Layer-1 stream (*.jsonl)")
-	f.StringVar(&sidecar, "sidecar", "", "the sidecar (default <stream>.footer.json)")
-	f.StringVar(&signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+runner.EnvSignalsFile+")")
-	f.Float64Var(&tolMS, "tolerance-ms", 100, "timestamp/scheduling tolerance beyond the flush interval, reported apart")
-	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured flush interval the sidecar must declare (0: accept the sidecar's)")
+	acc.bind(f)
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
@@ -223,7 +219,7 @@ ctlq show prints the block of an attempt.` + validateExit,
 func newValidateWarmupCmd() *cobra.Command {
 	var output, dir, pattern string
 	var stabPatterns []string
-	var tolMS, flushS float64
+	var acc layer1Accounting
 	o := validate.WarmupOptions{MinCompletions: 32, Layer1: validate.DefaultLayer1}
 	cmd := &cobra.Command{
 		Use:   "warmup",
@@ -259,8 +255,7 @@ re-adjudication can run it on retained telemetry.` + validateExit,
 			if o.Stabilization && o.Layer1Dir == "" {
 				return usage("warmup: the stabilization test needs --layer1-dir")
 			}
-			o.Layer1.Tolerance = time.Duration(tolMS * float64(time.Millisecond))
-			o.Layer1.FlushInterval = time.Duration(flushS * float64(time.Second))
+			o.Sidecar, o.Signals, o.Layer1 = acc.sidecar, acc.signals, acc.options()
 			return printVerdict(cmd.OutOrStdout(), "warmup", output, validate.WarmupDir(dir, o))
 		},
 	}
@@ -271,10 +266,7 @@ re-adjudication can run it on retained telemetry.` + validateExit,
 	f.StringVar(&pattern, "pattern", "", "the run's pattern (e.g. ${PATTERN}); with --stabilization-patterns")
 	f.StringSliceVar(&stabPatterns, "stabilization-patterns", nil, "patterns whose runs get the OR branch (e.g. P10)")
 	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
-	f.StringVar(&o.Sidecar, "sidecar", "", "the Layer-1 sidecar (default <stream>.footer.json)")
-	f.StringVar(&o.Signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals (default $"+runner.EnvSignalsFile+")")
-	f.Float64Var(&tolMS, "tolerance-ms", 100, "Layer-1 timestamp/scheduling tolerance beyond the flush interval")
-	f.Float64Var(&flushS, "flush-interval-s", 0, "the configured Layer-1 flush interval (0: accept the sidecar's)")
+	acc.bind(f)
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
@@ -318,4 +310,25 @@ of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.` + vali
 	f.Float64Var(&o.RecoveryTol, "recovery-tolerance-s", o.RecoveryTol, "how far a recovery's length may be from --recovery-s")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
+}
+
+// layer1Accounting is the Layer-1 accounting check's inputs, the same
+// flags for validate layer1 and for warmup's stabilization branch.
+type layer1Accounting struct {
+	sidecar, signals string
+	tolMS, flushS    float64
+}
+
+func (a *layer1Accounting) bind(f *pflag.FlagSet) {
+	f.StringVar(&a.sidecar, "sidecar", "", "the Layer-1 sidecar (default <stream>.footer.json)")
+	f.StringVar(&a.signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+runner.EnvSignalsFile+")")
+	f.Float64Var(&a.tolMS, "tolerance-ms", 100, "Layer-1 timestamp/scheduling tolerance beyond the flush interval, reported apart")
+	f.Float64Var(&a.flushS, "flush-interval-s", 0, "the configured Layer-1 flush interval the sidecar must declare (0: accept the sidecar's)")
+}
+
+func (a layer1Accounting) options() validate.Layer1Options {
+	o := validate.DefaultLayer1
+	o.Tolerance = time.Duration(a.tolMS * float64(time.Millisecond))
+	o.FlushInterval = time.Duration(a.flushS * float64(time.Second))
+	return o
 }
