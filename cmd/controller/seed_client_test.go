@@ -2,69 +2,31 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"warden/pkg/state"
 )
 
-// loadgenProtocol is a campaign of one measured run whose client is
-// loadgen against the stand-in (with serverArgs), judged by the client
-// validator: what seed 002 says a run's client must show before the run
-// is complete.
+// loadgenProtocol is the end-to-end campaign of one measured run whose
+// client is loadgen against the stand-in (with serverArgs), judged by the
+// client validator: what seed 002 says a run's client must show before
+// the run is complete.
 func loadgenProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) string {
 	t.Helper()
-	ports := freePorts(t, 1)
-	y := fmt.Sprintf(`warden: 1
-name: loadgen-client
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0, reserve: nominal}
-vars: {STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 1, watchdog_s: 4}
-cleanup: {timeout_s: 10}
-servers:
-  - name: standin
-    kind: standin
-    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.1", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
-              --token-ms, "5" %s]
-    ready_timeout_s: 10
-    shutdown_grace_s: 2
-    group_grace_s: 1
-loads:
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: ["${LOADGEN}", run, --manifest, "${MANIFEST}", --base-url, "http://127.0.0.1:${PORT}", --model, standin,
+	return writeProtocol(t, scenario{
+		serverArgs: `, --token-ms, "5"` + serverArgs,
+		drainS:     "1", watchdogS: "4", retries: 1,
+		client: fmt.Sprintf(`[%q, run, --manifest, %q, --base-url, "http://127.0.0.1:${PORT}", --model, standin,
              --load-point, saturation, --request-rate, inf, --max-concurrency, "2", --ignore-eos,
              --warmup-seconds, "0.2", --clean-segment-seconds, "0.4", --num-clean-segments, "1",
              --profile-after-clean, --num-profile-windows, "1", --profile-hold-seconds, "0.05",
              --recovery-seconds, "0.1", --drain-timeout-seconds, "${DRAIN_ALLOWANCE_S}",
-             --result-dir, "${ATTEMPT_DIR}/client"]
-axes:
-  - name: pattern
-    values: [{id: p1, class: c}]
-phases:
-  - name: matrix
-    kind: primary
-    matrix: {pattern: p1}
-    loads: [saturation]
-retries: {infrastructure: 1}
-validators:
-  - name: client
+             --result-dir, "${ATTEMPT_DIR}/client"]`, loadgenBin, manifest),
+		validators: `  - name: client
     command: ["${CONTROLLER}", validate, client, --result-dir, "${ATTEMPT_DIR}/client", --segments, "1", --segment-seconds, "0.4", -o, json]
-`, standinBin, controllerBin, loadgenBin, manifest, ports[0], serverArgs)
-	path := filepath.Join(t.TempDir(), "loadgen-client.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`,
+	})
 }
 
 // TestLoadgenClientOutcomes: nothing passes that the seed forbids. A
