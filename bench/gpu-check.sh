@@ -11,10 +11,9 @@
 #                               validators on its artifacts
 #   bench/gpu-check.sh phase3   on the GPU machine: protocols/gpu-phase3.yaml
 #                               through the controller with NVML (4 runs)
-#   bench/gpu-check.sh broken   on the GPU machine: a broken variant of it (engine
-#                               steps padded to 150 ms and a 1 s window budget,
-#                               so no window completes) that profile-windows
-#                               must fail
+#   bench/gpu-check.sh broken   on the GPU machine: a broken variant of it (a 1 s
+#                               window budget for ten 400 ms steps, so no
+#                               window completes) that profile-windows must fail
 #   bench/gpu-check.sh smoke    on the GPU machine: protocols/gpu-smoke.yaml
 #                               (three stand-in runs through NVML), a foreign
 #                               process stopping preflight, NVML read costs
@@ -105,8 +104,8 @@ PY
 }
 
 # variant FILE NAME [broken]: the phase-3 protocol with an absolute
-# workdir (the copy lives outside protocols/), for the broken run with its
-# engine steps padded to 150 ms, one pattern, saturation only.
+# workdir (the copy lives outside protocols/), for the broken run with a
+# 1 s window budget, one pattern, saturation only.
 variant() {
   $PY - "$1" "$2" "${3:-}" <<'PY'
 import os, sys, yaml
@@ -114,12 +113,10 @@ dst, name, broken = sys.argv[1], sys.argv[2], sys.argv[3]
 p = yaml.safe_load(open("protocols/gpu-phase3.yaml"))
 p["name"], p["workdir"] = name, os.getcwd()
 if broken:
-    p["title"] = "gpu-phase3 with 150 ms engine steps and a 1 s window budget: the 2+8 window (1.5 s) cannot complete in it"
-    p["vars"]["MIN_STEP_MS"] = "150"
-    p["phases"][0]["matrix"]["pattern"] = ["P01s"]
+    p["title"] = "gpu-phase3 with a 1 s window budget: the 2+8 window (ten 400 ms steps) cannot complete in it"
+    p["phases"][0]["matrix"]["pattern"] = ["F2"]
     p["phases"][0]["loads"] = ["saturation"]
-    for l in p["loads"]:  # 64 streams, the engine's --max-num-seqs: a drain of one 64-step wave
-        l["client"] = [("64" if a == "256" else a) for a in l["client"]]
+    for l in p["loads"]:
         i = l["client"].index("--profile-window-budget-seconds")
         l["client"][i + 1] = "1"
 yaml.safe_dump(p, open(dst, "w"), sort_keys=False)
@@ -129,10 +126,12 @@ PY
 manifests() {
   local m=/tmp/warden-gpu-phase3/manifests
   mkdir -p $m
-  bin/loadgen materialize --id P01s --kind synthetic --input-uniform 128:512 --output-fixed 64 --prefix none \
-    --arrival steady --num-requests 30000 --workload-seed 20261201 --out $m/P01s.jsonl || exit 1
-  bin/loadgen materialize --id P07s --kind synthetic --input-fixed 1280 --output-fixed 128 --prefix none \
-    --arrival burst:8 --num-requests 12000 --workload-seed 20261201 --out $m/P07s.jsonl || exit 1
+  # fixed lengths, steady arrivals: at saturation every 2,048-token step is
+  # alike (protocols/gpu-phase3.yaml says why)
+  bin/loadgen materialize --id F2 --kind synthetic --input-fixed 1009 --output-fixed 16 --prefix none \
+    --arrival steady --num-requests 6000 --workload-seed 20261201 --out $m/F2.jsonl || exit 1
+  bin/loadgen materialize --id F4 --kind synthetic --input-fixed 497 --output-fixed 16 --prefix none \
+    --arrival steady --num-requests 12000 --workload-seed 20261201 --out $m/F4.jsonl || exit 1
 }
 
 # campaign PROTOCOL DIR TAG: run it in the foreground, then summarize.
@@ -182,6 +181,22 @@ for sd in sorted(glob.glob(d + "/runs/*/a*")):
     if l1:
         n = sum(1 for _ in open(l1[0]))
         print("  layer1 %s: %d lines, %d bytes" % (os.path.basename(l1[0]), n, os.path.getsize(l1[0])))
+        ms = {True: [], False: []}
+        for line in open(l1[0]):
+            try:
+                rec = json.loads(line)
+                ms[bool(rec["profiling"])].append((rec["complete_mono_ns"] - rec["submit_mono_ns"]) / 1e6)
+            except (ValueError, KeyError, TypeError):
+                pass  # the footer
+        for k, v in ms.items():
+            if v:
+                v.sort()
+                print("  layer1 %s steps: %d, model call + pad ms p50 %.1f max %.1f" % (
+                    "profiled" if k else "unprofiled", len(v), v[len(v) // 2], v[-1]))
+    for l in open(sd + "/gates.jsonl") if os.path.exists(sd + "/gates.jsonl") else []:
+        g = json.loads(l)
+        if g["gate"] == "validator:layer2":
+            print("  layer2 smd_max per window:", {k: v for k, v in (g.get("figures") or {}).items() if k.endswith("smd_max")})
     try:
         log = open(sd + "/server.out").read().splitlines()
         print("  server:", " | ".join(l for l in log if "model loaded" in l or "profiler stopped" in l or "layer1 closed" in l)[:900])
@@ -201,7 +216,7 @@ phase3() {
 broken() {
   local w=/tmp/warden-gpu-phase3
   rm -rf $w/runs/broken; mkdir -p $w/runs
-  [ -f $w/manifests/P01s.jsonl ] || manifests
+  [ -f $w/manifests/F2.jsonl ] || manifests
   variant $w/broken.yaml gpu-phase3-broken broken
   campaign $w/broken.yaml $w/runs/broken broken
 }

@@ -296,7 +296,9 @@ class Engine:
         self.running = []
         self.events = []
         self.step_index = 0
+        self.grid_end = None  # --min-step-ms: where the last padded step ended
         self.profiler = None
+        self.profiled_calls_ms = []
         self.stopping = False
         self.drain_deadline = None
         self.parent = os.getppid()
@@ -403,10 +405,10 @@ class Engine:
                 out = self.model.forward(tokens, sample_at)
         else:
             out = self.model.forward(tokens, sample_at)
+        if self.profiler is not None:  # the model call under the profiler, before any padding
+            self.profiled_calls_ms.append((time.monotonic_ns() - submit) / 1e6)
         if self.args.min_step_ms > 0:
-            left = submit + int(self.args.min_step_ms * 1e6) - time.monotonic_ns()
-            if left > 0:
-                time.sleep(left / 1e9)
+            self.pad(submit)
         for r, n in sched:
             r.computed = min(len(r.prompt), r.computed + n)
         for r, tok in zip(who, out):
@@ -424,6 +426,24 @@ class Engine:
             self.layer1.record(self.layer1_record(submit, complete, sched, deferred, npre, tpre, ndec, tdec,
                                                   chunked, profiling, chunks))
         self.step_index += 1
+
+    def pad(self, submit):
+        """--min-step-ms: a GPU-bound engine, whose step takes as long as
+        its device work. Back-to-back steps end on a fixed grid, one every
+        --min-step-ms, so the work after the model call (emitting tokens,
+        the Layer-1 record) does not lengthen the period; a step after an
+        idle wait, or one whose model call overran the grid, starts it
+        again."""
+        period = int(self.args.min_step_ms * 1e6)
+        end = submit + period
+        if self.grid_end is not None and submit - self.grid_end < period // 2:
+            end = self.grid_end + period
+        now = time.monotonic_ns()
+        if now >= end:
+            end = now
+        else:
+            time.sleep((end - now) / 1e9)
+        self.grid_end = end
 
     def emit(self, r, tok):
         if r.cancelled:
@@ -479,13 +499,16 @@ class Engine:
         if self.profiler is None:  # vLLM ignores a start while a window is open
             os.makedirs(self.prof_cfg["torch_profiler_dir"], exist_ok=True)
             self.profiler = StepProfiler(self.prof_cfg, self.model.device == "cuda")
+            self.profiled_calls_ms = []
             log("profiler started (step %d)" % self.step_index)
 
     def stop_profile(self):
         if self.profiler is not None:
             p, self.profiler = self.profiler, None  # a fresh profiler next time
             p.stop()
-            log("profiler stopped after %d steps (step %d)" % (p.steps, self.step_index))
+            calls = sorted(self.profiled_calls_ms)
+            log("profiler stopped after %d steps (step %d); model calls while it was open: p50 %.1f ms, max %.1f ms"
+                % (p.steps, self.step_index, calls[len(calls) // 2] if calls else 0, calls[-1] if calls else 0))
             return p.steps
         return 0
 
@@ -990,7 +1013,7 @@ def main():
     p.add_argument("--flush-interval-s", type=float, default=1.0)
     p.add_argument("--shutdown-timeout", type=float, default=0.0, help="seconds in-flight requests get after SIGTERM")
     p.add_argument("--idle-timeout-s", type=float, default=5.0, help="close a keep-alive connection idle this long")
-    p.add_argument("--min-step-ms", type=float, default=0.0, help="pad every engine step to at least this long (a slower GPU)")
+    p.add_argument("--min-step-ms", type=float, default=0.0, help="pad every engine step to this long, back-to-back steps on a fixed grid (a GPU-bound engine)")
     p.add_argument("--fake-step-ms", type=float, default=5.0)
     p.add_argument("--fake-token-us", type=float, default=2.0)
     p.add_argument("--engine-mib", type=int, default=4096)

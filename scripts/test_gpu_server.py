@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -349,6 +350,47 @@ class ProfilerTest(unittest.TestCase):
     def step_count(self):
         m = re.search(rb"^engine_steps_total (\d+)$", self.s.get("/metrics")[1], re.M)
         return int(m.group(1))
+
+
+class StepGridTest(unittest.TestCase):
+    """--min-step-ms with a clock the test moves: back-to-back steps end on
+    a grid one period apart whatever the work after the model call took; an
+    idle gap or an overrun starts the grid again."""
+
+    def test_back_to_back_steps_keep_the_grid(self):
+        sys.path.insert(0, os.path.dirname(SERVER))
+        import gpu_server
+        clock = {"now": 0}
+        slept = []
+
+        def sleep(s):
+            slept.append(s)
+            clock["now"] += int(round(s * 1e9))
+
+        eng = types.SimpleNamespace(args=types.SimpleNamespace(min_step_ms=400.0), grid_end=None)
+        ms = 1000000
+        saved = (gpu_server.time.monotonic_ns, gpu_server.time.sleep)
+        gpu_server.time.monotonic_ns, gpu_server.time.sleep = (lambda: clock["now"]), sleep
+        try:
+            ends = []
+            for work_ms, after_ms in ((10, 3), (12, 5), (9, 1), (700, 2), (8, 0)):
+                submit = clock["now"]
+                clock["now"] += work_ms * ms  # the model call
+                gpu_server.Engine.pad(eng, submit)
+                ends.append(clock["now"] // ms)
+                clock["now"] += after_ms * ms  # tokens out, the Layer-1 record
+            clock["now"] += 5000 * ms  # idle: no request in flight
+            submit = clock["now"]
+            clock["now"] += 10 * ms
+            gpu_server.Engine.pad(eng, submit)
+            ends.append(clock["now"] // ms)
+        finally:
+            gpu_server.time.monotonic_ns, gpu_server.time.sleep = saved
+        # 400, 800, 1200 on the grid though 3-5 ms went by after each; the
+        # 700 ms step overran (ends when its call did: 1201 + 700), the next
+        # one is on the new grid, and after the idle gap a grid starts at
+        # that step's own start
+        self.assertEqual(ends, [400, 800, 1200, 1901, 2301, 2301 + 5000 + 400])
 
 
 if __name__ == "__main__":
