@@ -11,7 +11,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/state"
-	"warden/pkg/views"
+	"warden/pkg/views/watch"
 )
 
 func newWatchCmd(o *options) *cobra.Command {
@@ -46,7 +46,7 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 	}
 	src.close()
 	plan, _ := campaignfs.ReadPlan(src.dir)
-	w := views.NewWatcher(src.dir, plan, func() (views.Source, error) {
+	w := watch.NewWatcher(src.dir, plan, func() (watch.Source, error) {
 		s, err := o.open()
 		if err != nil {
 			return nil, err
@@ -54,7 +54,7 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 		return watchSource{s}, nil
 	})
 	out := cmd.OutOrStdout()
-	var sn views.Snapshot
+	var sn watch.Snapshot
 	if f, ok := out.(*os.File); ok && isTerminal(f) {
 		sn, err = w.Full(f, interval)
 	} else {

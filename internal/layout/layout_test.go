@@ -67,6 +67,14 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/slurm", forbidden: []string{"os/exec", "warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner"}, why: "the Slurm package builds command lines and reads Slurm's answers; the caller's launcher and reaper run the commands"},
 		{pkg: "warden/pkg/campaignfs", direct: true, forbidden: []string{"warden/", "os/exec"}, except: []string{"warden/pkg/state", "warden/protocols", "warden/pkg/atomicfile", "warden/pkg/safefile"},
 			why: "the campaign directory's layout is a leaf: every part that reads the directory imports it, so it imports only the store, the protocol package and the file helpers"},
+		{pkg: "warden/pkg/report", forbidden: []string{"warden/pkg/runner", "warden/pkg/launch", "os/exec", "warden/cmd/", "github.com/spf13/cobra"},
+			why: "the report reads the query API and the campaign's files: it runs nothing and knows no command"},
+		{pkg: "warden/pkg/views", forbidden: []string{"warden/pkg/runner", "warden/pkg/launch", "os/exec", "warden/cmd/", "github.com/spf13/cobra"},
+			why: "the text views print what the query API answers: they run nothing and know no command"},
+		{pkg: "warden/pkg/views/watch", forbidden: []string{"warden/pkg/runner", "warden/pkg/launch", "warden/cmd/", "github.com/spf13/cobra"},
+			why: "the live view polls the query API: it runs nothing and knows no command"},
+		{pkg: "warden/pkg/views/watch", direct: true, forbidden: []string{"os/exec"},
+			why: "the live view starts no process (its terminal library, Lip Gloss, imports os/exec, so the rule is on its own imports)"},
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/pkg/gates"}, why: "GPU backends report what they read; the gates judge it, not the other way round"},
 	}
 	for _, r := range rules {

@@ -99,3 +99,16 @@ func slurmWhere(s *state.SlurmStep) string {
 	}
 	return fmt.Sprintf(" (Slurm job %s.%s on node %s, GPUs %s)", s.JobID, orDash(s.StepID), orDash(s.Node), orDash(s.StepGPUs))
 }
+
+// FmtDur is a duration of s seconds as the views write it: 45s, 3m05s,
+// 2h07m.
+func FmtDur(s float64) string {
+	d := time.Duration(s) * time.Second
+	if d >= time.Hour {
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	if d >= time.Minute {
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%ds", int(d.Seconds()))
+}

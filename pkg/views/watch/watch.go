@@ -1,4 +1,9 @@
-package views
+// Package watch is ctlq watch: a live view of a campaign, polled through a
+// Source the caller opens for each look (the controller's socket or the
+// database), drawn as one plain line per change or, on a terminal, full
+// screen with Bubble Tea and Lip Gloss. The caller maps the last Snapshot
+// to an exit status.
+package watch
 
 import (
 	"context"
@@ -17,6 +22,7 @@ import (
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/state"
+	"warden/pkg/views"
 	"warden/protocols"
 )
 
@@ -259,7 +265,7 @@ func plainLine(sn Snapshot) string {
 	fmt.Fprintf(&b, "; runs %d/%d done, measured %d/%d; budget %.3f charged + %.3f reserved of %.3f",
 		sn.done, st.Runs.Total, sn.measured[0], sn.measured[1], st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.CapGPUHours)
 	if st.Campaign.State == string(state.CampaignRunning) && !sn.Ended {
-		fmt.Fprintf(&b, "; eta %s", FmtDur(sn.etaS))
+		fmt.Fprintf(&b, "; eta %s", views.FmtDur(sn.etaS))
 	}
 	for _, l := range sn.lanes {
 		if l.cur != nil {
@@ -270,17 +276,6 @@ func plainLine(sn Snapshot) string {
 		b.WriteString("; controller not running")
 	}
 	return b.String()
-}
-
-func FmtDur(s float64) string {
-	d := time.Duration(s) * time.Second
-	if d >= time.Hour {
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	if d >= time.Minute {
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	}
-	return fmt.Sprintf("%ds", int(d.Seconds()))
 }
 
 // Full-screen view, drawn with Bubble Tea and Lip Gloss.
@@ -415,7 +410,7 @@ func render(sn Snapshot, width int) string {
 	if c.StopReason != "" {
 		fmt.Fprintf(&b, "stop reason %s: %s\n", c.StopReason, c.StopDetail)
 	}
-	fmt.Fprintf(&b, "controller %s\n\n", Liveness(st.Controller))
+	fmt.Fprintf(&b, "controller %s\n\n", views.Liveness(st.Controller))
 
 	fmt.Fprintf(&b, "runs      %s %d/%d done\n", bar(barW, float64(max(1, st.Runs.Total)), barPart{float64(sn.done), "█", styDone}), sn.done, st.Runs.Total)
 	fmt.Fprintf(&b, "measured  %s %d/%d done\n", bar(barW, float64(max(1, sn.measured[1])), barPart{float64(sn.measured[0]), "█", styDone}), sn.measured[0], sn.measured[1])
@@ -431,7 +426,7 @@ func render(sn Snapshot, width int) string {
 	fmt.Fprintf(&b, "          %s charged %.3f  %s in flight %.3f  %s reserved %.3f  cap %.3f\n",
 		styCharged.Render("█"), bu.ConsumedGPUHours, styInFlight.Render("▓"), sn.inFlight, styReserved.Render("░"), bu.ReservedGPUHours, bu.CapGPUHours)
 	if c.State == string(state.CampaignRunning) && !sn.Ended {
-		fmt.Fprintf(&b, "eta       %s (expected durations x %.2f, the pace so far)\n", FmtDur(sn.etaS), sn.ratio)
+		fmt.Fprintf(&b, "eta       %s (expected durations x %.2f, the pace so far)\n", views.FmtDur(sn.etaS), sn.ratio)
 	}
 
 	var lanes strings.Builder
@@ -448,7 +443,7 @@ func render(sn Snapshot, width int) string {
 			fmt.Fprintf(&lanes, "%-*s  %s\n", slotW, l.slot, styDim.Render("idle"))
 			continue
 		}
-		fmt.Fprintf(&lanes, "%-*s  %-*s  %-10s %6s", slotW, l.slot, runW, l.cur.Run+" a"+strconv.Itoa(l.cur.Attempt), l.cur.State, FmtDur(l.cur.InStateS))
+		fmt.Fprintf(&lanes, "%-*s  %-*s  %-10s %6s", slotW, l.slot, runW, l.cur.Run+" a"+strconv.Itoa(l.cur.Attempt), l.cur.State, views.FmtDur(l.cur.InStateS))
 		for _, g := range l.gpus {
 			fmt.Fprintf(&lanes, "  GPU%d", g.Index)
 			if g.MemoryUsedMiB != nil {
@@ -465,7 +460,7 @@ func render(sn Snapshot, width int) string {
 	var evs strings.Builder
 	fmt.Fprintln(&evs, styTitle.Render("last events"))
 	for _, e := range sn.events {
-		PrintEvent(&evs, e)
+		views.PrintEvent(&evs, e)
 	}
 	b.WriteString(styBox.Render(strings.TrimRight(evs.String(), "\n")) + "\n")
 	if sn.Ended {
