@@ -62,6 +62,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/loadgen", forbidden: []string{"warden/cmd/", "github.com/spf13/cobra", "warden/pkg/state", "warden/pkg/launch"}, why: "the load client library holds no CLI and no controller internals"},
 		{pkg: "warden/cmd/ctlq", forbidden: []string{"warden/pkg/launch", "github.com/NVIDIA/go-nvml", "warden/cmd/controller"}, why: "the query tool talks to the controller only through the API"},
 		{pkg: "warden/cmd/ctlq", forbidden: []string{"warden/pkg/runner"}, why: "the query tool reads the controller through the API; it never runs attempts"},
+		{pkg: "warden/cmd/ctlq", direct: true, forbidden: []string{"os/exec"}, why: "the query tool starts no process (its live view's terminal library imports os/exec, so the rule is on its own imports)"},
 		{pkg: "warden/pkg/runner", forbidden: []string{"warden/cmd/", "github.com/spf13/cobra", "github.com/spf13/pflag"}, why: "the runner is a library that mains wire: it knows no command and no CLI library"},
 		{pkg: "warden/pkg/validate", forbidden: []string{"warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner", "go.etcd.io/bbolt", "os/exec"}, why: "validators read artifacts: they start no process and touch no database"},
 		{pkg: "warden/pkg/slurm", forbidden: []string{"os/exec", "warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner"}, why: "the Slurm package builds command lines and reads Slurm's answers; the caller's launcher and reaper run the commands"},
