@@ -5,7 +5,8 @@
 // belongs to its directory. It also opens a campaign for what is done to
 // it: its controller takes it (Lock, Open) and the GPU backend its
 // settings name; amend and readjudicate work on it while no controller
-// runs; stop and resume read what its records say once none does.
+// runs; stop and resume read what its records say once none does. The
+// directory's layout (its file names and paths) is campaignfs's.
 package campaigndir
 
 import (
