@@ -72,11 +72,7 @@ func Privacy(dir string, plan *protocols.Plan) (*gates.PrivateIndex, error) {
 			paths = append(paths, e.Path)
 		}
 	}
-	minLeak := protocols.DefaultMinLeakBytes
-	if plan != nil && plan.PrivacyMinLeakBytes > 0 {
-		minLeak = plan.PrivacyMinLeakBytes
-	}
-	x, err := gates.IndexPrivate(paths, minLeak)
+	x, err := gates.IndexPrivate(paths, views.MinLeakOf(plan))
 	if err != nil {
 		return nil, fmt.Errorf("the report is not written: its privacy check cannot read the private inputs: %w", err)
 	}
