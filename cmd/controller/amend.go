@@ -13,6 +13,7 @@ import (
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/protocols"
 )
@@ -37,9 +38,9 @@ func refusal(err error) error {
 
 // noController refuses while a controller holds the campaign.
 func noController(dir string) error {
-	if lockfile.Held(filepath.Join(dir, api.LockFile)) {
+	if lockfile.Held(campaignfs.Lock(dir)) {
 		return &exitError{1, fmt.Errorf("controller pid %d runs campaign %s: stop it first (controller stop -d %s), then amend and resume",
-			lockfile.Owner(filepath.Join(dir, api.LockFile)), dir, dir)}
+			lockfile.Owner(campaignfs.Lock(dir)), dir, dir)}
 	}
 	return nil
 }
@@ -79,7 +80,7 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 			}
 			req := amend.Request{Protocol: newPath, ID: id, Reason: reason, Readjudicate: readjudicate, Yes: yes, UID: os.Getuid()}
 			var res amend.Result
-			if lockfile.Held(filepath.Join(abs, api.LockFile)) {
+			if lockfile.Held(campaignfs.Lock(abs)) {
 				// the running controller takes it at its next decision
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				err := api.NewClient(abs, 5*time.Minute).Amend(ctx, api.AmendRequest(req), &res)
@@ -179,7 +180,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 				return err
 			}
 			var fr amend.Frozen
-			lock := filepath.Join(abs, api.LockFile)
+			lock := campaignfs.Lock(abs)
 			if lockfile.Held(lock) {
 				// the running controller ends its runs, then freezes
 				pid := lockfile.Owner(lock)
@@ -190,7 +191,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 					return &exitError{1, fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
 				}
 				if !lockfile.Wait(lock, timeout, 0, nil) {
-					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
+					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
 				}
 				fr, err = amend.ReadFrozen(abs, id)
 			} else {

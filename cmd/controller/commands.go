@@ -14,11 +14,11 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/campaignfs"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
 	"warden/pkg/runner"
-	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -214,7 +214,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if err != nil {
 		return &exitError{2, err}
 	}
-	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+	if !lockfile.Held(campaignfs.Lock(abs)) {
 		// every page verified before anything is claimed or recorded; the
 		// daemon's own open verifies again under the campaign's lock
 		if err := campaigndir.CheckDatabase(abs); err != nil {
@@ -235,11 +235,11 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 		}
 		return &exitError{1, err}
 	}
-	if !foreground && lockfile.Held(filepath.Join(abs, api.LockFile)) {
-		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(filepath.Join(abs, api.LockFile)), abs)}
+	if !foreground && lockfile.Held(campaignfs.Lock(abs)) {
+		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
 	}
 	var awaiting []runner.Awaiting
-	if !lockfile.Held(filepath.Join(abs, api.LockFile)) {
+	if !lockfile.Held(campaignfs.Lock(abs)) {
 		if awaiting, err = awaitingAmendment(abs); err != nil {
 			return &exitError{1, err}
 		}
@@ -250,7 +250,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 // awaitingAmendment reads, before a resume, the runs that wait for an
 // amendment (runner.AwaitingAmendment).
 func awaitingAmendment(dir string) ([]runner.Awaiting, error) {
-	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("resume: read the campaign's runs: %w", err)
 	}
@@ -303,7 +303,7 @@ func detach(dir string, mo metricsOptions) (int, error) {
 		return 0, err
 	}
 	defer r.Close()
-	logf, err := os.OpenFile(filepath.Join(dir, api.LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		w.Close()
 		return 0, err
@@ -338,9 +338,9 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	case errors.As(err, &nr):
 		return 0, &exitError{1, errors.New(nr.Reason)}
 	case errors.Is(err, launch.ErrReadyTimeout):
-		return 0, &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, filepath.Join(dir, api.LogFile))}
+		return 0, &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, campaignfs.Log(dir))}
 	case err != nil:
-		return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, filepath.Join(dir, api.LogFile))}
+		return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, campaignfs.Log(dir))}
 	case reported == 0:
 		return pid, nil
 	}
@@ -406,12 +406,12 @@ left live (it died, before or during the stop): resume reclaims them.`,
 			if err != nil {
 				return &exitError{2, err}
 			}
-			if _, err := os.Stat(filepath.Join(abs, api.StateFile)); err != nil {
-				return &exitError{2, fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, api.StateFile)}
+			if _, err := os.Stat(campaignfs.State(abs)); err != nil {
+				return &exitError{2, fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, campaignfs.StateFile)}
 			}
 			human := output != "json"
 			out := cmd.OutOrStdout()
-			lock := filepath.Join(abs, api.LockFile)
+			lock := campaignfs.Lock(abs)
 			if !lockfile.Held(lock) {
 				return afterStop(cmd, abs, 0, human)
 			}
@@ -434,7 +434,7 @@ left live (it died, before or during the stop): resume reclaims them.`,
 				fmt.Fprintln(out)
 			}
 			if !exited {
-				return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, filepath.Join(abs, api.LogFile))}
+				return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
 			}
 			return afterStop(cmd, abs, pid, human)
 		},

@@ -21,6 +21,7 @@ import (
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
+	"warden/pkg/campaignfs"
 	"warden/pkg/connlimit"
 	"warden/pkg/launch"
 	"warden/pkg/metrics"
@@ -71,7 +72,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	defer lock.Release()
 
-	logFile, err := os.OpenFile(filepath.Join(dir, api.LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logFile, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"warden/pkg/campaignfs"
 	"warden/pkg/runner"
 	"warden/pkg/validate"
 )
@@ -197,7 +197,7 @@ ctlq show prints the block of an attempt.` + validateExit,
 				if o := os.Getenv(runner.EnvSanityOut); o != "" {
 					out = o // a re-adjudication: not into the ended attempt
 				} else if d := os.Getenv("WARDEN_ATTEMPT_DIR"); d != "" {
-					out = filepath.Join(d, "sanity.json")
+					out = campaignfs.Sanity(d)
 				}
 			}
 			if base == "" && len(inputs) > 0 {

@@ -11,19 +11,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"warden/internal/mancmd"
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/outcome"
 	"warden/pkg/state"
+	"warden/pkg/views"
 )
 
 // Exit codes of ctlq status.
@@ -148,11 +147,11 @@ func (o *options) open() (*source, error) {
 		return nil, &exitError{exitOther, fmt.Errorf("unknown output %q (table or json)", o.output)}
 	}
 	dir, _ := filepath.Abs(o.dir)
-	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
+	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
 		return nil, &exitError{exitOther, campaignDirError(dir, err)}
 	}
 	s := &source{dir: dir, client: api.NewClient(dir, 5*time.Second)}
-	if _, err := os.Stat(filepath.Join(dir, api.SocketFile)); err == nil {
+	if _, err := os.Stat(campaignfs.Socket(dir)); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := s.client.Status(ctx)
 		cancel()
@@ -160,15 +159,15 @@ func (o *options) open() (*source, error) {
 			return s, nil
 		}
 	}
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 500*time.Millisecond)
+	st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
 	if err != nil {
 		if errors.Is(err, state.ErrLocked) {
-			lock := filepath.Join(dir, api.LockFile)
-			return nil, &exitError{exitOther, fmt.Errorf("controller pid %d holds %s but does not answer on %s", lockfile.Owner(lock), dir, api.SocketFile)}
+			lock := campaignfs.Lock(dir)
+			return nil, &exitError{exitOther, fmt.Errorf("controller pid %d holds %s but does not answer on %s", lockfile.Owner(lock), dir, campaignfs.SocketFile)}
 		}
 		if errors.Is(err, state.ErrCorrupt) {
 			return nil, &exitError{exitDamaged, fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
-				filepath.Join(dir, api.StateFile), err)}
+				campaignfs.State(dir), err)}
 		}
 		return nil, &exitError{exitOther, err}
 	}
@@ -182,7 +181,7 @@ func (o *options) open() (*source, error) {
 // denied, and says so.
 func campaignDirError(dir string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s is not a campaign directory (no %s)", dir, api.StateFile)
+		return fmt.Errorf("%s is not a campaign directory (no %s)", dir, campaignfs.StateFile)
 	}
 	return fmt.Errorf("cannot read campaign directory %s: %w", dir, err)
 }
@@ -199,7 +198,7 @@ func (s *source) status() (api.Status, error) {
 		defer cancel()
 		return s.client.Status(ctx)
 	}
-	ctl := api.Controller{Alive: lockfile.Held(filepath.Join(s.dir, api.LockFile))}
+	ctl := api.Controller{Alive: lockfile.Held(campaignfs.Lock(s.dir))}
 	st, err := api.BuildStatus(s.store, s.dir, ctl, time.Now())
 	st.Source = "database"
 	return st, err
@@ -246,8 +245,8 @@ func newStatusCmd(o *options) *cobra.Command {
 			if o.output == "json" {
 				writeJSON(cmd.OutOrStdout(), doc)
 			} else {
-				printStatus(cmd.OutOrStdout(), st)
-				printAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
+				views.PrintStatus(cmd.OutOrStdout(), st)
+				views.PrintAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
 				if doc.Hint != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
 				}
@@ -279,16 +278,7 @@ func crashHint(exit error, dir string) string {
 	if !errors.As(exit, &ee) || ee.code != exitControllerX {
 		return ""
 	}
-	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + shellQuote(dir)
-}
-
-func printAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
-	if aw == nil {
-		return
-	}
-	for _, a := range *aw {
-		fmt.Fprintf(w, "awaiting   %s: attempt %d failed (%s); no further attempt without an amendment\n", a.Run, a.Attempt, a.Reason)
-	}
+	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
 }
 
 func statusExit(st api.Status) error {
@@ -309,55 +299,6 @@ func statusExit(st api.Status) error {
 		return nil
 	}
 	return &exitError{exitOther, nil}
-}
-
-// backendLine says what the campaign's GPUs are; fake ones loudly.
-func backendLine(backend string, fake bool) string {
-	switch {
-	case fake:
-		return "FAKE (file-backed GPUs: no figure of this campaign is a GPU's)"
-	case backend == "nvml":
-		return "NVML"
-	}
-	return backend + " (not recorded: a campaign from before the record named its backend)"
-}
-
-func printStatus(w io.Writer, st api.Status) {
-	c := st.Campaign
-	fmt.Fprintf(w, "campaign   %s (protocol %s, sha256 %.12s)\n", c.ID, c.Protocol, c.SHA256)
-	fmt.Fprintf(w, "state      %s", c.State)
-	if c.StopReason != "" {
-		fmt.Fprintf(w, " (%s: %s)", c.StopReason, c.StopDetail)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "controller %s (via %s)\n", liveness(st.Controller), st.Source)
-	fmt.Fprintf(w, "gpus       %s\n", backendLine(c.GPUBackend, c.FakeGPUs))
-	for _, a := range st.Amendments {
-		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
-	}
-	var states []string
-	for k := range st.Runs.ByState {
-		states = append(states, k)
-	}
-	sort.Strings(states)
-	var parts []string
-	for _, k := range states {
-		parts = append(parts, fmt.Sprintf("%s %d", k, st.Runs.ByState[k]))
-	}
-	fmt.Fprintf(w, "runs       %d: %s\n", st.Runs.Total, strings.Join(parts, ", "))
-	unit := st.Budget.Unit
-	if unit == "" {
-		unit = "GPU-hours"
-	}
-	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f (charged %.3f + in flight %.3f), reserved %.3f, remaining %.3f %s\n",
-		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours+st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours, st.Budget.InFlightGPUHours,
-		st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
-	for _, cur := range st.Current {
-		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s%s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot, slurmWhere(cur.Slurm))
-	}
-	if st.ETAS != nil && c.State == string(state.CampaignRunning) && st.Controller.Alive {
-		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
-	}
 }
 
 func newRunsCmd(o *options) *cobra.Command {
@@ -386,20 +327,7 @@ func newRunsCmd(o *options) *cobra.Command {
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), api.Runs{Schema: api.Schema, Runs: runs})
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tPHASE\tKIND\tSTATE\tATTEMPTS")
-			for _, r := range runs {
-				var as []string
-				for _, a := range r.Attempts {
-					s := fmt.Sprintf("a%d %s", a.N, a.State)
-					if a.Reason != "" {
-						s += " (" + a.Reason + ")"
-					}
-					as = append(as, s)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Phase, r.Kind, r.State, strings.Join(as, ", "))
-			}
-			return tw.Flush()
+			return views.PrintRuns(cmd.OutOrStdout(), runs)
 		},
 	}
 	cmd.Flags().StringVar(&filter, "state", "", "only runs in this state (pending, running, complete, quarantined, failed)")
@@ -441,237 +369,16 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 			if err != nil {
 				return &exitError{exitOther, err}
 			}
-			plan, _ := api.ReadPlan(src.dir)
-			tails := stderrTails(d, newStderrGuard(src.dir, minLeakOf(plan)))
+			plan, _ := campaignfs.ReadPlan(src.dir)
+			tails := views.StderrTails(d, views.NewStderrGuard(src.dir, views.MinLeakOf(plan)))
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), runWithSanity{RunDetail: d, Sanity: sanityBlocks(d), StderrTails: tails})
+				return writeJSON(cmd.OutOrStdout(), views.RunWithSanity{RunDetail: d, Sanity: views.SanityBlocks(d), StderrTails: tails})
 			}
-			printRun(cmd.OutOrStdout(), d)
-			printStderrTails(cmd.OutOrStdout(), tails)
+			views.PrintRun(cmd.OutOrStdout(), d)
+			views.PrintStderrTails(cmd.OutOrStdout(), tails)
 			return nil
 		},
 	}
-}
-
-func printRun(w io.Writer, d api.RunDetail) {
-	r := d.Run
-	fmt.Fprintf(w, "run %s (%s, phase %s, cell %s, load %s): %s\n", r.ID, r.Kind, r.Phase, r.Cell, r.Load, d.State)
-	fmt.Fprintf(w, "gpus %s\n", backendLine(d.GPUBackend, d.FakeGPUs))
-	if len(r.Needs) > 0 {
-		fmt.Fprintf(w, "needs %s\n", strings.Join(r.Needs, ", "))
-	}
-	for _, a := range d.Attempts {
-		fmt.Fprintf(w, "\nattempt %d: %s", a.N, a.State)
-		if a.Reason != "" {
-			fmt.Fprintf(w, " (%s)", a.Reason)
-		}
-		if rj := a.Readjudicated; rj != nil {
-			fmt.Fprintf(w, "\n  re-adjudicated under amendment %s: %s", rj.Amendment, rj.State)
-			if rj.Reason != "" {
-				fmt.Fprintf(w, " (%s)", rj.Reason)
-			}
-			fmt.Fprintf(w, ": %s; recorded verdict %s kept", rj.Detail, a.State)
-		}
-		fmt.Fprintf(w, "\n  dir   %s\n", a.Dir)
-		fmt.Fprintf(w, "  slot  %s, GPUs %s, CPUs %s, port %s\n", orDash(a.Slot), joinInts(a.GPUIDs), orDash(a.CPUs), portText(a.Port))
-		if s := a.Slurm; s != nil {
-			fmt.Fprintf(w, "  slurm job %s (%s), step %s, node %s, SLURM_STEP_GPUS %s, GPU UUIDs %s, CPUs %s\n",
-				orDash(s.JobID), s.JobName, orDash(s.StepID), orDash(s.Node), orDash(s.StepGPUs), orDash(strings.Join(s.GPUUUIDs, ",")), orDash(s.CPUs))
-			if !s.Start.IsZero() {
-				fmt.Fprintf(w, "  slurm accounting: started %s, ended %s\n", s.Start.Local().Format(time.RFC3339), s.End.Local().Format(time.RFC3339))
-			}
-		}
-		if len(a.Amendments) > 0 {
-			fmt.Fprintf(w, "  ran under protocol %.12s and amendments %s\n", a.ProtocolSHA256, strings.Join(a.Amendments, ", "))
-		}
-
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TIME\tFROM\tTO\tREASON\tMESSAGE")
-		for _, e := range d.Events {
-			if e.Run == a.RunID && e.Attempt == a.N {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Wall.Local().Format("15:04:05.000"), orDash(e.From), e.To, orDash(e.Reason), e.Message)
-			}
-		}
-		tw.Flush()
-		if len(a.Procs) > 0 {
-			fmt.Fprintln(w, "  processes")
-			for _, p := range a.Procs {
-				contained := "cgroup " + p.Cgroup
-				switch {
-				case p.Cgroup == "" && a.Slurm != nil:
-					contained = "process group, in Slurm's step " + orDash(a.Slurm.JobID) + "." + orDash(a.Slurm.StepID)
-				case p.Cgroup == "":
-					contained = "NOT in a cgroup: process group only"
-				}
-				fmt.Fprintf(w, "    %s pid %d (start %d, pgid %d, %s): %s\n", p.Role, p.PID, p.StartTime, p.PGID, contained, shellJoin(p.Argv))
-			}
-		}
-		// exits and signals, in the order they happened
-		type happening struct {
-			at   time.Time
-			what string
-		}
-		var hs []happening
-		for _, x := range a.Exits {
-			how := fmt.Sprintf("exit code %d", x.Code)
-			if x.Signal != "" {
-				how = "killed by " + x.Signal
-			}
-			hs = append(hs, happening{x.At, fmt.Sprintf("%s pid %d %s", x.Role, x.PID, how)})
-		}
-		for _, s := range a.Signals {
-			hs = append(hs, happening{s.At, fmt.Sprintf("%s to %s %d (%s)", s.Signal, s.Target, s.PID, s.Role)})
-		}
-		sort.SliceStable(hs, func(i, j int) bool { return hs[i].at.Before(hs[j].at) })
-		for _, h := range hs {
-			fmt.Fprintf(w, "  %s  %s\n", h.at.Local().Format("15:04:05.000"), h.what)
-		}
-		var gates []state.GateVerdict
-		for _, g := range d.Gates {
-			if g.Attempt == a.N {
-				gates = append(gates, g)
-			}
-		}
-		if len(gates) > 0 {
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  GATE\tVERDICT\tDETAIL\tFIGURES")
-			for _, g := range gates {
-				verdict, detail := gateText(g)
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", g.Gate, verdict, orDash(detail), figuresText(g.Figures))
-			}
-			tw.Flush()
-		}
-	}
-	var runGates []state.GateVerdict
-	for _, g := range d.Gates {
-		if g.Attempt == 0 {
-			runGates = append(runGates, g)
-		}
-	}
-	if len(runGates) > 0 {
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "GATE\tVERDICT\tDETAIL\tFIGURES")
-		for _, g := range runGates {
-			verdict, detail := gateText(g)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Gate, verdict, orDash(detail), figuresText(g.Figures))
-		}
-		tw.Flush()
-	}
-	for _, g := range d.Gates {
-		if strings.HasPrefix(g.Gate, "validator:") {
-			printWindows(w, g.Attempt, g)
-		}
-	}
-	blocks := sanityBlocks(d)
-	for _, a := range d.Attempts {
-		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
-			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, filepath.Join(a.Dir, "sanity.json"))
-			printSanity(w, raw)
-		}
-	}
-}
-
-// gateText is how a verdict reads to an operator. The cpu-local gate
-// errs when the GPU backend reports no CPU affinity for a GPU (the fake
-// backend never does): that is a check that could not be made, not a
-// fault, so it reads "n/a". The verdict itself stays an error in the
-// records and in -o json; only its presentation differs. A cpu-local
-// verdict that judged some GPU has a gpuN_nonlocal_cpus figure.
-func gateText(g state.GateVerdict) (verdict, detail string) {
-	if g.Gate == "cpu-local" && g.Verdict == state.VerdictError && g.Figures["slot_cpus"] > 0 {
-		judged := false
-		for k := range g.Figures {
-			if strings.HasPrefix(k, "gpu") && strings.HasSuffix(k, "_nonlocal_cpus") {
-				judged = true
-			}
-		}
-		if !judged {
-			return "n/a", "not judged: no CPU affinity from the GPU backend"
-		}
-	}
-	return g.Verdict, g.Detail
-}
-
-// figuresText writes figures as sorted name=value pairs.
-func figuresText(f map[string]float64) string {
-	keys := make([]string, 0, len(f))
-	for k := range f {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + strconv.FormatFloat(f[k], 'g', 6, 64)
-	}
-	return strings.Join(parts, " ")
-}
-
-// shellJoin quotes argv so that a POSIX shell reads it back as the same
-// words.
-func shellJoin(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		out[i] = shellQuote(a)
-	}
-	return strings.Join(out, " ")
-}
-
-func shellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	safe := true
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("@%+=:,./_-", c)) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func portText(p int) string {
-	if p == 0 {
-		return "-"
-	}
-	return strconv.Itoa(p)
-}
-
-func joinInts(xs []int) string {
-	if len(xs) == 0 {
-		return "-"
-	}
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.Itoa(x)
-	}
-	return strings.Join(parts, ",")
-}
-
-// liveness is the controller's line of ctlq status.
-func liveness(c api.Controller) string {
-	hb := "no heartbeat yet"
-	if !c.Heartbeat.IsZero() {
-		hb = fmt.Sprintf("heartbeat %.1f s ago (every %.0f s)", c.HeartbeatAgeS, c.HeartbeatIntervalS)
-	}
-	switch {
-	case c.Healthy:
-		return fmt.Sprintf("pid %d, healthy: %s", c.PID, hb)
-	case c.Alive:
-		return fmt.Sprintf("pid %d, alive but its heartbeat is late: %s", c.PID, hb)
-	}
-	return fmt.Sprintf("pid %d, not running: last %s", c.PID, hb)
 }
 
 func newEventsCmd(o *options) *cobra.Command {
@@ -722,7 +429,7 @@ so that -f can stream them.`,
 					if o.output == "json" {
 						json.NewEncoder(w).Encode(api.EventLine{Schema: api.Schema, Event: e})
 					} else {
-						printEvent(w, e)
+						views.PrintEvent(w, e)
 					}
 					after = e.Seq
 				}
@@ -749,24 +456,6 @@ so that -f can stream them.`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until the controller exits")
 	cmd.Flags().Uint64Var(&after, "after", 0, "start after this event number")
 	return cmd
-}
-
-func printEvent(w io.Writer, e state.Event) {
-	what := e.Run
-	if e.Attempt > 0 {
-		what = fmt.Sprintf("%s a%d", e.Run, e.Attempt)
-	}
-	if what == "" {
-		what = "campaign"
-	}
-	fmt.Fprintf(w, "%6d %s %-28s %s -> %s", e.Seq, e.Wall.Local().Format("15:04:05"), what, e.From, e.To)
-	if e.Reason != "" {
-		fmt.Fprintf(w, " [%s]", e.Reason)
-	}
-	if e.Message != "" {
-		fmt.Fprintf(w, " %s", e.Message)
-	}
-	fmt.Fprintln(w)
 }
 
 // runStates are the run states --state takes.
@@ -800,16 +489,4 @@ func (o *options) completeRuns(_ *cobra.Command, args []string, prefix string) (
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
-}
-
-// slurmWhere says where an attempt runs on Slurm ("" on the controller's
-// own host).
-func slurmWhere(s *state.SlurmStep) string {
-	switch {
-	case s == nil:
-		return ""
-	case s.JobID == "":
-		return " (Slurm job " + s.JobName + ", not started)"
-	}
-	return fmt.Sprintf(" (Slurm job %s.%s on node %s, GPUs %s)", s.JobID, orDash(s.StepID), orDash(s.Node), orDash(s.StepGPUs))
 }

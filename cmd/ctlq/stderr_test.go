@@ -12,6 +12,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
+	"warden/pkg/views"
 )
 
 // failedClient adds a failed attempt of a.moderate whose client exited 2
@@ -69,12 +70,12 @@ func TestShowFailedProcessStderr(t *testing.T) {
 	}
 	out, code = run(t, "show", "a.moderate", "-d", dir, "-o", "json")
 	var doc struct {
-		StderrTails []StderrTail `json:"stderr_tails"`
+		StderrTails []views.StderrTail `json:"stderr_tails"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || len(doc.StderrTails) != 2 {
 		t.Fatalf("show -o json: exit %d, %v:\n%s", code, err, out)
 	}
-	if c := doc.StderrTails[0]; c.Role != "client" || len(c.Lines) != stderrTailLines || !c.Truncated || c.Lines[19] != "error: manifest data/m.jsonl: no such file" {
+	if c := doc.StderrTails[0]; c.Role != "client" || len(c.Lines) != views.StderrTailLines || !c.Truncated || c.Lines[19] != "error: manifest data/m.jsonl: no such file" {
 		t.Fatalf("client tail %+v", c)
 	}
 
@@ -91,8 +92,8 @@ func TestShowFailedProcessStderr(t *testing.T) {
 	for _, l := range doc.StderrTails[0].Lines {
 		n += len(l) + 1
 	}
-	if n > stderrTailBytes || n == 0 || strings.Contains(out, "START") {
-		t.Fatalf("long lines: %d bytes shown, bound %d", n, stderrTailBytes)
+	if n > views.StderrTailBytes || n == 0 || strings.Contains(out, "START") {
+		t.Fatalf("long lines: %d bytes shown, bound %d", n, views.StderrTailBytes)
 	}
 }
 

@@ -7,11 +7,9 @@
 package api
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"time"
 
+	"warden/pkg/campaignfs"
 	"warden/pkg/endlog"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -20,13 +18,15 @@ import (
 // Schema is the version of every JSON document of this package.
 const Schema = 1
 
-// Files of a campaign directory that the API reads or names.
+// Files of a campaign directory that the API reads or names: the names
+// are campaignfs's, kept here for the callers that named them through
+// this package.
 const (
-	StateFile  = "state.db"
-	PlanFile   = "plan.json"
-	SocketFile = "ctl.sock"
-	LockFile   = "controller.lock"
-	LogFile    = "controller.log"
+	StateFile  = campaignfs.StateFile
+	PlanFile   = campaignfs.PlanFile
+	SocketFile = campaignfs.SocketFile
+	LockFile   = campaignfs.LockFile
+	LogFile    = campaignfs.LogFile
 )
 
 // Status is `ctlq status -o json`.
@@ -317,18 +317,10 @@ func InFlightGPUSeconds(a state.Attempt, now time.Time) float64 {
 	return 0
 }
 
-// ReadPlan reads the plan a campaign was started with.
-func ReadPlan(dir string) (*protocols.Plan, error) {
-	b, err := os.ReadFile(filepath.Join(dir, PlanFile))
-	if err != nil {
-		return nil, err
-	}
-	var p protocols.Plan
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
+// ReadPlan reads the plan a campaign was started with (campaignfs.ReadPlan).
+//
+// Deprecated: use campaignfs.ReadPlan.
+func ReadPlan(dir string) (*protocols.Plan, error) { return campaignfs.ReadPlan(dir) }
 
 // BuildRuns lists runs in plan order with their attempts; state filters
 // by run state when not empty.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"warden/pkg/amend"
-	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -19,7 +19,7 @@ import (
 func Amendable(dir string, set Settings, store *state.Store) amend.Campaign {
 	return amend.Campaign{Dir: dir, Workdir: set.Workdir, Store: store, SaveSettings: func(path, sha string) error {
 		set.ProtocolPath, set.ProtocolSHA256 = path, sha
-		return atomicfile.WriteJSON(filepath.Join(dir, SettingsFile), set, 0o644)
+		return atomicfile.WriteJSON(campaignfs.Settings(dir), set, 0o644)
 	}}
 }
 
@@ -30,7 +30,7 @@ func Amend(dir string, req amend.Request) (amend.Result, error) {
 	if err != nil {
 		return amend.Result{}, err
 	}
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return amend.Result{}, err
 	}
@@ -44,11 +44,11 @@ func Amend(dir string, req amend.Request) (amend.Result, error) {
 // only, when only names any): amend.Readjudicate, with the validators'
 // new output under provenance/amendments/ID/readjudicated.
 func Readjudicate(dir, amendment string, only []string) ([]amend.Readjudicated, error) {
-	plan, err := api.ReadPlan(dir)
+	plan, err := campaignfs.ReadPlan(dir)
 	if err != nil {
 		return nil, err
 	}
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, err
 	}

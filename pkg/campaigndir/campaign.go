@@ -5,7 +5,8 @@
 // belongs to its directory. It also opens a campaign for what is done to
 // it: its controller takes it (Lock, Open) and the GPU backend its
 // settings name; amend and readjudicate work on it while no controller
-// runs; stop and resume read what its records say once none does.
+// runs; stop and resume read what its records say once none does. The
+// directory's layout (its file names and paths) is campaignfs's.
 package campaigndir
 
 import (
@@ -19,8 +20,8 @@ import (
 	"slices"
 	"time"
 
-	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
@@ -31,7 +32,7 @@ import (
 )
 
 // SettingsFile records how the campaign was started, for resume.
-const SettingsFile = "controller.json"
+const SettingsFile = campaignfs.SettingsFile
 
 // Settings are the campaign's start-time choices that resume reuses (DIR/controller.json).
 type Settings struct {
@@ -76,12 +77,12 @@ type StartOptions struct {
 // *SettingsError.
 func ReadSettings(dir string) (Settings, error) {
 	var s Settings
-	b, err := os.ReadFile(filepath.Join(dir, SettingsFile))
+	b, err := os.ReadFile(campaignfs.Settings(dir))
 	if err != nil {
 		return s, &SettingsError{fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)}
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return s, &SettingsError{fmt.Errorf("read %s: %w", filepath.Join(dir, SettingsFile), err)}
+		return s, &SettingsError{fmt.Errorf("read %s: %w", campaignfs.Settings(dir), err)}
 	}
 	return s, nil
 }
@@ -194,7 +195,7 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 		}
 		return errors.Join(errs...)
 	}
-	if err := atomicfile.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
+	if err := atomicfile.MkdirAll(campaignfs.Runs(dir), 0o755); err != nil {
 		return nil, errors.Join(err, undo())
 	}
 	// Owner-only: the campaign holds pids, argv, paths and what the
@@ -221,7 +222,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	if err := assignPorts(plan); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, api.PlanFile), plan, 0o444); err != nil {
+	if err := atomicfile.WriteJSON(campaignfs.Plan(dir), plan, 0o444); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
@@ -237,7 +238,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		// operator is shared with whatever else claims GPUs there.
 		st.FakeGPUDir = so.FakeGPUDir
 		if st.FakeGPUDir == "" {
-			st.FakeGPUDir = filepath.Join(dir, "fake-gpus")
+			st.FakeGPUDir = filepath.Join(dir, campaignfs.FakeGPUsDir)
 		}
 		if st.FakeGPUDir, err = filepath.Abs(st.FakeGPUDir); err != nil {
 			return err
@@ -254,11 +255,11 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 			}
 		}
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, SettingsFile), st, 0o644); err != nil {
+	if err := atomicfile.WriteJSON(campaignfs.Settings(dir), st, 0o644); err != nil {
 		return fmt.Errorf("write settings: %w", err)
 	}
 
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -301,8 +302,8 @@ func checkEmptyDir(dir string, plan *protocols.Plan) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err == nil {
-		s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), time.Second)
+	if _, err := os.Stat(campaignfs.State(dir)); err == nil {
+		s, err := campaignfs.OpenStoreReadOnly(dir, time.Second)
 		if err != nil {
 			return fmt.Errorf("%s already holds a campaign (%v); choose another directory", dir, err)
 		}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -47,7 +47,7 @@ func (e *DamagedError) Unwrap() error { return e.Err }
 // one returns a *DamagedError, a copy of it kept; another failure to open
 // it (a lock, a missing file) returns that error.
 func CheckDatabase(dir string) error {
-	path := filepath.Join(dir, api.StateFile)
+	path := campaignfs.State(dir)
 	st, err := state.OpenReadOnly(path, 2*time.Second)
 	if err != nil {
 		return damaged(path, err)

@@ -4,11 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"warden/pkg/amend"
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -20,15 +19,15 @@ import (
 // holds, naming its pid. A campaign made before the directory was
 // owner-only becomes so.
 func Lock(dir string) (*lockfile.Lock, error) {
-	if _, err := os.Stat(filepath.Join(dir, api.StateFile)); err != nil {
-		return nil, fmt.Errorf("%s is not a campaign directory: no %s", dir, api.StateFile)
+	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
+		return nil, fmt.Errorf("%s is not a campaign directory: no %s", dir, campaignfs.StateFile)
 	}
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
 			return nil, fmt.Errorf("make %s owner-only: %w", dir, err)
 		}
 	}
-	lock, err := lockfile.Acquire(filepath.Join(dir, api.LockFile))
+	lock, err := lockfile.Acquire(campaignfs.Lock(dir))
 	if err != nil {
 		var he *lockfile.HeldError
 		if errors.As(err, &he) {
@@ -60,11 +59,11 @@ func Open(dir, backend string) (_ Opened, err error) {
 	if backend != "" && backend != set.GPUBackend {
 		return Opened{}, fmt.Errorf("campaign uses GPU backend %q; --gpu-backend %s cannot change it", set.GPUBackend, backend)
 	}
-	plan, err := api.ReadPlan(dir)
+	plan, err := campaignfs.ReadPlan(dir)
 	if err != nil {
 		return Opened{}, fmt.Errorf("read plan: %w", err)
 	}
-	path := filepath.Join(dir, api.StateFile)
+	path := campaignfs.State(dir)
 	store, err := state.Open(path, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return Opened{}, damaged(path, err)
@@ -80,7 +79,7 @@ func Open(dir, backend string) (_ Opened, err error) {
 		if set, err = ReadSettings(dir); err != nil {
 			return Opened{}, err
 		}
-		if plan, err = api.ReadPlan(dir); err != nil {
+		if plan, err = campaignfs.ReadPlan(dir); err != nil {
 			return Opened{}, fmt.Errorf("read plan: %w", err)
 		}
 	}

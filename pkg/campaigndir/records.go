@@ -2,11 +2,10 @@ package campaigndir
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -14,7 +13,7 @@ import (
 // line that says so: resume then starts nothing. A campaign whose records
 // cannot be read is not finished.
 func Finished(dir string) (bool, string) {
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	st, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return false, ""
 	}
@@ -46,7 +45,7 @@ func (e *DiedError) Error() string { return e.Detail }
 // left attempts live or the campaign running. pid is the controller that
 // was asked to stop (0: none was running).
 func AfterStop(dir string, pid int) (string, error) {
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	st, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return "", fmt.Errorf("read the campaign in %s: %w", dir, err)
 	}

@@ -1,150 +1,67 @@
-package main
+// Package report is ctlq report: one self-contained HTML page of a
+// campaign (its CSS, script and SVG charts inline), and its runs table as
+// JSON and CSV. Build reads the report the query API gives (api.Report)
+// and what lives in the campaign directory (the attempts' client results
+// and GPU samples, the failed processes' stderr); Write refuses a document
+// that holds private text.
+package report
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html"
 	"html/template"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
-	"warden/pkg/gpu"
-	"warden/pkg/lockfile"
+	"warden/pkg/gpu/sample"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
+	"warden/pkg/views"
 	"warden/protocols"
 )
 
-func newReportCmd(o *options) *cobra.Command {
-	var file, tableJSON, csvFile string
-	cmd := &cobra.Command{
-		Use:   "report",
-		Short: "One self-contained HTML report of the campaign, and its runs table as JSON and CSV",
-		Long: `report writes one HTML file that needs nothing else (its CSS, script and
-SVG charts are inline; it fetches nothing when opened) and prints well: the
-protocol and its hash, amendments, state and stop reason; a timeline of every
-attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
-attempt, states and times); the budget burned over time against the cap;
-the runs with outcomes, gate and validator verdicts and key figures
-(throughput, energy per request); GPU power, memory and clock traces from the
-samples; a sanity block (host load, other users' processes, missed
-samples, failing gates); and the end of each failed client's or server's
-stderr, as ctlq show prints it.
-
--o FILE names the HTML file (default DIR/report.html, "-" for stdout);
---table-json and --csv write the runs table for analysis tools. -o json and
--o table are refused (exit 2), writing nothing: report has no output format,
-and a file of that name is nearly always a mistake (write ./json to mean it).
-Its errors are plain text on stderr.
-
-Nothing is written that holds private text: each document is searched, before
-it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
-the campaign's private inputs (its provenance), as the privacy scan does; a
-document that holds one, or private inputs that cannot be read, exit 7.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer src.close()
-			rep, err := src.report()
-			if err != nil {
-				return &exitError{exitOther, err}
-			}
-			plan, _ := api.ReadPlan(src.dir)
-			priv, err := reportPrivacy(src.dir, plan)
-			if err != nil {
-				return &exitError{exitPrivate, err}
-			}
-			data := buildReportData(src.dir, rep, plan)
-			data.Stderr = reportStderr(src.dir, rep, plan)
-			if err := reportFileName(file); err != nil {
-				return &exitError{exitOther, err}
-			}
-			if file == "" {
-				file = filepath.Join(src.dir, "report.html")
-			}
-			for _, out := range []struct {
-				path  string
-				write func(io.Writer) error
-			}{
-				{file, func(w io.Writer) error { return writeReportHTML(w, data) }},
-				{tableJSON, func(w io.Writer) error { return writeJSON(w, data.table()) }},
-				{csvFile, func(w io.Writer) error { return writeTableCSV(w, data.Rows) }},
-			} {
-				if out.path == "" {
-					continue
-				}
-				if err := writeOut(cmd, out.path, priv, out.write); err != nil {
-					var pe *privateError
-					if errors.As(err, &pe) {
-						return &exitError{exitPrivate, err}
-					}
-					return &exitError{exitOther, err}
-				}
-			}
-			if file != "-" {
-				fmt.Fprintln(cmd.ErrOrStderr(), "report written to", file)
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVarP(&file, "output", "o", "", "HTML file to write (default DIR/report.html; - for stdout)")
-	cmd.Flags().StringVar(&tableJSON, "table-json", "", "also write the runs table as JSON to this file")
-	cmd.Flags().StringVar(&csvFile, "csv", "", "also write the runs table as CSV to this file")
-	return cmd
-}
-
-// writeOut renders a document, refuses it when it holds private text
-// (priv), and writes it to path ("-": stdout).
-func writeOut(cmd *cobra.Command, path string, priv *gates.PrivateIndex, write func(io.Writer) error) error {
+// Write renders a document, refuses it when it holds private text (priv:
+// a *PrivateError, nothing written), and writes it to path, through a
+// temporary file and a rename ("-": to stdout).
+func Write(path string, stdout io.Writer, priv *gates.PrivateIndex, render func(io.Writer) error) error {
 	var b bytes.Buffer
-	if err := write(&b); err != nil {
+	if err := render(&b); err != nil {
 		return err
 	}
 	if ids := priv.Leaks(b.Bytes()); len(ids) > 0 {
-		return &privateError{fmt.Errorf("refused to write %s: it holds %d+ bytes of private value(s) %s (seed 002 stop condition 8); nothing written",
+		return &PrivateError{fmt.Errorf("refused to write %s: it holds %d+ bytes of private value(s) %s (seed 002 stop condition 8); nothing written",
 			path, priv.MinLen(), strings.Join(ids, ", "))}
 	}
 	if path == "-" {
-		_, err := cmd.OutOrStdout().Write(b.Bytes())
+		_, err := stdout.Write(b.Bytes())
 		return err
 	}
 	return atomicfile.WriteFile(path, b.Bytes(), 0o644)
 }
 
-// privateError says a document was not written: it holds private text.
-type privateError struct{ err error }
+// PrivateError says a document was not written: it holds private text.
+type PrivateError struct{ err error }
 
-func (e *privateError) Error() string { return e.err.Error() }
-func (e *privateError) Unwrap() error { return e.err }
+func (e *PrivateError) Error() string { return e.err.Error() }
+func (e *PrivateError) Unwrap() error { return e.err }
 
-// exitPrivate is report's exit status when its output would hold private
-// text, or the private inputs cannot be read to tell.
-const exitPrivate = 7
-
-// reportPrivacy indexes the campaign's private inputs (its provenance) at
+// Privacy indexes the campaign's private inputs (its provenance) at
 // the protocol's leak length, so that report writes none of their text.
 // An input that cannot be read is an error: the report cannot be shown
 // to be clean.
-func reportPrivacy(dir string, plan *protocols.Plan) (*gates.PrivateIndex, error) {
+func Privacy(dir string, plan *protocols.Plan) (*gates.PrivateIndex, error) {
 	entries, err := provenance.Read(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read the campaign's provenance for the privacy check of the report: %w", err)
@@ -155,27 +72,11 @@ func reportPrivacy(dir string, plan *protocols.Plan) (*gates.PrivateIndex, error
 			paths = append(paths, e.Path)
 		}
 	}
-	minLeak := protocols.DefaultMinLeakBytes
-	if plan != nil && plan.PrivacyMinLeakBytes > 0 {
-		minLeak = plan.PrivacyMinLeakBytes
-	}
-	x, err := gates.IndexPrivate(paths, minLeak)
+	x, err := gates.IndexPrivate(paths, views.MinLeakOf(plan))
 	if err != nil {
 		return nil, fmt.Errorf("the report is not written: its privacy check cannot read the private inputs: %w", err)
 	}
 	return x, nil
-}
-
-func (s *source) report() (api.Report, error) {
-	if s.store == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		return s.client.Report(ctx)
-	}
-	ctl := api.Controller{Alive: lockfile.Held(filepath.Join(s.dir, api.LockFile))}
-	r, err := api.BuildReport(s.store, s.dir, ctl, time.Now())
-	r.Status.Source = "database"
-	return r, err
 }
 
 // TableSchema is the version of the runs table's JSON and CSV.
@@ -216,7 +117,7 @@ type Table struct {
 var csvHeader = []string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
 	"gates_passed", "gates_not_passed", "duration_s", "throughput_rps", "output_tokens_per_s", "energy_per_request_j", "gpu_seconds"}
 
-func writeTableCSV(w io.Writer, rows []Row) error {
+func WriteCSV(w io.Writer, rows []Row) error {
 	cw := csv.NewWriter(w)
 	cw.Write(csvHeader)
 	f := func(p *float64) string {
@@ -234,8 +135,8 @@ func writeTableCSV(w io.Writer, rows []Row) error {
 	return cw.Error()
 }
 
-// reportData is what the HTML template draws.
-type reportData struct {
+// Data is what the HTML template draws.
+type Data struct {
 	Rep      api.Report
 	Plan     *protocols.Plan
 	Rows     []Row
@@ -252,7 +153,7 @@ type reportData struct {
 // runStderr is a failed process's stderr tail, with its run.
 type runStderr struct {
 	Run string
-	StderrTail
+	views.StderrTail
 }
 
 type trace struct {
@@ -268,7 +169,7 @@ type sanityRow struct {
 	Flag                       bool
 }
 
-func (d *reportData) table() Table {
+func (d *Data) Table() Table {
 	c := d.Rep.Status.Campaign
 	return Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows}
 }
@@ -284,7 +185,7 @@ func fptr(m map[string]float64, k string) *float64 {
 // nested objects flattened to dotted keys ("clean.completed_rps"); a
 // missing or unreadable file leaves them empty.
 func clientResult(dir string) map[string]float64 {
-	b, err := os.ReadFile(filepath.Join(dir, "client", "result.json"))
+	b, err := os.ReadFile(campaignfs.ClientResult(dir))
 	if err != nil {
 		return nil
 	}
@@ -325,8 +226,8 @@ func firstFigure(m map[string]float64, keys []string) *float64 {
 	return nil
 }
 
-func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportData {
-	d := &reportData{Rep: rep, Plan: plan, Unit: rep.Status.Budget.Unit}
+func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
+	d := &Data{Rep: rep, Plan: plan, Unit: rep.Status.Budget.Unit}
 	if d.Unit == "" {
 		d.Unit = "GPU-hours"
 	}
@@ -361,7 +262,7 @@ func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportDa
 				if g.Attempt != a.N && g.Attempt != 0 {
 					continue
 				}
-				if v, _ := gateText(g); v == state.VerdictPass || v == "n/a" {
+				if v, _ := views.GateText(g); v == state.VerdictPass || v == "n/a" {
 					row.GatesPassed++
 				} else {
 					row.GatesNotPassed = append(row.GatesNotPassed, g.Gate+": "+g.Verdict)
@@ -375,6 +276,7 @@ func buildReportData(dir string, rep api.Report, plan *protocols.Plan) *reportDa
 	d.Traces = gpuTraces(rep)
 	d.Sanity, d.Notes = sanity(rep)
 	d.Windows = reportWindows(rep)
+	d.Stderr = stderrOf(dir, rep, plan)
 	return d
 }
 
@@ -429,7 +331,7 @@ func timeAxis(b *strings.Builder, t0, t1 time.Time, x0, w, y, h float64) {
 	for s := 0.0; s <= total+1e-9; s += step {
 		x := x0 + s/total*w
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="grid"/>`, x, y, x, y+h)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%s</text>`, x, y+h+14, esc(fmtDur(s)))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%s</text>`, x, y+h+14, esc(views.FmtDur(s)))
 	}
 }
 
@@ -587,33 +489,26 @@ func budgetSVG(rep api.Report) template.HTML {
 	return template.HTML(b.String())
 }
 
-// sample is one GPU reading at a time.
-type sample struct {
+// point is one GPU reading at a time.
+type point struct {
 	t                 time.Time
 	power, mem, clock float64
 	hasP, hasM, hasC  bool
 }
 
-// readSamples reads an attempt's periodic GPU samples per GPU index.
-func readSamples(path string, into map[int][]sample) {
-	f, err := os.Open(path)
+// readSamples reads an attempt's periodic GPU samples per GPU index; a
+// samples file that cannot be read adds none.
+func readSamples(path string, into map[int][]point) {
+	recs, err := sample.ReadFile(path)
 	if err != nil {
 		return
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		var s struct {
-			Kind string        `json:"kind"`
-			Time time.Time     `json:"time"`
-			GPUs []gpu.Reading `json:"gpus"`
-		}
-		if json.Unmarshal(sc.Bytes(), &s) != nil || s.Kind != "" {
+	for _, r := range recs {
+		if r.Kind != sample.KindSample {
 			continue
 		}
-		for _, g := range s.GPUs {
-			x := sample{t: s.Time}
+		for _, g := range r.GPUs {
+			x := point{t: r.Time}
 			if g.PowerW != nil {
 				x.power, x.hasP = *g.PowerW, true
 			}
@@ -632,10 +527,10 @@ var gpuColours = []string{"#3a78d4", "#d24a43", "#2e9d57", "#e0a020", "#8e5bd0",
 
 // gpuTraces draws power, memory and SM clock over time, one line per GPU.
 func gpuTraces(rep api.Report) []trace {
-	per := map[int][]sample{}
+	per := map[int][]point{}
 	for _, rd := range rep.Runs {
 		for _, a := range rd.Attempts {
-			readSamples(filepath.Join(a.Dir, "gpu-samples.jsonl"), per)
+			readSamples(campaignfs.GPUSamples(a.Dir), per)
 		}
 	}
 	if len(per) == 0 {
@@ -650,11 +545,11 @@ func gpuTraces(rep api.Report) []trace {
 	t0, t1 := span(rep)
 	metrics := []struct {
 		title string
-		get   func(sample) (float64, bool)
+		get   func(point) (float64, bool)
 	}{
-		{"power (W)", func(s sample) (float64, bool) { return s.power, s.hasP }},
-		{"memory used (MiB)", func(s sample) (float64, bool) { return s.mem, s.hasM }},
-		{"SM clock (MHz)", func(s sample) (float64, bool) { return s.clock, s.hasC }},
+		{"power (W)", func(s point) (float64, bool) { return s.power, s.hasP }},
+		{"memory used (MiB)", func(s point) (float64, bool) { return s.mem, s.hasM }},
+		{"SM clock (MHz)", func(s point) (float64, bool) { return s.clock, s.hasC }},
 	}
 	var out []trace
 	for _, m := range metrics {
@@ -738,7 +633,7 @@ func sanity(rep api.Report) ([]sanityRow, []string) {
 			rows = append(rows, r)
 		}
 		for _, g := range rd.Gates {
-			if v, _ := gateText(g); v != state.VerdictPass && v != "n/a" {
+			if v, _ := views.GateText(g); v != state.VerdictPass && v != "n/a" {
 				failing++
 			}
 		}
@@ -758,7 +653,7 @@ func f3(p *float64) string {
 	return strconv.FormatFloat(*p, 'f', 3, 64)
 }
 
-func writeReportHTML(w io.Writer, d *reportData) error {
+func WriteHTML(w io.Writer, d *Data) error {
 	t, err := template.New("report").Funcs(template.FuncMap{
 		"f3":     f3,
 		"colour": colourOf,
@@ -772,23 +667,49 @@ func writeReportHTML(w io.Writer, d *reportData) error {
 	return t.Execute(w, d)
 }
 
-// reportFileName refuses -o json and -o table: the other commands' output
-// formats, which report's -o (a file) would take as a file name.
-func reportFileName(file string) error {
-	if file == "json" || file == "table" {
-		return fmt.Errorf("report -o names the HTML file to write, not a format: refusing to write it to a file named %q (give ./%s to mean that file; --table-json FILE writes the runs table as JSON)", file, file)
-	}
-	return nil
-}
-
-// reportStderr is the stderr tails of every run's failed processes, as
+// stderrOf is the stderr tails of every run's failed processes, as
 // ctlq show prints them.
-func reportStderr(dir string, rep api.Report, plan *protocols.Plan) []runStderr {
-	g := newStderrGuard(dir, minLeakOf(plan))
+func stderrOf(dir string, rep api.Report, plan *protocols.Plan) []runStderr {
+	g := views.NewStderrGuard(dir, views.MinLeakOf(plan))
 	var out []runStderr
 	for _, rd := range rep.Runs {
-		for _, t := range stderrTails(rd, g) {
+		for _, t := range views.StderrTails(rd, g) {
 			out = append(out, runStderr{Run: rd.Run.ID, StderrTail: t})
+		}
+	}
+	return out
+}
+
+// reportWindow is one Layer-2 window in the HTML report.
+type reportWindow struct {
+	Run, Gate             string
+	Attempt, Window, Rank int
+	Shares                string
+	OtherOpaque           string
+	Join, SMD             string
+	Bad                   bool // not classifiable (other + opaque above 30%)
+}
+
+// reportWindows lists the windows of every run's validator verdicts.
+func reportWindows(rep api.Report) []reportWindow {
+	var out []reportWindow
+	for _, rd := range rep.Runs {
+		for _, g := range rd.Gates {
+			if !strings.HasPrefix(g.Gate, "validator:") {
+				continue
+			}
+			for _, r := range views.Layer2Windows(g.Figures) {
+				row := reportWindow{Run: rd.Run.ID, Gate: g.Gate, Attempt: g.Attempt, Window: r.Window + 1, Rank: r.Rank,
+					OtherOpaque: fmt.Sprintf("%.1f%%", 100*r.Other), Join: "-", SMD: "-", Bad: r.Other > 0.30}
+				row.Shares = views.SharesText(r.Shares)
+				if r.HasJoin {
+					row.Join = "joined"
+				}
+				if r.HasSMD {
+					row.SMD = strconv.FormatFloat(r.SMD, 'f', 3, 64)
+				}
+				out = append(out, row)
+			}
 		}
 	}
 	return out

@@ -1,14 +1,14 @@
-package main
+package views
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/validate"
 )
 
@@ -17,20 +17,20 @@ import (
 // validate.SanityBlock. ctlq reads it from the attempt directory, on this
 // host.
 
-// runWithSanity is `ctlq show -o json`: the run and, by attempt number,
+// RunWithSanity is `ctlq show -o json`: the run and, by attempt number,
 // the sanity blocks found.
-type runWithSanity struct {
+type RunWithSanity struct {
 	api.RunDetail
 	Sanity map[string]json.RawMessage `json:"sanity,omitempty"`
 	// StderrTails are the ends of the failed processes' stderr.
 	StderrTails []StderrTail `json:"stderr_tails,omitempty"`
 }
 
-// sanityBlocks reads the sanity.json of every attempt that has one.
-func sanityBlocks(d api.RunDetail) map[string]json.RawMessage {
+// SanityBlocks reads the sanity.json of every attempt that has one.
+func SanityBlocks(d api.RunDetail) map[string]json.RawMessage {
 	out := map[string]json.RawMessage{}
 	for _, a := range d.Attempts {
-		b, err := os.ReadFile(filepath.Join(a.Dir, "sanity.json"))
+		b, err := os.ReadFile(campaignfs.Sanity(a.Dir))
 		if err != nil || !json.Valid(b) {
 			continue
 		}

@@ -1,4 +1,4 @@
-package main
+package views
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
 	"warden/pkg/provenance"
 	"warden/pkg/safefile"
@@ -18,10 +19,10 @@ import (
 )
 
 // The bound on what ctlq shows of a failed process's standard error: its
-// last stderrTailLines lines within its last stderrTailBytes bytes.
+// last StderrTailLines lines within its last StderrTailBytes bytes.
 const (
-	stderrTailLines = 20
-	stderrTailBytes = 4 << 10
+	StderrTailLines = 20
+	StderrTailBytes = 4 << 10
 )
 
 // StderrTail is the end of the standard error of a process of a failed
@@ -36,11 +37,11 @@ type StderrTail struct {
 	Note      string   `json:"note,omitempty"`
 }
 
-// stderrGuard is what decides whether a file may be shown: the private
+// StderrGuard is what decides whether a file may be shown: the private
 // inputs' directories (nothing under one is read) and their index (a tail
 // that holds private text is not shown). Err is set when the private
 // inputs cannot be read: then no tail is shown.
-type stderrGuard struct {
+type StderrGuard struct {
 	campaign    string
 	minLeak     int
 	loaded      bool // the private inputs are read when a tail is first asked for
@@ -49,22 +50,24 @@ type stderrGuard struct {
 	err         error
 }
 
-// minLeakOf is the plan's privacy.min_leak_bytes (the default without a
+// MinLeakOf is the plan's privacy.min_leak_bytes (the default without a
 // plan or in a plan written before it existed).
-func minLeakOf(plan *protocols.Plan) int {
+func MinLeakOf(plan *protocols.Plan) int {
 	if plan != nil && plan.PrivacyMinLeakBytes > 0 {
 		return plan.PrivacyMinLeakBytes
 	}
 	return protocols.DefaultMinLeakBytes
 }
 
-func newStderrGuard(dir string, minLeak int) *stderrGuard {
-	return &stderrGuard{campaign: dir, minLeak: minLeak}
+// NewStderrGuard guards the tails of the campaign in dir, with the
+// plan's leak length (MinLeakOf).
+func NewStderrGuard(dir string, minLeak int) *StderrGuard {
+	return &StderrGuard{campaign: dir, minLeak: minLeak}
 }
 
 // load reads the private inputs once, the first time a tail is wanted:
 // a run with no failed process costs no reading of them.
-func (g *stderrGuard) load() {
+func (g *StderrGuard) load() {
 	if g.loaded {
 		return
 	}
@@ -84,9 +87,9 @@ func (g *stderrGuard) load() {
 	g.index, g.err = gates.IndexPrivate(paths, g.minLeak)
 }
 
-// stderrTails returns the tails of every failed process of the run's
+// StderrTails returns the tails of every failed process of the run's
 // failed attempts: client and server.
-func stderrTails(d api.RunDetail, g *stderrGuard) []StderrTail {
+func StderrTails(d api.RunDetail, g *StderrGuard) []StderrTail {
 	var out []StderrTail
 	for _, a := range d.Attempts {
 		if a.State != state.Failed {
@@ -104,14 +107,14 @@ func stderrTails(d api.RunDetail, g *stderrGuard) []StderrTail {
 	return out
 }
 
-func (g *stderrGuard) tail(n int, attemptDir, role string) StderrTail {
-	path := filepath.Join(attemptDir, role+".err")
+func (g *StderrGuard) tail(n int, attemptDir, role string) StderrTail {
+	path := campaignfs.Stderr(attemptDir, role)
 	t := StderrTail{Attempt: n, Role: role, File: path, Lines: []string{}}
 	if err := g.allowed(attemptDir, path); err != nil {
 		t.Note = "not shown: " + err.Error()
 		return t
 	}
-	b, truncated, err := readEnd(path, stderrTailBytes)
+	b, truncated, err := readEnd(path, StderrTailBytes)
 	if err != nil {
 		t.Note = "not shown: " + err.Error()
 		return t
@@ -124,8 +127,8 @@ func (g *stderrGuard) tail(n int, attemptDir, role string) StderrTail {
 	if truncated && len(lines) > 1 {
 		lines = lines[1:] // the first is cut
 	}
-	if len(lines) > stderrTailLines {
-		lines, truncated = lines[len(lines)-stderrTailLines:], true
+	if len(lines) > StderrTailLines {
+		lines, truncated = lines[len(lines)-StderrTailLines:], true
 	}
 	if len(lines) == 1 && lines[0] == "" {
 		lines = nil
@@ -137,14 +140,14 @@ func (g *stderrGuard) tail(n int, attemptDir, role string) StderrTail {
 
 // allowed refuses a file outside the campaign's runs/ directory, in a
 // directory that is a link, or under a private input's directory.
-func (g *stderrGuard) allowed(attemptDir, path string) error {
+func (g *StderrGuard) allowed(attemptDir, path string) error {
 	g.load()
 	if g.err != nil {
 		return fmt.Errorf("the private inputs cannot be read to check it: %v", g.err)
 	}
-	rel, err := filepath.Rel(filepath.Join(g.campaign, "runs"), attemptDir)
+	rel, err := filepath.Rel(campaignfs.Runs(g.campaign), attemptDir)
 	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
-		return fmt.Errorf("the attempt directory %s is not under %s", attemptDir, filepath.Join(g.campaign, "runs"))
+		return fmt.Errorf("the attempt directory %s is not under %s", attemptDir, campaignfs.Runs(g.campaign))
 	}
 	if fi, err := os.Lstat(attemptDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("the attempt directory %s is not a directory", attemptDir)
@@ -181,8 +184,8 @@ func readEnd(path string, n int64) ([]byte, bool, error) {
 	return bytes.ToValidUTF8(b[:k], []byte("?")), off > 0, nil
 }
 
-// printStderrTails is ctlq show's text for the tails.
-func printStderrTails(w io.Writer, tails []StderrTail) {
+// PrintStderrTails is ctlq show's text for the tails.
+func PrintStderrTails(w io.Writer, tails []StderrTail) {
 	for _, t := range tails {
 		fmt.Fprintf(w, "\nattempt %d %s stderr (%s", t.Attempt, t.Role, t.File)
 		if t.Truncated {

@@ -1,80 +1,52 @@
-package main
+// Package watch is ctlq watch: a live view of a campaign, polled through a
+// Source the caller opens for each look (the controller's socket or the
+// database), drawn as one plain line per change or, on a terminal, full
+// screen with Bubble Tea and Lip Gloss. The caller maps the last Snapshot
+// to an exit status.
+package watch
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
-	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gpu"
+	"warden/pkg/gpu/sample"
 	"warden/pkg/state"
+	"warden/pkg/views"
 	"warden/protocols"
 )
 
-func newWatchCmd(o *options) *cobra.Command {
-	var interval time.Duration
-	cmd := &cobra.Command{
-		Use:   "watch",
-		Short: "A live view of the campaign, redrawn in place until the controller exits",
-		Long: `watch shows the campaign live: its state and stop reason, progress of all
-runs and of the measured runs, the GPU-hour budget (charged, in flight,
-reserved, cap), an ETA re-estimated from the durations seen so far, one lane
-per slot with its run, state and time in that state, GPU memory and power
-from the attempts' gpu-samples.jsonl, and the last events.
-
-On a terminal the view is full-screen and redrawn in place (q quits); the
-last frame is printed when it ends. When stdout is not a terminal, watch
-prints one plain line whenever something changes. Either way it ends when
-no controller runs the campaign (at once for a finished one).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWatch(cmd, o, interval)
-		},
-	}
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often to look")
-	return cmd
+// Source is one look at a campaign, through the controller's socket or
+// its database: what a Watcher polls. Close ends the look.
+type Source interface {
+	Status() (api.Status, error)
+	Runs(ctx context.Context) ([]api.RunBrief, error)
+	Events(ctx context.Context, after uint64, limit int) ([]state.Event, error)
+	Close()
 }
 
-// runWatch is ctlq watch and ctlq status -w.
-func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
-	src, err := o.open()
-	if err != nil {
-		return err
-	}
-	src.close()
-	w := &watcher{o: o, dir: src.dir, started: map[string]time.Time{}}
-	if p, err := api.ReadPlan(src.dir); err == nil {
-		w.plan = p
-	}
-	out := cmd.OutOrStdout()
-	if f, ok := out.(*os.File); ok && isTerminal(f) {
-		return w.full(f, interval)
-	}
-	return w.plain(out, interval)
+// NewWatcher watches the campaign in dir, opening a Source for each look;
+// plan is the campaign's (nil when plan.json cannot be read: one lane per
+// live attempt then, and no measured runs).
+func NewWatcher(dir string, plan *protocols.Plan, open func() (Source, error)) *Watcher {
+	return &Watcher{open: open, dir: dir, plan: plan, started: map[string]time.Time{}}
 }
 
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// watcher polls a campaign: it keeps the event cursor and what the ETA
-// is re-estimated from.
-type watcher struct {
-	o    *options
+// Watcher polls a campaign: it keeps the event cursor and what the ETA
+// is re-estimated from. It is ctlq watch's view: one plain line per change
+// (Plain), or a full-screen view (Full).
+type Watcher struct {
+	open func() (Source, error)
 	dir  string
 	plan *protocols.Plan // nil when plan.json cannot be read
 
@@ -87,10 +59,11 @@ type watcher struct {
 	actualS, expectedDoneS float64
 }
 
-// snapshot is one look at the campaign: what a frame draws.
-type snapshot struct {
+// Snapshot is one look at the campaign: what a frame draws. Status is
+// the campaign's; Ended says that no controller runs it.
+type Snapshot struct {
 	at       time.Time
-	status   api.Status
+	Status   api.Status
 	done     int // runs in a terminal state
 	measured [2]int
 	ratio    float64 // actual / expected duration of the attempts completed so far
@@ -98,7 +71,7 @@ type snapshot struct {
 	inFlight float64 // GPU-hours held by live attempts, not yet charged (the status's)
 	lanes    []lane
 	events   []state.Event
-	ended    bool // no controller runs the campaign
+	Ended    bool // no controller runs the campaign
 }
 
 type lane struct {
@@ -107,7 +80,7 @@ type lane struct {
 	gpus []gpu.Reading
 }
 
-func (w *watcher) planRun(id string) (protocols.Run, bool) {
+func (w *Watcher) planRun(id string) (protocols.Run, bool) {
 	if w.plan == nil {
 		return protocols.Run{}, false
 	}
@@ -119,53 +92,42 @@ func (w *watcher) planRun(id string) (protocols.Run, bool) {
 	return protocols.Run{}, false
 }
 
-// poll takes one snapshot. While a controller exits there is a moment
+// poll takes one Snapshot. While a controller exits there is a moment
 // when it no longer answers on its socket but still holds the database:
 // poll tries again for a few seconds before it gives up.
-func (w *watcher) poll() (snapshot, error) {
+func (w *Watcher) poll() (Snapshot, error) {
 	var err error
 	for try := 0; try < 30; try++ {
-		var sn snapshot
+		var sn Snapshot
 		if sn, err = w.pollOnce(); err == nil {
 			return sn, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return snapshot{}, err
+	return Snapshot{}, err
 }
 
-// pollOnce takes one snapshot, through the socket or the database.
-func (w *watcher) pollOnce() (snapshot, error) {
-	var sn snapshot
-	src, err := w.o.open()
+// pollOnce takes one Snapshot, through the socket or the database.
+func (w *Watcher) pollOnce() (Snapshot, error) {
+	var sn Snapshot
+	src, err := w.open()
 	if err != nil {
 		return sn, err
 	}
-	defer src.close()
+	defer src.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sn.at = time.Now()
-	if sn.status, err = src.status(); err != nil {
+	if sn.Status, err = src.Status(); err != nil {
 		return sn, err
 	}
 	var runs []api.RunBrief
-	if src.store != nil {
-		runs, err = api.BuildRuns(src.store, "")
-	} else {
-		runs, err = src.client.Runs(ctx, "")
-	}
+	runs, err = src.Runs(ctx)
 	if err != nil {
 		return sn, err
 	}
 	for {
-		var evs []state.Event
-		if src.store != nil {
-			evs, err = src.store.Events(w.after, 1000)
-		} else {
-			var page api.Events
-			page, err = src.client.Events(ctx, w.after, 1000)
-			evs = page.Events
-		}
+		evs, err := src.Events(ctx, w.after, 1000)
 		if err != nil {
 			return sn, err
 		}
@@ -200,19 +162,19 @@ func (w *watcher) pollOnce() (snapshot, error) {
 	if w.expectedDoneS > 0 {
 		sn.ratio = w.actualS / w.expectedDoneS
 	}
-	sn.inFlight = sn.status.Budget.InFlightGPUHours
-	if sn.status.ETAS != nil {
+	sn.inFlight = sn.Status.Budget.InFlightGPUHours
+	if sn.Status.ETAS != nil {
 		// the status's ETA already counts down while attempts run; the
 		// pace so far scales it
-		sn.etaS = max(0, *sn.status.ETAS*sn.ratio)
+		sn.etaS = max(0, *sn.Status.ETAS*sn.ratio)
 	}
-	sn.lanes = w.lanes(sn.status.Current)
-	sn.ended = !sn.status.Controller.Alive
+	sn.lanes = w.lanes(sn.Status.Current)
+	sn.Ended = !sn.Status.Controller.Alive
 	return sn, nil
 }
 
 // see takes one event into the ETA's durations and the recent list.
-func (w *watcher) see(e state.Event) {
+func (w *Watcher) see(e state.Event) {
 	w.after = e.Seq
 	w.recent = append(w.recent, e)
 	if len(w.recent) > 6 {
@@ -237,7 +199,7 @@ func (w *watcher) see(e state.Event) {
 
 // lanes is one lane per slot of the plan (or per live attempt when the
 // plan cannot be read), with the latest GPU sample of its attempt.
-func (w *watcher) lanes(cur []api.Current) []lane {
+func (w *Watcher) lanes(cur []api.Current) []lane {
 	var names []string
 	if w.plan != nil {
 		for _, s := range w.plan.Slots {
@@ -265,66 +227,36 @@ func (w *watcher) lanes(cur []api.Current) []lane {
 	}
 	for i := range out {
 		if c := out[i].cur; c != nil {
-			out[i].gpus = lastSample(filepath.Join(w.dir, "runs", c.Run, "a"+strconv.Itoa(c.Attempt), "gpu-samples.jsonl"))
+			out[i].gpus, _ = sample.Last(campaignfs.GPUSamples(campaignfs.AttemptDir(w.dir, c.Run, c.Attempt)))
 		}
 	}
 	return out
 }
 
-// lastSample reads the GPU readings of the last periodic sample of an
-// attempt's gpu-samples.jsonl (energy lines carry no memory or power).
-func lastSample(path string) []gpu.Reading {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	const tailBytes = 16 << 10
-	off := max(0, fi.Size()-tailBytes)
-	b := make([]byte, fi.Size()-off)
-	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-		return nil
-	}
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
-		var s struct {
-			Kind string        `json:"kind"`
-			GPUs []gpu.Reading `json:"gpus"`
-		}
-		if json.Unmarshal(lines[i], &s) == nil && s.Kind == "" && len(s.GPUs) > 0 {
-			return s.GPUs
-		}
-	}
-	return nil
-}
-
-// plain prints one line whenever the campaign's picture changes, until no
-// controller runs it.
-func (w *watcher) plain(out io.Writer, interval time.Duration) error {
+// Plain prints one line whenever the campaign's picture changes, until no
+// controller runs it, and returns the last snapshot (Ended), or the error
+// of a look that failed.
+func (w *Watcher) Plain(out io.Writer, interval time.Duration) (Snapshot, error) {
 	last := ""
 	for {
 		sn, err := w.poll()
 		if err != nil {
-			return &exitError{exitOther, err}
+			return Snapshot{}, err
 		}
 		line := plainLine(sn)
 		if line != last {
 			fmt.Fprintf(out, "%s %s\n", sn.at.Local().Format("15:04:05"), line)
 			last = line
 		}
-		if sn.ended {
-			return statusExit(sn.status)
+		if sn.Ended {
+			return sn, nil
 		}
 		time.Sleep(interval)
 	}
 }
 
-func plainLine(sn snapshot) string {
-	st := sn.status
+func plainLine(sn Snapshot) string {
+	st := sn.Status
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s", st.Campaign.State)
 	if st.Campaign.StopReason != "" {
@@ -332,42 +264,31 @@ func plainLine(sn snapshot) string {
 	}
 	fmt.Fprintf(&b, "; runs %d/%d done, measured %d/%d; budget %.3f charged + %.3f reserved of %.3f",
 		sn.done, st.Runs.Total, sn.measured[0], sn.measured[1], st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.CapGPUHours)
-	if st.Campaign.State == string(state.CampaignRunning) && !sn.ended {
-		fmt.Fprintf(&b, "; eta %s", fmtDur(sn.etaS))
+	if st.Campaign.State == string(state.CampaignRunning) && !sn.Ended {
+		fmt.Fprintf(&b, "; eta %s", views.FmtDur(sn.etaS))
 	}
 	for _, l := range sn.lanes {
 		if l.cur != nil {
 			fmt.Fprintf(&b, "; %s: %s a%d %s", l.slot, l.cur.Run, l.cur.Attempt, l.cur.State)
 		}
 	}
-	if sn.ended {
+	if sn.Ended {
 		b.WriteString("; controller not running")
 	}
 	return b.String()
 }
 
-func fmtDur(s float64) string {
-	d := time.Duration(s) * time.Second
-	if d >= time.Hour {
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	if d >= time.Minute {
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	}
-	return fmt.Sprintf("%ds", int(d.Seconds()))
-}
-
 // Full-screen view, drawn with Bubble Tea and Lip Gloss.
 
 type snapMsg struct {
-	sn  snapshot
+	sn  Snapshot
 	err error
 }
 
 type model struct {
-	w        *watcher
+	w        *Watcher
 	interval time.Duration
-	sn       snapshot
+	sn       Snapshot
 	have     bool
 	err      error
 	width    int
@@ -390,7 +311,7 @@ func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return m, tea.Quit
 		}
 		m.sn, m.have = msg.sn, true
-		if m.sn.ended {
+		if m.sn.Ended {
 			return m, tea.Quit
 		}
 		return m, m.pollCmd(m.interval)
@@ -412,7 +333,11 @@ func (m model) View() string {
 	return render(m.sn, m.width)
 }
 
-func (w *watcher) full(f *os.File, interval time.Duration) error {
+// Full shows the full-screen view on the terminal f until no controller
+// runs the campaign or the operator quits (q), then prints the last frame.
+// It returns the last snapshot: Ended is false when the operator quit (or
+// no look succeeded before).
+func (w *Watcher) Full(f *os.File, interval time.Duration) (Snapshot, error) {
 	// The view uses no adaptive colours: saying so spares the terminal a
 	// background-colour query, which a terminal that does not answer
 	// (a pseudo-terminal under test, some multiplexers) makes wait.
@@ -420,19 +345,16 @@ func (w *watcher) full(f *os.File, interval time.Duration) error {
 	p := tea.NewProgram(model{w: w, interval: interval, width: 100}, tea.WithAltScreen(), tea.WithOutput(f))
 	end, err := p.Run()
 	if err != nil {
-		return &exitError{exitOther, err}
+		return Snapshot{}, err
 	}
 	m := end.(model)
 	if m.err != nil {
-		return &exitError{exitOther, m.err}
+		return Snapshot{}, m.err
 	}
 	if m.have {
 		fmt.Fprintln(f, render(m.sn, m.width))
 	}
-	if !m.sn.ended {
-		return nil // the operator quit
-	}
-	return statusExit(m.sn.status)
+	return m.sn, nil
 }
 
 var (
@@ -474,9 +396,9 @@ type barPart struct {
 	style lipgloss.Style
 }
 
-// render draws a snapshot as the full-screen view.
-func render(sn snapshot, width int) string {
-	st := sn.status
+// render draws a Snapshot as the full-screen view.
+func render(sn Snapshot, width int) string {
+	st := sn.Status
 	c := st.Campaign
 	barW := max(20, min(60, width-40))
 	var b strings.Builder
@@ -488,7 +410,7 @@ func render(sn snapshot, width int) string {
 	if c.StopReason != "" {
 		fmt.Fprintf(&b, "stop reason %s: %s\n", c.StopReason, c.StopDetail)
 	}
-	fmt.Fprintf(&b, "controller %s\n\n", liveness(st.Controller))
+	fmt.Fprintf(&b, "controller %s\n\n", views.Liveness(st.Controller))
 
 	fmt.Fprintf(&b, "runs      %s %d/%d done\n", bar(barW, float64(max(1, st.Runs.Total)), barPart{float64(sn.done), "█", styDone}), sn.done, st.Runs.Total)
 	fmt.Fprintf(&b, "measured  %s %d/%d done\n", bar(barW, float64(max(1, sn.measured[1])), barPart{float64(sn.measured[0]), "█", styDone}), sn.measured[0], sn.measured[1])
@@ -503,8 +425,8 @@ func render(sn snapshot, width int) string {
 		bu.ConsumedGPUHours+sn.inFlight, bu.CapGPUHours, unit)
 	fmt.Fprintf(&b, "          %s charged %.3f  %s in flight %.3f  %s reserved %.3f  cap %.3f\n",
 		styCharged.Render("█"), bu.ConsumedGPUHours, styInFlight.Render("▓"), sn.inFlight, styReserved.Render("░"), bu.ReservedGPUHours, bu.CapGPUHours)
-	if c.State == string(state.CampaignRunning) && !sn.ended {
-		fmt.Fprintf(&b, "eta       %s (expected durations x %.2f, the pace so far)\n", fmtDur(sn.etaS), sn.ratio)
+	if c.State == string(state.CampaignRunning) && !sn.Ended {
+		fmt.Fprintf(&b, "eta       %s (expected durations x %.2f, the pace so far)\n", views.FmtDur(sn.etaS), sn.ratio)
 	}
 
 	var lanes strings.Builder
@@ -521,7 +443,7 @@ func render(sn snapshot, width int) string {
 			fmt.Fprintf(&lanes, "%-*s  %s\n", slotW, l.slot, styDim.Render("idle"))
 			continue
 		}
-		fmt.Fprintf(&lanes, "%-*s  %-*s  %-10s %6s", slotW, l.slot, runW, l.cur.Run+" a"+strconv.Itoa(l.cur.Attempt), l.cur.State, fmtDur(l.cur.InStateS))
+		fmt.Fprintf(&lanes, "%-*s  %-*s  %-10s %6s", slotW, l.slot, runW, l.cur.Run+" a"+strconv.Itoa(l.cur.Attempt), l.cur.State, views.FmtDur(l.cur.InStateS))
 		for _, g := range l.gpus {
 			fmt.Fprintf(&lanes, "  GPU%d", g.Index)
 			if g.MemoryUsedMiB != nil {
@@ -538,10 +460,10 @@ func render(sn snapshot, width int) string {
 	var evs strings.Builder
 	fmt.Fprintln(&evs, styTitle.Render("last events"))
 	for _, e := range sn.events {
-		printEvent(&evs, e)
+		views.PrintEvent(&evs, e)
 	}
 	b.WriteString(styBox.Render(strings.TrimRight(evs.String(), "\n")) + "\n")
-	if sn.ended {
+	if sn.Ended {
 		b.WriteString(styDim.Render("controller not running; watch ended") + "\n")
 	} else {
 		b.WriteString(styDim.Render(fmt.Sprintf("updated %s  q quits", sn.at.Local().Format("15:04:05"))) + "\n")

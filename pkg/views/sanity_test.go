@@ -1,4 +1,4 @@
-package main
+package views
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestShowSanityBlock(t *testing.T) {
 	}
 	d := api.RunDetail{Attempts: []state.Attempt{{N: 1, Dir: dir}, {N: 2, Dir: t.TempDir()}}}
 	var w bytes.Buffer
-	printRun(&w, d)
+	PrintRun(&w, d)
 	out := w.String()
 	for _, want := range []string{"attempt 1 data sanity", "fail, 2 families, 1 red flags", "RED FLAG client/result.json:clean.input_tokens: negative counter",
 		"timeline.num_clean_segments", "expected 3"} {
@@ -35,7 +35,7 @@ func TestShowSanityBlock(t *testing.T) {
 		t.Fatalf("an attempt without sanity.json shows a block:\n%s", out)
 	}
 	var js bytes.Buffer
-	if err := writeJSON(&js, runWithSanity{RunDetail: d, Sanity: sanityBlocks(d)}); err != nil {
+	if err := json.NewEncoder(&js).Encode(RunWithSanity{RunDetail: d, Sanity: SanityBlocks(d)}); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {

@@ -1,4 +1,4 @@
-package main
+package report
 
 // reportTemplate is the report page: everything inline, nothing fetched.
 // The Content-Security-Policy forbids every request the page could make,

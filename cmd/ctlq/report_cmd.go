@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warden/pkg/api"
+	"warden/pkg/campaignfs"
+	"warden/pkg/lockfile"
+	"warden/pkg/report"
+)
+
+// exitPrivate is report's exit status when its output would hold private
+// text, or the private inputs cannot be read to tell.
+const exitPrivate = 7
+
+func newReportCmd(o *options) *cobra.Command {
+	var file, tableJSON, csvFile string
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "One self-contained HTML report of the campaign, and its runs table as JSON and CSV",
+		Long: `report writes one HTML file that needs nothing else (its CSS, script and
+SVG charts are inline; it fetches nothing when opened) and prints well: the
+protocol and its hash, amendments, state and stop reason; a timeline of every
+attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
+attempt, states and times); the budget burned over time against the cap;
+the runs with outcomes, gate and validator verdicts and key figures
+(throughput, energy per request); GPU power, memory and clock traces from the
+samples; a sanity block (host load, other users' processes, missed
+samples, failing gates); and the end of each failed client's or server's
+stderr, as ctlq show prints it.
+
+-o FILE names the HTML file (default DIR/report.html, "-" for stdout);
+--table-json and --csv write the runs table for analysis tools. -o json and
+-o table are refused (exit 2), writing nothing: report has no output format,
+and a file of that name is nearly always a mistake (write ./json to mean it).
+Its errors are plain text on stderr.
+
+Nothing is written that holds private text: each document is searched, before
+it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
+the campaign's private inputs (its provenance), as the privacy scan does; a
+document that holds one, or private inputs that cannot be read, exit 7.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			src, err := o.open()
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			rep, err := src.report()
+			if err != nil {
+				return &exitError{exitOther, err}
+			}
+			plan, _ := campaignfs.ReadPlan(src.dir)
+			priv, err := report.Privacy(src.dir, plan)
+			if err != nil {
+				return &exitError{exitPrivate, err}
+			}
+			data := report.Build(src.dir, rep, plan)
+			if err := reportFileName(file); err != nil {
+				return &exitError{exitOther, err}
+			}
+			if file == "" {
+				file = filepath.Join(src.dir, campaignfs.ReportFile)
+			}
+			for _, out := range []struct {
+				path  string
+				write func(io.Writer) error
+			}{
+				{file, func(w io.Writer) error { return report.WriteHTML(w, data) }},
+				{tableJSON, func(w io.Writer) error { return writeJSON(w, data.Table()) }},
+				{csvFile, func(w io.Writer) error { return report.WriteCSV(w, data.Rows) }},
+			} {
+				if out.path == "" {
+					continue
+				}
+				if err := report.Write(out.path, cmd.OutOrStdout(), priv, out.write); err != nil {
+					var pe *report.PrivateError
+					if errors.As(err, &pe) {
+						return &exitError{exitPrivate, err}
+					}
+					return &exitError{exitOther, err}
+				}
+			}
+			if file != "-" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "report written to", file)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "output", "o", "", "HTML file to write (default DIR/report.html; - for stdout)")
+	cmd.Flags().StringVar(&tableJSON, "table-json", "", "also write the runs table as JSON to this file")
+	cmd.Flags().StringVar(&csvFile, "csv", "", "also write the runs table as CSV to this file")
+	return cmd
+}
+
+func (s *source) report() (api.Report, error) {
+	if s.store == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		return s.client.Report(ctx)
+	}
+	ctl := api.Controller{Alive: lockfile.Held(campaignfs.Lock(s.dir))}
+	r, err := api.BuildReport(s.store, s.dir, ctl, time.Now())
+	r.Status.Source = "database"
+	return r, err
+}
+
+// reportFileName refuses -o json and -o table: the other commands' output
+// formats, which report's -o (a file) would take as a file name.
+func reportFileName(file string) error {
+	if file == "json" || file == "table" {
+		return fmt.Errorf("report -o names the HTML file to write, not a format: refusing to write it to a file named %q (give ./%s to mean that file; --table-json FILE writes the runs table as JSON)", file, file)
+	}
+	return nil
+}

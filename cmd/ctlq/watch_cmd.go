@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"warden/pkg/api"
+	"warden/pkg/campaignfs"
+	"warden/pkg/state"
+	"warden/pkg/views/watch"
+)
+
+func newWatchCmd(o *options) *cobra.Command {
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "A live view of the campaign, redrawn in place until the controller exits",
+		Long: `watch shows the campaign live: its state and stop reason, progress of all
+runs and of the measured runs, the GPU-hour budget (charged, in flight,
+reserved, cap), an ETA re-estimated from the durations seen so far, one lane
+per slot with its run, state and time in that state, GPU memory and power
+from the attempts' gpu-samples.jsonl, and the last events.
+
+On a terminal the view is full-screen and redrawn in place (q quits); the
+last frame is printed when it ends. When stdout is not a terminal, watch
+prints one plain line whenever something changes. Either way it ends when
+no controller runs the campaign (at once for a finished one).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWatch(cmd, o, interval)
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often to look")
+	return cmd
+}
+
+// runWatch is ctlq watch and ctlq status -w.
+func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
+	src, err := o.open()
+	if err != nil {
+		return err
+	}
+	src.close()
+	plan, _ := campaignfs.ReadPlan(src.dir)
+	w := watch.NewWatcher(src.dir, plan, func() (watch.Source, error) {
+		s, err := o.open()
+		if err != nil {
+			return nil, err
+		}
+		return watchSource{s}, nil
+	})
+	out := cmd.OutOrStdout()
+	var sn watch.Snapshot
+	if f, ok := out.(*os.File); ok && isTerminal(f) {
+		sn, err = w.Full(f, interval)
+	} else {
+		sn, err = w.Plain(out, interval)
+	}
+	if err != nil {
+		return &exitError{exitOther, err}
+	}
+	if !sn.Ended {
+		return nil // the operator quit
+	}
+	return statusExit(sn.Status)
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// watchSource is a source as the watcher looks through it.
+type watchSource struct{ s *source }
+
+func (w watchSource) Status() (api.Status, error) { return w.s.status() }
+func (w watchSource) Close()                      { w.s.close() }
+
+func (w watchSource) Runs(ctx context.Context) ([]api.RunBrief, error) {
+	if w.s.store != nil {
+		return api.BuildRuns(w.s.store, "")
+	}
+	return w.s.client.Runs(ctx, "")
+}
+
+func (w watchSource) Events(ctx context.Context, after uint64, limit int) ([]state.Event, error) {
+	if w.s.store != nil {
+		return w.s.store.Events(after, limit)
+	}
+	page, err := w.s.client.Events(ctx, after, limit)
+	return page.Events, err
+}
