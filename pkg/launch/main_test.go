@@ -69,6 +69,7 @@ func TestMain(m *testing.M) {
 //	exit3            exit with code 3 at once
 //	forkn            start $WARDEN_LAUNCH_N "sleep" grandchildren and sleep
 //	serve            serve 200 on /health on 127.0.0.1 and write the port
+//	serve-daemon     start a "serve" great-grandchild through a new session ("serve-double") and sleep
 //
 // Grandchildren write their ready files at READY.g, READY.g0, READY.g1, ...
 func childMain(mode string) int {
@@ -114,6 +115,17 @@ func childMain(mode string) int {
 			return fail(err)
 		}
 		return 0
+	case "serve-daemon":
+		// a server that double-forks: the listener ends up orphaned, in
+		// neither our group nor our session
+		if err := spawn("serve-double", ready+".g", true); err != nil {
+			return fail(err)
+		}
+	case "serve-double":
+		if err := spawn("serve", ready, false); err != nil {
+			return fail(err)
+		}
+		return 0
 	case "forkn":
 		n, err := strconv.Atoi(os.Getenv(envN))
 		if err != nil {
@@ -136,7 +148,7 @@ func childMain(mode string) int {
 	default:
 		return fail(errors.New("unknown mode"))
 	}
-	if ready != "" && mode != "double" {
+	if ready != "" && mode != "double" && mode != "serve-double" {
 		if err := writeReady(ready, strconv.Itoa(os.Getpid())+extra); err != nil {
 			return fail(err)
 		}

@@ -1,0 +1,232 @@
+package launch
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A readiness probe only says that something answers on the port. The
+// listener check says who: the processes that hold the TCP socket
+// listening on it, read from the kernel's socket tables
+// (/proc/net/tcp, /proc/net/tcp6: the sockets in state LISTEN and their
+// inodes) and from every process's descriptors (/proc/PID/fd links
+// "socket:[INODE]"). A server that binds late leaves its port free for
+// another process to take after the preflight gate; the check tells the
+// campaign's server from that impostor.
+
+// ErrNoListener: no socket listens on the port.
+var ErrNoListener = errors.New("no socket listens on the port")
+
+// tcpListenState is the kernel's TCP_LISTEN in /proc/net/tcp's "st".
+const tcpListenState = "0A"
+
+// ListenerPIDs returns the processes that hold a TCP socket listening on
+// port, on any local address, IPv4 or IPv6, sorted. It fails closed: a
+// listening socket no readable process holds (another user's, with too
+// few privileges; another PID namespace) is an error, not an empty
+// answer; ErrNoListener when nothing listens.
+func ListenerPIDs(port int) ([]int, error) {
+	inodes := map[uint64]bool{}
+	for _, table := range []string{"net/tcp", "net/tcp6"} {
+		if err := listeningInodes(filepath.Join(procRoot, table), port, inodes); err != nil {
+			return nil, err
+		}
+	}
+	if len(inodes) == 0 {
+		return nil, fmt.Errorf("port %d: %w", port, ErrNoListener)
+	}
+	pids, found, err := socketHolders(inodes)
+	if err != nil {
+		return nil, err
+	}
+	for ino := range inodes {
+		if !found[ino] {
+			return nil, fmt.Errorf("port %d: socket inode %d listens on it but no readable process holds it: its owner cannot be told", port, ino)
+		}
+	}
+	return pids, nil
+}
+
+// listeningInodes adds the inodes of the table's LISTEN sockets on port.
+// A missing table (no IPv6 in this kernel) holds none.
+func listeningInodes(path string, port int, into map[uint64]bool) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the socket table: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	first := true
+	for sc.Scan() {
+		if first { // the header line
+			first = false
+			continue
+		}
+		ino, ok, err := parseListenLine(sc.Text(), port)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if ok {
+			into[ino] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	return nil
+}
+
+// parseListenLine reads one line of /proc/net/tcp{,6}: "sl local_address
+// rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+// ...", the local address ADDR:PORT in hex. It reports the inode of a
+// LISTEN socket whose local port is port.
+func parseListenLine(line string, port int) (uint64, bool, error) {
+	f := strings.Fields(line)
+	if len(f) < 10 {
+		return 0, false, fmt.Errorf("a socket line of %d fields, want at least 10: %q", len(f), line)
+	}
+	if f[3] != tcpListenState {
+		return 0, false, nil
+	}
+	i := strings.LastIndexByte(f[1], ':')
+	if i < 0 {
+		return 0, false, fmt.Errorf("local address %q has no port", f[1])
+	}
+	p, err := strconv.ParseUint(f[1][i+1:], 16, 16)
+	if err != nil {
+		return 0, false, fmt.Errorf("local address %q: %w", f[1], err)
+	}
+	if int(p) != port {
+		return 0, false, nil
+	}
+	ino, err := strconv.ParseUint(f[9], 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("inode %q: %w", f[9], err)
+	}
+	return ino, true, nil
+}
+
+// socketHolders scans every process's descriptors for the inodes. A
+// process that ends during the scan, or whose descriptors cannot be read,
+// is passed over; what it held counts as not found.
+func socketHolders(inodes map[uint64]bool) ([]int, map[uint64]bool, error) {
+	procs, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list processes: %w", err)
+	}
+	found := map[uint64]bool{}
+	var pids []int
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		fdDir := filepath.Join(procRoot, e.Name(), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		holds := false
+		for _, fd := range fds {
+			link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+			if err != nil || !strings.HasPrefix(link, "socket:[") {
+				continue
+			}
+			ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]"), 10, 64)
+			if err == nil && inodes[ino] {
+				found[ino], holds = true, true
+			}
+		}
+		if holds {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids, found, nil
+}
+
+// ImpostorError names a listener that does not belong to the attempt.
+type ImpostorError struct {
+	Port int
+	PID  int
+	Comm string
+}
+
+func (e *ImpostorError) Error() string {
+	return fmt.Sprintf("port %d is held by pid %d (%s), which is not the attempt's server or one of its processes: a port impostor answered the readiness probe", e.Port, e.PID, e.Comm)
+}
+
+// CheckListener fails unless every process listening on port belongs to
+// the attempt, as belongs says; an *ImpostorError names the first that
+// does not. It fails closed where the owner cannot be told.
+func CheckListener(port int, belongs func(pid int) (bool, error)) ([]int, error) {
+	pids, err := ListenerPIDs(port)
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range pids {
+		ok, err := belongs(pid)
+		if err != nil {
+			return pids, fmt.Errorf("port %d: whether listener pid %d is the attempt's cannot be told: %w", port, pid, err)
+		}
+		if !ok {
+			return pids, &ImpostorError{Port: port, PID: pid, Comm: commOf(pid)}
+		}
+	}
+	return pids, nil
+}
+
+// commOf is a process's name, for messages; "?" when gone.
+func commOf(pid int) string {
+	st, err := readStat(pid)
+	if err != nil {
+		return "?"
+	}
+	return st.Comm
+}
+
+// InAttempt is CheckListener's membership test for the attempt whose
+// server is leader: a process of the group or session the leader leads, one of its
+// descendants, or with cgroups (leaf not zero) one the leaf holds, so a
+// server that double-forks into a session of its own still counts where
+// its cgroup holds it. A process that is gone does not belong.
+func InAttempt(leader Identity, leaf Leaf) func(pid int) (bool, error) {
+	return func(pid int) (bool, error) {
+		st, err := readStat(pid)
+		if errors.Is(err, errNoProcess) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		// the leader leads its group or its session (Start): its id is
+		// theirs; the controller's own session is not the attempt's
+		if pid == leader.PID || st.PGRP == leader.PID || st.Session == leader.PID {
+			return true, nil
+		}
+		for p, hops := st.PPID, 0; p > 1 && hops < 4096; hops++ {
+			if p == leader.PID {
+				return true, nil
+			}
+			up, err := readStat(p)
+			if err != nil {
+				break
+			}
+			p = up.PPID
+		}
+		if !leaf.IsZero() {
+			return leaf.holds(pid)
+		}
+		return false, nil
+	}
+}
