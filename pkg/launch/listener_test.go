@@ -154,4 +154,3 @@ func TestCheckListenerDaemonizedServer(t *testing.T) {
 		})
 	}
 }
-
