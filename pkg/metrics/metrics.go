@@ -34,8 +34,8 @@ var (
 		"1 for the reason of the campaign's last stop (absent while it never stopped).", []string{"reason"}, nil)
 	descRuns = prometheus.NewDesc("warden_runs",
 		"Runs by state (pending, running, complete, quarantined, failed).", []string{"state"}, nil)
-	descBudget = prometheus.NewDesc("warden_budget_gpu_hours",
-		"The GPU-hour budget: charged (with prior consumption), in_flight (held by live attempts' servers, not yet charged: api.InFlightGPUSeconds), reserved, and cap.", []string{"kind"}, nil)
+	descBudget = prometheus.NewDesc("warden_budget_gpu_seconds",
+		"The GPU budget in GPU-seconds (GPU-hours x 3600): charged (with prior consumption), in_flight (held by live attempts' servers since they started, not yet charged), reserved, and cap.", []string{"kind"}, nil)
 	descBeat = prometheus.NewDesc("warden_controller_heartbeat_timestamp_seconds",
 		"Unix time of the controller's last heartbeat.", nil, nil)
 	descBeatAge = prometheus.NewDesc("warden_controller_heartbeat_age_seconds",
@@ -99,11 +99,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	inFlight := 0.0
 	for _, a := range sum.Live {
-		inFlight += api.InFlightGPUSeconds(a, now) / 3600
+		inFlight += api.InFlightGPUSeconds(a, now)
 	}
 	for kind, v := range map[string]float64{
-		"charged": cp.ConsumedGPUSeconds / 3600, "in_flight": inFlight,
-		"reserved": cp.ReservedGPUSeconds / 3600, "cap": cp.BudgetCapGPUHours,
+		"charged": cp.ConsumedGPUSeconds, "in_flight": inFlight,
+		"reserved": cp.ReservedGPUSeconds, "cap": cp.BudgetCapGPUHours * 3600,
 	} {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, v, kind)
 	}

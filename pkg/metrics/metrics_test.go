@@ -118,13 +118,13 @@ func TestScrape(t *testing.T) {
 			t.Errorf("runs %s = %g, want %g", st, got, want)
 		}
 	}
-	if got := gauge("warden_budget_gpu_hours", map[string]string{"kind": "cap"}); got != 2 {
+	if got := gauge("warden_budget_gpu_seconds", map[string]string{"kind": "cap"}); got != 2*3600 {
 		t.Errorf("cap %g", got)
 	}
-	if got := gauge("warden_budget_gpu_hours", map[string]string{"kind": "in_flight"}); got != 30*2.0/3600 {
+	if got := gauge("warden_budget_gpu_seconds", map[string]string{"kind": "in_flight"}); got != 30*2.0 {
 		t.Errorf("in flight %g, want 30 s on 2 GPUs", got)
 	}
-	if got := gauge("warden_budget_gpu_hours", map[string]string{"kind": "charged"}); got < 0.5 {
+	if got := gauge("warden_budget_gpu_seconds", map[string]string{"kind": "charged"}); got < 0.5*3600 {
 		t.Errorf("charged %g does not include the prior 0.5", got)
 	}
 	if got := gauge("warden_controller_heartbeat_age_seconds", nil); got != 5 {
