@@ -121,7 +121,7 @@ and refuses "json" and "table".`,
 	}
 	root.PersistentFlags().StringVarP(&o.dir, "dir", "d", os.Getenv("WARDEN_DIR"), "campaign directory (default $WARDEN_DIR)")
 	root.AddCommand(withOutput(newStatusCmd(o), o), withOutput(newRunsCmd(o), o), withOutput(newShowCmd(o), o),
-		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o), mancmd.New(root, "CTLQ"))
+		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o), newMetricsCmd(o), mancmd.New(root, "CTLQ"))
 	return root
 }
 

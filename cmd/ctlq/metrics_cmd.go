@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/spf13/cobra"
+
+	"warden/pkg/campaignfs"
+	"warden/pkg/lockfile"
+	"warden/pkg/metrics"
+	"warden/pkg/state"
+)
+
+func newMetricsCmd(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "metrics",
+		Short: "The campaign's Prometheus metrics once, from the state database (after the controller ended)",
+		Long: `metrics prints the campaign's metrics in the Prometheus text exposition
+format, read from DIR/state.db opened read-only: the same families the
+controller's --metrics listener and textfile serve, so the final state of a
+campaign (complete, stopped) stays scrapeable after its controller exited
+(for node_exporter's textfile collector: ctlq metrics -d DIR > FILE.prom.tmp
+&& mv FILE.prom.tmp FILE.prom).
+
+While a controller runs it holds the database: scrape its --metrics listener
+or textfile instead; metrics then exits 2 naming the controller's pid. A
+damaged or empty database exits 6, as ctlq status does.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.dir == "" {
+				return &exitError{exitOther, errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
+			}
+			dir, _ := filepath.Abs(o.dir)
+			if _, err := os.Stat(campaignfs.State(dir)); err != nil {
+				return &exitError{exitOther, campaignDirError(dir, err)}
+			}
+			st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
+			switch {
+			case errors.Is(err, state.ErrLocked):
+				return &exitError{exitOther, fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile",
+					lockfile.Owner(campaignfs.Lock(dir)), campaignfs.StateFile)}
+			case errors.Is(err, state.ErrCorrupt):
+				return &exitError{exitDamaged, fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing: %w", campaignfs.State(dir), err)}
+			case err != nil:
+				return &exitError{exitOther, err}
+			}
+			defer st.Close()
+			fams, err := metrics.Registry(st, time.Now).Gather()
+			if err != nil {
+				return &exitError{exitOther, fmt.Errorf("read the campaign's metrics: %w", err)}
+			}
+			enc := expfmt.NewEncoder(cmd.OutOrStdout(), expfmt.NewFormat(expfmt.TypeTextPlain))
+			for _, f := range fams {
+				if err := enc.Encode(f); err != nil {
+					return &exitError{exitOther, err}
+				}
+			}
+			return nil
+		},
+	}
+}
