@@ -143,15 +143,9 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 // Runs returns every run, sorted by Order.
 func (s *Store) Runs() ([]Run, error) {
 	var runs []Run
-	err := s.view("read runs", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-			var r Run
-			if err := decode(k, v, &r); err != nil {
-				return err
-			}
-			runs = append(runs, r)
-			return nil
-		})
+	err := s.view("read runs", func(tx *bolt.Tx) (err error) {
+		runs, err = records[Run](tx.Bucket(bucketRuns), nil)
+		return err
 	})
 	slices.SortStableFunc(runs, func(a, b Run) int { return cmp.Compare(a.Order, b.Order) })
 	return runs, err
@@ -281,15 +275,9 @@ func addLedger(tx *bolt.Tx, c *Campaign, e *LedgerEntry) error {
 // Ledger returns every ledger entry in order.
 func (s *Store) Ledger() ([]LedgerEntry, error) {
 	var entries []LedgerEntry
-	err := s.view("read ledger", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketLedger).ForEach(func(k, v []byte) error {
-			var e LedgerEntry
-			if err := decode(k, v, &e); err != nil {
-				return err
-			}
-			entries = append(entries, e)
-			return nil
-		})
+	err := s.view("read ledger", func(tx *bolt.Tx) (err error) {
+		entries, err = records[LedgerEntry](tx.Bucket(bucketLedger), nil)
+		return err
 	})
 	return entries, err
 }
@@ -342,17 +330,9 @@ func (s *Store) addLedgerTx(tx *bolt.Tx, e *LedgerEntry) error {
 // verdict when runID is empty.
 func (s *Store) GateVerdicts(runID string) ([]GateVerdict, error) {
 	var out []GateVerdict
-	err := s.view("read gate verdicts", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketGates).ForEach(func(k, v []byte) error {
-			var g GateVerdict
-			if err := decode(k, v, &g); err != nil {
-				return err
-			}
-			if runID == "" || g.Run == runID {
-				out = append(out, g)
-			}
-			return nil
-		})
+	err := s.view("read gate verdicts", func(tx *bolt.Tx) (err error) {
+		out, err = records(tx.Bucket(bucketGates), func(g GateVerdict) bool { return runID == "" || g.Run == runID })
+		return err
 	})
 	return out, err
 }
@@ -392,15 +372,9 @@ func (s *Store) AddAmendment(a Amendment) error {
 // Amendments returns the registered amendments in registration order.
 func (s *Store) Amendments() ([]Amendment, error) {
 	var out []Amendment
-	err := s.view("read amendments", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketAmendments).ForEach(func(k, v []byte) error {
-			var a Amendment
-			if err := decode(k, v, &a); err != nil {
-				return err
-			}
-			out = append(out, a)
-			return nil
-		})
+	err := s.view("read amendments", func(tx *bolt.Tx) (err error) {
+		out, err = records[Amendment](tx.Bucket(bucketAmendments), nil)
+		return err
 	})
 	return out, err
 }
@@ -408,11 +382,7 @@ func (s *Store) Amendments() ([]Amendment, error) {
 // amendmentIDs returns the registered amendment ids in order.
 func amendmentIDs(tx *bolt.Tx) ([]string, error) {
 	var ids []string
-	err := tx.Bucket(bucketAmendments).ForEach(func(k, v []byte) error {
-		var a Amendment
-		if err := decode(k, v, &a); err != nil {
-			return err
-		}
+	err := eachRecord(tx.Bucket(bucketAmendments), func(_ []byte, a Amendment) error {
 		ids = append(ids, a.ID)
 		return nil
 	})

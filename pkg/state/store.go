@@ -487,6 +487,33 @@ func get(b *bolt.Bucket, key []byte, v any) error {
 	return decode(key, raw, v)
 }
 
+// eachRecord decodes the records of bucket b in key order and calls fn
+// with each and its key. A record that does not decode, or an error from
+// fn, ends the walk and is returned.
+func eachRecord[T any](b *bolt.Bucket, fn func(key []byte, v T) error) error {
+	return b.ForEach(func(key, raw []byte) error {
+		var v T
+		if err := decode(key, raw, &v); err != nil {
+			return err
+		}
+		return fn(key, v)
+	})
+}
+
+// records returns the records of bucket b in key order, keeping those
+// keep accepts (nil keeps all). On an error it returns what it read
+// before it.
+func records[T any](b *bolt.Bucket, keep func(T) bool) ([]T, error) {
+	var out []T
+	err := eachRecord(b, func(_ []byte, v T) error {
+		if keep == nil || keep(v) {
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // decode decodes the JSON value raw stored under key into v.
 func decode(key, raw []byte, v any) error {
 	if err := json.Unmarshal(raw, v); err != nil {
