@@ -615,159 +615,215 @@ func (b *builder) cellFromRef(ref map[string]string, pos Pos, field string) (cel
 	return cl, ok && len(cl.values) > 0
 }
 
+// coloc is one colocation phase being laid out.
+type coloc struct {
+	b       *builder
+	ph      *Phase
+	pi      int
+	co      *Colocation
+	f       string // the section's field, phases[i].colocation
+	target  cell
+	loads   []*Load // the target's loads
+	bgLoad  *Load
+	compare string // the load whose throughput the gate compares
+}
+
 // expandColocation lays out a co-location check: the target's loads solo,
 // then for each gated regime in turn the same loads beside background
 // loads, each later regime only if the one before failed its gate.
 func (b *builder) expandColocation(ph *Phase, pi int) int {
+	x, ok := b.colocation(ph, pi)
+	if !ok {
+		return 0
+	}
+	x.group("solo", "solo", "", nil)
+	cond := ""
+	cells := 1
+	for i := range x.co.Checks {
+		gate, n, ok := x.check(i, cond)
+		if !ok {
+			continue
+		}
+		cond = "gate " + gate + " failed"
+		cells += n
+	}
+	return cells
+}
+
+// colocation checks a colocation section; it is false when the phase
+// cannot be laid out.
+func (b *builder) colocation(ph *Phase, pi int) (*coloc, bool) {
 	co := ph.Colocation
-	f := fmt.Sprintf("phases[%d].colocation", pi)
-	c := b.c
+	x := &coloc{b: b, ph: ph, pi: pi, co: co, f: fmt.Sprintf("phases[%d].colocation", pi)}
+	f, c := x.f, b.c
 	target, ok := b.cellFromRef(co.Target, co.Meta.At("target"), f+".target")
+	x.target = target
 	if b.slots[co.Slot] == nil && co.Slot != "" {
-		c.add(co.Meta.At("slot"), f+".slot", "unknown slot %q (slots: %s)", co.Slot, strings.Join(sortedKeys(b.slots), ", "))
+		unknown(c, b.slots, co.Slot, co.Meta.At("slot"), f+".slot", "slot", "slots")
 		ok = false
 	}
-	var loads []*Load
 	for j, l := range co.Loads {
 		if b.loads[l] == nil {
-			c.add(co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q (loads: %s)", l, strings.Join(sortedKeys(b.loads), ", "))
+			unknown(c, b.loads, l, co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "load", "loads")
 			ok = false
 			continue
 		}
-		loads = append(loads, b.loads[l])
+		x.loads = append(x.loads, b.loads[l])
 	}
-	bgLoad := b.loads[co.BackgroundLoad]
-	if bgLoad == nil && co.BackgroundLoad != "" {
-		c.add(co.Meta.At("background_load"), f+".background_load", "unknown load %q (loads: %s)", co.BackgroundLoad, strings.Join(sortedKeys(b.loads), ", "))
+	x.bgLoad = b.loads[co.BackgroundLoad]
+	if x.bgLoad == nil && co.BackgroundLoad != "" {
+		unknown(c, b.loads, co.BackgroundLoad, co.Meta.At("background_load"), f+".background_load", "load", "loads")
 		ok = false
 	}
-	compare := co.Gate.Compare
-	if compare == "" && len(co.Loads) > 0 {
-		compare = co.Loads[len(co.Loads)-1]
-	} else if compare != "" && !contains(co.Loads, compare) {
-		c.add(co.Gate.Meta.At("compare"), f+".gate.compare", "load %q is not one of the target's loads", compare)
+	x.compare = co.Gate.Compare
+	if x.compare == "" && len(co.Loads) > 0 {
+		x.compare = co.Loads[len(co.Loads)-1]
+	} else if x.compare != "" && !contains(co.Loads, x.compare) {
+		c.add(co.Gate.Meta.At("compare"), f+".gate.compare", "load %q is not one of the target's loads", x.compare)
 	}
-	if co.Gate.ThroughputTolerance <= 0 || co.Gate.ThroughputTolerance >= 1 {
-		if _, given := co.Gate.Meta.Fields["throughput_tolerance"]; given {
-			c.add(co.Gate.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", co.Gate.ThroughputTolerance)
-		}
-	}
-	if co.Gate.ProfileWindows < 0 {
-		c.add(co.Gate.Meta.At("profile_windows"), f+".gate.profile_windows", "a number of profile windows cannot be negative, got %d", co.Gate.ProfileWindows)
-	}
-	if co.Gate.Validator != nil && co.Gate.FigureTolerance <= 0 {
-		c.add(co.Gate.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
-	}
-	if !ok || bgLoad == nil {
-		return 0
-	}
+	x.checkGate()
+	return x, ok && x.bgLoad != nil
+}
 
-	// group runs: same-cell needs resolve to the run of that load in the group
-	group := func(prefix, regime, slot, cond string, bgs []string) []string {
-		b.units++
-		var ids []string
-		byLoad := map[string]string{}
-		for _, l := range loads {
-			id := fmt.Sprintf("coloc.%s.%s.%s", prefix, target.id(), l.Name)
-			r := b.makeRun(ph, pi, target, l, id)
-			r.Slot, r.Regime, r.Condition, r.Unit, r.Backgrounds = slot, regime, cond, b.units, bgs
-			for _, n := range l.Needs {
-				if n.Load == "" {
-					continue
-				}
-				dep, has := byLoad[n.Load]
-				if !has {
-					c.add(n.Pos, "loads."+l.Name+".needs", "load %q needs load %q, which the co-location check does not run before it", l.Name, n.Load)
-					continue
-				}
-				r.Needs = append(r.Needs, dep)
-				r.NeedVars["NEED_"+n.As+"_DIR"] = dep
-			}
-			byLoad[l.Name] = id
-			b.addRun(r, co.Meta.At("loads"))
-			ids = append(ids, id)
+func (x *coloc) checkGate() {
+	g, f, c := &x.co.Gate, x.f, x.b.c
+	if g.ThroughputTolerance <= 0 || g.ThroughputTolerance >= 1 {
+		if _, given := g.Meta.Fields["throughput_tolerance"]; given {
+			c.add(g.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", g.ThroughputTolerance)
 		}
-		return ids
 	}
-	group("solo", "solo", co.Slot, "", nil)
-	soloCompare := fmt.Sprintf("coloc.solo.%s.%s", target.id(), compare)
-	cond := ""
-	cells := 1
-	for i, chk := range co.Checks {
-		cf := fmt.Sprintf("%s.checks[%d]", f, i)
-		reg := b.regimes[chk.Regime]
-		if reg == nil {
-			c.add(chk.Meta.At("regime"), cf+".regime", "unknown regime %q (regimes: %s)", chk.Regime, strings.Join(b.regimeNames(), ", "))
+	if g.ProfileWindows < 0 {
+		c.add(g.Meta.At("profile_windows"), f+".gate.profile_windows", "a number of profile windows cannot be negative, got %d", g.ProfileWindows)
+	}
+	if g.Validator != nil && g.FigureTolerance <= 0 {
+		c.add(g.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
+	}
+}
+
+// group adds the target's runs of one regime as a unit; same-cell needs
+// resolve to the run of that load in the group. It returns their ids.
+func (x *coloc) group(prefix, regime, cond string, bgs []string) []string {
+	b := x.b
+	b.units++
+	var ids []string
+	byLoad := map[string]string{}
+	for _, l := range x.loads {
+		id := fmt.Sprintf("coloc.%s.%s.%s", prefix, x.target.id(), l.Name)
+		r := b.makeRun(x.ph, x.pi, x.target, l, id)
+		r.Slot, r.Regime, r.Condition, r.Unit, r.Backgrounds = x.co.Slot, regime, cond, b.units, bgs
+		for _, n := range l.Needs {
+			if n.Load == "" {
+				continue
+			}
+			dep, has := byLoad[n.Load]
+			if !has {
+				b.c.add(n.Pos, "loads."+l.Name+".needs", "load %q needs load %q, which the co-location check does not run before it", l.Name, n.Load)
+				continue
+			}
+			r.Needs = append(r.Needs, dep)
+			r.NeedVars["NEED_"+n.As+"_DIR"] = dep
+		}
+		byLoad[l.Name] = id
+		b.addRun(r, x.co.Meta.At("loads"))
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// check lays out check i, run when cond holds: its backgrounds, the
+// target beside them and the gate between them. It returns the gate's
+// name and the number of background cells; false when the check names no
+// regime.
+func (x *coloc) check(i int, cond string) (string, int, bool) {
+	b, c, co := x.b, x.b.c, x.co
+	chk := &co.Checks[i]
+	cf := fmt.Sprintf("%s.checks[%d]", x.f, i)
+	reg := b.regimes[chk.Regime]
+	if reg == nil {
+		c.add(chk.Meta.At("regime"), cf+".regime", "unknown regime %q (regimes: %s)", chk.Regime, strings.Join(b.regimeNames(), ", "))
+		return "", 0, false
+	}
+	if !reg.Gated {
+		c.add(chk.Meta.At("regime"), cf+".regime", "regime %q is not gated; mark it gated: true or drop this check", chk.Regime)
+	}
+	if len(chk.Backgrounds)+1 > reg.Concurrency {
+		c.add(chk.Meta.At("backgrounds"), cf+".backgrounds", "%d backgrounds and the target exceed regime %q's concurrency of %d", len(chk.Backgrounds), chk.Regime, reg.Concurrency)
+	}
+	bgIDs, bgRuns := x.backgrounds(chk, cf, cond)
+	b.units++
+	unit := b.units
+	targets := x.group(chk.Regime, chk.Regime, cond, bgIDs)
+	x.insertBackgrounds(bgRuns, targets, unit, chk.Meta.At("backgrounds"))
+	gate := GateInfo{
+		Name: "colocation/" + chk.Regime, Kind: "colocation", Regime: chk.Regime,
+		Solo:           fmt.Sprintf("coloc.solo.%s.%s", x.target.id(), x.compare),
+		Target:         fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, x.target.id(), x.compare),
+		ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
+		ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
+		ProfileWindows: co.Gate.ProfileWindows,
+	}
+	if co.Gate.Validator != nil {
+		v := b.command(*co.Gate.Validator, x.f+".gate.validator", b.cellVars(x.ph, x.target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})
+		gate.Validator = &v
+	}
+	b.gates = append(b.gates, gate)
+	return gate.Name, len(bgRuns), true
+}
+
+// backgrounds makes the background runs of chk, each on a slot of its
+// own.
+func (x *coloc) backgrounds(chk *ColocCheck, cf, cond string) ([]string, []Run) {
+	b, c := x.b, x.b.c
+	used := map[string]bool{x.co.Slot: true}
+	var bgIDs []string
+	var bgRuns []Run
+	for j, bg := range chk.Backgrounds {
+		bf := fmt.Sprintf("%s.backgrounds[%d]", cf, j)
+		bc, ok := b.cellFromRef(bg.Cell, bg.Meta.At("cell"), bf+".cell")
+		if b.slots[bg.Slot] == nil {
+			unknown(c, b.slots, bg.Slot, bg.Meta.At("slot"), bf+".slot", "slot", "slots")
 			continue
 		}
-		if !reg.Gated {
-			c.add(chk.Meta.At("regime"), cf+".regime", "regime %q is not gated; mark it gated: true or drop this check", chk.Regime)
+		if used[bg.Slot] {
+			c.add(bg.Meta.At("slot"), bf+".slot", "slot %q is already used by this check", bg.Slot)
+			continue
 		}
-		if len(chk.Backgrounds)+1 > reg.Concurrency {
-			c.add(chk.Meta.At("backgrounds"), cf+".backgrounds", "%d backgrounds and the target exceed regime %q's concurrency of %d", len(chk.Backgrounds), chk.Regime, reg.Concurrency)
+		used[bg.Slot] = true
+		if !ok {
+			continue
 		}
-		used := map[string]bool{co.Slot: true}
-		var bgIDs []string
-		var bgRuns []Run
-		for j, bg := range chk.Backgrounds {
-			bf := fmt.Sprintf("%s.backgrounds[%d]", cf, j)
-			bc, ok := b.cellFromRef(bg.Cell, bg.Meta.At("cell"), bf+".cell")
-			if b.slots[bg.Slot] == nil {
-				c.add(bg.Meta.At("slot"), bf+".slot", "unknown slot %q (slots: %s)", bg.Slot, strings.Join(sortedKeys(b.slots), ", "))
-				continue
-			}
-			if used[bg.Slot] {
-				c.add(bg.Meta.At("slot"), bf+".slot", "slot %q is already used by this check", bg.Slot)
-				continue
-			}
-			used[bg.Slot] = true
-			if !ok {
-				continue
-			}
-			id := fmt.Sprintf("coloc.%s.bg.%s", chk.Regime, bc.id())
-			r := b.makeRun(ph, pi, bc, bgLoad, id)
-			r.Slot, r.Regime, r.Condition = bg.Slot, chk.Regime, cond
-			bgIDs = append(bgIDs, id)
-			bgRuns = append(bgRuns, r)
-		}
-		b.units++
-		unit := b.units
-		targets := group(chk.Regime, chk.Regime, co.Slot, cond, bgIDs)
-		var span float64
-		for _, t := range targets {
-			if r, ok := b.find(t); ok {
-				span += r.ExpectedS
-			}
-		}
-		// backgrounds are launched before the target and stopped after it
-		at := len(b.runs) - len(targets)
-		for k := range bgRuns {
-			bgRuns[k].Until = targets
-			bgRuns[k].ExpectedS += span
-			bgRuns[k].Unit = unit
-		}
-		rest := append([]Run(nil), b.runs[at:]...)
-		b.runs = b.runs[:at]
-		for _, r := range bgRuns {
-			b.addRun(r, chk.Meta.At("backgrounds"))
-		}
-		b.runs = append(b.runs, rest...)
-		gate := GateInfo{
-			Name: "colocation/" + chk.Regime, Kind: "colocation", Regime: chk.Regime,
-			Solo: soloCompare, Target: fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, target.id(), compare),
-			ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
-			ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
-			ProfileWindows: co.Gate.ProfileWindows,
-		}
-		if co.Gate.Validator != nil {
-			v := b.command(*co.Gate.Validator, f+".gate.validator", b.cellVars(ph, target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})
-			gate.Validator = &v
-		}
-		b.gates = append(b.gates, gate)
-		cond = "gate " + gate.Name + " failed"
-		cells += len(bgRuns)
+		id := fmt.Sprintf("coloc.%s.bg.%s", chk.Regime, bc.id())
+		r := b.makeRun(x.ph, x.pi, bc, x.bgLoad, id)
+		r.Slot, r.Regime, r.Condition = bg.Slot, chk.Regime, cond
+		bgIDs = append(bgIDs, id)
+		bgRuns = append(bgRuns, r)
 	}
-	return cells
+	return bgIDs, bgRuns
+}
+
+// insertBackgrounds adds the background runs of a check just before its
+// targets (the runs last added): backgrounds are launched before the
+// target and stopped after it, so each lasts the targets' whole span.
+func (x *coloc) insertBackgrounds(bgRuns []Run, targets []string, unit int, pos Pos) {
+	b := x.b
+	var span float64
+	for _, t := range targets {
+		if r, ok := b.find(t); ok {
+			span += r.ExpectedS
+		}
+	}
+	at := len(b.runs) - len(targets)
+	for k := range bgRuns {
+		bgRuns[k].Until = targets
+		bgRuns[k].ExpectedS += span
+		bgRuns[k].Unit = unit
+	}
+	rest := append([]Run(nil), b.runs[at:]...)
+	b.runs = b.runs[:at]
+	for _, r := range bgRuns {
+		b.addRun(r, pos)
+	}
+	b.runs = append(b.runs, rest...)
 }
 
 func (b *builder) find(id string) (Run, bool) {
