@@ -65,6 +65,8 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/validate", forbidden: []string{"warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner", "go.etcd.io/bbolt", "os/exec"}, why: "validators read artifacts: they start no process and touch no database"},
 		{pkg: "warden/pkg/slurm", forbidden: []string{"os/exec", "warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner"}, why: "the Slurm package builds command lines and reads Slurm's answers; the caller's launcher and reaper run the commands"},
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/pkg/gates"}, why: "GPU backends report what they read; the gates judge it, not the other way round"},
+		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/protocols"}, why: "GPU backends read devices; they know nothing of protocols (the CPU-list format is internal/cpulist's)"},
+		{pkg: "warden/internal/cpulist", direct: true, forbidden: []string{"warden/"}, why: "the CPU-list format is a leaf that the protocol package and the GPU backends share"},
 	}
 	for _, r := range rules {
 		p, ok := pkgs[r.pkg]
