@@ -29,6 +29,8 @@ const eventReasonsSymbol = "nvmlDeviceGetCurrentClocksEventReasons"
 // Backend reads GPUs through an nvml.Interface: the real library, or one
 // of go-nvml's mock servers in tests.
 type Backend struct {
+	gpu.Views // Sample, Energy and Info: reads of b itself
+
 	lib     nvml.Interface
 	timeout time.Duration
 	sysfs   string
@@ -58,6 +60,7 @@ func Open(lib nvml.Interface, timeout time.Duration, opts ...Option) (*Backend, 
 		lib = nvml.New()
 	}
 	b := &Backend{lib: lib, timeout: timeout, sysfs: "/sys"}
+	b.Views = gpu.Views{Reader: b}
 	for _, o := range opts {
 		o(b)
 	}
@@ -140,7 +143,9 @@ func (b *Backend) call(fn func() error) error {
 }
 
 // Read reads the given fields of the GPUs with the given indices, in that
-// order. A field the device does not support is left absent.
+// order. A field the device does not support is left absent. The
+// processes are the compute and graphics processes; the energy counters
+// alone take milliseconds per GPU.
 func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) {
 	out := make([]gpu.Reading, 0, len(indices))
 	err := b.call(func() error {
@@ -159,23 +164,6 @@ func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) 
 	return out, nil
 }
 
-// Sample reads what a periodic sample reads (gpu.Sampled): memory,
-// clocks, clock-event reasons, power, temperature, and the compute and
-// graphics processes.
-func (b *Backend) Sample(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Sampled)
-}
-
-// Energy reads the energy counters alone (milliseconds per GPU).
-func (b *Backend) Energy(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Energy)
-}
-
-// Info reads every field.
-func (b *Backend) Info(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.All)
-}
-
 // Snapshot reads memory used (v2: 0 on an idle GPU) and the compute
 // processes of the GPUs with the given indices, for the gates. Either one
 // unsupported is an error: the gates cannot judge a GPU without them.
@@ -184,18 +172,12 @@ func (b *Backend) Snapshot(indices []int) ([]gpu.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gpu.State, 0, len(rs))
 	for _, r := range rs {
 		if r.MemoryUsedMiB == nil || r.Procs == nil {
 			return nil, fmt.Errorf("nvml GPU %d: memory or processes: %w", r.Index, nvml.ERROR_NOT_SUPPORTED)
 		}
-		st := gpu.State{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
-		if len(r.Procs) > 0 {
-			st.Procs = r.Procs // a fresh slice of this read's
-		}
-		out = append(out, st)
 	}
-	return out, nil
+	return gpu.States(rs), nil
 }
 
 // supported sorts the answer of one NVML call for an optional field: true
