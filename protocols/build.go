@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -238,7 +239,7 @@ func (b *builder) checkExpects(es []Expect, f string) {
 
 func (b *builder) checkEnvNames(env map[string]string, pos Pos, f string) {
 	envName := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if !envName.MatchString(k) {
 			b.c.add(pos, f+"."+k, "%q is not an environment variable name", k)
 		}
@@ -384,15 +385,6 @@ func (b *builder) regimeNames() []string {
 		out = append(out, r.Name)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func sha256Hex(s string) string {

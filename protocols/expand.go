@@ -2,6 +2,8 @@ package protocols
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,9 +137,9 @@ func (b *builder) matrixCells(m *Matrix, f string) []cell {
 			names = append(names, a.Name)
 		}
 	}
-	for _, name := range sortedKeys(m.Axes) {
+	for _, name := range slices.Sorted(maps.Keys(m.Axes)) {
 		if b.axes[name] == nil {
-			c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(sortedKeys(b.axes), ", "))
+			c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
 		}
 	}
 	lookup := func(axis string, sel Selection, field string) []*AxisValue {
@@ -307,7 +309,7 @@ func (b *builder) order(ph *Phase, cells []cell, f string) []cell {
 // cellVars are the plan-time variables of a cell.
 func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
 	vars := b.baseVars()
-	for _, k := range sortedKeys(ph.Vars) {
+	for _, k := range slices.Sorted(maps.Keys(ph.Vars)) {
 		val, errs := expand(ph.Vars[k], func(n string) (string, bool) { x, ok := b.p.Vars[n]; return x, ok }, nil, true)
 		for _, e := range errs {
 			b.c.add(ph.Meta.At("vars"), fmt.Sprintf("phases.%s.vars.%s", ph.Name, k), "%s (phase vars may use the protocol's vars)", e.msg)
@@ -320,7 +322,7 @@ func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
 	for i, name := range cl.axes {
 		v := cl.values[i]
 		vars[strings.ToUpper(name)] = v.ID
-		for _, k := range sortedKeys(v.Vars) {
+		for _, k := range slices.Sorted(maps.Keys(v.Vars)) {
 			val, errs := expand(v.Vars[k], func(n string) (string, bool) { x, ok := b.p.Vars[n]; return x, ok }, nil, true)
 			for _, e := range errs {
 				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "%s (axis vars may use the protocol's vars)", e.msg)
@@ -573,7 +575,7 @@ func (b *builder) env(env map[string]string, pos Pos, field string, vars map[str
 		return nil
 	}
 	out := map[string]string{}
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		spec := b.command(Command{Argv: []string{env[k]}, ArgPos: []Pos{pos}}, field+"."+k, vars, needAs)
 		out[k] = spec.Argv[0]
 	}
@@ -596,9 +598,9 @@ func (b *builder) addRun(r Run, pos Pos) {
 func (b *builder) cellFromRef(ref map[string]string, pos Pos, field string) (cell, bool) {
 	var cl cell
 	ok := true
-	for _, name := range sortedKeys(ref) {
+	for _, name := range slices.Sorted(maps.Keys(ref)) {
 		if b.axes[name] == nil {
-			b.c.add(pos, field+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(sortedKeys(b.axes), ", "))
+			b.c.add(pos, field+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
 			ok = false
 		} else if b.values[name][ref[name]] == nil {
 			b.c.add(pos, field+"."+name, "axis %q has no value %q", name, ref[name])

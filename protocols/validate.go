@@ -2,7 +2,9 @@ package protocols
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -58,7 +60,7 @@ func define[T any](c *collector, seen map[string]T, v T, m Meta, f, what, name s
 // unknown reports a reference to a name that seen does not define.
 func unknown[T any](c *collector, seen map[string]T, name string, pos Pos, f, what, plural string) {
 	if !has(seen, name) {
-		c.add(pos, f, "unknown %s %q (%s: %s)", what, name, plural, strings.Join(sortedKeys(seen), ", "))
+		c.add(pos, f, "unknown %s %q (%s: %s)", what, name, plural, strings.Join(slices.Sorted(maps.Keys(seen)), ", "))
 	}
 }
 
@@ -120,7 +122,7 @@ func oneOf(c *collector, v *string, def string, m Meta, f, key, a, b string) {
 
 func (b *builder) validateVars() {
 	p, c := b.p, b.c
-	for _, name := range sortedKeys(p.Vars) {
+	for _, name := range slices.Sorted(maps.Keys(p.Vars)) {
 		pos := p.Meta.At("vars")
 		switch {
 		case !varName.MatchString(name):
@@ -192,7 +194,7 @@ func (b *builder) validateHealth(f string, s *Server) {
 	switch {
 	case s.Kind == "":
 	case !known:
-		c.add(s.Meta.At("kind"), f+".kind", "unknown server kind %q (known: %s)", s.Kind, strings.Join(sortedKeys(serverKinds), ", "))
+		c.add(s.Meta.At("kind"), f+".kind", "unknown server kind %q (known: %s)", s.Kind, strings.Join(slices.Sorted(maps.Keys(serverKinds)), ", "))
 	case s.Health == nil && def.Path == "":
 		c.add(s.Meta.Pos, f+".health", "a %s server needs a health probe: health: {path: /health, status: 200}", s.Kind)
 	case s.Health == nil:
@@ -231,7 +233,7 @@ func (b *builder) validateLoad(f string, l *Load) {
 		return
 	}
 	if _, ok := loadKinds[l.Kind]; !ok && l.Kind != "" {
-		c.add(l.Meta.At("kind"), f+".kind", "unknown load kind %q (known: %s)", l.Kind, strings.Join(sortedKeys(loadKinds), ", "))
+		c.add(l.Meta.At("kind"), f+".kind", "unknown load kind %q (known: %s)", l.Kind, strings.Join(slices.Sorted(maps.Keys(loadKinds)), ", "))
 	}
 
 	if l.Server != "" {
@@ -319,7 +321,7 @@ func (b *builder) validateAxisValue(axis, vf string, v *AxisValue) {
 	} else if v.GPUs > h.GPUs && h.GPUs > 0 {
 		c.add(v.Meta.At("gpus"), vf+".gpus", "needs %d GPUs; the host has %d", v.GPUs, h.GPUs)
 	}
-	for _, name := range sortedKeys(v.Vars) {
+	for _, name := range slices.Sorted(maps.Keys(v.Vars)) {
 		switch {
 		case !varName.MatchString(name):
 			c.add(v.Meta.At("vars"), vf+".vars."+name, "variable name %q must be upper case letters, digits and _", name)
@@ -345,7 +347,7 @@ func (b *builder) validatePhases() {
 func (b *builder) validatePhase(f string, ph *Phase) {
 	c := b.c
 	if ph.Kind != "" && !phaseKinds[ph.Kind] {
-		c.add(ph.Meta.At("kind"), f+".kind", "unknown phase kind %q (known: %s)", ph.Kind, strings.Join(sortedKeys(phaseKinds), ", "))
+		c.add(ph.Meta.At("kind"), f+".kind", "unknown phase kind %q (known: %s)", ph.Kind, strings.Join(slices.Sorted(maps.Keys(phaseKinds)), ", "))
 	}
 	if ph.Regime != "" && b.regimes[ph.Regime] == nil {
 		c.add(ph.Meta.At("regime"), f+".regime", "unknown regime %q (regimes: %s)", ph.Regime, strings.Join(b.regimeNames(), ", "))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/atomicfile"
 )
 
@@ -190,7 +191,7 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 	if cfg.fail {
 		stopWorkers()
-		return &exitError{code: 2, err: errors.New("client: failing after warm-up as asked (--fail)")}
+		return &cli.ExitError{Code: 2, Err: errors.New("client: failing after warm-up as asked (--fail)")}
 	}
 
 	g.phase.Store(loadClean)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/internal/cli"
 )
 
 // The engine is the API parent's child, like vLLM's engine core: it is
@@ -154,7 +156,7 @@ func runEngine(cfg engineConfig) error {
 			return nil
 		}
 	case <-crash:
-		return &exitError{code: 1, err: errors.New("engine: crashing as asked (--crash-after)")}
+		return &cli.ExitError{Code: 1, Err: errors.New("engine: crashing as asked (--crash-after)")}
 	case sig := <-sigs:
 		log.Info("exiting on signal while loading", "signal", sig.String())
 		return nil
@@ -177,7 +179,7 @@ func runEngine(cfg engineConfig) error {
 			log.Info("parent said exit or died; exiting")
 			return nil
 		case <-crash:
-			return &exitError{code: 1, err: errors.New("engine: crashing as asked (--crash-after)")}
+			return &cli.ExitError{Code: 1, Err: errors.New("engine: crashing as asked (--crash-after)")}
 		case sig := <-sigs:
 			log.Info("exiting on signal", "signal", sig.String())
 			return nil

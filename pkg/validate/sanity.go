@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -211,7 +213,7 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 			f.errorf("%s: %v", name, err)
 		}
 	}
-	for _, name := range sortedKeys(sr.fams) {
+	for _, name := range slices.Sorted(maps.Keys(sr.fams)) {
 		a := sr.fams[name]
 		if a.finite == 0 && a.n == a.missing {
 			continue // only nulls: not a numeric family
@@ -240,7 +242,7 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 			fam.Flags = append(fam.Flags, fmt.Sprintf("ratio above 1: max %g", *fam.Max))
 		}
 		declared := false
-		for _, pat := range sortedKeys(opts.Constants) {
+		for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
 			if !globMatch(pat, name) {
 				continue
 			}
@@ -259,7 +261,7 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 		}
 		blk.Families = append(blk.Families, fam)
 	}
-	for _, pat := range sortedKeys(opts.Constants) {
+	for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
 		found := false
 		for _, fam := range blk.Families {
 			found = found || globMatch(pat, fam.Name)
