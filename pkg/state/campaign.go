@@ -142,11 +142,7 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 
 // Runs returns every run, sorted by Order.
 func (s *Store) Runs() ([]Run, error) {
-	var runs []Run
-	err := s.view("read runs", func(tx *bolt.Tx) (err error) {
-		runs, err = records[Run](tx.Bucket(bucketRuns), nil)
-		return err
-	})
+	runs, err := viewRecords[Run](s, "read runs", bucketRuns, nil)
 	slices.SortStableFunc(runs, func(a, b Run) int { return cmp.Compare(a.Order, b.Order) })
 	return runs, err
 }
@@ -274,12 +270,7 @@ func addLedger(tx *bolt.Tx, c *Campaign, e *LedgerEntry) error {
 
 // Ledger returns every ledger entry in order.
 func (s *Store) Ledger() ([]LedgerEntry, error) {
-	var entries []LedgerEntry
-	err := s.view("read ledger", func(tx *bolt.Tx) (err error) {
-		entries, err = records[LedgerEntry](tx.Bucket(bucketLedger), nil)
-		return err
-	})
-	return entries, err
+	return viewRecords[LedgerEntry](s, "read ledger", bucketLedger, nil)
 }
 
 // AddGateVerdict records a gate verdict. Seq is assigned; a zero At is set
@@ -329,12 +320,7 @@ func (s *Store) addLedgerTx(tx *bolt.Tx, e *LedgerEntry) error {
 // GateVerdicts returns the verdicts recorded for runID in order, or every
 // verdict when runID is empty.
 func (s *Store) GateVerdicts(runID string) ([]GateVerdict, error) {
-	var out []GateVerdict
-	err := s.view("read gate verdicts", func(tx *bolt.Tx) (err error) {
-		out, err = records(tx.Bucket(bucketGates), func(g GateVerdict) bool { return runID == "" || g.Run == runID })
-		return err
-	})
-	return out, err
+	return viewRecords[GateVerdict](s, "read gate verdicts", bucketGates, func(g GateVerdict) bool { return runID == "" || g.Run == runID })
 }
 
 // AddAmendment registers an amendment and appends a campaign note. It fails
@@ -371,12 +357,7 @@ func (s *Store) AddAmendment(a Amendment) error {
 
 // Amendments returns the registered amendments in registration order.
 func (s *Store) Amendments() ([]Amendment, error) {
-	var out []Amendment
-	err := s.view("read amendments", func(tx *bolt.Tx) (err error) {
-		out, err = records[Amendment](tx.Bucket(bucketAmendments), nil)
-		return err
-	})
-	return out, err
+	return viewRecords[Amendment](s, "read amendments", bucketAmendments, nil)
 }
 
 // amendmentIDs returns the registered amendment ids in order.
