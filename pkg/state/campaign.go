@@ -224,18 +224,7 @@ func (s *Store) LastEventSeq() (uint64, error) {
 // stored entry is returned.
 func (s *Store) AddLedger(e LedgerEntry) (LedgerEntry, error) {
 	err := s.update("add ledger entry "+e.Kind, func(tx *bolt.Tx) error {
-		cb := tx.Bucket(bucketCampaign)
-		var c Campaign
-		if err := get(cb, keyCampaign, &c); err != nil {
-			return err
-		}
-		if e.At.IsZero() {
-			e.At = s.stamp()
-		}
-		if err := addLedger(tx, &c, &e); err != nil {
-			return err
-		}
-		return put(cb, keyCampaign, c)
+		return s.addLedgerTx(tx, &e)
 	})
 	return e, err
 }
