@@ -381,7 +381,6 @@ func (b *builder) runID(ph *Phase, pi int, cl cell, load string) string {
 // makeRun builds one run of a cell at a load. idOverride replaces the
 // phase's id template (co-location runs).
 func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride string) Run {
-	c := b.c
 	id := idOverride
 	if id == "" {
 		id = b.runID(ph, pi, cl, load.Name)
@@ -399,47 +398,91 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		ClientStart: load.ClientStart, NeedVars: map[string]string{},
 		AdmissionEnd: load.AdmissionEnd, ResultFile: load.ResultFile,
 	}
-	switch ph.Kind {
-	case "primary", "steady-state":
-		r.Kind = load.Kind
-	default:
-		r.Kind = ph.Kind
+	r.Kind, r.Measured = runKind(ph, load)
+	ch := b.cellChoices(cl, load, &r)
+	b.applyClass(&r, load, ch.class, vars)
+	server := ch.server
+	if server == "" && len(b.p.Servers) > 0 {
+		server = b.p.Servers[0].Name
+	}
+	needAs := map[string]bool{}
+	for _, n := range load.Needs {
+		needAs["NEED_"+n.As+"_DIR"] = true
+	}
+	if s := b.servers[server]; s != nil {
+		r.Server = b.serverSpec(s, ch, vars, needAs)
+	}
+	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
+	b.checkClientDrain(&r, load)
+	b.runManifest(&r, load, vars)
+	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
+	for _, v := range b.p.Validators {
+		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
+			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
+				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
+		}
+	}
+	b.runNeeds(&r, ph, pi, cl, load, idOverride != "", vars)
+	return r
+}
+
+// runKind is the kind of a run of load in phase ph, and whether it is
+// measured.
+func runKind(ph *Phase, load *Load) (string, bool) {
+	kind := ph.Kind
+	if ph.Kind == "primary" || ph.Kind == "steady-state" {
+		kind = load.Kind
 	}
 	if load.Kind == "background" {
-		r.Kind = "background"
+		kind = "background"
 	}
-	r.Measured = loadKinds[load.Kind]
+	measured := loadKinds[load.Kind]
 	if load.Measured != nil {
-		r.Measured = *load.Measured
+		measured = *load.Measured
 	}
-	if ph.Kind == "burn-in" || ph.Kind == "colocation" || r.Kind == "background" {
+	if ph.Kind == "burn-in" || ph.Kind == "colocation" || kind == "background" {
 		// the co-location check is reported apart from the matrix (A-P3-1)
-		r.Measured = false
+		measured = false
 	}
+	return kind, measured
+}
 
-	// class, GPUs and server from the axis values, the load and the protocol
-	class, server := load.Class, load.Server
+// choices are what a cell's axis values choose for a run.
+type choices struct {
+	class, server string
+	serverArgs    []string
+	expects       []ExpectSpec
+}
+
+// cellChoices reads the class, GPUs and server that the axis values of cl
+// give a run of load, after the load's own (the GPUs go into r).
+func (b *builder) cellChoices(cl cell, load *Load, r *Run) choices {
+	ch := choices{class: load.Class, server: load.Server}
 	classFrom := ""
-	var serverArgs []string
-	var expects []ExpectSpec
 	for i, v := range cl.values {
 		if v.Class != "" && load.Class == "" {
-			if class != "" && class != v.Class {
-				c.add(v.Meta.At("class"), "axes."+cl.axes[i]+"."+v.ID+".class", "cell %s gets class %q from %s and %q from %s", cl.display(), classFrom, classFrom, v.Class, v.ID)
+			if ch.class != "" && ch.class != v.Class {
+				b.c.add(v.Meta.At("class"), "axes."+cl.axes[i]+"."+v.ID+".class", "cell %s gets class %q from %s and %q from %s", cl.display(), classFrom, classFrom, v.Class, v.ID)
 			}
-			class, classFrom = v.Class, v.ID
+			ch.class, classFrom = v.Class, v.ID
 		}
 		if v.GPUs > r.GPUs {
 			r.GPUs = v.GPUs
 		}
 		if v.Server != "" {
-			server = v.Server
+			ch.server = v.Server
 		}
-		serverArgs = append(serverArgs, v.ServerArgs...)
+		ch.serverArgs = append(ch.serverArgs, v.ServerArgs...)
 		for _, e := range v.Expect {
-			expects = append(expects, expectSpec(e))
+			ch.expects = append(ch.expects, expectSpec(e))
 		}
 	}
+	return ch
+}
+
+// applyClass gives r its class (the only one when the protocol has one)
+// with its drain allowance, watchdog and measuring deadline.
+func (b *builder) applyClass(r *Run, load *Load, class string, vars map[string]string) {
 	if class == "" && len(b.p.Classes) == 1 {
 		class = b.p.Classes[0].Name
 	}
@@ -452,50 +495,42 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	if r.DeadlineS == 0 {
 		r.DeadlineS = load.ExpectedS + r.WatchdogS
 	} else if class == "" {
-		c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", id, load.Name)
+		b.c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", r.ID, load.Name)
 	}
-	if server == "" && len(b.p.Servers) > 0 {
-		server = b.p.Servers[0].Name
-	}
-	needAs := map[string]bool{}
-	for _, n := range load.Needs {
-		needAs["NEED_"+n.As+"_DIR"] = true
-	}
-	if s := b.servers[server]; s != nil {
-		cmd := s.Command
-		for _, a := range serverArgs {
-			cmd.Argv = append(cmd.Argv, a)
-			cmd.ArgPos = append(cmd.ArgPos, cmd.Pos)
-		}
-		r.Server = ServerSpec{
-			Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
-			Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
-			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS, ConfigEndpoint: s.ConfigEndpoint,
-		}
-		if s.Health != nil {
-			r.Server.HealthPath, r.Server.HealthStatus = s.Health.Path, s.Health.Status
-		}
-		for _, e := range s.Expect {
-			r.Server.Expect = append(r.Server.Expect, expectSpec(e))
-		}
-		r.Server.Expect = append(r.Server.Expect, expects...)
-	}
-	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
-	b.checkClientDrain(&r, load)
-	b.runManifest(&r, load, vars)
-	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
-	for _, v := range b.p.Validators {
-		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
-			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
-				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
-		}
-	}
+}
 
-	// needs: a load of the same cell (same phase, same repeat) or a run id
+// serverSpec is server s as a run starts it, with the cell's extra
+// arguments and expectations.
+func (b *builder) serverSpec(s *Server, ch choices, vars map[string]string, needAs map[string]bool) ServerSpec {
+	cmd := s.Command
+	for _, a := range ch.serverArgs {
+		cmd.Argv = append(cmd.Argv, a)
+		cmd.ArgPos = append(cmd.ArgPos, cmd.Pos)
+	}
+	spec := ServerSpec{
+		Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
+		Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
+		ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS, ConfigEndpoint: s.ConfigEndpoint,
+	}
+	if s.Health != nil {
+		spec.HealthPath, spec.HealthStatus = s.Health.Path, s.Health.Status
+	}
+	for _, e := range s.Expect {
+		spec.Expect = append(spec.Expect, expectSpec(e))
+	}
+	spec.Expect = append(spec.Expect, ch.expects...)
+	return spec
+}
+
+// runNeeds gives r the runs load needs: a load of the same cell (same
+// phase, same repeat), resolved later in a colocation phase (coloc), or a
+// run id.
+func (b *builder) runNeeds(r *Run, ph *Phase, pi int, cl cell, load *Load, coloc bool, vars map[string]string) {
+	c := b.c
 	for _, n := range load.Needs {
 		var target string
 		switch {
-		case n.Load != "" && idOverride != "":
+		case n.Load != "" && coloc:
 			target = "" // resolved by the co-location expansion
 		case n.Load != "":
 			if !contains(ph.Loads, n.Load) {
@@ -513,10 +548,9 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		if target != "" {
 			r.Needs = append(r.Needs, target)
 			r.NeedVars["NEED_"+n.As+"_DIR"] = target
-			b.needPos[id] = append(b.needPos[id], n.Pos)
+			b.needPos[r.ID] = append(b.needPos[r.ID], n.Pos)
 		}
 	}
-	return r
 }
 
 func contains(list []string, s string) bool {
