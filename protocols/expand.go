@@ -130,108 +130,123 @@ func (b *builder) baseVars() map[string]string {
 
 // matrixCells expands a matrix into its cells, in declaration order.
 func (b *builder) matrixCells(m *Matrix, f string) []cell {
-	c := b.c
-	var names []string // axes of the matrix, in protocol order
+	x := &matrix{b: b, m: m}
 	for _, a := range b.p.Axes {
 		if _, ok := m.Axes[a.Name]; ok {
-			names = append(names, a.Name)
+			x.names = append(x.names, a.Name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.Axes)) {
 		if b.axes[name] == nil {
-			c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
+			b.c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
 		}
 	}
-	lookup := func(axis string, sel Selection, field string) []*AxisValue {
-		var out []*AxisValue
-		if len(sel.Values) == 0 {
-			c.add(sel.Pos, field, "no values selected for axis %q", axis)
-		}
-		for _, id := range sel.Values {
-			v := b.values[axis][id]
-			if v == nil {
-				if b.axes[axis] != nil {
-					c.add(sel.Pos, field, "axis %q has no value %q", axis, id)
-				}
-				continue
-			}
-			out = append(out, v)
-		}
-		return out
-	}
-	product := func(sel map[string]Selection, field string) []cell {
-		cells := []cell{{}}
-		for _, name := range names {
-			s, ok := sel[name]
-			if !ok {
-				c.add(m.Pos, field, "must give a value for every axis of the matrix; %q is missing", name)
-				return nil
-			}
-			vals := lookup(name, s, field+"."+name)
-			var next []cell
-			for _, cl := range cells {
-				for _, v := range vals {
-					n := cell{axes: append(append([]string(nil), cl.axes...), name), values: append(append([]*AxisValue(nil), cl.values...), v), pos: s.Pos}
-					next = append(next, n)
-				}
-			}
-			cells = next
-		}
-		return cells
-	}
-	cells := product(m.Axes, f)
 	seen := map[string]bool{}
 	var out []cell
-	add := func(cl cell) {
-		if !seen[cl.id()] {
-			seen[cl.id()] = true
-			out = append(out, cl)
+	add := func(cells []cell) {
+		for _, cl := range cells {
+			if !seen[cl.id()] {
+				seen[cl.id()] = true
+				out = append(out, cl)
+			}
 		}
 	}
-	for _, cl := range cells {
-		add(cl)
-	}
+	add(x.product(m.Axes, f))
 	for i, inc := range m.Include {
 		for name := range inc {
 			if _, ok := m.Axes[name]; !ok {
-				c.add(inc[name].Pos, fmt.Sprintf("%s.include[%d].%s", f, i, name), "axis %q is not in this matrix (its axes: %s)", name, strings.Join(names, ", "))
+				b.c.add(inc[name].Pos, fmt.Sprintf("%s.include[%d].%s", f, i, name), "axis %q is not in this matrix (its axes: %s)", name, strings.Join(x.names, ", "))
 			}
 		}
-		for _, cl := range product(inc, fmt.Sprintf("%s.include[%d]", f, i)) {
-			add(cl)
-		}
+		add(x.product(inc, fmt.Sprintf("%s.include[%d]", f, i)))
 	}
 	for i, ex := range m.Exclude {
-		field := fmt.Sprintf("%s.exclude[%d]", f, i)
-		want := map[string]map[string]bool{}
-		for name, sel := range ex {
-			if _, ok := m.Axes[name]; !ok {
-				c.add(sel.Pos, field+"."+name, "axis %q is not in this matrix (its axes: %s)", name, strings.Join(names, ", "))
-				continue
-			}
-			want[name] = map[string]bool{}
-			for _, v := range lookup(name, sel, field+"."+name) {
-				want[name][v.ID] = true
-			}
-		}
-		kept := out[:0]
-		for _, cl := range out {
-			match := len(want) > 0
-			for j, name := range cl.axes {
-				if w, ok := want[name]; ok && !w[cl.values[j].ID] {
-					match = false
-				}
-			}
-			if !match {
-				kept = append(kept, cl)
-			}
-		}
-		out = kept
+		out = x.exclude(out, ex, fmt.Sprintf("%s.exclude[%d]", f, i))
 	}
-	if len(out) == 0 && len(names) > 0 {
-		c.add(m.Pos, f, "the matrix selects no cells")
+	if len(out) == 0 && len(x.names) > 0 {
+		b.c.add(m.Pos, f, "the matrix selects no cells")
 	}
 	return out
+}
+
+// matrix is a phase's matrix being expanded into cells.
+type matrix struct {
+	b     *builder
+	m     *Matrix
+	names []string // axes of the matrix, in protocol order
+}
+
+// lookup returns the values sel selects on axis, reporting (at field)
+// those the axis does not have.
+func (x *matrix) lookup(axis string, sel Selection, field string) []*AxisValue {
+	b := x.b
+	var out []*AxisValue
+	if len(sel.Values) == 0 {
+		b.c.add(sel.Pos, field, "no values selected for axis %q", axis)
+	}
+	for _, id := range sel.Values {
+		v := b.values[axis][id]
+		if v == nil {
+			if b.axes[axis] != nil {
+				b.c.add(sel.Pos, field, "axis %q has no value %q", axis, id)
+			}
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// product returns the cells of the selection sel: every combination of
+// its values, one per axis of the matrix.
+func (x *matrix) product(sel map[string]Selection, field string) []cell {
+	cells := []cell{{}}
+	for _, name := range x.names {
+		s, ok := sel[name]
+		if !ok {
+			x.b.c.add(x.m.Pos, field, "must give a value for every axis of the matrix; %q is missing", name)
+			return nil
+		}
+		vals := x.lookup(name, s, field+"."+name)
+		var next []cell
+		for _, cl := range cells {
+			for _, v := range vals {
+				n := cell{axes: append(append([]string(nil), cl.axes...), name), values: append(append([]*AxisValue(nil), cl.values...), v), pos: s.Pos}
+				next = append(next, n)
+			}
+		}
+		cells = next
+	}
+	return cells
+}
+
+// exclude drops from cells those that match every axis the exclusion ex
+// names.
+func (x *matrix) exclude(cells []cell, ex map[string]Selection, field string) []cell {
+	want := map[string]map[string]bool{}
+	for name, sel := range ex {
+		if _, ok := x.m.Axes[name]; !ok {
+			x.b.c.add(sel.Pos, field+"."+name, "axis %q is not in this matrix (its axes: %s)", name, strings.Join(x.names, ", "))
+			continue
+		}
+		want[name] = map[string]bool{}
+		for _, v := range x.lookup(name, sel, field+"."+name) {
+			want[name][v.ID] = true
+		}
+	}
+	kept := cells[:0]
+	for _, cl := range cells {
+		match := len(want) > 0
+		for j, name := range cl.axes {
+			if w, ok := want[name]; ok && !w[cl.values[j].ID] {
+				match = false
+			}
+		}
+		if !match {
+			kept = append(kept, cl)
+		}
+	}
+	return kept
 }
 
 // order sorts a phase's cells (with repeats) by the phase's order rule.
