@@ -432,7 +432,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	b.runManifest(&r, load, vars)
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
-		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
+		if len(v.Loads) == 0 || slices.Contains(v.Loads, load.Name) {
 			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
 				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
 		}
@@ -548,7 +548,7 @@ func (b *builder) runNeeds(r *Run, ph *Phase, pi int, cl cell, load *Load, coloc
 		case n.Load != "" && coloc:
 			target = "" // resolved by the co-location expansion
 		case n.Load != "":
-			if !contains(ph.Loads, n.Load) {
+			if !slices.Contains(ph.Loads, n.Load) {
 				c.add(n.Pos, "loads."+load.Name+".needs", "load %q needs load %q of the same cell, but phase %q does not run %q", load.Name, n.Load, ph.Name, n.Load)
 				continue
 			}
@@ -568,15 +568,6 @@ func (b *builder) runNeeds(r *Run, ph *Phase, pi int, cl cell, load *Load, coloc
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // command expands plan-time variables in a command and checks that every
 // variable left is a launch-time one this run will have.
 func (b *builder) command(cmd Command, field string, vars map[string]string, needAs map[string]bool) CommandSpec {
@@ -584,7 +575,7 @@ func (b *builder) command(cmd Command, field string, vars map[string]string, nee
 		if strings.HasPrefix(n, "NEED_") && strings.HasSuffix(n, "_DIR") {
 			return needAs[n]
 		}
-		return contains(LaunchVars, n)
+		return slices.Contains(LaunchVars, n)
 	}
 	lookup := func(n string) (string, bool) { v, ok := vars[n]; return v, ok }
 	one := func(s string, pos Pos, f string, shell bool) string {
@@ -729,7 +720,7 @@ func (b *builder) colocation(ph *Phase, pi int) (*coloc, bool) {
 	x.compare = co.Gate.Compare
 	if x.compare == "" && len(co.Loads) > 0 {
 		x.compare = co.Loads[len(co.Loads)-1]
-	} else if x.compare != "" && !contains(co.Loads, x.compare) {
+	} else if x.compare != "" && !slices.Contains(co.Loads, x.compare) {
 		c.add(co.Gate.Meta.At("compare"), f+".gate.compare", "load %q is not one of the target's loads", x.compare)
 	}
 	x.checkGate()

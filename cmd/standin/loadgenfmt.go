@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"warden/pkg/phasefile"
@@ -55,7 +56,7 @@ func (c loadgenFmtConfig) validate() error {
 	if c.segments < 1 || c.rateFraction <= 0 {
 		return fmt.Errorf("--segments and --rate-fraction must be positive")
 	}
-	if c.brk != "" && !contains(clientBreaks, c.brk) {
+	if c.brk != "" && !slices.Contains(clientBreaks, c.brk) {
 		return fmt.Errorf("--client-break %q: want one of %v", c.brk, clientBreaks)
 	}
 	return nil
