@@ -172,34 +172,7 @@ func WriteSanity(inputs []string, base, out string, opts SanityOptions) Result {
 func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Result) {
 	f := newFindings()
 	blk := SanityBlock{Schema: SanitySchema, Inputs: []string{}, Families: []Family{}, RedFlags: []string{}, UndeclaredConstants: []string{}}
-	var files []string
-	for _, in := range inputs {
-		st, err := os.Stat(in)
-		if err != nil {
-			f.errorf("input: %v", err)
-			continue
-		}
-		if !st.IsDir() {
-			files = append(files, in)
-			continue
-		}
-		err = filepath.WalkDir(in, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && (strings.HasSuffix(p, ".json") || strings.HasSuffix(p, ".jsonl")) && d.Name() != "sanity.json" {
-				files = append(files, p)
-			}
-			return nil
-		})
-		if err != nil {
-			f.errorf("input %s: %v", in, err)
-		}
-	}
-	if len(files) == 0 && len(f.errs) == 0 {
-		f.errorf("no input files")
-	}
-	sort.Strings(files)
+	files := sanityFiles(inputs, f)
 	sr := &sanityReader{fams: map[string]*acc{}}
 	for _, p := range files {
 		name := p
@@ -218,41 +191,7 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 		if a.finite == 0 && a.n == a.missing {
 			continue // only nulls: not a numeric family
 		}
-		fam := Family{Name: name, N: a.n, Finite: a.finite, Missing: a.missing, Distinct: len(a.distinct), Kind: "counter"}
-		if a.finite > 0 {
-			lo, hi := a.min, a.max
-			fam.Min, fam.Max = &lo, &hi
-			fam.Constant = a.finite > 1 && lo == hi
-		}
-		leaf := name[strings.LastIndexAny(name, ".:")+1:]
-		leaf = strings.TrimSuffix(leaf, "[]")
-		switch {
-		case matchAny(opts.Signed, name):
-			fam.Kind = "signed"
-		case opts.Ratio != nil && opts.Ratio.MatchString(leaf):
-			fam.Kind = "ratio"
-		}
-		if nf := a.n - a.finite - a.missing; nf > 0 {
-			fam.Flags = append(fam.Flags, fmt.Sprintf("%d non-finite value(s)", nf))
-		}
-		if fam.Min != nil && fam.Kind != "signed" && *fam.Min < 0 {
-			fam.Flags = append(fam.Flags, fmt.Sprintf("negative %s: min %g", fam.Kind, *fam.Min))
-		}
-		if fam.Max != nil && fam.Kind == "ratio" && *fam.Max > 1 {
-			fam.Flags = append(fam.Flags, fmt.Sprintf("ratio above 1: max %g", *fam.Max))
-		}
-		declared := false
-		for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
-			if !globMatch(pat, name) {
-				continue
-			}
-			declared = true
-			want := opts.Constants[pat]
-			fam.Expected = &want
-			if fam.Min == nil || !nearlyEqual(*fam.Min, want) || !nearlyEqual(*fam.Max, want) || a.missing > 0 {
-				fam.Flags = append(fam.Flags, fmt.Sprintf("declared constant %g does not hold (min %v, max %v, missing %d)", want, ptrStr(fam.Min), ptrStr(fam.Max), a.missing))
-			}
-		}
+		fam, declared := family(name, a, opts)
 		if fam.Constant && !declared {
 			blk.UndeclaredConstants = append(blk.UndeclaredConstants, name)
 		}
@@ -281,6 +220,81 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 	res := f.result(fmt.Sprintf("%d numeric families in %d file(s), no red flags", len(blk.Families), len(blk.Inputs)))
 	blk.Verdict = res.Verdict
 	return blk, res
+}
+
+// sanityFiles lists the files the inputs name, sorted: each file itself,
+// and the .json and .jsonl files under each directory but sanity.json.
+// What cannot be read is an error in f.
+func sanityFiles(inputs []string, f *findings) []string {
+	var files []string
+	for _, in := range inputs {
+		st, err := os.Stat(in)
+		if err != nil {
+			f.errorf("input: %v", err)
+			continue
+		}
+		if !st.IsDir() {
+			files = append(files, in)
+			continue
+		}
+		err = filepath.WalkDir(in, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && (strings.HasSuffix(p, ".json") || strings.HasSuffix(p, ".jsonl")) && d.Name() != "sanity.json" {
+				files = append(files, p)
+			}
+			return nil
+		})
+		if err != nil {
+			f.errorf("input %s: %v", in, err)
+		}
+	}
+	if len(files) == 0 && len(f.errs) == 0 {
+		f.errorf("no input files")
+	}
+	sort.Strings(files)
+	return files
+}
+
+// family summarizes the values a of the family name and flags what they
+// break; declared says whether a declared constant names it.
+func family(name string, a *acc, opts SanityOptions) (fam Family, declared bool) {
+	fam = Family{Name: name, N: a.n, Finite: a.finite, Missing: a.missing, Distinct: len(a.distinct), Kind: "counter"}
+	if a.finite > 0 {
+		lo, hi := a.min, a.max
+		fam.Min, fam.Max = &lo, &hi
+		fam.Constant = a.finite > 1 && lo == hi
+	}
+	leaf := name[strings.LastIndexAny(name, ".:")+1:]
+	leaf = strings.TrimSuffix(leaf, "[]")
+	switch {
+	case matchAny(opts.Signed, name):
+		fam.Kind = "signed"
+	case opts.Ratio != nil && opts.Ratio.MatchString(leaf):
+		fam.Kind = "ratio"
+	}
+	if nf := a.n - a.finite - a.missing; nf > 0 {
+		fam.Flags = append(fam.Flags, fmt.Sprintf("%d non-finite value(s)", nf))
+	}
+	if fam.Min != nil && fam.Kind != "signed" && *fam.Min < 0 {
+		fam.Flags = append(fam.Flags, fmt.Sprintf("negative %s: min %g", fam.Kind, *fam.Min))
+	}
+	if fam.Max != nil && fam.Kind == "ratio" && *fam.Max > 1 {
+		fam.Flags = append(fam.Flags, fmt.Sprintf("ratio above 1: max %g", *fam.Max))
+	}
+	for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
+		if !globMatch(pat, name) {
+			continue
+		}
+		declared = true
+		want := opts.Constants[pat]
+		fam.Expected = &want
+		if fam.Min == nil || !nearlyEqual(*fam.Min, want) || !nearlyEqual(*fam.Max, want) || a.missing > 0 {
+			fam.Flags = append(fam.Flags, fmt.Sprintf("declared constant %g does not hold (min %v, max %v, missing %d)", want, ptrStr(fam.Min), ptrStr(fam.Max), a.missing))
+		}
+	}
+	return fam, declared
 }
 
 // nearlyEqual compares a value with a declared constant to a relative
