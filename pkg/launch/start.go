@@ -109,20 +109,9 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, errors.New("empty argv")
 	}
-	path := spec.Argv[0]
-	if !strings.Contains(path, "/") {
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return nil, err
-		}
-		path = lp
-	}
-	var set unix.CPUSet
-	for _, c := range spec.CPUs {
-		if c < 0 || c >= len(set)*64 {
-			return nil, fmt.Errorf("cpu %d out of range", c)
-		}
-		set.Set(c)
+	path, set, err := program(spec)
+	if err != nil {
+		return nil, err
 	}
 	env := spec.Env
 	if env == nil {
@@ -135,35 +124,18 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		return nil, err
 	}
 
-	files, closeFiles, err := openStdio(spec.StdoutPath, spec.StderrPath)
+	files, closeFiles, err := stdio(spec)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFiles()
-	if spec.Stdin != nil {
-		files[0] = spec.Stdin.Fd()
-	}
-	if spec.Stdout != nil {
-		files[1] = spec.Stdout.Fd()
-	}
-	if spec.Stderr != nil {
-		files[2] = spec.Stderr.Fd()
-	}
 
-	var leaf Leaf
-	cgroupFD := -1
-	if spec.Cgroup != "" && l.Cgroups.Available() {
-		leaf, err = l.Cgroups.NewLeaf(spec.Cgroup)
-		if err != nil {
-			return nil, err
-		}
-		if !l.noCloneIntoCgroup {
-			cgroupFD, err = unix.Open(leaf.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, fmt.Errorf("open leaf cgroup %s: %w", leaf.Path, err)
-			}
-			defer unix.Close(cgroupFD)
-		}
+	leaf, cgroupFD, err := l.leafCgroup(spec)
+	if err != nil {
+		return nil, err
+	}
+	if cgroupFD >= 0 {
+		defer unix.Close(cgroupFD)
 	}
 
 	sys := &syscall.SysProcAttr{Setsid: spec.Setsid, Setpgid: !spec.Setsid, Pdeathsig: spec.Pdeathsig}
@@ -228,6 +200,67 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		p.Cgroup = leaf.Path
 	}
 	return p, nil
+}
+
+// program returns the path of the executable spec runs (looked up on
+// PATH when Argv[0] has no slash) and its CPU mask.
+func program(spec Spec) (string, unix.CPUSet, error) {
+	var set unix.CPUSet
+	path := spec.Argv[0]
+	if !strings.Contains(path, "/") {
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return "", set, err
+		}
+		path = lp
+	}
+	for _, c := range spec.CPUs {
+		if c < 0 || c >= len(set)*64 {
+			return "", set, fmt.Errorf("cpu %d out of range", c)
+		}
+		set.Set(c)
+	}
+	return path, set, nil
+}
+
+// stdio returns the child's standard files: the files spec names
+// (opened here; closeFiles closes them) unless spec gives open ones.
+func stdio(spec Spec) (files []uintptr, closeFiles func(), err error) {
+	files, closeFiles, err = openStdio(spec.StdoutPath, spec.StderrPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if spec.Stdin != nil {
+		files[0] = spec.Stdin.Fd()
+	}
+	if spec.Stdout != nil {
+		files[1] = spec.Stdout.Fd()
+	}
+	if spec.Stderr != nil {
+		files[2] = spec.Stderr.Fd()
+	}
+	return files, closeFiles, nil
+}
+
+// leafCgroup makes the leaf cgroup spec asks for, when cgroups are
+// available, and opens it for the clone (fd -1 when the child is placed
+// after the fork instead); the caller closes the fd.
+func (l *Launcher) leafCgroup(spec Spec) (Leaf, int, error) {
+	if spec.Cgroup == "" || !l.Cgroups.Available() {
+		return Leaf{}, -1, nil
+	}
+	leaf, err := l.Cgroups.NewLeaf(spec.Cgroup)
+	if err != nil {
+		return Leaf{}, -1, err
+	}
+	if l.noCloneIntoCgroup {
+		return leaf, -1, nil
+	}
+	fd, err := unix.Open(leaf.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Leaf{}, -1, fmt.Errorf("open leaf cgroup %s: %w", leaf.Path, err)
+	}
+	return leaf, fd, nil
 }
 
 // forkExec forks and execs. With CPUs set it does so from a new goroutine
