@@ -35,6 +35,53 @@ func (c cell) display() string {
 
 func (b *builder) expand() *Plan {
 	p := b.p
+	plan := b.planHeader()
+	base := b.baseVars()
+	for i, cmd := range p.Ledger {
+		plan.Ledger = append(plan.Ledger, b.command(cmd, fmt.Sprintf("ledger[%d]", i), base, nil))
+	}
+
+	for i := range p.Phases {
+		ph := &p.Phases[i]
+		before := len(b.runs)
+		cells := 0
+		if ph.Kind == "colocation" && ph.Colocation != nil {
+			cells = b.expandColocation(ph, i)
+		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
+			cells = b.expandMatrixPhase(ph, i)
+		}
+		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
+	}
+	b.checkGatedRegimes()
+	b.resolveNeeds()
+
+	for i := range b.runs {
+		b.runs[i].Index = i
+	}
+	plan.Runs = b.runs
+	plan.Gates = b.gates
+	b.regimeInfo(plan)
+	for i := range plan.Runs {
+		if r := &plan.Runs[i]; r.Regime == "" {
+			r.Regime = plan.Regime
+			if ph := b.phase(r.Phase); ph != nil && ph.Regime != "" {
+				r.Regime = ph.Regime
+			}
+		}
+	}
+	if len(b.c.list) == 0 {
+		b.estimate(plan)
+		if plan.Executor.Kind == "slurm" {
+			plan.SlurmRequests = plan.slurmRequests()
+		}
+	}
+	return plan
+}
+
+// planHeader is the plan of the protocol without its runs: its settings
+// with their defaults, its slots and its provenance.
+func (b *builder) planHeader() *Plan {
+	p := b.p
 	plan := &Plan{
 		Schema: PlanSchema,
 		Protocol: ProtocolInfo{
@@ -77,45 +124,6 @@ func (b *builder) expand() *Plan {
 	}
 	for _, pf := range p.Provenance {
 		plan.Provenance = append(plan.Provenance, ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private})
-	}
-	base := b.baseVars()
-	for i, cmd := range p.Ledger {
-		plan.Ledger = append(plan.Ledger, b.command(cmd, fmt.Sprintf("ledger[%d]", i), base, nil))
-	}
-
-	for i := range p.Phases {
-		ph := &p.Phases[i]
-		before := len(b.runs)
-		cells := 0
-		if ph.Kind == "colocation" && ph.Colocation != nil {
-			cells = b.expandColocation(ph, i)
-		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
-			cells = b.expandMatrixPhase(ph, i)
-		}
-		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
-	}
-	b.checkGatedRegimes()
-	b.resolveNeeds()
-
-	for i := range b.runs {
-		b.runs[i].Index = i
-	}
-	plan.Runs = b.runs
-	plan.Gates = b.gates
-	b.regimeInfo(plan)
-	for i := range plan.Runs {
-		if r := &plan.Runs[i]; r.Regime == "" {
-			r.Regime = plan.Regime
-			if ph := b.phase(r.Phase); ph != nil && ph.Regime != "" {
-				r.Regime = ph.Regime
-			}
-		}
-	}
-	if len(b.c.list) == 0 {
-		b.estimate(plan)
-		if plan.Executor.Kind == "slurm" {
-			plan.SlurmRequests = plan.slurmRequests()
-		}
 	}
 	return plan
 }
