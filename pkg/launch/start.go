@@ -177,8 +177,25 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		done:    make(chan struct{}),
 	}
 	r.procs[pid] = p
+	st, err := placeChild(pid, leaf, cgroupFD >= 0)
+	if err != nil {
+		return nil, err
+	}
+	p.Identity = Identity{PID: pid, StartTime: st.StartTime, BootID: bootID}
+	if !leaf.IsZero() {
+		p.leaf = leaf
+		p.Cgroup = leaf.Path
+	}
+	return p, nil
+}
+
+// placeChild reads the new child's stat (its start time) and, when it
+// has a leaf cgroup it was not cloned into (cloned false), moves it
+// there. On an error it kills the child's group: the child is ours and
+// unreaped, so its pid is safe to kill, and the reaper will collect it.
+func placeChild(pid int, leaf Leaf, cloned bool) (procStat, error) {
 	st, err := readStat(pid)
-	if err == nil && !leaf.IsZero() && cgroupFD < 0 {
+	if err == nil && !leaf.IsZero() && !cloned {
 		// Fallback placement: the child may already have forked. A child
 		// that has already exited cannot be moved (ESRCH) and needs no
 		// containing.
@@ -188,18 +205,11 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		}
 	}
 	if err != nil {
-		// The child is ours and unreaped, so its pid is safe to kill; the
-		// reaper will collect it.
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		_ = unix.Kill(pid, unix.SIGKILL)
-		return nil, fmt.Errorf("after fork of pid %d: %w", pid, err)
+		return st, fmt.Errorf("after fork of pid %d: %w", pid, err)
 	}
-	p.Identity = Identity{PID: pid, StartTime: st.StartTime, BootID: bootID}
-	if !leaf.IsZero() {
-		p.leaf = leaf
-		p.Cgroup = leaf.Path
-	}
-	return p, nil
+	return st, nil
 }
 
 // program returns the path of the executable spec runs (looked up on
