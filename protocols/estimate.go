@@ -7,110 +7,150 @@ import "fmt"
 // are barriers; within a phase, units (a cell's loads, run back to back)
 // are started in order on the earliest free slots with enough GPUs.
 func (b *builder) estimate(plan *Plan) {
-	slotByName := map[string]SlotInfo{}
+	wall, ok := b.schedule(plan)
+	if !ok {
+		return
+	}
+	plan.Totals = b.totals(plan, wall)
+}
+
+// placer lays the runs of a plan out in time on their slots.
+type placer struct {
+	slotByName map[string]SlotInfo
+	free       map[string]float64 // slot -> time it is free
+	runs       []Run
+	now        float64 // when the next phase starts
+}
+
+// place puts r on slots from start and returns when it ends.
+func (pl *placer) place(r *Run, slots []string, start float64) float64 {
+	r.PlannedSlots = slots
+	r.PlannedGPUs = nil
+	for _, s := range slots {
+		r.PlannedGPUs = append(r.PlannedGPUs, pl.slotByName[s].GPUs...)
+	}
+	r.StartS = start
+	return start + r.ExpectedS
+}
+
+// schedule places the unconditional runs phase by phase and returns the
+// expected wall time; false when a run fits no slots (reported).
+func (b *builder) schedule(plan *Plan) (float64, bool) {
+	pl := &placer{slotByName: map[string]SlotInfo{}, free: map[string]float64{}, runs: plan.Runs}
 	for _, s := range plan.Slots {
-		slotByName[s.Name] = s
+		pl.slotByName[s.Name] = s
 	}
 	regimeSlots := map[string][]string{}
 	for _, r := range plan.Regimes {
 		regimeSlots[r.Name] = r.Slots
 	}
-	free := map[string]float64{} // slot -> time it is free
-	now := 0.0
-	runs := plan.Runs
-
-	place := func(r *Run, slots []string, start float64) float64 {
-		r.PlannedSlots = slots
-		r.PlannedGPUs = nil
-		for _, s := range slots {
-			r.PlannedGPUs = append(r.PlannedGPUs, slotByName[s].GPUs...)
-		}
-		r.StartS = start
-		return start + r.ExpectedS
-	}
-
-	for pi := 0; pi < len(plan.Phases); {
+	for pi := range plan.Phases {
 		name := plan.Phases[pi].Name
 		ph := &b.p.Phases[pi]
-		pi++
 		var idx []int
-		for i := range runs {
-			if runs[i].Phase == name && runs[i].Condition == "" {
+		for i := range pl.runs {
+			if pl.runs[i].Phase == name && pl.runs[i].Condition == "" {
 				idx = append(idx, i)
 			}
 		}
-		end := now
 		if ph.Kind == "colocation" {
-			// fixed placement, one regime's block after another: backgrounds
-			// start with the block, the target's loads run back to back
-			for k := 0; k < len(idx); {
-				regime := runs[idx[k]].Regime
-				blockEnd, t := now, now
-				for ; k < len(idx) && runs[idx[k]].Regime == regime; k++ {
-					r := &runs[idx[k]]
-					if r.Kind == "background" {
-						blockEnd = max(blockEnd, place(r, []string{r.Slot}, now))
-						continue
-					}
-					t = place(r, []string{r.Slot}, t)
-					blockEnd = max(blockEnd, t)
-				}
-				now = blockEnd
-			}
-			end = now
-		} else {
-			regime := ph.Regime
-			if regime == "" {
-				regime = plan.Regime
-			}
-			slots := regimeSlots[regime]
-			for _, s := range slots {
-				free[s] = now
-			}
-			last := now
-			for k := 0; k < len(idx); {
-				unit := runs[idx[k]].Unit
-				j := k
-				gpus := 0
-				for j < len(idx) && runs[idx[j]].Unit == unit {
-					gpus = max(gpus, runs[idx[j]].GPUs)
-					j++
-				}
-				best, bestAt := -1, 0.0
-				var bestSlots []string
-				for i := range slots {
-					var take []string
-					have, at := 0, 0.0
-					for s := i; s < len(slots) && have < gpus; s++ {
-						take = append(take, slots[s])
-						have += len(slotByName[slots[s]].GPUs)
-						at = max(at, free[slots[s]])
-					}
-					if have < gpus {
-						break
-					}
-					if best < 0 || at < bestAt {
-						best, bestAt, bestSlots = i, at, take
-					}
-				}
-				if best < 0 {
-					b.c.add(Pos{}, "regimes."+regime, "run %s needs %d GPUs; regime %s's slots have fewer", runs[idx[k]].ID, gpus, regime)
-					return
-				}
-				t := max(bestAt, last)
-				last = t
-				for ; k < j; k++ {
-					t = place(&runs[idx[k]], bestSlots, t)
-				}
-				for _, s := range bestSlots {
-					free[s] = t
-				}
-				end = max(end, t)
-			}
-			now = end
+			pl.colocation(idx)
+			continue
+		}
+		regime := ph.Regime
+		if regime == "" {
+			regime = plan.Regime
+		}
+		if !b.placeMatrix(pl, idx, regime, regimeSlots[regime]) {
+			return 0, false
 		}
 	}
+	return pl.now, true
+}
 
+// colocation places a colocation phase's runs (idx): fixed placement, one
+// regime's block after another; backgrounds start with the block, the
+// target's loads run back to back.
+func (pl *placer) colocation(idx []int) {
+	runs := pl.runs
+	for k := 0; k < len(idx); {
+		regime := runs[idx[k]].Regime
+		blockEnd, t := pl.now, pl.now
+		for ; k < len(idx) && runs[idx[k]].Regime == regime; k++ {
+			r := &runs[idx[k]]
+			if r.Kind == "background" {
+				blockEnd = max(blockEnd, pl.place(r, []string{r.Slot}, pl.now))
+				continue
+			}
+			t = pl.place(r, []string{r.Slot}, t)
+			blockEnd = max(blockEnd, t)
+		}
+		pl.now = blockEnd
+	}
+}
+
+// placeMatrix places a matrix phase's runs (idx) unit by unit on the
+// regime's slots, each unit on the contiguous slots that are free first.
+// It is false when a unit needs more GPUs than the slots have (reported).
+func (b *builder) placeMatrix(pl *placer, idx []int, regime string, slots []string) bool {
+	runs := pl.runs
+	for _, s := range slots {
+		pl.free[s] = pl.now
+	}
+	end, last := pl.now, pl.now
+	for k := 0; k < len(idx); {
+		unit := runs[idx[k]].Unit
+		j := k
+		gpus := 0
+		for j < len(idx) && runs[idx[j]].Unit == unit {
+			gpus = max(gpus, runs[idx[j]].GPUs)
+			j++
+		}
+		take, at, ok := pl.window(slots, gpus)
+		if !ok {
+			b.c.add(Pos{}, "regimes."+regime, "run %s needs %d GPUs; regime %s's slots have fewer", runs[idx[k]].ID, gpus, regime)
+			return false
+		}
+		t := max(at, last)
+		last = t
+		for ; k < j; k++ {
+			t = pl.place(&runs[idx[k]], take, t)
+		}
+		for _, s := range take {
+			pl.free[s] = t
+		}
+		end = max(end, t)
+	}
+	pl.now = end
+	return true
+}
+
+// window returns the run of consecutive slots with gpus GPUs in all that
+// is free first, and when; false when no run of them has enough.
+func (pl *placer) window(slots []string, gpus int) ([]string, float64, bool) {
+	best, bestAt := -1, 0.0
+	var bestSlots []string
+	for i := range slots {
+		var take []string
+		have, at := 0, 0.0
+		for s := i; s < len(slots) && have < gpus; s++ {
+			take = append(take, slots[s])
+			have += len(pl.slotByName[slots[s]].GPUs)
+			at = max(at, pl.free[slots[s]])
+		}
+		if have < gpus {
+			break
+		}
+		if best < 0 || at < bestAt {
+			best, bestAt, bestSlots = i, at, take
+		}
+	}
+	return bestSlots, bestAt, best >= 0
+}
+
+// totals sums the plan's runs and budget; wall is the expected wall time.
+func (b *builder) totals(plan *Plan, wall float64) Totals {
+	runs := plan.Runs
 	tot := Totals{ByKind: map[string]int{}, ByPhase: map[string]int{}}
 	cells := map[string]bool{}
 	for i := range runs {
@@ -144,7 +184,7 @@ func (b *builder) estimate(plan *Plan) {
 		}
 	}
 	tot.PrimaryCells = len(cells)
-	tot.ExpectedWallS = now
+	tot.ExpectedWallS = wall
 	bu := b.p.Budget
 	tot.BudgetCapGPUHours = bu.CapGPUHours
 	tot.BudgetConsumedGPUHours = bu.ConsumedGPUHours
@@ -155,7 +195,7 @@ func (b *builder) estimate(plan *Plan) {
 	tot.Reserve = bu.Reserve
 	tot.PeakReservationGPUHours, tot.PeakReservationRun = peakReservation(runs, bu.ConsumedGPUHours*3600, bu.Reserve)
 	tot.ReservationFits = tot.PeakReservationGPUHours <= bu.CapGPUHours
-	plan.Totals = tot
+	return tot
 }
 
 // peakReservation walks the estimate's timeline as the controller's budget

@@ -2,6 +2,8 @@ package protocols
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +34,53 @@ func (c cell) display() string {
 }
 
 func (b *builder) expand() *Plan {
+	p := b.p
+	plan := b.planHeader()
+	base := b.baseVars()
+	for i, cmd := range p.Ledger {
+		plan.Ledger = append(plan.Ledger, b.command(cmd, fmt.Sprintf("ledger[%d]", i), base, nil))
+	}
+
+	for i := range p.Phases {
+		ph := &p.Phases[i]
+		before := len(b.runs)
+		cells := 0
+		if ph.Kind == "colocation" && ph.Colocation != nil {
+			cells = b.expandColocation(ph, i)
+		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
+			cells = b.expandMatrixPhase(ph, i)
+		}
+		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
+	}
+	b.checkGatedRegimes()
+	b.resolveNeeds()
+
+	for i := range b.runs {
+		b.runs[i].Index = i
+	}
+	plan.Runs = b.runs
+	plan.Gates = b.gates
+	b.regimeInfo(plan)
+	for i := range plan.Runs {
+		if r := &plan.Runs[i]; r.Regime == "" {
+			r.Regime = plan.Regime
+			if ph := b.phase(r.Phase); ph != nil && ph.Regime != "" {
+				r.Regime = ph.Regime
+			}
+		}
+	}
+	if len(b.c.list) == 0 {
+		b.estimate(plan)
+		if plan.Executor.Kind == "slurm" {
+			plan.SlurmRequests = plan.slurmRequests()
+		}
+	}
+	return plan
+}
+
+// planHeader is the plan of the protocol without its runs: its settings
+// with their defaults, its slots and its provenance.
+func (b *builder) planHeader() *Plan {
 	p := b.p
 	plan := &Plan{
 		Schema: PlanSchema,
@@ -76,45 +125,6 @@ func (b *builder) expand() *Plan {
 	for _, pf := range p.Provenance {
 		plan.Provenance = append(plan.Provenance, ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private})
 	}
-	base := b.baseVars()
-	for i, cmd := range p.Ledger {
-		plan.Ledger = append(plan.Ledger, b.command(cmd, fmt.Sprintf("ledger[%d]", i), base, nil))
-	}
-
-	for i := range p.Phases {
-		ph := &p.Phases[i]
-		before := len(b.runs)
-		cells := 0
-		if ph.Kind == "colocation" && ph.Colocation != nil {
-			cells = b.expandColocation(ph, i)
-		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
-			cells = b.expandMatrixPhase(ph, i)
-		}
-		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
-	}
-	b.checkGatedRegimes()
-	b.resolveNeeds()
-
-	for i := range b.runs {
-		b.runs[i].Index = i
-	}
-	plan.Runs = b.runs
-	plan.Gates = b.gates
-	b.regimeInfo(plan)
-	for i := range plan.Runs {
-		if r := &plan.Runs[i]; r.Regime == "" {
-			r.Regime = plan.Regime
-			if ph := b.phase(r.Phase); ph != nil && ph.Regime != "" {
-				r.Regime = ph.Regime
-			}
-		}
-	}
-	if len(b.c.list) == 0 {
-		b.estimate(plan)
-		if plan.Executor.Kind == "slurm" {
-			plan.SlurmRequests = plan.slurmRequests()
-		}
-	}
 	return plan
 }
 
@@ -128,108 +138,123 @@ func (b *builder) baseVars() map[string]string {
 
 // matrixCells expands a matrix into its cells, in declaration order.
 func (b *builder) matrixCells(m *Matrix, f string) []cell {
-	c := b.c
-	var names []string // axes of the matrix, in protocol order
+	x := &matrix{b: b, m: m}
 	for _, a := range b.p.Axes {
 		if _, ok := m.Axes[a.Name]; ok {
-			names = append(names, a.Name)
+			x.names = append(x.names, a.Name)
 		}
 	}
-	for _, name := range sortedKeys(m.Axes) {
+	for _, name := range slices.Sorted(maps.Keys(m.Axes)) {
 		if b.axes[name] == nil {
-			c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(sortedKeys(b.axes), ", "))
+			b.c.add(m.Axes[name].Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
 		}
 	}
-	lookup := func(axis string, sel Selection, field string) []*AxisValue {
-		var out []*AxisValue
-		if len(sel.Values) == 0 {
-			c.add(sel.Pos, field, "no values selected for axis %q", axis)
-		}
-		for _, id := range sel.Values {
-			v := b.values[axis][id]
-			if v == nil {
-				if b.axes[axis] != nil {
-					c.add(sel.Pos, field, "axis %q has no value %q", axis, id)
-				}
-				continue
-			}
-			out = append(out, v)
-		}
-		return out
-	}
-	product := func(sel map[string]Selection, field string) []cell {
-		cells := []cell{{}}
-		for _, name := range names {
-			s, ok := sel[name]
-			if !ok {
-				c.add(m.Pos, field, "must give a value for every axis of the matrix; %q is missing", name)
-				return nil
-			}
-			vals := lookup(name, s, field+"."+name)
-			var next []cell
-			for _, cl := range cells {
-				for _, v := range vals {
-					n := cell{axes: append(append([]string(nil), cl.axes...), name), values: append(append([]*AxisValue(nil), cl.values...), v), pos: s.Pos}
-					next = append(next, n)
-				}
-			}
-			cells = next
-		}
-		return cells
-	}
-	cells := product(m.Axes, f)
 	seen := map[string]bool{}
 	var out []cell
-	add := func(cl cell) {
-		if !seen[cl.id()] {
-			seen[cl.id()] = true
-			out = append(out, cl)
+	add := func(cells []cell) {
+		for _, cl := range cells {
+			if !seen[cl.id()] {
+				seen[cl.id()] = true
+				out = append(out, cl)
+			}
 		}
 	}
-	for _, cl := range cells {
-		add(cl)
-	}
+	add(x.product(m.Axes, f))
 	for i, inc := range m.Include {
 		for name := range inc {
 			if _, ok := m.Axes[name]; !ok {
-				c.add(inc[name].Pos, fmt.Sprintf("%s.include[%d].%s", f, i, name), "axis %q is not in this matrix (its axes: %s)", name, strings.Join(names, ", "))
+				b.c.add(inc[name].Pos, fmt.Sprintf("%s.include[%d].%s", f, i, name), "axis %q is not in this matrix (its axes: %s)", name, strings.Join(x.names, ", "))
 			}
 		}
-		for _, cl := range product(inc, fmt.Sprintf("%s.include[%d]", f, i)) {
-			add(cl)
-		}
+		add(x.product(inc, fmt.Sprintf("%s.include[%d]", f, i)))
 	}
 	for i, ex := range m.Exclude {
-		field := fmt.Sprintf("%s.exclude[%d]", f, i)
-		want := map[string]map[string]bool{}
-		for name, sel := range ex {
-			if _, ok := m.Axes[name]; !ok {
-				c.add(sel.Pos, field+"."+name, "axis %q is not in this matrix (its axes: %s)", name, strings.Join(names, ", "))
-				continue
-			}
-			want[name] = map[string]bool{}
-			for _, v := range lookup(name, sel, field+"."+name) {
-				want[name][v.ID] = true
-			}
-		}
-		kept := out[:0]
-		for _, cl := range out {
-			match := len(want) > 0
-			for j, name := range cl.axes {
-				if w, ok := want[name]; ok && !w[cl.values[j].ID] {
-					match = false
-				}
-			}
-			if !match {
-				kept = append(kept, cl)
-			}
-		}
-		out = kept
+		out = x.exclude(out, ex, fmt.Sprintf("%s.exclude[%d]", f, i))
 	}
-	if len(out) == 0 && len(names) > 0 {
-		c.add(m.Pos, f, "the matrix selects no cells")
+	if len(out) == 0 && len(x.names) > 0 {
+		b.c.add(m.Pos, f, "the matrix selects no cells")
 	}
 	return out
+}
+
+// matrix is a phase's matrix being expanded into cells.
+type matrix struct {
+	b     *builder
+	m     *Matrix
+	names []string // axes of the matrix, in protocol order
+}
+
+// lookup returns the values sel selects on axis, reporting (at field)
+// those the axis does not have.
+func (x *matrix) lookup(axis string, sel Selection, field string) []*AxisValue {
+	b := x.b
+	var out []*AxisValue
+	if len(sel.Values) == 0 {
+		b.c.add(sel.Pos, field, "no values selected for axis %q", axis)
+	}
+	for _, id := range sel.Values {
+		v := b.values[axis][id]
+		if v == nil {
+			if b.axes[axis] != nil {
+				b.c.add(sel.Pos, field, "axis %q has no value %q", axis, id)
+			}
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// product returns the cells of the selection sel: every combination of
+// its values, one per axis of the matrix.
+func (x *matrix) product(sel map[string]Selection, field string) []cell {
+	cells := []cell{{}}
+	for _, name := range x.names {
+		s, ok := sel[name]
+		if !ok {
+			x.b.c.add(x.m.Pos, field, "must give a value for every axis of the matrix; %q is missing", name)
+			return nil
+		}
+		vals := x.lookup(name, s, field+"."+name)
+		var next []cell
+		for _, cl := range cells {
+			for _, v := range vals {
+				n := cell{axes: append(append([]string(nil), cl.axes...), name), values: append(append([]*AxisValue(nil), cl.values...), v), pos: s.Pos}
+				next = append(next, n)
+			}
+		}
+		cells = next
+	}
+	return cells
+}
+
+// exclude drops from cells those that match every axis the exclusion ex
+// names.
+func (x *matrix) exclude(cells []cell, ex map[string]Selection, field string) []cell {
+	want := map[string]map[string]bool{}
+	for name, sel := range ex {
+		if _, ok := x.m.Axes[name]; !ok {
+			x.b.c.add(sel.Pos, field+"."+name, "axis %q is not in this matrix (its axes: %s)", name, strings.Join(x.names, ", "))
+			continue
+		}
+		want[name] = map[string]bool{}
+		for _, v := range x.lookup(name, sel, field+"."+name) {
+			want[name][v.ID] = true
+		}
+	}
+	kept := cells[:0]
+	for _, cl := range cells {
+		match := len(want) > 0
+		for j, name := range cl.axes {
+			if w, ok := want[name]; ok && !w[cl.values[j].ID] {
+				match = false
+			}
+		}
+		if !match {
+			kept = append(kept, cl)
+		}
+	}
+	return kept
 }
 
 // order sorts a phase's cells (with repeats) by the phase's order rule.
@@ -307,7 +332,7 @@ func (b *builder) order(ph *Phase, cells []cell, f string) []cell {
 // cellVars are the plan-time variables of a cell.
 func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
 	vars := b.baseVars()
-	for _, k := range sortedKeys(ph.Vars) {
+	for _, k := range slices.Sorted(maps.Keys(ph.Vars)) {
 		val, errs := expand(ph.Vars[k], func(n string) (string, bool) { x, ok := b.p.Vars[n]; return x, ok }, nil, true)
 		for _, e := range errs {
 			b.c.add(ph.Meta.At("vars"), fmt.Sprintf("phases.%s.vars.%s", ph.Name, k), "%s (phase vars may use the protocol's vars)", e.msg)
@@ -320,7 +345,7 @@ func (b *builder) cellVars(ph *Phase, cl cell) map[string]string {
 	for i, name := range cl.axes {
 		v := cl.values[i]
 		vars[strings.ToUpper(name)] = v.ID
-		for _, k := range sortedKeys(v.Vars) {
+		for _, k := range slices.Sorted(maps.Keys(v.Vars)) {
 			val, errs := expand(v.Vars[k], func(n string) (string, bool) { x, ok := b.p.Vars[n]; return x, ok }, nil, true)
 			for _, e := range errs {
 				b.c.add(v.Meta.At("vars"), fmt.Sprintf("axes.%s.%s.vars.%s", name, v.ID, k), "%s (axis vars may use the protocol's vars)", e.msg)
@@ -379,7 +404,6 @@ func (b *builder) runID(ph *Phase, pi int, cl cell, load string) string {
 // makeRun builds one run of a cell at a load. idOverride replaces the
 // phase's id template (co-location runs).
 func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride string) Run {
-	c := b.c
 	id := idOverride
 	if id == "" {
 		id = b.runID(ph, pi, cl, load.Name)
@@ -397,47 +421,91 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		ClientStart: load.ClientStart, NeedVars: map[string]string{},
 		AdmissionEnd: load.AdmissionEnd, ResultFile: load.ResultFile,
 	}
-	switch ph.Kind {
-	case "primary", "steady-state":
-		r.Kind = load.Kind
-	default:
-		r.Kind = ph.Kind
+	r.Kind, r.Measured = runKind(ph, load)
+	ch := b.cellChoices(cl, load, &r)
+	b.applyClass(&r, load, ch.class, vars)
+	server := ch.server
+	if server == "" && len(b.p.Servers) > 0 {
+		server = b.p.Servers[0].Name
+	}
+	needAs := map[string]bool{}
+	for _, n := range load.Needs {
+		needAs["NEED_"+n.As+"_DIR"] = true
+	}
+	if s := b.servers[server]; s != nil {
+		r.Server = b.serverSpec(s, ch, vars, needAs)
+	}
+	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
+	b.checkClientDrain(&r, load)
+	b.runManifest(&r, load, vars)
+	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
+	for _, v := range b.p.Validators {
+		if len(v.Loads) == 0 || slices.Contains(v.Loads, load.Name) {
+			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
+				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
+		}
+	}
+	b.runNeeds(&r, ph, pi, cl, load, idOverride != "", vars)
+	return r
+}
+
+// runKind is the kind of a run of load in phase ph, and whether it is
+// measured.
+func runKind(ph *Phase, load *Load) (string, bool) {
+	kind := ph.Kind
+	if ph.Kind == "primary" || ph.Kind == "steady-state" {
+		kind = load.Kind
 	}
 	if load.Kind == "background" {
-		r.Kind = "background"
+		kind = "background"
 	}
-	r.Measured = loadKinds[load.Kind]
+	measured := loadKinds[load.Kind]
 	if load.Measured != nil {
-		r.Measured = *load.Measured
+		measured = *load.Measured
 	}
-	if ph.Kind == "burn-in" || ph.Kind == "colocation" || r.Kind == "background" {
+	if ph.Kind == "burn-in" || ph.Kind == "colocation" || kind == "background" {
 		// the co-location check is reported apart from the matrix (A-P3-1)
-		r.Measured = false
+		measured = false
 	}
+	return kind, measured
+}
 
-	// class, GPUs and server from the axis values, the load and the protocol
-	class, server := load.Class, load.Server
+// choices are what a cell's axis values choose for a run.
+type choices struct {
+	class, server string
+	serverArgs    []string
+	expects       []ExpectSpec
+}
+
+// cellChoices reads the class, GPUs and server that the axis values of cl
+// give a run of load, after the load's own (the GPUs go into r).
+func (b *builder) cellChoices(cl cell, load *Load, r *Run) choices {
+	ch := choices{class: load.Class, server: load.Server}
 	classFrom := ""
-	var serverArgs []string
-	var expects []ExpectSpec
 	for i, v := range cl.values {
 		if v.Class != "" && load.Class == "" {
-			if class != "" && class != v.Class {
-				c.add(v.Meta.At("class"), "axes."+cl.axes[i]+"."+v.ID+".class", "cell %s gets class %q from %s and %q from %s", cl.display(), classFrom, classFrom, v.Class, v.ID)
+			if ch.class != "" && ch.class != v.Class {
+				b.c.add(v.Meta.At("class"), "axes."+cl.axes[i]+"."+v.ID+".class", "cell %s gets class %q from %s and %q from %s", cl.display(), classFrom, classFrom, v.Class, v.ID)
 			}
-			class, classFrom = v.Class, v.ID
+			ch.class, classFrom = v.Class, v.ID
 		}
 		if v.GPUs > r.GPUs {
 			r.GPUs = v.GPUs
 		}
 		if v.Server != "" {
-			server = v.Server
+			ch.server = v.Server
 		}
-		serverArgs = append(serverArgs, v.ServerArgs...)
+		ch.serverArgs = append(ch.serverArgs, v.ServerArgs...)
 		for _, e := range v.Expect {
-			expects = append(expects, expectSpec(e))
+			ch.expects = append(ch.expects, expectSpec(e))
 		}
 	}
+	return ch
+}
+
+// applyClass gives r its class (the only one when the protocol has one)
+// with its drain allowance, watchdog and measuring deadline.
+func (b *builder) applyClass(r *Run, load *Load, class string, vars map[string]string) {
 	if class == "" && len(b.p.Classes) == 1 {
 		class = b.p.Classes[0].Name
 	}
@@ -450,53 +518,45 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	if r.DeadlineS == 0 {
 		r.DeadlineS = load.ExpectedS + r.WatchdogS
 	} else if class == "" {
-		c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", id, load.Name)
+		b.c.add(load.Meta.Pos, "loads."+load.Name, "run %s has no class: give class on an axis value or on load %q", r.ID, load.Name)
 	}
-	if server == "" && len(b.p.Servers) > 0 {
-		server = b.p.Servers[0].Name
-	}
-	needAs := map[string]bool{}
-	for _, n := range load.Needs {
-		needAs["NEED_"+n.As+"_DIR"] = true
-	}
-	if s := b.servers[server]; s != nil {
-		cmd := s.Command
-		for _, a := range serverArgs {
-			cmd.Argv = append(cmd.Argv, a)
-			cmd.ArgPos = append(cmd.ArgPos, cmd.Pos)
-		}
-		r.Server = ServerSpec{
-			Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
-			Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
-			ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS, ConfigEndpoint: s.ConfigEndpoint,
-		}
-		if s.Health != nil {
-			r.Server.HealthPath, r.Server.HealthStatus = s.Health.Path, s.Health.Status
-		}
-		for _, e := range s.Expect {
-			r.Server.Expect = append(r.Server.Expect, expectSpec(e))
-		}
-		r.Server.Expect = append(r.Server.Expect, expects...)
-	}
-	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
-	b.checkClientDrain(&r, load)
-	b.runManifest(&r, load, vars)
-	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
-	for _, v := range b.p.Validators {
-		if len(v.Loads) == 0 || contains(v.Loads, load.Name) {
-			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
-				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
-		}
-	}
+}
 
-	// needs: a load of the same cell (same phase, same repeat) or a run id
+// serverSpec is server s as a run starts it, with the cell's extra
+// arguments and expectations.
+func (b *builder) serverSpec(s *Server, ch choices, vars map[string]string, needAs map[string]bool) ServerSpec {
+	cmd := s.Command
+	for _, a := range ch.serverArgs {
+		cmd.Argv = append(cmd.Argv, a)
+		cmd.ArgPos = append(cmd.ArgPos, cmd.Pos)
+	}
+	spec := ServerSpec{
+		Name: s.Name, Kind: s.Kind, Command: b.command(cmd, "servers."+s.Name+".command", vars, needAs),
+		Env: b.env(s.Env, s.Meta.At("env"), "servers."+s.Name+".env", vars, needAs), ReadyTimeoutS: s.ReadyTimeoutS,
+		ShutdownGraceS: s.ShutdownGraceS, GroupGraceS: s.GroupGraceS, ConfigEndpoint: s.ConfigEndpoint,
+	}
+	if s.Health != nil {
+		spec.HealthPath, spec.HealthStatus = s.Health.Path, s.Health.Status
+	}
+	for _, e := range s.Expect {
+		spec.Expect = append(spec.Expect, expectSpec(e))
+	}
+	spec.Expect = append(spec.Expect, ch.expects...)
+	return spec
+}
+
+// runNeeds gives r the runs load needs: a load of the same cell (same
+// phase, same repeat), resolved later in a colocation phase (coloc), or a
+// run id.
+func (b *builder) runNeeds(r *Run, ph *Phase, pi int, cl cell, load *Load, coloc bool, vars map[string]string) {
+	c := b.c
 	for _, n := range load.Needs {
 		var target string
 		switch {
-		case n.Load != "" && idOverride != "":
+		case n.Load != "" && coloc:
 			target = "" // resolved by the co-location expansion
 		case n.Load != "":
-			if !contains(ph.Loads, n.Load) {
+			if !slices.Contains(ph.Loads, n.Load) {
 				c.add(n.Pos, "loads."+load.Name+".needs", "load %q needs load %q of the same cell, but phase %q does not run %q", load.Name, n.Load, ph.Name, n.Load)
 				continue
 			}
@@ -511,19 +571,9 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 		if target != "" {
 			r.Needs = append(r.Needs, target)
 			r.NeedVars["NEED_"+n.As+"_DIR"] = target
-			b.needPos[id] = append(b.needPos[id], n.Pos)
+			b.needPos[r.ID] = append(b.needPos[r.ID], n.Pos)
 		}
 	}
-	return r
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // command expands plan-time variables in a command and checks that every
@@ -533,7 +583,7 @@ func (b *builder) command(cmd Command, field string, vars map[string]string, nee
 		if strings.HasPrefix(n, "NEED_") && strings.HasSuffix(n, "_DIR") {
 			return needAs[n]
 		}
-		return contains(LaunchVars, n)
+		return slices.Contains(LaunchVars, n)
 	}
 	lookup := func(n string) (string, bool) { v, ok := vars[n]; return v, ok }
 	one := func(s string, pos Pos, f string, shell bool) string {
@@ -573,7 +623,7 @@ func (b *builder) env(env map[string]string, pos Pos, field string, vars map[str
 		return nil
 	}
 	out := map[string]string{}
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		spec := b.command(Command{Argv: []string{env[k]}, ArgPos: []Pos{pos}}, field+"."+k, vars, needAs)
 		out[k] = spec.Argv[0]
 	}
@@ -596,9 +646,9 @@ func (b *builder) addRun(r Run, pos Pos) {
 func (b *builder) cellFromRef(ref map[string]string, pos Pos, field string) (cell, bool) {
 	var cl cell
 	ok := true
-	for _, name := range sortedKeys(ref) {
+	for _, name := range slices.Sorted(maps.Keys(ref)) {
 		if b.axes[name] == nil {
-			b.c.add(pos, field+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(sortedKeys(b.axes), ", "))
+			b.c.add(pos, field+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
 			ok = false
 		} else if b.values[name][ref[name]] == nil {
 			b.c.add(pos, field+"."+name, "axis %q has no value %q", name, ref[name])
@@ -615,159 +665,215 @@ func (b *builder) cellFromRef(ref map[string]string, pos Pos, field string) (cel
 	return cl, ok && len(cl.values) > 0
 }
 
+// coloc is one colocation phase being laid out.
+type coloc struct {
+	b       *builder
+	ph      *Phase
+	pi      int
+	co      *Colocation
+	f       string // the section's field, phases[i].colocation
+	target  cell
+	loads   []*Load // the target's loads
+	bgLoad  *Load
+	compare string // the load whose throughput the gate compares
+}
+
 // expandColocation lays out a co-location check: the target's loads solo,
 // then for each gated regime in turn the same loads beside background
 // loads, each later regime only if the one before failed its gate.
 func (b *builder) expandColocation(ph *Phase, pi int) int {
+	x, ok := b.colocation(ph, pi)
+	if !ok {
+		return 0
+	}
+	x.group("solo", "solo", "", nil)
+	cond := ""
+	cells := 1
+	for i := range x.co.Checks {
+		gate, n, ok := x.check(i, cond)
+		if !ok {
+			continue
+		}
+		cond = "gate " + gate + " failed"
+		cells += n
+	}
+	return cells
+}
+
+// colocation checks a colocation section; it is false when the phase
+// cannot be laid out.
+func (b *builder) colocation(ph *Phase, pi int) (*coloc, bool) {
 	co := ph.Colocation
-	f := fmt.Sprintf("phases[%d].colocation", pi)
-	c := b.c
+	x := &coloc{b: b, ph: ph, pi: pi, co: co, f: fmt.Sprintf("phases[%d].colocation", pi)}
+	f, c := x.f, b.c
 	target, ok := b.cellFromRef(co.Target, co.Meta.At("target"), f+".target")
+	x.target = target
 	if b.slots[co.Slot] == nil && co.Slot != "" {
-		c.add(co.Meta.At("slot"), f+".slot", "unknown slot %q (slots: %s)", co.Slot, strings.Join(sortedKeys(b.slots), ", "))
+		unknown(c, b.slots, co.Slot, co.Meta.At("slot"), f+".slot", "slot", "slots")
 		ok = false
 	}
-	var loads []*Load
 	for j, l := range co.Loads {
 		if b.loads[l] == nil {
-			c.add(co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "unknown load %q (loads: %s)", l, strings.Join(sortedKeys(b.loads), ", "))
+			unknown(c, b.loads, l, co.Meta.At("loads"), fmt.Sprintf("%s.loads[%d]", f, j), "load", "loads")
 			ok = false
 			continue
 		}
-		loads = append(loads, b.loads[l])
+		x.loads = append(x.loads, b.loads[l])
 	}
-	bgLoad := b.loads[co.BackgroundLoad]
-	if bgLoad == nil && co.BackgroundLoad != "" {
-		c.add(co.Meta.At("background_load"), f+".background_load", "unknown load %q (loads: %s)", co.BackgroundLoad, strings.Join(sortedKeys(b.loads), ", "))
+	x.bgLoad = b.loads[co.BackgroundLoad]
+	if x.bgLoad == nil && co.BackgroundLoad != "" {
+		unknown(c, b.loads, co.BackgroundLoad, co.Meta.At("background_load"), f+".background_load", "load", "loads")
 		ok = false
 	}
-	compare := co.Gate.Compare
-	if compare == "" && len(co.Loads) > 0 {
-		compare = co.Loads[len(co.Loads)-1]
-	} else if compare != "" && !contains(co.Loads, compare) {
-		c.add(co.Gate.Meta.At("compare"), f+".gate.compare", "load %q is not one of the target's loads", compare)
+	x.compare = co.Gate.Compare
+	if x.compare == "" && len(co.Loads) > 0 {
+		x.compare = co.Loads[len(co.Loads)-1]
+	} else if x.compare != "" && !slices.Contains(co.Loads, x.compare) {
+		c.add(co.Gate.Meta.At("compare"), f+".gate.compare", "load %q is not one of the target's loads", x.compare)
 	}
-	if co.Gate.ThroughputTolerance <= 0 || co.Gate.ThroughputTolerance >= 1 {
-		if _, given := co.Gate.Meta.Fields["throughput_tolerance"]; given {
-			c.add(co.Gate.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", co.Gate.ThroughputTolerance)
-		}
-	}
-	if co.Gate.ProfileWindows < 0 {
-		c.add(co.Gate.Meta.At("profile_windows"), f+".gate.profile_windows", "a number of profile windows cannot be negative, got %d", co.Gate.ProfileWindows)
-	}
-	if co.Gate.Validator != nil && co.Gate.FigureTolerance <= 0 {
-		c.add(co.Gate.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
-	}
-	if !ok || bgLoad == nil {
-		return 0
-	}
+	x.checkGate()
+	return x, ok && x.bgLoad != nil
+}
 
-	// group runs: same-cell needs resolve to the run of that load in the group
-	group := func(prefix, regime, slot, cond string, bgs []string) []string {
-		b.units++
-		var ids []string
-		byLoad := map[string]string{}
-		for _, l := range loads {
-			id := fmt.Sprintf("coloc.%s.%s.%s", prefix, target.id(), l.Name)
-			r := b.makeRun(ph, pi, target, l, id)
-			r.Slot, r.Regime, r.Condition, r.Unit, r.Backgrounds = slot, regime, cond, b.units, bgs
-			for _, n := range l.Needs {
-				if n.Load == "" {
-					continue
-				}
-				dep, has := byLoad[n.Load]
-				if !has {
-					c.add(n.Pos, "loads."+l.Name+".needs", "load %q needs load %q, which the co-location check does not run before it", l.Name, n.Load)
-					continue
-				}
-				r.Needs = append(r.Needs, dep)
-				r.NeedVars["NEED_"+n.As+"_DIR"] = dep
-			}
-			byLoad[l.Name] = id
-			b.addRun(r, co.Meta.At("loads"))
-			ids = append(ids, id)
+func (x *coloc) checkGate() {
+	g, f, c := &x.co.Gate, x.f, x.b.c
+	if g.ThroughputTolerance <= 0 || g.ThroughputTolerance >= 1 {
+		if _, given := g.Meta.Fields["throughput_tolerance"]; given {
+			c.add(g.Meta.At("throughput_tolerance"), f+".gate.throughput_tolerance", "a tolerance is a fraction above 0 and below 1, got %v", g.ThroughputTolerance)
 		}
-		return ids
 	}
-	group("solo", "solo", co.Slot, "", nil)
-	soloCompare := fmt.Sprintf("coloc.solo.%s.%s", target.id(), compare)
-	cond := ""
-	cells := 1
-	for i, chk := range co.Checks {
-		cf := fmt.Sprintf("%s.checks[%d]", f, i)
-		reg := b.regimes[chk.Regime]
-		if reg == nil {
-			c.add(chk.Meta.At("regime"), cf+".regime", "unknown regime %q (regimes: %s)", chk.Regime, strings.Join(b.regimeNames(), ", "))
+	if g.ProfileWindows < 0 {
+		c.add(g.Meta.At("profile_windows"), f+".gate.profile_windows", "a number of profile windows cannot be negative, got %d", g.ProfileWindows)
+	}
+	if g.Validator != nil && g.FigureTolerance <= 0 {
+		c.add(g.Meta.Pos, f+".gate.figure_tolerance", "a validator's figures need a positive figure_tolerance")
+	}
+}
+
+// group adds the target's runs of one regime as a unit; same-cell needs
+// resolve to the run of that load in the group. It returns their ids.
+func (x *coloc) group(prefix, regime, cond string, bgs []string) []string {
+	b := x.b
+	b.units++
+	var ids []string
+	byLoad := map[string]string{}
+	for _, l := range x.loads {
+		id := fmt.Sprintf("coloc.%s.%s.%s", prefix, x.target.id(), l.Name)
+		r := b.makeRun(x.ph, x.pi, x.target, l, id)
+		r.Slot, r.Regime, r.Condition, r.Unit, r.Backgrounds = x.co.Slot, regime, cond, b.units, bgs
+		for _, n := range l.Needs {
+			if n.Load == "" {
+				continue
+			}
+			dep, has := byLoad[n.Load]
+			if !has {
+				b.c.add(n.Pos, "loads."+l.Name+".needs", "load %q needs load %q, which the co-location check does not run before it", l.Name, n.Load)
+				continue
+			}
+			r.Needs = append(r.Needs, dep)
+			r.NeedVars["NEED_"+n.As+"_DIR"] = dep
+		}
+		byLoad[l.Name] = id
+		b.addRun(r, x.co.Meta.At("loads"))
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// check lays out check i, run when cond holds: its backgrounds, the
+// target beside them and the gate between them. It returns the gate's
+// name and the number of background cells; false when the check names no
+// regime.
+func (x *coloc) check(i int, cond string) (string, int, bool) {
+	b, c, co := x.b, x.b.c, x.co
+	chk := &co.Checks[i]
+	cf := fmt.Sprintf("%s.checks[%d]", x.f, i)
+	reg := b.regimes[chk.Regime]
+	if reg == nil {
+		c.add(chk.Meta.At("regime"), cf+".regime", "unknown regime %q (regimes: %s)", chk.Regime, strings.Join(b.regimeNames(), ", "))
+		return "", 0, false
+	}
+	if !reg.Gated {
+		c.add(chk.Meta.At("regime"), cf+".regime", "regime %q is not gated; mark it gated: true or drop this check", chk.Regime)
+	}
+	if len(chk.Backgrounds)+1 > reg.Concurrency {
+		c.add(chk.Meta.At("backgrounds"), cf+".backgrounds", "%d backgrounds and the target exceed regime %q's concurrency of %d", len(chk.Backgrounds), chk.Regime, reg.Concurrency)
+	}
+	bgIDs, bgRuns := x.backgrounds(chk, cf, cond)
+	b.units++
+	unit := b.units
+	targets := x.group(chk.Regime, chk.Regime, cond, bgIDs)
+	x.insertBackgrounds(bgRuns, targets, unit, chk.Meta.At("backgrounds"))
+	gate := GateInfo{
+		Name: "colocation/" + chk.Regime, Kind: "colocation", Regime: chk.Regime,
+		Solo:           fmt.Sprintf("coloc.solo.%s.%s", x.target.id(), x.compare),
+		Target:         fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, x.target.id(), x.compare),
+		ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
+		ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
+		ProfileWindows: co.Gate.ProfileWindows,
+	}
+	if co.Gate.Validator != nil {
+		v := b.command(*co.Gate.Validator, x.f+".gate.validator", b.cellVars(x.ph, x.target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})
+		gate.Validator = &v
+	}
+	b.gates = append(b.gates, gate)
+	return gate.Name, len(bgRuns), true
+}
+
+// backgrounds makes the background runs of chk, each on a slot of its
+// own.
+func (x *coloc) backgrounds(chk *ColocCheck, cf, cond string) ([]string, []Run) {
+	b, c := x.b, x.b.c
+	used := map[string]bool{x.co.Slot: true}
+	var bgIDs []string
+	var bgRuns []Run
+	for j, bg := range chk.Backgrounds {
+		bf := fmt.Sprintf("%s.backgrounds[%d]", cf, j)
+		bc, ok := b.cellFromRef(bg.Cell, bg.Meta.At("cell"), bf+".cell")
+		if b.slots[bg.Slot] == nil {
+			unknown(c, b.slots, bg.Slot, bg.Meta.At("slot"), bf+".slot", "slot", "slots")
 			continue
 		}
-		if !reg.Gated {
-			c.add(chk.Meta.At("regime"), cf+".regime", "regime %q is not gated; mark it gated: true or drop this check", chk.Regime)
+		if used[bg.Slot] {
+			c.add(bg.Meta.At("slot"), bf+".slot", "slot %q is already used by this check", bg.Slot)
+			continue
 		}
-		if len(chk.Backgrounds)+1 > reg.Concurrency {
-			c.add(chk.Meta.At("backgrounds"), cf+".backgrounds", "%d backgrounds and the target exceed regime %q's concurrency of %d", len(chk.Backgrounds), chk.Regime, reg.Concurrency)
+		used[bg.Slot] = true
+		if !ok {
+			continue
 		}
-		used := map[string]bool{co.Slot: true}
-		var bgIDs []string
-		var bgRuns []Run
-		for j, bg := range chk.Backgrounds {
-			bf := fmt.Sprintf("%s.backgrounds[%d]", cf, j)
-			bc, ok := b.cellFromRef(bg.Cell, bg.Meta.At("cell"), bf+".cell")
-			if b.slots[bg.Slot] == nil {
-				c.add(bg.Meta.At("slot"), bf+".slot", "unknown slot %q (slots: %s)", bg.Slot, strings.Join(sortedKeys(b.slots), ", "))
-				continue
-			}
-			if used[bg.Slot] {
-				c.add(bg.Meta.At("slot"), bf+".slot", "slot %q is already used by this check", bg.Slot)
-				continue
-			}
-			used[bg.Slot] = true
-			if !ok {
-				continue
-			}
-			id := fmt.Sprintf("coloc.%s.bg.%s", chk.Regime, bc.id())
-			r := b.makeRun(ph, pi, bc, bgLoad, id)
-			r.Slot, r.Regime, r.Condition = bg.Slot, chk.Regime, cond
-			bgIDs = append(bgIDs, id)
-			bgRuns = append(bgRuns, r)
-		}
-		b.units++
-		unit := b.units
-		targets := group(chk.Regime, chk.Regime, co.Slot, cond, bgIDs)
-		var span float64
-		for _, t := range targets {
-			if r, ok := b.find(t); ok {
-				span += r.ExpectedS
-			}
-		}
-		// backgrounds are launched before the target and stopped after it
-		at := len(b.runs) - len(targets)
-		for k := range bgRuns {
-			bgRuns[k].Until = targets
-			bgRuns[k].ExpectedS += span
-			bgRuns[k].Unit = unit
-		}
-		rest := append([]Run(nil), b.runs[at:]...)
-		b.runs = b.runs[:at]
-		for _, r := range bgRuns {
-			b.addRun(r, chk.Meta.At("backgrounds"))
-		}
-		b.runs = append(b.runs, rest...)
-		gate := GateInfo{
-			Name: "colocation/" + chk.Regime, Kind: "colocation", Regime: chk.Regime,
-			Solo: soloCompare, Target: fmt.Sprintf("coloc.%s.%s.%s", chk.Regime, target.id(), compare),
-			ThroughputFile: co.Gate.ThroughputFile, ThroughputField: co.Gate.ThroughputField,
-			ThroughputTolerance: co.Gate.ThroughputTolerance, FigureTolerance: co.Gate.FigureTolerance, Condition: cond,
-			ProfileWindows: co.Gate.ProfileWindows,
-		}
-		if co.Gate.Validator != nil {
-			v := b.command(*co.Gate.Validator, f+".gate.validator", b.cellVars(ph, target), map[string]bool{"NEED_SOLO_DIR": true, "NEED_TARGET_DIR": true})
-			gate.Validator = &v
-		}
-		b.gates = append(b.gates, gate)
-		cond = "gate " + gate.Name + " failed"
-		cells += len(bgRuns)
+		id := fmt.Sprintf("coloc.%s.bg.%s", chk.Regime, bc.id())
+		r := b.makeRun(x.ph, x.pi, bc, x.bgLoad, id)
+		r.Slot, r.Regime, r.Condition = bg.Slot, chk.Regime, cond
+		bgIDs = append(bgIDs, id)
+		bgRuns = append(bgRuns, r)
 	}
-	return cells
+	return bgIDs, bgRuns
+}
+
+// insertBackgrounds adds the background runs of a check just before its
+// targets (the runs last added): backgrounds are launched before the
+// target and stopped after it, so each lasts the targets' whole span.
+func (x *coloc) insertBackgrounds(bgRuns []Run, targets []string, unit int, pos Pos) {
+	b := x.b
+	var span float64
+	for _, t := range targets {
+		if r, ok := b.find(t); ok {
+			span += r.ExpectedS
+		}
+	}
+	at := len(b.runs) - len(targets)
+	for k := range bgRuns {
+		bgRuns[k].Until = targets
+		bgRuns[k].ExpectedS += span
+		bgRuns[k].Unit = unit
+	}
+	rest := append([]Run(nil), b.runs[at:]...)
+	b.runs = b.runs[:at]
+	for _, r := range bgRuns {
+		b.addRun(r, pos)
+	}
+	b.runs = append(b.runs, rest...)
 }
 
 func (b *builder) find(id string) (Run, bool) {

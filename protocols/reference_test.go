@@ -6,9 +6,11 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,7 +24,7 @@ const referenceFile = "../docs/protocol-reference.md"
 // enumerations are the allowed values of fields whose values are a closed
 // set, from the same tables the validation uses.
 func enumerations() map[string][]string {
-	loads := sortedKeys(loadKinds)
+	loads := slices.Sorted(maps.Keys(loadKinds))
 	for i, k := range loads {
 		if loadKinds[k] {
 			loads[i] += " (measured)"
@@ -31,10 +33,10 @@ func enumerations() map[string][]string {
 		}
 	}
 	return map[string][]string{
-		"Server.kind":       sortedKeys(serverKinds),
+		"Server.kind":       slices.Sorted(maps.Keys(serverKinds)),
 		"Load.kind":         loads,
 		"Load.client_start": {"after-ready", "at-start"},
-		"Phase.kind":        sortedKeys(phaseKinds),
+		"Phase.kind":        slices.Sorted(maps.Keys(phaseKinds)),
 		"Order.by":          {"listed", "sha256", "shuffle", "alternate"},
 		"Slot.port":         {"a TCP port", "auto"},
 	}

@@ -4,12 +4,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/internal/mancmd"
 )
 
@@ -22,21 +22,18 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// ExitStatus makes an exitError a cli.StatusError.
+func (e *exitError) ExitStatus() (int, error) { return e.code, e.err }
+
 func main() {
-	root := newRoot()
-	err := root.Execute()
-	if err == nil {
-		return
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(os.Stderr, ee.err)
+	os.Exit(cli.Run(newRoot(), 1, func(_ *cobra.Command, err error, s cli.Status) {
+		switch {
+		case !s.Carried:
+			fmt.Fprintln(os.Stderr, "controller:", err)
+		case s.Cause != nil && s.Cause.Error() != "":
+			fmt.Fprintln(os.Stderr, s.Cause)
 		}
-		os.Exit(ee.code)
-	}
-	fmt.Fprintln(os.Stderr, "controller:", err)
-	os.Exit(1)
+	}))
 }
 
 func newRoot() *cobra.Command {

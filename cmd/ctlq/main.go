@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/internal/mancmd"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
@@ -42,24 +43,18 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+// ExitStatus makes an exitError a cli.StatusError.
+func (e *exitError) ExitStatus() (int, error) { return e.code, e.err }
+
 func main() {
-	root := newRoot()
-	cmd, err := root.ExecuteC()
-	if err == nil {
-		return
-	}
-	code := exitOther
-	var ee *exitError
-	if errors.As(err, &ee) {
-		code, err = ee.code, ee.err
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ctlq:", err)
-		if jsonOutput(cmd) {
-			writeJSON(os.Stdout, errorDoc{Schema: errorSchema, Error: err.Error(), ExitCode: code})
+	os.Exit(cli.Run(newRoot(), exitOther, func(cmd *cobra.Command, _ error, s cli.Status) {
+		if err := s.Cause; err != nil {
+			fmt.Fprintln(os.Stderr, "ctlq:", err)
+			if jsonOutput(cmd) {
+				writeJSON(os.Stdout, errorDoc{Schema: errorSchema, Error: err.Error(), ExitCode: s.Code})
+			}
 		}
-	}
-	os.Exit(code)
+	}))
 }
 
 // errorSchema is the version of the error document.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/loadgen"
 )
 
@@ -68,8 +69,8 @@ func TestConfigRefusesWhatTheSeedForbids(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one saying %q (config %+v)", err, tc.want, cfg)
 			}
-			var ee *exitError
-			if !errors.As(err, &ee) || ee.code != 2 {
+			var ee *cli.ExitError
+			if !errors.As(err, &ee) || ee.Code != 2 {
 				t.Fatalf("error %v is not a refusal (exit 2)", err)
 			}
 		})

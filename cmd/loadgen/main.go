@@ -35,30 +35,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/loadgen"
 )
 
-// exitError ends the program with a given exit code.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 func main() {
-	err := newRootCmd().Execute()
-	if err == nil {
-		return
-	}
-	code := 1
-	var ee *exitError
-	if errors.As(err, &ee) {
-		code = ee.code
-	}
-	fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
-	os.Exit(code)
+	os.Exit(cli.Run(newRootCmd(), 1, func(_ *cobra.Command, err error, _ cli.Status) {
+		fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
+	}))
 }
 
 func newRootCmd() *cobra.Command {
@@ -168,7 +152,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 
 // refused marks an error found before the run started.
 func refused(format string, a ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, a...)}
+	return &cli.ExitError{Code: 2, Err: fmt.Errorf(format, a...)}
 }
 
 func secondsFlag(name string, s float64) (time.Duration, error) {
@@ -316,11 +300,11 @@ func run(ctx context.Context, cmd *cobra.Command, f runFlags) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, loadgen.ErrDrainAbandoned):
-		return &exitError{code: 4, err: err}
+		return &cli.ExitError{Code: 4, Err: err}
 	case errors.Is(err, loadgen.ErrManifestExhausted):
-		return &exitError{code: 3, err: err}
+		return &cli.ExitError{Code: 3, Err: err}
 	case errors.Is(err, loadgen.ErrResultExists), errors.Is(err, loadgen.ErrManifestTooShort):
-		return &exitError{code: 2, err: err}
+		return &cli.ExitError{Code: 2, Err: err}
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/loadgen"
 )
 
@@ -58,8 +59,8 @@ func TestServerFlags(t *testing.T) {
 		{[]string{"--profile-traces-dir", "/t", "--profile-trace-pattern", "[x"}, "trace pattern"},
 	} {
 		_, err := parse(tc.args...)
-		var ee *exitError
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ee) || ee.code != 2 {
+		var ee *cli.ExitError
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ee) || ee.Code != 2 {
 			t.Errorf("%v: %v, want a refusal saying %q", tc.args, err, tc.want)
 		}
 	}

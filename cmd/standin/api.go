@@ -146,26 +146,12 @@ func (a *api) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *api) completions(w http.ResponseWriter, r *http.Request) {
-	if !a.healthy() {
-		writeError(w, http.StatusServiceUnavailable, "model is loading")
-		return
-	}
 	var req completionRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "request body is not a completions request")
+	if !a.admit(w, r, &req, &req.Model, "request body is not a completions request", nil) {
 		return
 	}
-	if req.Model != "" && req.Model != a.model {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("the model %q does not exist", req.Model))
-		return
-	}
-	maxTokens := 16
-	if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	if maxTokens < 1 || maxTokens > maxTokensLimit {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be between 1 and %d", maxTokensLimit))
+	maxTokens, ok := askedTokens(w, req.MaxTokens)
+	if !ok {
 		return
 	}
 	promptTokens, ok := countPromptTokens(req.Prompt)
@@ -184,15 +170,11 @@ func (a *api) completions(w http.ResponseWriter, r *http.Request) {
 		a.stream(r.Context(), w, gen, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	var text strings.Builder
-	err := a.generate(r.Context(), gen.max, func(i int) error {
-		text.WriteString(token(i))
-		return nil
-	})
+	text, err := a.generateText(r.Context(), gen.max)
 	if err != nil {
 		return // the client or the server went away
 	}
-	writeJSON(w, http.StatusOK, gen.response(text.String(), true, true))
+	writeJSON(w, http.StatusOK, gen.response(text, true, true))
 }
 
 // chatCompletions answers /v1/chat/completions: the prompt is the words
@@ -200,28 +182,12 @@ func (a *api) completions(w http.ResponseWriter, r *http.Request) {
 // max_completion_tokens) placeholder tokens, streamed as chat deltas when
 // asked, with a final usage chunk under stream_options.include_usage.
 func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	if !a.healthy() {
-		writeError(w, http.StatusServiceUnavailable, "model is loading")
-		return
-	}
 	var req chatRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
-	if err := dec.Decode(&req); err != nil || len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "request body is not a chat completions request")
+	if !a.admit(w, r, &req, &req.Model, "request body is not a chat completions request", func() bool { return len(req.Messages) > 0 }) {
 		return
 	}
-	if req.Model != "" && req.Model != a.model {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("the model %q does not exist", req.Model))
-		return
-	}
-	maxTokens := 16
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	if maxTokens < 1 || maxTokens > maxTokensLimit {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be between 1 and %d", maxTokensLimit))
+	maxTokens, ok := askedTokens(w, req.MaxCompletionTokens, req.MaxTokens)
+	if !ok {
 		return
 	}
 	promptTokens := 0
@@ -241,17 +207,14 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		max:     maxTokens,
 	}
 	if !req.Stream {
-		var text strings.Builder
-		if err := a.generate(r.Context(), gen.max, func(i int) error {
-			text.WriteString(token(i))
-			return nil
-		}); err != nil {
+		text, err := a.generateText(r.Context(), gen.max)
+		if err != nil {
 			return
 		}
 		reason := "length"
 		writeJSON(w, http.StatusOK, chatResponse{
 			ID: gen.id, Object: "chat.completion", Created: gen.created, Model: gen.model,
-			Choices: []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text.String()}, FinishReason: &reason}},
+			Choices: []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text}, FinishReason: &reason}},
 			Usage:   gen.usage(),
 		})
 		return
@@ -434,6 +397,56 @@ func countPromptTokens(raw json.RawMessage) (int, bool) {
 		return len(arr), true
 	}
 	return 0, false
+}
+
+// admit answers a generation request the stand-in does not take: the
+// model still loading, a body that does not decode into req or that valid
+// (when not nil) refuses (bad is then the message), or another model than
+// the served one (model points at req's field). It returns whether to go on.
+func (a *api) admit(w http.ResponseWriter, r *http.Request, req any, model *string, bad string, valid func() bool) bool {
+	if !a.healthy() {
+		writeError(w, http.StatusServiceUnavailable, "model is loading")
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+	if err := dec.Decode(req); err != nil || valid != nil && !valid() {
+		writeError(w, http.StatusBadRequest, bad)
+		return false
+	}
+	if *model != "" && *model != a.model {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("the model %q does not exist", *model))
+		return false
+	}
+	return true
+}
+
+// askedTokens is the number of tokens a request asks for: the first of
+// asked that is set, or 16. Outside 1..maxTokensLimit it answers 400 and
+// returns false.
+func askedTokens(w http.ResponseWriter, asked ...*int) (int, bool) {
+	n := 16
+	for _, p := range asked {
+		if p != nil {
+			n = *p
+			break
+		}
+	}
+	if n < 1 || n > maxTokensLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be between 1 and %d", maxTokensLimit))
+		return 0, false
+	}
+	return n, true
+}
+
+// generateText generates n tokens and returns their text, or the error
+// that ended the generation (the client or the server went away).
+func (a *api) generateText(ctx context.Context, n int) (string, error) {
+	var text strings.Builder
+	err := a.generate(ctx, n, func(i int) error {
+		text.WriteString(token(i))
+		return nil
+	})
+	return text.String(), err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

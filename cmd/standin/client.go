@@ -21,6 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/atomicfile"
 )
 
@@ -190,7 +191,7 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 	if cfg.fail {
 		stopWorkers()
-		return &exitError{code: 2, err: errors.New("client: failing after warm-up as asked (--fail)")}
+		return &cli.ExitError{Code: 2, Err: errors.New("client: failing after warm-up as asked (--fail)")}
 	}
 
 	g.phase.Store(loadClean)
@@ -224,9 +225,23 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 	}
 
 	res := g.tally.result(cleanStart, cleanEnd)
+	if err := writeResults(cfg, res, windows); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if err := phases.markWith(phaseDone, &res.Completed); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	fmt.Printf("standin client (stand-in, not a benchmark): requests=%d completed=%d failed=%d throughput_rps=%.3f output_tokens_per_s=%.3f\n",
+		res.Requests, res.Completed, res.Failed, res.ThroughputRPS, res.OutputTokensPerS)
+	return nil
+}
+
+// writeResults writes the client's result.json in --result-dir and the
+// loadgen-format files in --loadgen-dir, where they are asked for.
+func writeResults(cfg clientConfig, res result, windows []map[string]any) error {
 	if cfg.resultDir != "" {
 		if err := writeResult(cfg.resultDir, res); err != nil {
-			return fmt.Errorf("client: %w", err)
+			return err
 		}
 	}
 	if cfg.loadgen.dir != "" {
@@ -234,14 +249,9 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 			windows = []map[string]any{}
 		}
 		if err := writeLoadgenFiles(cfg, res, windows); err != nil {
-			return fmt.Errorf("client: %w", err)
+			return err
 		}
 	}
-	if err := phases.markWith(phaseDone, &res.Completed); err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	fmt.Printf("standin client (stand-in, not a benchmark): requests=%d completed=%d failed=%d throughput_rps=%.3f output_tokens_per_s=%.3f\n",
-		res.Requests, res.Completed, res.Failed, res.ThroughputRPS, res.OutputTokensPerS)
 	return nil
 }
 

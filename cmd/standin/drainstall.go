@@ -43,12 +43,5 @@ func (s *drainStall) hold(ctx context.Context) error {
 	if now.Sub(s.first) < time.Duration(s.after*float64(time.Second)) {
 		return nil
 	}
-	t := time.NewTimer(time.Duration(s.stall * float64(time.Second)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, time.Duration(s.stall*float64(time.Second)))
 }

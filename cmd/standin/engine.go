@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/internal/cli"
 )
 
 // The engine is the API parent's child, like vLLM's engine core: it is
@@ -89,15 +92,9 @@ func newEngineCmd() *cobra.Command {
 
 func runEngine(cfg engineConfig) error {
 	log := newLogger("engine")
-	control := os.NewFile(controlFD, "control")
-	ready := os.NewFile(readyFD, "ready")
-	for _, f := range []*os.File{control, ready} {
-		if _, err := f.Stat(); err != nil {
-			return fmt.Errorf("engine: fd %d: %w (the engine is started by \"standin server\")", f.Fd(), err)
-		}
-		// Inherited fds are not close-on-exec; keep them out of the
-		// engine's own children, or they would hold the pipes open.
-		syscall.CloseOnExec(int(f.Fd()))
+	control, ready, err := inheritedPipes()
+	if err != nil {
+		return err
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -128,20 +125,8 @@ func runEngine(cfg engineConfig) error {
 		return fmt.Errorf("engine: %w", err)
 	}
 	log.Info("loading", "gpus", gpus, "gpu_mem_mib", cfg.gpuMemMiB, "load_s", cfg.loadS)
-
-	for i := 0; i < cfg.fork; i++ {
-		child, err := startSleeper()
-		if err != nil {
-			return fmt.Errorf("engine: fork %d: %w", i, err)
-		}
-		log.Info("started a sleeping child in the process group (--fork)", "child_pid", child.Process.Pid)
-		// Reaped here while the engine lives; orphaned when it exits.
-		go func() { _ = child.Wait() }()
-	}
-	if cfg.setsidGrandchild {
-		if err := startEscape(cfg.gpuMemMiB); err != nil {
-			return fmt.Errorf("engine: %w", err)
-		}
+	if err := engineChildren(cfg, log); err != nil {
+		return err
 	}
 
 	load := time.NewTimer(seconds(cfg.loadS))
@@ -154,7 +139,7 @@ func runEngine(cfg engineConfig) error {
 			return nil
 		}
 	case <-crash:
-		return &exitError{code: 1, err: errors.New("engine: crashing as asked (--crash-after)")}
+		return &cli.ExitError{Code: 1, Err: errors.New("engine: crashing as asked (--crash-after)")}
 	case sig := <-sigs:
 		log.Info("exiting on signal while loading", "signal", sig.String())
 		return nil
@@ -177,12 +162,48 @@ func runEngine(cfg engineConfig) error {
 			log.Info("parent said exit or died; exiting")
 			return nil
 		case <-crash:
-			return &exitError{code: 1, err: errors.New("engine: crashing as asked (--crash-after)")}
+			return &cli.ExitError{Code: 1, Err: errors.New("engine: crashing as asked (--crash-after)")}
 		case sig := <-sigs:
 			log.Info("exiting on signal", "signal", sig.String())
 			return nil
 		}
 	}
+}
+
+// inheritedPipes opens the control and ready pipes the server passed
+// down, keeping them out of the engine's own children.
+func inheritedPipes() (control, ready *os.File, err error) {
+	control = os.NewFile(controlFD, "control")
+	ready = os.NewFile(readyFD, "ready")
+	for _, f := range []*os.File{control, ready} {
+		if _, err := f.Stat(); err != nil {
+			return nil, nil, fmt.Errorf("engine: fd %d: %w (the engine is started by \"standin server\")", f.Fd(), err)
+		}
+		// Inherited fds are not close-on-exec; keep them out of the
+		// engine's own children, or they would hold the pipes open.
+		syscall.CloseOnExec(int(f.Fd()))
+	}
+	return control, ready, nil
+}
+
+// engineChildren starts the children the engine is asked for: --fork
+// sleepers in its process group and a --setsid-grandchild escapee.
+func engineChildren(cfg engineConfig, log *slog.Logger) error {
+	for i := 0; i < cfg.fork; i++ {
+		child, err := startSleeper()
+		if err != nil {
+			return fmt.Errorf("engine: fork %d: %w", i, err)
+		}
+		log.Info("started a sleeping child in the process group (--fork)", "child_pid", child.Process.Pid)
+		// Reaped here while the engine lives; orphaned when it exits.
+		go func() { _ = child.Wait() }()
+	}
+	if cfg.setsidGrandchild {
+		if err := startEscape(cfg.gpuMemMiB); err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+	}
+	return nil
 }
 
 // engineHandle is the API parent's view of its engine child.

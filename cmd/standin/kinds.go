@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -46,7 +47,7 @@ func addKindFlags(f *pflag.FlagSet, k *kindConfig) {
 }
 
 func (k kindConfig) validate() error {
-	if !contains(serverKinds, k.kind) {
+	if !slices.Contains(serverKinds, k.kind) {
 		return fmt.Errorf("--server-kind %q: want one of %v", k.kind, serverKinds)
 	}
 	if k.reasoningTokens < 0 || k.idleTimeoutS <= 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,19 +56,10 @@ func (c layer1Config) validate() error {
 	if c.stepsPerS <= 0 || c.flushS <= 0 {
 		return fmt.Errorf("--steps-per-s and --flush-interval-s must be positive")
 	}
-	if c.brk != "" && !contains(layer1Breaks, c.brk) {
+	if c.brk != "" && !slices.Contains(layer1Breaks, c.brk) {
 		return fmt.Errorf("--layer1-break %q: want one of %v", c.brk, layer1Breaks)
 	}
 	return c.misbehave.validate()
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // layer1Writer writes the stream from its own goroutine until close.

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +74,7 @@ func (c layer2Config) validate() error {
 	if c.tp < 1 {
 		return fmt.Errorf("--tp must be at least 1")
 	}
-	if c.brk != "" && !contains(layer2Breaks, c.brk) {
+	if c.brk != "" && !slices.Contains(layer2Breaks, c.brk) {
 		return fmt.Errorf("--layer2-break %q: want one of %v", c.brk, layer2Breaks)
 	}
 	if c.shift != "" {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"warden/pkg/phasefile"
@@ -55,7 +56,7 @@ func (c loadgenFmtConfig) validate() error {
 	if c.segments < 1 || c.rateFraction <= 0 {
 		return fmt.Errorf("--segments and --rate-fraction must be positive")
 	}
-	if c.brk != "" && !contains(clientBreaks, c.brk) {
+	if c.brk != "" && !slices.Contains(clientBreaks, c.brk) {
 		return fmt.Errorf("--client-break %q: want one of %v", c.brk, clientBreaks)
 	}
 	return nil
@@ -94,37 +95,7 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 			StartMonoNS: cleanStart + int64(i-1)*segNS, Seconds: segS, ByClass: map[loadgen.Class]int{}}
 		s.EndMonoNS = s.StartMonoNS + segNS
 		s.File = "requests/" + s.Name + ".jsonl"
-		var lines []byte
-		for k := range perSeg {
-			planned := s.StartMonoNS + int64(k)*segNS/int64(perSeg)
-			rec := lgRecord{Record: loadgen.Record{Schema: loadgen.RecordSchema, ID: fmt.Sprintf("standin-%d", row), Row: row, Segment: s.Name, AdmitSegment: s.Name,
-				PlannedNS: planned, SentNS: planned + 1000, FirstTokenNS: planned + 2000, EndNS: planned + 3000,
-				ExpectedInputTokens: cfg.promptWords, PromptTokens: cfg.promptWords, RequestedOutputTokens: cfg.maxTokens, OutputTokens: cfg.maxTokens,
-				HTTPStatus: 200, Class: loadgen.Success}}
-			row++
-			switch {
-			case lc.brk == cBreakFailures && i == 1 && k == 0:
-				rec.HTTPStatus, rec.Class, rec.OutputTokens = 0, loadgen.TransportError, 0
-			case lc.brk == cBreakTokens && i == 1 && k == 0:
-				rec.OutputTokens--
-			case lc.brk == cBreakLag && i == 1 && k == 0:
-				rec.SentNS = planned + 1_500_000_000
-			case lc.brk == cBreakText && i == 1 && k == 0:
-				rec.GeneratedText = "placeholder"
-			}
-			s.Planned++
-			s.Admitted++
-			s.Ended++
-			s.ByClass[rec.Class]++
-			if rec.Class == loadgen.Success {
-				s.Succeeded++
-				s.OutputTokens += rec.OutputTokens
-			} else {
-				s.Failed++
-			}
-			b, _ := json.Marshal(rec)
-			lines = append(append(lines, b...), '\n')
-		}
+		lines := segmentRecords(cfg, &s, perSeg, segNS, &row)
 		s.CompletedRPS = float64(s.Succeeded) / segS
 		s.OfferedRPS = float64(s.Admitted) / segS
 		outTok += s.OutputTokens
@@ -160,23 +131,11 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 	completedRPS := float64(succeeded) / cleanS
 	offered := float64(succeeded+failed) / cleanS
 	if lc.satResult != "" {
-		raw, err := os.ReadFile(lc.satResult)
+		lambda, err := moderateLoad(lc, load)
 		if err != nil {
-			return fmt.Errorf("saturation result: %w", err)
+			return err
 		}
-		var sat struct {
-			Clean struct {
-				CompletedRPS float64 `json:"completed_rps"`
-			} `json:"clean"`
-		}
-		if err := json.Unmarshal(raw, &sat); err != nil || sat.Clean.CompletedRPS <= 0 {
-			return fmt.Errorf("saturation result %s: no clean completed_rps (%v)", lc.satResult, err)
-		}
-		sum := sha256.Sum256(raw)
-		lambda := lc.rateFraction * sat.Clean.CompletedRPS
 		loadPoint = "moderate"
-		load["closed_loop"], load["request_rate"], load["lambda_rps"], load["arrival"] = false, fmt.Sprint(lambda), lambda, "steady"
-		load["rate_fraction"], load["saturation_completed_rps"], load["saturation_result_sha256"] = lc.rateFraction, sat.Clean.CompletedRPS, hex.EncodeToString(sum[:])
 		offered = lambda
 		if lc.brk == cBreakRate {
 			offered = 0.9 * lambda
@@ -261,4 +220,66 @@ func profileWindows(ctx context.Context, base string, n int, hold, recovery time
 		}
 	}
 	return out, nil
+}
+
+// segmentRecords writes the request records of the clean segment s
+// (perSeg of them, numbered from *row on) as JSON lines, counting them
+// into s. The first record of the first segment carries a --client-break
+// that asks for one.
+func segmentRecords(cfg clientConfig, s *loadgen.SegmentSummary, perSeg int, segNS int64, row *int) []byte {
+	lc, i := cfg.loadgen, s.Index
+	var lines []byte
+	for k := range perSeg {
+		planned := s.StartMonoNS + int64(k)*segNS/int64(perSeg)
+		rec := lgRecord{Record: loadgen.Record{Schema: loadgen.RecordSchema, ID: fmt.Sprintf("standin-%d", *row), Row: *row, Segment: s.Name, AdmitSegment: s.Name,
+			PlannedNS: planned, SentNS: planned + 1000, FirstTokenNS: planned + 2000, EndNS: planned + 3000,
+			ExpectedInputTokens: cfg.promptWords, PromptTokens: cfg.promptWords, RequestedOutputTokens: cfg.maxTokens, OutputTokens: cfg.maxTokens,
+			HTTPStatus: 200, Class: loadgen.Success}}
+		*row++
+		switch {
+		case lc.brk == cBreakFailures && i == 1 && k == 0:
+			rec.HTTPStatus, rec.Class, rec.OutputTokens = 0, loadgen.TransportError, 0
+		case lc.brk == cBreakTokens && i == 1 && k == 0:
+			rec.OutputTokens--
+		case lc.brk == cBreakLag && i == 1 && k == 0:
+			rec.SentNS = planned + 1_500_000_000
+		case lc.brk == cBreakText && i == 1 && k == 0:
+			rec.GeneratedText = "placeholder"
+		}
+		s.Planned++
+		s.Admitted++
+		s.Ended++
+		s.ByClass[rec.Class]++
+		if rec.Class == loadgen.Success {
+			s.Succeeded++
+			s.OutputTokens += rec.OutputTokens
+		} else {
+			s.Failed++
+		}
+		b, _ := json.Marshal(rec)
+		lines = append(append(lines, b...), '\n')
+	}
+	return lines
+}
+
+// moderateLoad makes load that of a moderate point: --rate-fraction of
+// the saturation result's clean completed rate, which it returns.
+func moderateLoad(lc loadgenFmtConfig, load map[string]any) (float64, error) {
+	raw, err := os.ReadFile(lc.satResult)
+	if err != nil {
+		return 0, fmt.Errorf("saturation result: %w", err)
+	}
+	var sat struct {
+		Clean struct {
+			CompletedRPS float64 `json:"completed_rps"`
+		} `json:"clean"`
+	}
+	if err := json.Unmarshal(raw, &sat); err != nil || sat.Clean.CompletedRPS <= 0 {
+		return 0, fmt.Errorf("saturation result %s: no clean completed_rps (%v)", lc.satResult, err)
+	}
+	sum := sha256.Sum256(raw)
+	lambda := lc.rateFraction * sat.Clean.CompletedRPS
+	load["closed_loop"], load["request_rate"], load["lambda_rps"], load["arrival"] = false, fmt.Sprint(lambda), lambda, "steady"
+	load["rate_fraction"], load["saturation_completed_rps"], load["saturation_result_sha256"] = lc.rateFraction, sat.Clean.CompletedRPS, hex.EncodeToString(sum[:])
+	return lambda, nil
 }

@@ -31,40 +31,20 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"warden/internal/cli"
 )
 
-// exitError ends the program with a given exit code.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	return fmt.Sprintf("exit %d: %v", e.code, e.err)
-}
-
-func (e *exitError) Unwrap() error { return e.err }
-
 func main() {
-	err := newRootCmd().Execute()
-	if err == nil {
-		return
-	}
-	code := 1
-	var ee *exitError
-	if errors.As(err, &ee) {
-		code = ee.code
-		err = ee.err
-	}
-	fmt.Fprintf(os.Stderr, "standin: %v\n", err)
-	os.Exit(code)
+	os.Exit(cli.Run(newRootCmd(), 1, func(_ *cobra.Command, _ error, s cli.Status) {
+		fmt.Fprintf(os.Stderr, "standin: %v\n", s.Cause)
+	}))
 }
 
 func newRootCmd() *cobra.Command {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 )
@@ -51,7 +52,7 @@ func bindMisbehave(cmd *cobra.Command, c *misbehaveConfig) {
 }
 
 func (c misbehaveConfig) validate() error {
-	if c.streamBreak != "" && !contains(streamBreaks, c.streamBreak) {
+	if c.streamBreak != "" && !slices.Contains(streamBreaks, c.streamBreak) {
 		return fmt.Errorf("--stream-break %q: want one of %v", c.streamBreak, streamBreaks)
 	}
 	for _, s := range []int{c.startProfileStatus, c.stopProfileStatus} {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/atomicfile"
 )
 
@@ -252,7 +253,7 @@ func (s *server) run(sigs <-chan os.Signal) error {
 			<-s.served
 			return fmt.Errorf("server: engine exited unexpectedly: %w", s.eng.err)
 		case <-crash:
-			return &exitError{code: 1, err: errors.New("server: crashing as asked (--crash-after)")}
+			return &cli.ExitError{Code: 1, Err: errors.New("server: crashing as asked (--crash-after)")}
 		case err := <-s.served:
 			_ = s.eng.stop(engineExitTimeout)
 			return fmt.Errorf("server: serve: %w", err)

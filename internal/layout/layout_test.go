@@ -77,6 +77,9 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/views/watch", direct: true, forbidden: []string{"os/exec"},
 			why: "the live view starts no process (its terminal library, Lip Gloss, imports os/exec, so the rule is on its own imports)"},
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/pkg/gates"}, why: "GPU backends report what they read; the gates judge it, not the other way round"},
+		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/protocols"}, why: "GPU backends read devices; they know nothing of protocols (the CPU-list format is internal/cpulist's)"},
+		{pkg: "warden/internal/cpulist", direct: true, forbidden: []string{"warden/"}, why: "the CPU-list format is a leaf that the protocol package and the GPU backends share"},
+		{pkg: "warden/internal/cli", direct: true, forbidden: []string{"warden/"}, why: "what the mains share is a leaf: it runs a root command and knows no package of the product"},
 	}
 	for _, r := range rules {
 		p, ok := pkgs[r.pkg]

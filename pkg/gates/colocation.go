@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,12 +64,7 @@ func Colocation(solo, coloc Measurement, throughputTol, figureTol float64, now t
 	if !(math.Abs(ratio-1) < throughputTol) {
 		problems = append(problems, fmt.Sprintf("throughput ratio %.4f (co-located %.4f, solo %.4f) is not within %.4f of 1", ratio, coloc.Throughput, solo.Throughput, throughputTol))
 	}
-	keys := make([]string, 0, len(solo.Figures))
-	for k := range solo.Figures {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(solo.Figures)) {
 		c, ok := coloc.Figures[k]
 		if !ok {
 			problems = append(problems, fmt.Sprintf("%s is missing from the co-located measurement", k))

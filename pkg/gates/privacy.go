@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -423,12 +425,7 @@ func (s *privacyScan) memory(data []byte, rel string) {
 func (s *privacyScan) walk(v any, rel, at string) {
 	switch x := v.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			p := at + "." + k
 			if s.fields[k] {
 				s.report(rel, fmt.Sprintf("forbidden field %q at %s", k, p))

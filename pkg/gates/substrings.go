@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
-	"sort"
+	"slices"
 )
 
 // privateKey reports whether the strings under a manifest key are private
@@ -161,12 +162,7 @@ func ignoreFirst(parsedOne bool, err error) error {
 func (c *collector) walk(v any, private bool) {
 	switch x := v.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			c.walk(x[k], private || privateKey(k))
 		}
 	case []any:

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"warden/protocols"
+	"warden/internal/cpulist"
 )
 
 // Fields selects what a read asks of a GPU. Index and UUID are always read.
@@ -169,13 +169,13 @@ func ReasonNames(mask uint64) []string {
 
 // ParseCPUList parses the Linux CPU-list format ("0-3,8,10-11", as in
 // /sys/devices/system/cpu/online and cpuset.cpus) into ascending CPU
-// numbers without repeats, as the protocols package does; blank input (an
+// numbers without repeats, as cpulist.Parse does; blank input (an
 // unknown affinity) gives nil.
 func ParseCPUList(s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	cpus, err := protocols.ParseCPUList(s)
+	cpus, err := cpulist.Parse(s)
 	if err != nil {
 		return nil, fmt.Errorf("parse CPU list %q: %w", s, err)
 	}
@@ -188,5 +188,5 @@ func ParseCPUList(s string) ([]int, error) {
 func FormatCPUList(cpus []int) string {
 	sorted := slices.Clone(cpus)
 	slices.Sort(sorted)
-	return protocols.FormatCPUList(slices.Compact(sorted))
+	return cpulist.Format(slices.Compact(sorted))
 }

@@ -69,65 +69,88 @@ func skipObject(p []byte, i, depth int) int {
 	if depth > MaxDepth {
 		return -1
 	}
-	i = SkipSpace(p, i+1)
-	if i < len(p) && p[i] == '}' {
-		return i + 1
-	}
-	for {
-		if i >= len(p) || p[i] != '"' {
-			return -1
-		}
-		if i = SkipString(p, i); i < 0 {
-			return -1
-		}
-		i = SkipSpace(p, i)
-		if i >= len(p) || p[i] != ':' {
-			return -1
-		}
-		i = SkipSpace(p, i+1)
-		if i = skip(p, i, depth); i < 0 {
-			return -1
-		}
-		i = SkipSpace(p, i)
-		if i >= len(p) {
-			return -1
-		}
-		switch p[i] {
-		case ',':
-			i = SkipSpace(p, i+1)
-		case '}':
-			return i + 1
-		default:
-			return -1
-		}
-	}
+	return members(p, i, depth, nil)
 }
 
 func skipArray(p []byte, i, depth int) int {
 	if depth > MaxDepth {
 		return -1
 	}
+	return items(p, i, depth, nil)
+}
+
+// members walks the object that starts at p[i] (a '{') at nesting depth,
+// calling fn (unless nil) with each member's key and value, and returns
+// the index just past it, or -1.
+func members(p []byte, i, depth int, fn func(key, val []byte)) int {
+	i, more := open(p, i, '}')
+	for more {
+		k := i
+		if i >= len(p) || p[i] != '"' {
+			return -1
+		}
+		if i = SkipString(p, k); i < 0 {
+			return -1
+		}
+		ke := i - 1
+		if i = SkipSpace(p, i); i >= len(p) || p[i] != ':' {
+			return -1
+		}
+		v := SkipSpace(p, i+1)
+		if i = skip(p, v, depth); i < 0 {
+			return -1
+		}
+		if fn != nil {
+			fn(p[k+1:ke], p[v:i])
+		}
+		i, more = next(p, i, '}')
+	}
+	return i
+}
+
+// items walks the array that starts at p[i] (a '[') at nesting depth,
+// calling fn (unless nil) with each item, and returns the index just past
+// it, or -1.
+func items(p []byte, i, depth int, fn func(val []byte)) int {
+	i, more := open(p, i, ']')
+	for more {
+		v := i
+		if i = skip(p, v, depth); i < 0 {
+			return -1
+		}
+		if fn != nil {
+			fn(p[v:i])
+		}
+		i, more = next(p, i, ']')
+	}
+	return i
+}
+
+// open returns the index of the first value of the object or array that
+// opens at p[i] and true, or, when it closes (end) at once, the index
+// past it and false.
+func open(p []byte, i int, end byte) (int, bool) {
 	i = SkipSpace(p, i+1)
-	if i < len(p) && p[i] == ']' {
-		return i + 1
+	if i < len(p) && p[i] == end {
+		return i + 1, false
 	}
-	for {
-		if i = skip(p, i, depth); i < 0 {
-			return -1
-		}
-		i = SkipSpace(p, i)
-		if i >= len(p) {
-			return -1
-		}
-		switch p[i] {
-		case ',':
-			i = SkipSpace(p, i+1)
-		case ']':
-			return i + 1
-		default:
-			return -1
-		}
+	return i, true
+}
+
+// next reads what follows a value of an object or array, from p[i]: a
+// comma (it returns the start of the next value and true) or the closing
+// byte end (the index past it and false); anything else gives -1, false.
+func next(p []byte, i int, end byte) (int, bool) {
+	if i = SkipSpace(p, i); i >= len(p) {
+		return -1, false
 	}
+	switch p[i] {
+	case ',':
+		return SkipSpace(p, i+1), true
+	case end:
+		return i + 1, false
+	}
+	return -1, false
 }
 
 // plain marks the bytes a string holds as they are: not a quote, not a
@@ -323,39 +346,7 @@ func Members(p []byte, i int, fn func(key, val []byte)) int {
 	if i >= len(p) || p[i] != '{' {
 		return -1
 	}
-	i = SkipSpace(p, i+1)
-	if i < len(p) && p[i] == '}' {
-		return i + 1
-	}
-	for {
-		k := i
-		if i >= len(p) || p[i] != '"' {
-			return -1
-		}
-		if i = SkipString(p, k); i < 0 {
-			return -1
-		}
-		key := p[k+1 : i-1]
-		if i = SkipSpace(p, i); i >= len(p) || p[i] != ':' {
-			return -1
-		}
-		v := SkipSpace(p, i+1)
-		if i = skip(p, v, 1); i < 0 {
-			return -1
-		}
-		fn(key, p[v:i])
-		if i = SkipSpace(p, i); i >= len(p) {
-			return -1
-		}
-		switch p[i] {
-		case ',':
-			i = SkipSpace(p, i+1)
-		case '}':
-			return i + 1
-		default:
-			return -1
-		}
-	}
+	return members(p, i, 1, fn)
 }
 
 // Items walks the array that starts at p[i] (a '['), calling fn with each
@@ -365,26 +356,5 @@ func Items(p []byte, i int, fn func(val []byte)) int {
 	if i >= len(p) || p[i] != '[' {
 		return -1
 	}
-	i = SkipSpace(p, i+1)
-	if i < len(p) && p[i] == ']' {
-		return i + 1
-	}
-	for {
-		v := i
-		if i = skip(p, v, 1); i < 0 {
-			return -1
-		}
-		fn(p[v:i])
-		if i = SkipSpace(p, i); i >= len(p) {
-			return -1
-		}
-		switch p[i] {
-		case ',':
-			i = SkipSpace(p, i+1)
-		case ']':
-			return i + 1
-		default:
-			return -1
-		}
-	}
+	return items(p, i, 1, fn)
 }

@@ -109,20 +109,9 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, errors.New("empty argv")
 	}
-	path := spec.Argv[0]
-	if !strings.Contains(path, "/") {
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return nil, err
-		}
-		path = lp
-	}
-	var set unix.CPUSet
-	for _, c := range spec.CPUs {
-		if c < 0 || c >= len(set)*64 {
-			return nil, fmt.Errorf("cpu %d out of range", c)
-		}
-		set.Set(c)
+	path, set, err := program(spec)
+	if err != nil {
+		return nil, err
 	}
 	env := spec.Env
 	if env == nil {
@@ -135,35 +124,18 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		return nil, err
 	}
 
-	files, closeFiles, err := openStdio(spec.StdoutPath, spec.StderrPath)
+	files, closeFiles, err := stdio(spec)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFiles()
-	if spec.Stdin != nil {
-		files[0] = spec.Stdin.Fd()
-	}
-	if spec.Stdout != nil {
-		files[1] = spec.Stdout.Fd()
-	}
-	if spec.Stderr != nil {
-		files[2] = spec.Stderr.Fd()
-	}
 
-	var leaf Leaf
-	cgroupFD := -1
-	if spec.Cgroup != "" && l.Cgroups.Available() {
-		leaf, err = l.Cgroups.NewLeaf(spec.Cgroup)
-		if err != nil {
-			return nil, err
-		}
-		if !l.noCloneIntoCgroup {
-			cgroupFD, err = unix.Open(leaf.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, fmt.Errorf("open leaf cgroup %s: %w", leaf.Path, err)
-			}
-			defer unix.Close(cgroupFD)
-		}
+	leaf, cgroupFD, err := l.leafCgroup(spec)
+	if err != nil {
+		return nil, err
+	}
+	if cgroupFD >= 0 {
+		defer unix.Close(cgroupFD)
 	}
 
 	sys := &syscall.SysProcAttr{Setsid: spec.Setsid, Setpgid: !spec.Setsid, Pdeathsig: spec.Pdeathsig}
@@ -205,8 +177,25 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		done:    make(chan struct{}),
 	}
 	r.procs[pid] = p
+	st, err := placeChild(pid, leaf, cgroupFD >= 0)
+	if err != nil {
+		return nil, err
+	}
+	p.Identity = Identity{PID: pid, StartTime: st.StartTime, BootID: bootID}
+	if !leaf.IsZero() {
+		p.leaf = leaf
+		p.Cgroup = leaf.Path
+	}
+	return p, nil
+}
+
+// placeChild reads the new child's stat (its start time) and, when it
+// has a leaf cgroup it was not cloned into (cloned false), moves it
+// there. On an error it kills the child's group: the child is ours and
+// unreaped, so its pid is safe to kill, and the reaper will collect it.
+func placeChild(pid int, leaf Leaf, cloned bool) (procStat, error) {
 	st, err := readStat(pid)
-	if err == nil && !leaf.IsZero() && cgroupFD < 0 {
+	if err == nil && !leaf.IsZero() && !cloned {
 		// Fallback placement: the child may already have forked. A child
 		// that has already exited cannot be moved (ESRCH) and needs no
 		// containing.
@@ -216,18 +205,72 @@ func (l *Launcher) start(spec Spec) (*Proc, error) {
 		}
 	}
 	if err != nil {
-		// The child is ours and unreaped, so its pid is safe to kill; the
-		// reaper will collect it.
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		_ = unix.Kill(pid, unix.SIGKILL)
-		return nil, fmt.Errorf("after fork of pid %d: %w", pid, err)
+		return st, fmt.Errorf("after fork of pid %d: %w", pid, err)
 	}
-	p.Identity = Identity{PID: pid, StartTime: st.StartTime, BootID: bootID}
-	if !leaf.IsZero() {
-		p.leaf = leaf
-		p.Cgroup = leaf.Path
+	return st, nil
+}
+
+// program returns the path of the executable spec runs (looked up on
+// PATH when Argv[0] has no slash) and its CPU mask.
+func program(spec Spec) (string, unix.CPUSet, error) {
+	var set unix.CPUSet
+	path := spec.Argv[0]
+	if !strings.Contains(path, "/") {
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return "", set, err
+		}
+		path = lp
 	}
-	return p, nil
+	for _, c := range spec.CPUs {
+		if c < 0 || c >= len(set)*64 {
+			return "", set, fmt.Errorf("cpu %d out of range", c)
+		}
+		set.Set(c)
+	}
+	return path, set, nil
+}
+
+// stdio returns the child's standard files: the files spec names
+// (opened here; closeFiles closes them) unless spec gives open ones.
+func stdio(spec Spec) (files []uintptr, closeFiles func(), err error) {
+	files, closeFiles, err = openStdio(spec.StdoutPath, spec.StderrPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if spec.Stdin != nil {
+		files[0] = spec.Stdin.Fd()
+	}
+	if spec.Stdout != nil {
+		files[1] = spec.Stdout.Fd()
+	}
+	if spec.Stderr != nil {
+		files[2] = spec.Stderr.Fd()
+	}
+	return files, closeFiles, nil
+}
+
+// leafCgroup makes the leaf cgroup spec asks for, when cgroups are
+// available, and opens it for the clone (fd -1 when the child is placed
+// after the fork instead); the caller closes the fd.
+func (l *Launcher) leafCgroup(spec Spec) (Leaf, int, error) {
+	if spec.Cgroup == "" || !l.Cgroups.Available() {
+		return Leaf{}, -1, nil
+	}
+	leaf, err := l.Cgroups.NewLeaf(spec.Cgroup)
+	if err != nil {
+		return Leaf{}, -1, err
+	}
+	if l.noCloneIntoCgroup {
+		return leaf, -1, nil
+	}
+	fd, err := unix.Open(leaf.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Leaf{}, -1, fmt.Errorf("open leaf cgroup %s: %w", leaf.Path, err)
+	}
+	return leaf, fd, nil
 }
 
 // forkExec forks and execs. With CPUs set it does so from a new goroutine

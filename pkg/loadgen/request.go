@@ -194,16 +194,29 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(resp.Body)
 	defer func() { br.Reset(nil); readers.Put(br) }()
+	if c, why, done := s.readStream(ctx, br, &o); !done {
+		return finish(c, why)
+	}
+	if reason := o.invalid(e); reason != "" {
+		return finish(InvalidOutput, reason)
+	}
+	return finish(Success, "")
+}
+
+// readStream reads the event stream of a response into o up to its
+// [DONE]. done is false when the stream ends otherwise: c and why are
+// then the request's class and reason.
+func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (c Class, why string, done bool) {
 	var last int64
 	var scratch []byte
 	for {
 		line, err := nextLine(br, &scratch)
 		if err != nil && !(err == io.EOF && len(line) > 0) {
 			if ctx.Err() != nil {
-				return finish(ClientCancelled, "cancelled mid-stream")
+				return ClientCancelled, "cancelled mid-stream", false
 			}
 			// A stream cut before [DONE] is a partial response: a failure.
-			return finish(TransportError, "stream ended before [DONE]: "+errKind(err))
+			return TransportError, "stream ended before [DONE]: " + errKind(err), false
 		}
 		payload, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
 		if !ok {
@@ -211,50 +224,51 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 		}
 		payload = bytes.TrimSpace(payload)
 		if bytes.Equal(payload, []byte("[DONE]")) {
-			break
+			return "", "", true
 		}
-		c, why := readChunk(payload, s.kind)
-		if o.firstChunk == 0 && c.choices {
+		ch, why := readChunk(payload, s.kind)
+		if o.firstChunk == 0 && ch.choices {
 			o.firstChunk = s.clock.Now()
 		}
 		if why != "" {
-			return finish(InvalidOutput, why)
+			return InvalidOutput, why, false
 		}
-		if c.errorEvent {
+		if ch.errorEvent {
 			if isOOM(payload) {
-				return finish(OOM, "error event in the stream: out of memory")
+				return OOM, "error event in the stream: out of memory", false
 			}
-			return finish(WorkerLost, "error event in the stream")
+			return WorkerLost, "error event in the stream", false
 		}
-		if c.usage {
+		if ch.usage {
 			o.usage = true
-			o.promptTokens, o.outputTokens = c.promptTokens, c.output
+			o.promptTokens, o.outputTokens = ch.promptTokens, ch.output
 		}
-		token := c.token
-		if token {
-			now := s.clock.Now()
-			o.chunks++
-			if o.firstToken == 0 {
-				o.firstToken = now
-			} else {
-				gap := now - last
-				if gap > o.itlMax {
-					o.itlMax = gap
-				}
-				if s.itl != nil {
-					s.itl(now, gap)
-				}
-			}
-			last = now
+		if ch.token {
+			last = s.tokenAt(o, last)
 		}
 		if err == io.EOF {
-			return finish(TransportError, "stream ended before [DONE]")
+			return TransportError, "stream ended before [DONE]", false
 		}
 	}
-	if reason := o.invalid(e); reason != "" {
-		return finish(InvalidOutput, reason)
+}
+
+// tokenAt counts a chunk that carries a token into o, given when the one
+// before it came (last), and returns when this one came.
+func (s *sender) tokenAt(o *outcome, last int64) int64 {
+	now := s.clock.Now()
+	o.chunks++
+	if o.firstToken == 0 {
+		o.firstToken = now
+	} else {
+		gap := now - last
+		if gap > o.itlMax {
+			o.itlMax = gap
+		}
+		if s.itl != nil {
+			s.itl(now, gap)
+		}
 	}
-	return finish(Success, "")
+	return now
 }
 
 // invalid says why a stream that ended with [DONE] is not a success ("" if

@@ -276,9 +276,6 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	r.t0 = r.clock.Now()
 	r.cleanStart = r.t0 + int64(cfg.Warmup)
 	r.cleanEnd = r.cleanStart + int64(cfg.NumClean)*int64(cfg.CleanSegment)
-	var segs []segment
-	var windows []ProfileWindow
-
 	if err := r.phases.mark(PhaseWarmup, 0, nil); err != nil {
 		return nil, err
 	}
@@ -297,65 +294,9 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 		}
 	}
 
-	// wait blocks until the monotonic instant; false when the run must
-	// stop early (interruption, exhaustion, a fatal error).
-	var stopErr error
-	wait := func(until int64) bool {
-		d := time.Until(r.clock.Time(until))
-		if d <= 0 {
-			return stopErr == nil
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			stopErr = ErrInterrupted
-		case <-r.exhausted:
-			stopErr = ErrManifestExhausted
-		case err := <-r.fatal:
-			stopErr = err
-		}
-		return false
-	}
-	// cur is the open segment, with its nominal end; closeSeg ends it.
-	cur := segment{name: PhaseWarmup, kind: PhaseWarmup, start: r.t0, end: r.cleanStart}
-	closeSeg := func() { segs = append(segs, cur) }
-
-	ok := wait(r.cleanStart)
-	for k := 1; ok && k <= cfg.NumClean; k++ {
-		closeSeg()
-		start := r.cleanStart + int64(k-1)*int64(cfg.CleanSegment)
-		cur = segment{name: "clean-" + strconv.Itoa(k), kind: PhaseClean, index: k, start: start, end: start + int64(cfg.CleanSegment)}
-		if err := r.phases.mark(PhaseClean, k, nil); err != nil {
-			stopErr, ok = err, false
-			break
-		}
-		ok = wait(cur.end)
-	}
-	for w := 1; ok && w <= cfg.ProfileWindows; w++ {
-		closeSeg()
-		cur = segment{name: "profile-" + strconv.Itoa(w), kind: PhaseProfile, index: w, start: cur.end}
-		if err := r.phases.mark(PhaseProfile, w, nil); err != nil {
-			stopErr, ok = err, false
-			break
-		}
-		pw, more := r.profileWindow(ctx, w, wait)
-		windows = append(windows, pw)
-		if !more || stopErr != nil {
-			ok = false
-			break
-		}
-		cur.end = pw.StopReturnMonoNS
-		closeSeg()
-		cur = segment{name: "recovery-" + strconv.Itoa(w), kind: PhaseRecovery, index: w, start: pw.StopReturnMonoNS, end: pw.StopReturnMonoNS + int64(cfg.Recovery)}
-		if err := r.phases.mark(PhaseRecovery, w, nil); err != nil {
-			stopErr, ok = err, false
-			break
-		}
-		ok = wait(cur.end)
-	}
+	tl := &timeline{r: r, ctx: ctx, cur: segment{name: PhaseWarmup, kind: PhaseWarmup, start: r.t0, end: r.cleanStart}}
+	ok := tl.wait(r.cleanStart) && tl.cleanSegments() && tl.profileWindows()
+	segs, windows, cur, stopErr := tl.segs, tl.windows, tl.cur, tl.stopErr
 	// Admission ends here: on time at the nominal end of the last
 	// segment, or early, now.
 	outstandingAtStop := r.closeAdmission()
@@ -364,7 +305,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 		drainStart = max(r.clock.Now(), cur.start)
 		cur.end = drainStart
 	}
-	closeSeg()
+	segs = append(segs, cur)
 	if errors.Is(stopErr, ErrInterrupted) {
 		cancelRequests()
 	} else if err := r.phases.mark(PhaseDrain, 0, nil); err != nil && stopErr == nil {
@@ -402,6 +343,89 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 		}
 	}
 	return res, stopErr
+}
+
+// timeline walks a run's admission timeline: warm-up, the clean segments,
+// then each profile window with its recovery.
+type timeline struct {
+	r       *run
+	ctx     context.Context
+	segs    []segment // the segments ended so far
+	windows []ProfileWindow
+	cur     segment // the open segment, with its nominal end
+	stopErr error   // why the run stopped early, once it has
+}
+
+// closeSeg ends the open segment.
+func (tl *timeline) closeSeg() { tl.segs = append(tl.segs, tl.cur) }
+
+// wait blocks until the monotonic instant; false when the run must stop
+// early (interruption, exhaustion, a fatal error).
+func (tl *timeline) wait(until int64) bool {
+	r := tl.r
+	d := time.Until(r.clock.Time(until))
+	if d <= 0 {
+		return tl.stopErr == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-tl.ctx.Done():
+		tl.stopErr = ErrInterrupted
+	case <-r.exhausted:
+		tl.stopErr = ErrManifestExhausted
+	case err := <-r.fatal:
+		tl.stopErr = err
+	}
+	return false
+}
+
+// cleanSegments runs the clean segments; false when the run must stop.
+func (tl *timeline) cleanSegments() bool {
+	r, cfg := tl.r, tl.r.cfg
+	ok := true
+	for k := 1; ok && k <= cfg.NumClean; k++ {
+		tl.closeSeg()
+		start := r.cleanStart + int64(k-1)*int64(cfg.CleanSegment)
+		tl.cur = segment{name: "clean-" + strconv.Itoa(k), kind: PhaseClean, index: k, start: start, end: start + int64(cfg.CleanSegment)}
+		if err := r.phases.mark(PhaseClean, k, nil); err != nil {
+			tl.stopErr = err
+			return false
+		}
+		ok = tl.wait(tl.cur.end)
+	}
+	return ok
+}
+
+// profileWindows runs the profile windows, each followed by its
+// recovery; false when the run must stop.
+func (tl *timeline) profileWindows() bool {
+	r, cfg := tl.r, tl.r.cfg
+	ok := true
+	for w := 1; ok && w <= cfg.ProfileWindows; w++ {
+		tl.closeSeg()
+		tl.cur = segment{name: "profile-" + strconv.Itoa(w), kind: PhaseProfile, index: w, start: tl.cur.end}
+		if err := r.phases.mark(PhaseProfile, w, nil); err != nil {
+			tl.stopErr = err
+			return false
+		}
+		pw, more := r.profileWindow(tl.ctx, w, tl.wait)
+		tl.windows = append(tl.windows, pw)
+		if !more || tl.stopErr != nil {
+			return false
+		}
+		tl.cur.end = pw.StopReturnMonoNS
+		tl.closeSeg()
+		tl.cur = segment{name: "recovery-" + strconv.Itoa(w), kind: PhaseRecovery, index: w, start: pw.StopReturnMonoNS, end: pw.StopReturnMonoNS + int64(cfg.Recovery)}
+		if err := r.phases.mark(PhaseRecovery, w, nil); err != nil {
+			tl.stopErr = err
+			return false
+		}
+		ok = tl.wait(tl.cur.end)
+	}
+	return ok
 }
 
 // abandon records the requests still outstanding once the drain ended:

@@ -9,6 +9,19 @@ import (
 
 // summarize computes result.json from the frozen records.
 func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, drain DrainInfo, need int64) *Result {
+	res := r.header(windows, slots, drain, need)
+	attribute(res, segs, slots)
+	for _, sg := range segs {
+		res.Segments = append(res.Segments, r.segmentSummary(sg, slots))
+		res.Files.Requests = append(res.Files.Requests, "requests/"+sg.name+".jsonl")
+	}
+	r.clean(res, slots)
+	return res
+}
+
+// header is result.json without its per-record figures: the load, the
+// manifest, the clock and the timeline of the run.
+func (r *run) header(windows []ProfileWindow, slots []*slot, drain DrainInfo, need int64) *Result {
 	cfg := r.cfg
 	wall, mono := r.clock.Anchor()
 	res := &Result{
@@ -45,8 +58,12 @@ func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, 
 		res.Load.RequestRate = strconv.FormatFloat(cfg.Rate, 'g', -1, 64)
 		res.Load.Arrival = cfg.Arrival.String()
 	}
+	return res
+}
 
-	// Attribute every record to segments.
+// attribute gives every record its segments and counts the records by
+// class.
+func attribute(res *Result, segs []segment, slots []*slot) {
 	for _, s := range slots {
 		rec := &s.rec
 		rec.AdmitSegment = segmentOf(segs, rec.SentNS)
@@ -70,13 +87,11 @@ func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, 
 			res.Totals.ByClass[c] = 0
 		}
 	}
+}
 
-	for _, sg := range segs {
-		res.Segments = append(res.Segments, r.segmentSummary(sg, slots))
-		res.Files.Requests = append(res.Files.Requests, "requests/"+sg.name+".jsonl")
-	}
-
-	// The clean interval.
+// clean summarizes the clean interval and the lag of the requests.
+func (r *run) clean(res *Result, slots []*slot) {
+	cfg := r.cfg
 	c := &res.Clean
 	c.StartMonoNS, c.EndMonoNS = r.cleanStart, r.cleanEnd
 	c.Seconds = float64(r.cleanEnd-r.cleanStart) / 1e9
@@ -134,7 +149,6 @@ func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, 
 	res.Lag.All, res.Lag.Clean = distNS(lagAll), distNS(lagClean)
 	res.Lag.ThresholdS = LagThresholdS
 	res.Lag.Sustained = res.Lag.OverThreshold > 0
-	return res
 }
 
 // segmentSummary counts and summarizes one segment.

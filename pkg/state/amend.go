@@ -122,15 +122,8 @@ func (s *Store) Freeze(a Amendment) ([]string, error) {
 			return fmt.Errorf("%w: run %s attempt %d is %s; stop the campaign first", ErrLiveAttempt, live[0].RunID, live[0].N, live[0].State)
 		}
 		rb := tx.Bucket(bucketRuns)
-		var runs []Run
-		if err := rb.ForEach(func(k, v []byte) error {
-			var r Run
-			if err := decode(k, v, &r); err != nil {
-				return err
-			}
-			runs = append(runs, r)
-			return nil
-		}); err != nil {
+		runs, err := records[Run](rb, nil)
+		if err != nil {
 			return err
 		}
 		slices.SortFunc(runs, func(x, y Run) int { return x.Order - y.Order })

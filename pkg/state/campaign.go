@@ -142,17 +142,7 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 
 // Runs returns every run, sorted by Order.
 func (s *Store) Runs() ([]Run, error) {
-	var runs []Run
-	err := s.view("read runs", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-			var r Run
-			if err := decode(k, v, &r); err != nil {
-				return err
-			}
-			runs = append(runs, r)
-			return nil
-		})
-	})
+	runs, err := viewRecords[Run](s, "read runs", bucketRuns, nil)
 	slices.SortStableFunc(runs, func(a, b Run) int { return cmp.Compare(a.Order, b.Order) })
 	return runs, err
 }
@@ -234,18 +224,7 @@ func (s *Store) LastEventSeq() (uint64, error) {
 // stored entry is returned.
 func (s *Store) AddLedger(e LedgerEntry) (LedgerEntry, error) {
 	err := s.update("add ledger entry "+e.Kind, func(tx *bolt.Tx) error {
-		cb := tx.Bucket(bucketCampaign)
-		var c Campaign
-		if err := get(cb, keyCampaign, &c); err != nil {
-			return err
-		}
-		if e.At.IsZero() {
-			e.At = s.stamp()
-		}
-		if err := addLedger(tx, &c, &e); err != nil {
-			return err
-		}
-		return put(cb, keyCampaign, c)
+		return s.addLedgerTx(tx, &e)
 	})
 	return e, err
 }
@@ -280,18 +259,7 @@ func addLedger(tx *bolt.Tx, c *Campaign, e *LedgerEntry) error {
 
 // Ledger returns every ledger entry in order.
 func (s *Store) Ledger() ([]LedgerEntry, error) {
-	var entries []LedgerEntry
-	err := s.view("read ledger", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketLedger).ForEach(func(k, v []byte) error {
-			var e LedgerEntry
-			if err := decode(k, v, &e); err != nil {
-				return err
-			}
-			entries = append(entries, e)
-			return nil
-		})
-	})
-	return entries, err
+	return viewRecords[LedgerEntry](s, "read ledger", bucketLedger, nil)
 }
 
 // AddGateVerdict records a gate verdict. Seq is assigned; a zero At is set
@@ -341,20 +309,7 @@ func (s *Store) addLedgerTx(tx *bolt.Tx, e *LedgerEntry) error {
 // GateVerdicts returns the verdicts recorded for runID in order, or every
 // verdict when runID is empty.
 func (s *Store) GateVerdicts(runID string) ([]GateVerdict, error) {
-	var out []GateVerdict
-	err := s.view("read gate verdicts", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketGates).ForEach(func(k, v []byte) error {
-			var g GateVerdict
-			if err := decode(k, v, &g); err != nil {
-				return err
-			}
-			if runID == "" || g.Run == runID {
-				out = append(out, g)
-			}
-			return nil
-		})
-	})
-	return out, err
+	return viewRecords[GateVerdict](s, "read gate verdicts", bucketGates, func(g GateVerdict) bool { return runID == "" || g.Run == runID })
 }
 
 // AddAmendment registers an amendment and appends a campaign note. It fails
@@ -391,28 +346,13 @@ func (s *Store) AddAmendment(a Amendment) error {
 
 // Amendments returns the registered amendments in registration order.
 func (s *Store) Amendments() ([]Amendment, error) {
-	var out []Amendment
-	err := s.view("read amendments", func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketAmendments).ForEach(func(k, v []byte) error {
-			var a Amendment
-			if err := decode(k, v, &a); err != nil {
-				return err
-			}
-			out = append(out, a)
-			return nil
-		})
-	})
-	return out, err
+	return viewRecords[Amendment](s, "read amendments", bucketAmendments, nil)
 }
 
 // amendmentIDs returns the registered amendment ids in order.
 func amendmentIDs(tx *bolt.Tx) ([]string, error) {
 	var ids []string
-	err := tx.Bucket(bucketAmendments).ForEach(func(k, v []byte) error {
-		var a Amendment
-		if err := decode(k, v, &a); err != nil {
-			return err
-		}
+	err := eachRecord(tx.Bucket(bucketAmendments), func(_ []byte, a Amendment) error {
 		ids = append(ids, a.ID)
 		return nil
 	})

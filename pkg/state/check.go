@@ -62,248 +62,345 @@ func (s *Store) Check() error {
 	return nil
 }
 
-// check collects the violations in tx.
-func check(tx *bolt.Tx) error {
-	var vs []error
-	add := func(rule Rule, format string, args ...any) {
-		vs = append(vs, &Violation{Rule: rule, Detail: fmt.Sprintf(format, args...)})
-	}
+// checker holds what one Check has read so far, for the rules that
+// compare records of several buckets.
+type checker struct {
+	tx *bolt.Tx
+	vs []error
 
-	if v, err := schemaVersion(tx); err != nil || v != SchemaVersion {
-		add(RuleSchema, "schema version %d (%v), want %d", v, err, SchemaVersion)
+	campaign    Campaign
+	hasCampaign bool
+	runs        map[string]Run
+	runIDs      []string             // in key order
+	byRun       map[string][]Attempt // attempts by run, in number order
+	liveKeys    map[string]bool      // keys of the attempts in a live state
+}
+
+func (k *checker) add(rule Rule, format string, args ...any) {
+	k.vs = append(k.vs, &Violation{Rule: rule, Detail: fmt.Sprintf(format, args...)})
+}
+
+// check collects the violations in tx. Each rule has its own function;
+// they run in this order because the later ones compare against the
+// records the earlier ones read.
+func check(tx *bolt.Tx) error {
+	k := &checker{tx: tx, runs: map[string]Run{}, byRun: map[string][]Attempt{}, liveKeys: map[string]bool{}}
+	if !k.checkSchema() {
+		return errors.Join(k.vs...)
+	}
+	k.readCampaign()
+	k.readRuns()
+	k.readAttempts()
+	for _, id := range k.runIDs {
+		k.checkRun(id)
+	}
+	k.checkCounters()
+	k.checkLiveIndex()
+	k.checkEvents()
+	k.checkLedger()
+	for _, name := range [][]byte{bucketGates, bucketAmendments} {
+		scan(k, name, string(name), nil, func([]byte, map[string]any) {})
+	}
+	return errors.Join(k.vs...)
+}
+
+// scan walks the bucket name in key order. before, when not nil, sees
+// each key first and says whether to decode its record; a record that
+// does not decode is a RuleRecord violation (what names it), and fn gets
+// every other.
+func scan[T any](k *checker, name []byte, what string, before func(key []byte) bool, fn func(key []byte, v T)) {
+	_ = k.tx.Bucket(name).ForEach(func(key, raw []byte) error {
+		if before != nil && !before(key) {
+			return nil
+		}
+		var v T
+		if err := decode(key, raw, &v); err != nil {
+			k.add(RuleRecord, "%s: %v", what, err)
+			return nil
+		}
+		fn(key, v)
+		return nil
+	})
+}
+
+// checkSchema is RuleSchema; the other rules need the buckets, so false
+// ends the check.
+func (k *checker) checkSchema() bool {
+	n := len(k.vs)
+	if v, err := schemaVersion(k.tx); err != nil || v != SchemaVersion {
+		k.add(RuleSchema, "schema version %d (%v), want %d", v, err, SchemaVersion)
 	}
 	for _, name := range allBuckets {
-		if tx.Bucket(name) == nil {
-			add(RuleSchema, "bucket %q is missing", name)
+		if k.tx.Bucket(name) == nil {
+			k.add(RuleSchema, "bucket %q is missing", name)
 		}
 	}
-	if len(vs) > 0 {
-		return errors.Join(vs...)
-	}
+	return len(k.vs) == n
+}
 
-	var c Campaign
-	hasCampaign := false
-	if err := get(tx.Bucket(bucketCampaign), keyCampaign, &c); err == nil {
-		hasCampaign = true
+func (k *checker) readCampaign() {
+	if err := get(k.tx.Bucket(bucketCampaign), keyCampaign, &k.campaign); err == nil {
+		k.hasCampaign = true
 	} else if !errors.Is(err, ErrNotFound) {
-		add(RuleRecord, "campaign: %v", err)
+		k.add(RuleRecord, "campaign: %v", err)
 	}
+}
 
-	runs := map[string]Run{}
-	var runIDs []string
-	_ = tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-		var r Run
-		if err := decode(k, v, &r); err != nil {
-			add(RuleRecord, "run: %v", err)
-		} else if r.ID != string(k) {
-			add(RuleRecord, "run under key %q has id %q", k, r.ID)
-		} else {
-			runs[r.ID] = r
-			runIDs = append(runIDs, r.ID)
+func (k *checker) readRuns() {
+	scan(k, bucketRuns, "run", nil, func(key []byte, r Run) {
+		if r.ID != string(key) {
+			k.add(RuleRecord, "run under key %q has id %q", key, r.ID)
+			return
 		}
-		return nil
+		k.runs[r.ID] = r
+		k.runIDs = append(k.runIDs, r.ID)
 	})
+}
 
-	// Attempts, grouped by run; keys sort by number within a run.
-	byRun := map[string][]Attempt{}
-	liveKeys := map[string]bool{} // keys of the attempts in a live state
-	_ = tx.Bucket(bucketAttempts).ForEach(func(k, v []byte) error {
-		i := bytes.IndexByte(k, 0)
-		n, err := strconv.Atoi(string(k[i+1:]))
+// readAttempts reads the attempts, grouped by run (keys sort by number
+// within a run), checking each record's key (RuleRecord) and state
+// (RuleAttemptState).
+func (k *checker) readAttempts() {
+	var run string
+	var n int
+	keyOK := func(key []byte) bool {
+		i := bytes.IndexByte(key, 0)
+		var err error
+		n, err = strconv.Atoi(string(key[i+1:]))
 		if i < 0 || err != nil {
-			add(RuleRecord, "attempt key %q is not run id, NUL, number", k)
-			return nil
+			k.add(RuleRecord, "attempt key %q is not run id, NUL, number", key)
+			return false
 		}
-		var a Attempt
-		if err := decode(k, v, &a); err != nil {
-			add(RuleRecord, "attempt: %v", err)
-			return nil
-		}
-		if a.RunID != string(k[:i]) || a.N != n {
-			add(RuleRecord, "attempt under key %q is run %q attempt %d", k, a.RunID, a.N)
-			return nil
+		run = string(key[:i])
+		return true
+	}
+	scan(k, bucketAttempts, "attempt", keyOK, func(key []byte, a Attempt) {
+		if a.RunID != run || a.N != n {
+			k.add(RuleRecord, "attempt under key %q is run %q attempt %d", key, a.RunID, a.N)
+			return
 		}
 		name := fmt.Sprintf("run %s attempt %d", a.RunID, a.N)
-		if !a.State.Valid() {
-			add(RuleAttemptState, "%s has unknown state %q", name, a.State)
-		}
-		for _, r := range []Reason{a.Reason, a.PendingReason} {
-			if r != "" && !r.Valid() {
-				add(RuleAttemptState, "%s has unknown reason %q", name, r)
-			}
-		}
-		if (a.State == Failed || a.State == Quarantined || a.State == Interrupted) && a.Reason == "" {
-			add(RuleAttemptState, "%s is %s without a reason", name, a.State)
-		}
+		k.checkAttemptState(name, a)
 		if a.State.Live() {
-			liveKeys[string(k)] = true
+			k.liveKeys[string(key)] = true
 		}
-		if _, ok := runs[a.RunID]; !ok {
-			add(RuleRecord, "%s belongs to no run", name)
+		if _, ok := k.runs[a.RunID]; !ok {
+			k.add(RuleRecord, "%s belongs to no run", name)
 		}
-		byRun[a.RunID] = append(byRun[a.RunID], a)
-		return nil
+		k.byRun[a.RunID] = append(k.byRun[a.RunID], a)
 	})
+}
 
-	for _, id := range runIDs {
-		r, list := runs[id], byRun[id]
-		result, last := 0, AttemptState("")
-		for i, a := range list {
-			if a.N != i+1 {
-				add(RuleAttemptNumbers, "run %s: attempt %d found where %d was expected", id, a.N, i+1)
-			}
-			if a.usable() {
-				if result != 0 {
-					add(RuleOneResult, "run %s: attempts %d and %d are both results", id, result, a.N)
-				}
-				result = a.N
-			} else if result != 0 {
-				add(RuleOneResult, "run %s: attempt %d follows the result %d", id, a.N, result)
-			}
-			if a.State.Live() && i != len(list)-1 {
-				add(RuleOneLive, "run %s: attempt %d is %s but is not the latest", id, a.N, a.State)
-			}
-			last = a.State
-		}
-		if r.Attempts != len(list) {
-			add(RuleAttemptNumbers, "run %s: attempts = %d, %d recorded", id, r.Attempts, len(list))
-		}
-		if r.Done != (result != 0) || r.Result != result {
-			add(RuleRunFields, "run %s: done = %t, result = %d; the attempts say result %d", id, r.Done, r.Result, result)
-		}
-		wantResultState := AttemptState("")
-		if result != 0 && list[result-1].Readjudicated != nil {
-			wantResultState = list[result-1].Readjudicated.State
-		}
-		if r.ResultState != wantResultState {
-			add(RuleRunFields, "run %s: result_state = %q, the result's re-adjudication says %q", id, r.ResultState, wantResultState)
-		}
-		if r.LastState != last {
-			add(RuleRunFields, "run %s: last_state = %q, latest attempt is %q", id, r.LastState, last)
+// checkAttemptState is RuleAttemptState for the attempt called name.
+func (k *checker) checkAttemptState(name string, a Attempt) {
+	if !a.State.Valid() {
+		k.add(RuleAttemptState, "%s has unknown state %q", name, a.State)
+	}
+	for _, r := range []Reason{a.Reason, a.PendingReason} {
+		if r != "" && !r.Valid() {
+			k.add(RuleAttemptState, "%s has unknown reason %q", name, r)
 		}
 	}
+	if (a.State == Failed || a.State == Quarantined || a.State == Interrupted) && a.Reason == "" {
+		k.add(RuleAttemptState, "%s is %s without a reason", name, a.State)
+	}
+}
 
-	// Counters: a count of the runs as recorded. A run's own fields are
-	// checked against its attempts above (run-fields).
+// checkRun checks run id against its attempts: RuleAttemptNumbers,
+// RuleOneResult and RuleOneLive attempt by attempt, then RuleRunFields.
+func (k *checker) checkRun(id string) {
+	r, list := k.runs[id], k.byRun[id]
+	result := 0
+	for i, a := range list {
+		if a.N != i+1 {
+			k.add(RuleAttemptNumbers, "run %s: attempt %d found where %d was expected", id, a.N, i+1)
+		}
+		result = k.checkOneResult(id, result, a)
+		if a.State.Live() && i != len(list)-1 {
+			k.add(RuleOneLive, "run %s: attempt %d is %s but is not the latest", id, a.N, a.State)
+		}
+	}
+	if r.Attempts != len(list) {
+		k.add(RuleAttemptNumbers, "run %s: attempts = %d, %d recorded", id, r.Attempts, len(list))
+	}
+	k.checkRunFields(r, list, result)
+}
+
+// checkOneResult is RuleOneResult for attempt a of run id, given the
+// result found among the attempts before it (0: none); it returns the
+// result so far.
+func (k *checker) checkOneResult(id string, result int, a Attempt) int {
+	if a.usable() {
+		if result != 0 {
+			k.add(RuleOneResult, "run %s: attempts %d and %d are both results", id, result, a.N)
+		}
+		return a.N
+	}
+	if result != 0 {
+		k.add(RuleOneResult, "run %s: attempt %d follows the result %d", id, a.N, result)
+	}
+	return result
+}
+
+// checkRunFields is RuleRunFields: run r's summary fields against its
+// attempts and their result.
+func (k *checker) checkRunFields(r Run, list []Attempt, result int) {
+	id := r.ID
+	last := AttemptState("")
+	if len(list) > 0 {
+		last = list[len(list)-1].State
+	}
+	if r.Done != (result != 0) || r.Result != result {
+		k.add(RuleRunFields, "run %s: done = %t, result = %d; the attempts say result %d", id, r.Done, r.Result, result)
+	}
+	wantResultState := AttemptState("")
+	if result != 0 && list[result-1].Readjudicated != nil {
+		wantResultState = list[result-1].Readjudicated.State
+	}
+	if r.ResultState != wantResultState {
+		k.add(RuleRunFields, "run %s: result_state = %q, the result's re-adjudication says %q", id, r.ResultState, wantResultState)
+	}
+	if r.LastState != last {
+		k.add(RuleRunFields, "run %s: last_state = %q, latest attempt is %q", id, r.LastState, last)
+	}
+}
+
+// checkCounters is RuleCounters: the counters record is a count of the
+// runs as recorded. A run's own fields are checked against its attempts
+// by checkRunFields.
+func (k *checker) checkCounters() {
 	scanned := counters{RunsByState: map[string]int{}}
-	for _, id := range runIDs {
-		scanned.insert(runs[id])
+	for _, id := range k.runIDs {
+		scanned.insert(k.runs[id])
 	}
 	var stored counters
-	campaignRecorded := tx.Bucket(bucketCampaign).Get(keyCampaign) != nil
-	switch err := get(tx.Bucket(bucketCampaign), keyCounters, &stored); {
+	cb := k.tx.Bucket(bucketCampaign)
+	campaignRecorded := cb.Get(keyCampaign) != nil
+	switch err := get(cb, keyCounters, &stored); {
 	case errors.Is(err, ErrNotFound):
 		if campaignRecorded {
-			add(RuleCounters, "the counters record is missing")
+			k.add(RuleCounters, "the counters record is missing")
 		}
 	case err != nil:
-		add(RuleCounters, "counters: %v", err)
+		k.add(RuleCounters, "counters: %v", err)
 	case !campaignRecorded:
-		add(RuleCounters, "a counters record without a campaign")
+		k.add(RuleCounters, "a counters record without a campaign")
 	case !stored.equal(scanned):
-		add(RuleCounters, "counters say %v runs by state and %g s remaining; the runs say %v and %g s",
+		k.add(RuleCounters, "counters say %v runs by state and %g s remaining; the runs say %v and %g s",
 			stored.RunsByState, stored.RemainingExpectedS, scanned.RunsByState, scanned.RemainingExpectedS)
 	}
+}
 
-	// Live index: exactly the keys of the attempts in a live state.
-	_ = tx.Bucket(bucketLive).ForEach(func(k, v []byte) error {
+// checkLiveIndex is RuleLiveIndex: the index holds exactly the keys of
+// the attempts in a live state.
+func (k *checker) checkLiveIndex() {
+	live := maps.Clone(k.liveKeys)
+	_ = k.tx.Bucket(bucketLive).ForEach(func(key, v []byte) error {
 		switch {
-		case !liveKeys[string(k)]:
-			add(RuleLiveIndex, "the live index names %q, which is not a live attempt", k)
+		case !live[string(key)]:
+			k.add(RuleLiveIndex, "the live index names %q, which is not a live attempt", key)
 		case len(v) != 0:
-			add(RuleLiveIndex, "the live index entry %q has a value", k)
+			k.add(RuleLiveIndex, "the live index entry %q has a value", key)
 		}
-		delete(liveKeys, string(k))
+		delete(live, string(key))
 		return nil
 	})
-	for _, k := range slices.Sorted(maps.Keys(liveKeys)) {
-		add(RuleLiveIndex, "live attempt %q is missing from the live index", k)
+	for _, key := range slices.Sorted(maps.Keys(live)) {
+		k.add(RuleLiveIndex, "live attempt %q is missing from the live index", key)
 	}
+}
 
-	// Events: contiguous keys, and per attempt a chain from "" to its state.
-	type chain struct {
-		last string
-		seqs []uint64
-	}
-	type attemptID struct {
-		run string
-		n   int
-	}
-	chains := map[attemptID]*chain{}
+// eventChain is what the event log says of one attempt.
+type eventChain struct {
+	last string   // the state its latest event goes to
+	seqs []uint64 // its events
+}
+
+type attemptID struct {
+	run string
+	n   int
+}
+
+// checkEvents is RuleEventSeq (contiguous keys) and RuleEventChain (per
+// attempt, and for the campaign, a chain from "" to its state).
+func (k *checker) checkEvents() {
+	chains := map[attemptID]*eventChain{}
 	campaignLast := ""
+	var seq uint64
 	want := uint64(1)
-	_ = tx.Bucket(bucketEvents).ForEach(func(k, v []byte) error {
-		if len(k) != 8 {
-			add(RuleRecord, "event key %x is not 8 bytes", k)
-			return nil
+	keyOK := func(key []byte) bool {
+		if len(key) != 8 {
+			k.add(RuleRecord, "event key %x is not 8 bytes", key)
+			return false
 		}
-		seq := binary.BigEndian.Uint64(k)
+		seq = binary.BigEndian.Uint64(key)
 		if seq != want {
-			add(RuleEventSeq, "event %d found where %d was expected", seq, want)
+			k.add(RuleEventSeq, "event %d found where %d was expected", seq, want)
 		}
 		want = seq + 1
-		var e Event
-		if err := decode(k, v, &e); err != nil {
-			add(RuleRecord, "event: %v", err)
-			return nil
-		}
+		return true
+	}
+	scan(k, bucketEvents, "event", keyOK, func(_ []byte, e Event) {
 		if e.Seq != seq {
-			add(RuleRecord, "event under key %d has seq %d", seq, e.Seq)
+			k.add(RuleRecord, "event under key %d has seq %d", seq, e.Seq)
 		}
 		if e.Run == "" {
 			if e.From != campaignLast {
-				add(RuleEventChain, "campaign event %d goes from %q, the previous went to %q", seq, e.From, campaignLast)
+				k.add(RuleEventChain, "campaign event %d goes from %q, the previous went to %q", seq, e.From, campaignLast)
 			}
 			campaignLast = e.To
-			return nil
+			return
 		}
 		id := attemptID{e.Run, e.Attempt}
 		ch := chains[id]
 		if ch == nil {
-			ch = &chain{}
+			ch = &eventChain{}
 			chains[id] = ch
 		}
 		if e.From != ch.last {
-			add(RuleEventChain, "event %d of run %s attempt %d goes from %q, the previous went to %q", seq, e.Run, e.Attempt, e.From, ch.last)
+			k.add(RuleEventChain, "event %d of run %s attempt %d goes from %q, the previous went to %q", seq, e.Run, e.Attempt, e.From, ch.last)
 		}
 		ch.last = e.To
 		ch.seqs = append(ch.seqs, seq)
-		return nil
 	})
-	for _, id := range runIDs {
-		for _, a := range byRun[id] {
+	k.checkEventChains(chains)
+	if k.hasCampaign && campaignLast != string(k.campaign.State) {
+		k.add(RuleEventChain, "campaign is %s but its last event goes to %q", k.campaign.State, campaignLast)
+	}
+}
+
+// checkEventChains is RuleEventChain for the attempts: each recorded
+// attempt's chain ends at its state and lists the events it names.
+func (k *checker) checkEventChains(chains map[attemptID]*eventChain) {
+	for _, id := range k.runIDs {
+		for _, a := range k.byRun[id] {
 			ch := chains[attemptID{a.RunID, a.N}]
 			delete(chains, attemptID{a.RunID, a.N})
 			switch {
 			case ch == nil:
-				add(RuleEventChain, "run %s attempt %d has no events", a.RunID, a.N)
+				k.add(RuleEventChain, "run %s attempt %d has no events", a.RunID, a.N)
 			case ch.last != string(a.State):
-				add(RuleEventChain, "run %s attempt %d is %s but its last event goes to %q", a.RunID, a.N, a.State, ch.last)
+				k.add(RuleEventChain, "run %s attempt %d is %s but its last event goes to %q", a.RunID, a.N, a.State, ch.last)
 			case !slices.Equal(ch.seqs, a.EventSeqs):
-				add(RuleEventChain, "run %s attempt %d lists events %v, the log has %v", a.RunID, a.N, a.EventSeqs, ch.seqs)
+				k.add(RuleEventChain, "run %s attempt %d lists events %v, the log has %v", a.RunID, a.N, a.EventSeqs, ch.seqs)
 			}
 		}
 	}
 	for id := range chains {
-		add(RuleEventChain, "events of run %s attempt %d, which is not recorded", id.run, id.n)
+		k.add(RuleEventChain, "events of run %s attempt %d, which is not recorded", id.run, id.n)
 	}
-	if hasCampaign && campaignLast != string(c.State) {
-		add(RuleEventChain, "campaign is %s but its last event goes to %q", c.State, campaignLast)
-	}
+}
 
-	// Ledger: contiguous keys; totals equal the campaign's.
+// checkLedger is RuleLedger: contiguous keys, known kinds, and totals
+// equal to the campaign's.
+func (k *checker) checkLedger() {
 	var consumed, reserved float64
 	entries := 0
-	want = 1
-	_ = tx.Bucket(bucketLedger).ForEach(func(k, v []byte) error {
-		entries++
-		var e LedgerEntry
-		if err := decode(k, v, &e); err != nil {
-			add(RuleRecord, "ledger: %v", err)
-			return nil
-		}
-		if len(k) != 8 || binary.BigEndian.Uint64(k) != want || e.Seq != want {
-			add(RuleLedger, "ledger entry %x (seq %d) found where %d was expected", k, e.Seq, want)
+	want := uint64(1)
+	count := func([]byte) bool { entries++; return true }
+	scan(k, bucketLedger, "ledger", count, func(key []byte, e LedgerEntry) {
+		if len(key) != 8 || binary.BigEndian.Uint64(key) != want || e.Seq != want {
+			k.add(RuleLedger, "ledger entry %x (seq %d) found where %d was expected", key, e.Seq, want)
 		}
 		want++
 		switch e.Kind {
@@ -315,39 +412,32 @@ func check(tx *bolt.Tx) error {
 			reserved -= e.GPUSeconds
 		case LedgerOverrun:
 		default:
-			add(RuleLedger, "ledger entry %d has unknown kind %q", e.Seq, e.Kind)
+			k.add(RuleLedger, "ledger entry %d has unknown kind %q", e.Seq, e.Kind)
 		}
 		if e.GPUSeconds < 0 {
-			add(RuleLedger, "ledger entry %d is negative", e.Seq)
+			k.add(RuleLedger, "ledger entry %d is negative", e.Seq)
 		}
 		if reserved < -ledgerEpsilon {
-			add(RuleLedger, "reserved GPU seconds fall to %g at entry %d", reserved, e.Seq)
+			k.add(RuleLedger, "reserved GPU seconds fall to %g at entry %d", reserved, e.Seq)
 		}
-		return nil
 	})
+	k.checkLedgerTotals(entries, consumed, reserved)
+}
+
+func (k *checker) checkLedgerTotals(entries int, consumed, reserved float64) {
+	c := &k.campaign
 	switch {
-	case !hasCampaign && entries > 0:
-		add(RuleLedger, "%d ledger entries without a campaign", entries)
-	case hasCampaign:
+	case !k.hasCampaign && entries > 0:
+		k.add(RuleLedger, "%d ledger entries without a campaign", entries)
+	case k.hasCampaign:
 		if math.Abs(consumed-c.ConsumedGPUSeconds) > ledgerEpsilon {
-			add(RuleLedger, "campaign consumed %g GPU seconds, the ledger sums to %g", c.ConsumedGPUSeconds, consumed)
+			k.add(RuleLedger, "campaign consumed %g GPU seconds, the ledger sums to %g", c.ConsumedGPUSeconds, consumed)
 		}
 		if math.Abs(reserved-c.ReservedGPUSeconds) > ledgerEpsilon {
-			add(RuleLedger, "campaign reserved %g GPU seconds, the ledger sums to %g", c.ReservedGPUSeconds, reserved)
+			k.add(RuleLedger, "campaign reserved %g GPU seconds, the ledger sums to %g", c.ReservedGPUSeconds, reserved)
 		}
 		if c.ReservedGPUSeconds < -ledgerEpsilon {
-			add(RuleLedger, "campaign reserved %g GPU seconds", c.ReservedGPUSeconds)
+			k.add(RuleLedger, "campaign reserved %g GPU seconds", c.ReservedGPUSeconds)
 		}
 	}
-
-	for _, name := range [][]byte{bucketGates, bucketAmendments} {
-		_ = tx.Bucket(name).ForEach(func(k, v []byte) error {
-			var m map[string]any
-			if err := decode(k, v, &m); err != nil {
-				add(RuleRecord, "%s: %v", name, err)
-			}
-			return nil
-		})
-	}
-	return errors.Join(vs...)
 }

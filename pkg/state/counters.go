@@ -128,13 +128,10 @@ func upgradeCounters(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	err = tx.Bucket(bucketAttempts).ForEach(func(k, v []byte) error {
-		var a struct {
-			State AttemptState `json:"state"`
-		}
-		if err := decode(k, v, &a); err != nil {
-			return err
-		}
+	type attemptState struct {
+		State AttemptState `json:"state"`
+	}
+	err = eachRecord(tx.Bucket(bucketAttempts), func(k []byte, a attemptState) error {
 		if a.State.Live() {
 			return live.Put(k, []byte{})
 		}
@@ -148,11 +145,7 @@ func upgradeCounters(tx *bolt.Tx) error {
 		return nil // no campaign, no runs: CreateCampaign writes the counters
 	}
 	c := counters{RunsByState: map[string]int{}}
-	err = tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-		var r Run
-		if err := decode(k, v, &r); err != nil {
-			return err
-		}
+	err = eachRecord(tx.Bucket(bucketRuns), func(_ []byte, r Run) error {
 		c.insert(r)
 		return nil
 	})

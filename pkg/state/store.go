@@ -168,7 +168,7 @@ func (s *Store) Path() string { return s.path }
 // end of a memory-mapped file kills the process; bbolt would initialise an
 // empty file as a new database, losing what it was.
 func checkFile(path string) error {
-	f, err := os.Open(path)
+	f, size, err := openSized(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // Open creates it; OpenReadOnly reports it.
 	}
@@ -176,11 +176,6 @@ func checkFile(path string) error {
 		return err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	size := info.Size()
 	if size == 0 {
 		// Open makes a new database only where no file is: an empty one is
 		// what a crash can leave of a campaign's database, never a new one.
@@ -188,6 +183,20 @@ func checkFile(path string) error {
 	}
 	_, err = fileMeta(f, size)
 	return err
+}
+
+// openSized opens the file at path for reading and returns its size.
+func openSized(path string) (*os.File, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, info.Size(), nil
 }
 
 // fileMeta returns the meta page bbolt uses (the valid one with the higher
@@ -225,16 +234,12 @@ func fileMeta(f *os.File, size int64) (meta, error) {
 // (verifyPages), then with bbolt's own Check, which reads through the
 // memory map and so runs only on pages the first found sound.
 func verifyFile(db *bolt.DB, path string) error {
-	f, err := os.Open(path)
+	f, size, err := openSized(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	m, err := fileMeta(f, info.Size())
+	m, err := fileMeta(f, size)
 	if err != nil {
 		return err
 	}
@@ -485,6 +490,44 @@ func get(b *bolt.Bucket, key []byte, v any) error {
 		return ErrNotFound
 	}
 	return decode(key, raw, v)
+}
+
+// eachRecord decodes the records of bucket b in key order and calls fn
+// with each and its key. A record that does not decode, or an error from
+// fn, ends the walk and is returned.
+func eachRecord[T any](b *bolt.Bucket, fn func(key []byte, v T) error) error {
+	return b.ForEach(func(key, raw []byte) error {
+		var v T
+		if err := decode(key, raw, &v); err != nil {
+			return err
+		}
+		return fn(key, v)
+	})
+}
+
+// records returns the records of bucket b in key order, keeping those
+// keep accepts (nil keeps all). On an error it returns what it read
+// before it.
+func records[T any](b *bolt.Bucket, keep func(T) bool) ([]T, error) {
+	var out []T
+	err := eachRecord(b, func(_ []byte, v T) error {
+		if keep == nil || keep(v) {
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// viewRecords is records of one bucket in a read transaction; op names
+// the read in its error.
+func viewRecords[T any](s *Store, op string, bucket []byte, keep func(T) bool) ([]T, error) {
+	var out []T
+	err := s.view(op, func(tx *bolt.Tx) (err error) {
+		out, err = records(tx.Bucket(bucket), keep)
+		return err
+	})
+	return out, err
 }
 
 // decode decodes the JSON value raw stored under key into v.

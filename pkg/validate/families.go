@@ -6,8 +6,10 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 
 	"go.yaml.in/yaml/v3"
@@ -109,7 +111,7 @@ func ParseMapping(b []byte) (*Mapping, error) {
 	sum := sha256.Sum256(b)
 	m := &Mapping{Name: f.Name, Version: f.Version, SHA256: hex.EncodeToString(sum[:]), cache: map[classKey]string{}}
 	bit := map[string]uint64{}
-	for _, s := range sortedKeys(f.Scopes) {
+	for _, s := range slices.Sorted(maps.Keys(f.Scopes)) {
 		if _, err := regexp.Compile(f.Scopes[s]); err != nil {
 			return nil, fmt.Errorf("scope %s: %w", s, err)
 		}

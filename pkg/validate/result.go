@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,7 @@ func WriteVerdict(w io.Writer, name string, jsonOnly bool, r Result) error {
 	}
 	if !jsonOnly {
 		var figs []string
-		for _, k := range sortedKeys(r.Figures) {
+		for _, k := range slices.Sorted(maps.Keys(r.Figures)) {
 			figs = append(figs, k+"="+strconv.FormatFloat(r.Figures[k], 'g', 6, 64))
 		}
 		class := ""
@@ -112,13 +113,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

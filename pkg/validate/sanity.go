@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -170,6 +172,60 @@ func WriteSanity(inputs []string, base, out string, opts SanityOptions) Result {
 func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Result) {
 	f := newFindings()
 	blk := SanityBlock{Schema: SanitySchema, Inputs: []string{}, Families: []Family{}, RedFlags: []string{}, UndeclaredConstants: []string{}}
+	files := sanityFiles(inputs, f)
+	sr := &sanityReader{fams: map[string]*acc{}}
+	for _, p := range files {
+		name := p
+		if base != "" {
+			if rel, err := filepath.Rel(base, p); err == nil && filepath.IsLocal(rel) {
+				name = rel
+			}
+		}
+		blk.Inputs = append(blk.Inputs, name)
+		if err := sr.readFile(p, name+":"); err != nil {
+			f.errorf("%s: %v", name, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(sr.fams)) {
+		a := sr.fams[name]
+		if a.finite == 0 && a.n == a.missing {
+			continue // only nulls: not a numeric family
+		}
+		fam, declared := family(name, a, opts)
+		if fam.Constant && !declared {
+			blk.UndeclaredConstants = append(blk.UndeclaredConstants, name)
+		}
+		for _, fl := range fam.Flags {
+			blk.RedFlags = append(blk.RedFlags, name+": "+fl)
+		}
+		blk.Families = append(blk.Families, fam)
+	}
+	for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
+		found := false
+		for _, fam := range blk.Families {
+			found = found || globMatch(pat, fam.Name)
+		}
+		if !found {
+			blk.RedFlags = append(blk.RedFlags, pat+": declared constant not found in the outputs")
+		}
+	}
+	f.fig("inputs", float64(len(blk.Inputs)))
+	f.fig("families", float64(len(blk.Families)))
+	f.fig("red_flags", float64(len(blk.RedFlags)))
+	f.fig("undeclared_constants", float64(len(blk.UndeclaredConstants)))
+	if n := len(blk.RedFlags); n > 0 {
+		shown := blk.RedFlags[:min(n, 5)]
+		f.failf("%d red flag(s): %s", n, strings.Join(shown, "; "))
+	}
+	res := f.result(fmt.Sprintf("%d numeric families in %d file(s), no red flags", len(blk.Families), len(blk.Inputs)))
+	blk.Verdict = res.Verdict
+	return blk, res
+}
+
+// sanityFiles lists the files the inputs name, sorted: each file itself,
+// and the .json and .jsonl files under each directory but sanity.json.
+// What cannot be read is an error in f.
+func sanityFiles(inputs []string, f *findings) []string {
 	var files []string
 	for _, in := range inputs {
 		st, err := os.Stat(in)
@@ -198,87 +254,47 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 		f.errorf("no input files")
 	}
 	sort.Strings(files)
-	sr := &sanityReader{fams: map[string]*acc{}}
-	for _, p := range files {
-		name := p
-		if base != "" {
-			if rel, err := filepath.Rel(base, p); err == nil && filepath.IsLocal(rel) {
-				name = rel
-			}
+	return files
+}
+
+// family summarizes the values a of the family name and flags what they
+// break; declared says whether a declared constant names it.
+func family(name string, a *acc, opts SanityOptions) (fam Family, declared bool) {
+	fam = Family{Name: name, N: a.n, Finite: a.finite, Missing: a.missing, Distinct: len(a.distinct), Kind: "counter"}
+	if a.finite > 0 {
+		lo, hi := a.min, a.max
+		fam.Min, fam.Max = &lo, &hi
+		fam.Constant = a.finite > 1 && lo == hi
+	}
+	leaf := name[strings.LastIndexAny(name, ".:")+1:]
+	leaf = strings.TrimSuffix(leaf, "[]")
+	switch {
+	case matchAny(opts.Signed, name):
+		fam.Kind = "signed"
+	case opts.Ratio != nil && opts.Ratio.MatchString(leaf):
+		fam.Kind = "ratio"
+	}
+	if nf := a.n - a.finite - a.missing; nf > 0 {
+		fam.Flags = append(fam.Flags, fmt.Sprintf("%d non-finite value(s)", nf))
+	}
+	if fam.Min != nil && fam.Kind != "signed" && *fam.Min < 0 {
+		fam.Flags = append(fam.Flags, fmt.Sprintf("negative %s: min %g", fam.Kind, *fam.Min))
+	}
+	if fam.Max != nil && fam.Kind == "ratio" && *fam.Max > 1 {
+		fam.Flags = append(fam.Flags, fmt.Sprintf("ratio above 1: max %g", *fam.Max))
+	}
+	for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
+		if !globMatch(pat, name) {
+			continue
 		}
-		blk.Inputs = append(blk.Inputs, name)
-		if err := sr.readFile(p, name+":"); err != nil {
-			f.errorf("%s: %v", name, err)
+		declared = true
+		want := opts.Constants[pat]
+		fam.Expected = &want
+		if fam.Min == nil || !nearlyEqual(*fam.Min, want) || !nearlyEqual(*fam.Max, want) || a.missing > 0 {
+			fam.Flags = append(fam.Flags, fmt.Sprintf("declared constant %g does not hold (min %v, max %v, missing %d)", want, ptrStr(fam.Min), ptrStr(fam.Max), a.missing))
 		}
 	}
-	for _, name := range sortedKeys(sr.fams) {
-		a := sr.fams[name]
-		if a.finite == 0 && a.n == a.missing {
-			continue // only nulls: not a numeric family
-		}
-		fam := Family{Name: name, N: a.n, Finite: a.finite, Missing: a.missing, Distinct: len(a.distinct), Kind: "counter"}
-		if a.finite > 0 {
-			lo, hi := a.min, a.max
-			fam.Min, fam.Max = &lo, &hi
-			fam.Constant = a.finite > 1 && lo == hi
-		}
-		leaf := name[strings.LastIndexAny(name, ".:")+1:]
-		leaf = strings.TrimSuffix(leaf, "[]")
-		switch {
-		case matchAny(opts.Signed, name):
-			fam.Kind = "signed"
-		case opts.Ratio != nil && opts.Ratio.MatchString(leaf):
-			fam.Kind = "ratio"
-		}
-		if nf := a.n - a.finite - a.missing; nf > 0 {
-			fam.Flags = append(fam.Flags, fmt.Sprintf("%d non-finite value(s)", nf))
-		}
-		if fam.Min != nil && fam.Kind != "signed" && *fam.Min < 0 {
-			fam.Flags = append(fam.Flags, fmt.Sprintf("negative %s: min %g", fam.Kind, *fam.Min))
-		}
-		if fam.Max != nil && fam.Kind == "ratio" && *fam.Max > 1 {
-			fam.Flags = append(fam.Flags, fmt.Sprintf("ratio above 1: max %g", *fam.Max))
-		}
-		declared := false
-		for _, pat := range sortedKeys(opts.Constants) {
-			if !globMatch(pat, name) {
-				continue
-			}
-			declared = true
-			want := opts.Constants[pat]
-			fam.Expected = &want
-			if fam.Min == nil || !nearlyEqual(*fam.Min, want) || !nearlyEqual(*fam.Max, want) || a.missing > 0 {
-				fam.Flags = append(fam.Flags, fmt.Sprintf("declared constant %g does not hold (min %v, max %v, missing %d)", want, ptrStr(fam.Min), ptrStr(fam.Max), a.missing))
-			}
-		}
-		if fam.Constant && !declared {
-			blk.UndeclaredConstants = append(blk.UndeclaredConstants, name)
-		}
-		for _, fl := range fam.Flags {
-			blk.RedFlags = append(blk.RedFlags, name+": "+fl)
-		}
-		blk.Families = append(blk.Families, fam)
-	}
-	for _, pat := range sortedKeys(opts.Constants) {
-		found := false
-		for _, fam := range blk.Families {
-			found = found || globMatch(pat, fam.Name)
-		}
-		if !found {
-			blk.RedFlags = append(blk.RedFlags, pat+": declared constant not found in the outputs")
-		}
-	}
-	f.fig("inputs", float64(len(blk.Inputs)))
-	f.fig("families", float64(len(blk.Families)))
-	f.fig("red_flags", float64(len(blk.RedFlags)))
-	f.fig("undeclared_constants", float64(len(blk.UndeclaredConstants)))
-	if n := len(blk.RedFlags); n > 0 {
-		shown := blk.RedFlags[:min(n, 5)]
-		f.failf("%d red flag(s): %s", n, strings.Join(shown, "; "))
-	}
-	res := f.result(fmt.Sprintf("%d numeric families in %d file(s), no red flags", len(blk.Families), len(blk.Inputs)))
-	blk.Verdict = res.Verdict
-	return blk, res
+	return fam, declared
 }
 
 // nearlyEqual compares a value with a declared constant to a relative

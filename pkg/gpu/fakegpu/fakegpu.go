@@ -150,6 +150,8 @@ func (d Device) validate() error {
 
 // Backend reads a fake host. It is immutable after Open.
 type Backend struct {
+	gpu.Views // Sample, Energy and Info: reads of b itself
+
 	dir     string
 	devices []Device
 	// now reads the clock for the energy counters.
@@ -172,6 +174,7 @@ func Open(dir string, opts ...OpenOption) (*Backend, error) {
 		return nil, fmt.Errorf("open fake GPUs: %w", err)
 	}
 	b := &Backend{dir: dir, devices: devices, now: time.Now}
+	b.Views = gpu.Views{Reader: b}
 	for _, o := range opts {
 		o(b)
 	}

@@ -38,7 +38,10 @@ func ptr[T any](v T) *T { return &v }
 
 // Read reads the given fields of the GPUs with the given indices, in that
 // order. Every field is supported except the PCI bus id, which a fake GPU
-// has not. Energy updates the GPU's energy counter file (see Energy).
+// has not. The processes are the live claims. An energy read (Energy)
+// updates the GPU's energy counter file: each adds the GPU's present power
+// times the time since the counter's last update, so the counter never
+// decreases; it starts at 0 on a GPU's first energy read.
 func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) {
 	out := make([]gpu.Reading, 0, len(indices))
 	for _, i := range indices {
@@ -51,40 +54,13 @@ func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) 
 	return out, nil
 }
 
-// Sample reads what a periodic sample reads (gpu.Sampled): memory,
-// clocks, clock-event reasons, power, temperature and the processes (the
-// live claims).
-func (b *Backend) Sample(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Sampled)
-}
-
-// Energy reads the energy counters. Each read adds the GPU's present power
-// times the time since the counter's last update, so the counter never
-// decreases; it starts at 0 on a GPU's first energy read.
-func (b *Backend) Energy(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Energy)
-}
-
-// Info reads every field.
-func (b *Backend) Info(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.All)
-}
-
 // Snapshot reads memory used and the processes holding it, for the gates.
 func (b *Backend) Snapshot(indices []int) ([]gpu.State, error) {
 	rs, err := b.Read(indices, gpu.Memory|gpu.Processes)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gpu.State, 0, len(rs))
-	for _, r := range rs {
-		st := gpu.State{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
-		if len(r.Procs) > 0 {
-			st.Procs = r.Procs // a fresh slice of this read's
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	return gpu.States(rs), nil
 }
 
 // loadFields are the fields that depend on the claimed memory.

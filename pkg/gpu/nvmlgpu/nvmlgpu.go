@@ -29,6 +29,8 @@ const eventReasonsSymbol = "nvmlDeviceGetCurrentClocksEventReasons"
 // Backend reads GPUs through an nvml.Interface: the real library, or one
 // of go-nvml's mock servers in tests.
 type Backend struct {
+	gpu.Views // Sample, Energy and Info: reads of b itself
+
 	lib     nvml.Interface
 	timeout time.Duration
 	sysfs   string
@@ -58,6 +60,7 @@ func Open(lib nvml.Interface, timeout time.Duration, opts ...Option) (*Backend, 
 		lib = nvml.New()
 	}
 	b := &Backend{lib: lib, timeout: timeout, sysfs: "/sys"}
+	b.Views = gpu.Views{Reader: b}
 	for _, o := range opts {
 		o(b)
 	}
@@ -140,7 +143,9 @@ func (b *Backend) call(fn func() error) error {
 }
 
 // Read reads the given fields of the GPUs with the given indices, in that
-// order. A field the device does not support is left absent.
+// order. A field the device does not support is left absent. The
+// processes are the compute and graphics processes; the energy counters
+// alone take milliseconds per GPU.
 func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) {
 	out := make([]gpu.Reading, 0, len(indices))
 	err := b.call(func() error {
@@ -159,23 +164,6 @@ func (b *Backend) Read(indices []int, fields gpu.Fields) ([]gpu.Reading, error) 
 	return out, nil
 }
 
-// Sample reads what a periodic sample reads (gpu.Sampled): memory,
-// clocks, clock-event reasons, power, temperature, and the compute and
-// graphics processes.
-func (b *Backend) Sample(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Sampled)
-}
-
-// Energy reads the energy counters alone (milliseconds per GPU).
-func (b *Backend) Energy(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.Energy)
-}
-
-// Info reads every field.
-func (b *Backend) Info(indices []int) ([]gpu.Reading, error) {
-	return b.Read(indices, gpu.All)
-}
-
 // Snapshot reads memory used (v2: 0 on an idle GPU) and the compute
 // processes of the GPUs with the given indices, for the gates. Either one
 // unsupported is an error: the gates cannot judge a GPU without them.
@@ -184,18 +172,12 @@ func (b *Backend) Snapshot(indices []int) ([]gpu.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gpu.State, 0, len(rs))
 	for _, r := range rs {
 		if r.MemoryUsedMiB == nil || r.Procs == nil {
 			return nil, fmt.Errorf("nvml GPU %d: memory or processes: %w", r.Index, nvml.ERROR_NOT_SUPPORTED)
 		}
-		st := gpu.State{Index: r.Index, UUID: r.UUID, UsedMiB: *r.MemoryUsedMiB}
-		if len(r.Procs) > 0 {
-			st.Procs = r.Procs // a fresh slice of this read's
-		}
-		out = append(out, st)
 	}
-	return out, nil
+	return gpu.States(rs), nil
 }
 
 // supported sorts the answer of one NVML call for an optional field: true
@@ -243,73 +225,80 @@ func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
 		}
 		r.Procs = procs
 	}
-	if fields&gpu.Clocks != 0 {
-		for _, c := range []struct {
-			typ  nvml.ClockType
-			dst  **int
-			what string
-		}{{nvml.CLOCK_SM, &r.SMClockMHz, "SM clock"}, {nvml.CLOCK_MEM, &r.MemClockMHz, "memory clock"}} {
-			mhz, ret := dev.GetClockInfo(c.typ)
-			if ok, err := supported(i, c.what, ret); err != nil {
+	for _, step := range []struct {
+		field gpu.Fields
+		read  func(int, nvml.Device, *gpu.Reading) error
+	}{
+		{gpu.Clocks, readClocks}, {gpu.ClockReasons, b.readClockReasons}, {gpu.Power, readPower},
+		{gpu.Temperature, readTemperature}, {gpu.Energy, readEnergy}, {gpu.MIG, readMIG},
+	} {
+		if fields&step.field != 0 {
+			if err := step.read(i, dev, &r); err != nil {
 				return r, err
-			} else if ok {
-				*c.dst = ptr(int(mhz))
 			}
 		}
 	}
-	if fields&gpu.ClockReasons != 0 {
-		var mask uint64
-		if b.eventReasons {
-			mask, ret = dev.GetCurrentClocksEventReasons()
-		} else {
-			mask, ret = dev.GetCurrentClocksThrottleReasons()
-		}
-		if ok, err := supported(i, "clock-event reasons", ret); err != nil {
-			return r, err
-		} else if ok {
-			r.ClockEventReasons = ptr(mask)
-			r.ClockEventReasonNames = gpu.ReasonNames(mask)
-		}
-	}
-	if fields&gpu.Power != 0 {
-		mw, ret := dev.GetPowerUsage()
-		if ok, err := supported(i, "power", ret); err != nil {
-			return r, err
-		} else if ok {
-			r.PowerW = ptr(float64(mw) / 1000)
-		}
-		mw, ret = dev.GetEnforcedPowerLimit()
-		if ok, err := supported(i, "power limit", ret); err != nil {
-			return r, err
-		} else if ok {
-			r.PowerLimitW = ptr(float64(mw) / 1000)
-		}
-	}
-	if fields&gpu.Temperature != 0 {
-		c, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU)
-		if ok, err := supported(i, "temperature", ret); err != nil {
-			return r, err
-		} else if ok {
-			r.TemperatureC = ptr(int(c))
-		}
-	}
-	if fields&gpu.Energy != 0 {
-		mj, ret := dev.GetTotalEnergyConsumption()
-		if ok, err := supported(i, "energy", ret); err != nil {
-			return r, err
-		} else if ok {
-			r.EnergyMJ = ptr(mj)
-		}
-	}
-	if fields&gpu.MIG != 0 {
-		current, _, ret := dev.GetMigMode()
-		if ok, err := supported(i, "MIG mode", ret); err != nil {
-			return r, err
-		} else if ok {
-			r.MIGMode = ptr(current)
-		}
-	}
 	return r, nil
+}
+
+// set stores v in *dst when NVML answered SUCCESS (ret) for the field
+// what of GPU i, leaves the field absent when the device does not support
+// it, and returns any other answer as an error.
+func set[T any](i int, what string, ret nvml.Return, dst **T, v T) error {
+	ok, err := supported(i, what, ret)
+	if ok {
+		*dst = &v
+	}
+	return err
+}
+
+func readClocks(i int, dev nvml.Device, r *gpu.Reading) error {
+	sm, ret := dev.GetClockInfo(nvml.CLOCK_SM)
+	if err := set(i, "SM clock", ret, &r.SMClockMHz, int(sm)); err != nil {
+		return err
+	}
+	mem, ret := dev.GetClockInfo(nvml.CLOCK_MEM)
+	return set(i, "memory clock", ret, &r.MemClockMHz, int(mem))
+}
+
+func (b *Backend) readClockReasons(i int, dev nvml.Device, r *gpu.Reading) error {
+	var mask uint64
+	var ret nvml.Return
+	if b.eventReasons {
+		mask, ret = dev.GetCurrentClocksEventReasons()
+	} else {
+		mask, ret = dev.GetCurrentClocksThrottleReasons()
+	}
+	ok, err := supported(i, "clock-event reasons", ret)
+	if ok {
+		r.ClockEventReasons = ptr(mask)
+		r.ClockEventReasonNames = gpu.ReasonNames(mask)
+	}
+	return err
+}
+
+func readPower(i int, dev nvml.Device, r *gpu.Reading) error {
+	mw, ret := dev.GetPowerUsage()
+	if err := set(i, "power", ret, &r.PowerW, float64(mw)/1000); err != nil {
+		return err
+	}
+	mw, ret = dev.GetEnforcedPowerLimit()
+	return set(i, "power limit", ret, &r.PowerLimitW, float64(mw)/1000)
+}
+
+func readTemperature(i int, dev nvml.Device, r *gpu.Reading) error {
+	c, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU)
+	return set(i, "temperature", ret, &r.TemperatureC, int(c))
+}
+
+func readEnergy(i int, dev nvml.Device, r *gpu.Reading) error {
+	mj, ret := dev.GetTotalEnergyConsumption()
+	return set(i, "energy", ret, &r.EnergyMJ, mj)
+}
+
+func readMIG(i int, dev nvml.Device, r *gpu.Reading) error {
+	current, _, ret := dev.GetMigMode()
+	return set(i, "MIG mode", ret, &r.MIGMode, current)
 }
 
 // runningProcs lists the compute and the graphics processes on a GPU
