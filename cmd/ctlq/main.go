@@ -36,16 +36,6 @@ const (
 	exitDamaged      = 6 // the state database is damaged or empty; ctlq changed nothing
 )
 
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-
-// ExitStatus makes an exitError a cli.StatusError.
-func (e *exitError) ExitStatus() (int, error) { return e.code, e.err }
-
 func main() {
 	os.Exit(cli.Run(newRoot(), exitOther, func(cmd *cobra.Command, _ error, s cli.Status) {
 		if err := s.Cause; err != nil {
@@ -136,14 +126,14 @@ type source struct {
 
 func (o *options) open() (*source, error) {
 	if o.dir == "" {
-		return nil, &exitError{exitOther, errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
+		return nil, &cli.ExitError{Code: exitOther, Err: errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
 	}
 	if o.output != "table" && o.output != "json" {
-		return nil, &exitError{exitOther, fmt.Errorf("unknown output %q (table or json)", o.output)}
+		return nil, &cli.ExitError{Code: exitOther, Err: fmt.Errorf("unknown output %q (table or json)", o.output)}
 	}
 	dir, _ := filepath.Abs(o.dir)
 	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
-		return nil, &exitError{exitOther, campaignDirError(dir, err)}
+		return nil, &cli.ExitError{Code: exitOther, Err: campaignDirError(dir, err)}
 	}
 	s := &source{dir: dir, client: api.NewClient(dir, 5*time.Second)}
 	if _, err := os.Stat(campaignfs.Socket(dir)); err == nil {
@@ -158,13 +148,13 @@ func (o *options) open() (*source, error) {
 	if err != nil {
 		if errors.Is(err, state.ErrLocked) {
 			lock := campaignfs.Lock(dir)
-			return nil, &exitError{exitOther, fmt.Errorf("controller pid %d holds %s but does not answer on %s", lockfile.Owner(lock), dir, campaignfs.SocketFile)}
+			return nil, &cli.ExitError{Code: exitOther, Err: fmt.Errorf("controller pid %d holds %s but does not answer on %s", lockfile.Owner(lock), dir, campaignfs.SocketFile)}
 		}
 		if errors.Is(err, state.ErrCorrupt) {
-			return nil, &exitError{exitDamaged, fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
+			return nil, &cli.ExitError{Code: exitDamaged, Err: fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
 				campaignfs.State(dir), err)}
 		}
-		return nil, &exitError{exitOther, err}
+		return nil, &cli.ExitError{Code: exitOther, Err: err}
 	}
 	s.store = st
 	return s, nil
@@ -222,13 +212,13 @@ func newStatusCmd(o *options) *cobra.Command {
 			defer src.close()
 			st, err := src.status()
 			if err != nil {
-				return &exitError{exitOther, err}
+				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			doc := statusDoc{Status: st}
 			if src.store != nil {
 				aw, err := outcome.AwaitingAmendment(src.store)
 				if err != nil {
-					return &exitError{exitOther, err}
+					return &cli.ExitError{Code: exitOther, Err: err}
 				}
 				if aw == nil {
 					aw = []outcome.Awaiting{}
@@ -269,8 +259,8 @@ type statusDoc struct {
 // runs the unfinished campaign, and its attempts' servers and clients may
 // still hold GPUs and ports until a resume reclaims them.
 func crashHint(exit error, dir string) string {
-	var ee *exitError
-	if !errors.As(exit, &ee) || ee.code != exitControllerX {
+	var ee *cli.ExitError
+	if !errors.As(exit, &ee) || ee.Code != exitControllerX {
 		return ""
 	}
 	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
@@ -283,17 +273,17 @@ func statusExit(st api.Status) error {
 	case st.Campaign.State == string(state.CampaignStopped) && !st.Controller.Alive && len(st.Current) > 0:
 		// attempts still live with no controller: it died (during a stop,
 		// say) and left them; that is not a stop for review
-		return &exitError{exitControllerX, nil}
+		return &cli.ExitError{Code: exitControllerX, Err: nil}
 	case st.Campaign.State == string(state.CampaignStopped) && st.Campaign.StopReason == state.StopOperator:
-		return &exitError{exitOperatorStop, nil}
+		return &cli.ExitError{Code: exitOperatorStop, Err: nil}
 	case st.Campaign.State == string(state.CampaignStopped):
-		return &exitError{exitStopped, nil}
+		return &cli.ExitError{Code: exitStopped, Err: nil}
 	case st.Campaign.State == string(state.CampaignRunning) && !st.Controller.Alive:
-		return &exitError{exitControllerX, nil}
+		return &cli.ExitError{Code: exitControllerX, Err: nil}
 	case st.Campaign.State == string(state.CampaignRunning):
 		return nil
 	}
-	return &exitError{exitOther, nil}
+	return &cli.ExitError{Code: exitOther, Err: nil}
 }
 
 func newRunsCmd(o *options) *cobra.Command {
@@ -317,7 +307,7 @@ func newRunsCmd(o *options) *cobra.Command {
 				cancel()
 			}
 			if err != nil {
-				return &exitError{exitOther, err}
+				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), api.Runs{Schema: api.Schema, Runs: runs})
@@ -359,10 +349,10 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 				cancel()
 			}
 			if errors.Is(err, state.ErrNotFound) {
-				return &exitError{exitOther, fmt.Errorf("no run %q in this campaign", args[0])}
+				return &cli.ExitError{Code: exitOther, Err: fmt.Errorf("no run %q in this campaign", args[0])}
 			}
 			if err != nil {
-				return &exitError{exitOther, err}
+				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			plan, _ := campaignfs.ReadPlan(src.dir)
 			tails := views.StderrTails(d, views.NewStderrGuard(src.dir, views.MinLeakOf(plan)))
@@ -417,7 +407,7 @@ so that -f can stream them.`,
 					continue
 				}
 				if err != nil {
-					return &exitError{exitOther, err}
+					return &cli.ExitError{Code: exitOther, Err: err}
 				}
 				retries = 0
 				for _, e := range evs {

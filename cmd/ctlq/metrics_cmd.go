@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
@@ -33,31 +34,31 @@ damaged or empty database exits 6, as ctlq status does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.dir == "" {
-				return &exitError{exitOther, errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
+				return &cli.ExitError{Code: exitOther, Err: errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
 			}
 			dir, _ := filepath.Abs(o.dir)
 			if _, err := os.Stat(campaignfs.State(dir)); err != nil {
-				return &exitError{exitOther, campaignDirError(dir, err)}
+				return &cli.ExitError{Code: exitOther, Err: campaignDirError(dir, err)}
 			}
 			st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
 			switch {
 			case errors.Is(err, state.ErrLocked):
-				return &exitError{exitOther, fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile",
+				return &cli.ExitError{Code: exitOther, Err: fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile",
 					lockfile.Owner(campaignfs.Lock(dir)), campaignfs.StateFile)}
 			case errors.Is(err, state.ErrCorrupt):
-				return &exitError{exitDamaged, fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing: %w", campaignfs.State(dir), err)}
+				return &cli.ExitError{Code: exitDamaged, Err: fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing: %w", campaignfs.State(dir), err)}
 			case err != nil:
-				return &exitError{exitOther, err}
+				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			defer st.Close()
 			fams, err := metrics.Registry(st, time.Now).Gather()
 			if err != nil {
-				return &exitError{exitOther, fmt.Errorf("read the campaign's metrics: %w", err)}
+				return &cli.ExitError{Code: exitOther, Err: fmt.Errorf("read the campaign's metrics: %w", err)}
 			}
 			enc := expfmt.NewEncoder(cmd.OutOrStdout(), expfmt.NewFormat(expfmt.TypeTextPlain))
 			for _, f := range fams {
 				if err := enc.Encode(f); err != nil {
-					return &exitError{exitOther, err}
+					return &cli.ExitError{Code: exitOther, Err: err}
 				}
 			}
 			return nil

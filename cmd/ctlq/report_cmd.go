@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
@@ -55,16 +56,16 @@ document that holds one, or private inputs that cannot be read, exit 7.`,
 			defer src.close()
 			rep, err := src.report()
 			if err != nil {
-				return &exitError{exitOther, err}
+				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			plan, _ := campaignfs.ReadPlan(src.dir)
 			priv, err := report.Privacy(src.dir, plan)
 			if err != nil {
-				return &exitError{exitPrivate, err}
+				return &cli.ExitError{Code: exitPrivate, Err: err}
 			}
 			data := report.Build(src.dir, rep, plan)
 			if err := reportFileName(file); err != nil {
-				return &exitError{exitOther, err}
+				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			if file == "" {
 				file = filepath.Join(src.dir, campaignfs.ReportFile)
@@ -83,9 +84,9 @@ document that holds one, or private inputs that cannot be read, exit 7.`,
 				if err := report.Write(out.path, cmd.OutOrStdout(), priv, out.write); err != nil {
 					var pe *report.PrivateError
 					if errors.As(err, &pe) {
-						return &exitError{exitPrivate, err}
+						return &cli.ExitError{Code: exitPrivate, Err: err}
 					}
-					return &exitError{exitOther, err}
+					return &cli.ExitError{Code: exitOther, Err: err}
 				}
 			}
 			if file != "-" {

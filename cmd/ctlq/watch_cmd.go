@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"warden/internal/cli"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/state"
@@ -61,7 +62,7 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 		sn, err = w.Plain(out, interval)
 	}
 	if err != nil {
-		return &exitError{exitOther, err}
+		return &cli.ExitError{Code: exitOther, Err: err}
 	}
 	if !sn.Ended {
 		return nil // the operator quit
