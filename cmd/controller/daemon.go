@@ -20,6 +20,7 @@ import (
 
 	"warden/pkg/amend"
 	"warden/pkg/api"
+	"warden/pkg/attempt"
 	"warden/pkg/campaigndir"
 	"warden/pkg/connlimit"
 	"warden/pkg/launch"
@@ -89,7 +90,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer c.Store.Close()
 	set, plan, store := c.Settings, c.Plan, c.Store
 
-	var gpus runner.GPUs
+	var gpus attempt.GPUs
 	gpuDesc := "on the Slurm nodes (" + set.GPUBackend + ")"
 	slurmCfg := set.SlurmConfig()
 	if slurmCfg == nil {
@@ -146,7 +147,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if boot == nil {
 		boot = launch.BootIDFromEnv()
 	}
-	private, err := runner.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
+	private, err := attempt.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func RunLedger(l *launch.Launcher, dir, workdir string, cmds []protocols.Command
 	}
 	var entries []LedgerEntry
 	for i, c := range cmds {
-		argv, err := expandCommand(c, vars)
+		argv, err := c.Expand(vars)
 		if err != nil {
 			return fmt.Errorf("ledger command %d: %w", i+1, err)
 		}

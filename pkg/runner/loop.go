@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"time"
+	"warden/pkg/attempt"
+	"warden/pkg/provenance"
 
 	"golang.org/x/sys/unix"
 
@@ -41,11 +43,6 @@ type unitResult struct {
 	interrupted bool
 	quarantined int // runs of the unit that ended quarantined
 }
-
-// errBudgetExhausted is the cause of the runs' context when the budget
-// tick ends them: their attempts end interrupted with reason
-// budget-exhausted.
-var errBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
 
 // errStorage is the cause of the runs' context when the campaign
 // directory refuses writes for good.
@@ -149,7 +146,7 @@ func (c *Runner) Run(ctx context.Context) error {
 			if s := c.checkInFlight(); s != nil {
 				stopping, exhausted = true, true
 				c.stopCampaign(*s)
-				cancelRunners(errBudgetExhausted)
+				cancelRunners(attempt.ErrBudgetExhausted)
 			}
 		case <-c.stopReq:
 			stop("stopped by an operator (controller stop or SIGTERM)")
@@ -429,4 +426,18 @@ func slotNames(slots []protocols.SlotInfo) []string {
 		out[i] = s.Name
 	}
 	return out
+}
+
+// checkInputs re-hashes every recorded input the runs read (the protocol
+// file is not among them: the campaign runs from its plan.json, and resume
+// checks the protocol too); a change, a missing file or an index that
+// cannot be read is a stop naming each file with the recorded and the
+// found hash.
+func (c *Runner) checkInputs() *Stop {
+	err := provenance.VerifyOnly(c.dir, func(e provenance.Entry) bool { return e.Role != "protocol" })
+	if err == nil {
+		return nil
+	}
+	return &Stop{Reason: state.StopInputChanged,
+		Detail: "an input recorded at start changed before a launch wave (stop condition 1; register an amendment to change it): " + err.Error()}
 }

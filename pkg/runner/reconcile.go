@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"warden/pkg/attempt"
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
 
@@ -39,12 +40,12 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 	var errs []error
 	if c.cgroups.Available() {
 		for _, role := range []string{"server", "client"} {
-			path := filepath.Join(c.cgroups.Root(), leafName(a.RunID, a.N, role))
+			path := filepath.Join(c.cgroups.Root(), attempt.LeafName(a.RunID, a.N, role))
 			if recordedCgroup(a, path) || !isDir(path) {
 				continue
 			}
 			recs, err := launch.Reclaim(ctx, c.boot, launch.Leftover{Role: role + " (unrecorded)", Cgroup: path}, launch.StopOptions{})
-			sigs = append(sigs, toSignals(recs)...)
+			sigs = append(sigs, attempt.ToSignals(recs)...)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -60,7 +61,7 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 		if err != nil {
 			continue // gone meanwhile, or no longer the process found
 		}
-		sigs = append(sigs, toSignals([]launch.SignalRecord{rec})...)
+		sigs = append(sigs, attempt.ToSignals([]launch.SignalRecord{rec})...)
 		killed = append(killed, id)
 		c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", id.PID).Msg("killed a process of the attempt that was never recorded")
 	}
@@ -188,8 +189,8 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	chargedGPUSeconds := map[string]float64{}
 	for _, e := range ledger {
 		if e.Kind == state.LedgerCharge {
-			charged[attemptKey(e.Run, e.Attempt)] = e.At
-			chargedGPUSeconds[attemptKey(e.Run, e.Attempt)] += e.GPUSeconds
+			charged[attempt.Key(e.Run, e.Attempt)] = e.At
+			chargedGPUSeconds[attempt.Key(e.Run, e.Attempt)] += e.GPUSeconds
 		}
 	}
 	bootID, _ := c.bootID()
@@ -199,18 +200,15 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		c.log.Warn().Err(err).Msg("read the end log: attempts are charged until this resume")
 		ends = nil
 	}
-	if c.slurm != nil {
-		// the campaign's processes are Slurm's: through Slurm only
-		if err := c.cancelCampaignJobs(ctx); err != nil {
-			return fmt.Errorf("cancel the campaign's jobs left in Slurm: %w", err)
-		}
+	if err := c.exec.reconcileJobs(ctx); err != nil {
+		return err
 	}
 	for _, a := range live {
-		if a.Slurm != nil || c.slurm != nil {
+		if a.Slurm != nil || c.exec.stepsElsewhere() {
 			if a.Slurm == nil {
 				a.Slurm = &state.SlurmStep{} // never reached srun: nothing of it in Slurm
 			}
-			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[attemptKey(a.RunID, a.N)]); err != nil {
+			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[attempt.Key(a.RunID, a.N)]); err != nil {
 				return err
 			}
 			continue
@@ -234,7 +232,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: reclaimGrace, GroupGrace: reclaimGrace})
 			cancel()
-			sigs = append(sigs, toSignals(recs)...)
+			sigs = append(sigs, attempt.ToSignals(recs)...)
 			if err != nil {
 				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
 			}
@@ -269,7 +267,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			end = provenGone
 		}
 		var start time.Time
-		lastCharge, wasCharged := charged[attemptKey(a.RunID, a.N)]
+		lastCharge, wasCharged := charged[attempt.Key(a.RunID, a.N)]
 		switch srv := serverProc(a); {
 		case wasCharged:
 			if held {
@@ -364,13 +362,6 @@ func (c *Runner) foreign(p state.Proc, id launch.Identity, alive bool) string {
 	return ""
 }
 
-// leafName is the leaf cgroup of an attempt's server or client: run id,
-// attempt and role, hashed when that is not a valid cgroup name (too long,
-// odd characters), so that every run id plan accepts gets containment.
-func leafName(run string, n int, role string) string {
-	return launch.CgroupName(fmt.Sprintf("%s.a%d.%s", run, n, role))
-}
-
 // serverMayHaveStarted says whether an attempt in state st may have started
 // its server: from the transition to starting on.
 func serverMayHaveStarted(st state.AttemptState) bool {
@@ -401,8 +392,6 @@ func bootTime() (time.Time, error) {
 	return time.Time{}, errors.New("no btime in /proc/stat")
 }
 
-func attemptKey(run string, n int) string { return run + "\x00" + strconv.Itoa(n) }
-
 func serverProc(a state.Attempt) *state.Proc {
 	for i := range a.Procs {
 		if a.Procs[i].Role == "server" {
@@ -410,14 +399,6 @@ func serverProc(a state.Attempt) *state.Proc {
 		}
 	}
 	return nil
-}
-
-func toSignals(recs []launch.SignalRecord) []state.Signal {
-	out := make([]state.Signal, len(recs))
-	for i, r := range recs {
-		out[i] = state.Signal{At: r.At, Role: r.Role, Target: r.Target, PID: r.PID, Signal: r.Signal}
-	}
-	return out
 }
 
 // interruptLeftover ends a live attempt a resume found: its charge goes on

@@ -21,9 +21,10 @@ const accountingLag = 10 * time.Second
 // cancelCampaignJobs cancels every job of the campaign still in Slurm's
 // queue (a dead controller's steps, and any it started but never
 // recorded), and waits until none is left.
-func (c *Runner) cancelCampaignJobs(ctx context.Context) error {
+func (x slurmExecutor) cancelCampaignJobs(ctx context.Context) error {
+	c := x.c
 	cl := c.slurmClient()
-	prefix := slurm.CampaignPrefix(c.slurm.Campaign)
+	prefix := slurm.CampaignPrefix(x.cfg.Campaign)
 	ctx, cancel := context.WithTimeout(ctx, slurmGoneWithin)
 	defer cancel()
 	tick := time.NewTicker(250 * time.Millisecond)

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"warden/pkg/attempt"
+	"warden/pkg/node"
+	"warden/pkg/safefile"
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/budget"
@@ -47,39 +50,51 @@ const (
 	srunStopGrace = 10 * time.Second
 )
 
-// executeOnSlurm runs the attempt as a Slurm step and records what its
+// step is an attempt the Slurm executor runs as a Slurm step: its node-side
+// runner runs the attempt and reports each record, which the step applies
+// to the campaign's database.
+type step struct {
+	*attempt.Record
+	c     *Runner
+	cfg   *SlurmConfig
+	env   *attempt.Env
+	spec  attempt.Spec
+	alloc allocation
+}
+
+// execute runs the attempt as a Slurm step and records what its
 // node-side runner reports.
-func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
+func (a *step) execute(ctx context.Context) attempt.Outcome {
 	c := a.c
-	sc := c.slurm
-	needDirs, err := c.needDirs(a.run)
+	sc := a.cfg
+	needDirs, err := c.needDirs(a.spec.Run)
 	if err != nil {
 		return a.fail(state.ReasonHarnessError, err.Error())
 	}
-	alloc := a.opts.allocation
-	name, shared := slurm.JobName(sc.Campaign, a.run.ID, a.n), alloc.ID != ""
+	alloc := a.alloc
+	name, shared := slurm.JobName(sc.Campaign, a.spec.Run.ID, a.spec.N), alloc.ID != ""
 	if shared {
 		name = alloc.Name
 	}
-	spec := NodeSpec{Schema: nodeSpecSchema, CampaignDir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath,
-		GPUBackend: sc.GPUBackend, FakeGPUDir: sc.FakeGPUDir, UID: c.uid, Plan: a.plan, Run: a.run, Attempt: a.n,
-		Dir: a.dir, Slots: a.slots, Regime: a.opts.regime, NeedDirs: needDirs, Background: a.opts.until != nil, JobName: name, Shared: shared}
-	specPath := filepath.Join(a.dir, NodeSpecFile)
+	spec := node.Spec{Schema: node.SpecSchema, CampaignDir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath,
+		GPUBackend: sc.GPUBackend, FakeGPUDir: sc.FakeGPUDir, UID: c.uid, Plan: a.spec.Plan, Run: a.spec.Run, Attempt: a.spec.N,
+		Dir: a.spec.Dir, Slots: a.spec.Slots, Regime: a.spec.Options.Regime, NeedDirs: needDirs, Background: a.spec.Options.Until != nil, JobName: name, Shared: shared}
+	specPath := filepath.Join(a.spec.Dir, node.SpecFile)
 	if err := atomicfile.WriteJSON(specPath, spec, 0o600, atomicfile.Beneath(c.dir)); err != nil {
 		return a.fail(state.ReasonHarnessError, "write the node spec: "+err.Error())
 	}
-	argv := sc.Options.SrunArgv(slurm.Request{GPUs: len(a.gpuIDs), CPUs: len(a.cpus), JobName: name, JobID: alloc.ID},
+	argv := sc.Options.SrunArgv(slurm.Request{GPUs: len(a.spec.GPUIDs), CPUs: len(a.spec.CPUs), JobName: name, JobID: alloc.ID},
 		append(append([]string(nil), sc.NodeCommand...), "--spec", specPath))
 	// The job's name is recorded before srun starts: a resume finds the
 	// job by it even when its id was never reported.
-	if _, err := c.store.UpdateAttempt(a.run.ID, a.n, func(at *state.Attempt) error {
+	if _, err := c.store.UpdateAttempt(a.spec.Run.ID, a.spec.N, func(at *state.Attempt) error {
 		at.Slurm = &state.SlurmStep{JobName: name, JobID: alloc.ID, Shared: shared}
 		at.Commands = append(at.Commands, argv)
 		return nil
 	}); err != nil && !errors.Is(err, state.ErrStateFile) {
 		return a.harness(err)
 	}
-	c.appendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s srun: %s", c.now().UTC().Format(time.RFC3339Nano), shellQuote(argv)))
+	a.env.AppendLine(filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", c.now().UTC().Format(time.RFC3339Nano), attempt.ShellQuote(argv)))
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -94,7 +109,7 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	defer outR.Close()
 	srun, err := c.starter.Start(launch.Spec{
 		Role: "srun", Argv: argv, Env: nodeEnv(), Dir: c.workdir, Stdin: inR, Stdout: outW,
-		StderrPath: filepath.Join(a.dir, "srun.err"),
+		StderrPath: filepath.Join(a.spec.Dir, "srun.err"),
 		// srun's death cancels its step: a controller that dies takes its
 		// steps with it, and never kills srun's process group (that
 		// orphans the step)
@@ -107,14 +122,14 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	}
 	failpoint.Hit("srun-started")
 
-	reports := make(chan Report)
+	reports := make(chan attempt.Report)
 	decodeErr := make(chan error, 1)
 	go func() {
 		// ends at the end of srun's output: srun exited, or closed it
 		defer close(reports)
 		dec := json.NewDecoder(outR)
 		for {
-			var rep Report
+			var rep attempt.Report
 			if err := dec.Decode(&rep); err != nil {
 				decodeErr <- err
 				return
@@ -123,9 +138,9 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 		}
 	}()
 
-	var last *Report  // the last transition recorded
-	stepSeen := false // the node-side runner runs: it reported its step
-	until := a.opts.until
+	var last *attempt.Report // the last transition recorded
+	stepSeen := false        // the node-side runner runs: it reported its step
+	until := a.spec.Options.Until
 	done := ctx.Done()
 	for reports != nil {
 		select {
@@ -137,10 +152,10 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 			if err := a.applyReport(rep); err != nil {
 				// the node does not speak the report protocol (or the
 				// records are broken): end the step, then the attempt
-				c.log.Error().Err(err).Str("run", a.run.ID).Msg("record the node's report")
-				a.sendNode(inW, nodeCmdStop)
+				c.log.Error().Err(err).Str("run", a.spec.Run.ID).Msg("record the node's report")
+				a.sendNode(inW, node.CmdStop)
 				a.stopSrun(srun)
-				c.flights.remove(a.key())
+				c.flights.Remove(a.Key())
 				go func() {
 					for range reports { // until srun's output ends, so the reader ends too
 					}
@@ -152,8 +167,8 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 			}
 			if rep.Kind == "transition" {
 				last = &rep
-				if rep.To == state.Measuring && a.opts.measuring != nil {
-					a.opts.measuring <- a.run.ID
+				if rep.To == state.Measuring && a.spec.Options.Measuring != nil {
+					a.spec.Options.Measuring <- a.spec.Run.ID
 				}
 			}
 		case <-done:
@@ -164,14 +179,14 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 				done = nil
 				break
 			}
-			cmd := nodeCmdStop
-			if errors.Is(context.Cause(ctx), errBudgetExhausted) {
-				cmd = nodeCmdBudget
+			cmd := node.CmdStop
+			if errors.Is(context.Cause(ctx), attempt.ErrBudgetExhausted) {
+				cmd = node.CmdBudget
 			}
 			a.sendNode(inW, cmd)
 			done = nil
 		case <-until:
-			a.sendNode(inW, nodeCmdUntil)
+			a.sendNode(inW, node.CmdUntil)
 			until = nil
 		}
 	}
@@ -181,18 +196,18 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 	case <-time.After(srunGrace):
 		a.stopSrun(srun)
 	}
-	c.flights.remove(a.key())
+	c.flights.Remove(a.Key())
 	ex := srun.Exit()
 	if last != nil && last.To.Terminal() {
-		return outcome{state: last.To, reason: last.Reason, detail: last.Message,
-			interrupted: last.To == state.Interrupted, earlyBackground: last.EarlyBackground}
+		return attempt.Outcome{State: last.To, Reason: last.Reason, Detail: last.Message,
+			Interrupted: last.To == state.Interrupted, EarlyBackground: last.EarlyBackground}
 	}
 	derr := <-decodeErr
-	detail := fmt.Sprintf("srun %s before the attempt's end was reported", exitText(ex))
+	detail := fmt.Sprintf("srun %s before the attempt's end was reported", attempt.ExitText(ex))
 	if derr != nil && !errors.Is(derr, os.ErrClosed) && !errors.Is(derr, io.EOF) {
 		detail += fmt.Sprintf(" (its output: %v)", derr)
 	}
-	if tail, err := readTail(filepath.Join(a.dir, "srun.err"), 2048); err == nil && len(tail) > 0 {
+	if tail, err := safefile.ReadTail(filepath.Join(a.spec.Dir, "srun.err"), 2048); err == nil && len(tail) > 0 {
 		detail += ": " + lastLine(tail)
 	}
 	return a.endUnreported(ctx, state.ReasonStepLost, detail)
@@ -203,46 +218,45 @@ func (a *attempt) executeOnSlurm(ctx context.Context) outcome {
 // GPU time is charged to now from the server's start (the node may have
 // held them until the step ended), and it fails with reason, or is
 // interrupted when the controller had asked it to stop.
-func (a *attempt) endUnreported(ctx context.Context, reason state.Reason, detail string) outcome {
+func (a *step) endUnreported(ctx context.Context, reason state.Reason, detail string) attempt.Outcome {
 	c := a.c
-	at, err := c.store.Attempt(a.run.ID, a.n)
+	at, err := c.store.Attempt(a.spec.Run.ID, a.spec.N)
 	if err != nil {
 		return a.harness(err)
 	}
-	a.state = at.State
+	a.SetState(at.State)
 	if srv := serverProc(at); srv != nil && !charged(at) {
-		amt := budget.Charge(len(a.gpuIDs), srv.StartedAt, c.now())
-		a.setFigure("gpu_seconds", amt)
-		a.pendLedger = append(a.pendLedger, state.LedgerEntry{Kind: "charge", Run: a.run.ID, Attempt: a.n, GPUSeconds: amt,
-			Note: "server start to the end of its lost step"})
+		amt := budget.Charge(len(a.spec.GPUIDs), srv.StartedAt, c.now())
+		a.SetFigure("gpu_seconds", amt)
+		a.NoteCharge(amt, "server start to the end of its lost step")
 	}
 	if ctx.Err() != nil {
 		why := state.ReasonInterrupted
-		if errors.Is(context.Cause(ctx), errBudgetExhausted) {
+		if errors.Is(context.Cause(ctx), attempt.ErrBudgetExhausted) {
 			why = state.ReasonBudgetExhausted
 		}
-		if err := a.transition(state.Interrupted, why, "the step ended while stopping: "+detail, nil); err != nil {
+		if err := a.Transition(state.Interrupted, why, "the step ended while stopping: "+detail, nil); err != nil {
 			return a.harness(err)
 		}
-		return outcome{state: state.Interrupted, reason: why, detail: detail, interrupted: true}
+		return attempt.Outcome{State: state.Interrupted, Reason: why, Detail: detail, Interrupted: true}
 	}
-	a.gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Error, At: c.now(),
+	a.Gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Error, At: c.now(),
 		Detail: "the node's GPUs were not read after the step ended: " + detail})
 	// the legal path from where the attempt was to failed
 	path := map[state.AttemptState][]state.AttemptState{
 		state.Starting: {state.Stopping, state.Cleanup}, state.Ready: {state.Stopping, state.Cleanup},
 		state.Measuring: {state.Stopping, state.Cleanup}, state.Stopping: {state.Cleanup},
-	}[a.state]
+	}[a.State()]
 	for _, to := range path {
 		why, msg := state.Reason(""), "the step's processes are Slurm's to end; its GPUs not proven free"
 		if to == state.Stopping {
 			why, msg = reason, detail
 		}
-		if err := a.transition(to, why, msg, nil); err != nil {
+		if err := a.Transition(to, why, msg, nil); err != nil {
 			return a.harness(err)
 		}
 	}
-	return a.terminal(state.Failed, reason, detail)
+	return a.fail(reason, detail)
 }
 
 // charged says whether the attempt's GPU time is on its figures already
@@ -253,7 +267,7 @@ func charged(at state.Attempt) bool {
 }
 
 // applyReport records one report of the node-side runner.
-func (a *attempt) applyReport(rep Report) error {
+func (a *step) applyReport(rep attempt.Report) error {
 	c := a.c
 	switch rep.Kind {
 	case "step":
@@ -265,7 +279,7 @@ func (a *attempt) applyReport(rep Report) error {
 		if err != nil {
 			return err
 		}
-		_, err = c.store.UpdateAttempt(a.run.ID, a.n, func(at *state.Attempt) error {
+		_, err = c.store.UpdateAttempt(a.spec.Run.ID, a.spec.N, func(at *state.Attempt) error {
 			at.Slurm = &st
 			at.GPUIDs = gpus
 			at.CPUs = st.CPUs
@@ -283,23 +297,23 @@ func (a *attempt) applyReport(rep Report) error {
 			return errors.New("a proc report without its process")
 		}
 		if rep.Proc.Role == "server" {
-			c.flights.add(a.key(), len(a.gpuIDs), rep.Proc.StartedAt)
+			c.flights.Add(a.Key(), len(a.spec.GPUIDs), rep.Proc.StartedAt)
 		}
-		return storeRecorder{c}.procStarted(a.run.ID, a.n, *rep.Proc)
+		return storeRecorder{c}.ProcStarted(a.spec.Run.ID, a.spec.N, *rep.Proc)
 	case "transition":
 		if !rep.To.Valid() {
 			return fmt.Errorf("a transition to unknown state %q", rep.To)
 		}
-		if err := c.recordTransition(a.run.ID, a.n, rep); err != nil {
+		if err := c.recordTransition(a.spec.Run.ID, a.spec.N, rep); err != nil {
 			return err
 		}
-		a.state = rep.To
+		a.SetState(rep.To)
 		for _, l := range rep.Ledger {
 			if l.Kind == state.LedgerCharge {
-				c.flights.remove(a.key())
+				c.flights.Remove(a.Key())
 			}
 		}
-		c.log.Info().Str("run", a.run.ID).Int("attempt", a.n).Str("to", string(rep.To)).Str("reason", string(rep.Reason)).Str("executor", "slurm").Msg(rep.Message)
+		c.log.Info().Str("run", a.spec.Run.ID).Int("attempt", a.spec.N).Str("to", string(rep.To)).Str("reason", string(rep.Reason)).Str("executor", "slurm").Msg(rep.Message)
 		return nil
 	}
 	return fmt.Errorf("a report of unknown kind %q", rep.Kind)
@@ -307,9 +321,9 @@ func (a *attempt) applyReport(rep Report) error {
 
 // sendNode writes one command to the node-side runner. A runner that is
 // gone cannot read it; its step's end says the rest.
-func (a *attempt) sendNode(w *os.File, cmd string) {
+func (a *step) sendNode(w *os.File, cmd string) {
 	if _, err := w.WriteString(cmd + "\n"); err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.run.ID).Str("command", cmd).Msg("tell the node-side runner")
+		a.c.log.Warn().Err(err).Str("run", a.spec.Run.ID).Str("command", cmd).Msg("tell the node-side runner")
 	}
 }
 
@@ -317,13 +331,13 @@ func (a *attempt) sendNode(w *os.File, cmd string) {
 // own SIGTERM ends its step's tasks, and SIGKILL of srun cancels the step;
 // killing srun's group (srun and its helper) would orphan the step, which
 // would run on. Each signal is recorded.
-func (a *attempt) stopSrun(p *launch.Proc) {
+func (a *step) stopSrun(p *launch.Proc) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		rec, err := launch.Signal(a.c.boot, p.Identity, p.Role, sig)
 		if err != nil {
 			break // gone: the reaper reports its exit
 		}
-		a.pendSigs = append(a.pendSigs, toSignals([]launch.SignalRecord{rec})...)
+		a.NoteSignals(rec)
 		select {
 		case <-p.Done():
 			return
@@ -332,8 +346,8 @@ func (a *attempt) stopSrun(p *launch.Proc) {
 	}
 	select {
 	case <-p.Done():
-	case <-time.After(stopSlack):
-		a.c.log.Error().Str("run", a.run.ID).Int("pid", p.PID).Msg("srun did not exit after SIGKILL")
+	case <-time.After(attempt.StopSlack):
+		a.c.log.Error().Str("run", a.spec.Run.ID).Int("pid", p.PID).Msg("srun did not exit after SIGKILL")
 	}
 }
 
@@ -363,4 +377,22 @@ func lastLine(b []byte) string {
 		s = s[i+1:]
 	}
 	return strings.TrimSpace(s)
+}
+
+// fail ends the attempt failed: no process of it runs here, and what ran
+// on the node ended with its step.
+func (a *step) fail(reason state.Reason, detail string) attempt.Outcome {
+	out, err := a.End(state.Failed, reason, detail, nil)
+	if err != nil {
+		return a.harness(err)
+	}
+	return out
+}
+
+// harness ends an attempt whose transition could not be recorded: it
+// stays live in the records, and resume charges it.
+func (a *step) harness(err error) attempt.Outcome {
+	a.c.log.Error().Err(err).Str("run", a.spec.Run.ID).Msg("record transition")
+	a.c.flights.Remove(a.Key())
+	return attempt.Outcome{State: state.Failed, Reason: state.ReasonHarnessError, Detail: err.Error()}
 }

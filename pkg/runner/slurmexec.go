@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"warden/pkg/attempt"
 
 	"warden/pkg/launch"
 	"warden/pkg/slurm"
@@ -31,16 +32,17 @@ func (c *Runner) slurmClient() slurm.Client {
 // CPUs of the given slots (a co-location check's target and
 // backgrounds), for their steps to run in side by side. The allocation
 // is cancelled with releaseAllocation.
-func (c *Runner) allocate(ctx context.Context, name string, slots []protocols.SlotInfo) (allocation, error) {
+func (x slurmExecutor) allocate(ctx context.Context, name string, slots []protocols.SlotInfo) (allocation, error) {
+	c := x.c
 	gpus, cpus := 0, 0
 	for _, s := range slots {
 		gpus += len(s.GPUs)
 		n, _ := protocols.ParseCPUList(s.CPUs)
 		cpus += len(n)
 	}
-	argv := c.slurm.Options.SallocArgv(name, gpus, cpus)
+	argv := x.cfg.Options.SallocArgv(name, gpus, cpus)
 	// salloc waits at most the queue bound; a little longer for itself
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(c.slurm.Options.QueueTimeoutS+60)*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(x.cfg.Options.QueueTimeoutS+60)*time.Second)
 	defer cancel()
 	_, stderr, err := captureOutput(ctx, c.starter, argv)
 	if err != nil {
@@ -96,7 +98,7 @@ func captureOutput(ctx context.Context, l *launch.Launcher, argv []string) (stdo
 	<-p.Done()
 	wg.Wait()
 	if ex := p.Exit(); ex.Code != 0 || ex.Signal != "" {
-		return ob.Bytes(), eb.Bytes(), fmt.Errorf("%s: %s: %s", strings.Join(argv, " "), exitText(ex), strings.TrimSpace(eb.String()))
+		return ob.Bytes(), eb.Bytes(), fmt.Errorf("%s: %s: %s", strings.Join(argv, " "), attempt.ExitText(ex), strings.TrimSpace(eb.String()))
 	}
 	return ob.Bytes(), eb.Bytes(), ctx.Err()
 }

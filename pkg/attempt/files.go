@@ -1,100 +1,73 @@
-package runner
+package attempt
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"warden/pkg/safefile"
-
-	"warden/protocols"
 )
 
-// appendLine appends a line to one of the attempt's readable logs
+// AppendLine appends a line to one of the attempt's readable logs
 // (commands.log, gates.jsonl). They are copies, for the reader of the
 // attempt directory, of what the database records durably with the
 // attempt's transitions (its commands, its gate verdicts), so they are not
 // fsynced: a power cut may lose their last lines, never a record. The file
 // is opened beneath the campaign directory, without following a link a
 // child planted in its path.
-func (c *Runner) appendLine(path, line string) {
-	rel, err := filepath.Rel(c.dir, path)
+func (c *Env) AppendLine(path, line string) {
+	rel, err := filepath.Rel(c.Dir, path)
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return
 	}
-	root, err := os.OpenRoot(c.dir)
+	root, err := os.OpenRoot(c.Dir)
 	if err != nil {
 		return
 	}
 	defer root.Close()
 	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		c.log.Warn().Err(err).Str("file", path).Msg("append to the attempt's log")
+		c.Log.Warn().Err(err).Str("file", path).Msg("append to the attempt's log")
 		return
 	}
 	defer f.Close()
 	f.WriteString(line + "\n")
 }
 
-func (c *Runner) appendJSONLine(path string, v any) {
+func (c *Env) appendJSONLine(path string, v any) {
 	b, err := json.Marshal(v)
 	if err == nil {
-		c.appendLine(path, string(b))
+		c.AppendLine(path, string(b))
 	}
 }
 
-// mkdirBeneath creates a directory under the campaign directory, and its
+// MkdirBeneath creates a directory under the campaign directory, and its
 // parents, resolving beneath it: a link a child planted (its run directory
 // replaced by a link out of the campaign) fails it instead of being
 // followed.
-func (c *Runner) mkdirBeneath(dir string) error {
-	rel, err := filepath.Rel(c.dir, dir)
+func (c *Env) MkdirBeneath(dir string) error {
+	rel, err := filepath.Rel(c.Dir, dir)
 	if err != nil || strings.HasPrefix(rel, "..") {
-		return fmt.Errorf("%s is not under the campaign directory %s", dir, c.dir)
+		return fmt.Errorf("%s is not under the campaign directory %s", dir, c.Dir)
 	}
-	root, err := os.OpenRoot(c.dir)
+	root, err := os.OpenRoot(c.Dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
 	if err := root.MkdirAll(rel, 0o755); err != nil {
-		return fmt.Errorf("create %s beneath %s: %w", rel, c.dir, err)
+		return fmt.Errorf("create %s beneath %s: %w", rel, c.Dir, err)
 	}
 	return nil
 }
 
-// readTail reads at most the last n bytes of a regular file (safefile:
-// no FIFO, device or link a child planted is waited on or followed).
-func readTail(path string, n int64) ([]byte, error) {
-	f, err := safefile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	off := max(fi.Size()-n, 0)
-	b := make([]byte, min(fi.Size(), n))
-	k, err := f.ReadAt(b, off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return b[:k], nil
-}
-
-// maxChildFile bounds what the runner reads of a file a child wrote.
-const maxChildFile = 64 << 20
-
-// readChildFile reads a file a child wrote (safefile, at most maxChildFile
+// readChildFile reads a file a child wrote (safefile, at most safefile.ChildLimit
 // bytes).
-func readChildFile(path string) ([]byte, error) { return safefile.ReadFile(path, maxChildFile) }
+func readChildFile(path string) ([]byte, error) { return safefile.ReadFile(path, safefile.ChildLimit) }
 
 // readDrainTimes reads the drain's start and end (CLOCK_MONOTONIC
 // nanoseconds) from a client's result file: drain.start_mono_ns and
@@ -124,26 +97,7 @@ func readDrainTimes(path string) (start, end int64, err error) {
 	return r.Drain.StartMonoNS, r.Drain.EndMonoNS, nil
 }
 
-// expandCommand expands a command's ${VAR}s: an argument vector, or a
-// shell line run by /bin/sh -c.
-func expandCommand(c protocols.CommandSpec, vars map[string]string) ([]string, error) {
-	if c.Shell != "" {
-		s, err := protocols.Expand(c.Shell, vars)
-		if err != nil {
-			return nil, err
-		}
-		return []string{"/bin/sh", "-c", s}, nil
-	}
-	out := make([]string, len(c.Argv))
-	for i, arg := range c.Argv {
-		s, err := protocols.Expand(arg, vars)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = s
-	}
-	return out, nil
-}
+// sortedKeys are the keys of m, sorted.
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

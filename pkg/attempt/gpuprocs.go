@@ -1,4 +1,4 @@
-package runner
+package attempt
 
 import (
 	"fmt"
@@ -136,7 +136,7 @@ func mib(n int) string {
 
 // ownFound is the channel of the sampler's foreign sighting; nil (never
 // ready) when nothing samples.
-func (a *attempt) ownFound() <-chan gates.Verdict {
+func (a *Attempt) ownFound() <-chan gates.Verdict {
 	if a.own == nil || a.foreign != nil {
 		return nil
 	}
@@ -145,28 +145,28 @@ func (a *attempt) ownFound() <-chan gates.Verdict {
 
 // foreignProcess records the sighting as the gpu-processes gate and fails
 // the attempt foreign-gpu-process: the campaign stops (stop condition 2).
-func (a *attempt) foreignProcess(v gates.Verdict) (state.Reason, string) {
+func (a *Attempt) foreignProcess(v gates.Verdict) (state.Reason, string) {
 	a.foreign = &v
-	a.gate(v)
+	a.Gate(v)
 	return state.ReasonForeignGPUProcess, v.Detail
 }
 
 // gpuProcsGate ends the judging once the sampler has stopped: a sighting
 // not yet taken is taken now (validate fails the attempt with it); with
 // none, the gate passes with the number of samples judged.
-func (a *attempt) gpuProcsGate(sum sample.Summary) {
+func (a *Attempt) gpuProcsGate(sum sample.Summary) {
 	if a.own == nil || a.foreign != nil {
 		return
 	}
 	select {
 	case v := <-a.own.found:
 		a.foreign = &v
-		a.gate(v)
+		a.Gate(v)
 		return
 	default:
 	}
 	judged := sum.Samples - sum.Failed
-	v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Pass, At: a.c.now(),
+	v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Pass, At: a.env.Now(),
 		Figures: map[string]float64{"samples": float64(judged), "samples_failed": float64(sum.Failed), "foreign_processes": 0}}
 	if judged == 0 {
 		// nothing was read: the check cannot tell
@@ -174,5 +174,5 @@ func (a *attempt) gpuProcsGate(sum sample.Summary) {
 		v.Detail = fmt.Sprintf("no sample of the GPUs' processes could be read (%d failed; see gpu-samples.jsonl)", sum.Failed)
 		a.foreign = &v
 	}
-	a.gate(v)
+	a.Gate(v)
 }

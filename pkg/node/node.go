@@ -1,14 +1,17 @@
-package runner
+package node
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"sync"
 	"time"
+	"warden/pkg/attempt"
+	"warden/pkg/gates"
 
 	"github.com/rs/zerolog"
 
@@ -18,11 +21,11 @@ import (
 	"warden/protocols"
 )
 
-// NodeSpec is everything a node-side runner needs to run one attempt as a
+// Spec is everything a node-side runner needs to run one attempt as a
 // Slurm step: the controller writes it into the attempt directory
-// (NodeSpecFile) before it asks Slurm for the step. The campaign directory
+// (SpecFile) before it asks Slurm for the step. The campaign directory
 // is on a file system every node sees at the same path.
-type NodeSpec struct {
+type Spec struct {
 	Schema       int    `json:"schema"`
 	CampaignDir  string `json:"campaign_dir"`
 	Workdir      string `json:"workdir"`
@@ -51,29 +54,29 @@ type NodeSpec struct {
 	Shared bool `json:"shared,omitempty"`
 }
 
-// NodeSpecFile is the node spec's name in the attempt directory.
-const NodeSpecFile = "node-spec.json"
+// SpecFile is the node spec's name in the attempt directory.
+const SpecFile = "node-spec.json"
 
-// nodeSpecSchema is the version of NodeSpec.
-const nodeSpecSchema = 1
+// SpecSchema is the version of Spec.
+const SpecSchema = 1
 
 // The controller's commands to a node-side runner, one per line on its
 // standard input. The end of the input means the controller is gone: the
 // attempt is ended as for a stop.
 const (
-	nodeCmdStop   = "stop"   // end the attempt: interrupted, it restarts on resume
-	nodeCmdBudget = "budget" // the same, because the budget's cap was reached
-	nodeCmdUntil  = "until"  // a background load's target is done: end its client
+	CmdStop   = "stop"   // end the attempt: interrupted, it restarts on resume
+	CmdBudget = "budget" // the same, because the budget's cap was reached
+	CmdUntil  = "until"  // a background load's target is done: end its client
 )
 
 // errControllerGone ends a node-side attempt whose controller stopped
 // reading and writing (its input ended).
 var errControllerGone = errors.New("the controller is gone: its input to the node-side runner ended")
 
-// NodeConfig is what a node-side runner is given: the spec and the node's
+// Config is what a node-side runner is given: the spec and the node's
 // GPUs, launcher and identity.
-type NodeConfig struct {
-	Spec NodeSpec
+type Config struct {
+	Spec Spec
 	// Step is the Slurm step the runner runs in; CPUs its affinity mask.
 	Step slurm.Step
 	CPUs []int
@@ -81,7 +84,7 @@ type NodeConfig struct {
 	StepCUDA string
 	// FakeGPUDir is this node's fake host, when the backend is fake.
 	FakeGPUDir string
-	GPUs       GPUs
+	GPUs       attempt.GPUs
 	Launcher   *launch.Launcher
 	Boot       launch.BootIDSource
 	Now        func() time.Time
@@ -91,13 +94,13 @@ type NodeConfig struct {
 	In  io.Reader
 }
 
-// RunNode runs one attempt on this node, from preflight to its terminal
+// Run runs one attempt on this node, from preflight to its terminal
 // state, and reports every record of it to Out. It returns the attempt's
 // terminal state, or an error when it could not begin.
-func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
+func Run(ctx context.Context, cfg Config) (state.AttemptState, error) {
 	sp := cfg.Spec
-	if sp.Schema != nodeSpecSchema {
-		return "", fmt.Errorf("node spec schema %d, this controller reads %d", sp.Schema, nodeSpecSchema)
+	if sp.Schema != SpecSchema {
+		return "", fmt.Errorf("node spec schema %d, this controller reads %d", sp.Schema, SpecSchema)
 	}
 	if sp.Plan == nil || len(sp.Slots) == 0 {
 		return "", errors.New("node spec: no plan or no slots")
@@ -125,25 +128,24 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 			step.GPUUUIDs = append(step.GPUUUIDs, r.UUID)
 		}
 	}
-	if err := rec.send(Report{Kind: "step", Step: step}); err != nil {
+	if err := rec.send(attempt.Report{Kind: "step", Step: step}); err != nil {
 		return "", fmt.Errorf("report the step: %w", err)
 	}
-	private, err := PrivateIndex(sp.CampaignDir, sp.Plan.PrivacyMinLeakBytes)
+	private, err := attempt.PrivateIndex(sp.CampaignDir, sp.Plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return "", err
 	}
-	c := &Runner{
-		dir: sp.CampaignDir, workdir: sp.Workdir, protocolPath: sp.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
-		starter: cfg.Launcher, gpus: cfg.GPUs, log: cfg.Log, boot: cfg.Boot, uid: sp.UID, now: now, private: private,
-		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), onNode: true,
+	env := &attempt.Env{
+		Dir: sp.CampaignDir, Workdir: sp.Workdir, ProtocolPath: sp.ProtocolPath, FakeGPUDir: cfg.FakeGPUDir,
+		Launcher: cfg.Launcher, GPUs: cfg.GPUs, Log: cfg.Log, Boot: cfg.Boot, UID: sp.UID, Now: now,
+		Private: private, PrivCache: &gates.ScanCache{},
 	}
 	// The step's GPUs keep Slurm's numbering (renumbered from 0 where its
 	// device cgroup hides the node's other GPUs). Fake GPUs are files no
 	// cgroup hides: they are named by the node's indices, the GPU ids.
 	if sp.GPUBackend != "fake" {
-		c.stepCUDA = cfg.StepCUDA
+		env.StepCUDA = cfg.StepCUDA
 	}
-	c.plan.Store(sp.Plan)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -158,11 +160,11 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 		sc := bufio.NewScanner(cfg.In)
 		for sc.Scan() {
 			switch sc.Text() {
-			case nodeCmdStop:
+			case CmdStop:
 				cancel(errors.New("the controller asked the node-side runner to stop"))
-			case nodeCmdBudget:
-				cancel(errBudgetExhausted)
-			case nodeCmdUntil:
+			case CmdBudget:
+				cancel(attempt.ErrBudgetExhausted)
+			case CmdUntil:
 				if until != nil {
 					untilOnce.Do(func() { close(until) })
 				}
@@ -171,11 +173,11 @@ func RunNode(ctx context.Context, cfg NodeConfig) (state.AttemptState, error) {
 		cancel(errControllerGone)
 	}()
 
-	a := &attempt{c: c, rec: rec, plan: sp.Plan, run: sp.Run, n: sp.Attempt, dir: sp.Dir, slots: sp.Slots,
-		gpuIDs: gpuIDs, cpus: cfg.CPUs, port: sp.Slots[0].Port, needDirs: sp.NeedDirs,
-		opts: attemptOpts{regime: sp.Regime, until: until}}
-	out := a.execute(ctx)
-	return out.state, nil
+	a := attempt.New(env, rec, attempt.Spec{Plan: sp.Plan, Run: sp.Run, N: sp.Attempt, Dir: sp.Dir, Slots: sp.Slots,
+		GPUIDs: gpuIDs, CPUs: cfg.CPUs, Port: sp.Slots[0].Port, NeedDirs: sp.NeedDirs,
+		Options: attempt.Options{Regime: sp.Regime, Until: until}})
+	out := a.Execute(ctx)
+	return out.State, nil
 }
 
 func slotGPUs(slots []protocols.SlotInfo) int {
@@ -184,4 +186,43 @@ func slotGPUs(slots []protocols.SlotInfo) int {
 		n += len(s.GPUs)
 	}
 	return n
+}
+
+// lineRecorder sends reports as JSON lines (a node-side runner's standard
+// output). The signals it sent are kept for the validators' signals.json.
+type lineRecorder struct {
+	mu   sync.Mutex
+	enc  *json.Encoder
+	now  func() time.Time
+	sigs []state.Signal
+}
+
+func newLineRecorder(w io.Writer, now func() time.Time) *lineRecorder {
+	return &lineRecorder{enc: json.NewEncoder(w), now: now}
+}
+
+func (r *lineRecorder) send(rep attempt.Report) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep.Schema = attempt.ReportSchema
+	if rep.At.IsZero() {
+		rep.At = r.now()
+	}
+	r.sigs = append(r.sigs, rep.Signals...)
+	return r.enc.Encode(rep)
+}
+
+func (r *lineRecorder) Transition(_ string, _ int, rep attempt.Report) error {
+	rep.Kind = "transition"
+	return r.send(rep)
+}
+
+func (r *lineRecorder) ProcStarted(_ string, _ int, p state.Proc) error {
+	return r.send(attempt.Report{Kind: "proc", Proc: &p})
+}
+
+func (r *lineRecorder) Signals(string, int) ([]state.Signal, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]state.Signal(nil), r.sigs...), nil
 }

@@ -1,4 +1,4 @@
-package runner
+package attempt
 
 import (
 	"context"
@@ -28,38 +28,38 @@ type hostRecord struct {
 
 // recordHost writes a hostRecord to name in the attempt directory and
 // returns the GPU readings.
-func (a *attempt) recordHost(name string) []gpu.Reading {
+func (a *Attempt) recordHost(name string) []gpu.Reading {
 	readings, figs := a.readHost(name)
 	for k, v := range figs {
-		a.setFigure(k, v)
+		a.SetFigure(k, v)
 	}
 	return readings
 }
 
 // readHost is recordHost without touching the attempt's figures, which it
 // returns: safe to run beside the attempt's own goroutine.
-func (a *attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
-	rec := hostRecord{At: a.c.now()}
+func (a *Attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
+	rec := hostRecord{At: a.env.Now()}
 	figs := map[string]float64{}
-	readings, err := a.c.gpus.Info(a.gpuIDs)
+	readings, err := a.env.GPUs.Info(a.gpuIDs)
 	if err != nil {
 		rec.Err = err.Error()
 	}
 	rec.GPUs = readings
-	if h, err := gates.ReadHostRecord(a.c.uid); err == nil {
+	if h, err := gates.ReadHostRecord(a.env.UID); err == nil {
 		rec.Host = h
 		figs[name+"_load1"] = h.LoadAvg1
 		figs[name+"_other_users_procs"] = float64(h.OtherUsersCount)
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(a.dir, name+".json"), rec, 0o644, atomicfile.Beneath(a.c.dir)); err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
+	if err := atomicfile.WriteJSON(filepath.Join(a.dir, name+".json"), rec, 0o644, atomicfile.Beneath(a.env.Dir)); err != nil {
+		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
 	}
 	return readings, figs
 }
 
 // recordPostMeasure takes the record after the measured interval beside
 // the server's shutdown; joinPostMeasure waits for it.
-func (a *attempt) recordPostMeasure() {
+func (a *Attempt) recordPostMeasure() {
 	ch := make(chan map[string]float64, 1)
 	a.post = ch
 	go func() {
@@ -68,31 +68,31 @@ func (a *attempt) recordPostMeasure() {
 	}()
 }
 
-func (a *attempt) joinPostMeasure() {
+func (a *Attempt) joinPostMeasure() {
 	if a.post == nil {
 		return
 	}
 	for k, v := range <-a.post {
-		a.setFigure(k, v)
+		a.SetFigure(k, v)
 	}
 	a.post = nil
 }
 
 // checkCPULocal judges whether the slot's CPUs are local to its GPUs.
-func (a *attempt) checkCPULocal(readings []gpu.Reading) gates.Verdict {
+func (a *Attempt) checkCPULocal(readings []gpu.Reading) gates.Verdict {
 	aff := map[int][]int{}
 	for _, r := range readings {
 		aff[r.Index] = r.CPUAffinity
 	}
-	return gates.CPULocal(a.cpus, aff, a.c.now())
+	return gates.CPULocal(a.cpus, aff, a.env.Now())
 }
 
 // startSampler samples the GPUs into gpu-samples.jsonl while the server
 // runs, and reads the energy counters at the start.
-func (a *attempt) startSampler(idle []gpu.Reading) {
+func (a *Attempt) startSampler(idle []gpu.Reading) {
 	for _, r := range idle {
 		if r.PowerW != nil {
-			a.setFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
+			a.SetFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
 		}
 	}
 	if a.plan.SampleS <= 0 {
@@ -100,17 +100,17 @@ func (a *attempt) startSampler(idle []gpu.Reading) {
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
 	own := newOwnProcs()
-	s, err := sample.New(sample.Config{Reader: a.c.gpus, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl"),
-		Watch: own.watch(a.c.uid)})
+	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl"),
+		Watch: own.watch(a.env.UID)})
 	if err == nil {
 		err = s.Start(context.Background())
 	}
 	if err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
 		// nothing watches the GPUs' processes mid-run: the check cannot tell
-		v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Error, At: a.c.now(), Detail: "the GPU sampler did not start: " + err.Error()}
+		v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Error, At: a.env.Now(), Detail: "the GPU sampler did not start: " + err.Error()}
 		a.foreign = &v
-		a.gate(v)
+		a.Gate(v)
 		return
 	}
 	a.sampler, a.own = s, own
@@ -119,32 +119,32 @@ func (a *attempt) startSampler(idle []gpu.Reading) {
 // stopSampler ends the sampler and records its figures: energy per GPU
 // from the counters and from the samples, the sampler's own cost, and the
 // dynamic energy per successful request over the clean interval.
-func (a *attempt) stopSampler() {
+func (a *Attempt) stopSampler() {
 	if a.sampler == nil {
 		return
 	}
 	sum, err := a.sampler.Stop()
 	a.sampler = nil
 	if err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
 	}
 	a.gpuProcsGate(sum)
-	a.setFigure("samples", float64(sum.Samples))
-	a.setFigure("samples_missed", float64(sum.Missed))
-	a.setFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)
-	a.setFigure("sampler_read_max_ms", float64(sum.MaxReadTime.Microseconds())/1000)
+	a.SetFigure("samples", float64(sum.Samples))
+	a.SetFigure("samples_missed", float64(sum.Missed))
+	a.SetFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)
+	a.SetFigure("sampler_read_max_ms", float64(sum.MaxReadTime.Microseconds())/1000)
 	for _, g := range sum.GPUs {
 		i := strconv.Itoa(g.Index)
-		a.setFigure("energy_sampled_j_gpu"+i, g.EnergyJ)
-		a.setFigure("mean_power_w_gpu"+i, g.MeanPowerW)
+		a.SetFigure("energy_sampled_j_gpu"+i, g.EnergyJ)
+		a.SetFigure("mean_power_w_gpu"+i, g.MeanPowerW)
 		if g.CounterEnergyJ != nil {
-			a.setFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
+			a.SetFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
 		}
 	}
 	if e, err := a.energyPerRequest(); err == nil && !math.IsNaN(e) {
-		a.setFigure("energy_per_request_j", e)
+		a.SetFigure("energy_per_request_j", e)
 	} else if err != nil {
-		a.c.log.Info().Str("run", a.run.ID).Str("why", err.Error()).Msg("no energy per request")
+		a.env.Log.Info().Str("run", a.run.ID).Str("why", err.Error()).Msg("no energy per request")
 	}
 }
 
@@ -152,7 +152,7 @@ func (a *attempt) stopSampler() {
 // request: the integral of (power - idle power) over the clean interval,
 // summed over the run's GPUs, divided by the successes the client
 // reported with its "done" phase.
-func (a *attempt) energyPerRequest() (float64, error) {
+func (a *Attempt) energyPerRequest() (float64, error) {
 	if a.phases == nil || a.phases.successes == nil {
 		return 0, fmt.Errorf("the client reported no successes")
 	}

@@ -1,11 +1,13 @@
-package runner
+package attempt
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"warden/protocols"
 
 	"warden/pkg/api"
 	"warden/pkg/gates"
@@ -18,27 +20,27 @@ import (
 // plan.json, controller.json, state.db, the provenance copies and
 // ledger output, a report written there. Files found clean and unchanged
 // since an earlier attempt are not read again.
-func (c *Runner) campaignPrivacy(forbidden []string) gates.Verdict {
+func (c *Env) campaignPrivacy(forbidden []string) gates.Verdict {
 	fake := ""
-	if c.fakeGPUDir != "" {
-		if rel, err := filepath.Rel(c.dir, c.fakeGPUDir); err == nil && filepath.IsLocal(rel) {
+	if c.FakeGPUDir != "" {
+		if rel, err := filepath.Rel(c.Dir, c.FakeGPUDir); err == nil && filepath.IsLocal(rel) {
 			fake = filepath.ToSlash(rel)
 		}
 	}
-	v := gates.PrivacyScanCached(c.dir, forbidden, c.private, func(rel string) bool {
+	v := gates.PrivacyScanCached(c.Dir, forbidden, c.Private, func(rel string) bool {
 		// the socket and the lock hold no content
 		return rel == "runs" || rel == fake || rel == provenance.SubDir || rel == api.SocketFile || rel == api.LockFile
-	}, 64<<20, &c.privCache, c.now())
+	}, 64<<20, c.PrivCache, c.Now())
 	// Provenance copies are the protocol's inputs: a synthetic manifest
 	// may be archived there with its prompts (seed 002, "Synthetic
 	// manifests may be archived"), so no field is forbidden in them; no
 	// private text may be there.
-	provDir := filepath.Join(c.dir, provenance.SubDir)
+	provDir := filepath.Join(c.Dir, provenance.SubDir)
 	if _, err := os.Lstat(provDir); errors.Is(err, fs.ErrNotExist) {
 		v.Gate = "privacy-campaign"
 		return v // nothing was written there to scan
 	}
-	pv := gates.PrivacyScanCached(provDir, nil, c.private, nil, 64<<20, &c.privCache, c.now())
+	pv := gates.PrivacyScanCached(provDir, nil, c.Private, nil, 64<<20, c.PrivCache, c.Now())
 	for k, n := range pv.Figures {
 		if strings.HasPrefix(k, "files_") || k == "bytes_scanned" || k == "findings" || k == "symlinks" || k == "irregular" {
 			v.Figures[k] += n
@@ -55,4 +57,29 @@ func (c *Runner) campaignPrivacy(forbidden []string) gates.Verdict {
 	}
 	v.Gate = "privacy-campaign"
 	return v
+}
+
+// PrivateIndex reads the private inputs recorded in the campaign's
+// provenance and indexes them for the privacy scan of every attempt's
+// artifacts: every run of at least minLeak bytes of any private value
+// (0: protocols.DefaultMinLeakBytes).
+func PrivateIndex(dir string, minLeak int) (*gates.PrivateIndex, error) {
+	entries, err := provenance.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	if minLeak == 0 {
+		minLeak = protocols.DefaultMinLeakBytes
+	}
+	var paths []string
+	for _, e := range entries {
+		if e.Private {
+			paths = append(paths, e.Path)
+		}
+	}
+	x, err := gates.IndexPrivate(paths, minLeak)
+	if err != nil {
+		return nil, fmt.Errorf("read the private inputs for the privacy scan: %w", err)
+	}
+	return x, nil
 }

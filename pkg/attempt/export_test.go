@@ -1,4 +1,4 @@
-package runner
+package attempt
 
 import (
 	"errors"
@@ -12,17 +12,17 @@ import (
 )
 
 // HarnessEndOf starts argv through l as attempt 1 of run's server, in a
-// runner on dir whose end log is open, then ends the attempt as a
+// campaign on dir whose end log is open, then ends the attempt as a
 // controller that cannot record its transition does (harness), and
 // returns the time its processes were proven gone by.
 func HarnessEndOf(l *launch.Launcher, dir, run string, argv []string) (time.Time, error) {
-	c := &Runner{dir: dir, starter: l, log: zerolog.Nop(), now: time.Now}
+	env := &Env{Dir: dir, Launcher: l, Log: zerolog.Nop(), Now: time.Now}
 	var err error
-	if c.ends, err = endlog.Open(dir); err != nil {
+	if env.Ends, err = endlog.Open(dir); err != nil {
 		return time.Time{}, err
 	}
-	defer c.ends.Close()
-	a := &attempt{c: c, run: protocols.Run{ID: run}, n: 1}
+	defer env.Ends.Close()
+	a := New(env, nil, Spec{Run: protocols.Run{ID: run}, N: 1})
 	if a.server, err = l.Start(launch.Spec{Role: "server", Argv: argv, Stop: launch.StopOptions{Grace: time.Second, GroupGrace: time.Second}}); err != nil {
 		return time.Time{}, err
 	}

@@ -1,4 +1,4 @@
-package runner
+package validator
 
 import (
 	"bufio"
@@ -10,26 +10,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warden/pkg/launch"
 	"warden/protocols"
 )
 
-// validatorEnd says how a validator's run ended when the controller ended
-// it: not at all (it exited), past its time bound, or by a stop.
-type validatorEnd int
-
-const (
-	validatorExited validatorEnd = iota
-	validatorTimedOut
-	validatorStopped
-)
-
-// boundedArgv runs argv under an address-space limit (RLIMIT_AS) of
+// BoundedArgv runs argv under an address-space limit (RLIMIT_AS) of
 // memMiB, through /bin/sh's ulimit -v, which sets it before the exec: the
 // validator runs limited from its first instruction, in the same process
 // (the pid started is the validator's after the exec). memMiB 0: half of
 // the host's memory.
-func boundedArgv(argv []string, memMiB float64) ([]string, error) {
+func BoundedArgv(argv []string, memMiB float64) ([]string, error) {
 	kib := uint64(memMiB * 1024)
 	if memMiB == 0 {
 		total, err := memTotalKiB()
@@ -79,32 +68,10 @@ func memTotalKiB() (uint64, error) {
 // (a plan written before validators had one): the protocol's default.
 const defaultValidatorTimeout = 600 * time.Second
 
-// validatorTimeout is v's time bound.
-func validatorTimeout(v protocols.ValidatorSpec) time.Duration {
+// Timeout is v's time bound.
+func Timeout(v protocols.ValidatorSpec) time.Duration {
 	if v.TimeoutS <= 0 {
 		return defaultValidatorTimeout
 	}
-	return seconds(v.TimeoutS)
-}
-
-// waitValidator waits for the validator p until it exits, its time bound
-// passes or the attempt is stopped; in the last two cases it ends p (its
-// leader, then its group) before it returns.
-func (a *attempt) waitValidator(p *launch.Proc, v protocols.ValidatorSpec) validatorEnd {
-	t := time.NewTimer(validatorTimeout(v))
-	defer t.Stop()
-	var stop <-chan struct{}
-	if a.ctx != nil {
-		stop = a.ctx.Done()
-	}
-	select {
-	case <-p.Done():
-		return validatorExited
-	case <-t.C:
-		a.stopProc(p)
-		return validatorTimedOut
-	case <-stop:
-		a.stopProc(p)
-		return validatorStopped
-	}
+	return time.Duration(v.TimeoutS * float64(time.Second))
 }

@@ -1,4 +1,4 @@
-package runner
+package attempt
 
 import (
 	"encoding/json"
@@ -18,30 +18,16 @@ import (
 // And each run's client reports the SHA-256 of the manifest it read; it
 // must be the one recorded at start.
 
-// checkInputs re-hashes every recorded input the runs read (the protocol
-// file is not among them: the campaign runs from its plan.json, and resume
-// checks the protocol too); a change, a missing file or an index that
-// cannot be read is a stop naming each file with the recorded and the
-// found hash.
-func (c *Runner) checkInputs() *Stop {
-	err := provenance.VerifyOnly(c.dir, func(e provenance.Entry) bool { return e.Role != "protocol" })
-	if err == nil {
-		return nil
-	}
-	return &Stop{Reason: state.StopInputChanged,
-		Detail: "an input recorded at start changed before a launch wave (stop condition 1; register an amendment to change it): " + err.Error()}
-}
-
 // checkManifest compares the manifest.sha256 the client's result reports
 // with the hash recorded at start for the manifest the run names. A result
 // that reports none, or a manifest with no recorded hash, cannot be
 // checked: the run fails as well (fail closed).
-func (a *attempt) checkManifest() (state.Reason, string) {
+func (a *Attempt) checkManifest() (state.Reason, string) {
 	if a.run.Manifest == "" {
 		return "", ""
 	}
-	path := protocols.ManifestPath(a.run.Manifest, a.c.workdir)
-	frozen, err := a.c.recordedHash(path)
+	path := protocols.ManifestPath(a.run.Manifest, a.env.Workdir)
+	frozen, err := a.env.recordedHash(path)
 	if err != nil {
 		return state.ReasonInputChanged, fmt.Sprintf("manifest %s: %v", path, err)
 	}
@@ -56,8 +42,8 @@ func (a *attempt) checkManifest() (state.Reason, string) {
 }
 
 // recordedHash is the hash recorded at start for path.
-func (c *Runner) recordedHash(path string) (string, error) {
-	entries, err := provenance.Read(c.dir)
+func (c *Env) recordedHash(path string) (string, error) {
+	entries, err := provenance.Read(c.Dir)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package runner
+package validator
 
 import (
 	"context"
@@ -21,8 +21,22 @@ import (
 // attempt's directory.
 const EnvSanityOut = "WARDEN_SANITY_OUT"
 
+// EnvSignalsFile names, in a validator's environment, the attempt's
+// signals.json: every signal the controller sent to the attempt's
+// processes, with its time (A-P3-5: the Layer-1 checkpoint is judged
+// against the signal to the server's API parent).
+const EnvSignalsFile = "WARDEN_SIGNALS_FILE"
+
 // revalidateTimeout bounds one validator re-run.
 const revalidateTimeout = 10 * time.Minute
+
+// Grace is a validator's grace period after SIGTERM, for its leader and
+// then its group: a validator is a short check. stopSlack is how much
+// longer than its graces a shutdown may take before it is abandoned.
+const (
+	Grace     = 5 * time.Second
+	stopSlack = 30 * time.Second
+)
 
 // Revalidate runs run's validators again over a recorded attempt's
 // artifacts, as an amendment's re-adjudication does: with the attempt's
@@ -34,7 +48,7 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 	if len(run.Validators) == 0 {
 		return nil, nil
 	}
-	b, err := safefile.ReadFile(filepath.Join(a.Dir, "environment.json"), maxChildFile)
+	b, err := safefile.ReadFile(filepath.Join(a.Dir, "environment.json"), safefile.ChildLimit)
 	if err != nil {
 		return nil, fmt.Errorf("revalidate %s attempt %d: %w", a.RunID, a.N, err)
 	}
@@ -54,37 +68,37 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 		EnvSignalsFile+"="+filepath.Join(a.Dir, "signals.json"), EnvSanityOut+"="+filepath.Join(outDir, "sanity.json"))
 	var out []gates.Verdict
 	for _, v := range run.Validators {
-		argv, err := expandCommand(v.Command, vars)
+		argv, err := v.Command.Expand(vars)
 		if err != nil {
 			return out, err
 		}
-		if argv, err = boundedArgv(argv, v.MemoryMiB); err != nil {
+		if argv, err = BoundedArgv(argv, v.MemoryMiB); err != nil {
 			return out, err
 		}
 		stdout := filepath.Join(outDir, "validator-"+v.Name+".out")
 		p, err := l.Start(launch.Spec{Role: "validator:" + v.Name, Argv: argv, Env: environ, Dir: workdir,
 			StdoutPath: stdout, StderrPath: filepath.Join(outDir, "validator-"+v.Name+".err"),
-			Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace}})
+			Stop: launch.StopOptions{Grace: Grace, GroupGrace: Grace}})
 		if err != nil {
 			out = append(out, gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Error, Detail: err.Error(), At: time.Now()})
 			continue
 		}
 		bound := revalidateTimeout
 		if v.TimeoutS > 0 {
-			bound = validatorTimeout(v)
+			bound = Timeout(v)
 		}
 		timer := time.NewTimer(bound)
 		select {
 		case <-p.Done():
 		case <-timer.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 2*validatorGrace+stopSlack)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*Grace+stopSlack)
 			p.Shutdown(ctx)
 			cancel()
 			<-p.Done()
 		}
 		timer.Stop()
 		ex := p.Exit()
-		b, _ := safefile.ReadFile(stdout, maxChildFile)
+		b, _ := safefile.ReadFile(stdout, safefile.ChildLimit)
 		out = append(out, gates.ValidatorResult(v.Name, ex.Code, ex.Signal, b, time.Now()))
 	}
 	return out, nil
