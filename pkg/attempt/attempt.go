@@ -18,6 +18,7 @@ import (
 	"warden/pkg/atomicfile"
 	"warden/pkg/failpoint"
 	"warden/pkg/gpu/sample"
+	"warden/pkg/record"
 	"warden/pkg/safefile"
 	"warden/pkg/validator"
 
@@ -31,8 +32,9 @@ import (
 
 // Attempt is the working state of one attempt.
 type Attempt struct {
-	Record
+	*record.Record
 	env *Env
+	rec record.Recorder
 	// needDirs, when set, are the needed runs' result directories as the
 	// controller resolved them (a node-side runner has no database)
 	needDirs map[string]string
@@ -74,10 +76,10 @@ type Attempt struct {
 
 // New prepares attempt s to run in env, its records written to rec. The
 // attempt exists in the records already (created); Execute runs it.
-func New(env *Env, rec Recorder, s Spec) *Attempt {
-	a := &Attempt{env: env, needDirs: s.NeedDirs, plan: s.Plan, run: s.Run, n: s.N, dir: s.Dir, slots: s.Slots,
+func New(env *Env, rec record.Recorder, s Spec) *Attempt {
+	a := &Attempt{env: env, rec: rec, needDirs: s.NeedDirs, plan: s.Plan, run: s.Run, n: s.N, dir: s.Dir, slots: s.Slots,
 		gpuIDs: s.GPUIDs, cpus: s.CPUs, port: s.Port, opts: s.Options}
-	a.Record.init(env, rec, s.Run.ID, s.N, s.Dir)
+	a.Record = record.New(record.Config{Recorder: rec, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull}, s.Run.ID, s.N, s.Dir)
 	return a
 }
 
@@ -115,7 +117,7 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	readings := a.recordHost("preflight")
 	if cl := a.checkCPULocal(readings); cl.Verdict == gates.Fail {
 		a.Gate(cl)
-		return a.fail(state.ReasonHarnessError, "slot "+strings.Join(slotNamesOf(a.slots), "+")+": "+cl.Detail)
+		return a.fail(state.ReasonHarnessError, "slot "+strings.Join(protocols.SlotNames(a.slots), "+")+": "+cl.Detail)
 	} else {
 		a.Gate(cl)
 	}
@@ -286,7 +288,7 @@ func (a *Attempt) clientEnded() (state.Reason, string) {
 	a.recordExit(a.client)
 	ex := a.client.Exit()
 	if a.opts.Until != nil {
-		a.earlyBackground = true
+		a.SetEarlyBackground()
 		return state.ReasonClientFailed, "background load ended before its target (" + ExitText(ex) + ")"
 	}
 	if ex.Code == state.ExitDrainAbandoned && ex.Signal == "" {
@@ -396,7 +398,7 @@ func (a *Attempt) stopThenValidate() Outcome {
 		return a.terminal(state.Failed, r, d)
 	}
 	if a.quarant {
-		drained := a.figures["drain_s"]
+		drained := a.Figure("drain_s")
 		return a.terminalFig(state.Quarantined, state.ReasonDrainQuarantine,
 			fmt.Sprintf("drain %.1f s over the %.0f s allowance of class %s", drained, a.run.DrainS, a.run.Class),
 			map[string]float64{"drain_s": drained, "drain_allowance_s": a.run.DrainS})
@@ -442,7 +444,7 @@ func (a *Attempt) interrupt(detail string) Outcome { return a.stopThenInterrupt(
 // is: directly before any process started, through stopping and cleanup
 // after.
 func (a *Attempt) fail(reason state.Reason, detail string) Outcome {
-	if a.server != nil || a.client != nil || a.state == state.Starting {
+	if a.server != nil || a.client != nil || a.State() == state.Starting {
 		return a.stopThenFail(reason, detail)
 	}
 	return a.terminal(state.Failed, reason, detail)
@@ -470,11 +472,11 @@ func (a *Attempt) terminal(to state.AttemptState, reason state.Reason, detail st
 }
 
 func (a *Attempt) terminalFig(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) Outcome {
-	out, err := a.End(to, reason, detail, figures)
+	reason, detail, err := a.End(to, reason, detail, figures)
 	if err != nil {
 		return a.harness(err)
 	}
-	return out
+	return Outcome{State: to, Reason: reason, Detail: detail, EarlyBackground: a.EarlyBackground()}
 }
 
 // Grace periods of the processes an attempt starts, set once on their
@@ -509,14 +511,14 @@ func (a *Attempt) shutdown() {
 	if a.own != nil {
 		a.own.end() // from here the cleanup gate judges what holds the GPUs
 	}
-	n := len(a.pendSigs)
+	n := a.PendingSignals()
 	if a.client != nil {
 		a.stopProc(a.client)
 	}
 	if a.server != nil {
 		a.stopProc(a.server)
 	}
-	if len(a.pendSigs) > n {
+	if a.PendingSignals() > n {
 		failpoint.Hit("signals-sent-unrecorded")
 	}
 }
@@ -723,11 +725,10 @@ func (a *Attempt) validate() (state.Reason, string) {
 // returns its path. The signals are those already recorded in the store
 // and those still pending for the next transition.
 func (a *Attempt) writeSignals() (string, error) {
-	recorded, err := a.rec.Signals(a.run.ID, a.n)
+	sigs, err := a.Signals()
 	if err != nil {
 		return "", fmt.Errorf("read the attempt's signals: %w", err)
 	}
-	sigs := append(append([]state.Signal{}, recorded...), a.pendSigs...)
 	path := filepath.Join(a.dir, "signals.json")
 	if err := atomicfile.WriteJSON(path, sigs, 0o644, atomicfile.Beneath(a.env.Dir)); err != nil {
 		return "", fmt.Errorf("write signals.json: %w", err)
@@ -812,10 +813,6 @@ func (a *Attempt) prepareCommands() error {
 	if a.slots[0].NUMA != nil {
 		numa = strconv.Itoa(*a.slots[0].NUMA)
 	}
-	slotNames := make([]string, len(a.slots))
-	for i, s := range a.slots {
-		slotNames[i] = s.Name
-	}
 	a.vars = map[string]string{
 		"CAMPAIGN_DIR": c.Dir,
 		"RUN_DIR":      filepath.Dir(a.dir),
@@ -826,7 +823,7 @@ func (a *Attempt) prepareCommands() error {
 		"CPUS":         protocols.FormatCPUList(a.cpus),
 		"NUMA_NODE":    numa,
 		"PORT":         strconv.Itoa(a.port),
-		"SLOT":         strings.Join(slotNames, "+"),
+		"SLOT":         strings.Join(protocols.SlotNames(a.slots), "+"),
 		"REGIME":       a.opts.Regime,
 		"PHASE_FILE":   filepath.Join(a.dir, "phases.jsonl"),
 		"PROTOCOL_DIR": filepath.Dir(c.ProtocolPath),
@@ -889,7 +886,7 @@ func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		}
 		env = append(env, k+"="+v)
 	}
-	a.env.AppendLine(filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.env.Now().UTC().Format(time.RFC3339Nano), role, ShellQuote(argv)))
+	record.AppendLine(a.env.Dir, filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.env.Now().UTC().Format(time.RFC3339Nano), role, ShellQuote(argv)), a.env.Log)
 	if a.own != nil {
 		a.own.lockStart() // a sample that sees it waits until it is known
 	}
@@ -947,7 +944,7 @@ func (a *Attempt) recordExit(p *launch.Proc) {
 	}
 	a.exited[p.PID] = true
 	ex := p.Exit()
-	a.pendExits = append(a.pendExits, state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
+	a.NoteExit(state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
 }
 
 // oomMarkers are what PyTorch and the CUDA runtime print when a server runs
@@ -1025,7 +1022,7 @@ func (a *Attempt) recordTerminalClasses() {
 		if slices.Contains(terminalClasses, class) {
 			name = "requests_" + strings.ReplaceAll(class, "-", "_")
 		}
-		a.SetFigure(name, a.figures[name]+n)
+		a.SetFigure(name, a.Figure(name)+n)
 	}
 }
 

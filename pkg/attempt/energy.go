@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 	"warden/pkg/atomicfile"
-	"warden/protocols"
 
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
@@ -173,15 +172,7 @@ func (a *Attempt) energyPerRequest() (float64, error) {
 	off := recs[0].MonoNS - recs[0].Time.UnixNano()
 	idle := map[int]float64{}
 	for _, g := range a.gpuIDs {
-		idle[g] = a.figures["idle_power_w_gpu"+strconv.Itoa(g)]
+		idle[g] = a.Figure("idle_power_w_gpu" + strconv.Itoa(g))
 	}
 	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, *a.phases.successes)
-}
-
-func slotNamesOf(slots []protocols.SlotInfo) []string {
-	out := make([]string, len(slots))
-	for i, s := range slots {
-		out[i] = s.Name
-	}
-	return out
 }

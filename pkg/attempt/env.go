@@ -102,13 +102,6 @@ func (e *Env) released(key string) {
 	}
 }
 
-func (e *Env) diskFull() (int64, string) {
-	if e.DiskFull == nil {
-		return 0, ""
-	}
-	return e.DiskFull()
-}
-
 // Spec is one attempt: the run, under the plan it starts under, its
 // number and directory, and the slots' resources it holds.
 type Spec struct {

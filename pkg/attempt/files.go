@@ -8,42 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"warden/pkg/safefile"
 )
-
-// AppendLine appends a line to one of the attempt's readable logs
-// (commands.log, gates.jsonl). They are copies, for the reader of the
-// attempt directory, of what the database records durably with the
-// attempt's transitions (its commands, its gate verdicts), so they are not
-// fsynced: a power cut may lose their last lines, never a record. The file
-// is opened beneath the campaign directory, without following a link a
-// child planted in its path.
-func (c *Env) AppendLine(path, line string) {
-	rel, err := filepath.Rel(c.Dir, path)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return
-	}
-	root, err := os.OpenRoot(c.Dir)
-	if err != nil {
-		return
-	}
-	defer root.Close()
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		c.Log.Warn().Err(err).Str("file", path).Msg("append to the attempt's log")
-		return
-	}
-	defer f.Close()
-	f.WriteString(line + "\n")
-}
-
-func (c *Env) appendJSONLine(path string, v any) {
-	b, err := json.Marshal(v)
-	if err == nil {
-		c.AppendLine(path, string(b))
-	}
-}
 
 // MkdirBeneath creates a directory under the campaign directory, and its
 // parents, resolving beneath it: a link a child planted (its run directory

@@ -12,6 +12,7 @@ import (
 	"time"
 	"warden/pkg/attempt"
 	"warden/pkg/gates"
+	"warden/pkg/record"
 
 	"github.com/rs/zerolog"
 
@@ -128,7 +129,7 @@ func Run(ctx context.Context, cfg Config) (state.AttemptState, error) {
 			step.GPUUUIDs = append(step.GPUUUIDs, r.UUID)
 		}
 	}
-	if err := rec.send(attempt.Report{Kind: "step", Step: step}); err != nil {
+	if err := rec.send(record.Report{Kind: "step", Step: step}); err != nil {
 		return "", fmt.Errorf("report the step: %w", err)
 	}
 	private, err := attempt.PrivateIndex(sp.CampaignDir, sp.Plan.PrivacyMinLeakBytes)
@@ -201,10 +202,10 @@ func newLineRecorder(w io.Writer, now func() time.Time) *lineRecorder {
 	return &lineRecorder{enc: json.NewEncoder(w), now: now}
 }
 
-func (r *lineRecorder) send(rep attempt.Report) error {
+func (r *lineRecorder) send(rep record.Report) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep.Schema = attempt.ReportSchema
+	rep.Schema = record.ReportSchema
 	if rep.At.IsZero() {
 		rep.At = r.now()
 	}
@@ -212,13 +213,13 @@ func (r *lineRecorder) send(rep attempt.Report) error {
 	return r.enc.Encode(rep)
 }
 
-func (r *lineRecorder) Transition(_ string, _ int, rep attempt.Report) error {
+func (r *lineRecorder) Transition(_ string, _ int, rep record.Report) error {
 	rep.Kind = "transition"
 	return r.send(rep)
 }
 
 func (r *lineRecorder) ProcStarted(_ string, _ int, p state.Proc) error {
-	return r.send(attempt.Report{Kind: "proc", Proc: &p})
+	return r.send(record.Report{Kind: "proc", Proc: &p})
 }
 
 func (r *lineRecorder) Signals(string, int) ([]state.Signal, error) {

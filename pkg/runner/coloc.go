@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 	"warden/pkg/attempt"
+	"warden/pkg/outcome"
 	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
 	"warden/pkg/validator"
@@ -43,7 +44,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		// a co-location block is not retried: its gate judges the block
 		// as it ran
 		res.failedRun, res.reason, res.detail = run, out.Reason, out.Detail
-		res.verdict = Next(out.State, out.Reason, 0, 0)
+		res.verdict = outcome.Next(out.State, out.Reason, 0, 0)
 		return res
 	}
 	// On Slurm the block runs in one allocation on one node: the target

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"syscall"
-	"warden/pkg/attempt"
+	"warden/pkg/record"
 	"warden/pkg/safefile"
+	"warden/pkg/schedule"
 
 	"warden/pkg/state"
 )
@@ -28,7 +29,7 @@ func (c *Runner) stopIfDiskFull(err error) {
 		msg := err.Error()
 		c.diskFullErr.Store(&msg)
 		c.diskFull.Add(1)
-		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
+		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
 			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
 	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
 		c.failStorage(err)
@@ -81,10 +82,10 @@ func (c *Runner) repairStateFiles() {
 	seen := map[string]bool{}
 	for i := len(events) - 1; i >= 0; i-- {
 		e := events[i]
-		if e.Run == "" || seen[attempt.Key(e.Run, e.Attempt)] {
+		if e.Run == "" || seen[record.Key(e.Run, e.Attempt)] {
 			continue
 		}
-		seen[attempt.Key(e.Run, e.Attempt)] = true
+		seen[record.Key(e.Run, e.Attempt)] = true
 		a, err := c.store.Attempt(e.Run, e.Attempt)
 		if err != nil || a.Dir == "" || stateFileCurrent(a) {
 			continue

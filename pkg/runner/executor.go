@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"warden/pkg/record"
 
 	"warden/pkg/attempt"
 	"warden/pkg/slurm"
@@ -52,7 +53,8 @@ type slurmExecutor struct {
 }
 
 func (x slurmExecutor) run(ctx context.Context, env *attempt.Env, s attempt.Spec, alloc allocation) attempt.Outcome {
-	st := &step{Record: attempt.NewRecord(env, storeRecorder{x.c}, s.Run.ID, s.N, s.Dir), c: x.c, cfg: x.cfg, env: env, spec: s, alloc: alloc}
+	rec := record.New(record.Config{Recorder: storeRecorder{x.c}, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull}, s.Run.ID, s.N, s.Dir)
+	st := &step{Record: rec, c: x.c, cfg: x.cfg, env: env, spec: s, alloc: alloc}
 	return st.execute(ctx)
 }
 

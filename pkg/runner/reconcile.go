@@ -13,6 +13,7 @@ import (
 	"warden/pkg/attempt"
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
+	"warden/pkg/record"
 
 	"warden/pkg/endlog"
 	"warden/pkg/launch"
@@ -45,7 +46,7 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 				continue
 			}
 			recs, err := launch.Reclaim(ctx, c.boot, launch.Leftover{Role: role + " (unrecorded)", Cgroup: path}, launch.StopOptions{})
-			sigs = append(sigs, attempt.ToSignals(recs)...)
+			sigs = append(sigs, record.ToSignals(recs)...)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -61,7 +62,7 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 		if err != nil {
 			continue // gone meanwhile, or no longer the process found
 		}
-		sigs = append(sigs, attempt.ToSignals([]launch.SignalRecord{rec})...)
+		sigs = append(sigs, record.ToSignals([]launch.SignalRecord{rec})...)
 		killed = append(killed, id)
 		c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", id.PID).Msg("killed a process of the attempt that was never recorded")
 	}
@@ -189,8 +190,8 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	chargedGPUSeconds := map[string]float64{}
 	for _, e := range ledger {
 		if e.Kind == state.LedgerCharge {
-			charged[attempt.Key(e.Run, e.Attempt)] = e.At
-			chargedGPUSeconds[attempt.Key(e.Run, e.Attempt)] += e.GPUSeconds
+			charged[record.Key(e.Run, e.Attempt)] = e.At
+			chargedGPUSeconds[record.Key(e.Run, e.Attempt)] += e.GPUSeconds
 		}
 	}
 	bootID, _ := c.bootID()
@@ -208,7 +209,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			if a.Slurm == nil {
 				a.Slurm = &state.SlurmStep{} // never reached srun: nothing of it in Slurm
 			}
-			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[attempt.Key(a.RunID, a.N)]); err != nil {
+			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[record.Key(a.RunID, a.N)]); err != nil {
 				return err
 			}
 			continue
@@ -232,7 +233,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: reclaimGrace, GroupGrace: reclaimGrace})
 			cancel()
-			sigs = append(sigs, attempt.ToSignals(recs)...)
+			sigs = append(sigs, record.ToSignals(recs)...)
 			if err != nil {
 				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
 			}
@@ -267,7 +268,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			end = provenGone
 		}
 		var start time.Time
-		lastCharge, wasCharged := charged[attempt.Key(a.RunID, a.N)]
+		lastCharge, wasCharged := charged[record.Key(a.RunID, a.N)]
 		switch srv := serverProc(a); {
 		case wasCharged:
 			if held {

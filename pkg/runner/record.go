@@ -2,8 +2,8 @@ package runner
 
 import (
 	"errors"
+	"warden/pkg/record"
 
-	"warden/pkg/attempt"
 	"warden/pkg/failpoint"
 	"warden/pkg/state"
 )
@@ -11,7 +11,7 @@ import (
 // storeRecorder writes to the campaign's database.
 type storeRecorder struct{ c *Runner }
 
-func (r storeRecorder) Transition(run string, n int, rep attempt.Report) error {
+func (r storeRecorder) Transition(run string, n int, rep record.Report) error {
 	return r.c.recordTransition(run, n, rep)
 }
 
@@ -36,7 +36,7 @@ func (r storeRecorder) Signals(run string, n int) ([]state.Signal, error) {
 // recordTransition records a transition and what came with it in one
 // transaction. A state.json that could not be written is logged (the
 // database holds the record; resume rewrites the file).
-func (c *Runner) recordTransition(run string, n int, rep attempt.Report) error {
+func (c *Runner) recordTransition(run string, n int, rep record.Report) error {
 	failpoint.Hit("before-transition:" + string(rep.To))
 	defer failpoint.Hit("after-transition:" + string(rep.To))
 	with := state.With{Gates: rep.Gates, Ledger: rep.Ledger}

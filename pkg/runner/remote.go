@@ -13,6 +13,7 @@ import (
 	"time"
 	"warden/pkg/attempt"
 	"warden/pkg/node"
+	"warden/pkg/record"
 	"warden/pkg/safefile"
 
 	"warden/pkg/atomicfile"
@@ -54,7 +55,7 @@ const (
 // runner runs the attempt and reports each record, which the step applies
 // to the campaign's database.
 type step struct {
-	*attempt.Record
+	*record.Record
 	c     *Runner
 	cfg   *SlurmConfig
 	env   *attempt.Env
@@ -94,7 +95,7 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 	}); err != nil && !errors.Is(err, state.ErrStateFile) {
 		return a.harness(err)
 	}
-	a.env.AppendLine(filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", c.now().UTC().Format(time.RFC3339Nano), attempt.ShellQuote(argv)))
+	record.AppendLine(c.dir, filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", c.now().UTC().Format(time.RFC3339Nano), attempt.ShellQuote(argv)), c.log)
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -122,14 +123,14 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 	}
 	failpoint.Hit("srun-started")
 
-	reports := make(chan attempt.Report)
+	reports := make(chan record.Report)
 	decodeErr := make(chan error, 1)
 	go func() {
 		// ends at the end of srun's output: srun exited, or closed it
 		defer close(reports)
 		dec := json.NewDecoder(outR)
 		for {
-			var rep attempt.Report
+			var rep record.Report
 			if err := dec.Decode(&rep); err != nil {
 				decodeErr <- err
 				return
@@ -138,8 +139,8 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 		}
 	}()
 
-	var last *attempt.Report // the last transition recorded
-	stepSeen := false        // the node-side runner runs: it reported its step
+	var last *record.Report // the last transition recorded
+	stepSeen := false       // the node-side runner runs: it reported its step
 	until := a.spec.Options.Until
 	done := ctx.Done()
 	for reports != nil {
@@ -267,7 +268,7 @@ func charged(at state.Attempt) bool {
 }
 
 // applyReport records one report of the node-side runner.
-func (a *step) applyReport(rep attempt.Report) error {
+func (a *step) applyReport(rep record.Report) error {
 	c := a.c
 	switch rep.Kind {
 	case "step":
@@ -382,11 +383,11 @@ func lastLine(b []byte) string {
 // fail ends the attempt failed: no process of it runs here, and what ran
 // on the node ended with its step.
 func (a *step) fail(reason state.Reason, detail string) attempt.Outcome {
-	out, err := a.End(state.Failed, reason, detail, nil)
+	reason, detail, err := a.End(state.Failed, reason, detail, nil)
 	if err != nil {
 		return a.harness(err)
 	}
-	return out
+	return attempt.Outcome{State: state.Failed, Reason: reason, Detail: detail}
 }
 
 // harness ends an attempt whose transition could not be recorded: it

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"warden/pkg/schedule"
 
 	"github.com/rs/zerolog"
 
@@ -221,7 +222,7 @@ func accountOf(cp state.Campaign) budget.Account {
 // stopCampaign records a stop for review: nothing new is launched. A
 // campaign that is not running (stopped already, or complete) keeps its
 // first reason.
-func (c *Runner) stopCampaign(s Stop) {
+func (c *Runner) stopCampaign(s schedule.Stop) {
 	cp, err := c.store.Campaign()
 	if err == nil && cp.State != state.CampaignRunning {
 		return

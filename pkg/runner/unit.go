@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"warden/pkg/outcome"
 
 	"warden/pkg/attempt"
 	"warden/pkg/failpoint"
@@ -15,7 +16,7 @@ import (
 )
 
 // runUnit executes the unit's runs back to back. After each attempt the
-// outcome policy (Next) says what follows: the next run, an exact retry,
+// outcome policy (outcome.Next) says what follows: the next run, an exact retry,
 // or the end of the unit with a failure that stops the campaign.
 func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 	res := unitResult{unit: u.Unit}
@@ -23,14 +24,14 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 		retries := 0
 		for {
 			out := c.runAttempt(ctx, r, u.Slots, attempt.Options{Regime: u.Regime}, allocation{})
-			v := Next(out.State, out.Reason, retries, c.currentPlan().Retries)
+			v := outcome.Next(out.State, out.Reason, retries, c.currentPlan().Retries)
 			switch v.Next {
-			case Restart:
+			case outcome.Restart:
 				res.interrupted = true
 				return res
-			case Quarantine:
+			case outcome.Quarantine:
 				res.quarantined++
-			case Retry:
+			case outcome.Retry:
 				if ctx.Err() != nil {
 					res.interrupted = true
 					return res
@@ -39,7 +40,7 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 				c.log.Warn().Str("run", r.ID).Str("reason", string(out.Reason)).Int("retry", retries).Msg("exact retry after an infrastructure failure")
 				failpoint.Hit("retry-decided")
 				continue
-			case StopForReview:
+			case outcome.StopForReview:
 				res.failedRun, res.reason, res.detail, res.verdict = r.ID, out.Reason, out.Detail, v
 				return res
 			}
@@ -74,7 +75,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 	cp, _ := c.store.Campaign()
 	amends, _ := c.store.Amendments()
 	_, err = c.store.NewAttempt(r.ID, spec.Dir, func(at *state.Attempt) {
-		at.Slot = strings.Join(slotNames(slots), "+")
+		at.Slot = strings.Join(protocols.SlotNames(slots), "+")
 		at.GPUIDs = gpus
 		at.CPUs = protocols.FormatCPUList(cpus)
 		at.Port = spec.Port

@@ -1,10 +1,11 @@
-package runner
+package schedule
 
 import (
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"warden/pkg/outcome"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
@@ -44,14 +45,14 @@ type View struct {
 	Account budget.Account
 	// Ended are the units that ended since the last decision.
 	Ended []UnitEnd
-	// Awaiting are the runs that wait for an amendment (AwaitingAmendment):
+	// Awaiting are the runs that wait for an amendment (outcome.AwaitingAmendment):
 	// no attempt of theirs is started, nor of a unit that holds one.
-	Awaiting []Awaiting
+	Awaiting []outcome.Awaiting
 }
 
 // waiting says whether run id waits for an amendment.
 func (v View) waiting(id string) bool {
-	return slices.ContainsFunc(v.Awaiting, func(w Awaiting) bool { return w.Run == id })
+	return slices.ContainsFunc(v.Awaiting, func(w outcome.Awaiting) bool { return w.Run == id })
 }
 
 // UnitEnd is how a unit ended: the run that failed for good, if any, and
@@ -61,7 +62,7 @@ type UnitEnd struct {
 	FailedRun string
 	Reason    state.Reason
 	Detail    string
-	Verdict   Verdict
+	Verdict   outcome.Verdict
 }
 
 // Stop is a decision to stop the campaign for review.
@@ -106,7 +107,7 @@ func Decide(v View) Decision {
 	}
 	// A failure the policy stops for: the first one ended.
 	for _, e := range v.Ended {
-		if e.FailedRun != "" && e.Verdict.Next == StopForReview {
+		if e.FailedRun != "" && e.Verdict.Next == outcome.StopForReview {
 			return Decision{Stop: &Stop{Reason: e.Verdict.Stop, Detail: fmt.Sprintf("run %s failed: %s", e.FailedRun, e.Detail)}}
 		}
 	}
@@ -471,4 +472,13 @@ func slotsByName(plan *protocols.Plan) map[string]protocols.SlotInfo {
 		byName[s.Name] = s
 	}
 	return byName
+}
+
+// awaitingText names the runs for a stop's detail and an operator.
+func awaitingText(ws []outcome.Awaiting) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = fmt.Sprintf("%s (attempt %d, %s)", w.Run, w.Attempt, w.Reason)
+	}
+	return strings.Join(parts, ", ")
 }

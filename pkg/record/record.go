@@ -1,10 +1,16 @@
-package attempt
+package record
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -60,13 +66,12 @@ type Recorder interface {
 // write each. The attempt lifecycle keeps one; so does an executor that
 // runs the attempt elsewhere and records what it reports.
 type Record struct {
-	env   *Env
-	rec   Recorder
+	cfg   Config
 	runID string
 	n     int
 	dir   string
 	// diskFullSeen is the count of the controller's ENOSPC writes when the
-	// attempt was created (Env.DiskFull).
+	// attempt was created (Config.DiskFull).
 	diskFullSeen int64
 
 	// exits and signals not yet recorded: they are written with the next
@@ -83,29 +88,47 @@ type Record struct {
 	earlyBackground bool
 }
 
-// NewRecord starts the record of attempt n of run, in dir, written to rec.
-func NewRecord(env *Env, rec Recorder, run string, n int, dir string) *Record {
-	r := &Record{}
-	r.init(env, rec, run, n, dir)
+// Config is where a Record goes and what it is written with.
+type Config struct {
+	// Recorder receives the transitions.
+	Recorder Recorder
+	// Dir is the campaign directory: gates.jsonl is appended beneath it.
+	Dir string
+	Log zerolog.Logger
+	// Now is the clock (required).
+	Now func() time.Time
+	// DiskFull is the count of the controller's writes to the campaign
+	// directory that failed for want of space, and the last such error: a
+	// failure while the count grew is the harness's (End). nil: none are
+	// counted.
+	DiskFull func() (count int64, last string)
+}
+
+// New starts the record of attempt n of run, whose directory is dir.
+func New(cfg Config, run string, n int, dir string) *Record {
+	r := &Record{cfg: cfg, runID: run, n: n, dir: dir}
+	r.diskFullSeen, _ = r.diskFull()
 	return r
 }
 
-func (r *Record) init(env *Env, rec Recorder, run string, n int, dir string) {
-	r.env, r.rec, r.runID, r.n, r.dir = env, rec, run, n, dir
-	r.diskFullSeen, _ = env.diskFull()
+func (r *Record) diskFull() (int64, string) {
+	if r.cfg.DiskFull == nil {
+		return 0, ""
+	}
+	return r.cfg.DiskFull()
 }
 
 // Transition records the attempt's move to state to, with what was noted
 // since the last one.
 func (r *Record) Transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64) error {
-	err := r.rec.Transition(r.runID, r.n, Report{To: to, Reason: reason, Message: msg, Figures: figures, EarlyBackground: r.earlyBackground,
+	err := r.cfg.Recorder.Transition(r.runID, r.n, Report{To: to, Reason: reason, Message: msg, Figures: figures, EarlyBackground: r.earlyBackground,
 		Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger})
 	if err != nil {
 		return err
 	}
 	r.pendExits, r.pendSigs, r.pendGates, r.pendLedger = nil, nil, nil, nil
 	r.state = to
-	r.env.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
+	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 	return nil
 }
 
@@ -113,10 +136,10 @@ func (r *Record) Transition(to state.AttemptState, reason state.Reason, msg stri
 // attempt's next transition (in its transaction).
 func (r *Record) Gate(v gates.Verdict) {
 	if v.At.IsZero() {
-		v.At = r.env.Now()
+		v.At = r.cfg.Now()
 	}
 	r.pendGates = append(r.pendGates, state.GateVerdict{Gate: v.Gate, Run: r.runID, Attempt: r.n, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At})
-	r.env.appendJSONLine(filepath.Join(r.dir, "gates.jsonl"), v)
+	AppendJSONLine(r.cfg.Dir, filepath.Join(r.dir, "gates.jsonl"), v, r.cfg.Log)
 }
 
 // SetFigure notes one of the attempt's own figures.
@@ -145,19 +168,40 @@ func (r *Record) SetState(st state.AttemptState) { r.state = st }
 // Key names the attempt in the campaign's registries.
 func (r *Record) Key() string { return Key(r.runID, r.n) }
 
-// End records the attempt's terminal state to, with figures. A failure
-// while the campaign directory ran out of space is the harness's
-// (diskFullClass). An error is the transition's: the caller ends the
-// attempt as a harness failure.
-func (r *Record) End(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) (Outcome, error) {
+// End records the attempt's terminal state to, with figures, and returns
+// the reason and detail recorded: a failure while the campaign directory
+// ran out of space is the harness's (diskFullClass). An error is the
+// transition's: the caller ends the attempt as a harness failure.
+func (r *Record) End(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) (state.Reason, string, error) {
 	if to == state.Failed {
 		reason, detail = r.diskFullClass(reason, detail)
 	}
-	if err := r.Transition(to, reason, detail, figures); err != nil {
-		return Outcome{}, err
-	}
-	return Outcome{State: to, Reason: reason, Detail: detail, EarlyBackground: r.earlyBackground}, nil
+	return reason, detail, r.Transition(to, reason, detail, figures)
 }
+
+// Figure is one of the attempt's own figures noted so far (0 when none).
+func (r *Record) Figure(k string) float64 { return r.figures[k] }
+
+// NoteExit notes a process's exit.
+func (r *Record) NoteExit(e state.Exit) { r.pendExits = append(r.pendExits, e) }
+
+// PendingSignals is how many signals are noted and not yet recorded.
+func (r *Record) PendingSignals() int { return len(r.pendSigs) }
+
+// Signals are the attempt's signals: those recorded, then those noted for
+// the next transition.
+func (r *Record) Signals() ([]state.Signal, error) {
+	recorded, err := r.cfg.Recorder.Signals(r.runID, r.n)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]state.Signal{}, recorded...), r.pendSigs...), nil
+}
+
+// SetEarlyBackground notes that this background load's client ended
+// before its target was done; EarlyBackground says whether it did.
+func (r *Record) SetEarlyBackground()   { r.earlyBackground = true }
+func (r *Record) EarlyBackground() bool { return r.earlyBackground }
 
 // diskFullClass classes a failure of an attempt as the harness's when the
 // controller's own writes to the campaign directory ran out of space
@@ -167,7 +211,7 @@ func (r *Record) End(to state.AttemptState, reason state.Reason, detail string, 
 // log) says nothing about the workload. The original reason stays in the
 // detail.
 func (r *Record) diskFullClass(reason state.Reason, detail string) (state.Reason, string) {
-	count, last := r.env.diskFull()
+	count, last := r.diskFull()
 	if reason == state.ReasonHarnessError || count == r.diskFullSeen {
 		return reason, detail
 	}
@@ -184,4 +228,38 @@ func ToSignals(recs []launch.SignalRecord) []state.Signal {
 		out[i] = state.Signal{At: r.At, Role: r.Role, Target: r.Target, PID: r.PID, Signal: r.Signal}
 	}
 	return out
+}
+
+// AppendLine appends a line to one of the attempt's readable logs
+// (commands.log, gates.jsonl). They are copies, for the reader of the
+// attempt directory, of what the database records durably with the
+// attempt's transitions (its commands, its gate verdicts), so they are not
+// fsynced: a power cut may lose their last lines, never a record. The file
+// is opened beneath the campaign directory dir, without following a link a
+// child planted in its path.
+func AppendLine(dir, path, line string, log zerolog.Logger) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		log.Warn().Err(err).Str("file", path).Msg("append to the attempt's log")
+		return
+	}
+	defer f.Close()
+	f.WriteString(line + "\n")
+}
+
+// AppendJSONLine appends v, as one JSON line, as AppendLine does.
+func AppendJSONLine(dir, path string, v any, log zerolog.Logger) {
+	b, err := json.Marshal(v)
+	if err == nil {
+		AppendLine(dir, path, string(b), log)
+	}
 }

@@ -1,9 +1,10 @@
-package runner
+package schedule
 
 import (
 	"slices"
 	"strings"
 	"testing"
+	"warden/pkg/outcome"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
@@ -276,7 +277,7 @@ func TestDecideOnTheSeedPlan(t *testing.T) {
 			w: func() *world {
 				w := matrix(newWorld(p))
 				w.Ended = []UnitEnd{{Unit: 11, FailedRun: "P08.C00.saturation", Reason: state.ReasonOOM, Detail: "CUDA out of memory",
-					Verdict: Next(state.Failed, state.ReasonOOM, 0, 1)}}
+					Verdict: outcome.Next(state.Failed, state.ReasonOOM, 0, 1)}}
 				return w
 			},
 			stop: state.StopForRun(state.ReasonOOM),
@@ -353,8 +354,8 @@ func TestDecideOnTheSeedPlan(t *testing.T) {
 			for run, want := range tc.slotsOfRun {
 				for _, l := range d.Launch {
 					for _, r := range l.Runs {
-						if r.ID == run && !slices.Equal(slotNames(l.Slots), want) {
-							t.Errorf("%s on slots %v, want %v", run, slotNames(l.Slots), want)
+						if r.ID == run && !slices.Equal(protocols.SlotNames(l.Slots), want) {
+							t.Errorf("%s on slots %v, want %v", run, protocols.SlotNames(l.Slots), want)
 						}
 					}
 				}
@@ -379,11 +380,11 @@ func TestDecideSlotsDisjoint(t *testing.T) {
 			gpus += len(s.GPUs)
 		}
 		if gpus < l.Runs[0].GPUs {
-			t.Errorf("%s needs %d GPUs, got slots %v", l.Runs[0].ID, l.Runs[0].GPUs, slotNames(l.Slots))
+			t.Errorf("%s needs %d GPUs, got slots %v", l.Runs[0].ID, l.Runs[0].GPUs, protocols.SlotNames(l.Slots))
 		}
 	}
 	if l := d.Launch[len(d.Launch)-1]; l.Runs[0].ID != "burnin.C00-TP2" || len(l.Slots) != 2 {
-		t.Errorf("the TP2 burn-in got %v", slotNames(l.Slots))
+		t.Errorf("the TP2 burn-in got %v", protocols.SlotNames(l.Slots))
 	}
 }
 
