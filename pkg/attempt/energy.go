@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-	"warden/pkg/atomicfile"
 
+	"warden/pkg/atomicfile"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
 	"warden/pkg/safefile"
 )
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"time"
+
 	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
 )

@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"warden/protocols"
 
 	"warden/pkg/api"
 	"warden/pkg/gates"
 	"warden/pkg/provenance"
+	"warden/protocols"
 )
 
 // campaignPrivacy scans the campaign's own files (everything in the

@@ -20,8 +20,8 @@ import (
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/node"
-	"warden/pkg/runner"
 	"warden/pkg/slurm"
+	"warden/pkg/slurmexec"
 	"warden/protocols"
 )
 
@@ -84,11 +84,11 @@ func ResolveExecutor(so *StartOptions, ch ExecutorChoice, plan *protocols.Plan, 
 
 // SlurmConfig is the runner's Slurm executor for a campaign that uses it;
 // nil for one that runs on the controller's host.
-func (s Settings) SlurmConfig() *runner.SlurmConfig {
+func (s Settings) SlurmConfig() *slurmexec.Config {
 	if s.Executor != "slurm" || s.Slurm == nil {
 		return nil
 	}
-	return &runner.SlurmConfig{Options: *s.Slurm, Campaign: s.CampaignID,
+	return &slurmexec.Config{Options: *s.Slurm, Campaign: s.CampaignID,
 		NodeCommand: []string{s.Slurm.NodeController, "node-attempt"}, GPUBackend: s.GPUBackend, FakeGPUDir: s.FakeGPUDir}
 }
 

@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
-	"warden/pkg/attempt"
-	"warden/pkg/gates"
-	"warden/pkg/record"
 
 	"github.com/rs/zerolog"
 
+	"warden/pkg/attempt"
+	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/record"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
 	"warden/protocols"

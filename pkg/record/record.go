@@ -263,3 +263,14 @@ func AppendJSONLine(dir, path string, v any, log zerolog.Logger) {
 		AppendLine(dir, path, string(b), log)
 	}
 }
+
+// ServerProc is the attempt's recorded server process; nil when none was
+// recorded.
+func ServerProc(a state.Attempt) *state.Proc {
+	for i := range a.Procs {
+		if a.Procs[i].Role == "server" {
+			return &a.Procs[i]
+		}
+	}
+	return nil
+}

@@ -10,15 +10,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
 	"warden/pkg/attempt"
+	"warden/pkg/gates"
+	"warden/pkg/launch"
 	"warden/pkg/outcome"
 	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
-	"warden/pkg/validator"
-
-	"warden/pkg/gates"
-	"warden/pkg/launch"
 	"warden/pkg/state"
+	"warden/pkg/validator"
 	"warden/protocols"
 )
 
@@ -50,7 +50,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	// On Slurm the block runs in one allocation on one node: the target
 	// and its backgrounds share the node, each step its own GPUs and CPUs
 	// of it (co-location and CPU maps mean what they mean on one host).
-	var alloc allocation
+	x := c.exec
 	if len(bgs) > 0 {
 		var slots []protocols.SlotInfo
 		seen := map[string]bool{}
@@ -62,7 +62,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		}
 		var release func()
 		var err error
-		if alloc, release, err = c.exec.colocation(ctx, u.Unit, slots); err != nil {
+		if x, release, err = c.exec.colocation(ctx, u.Unit, slots); err != nil {
 			if ctx.Err() != nil {
 				res.interrupted = true
 				return res
@@ -97,7 +97,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime, Measuring: measuring, Until: until}, alloc)
+			out := c.runAttempt(bctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime, Measuring: measuring, Until: until})
 			ended <- bgEnd{r.ID, out}
 		}()
 	}
@@ -119,7 +119,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 	for _, r := range targets {
-		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime}, alloc)
+		out := c.runAttempt(ctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime})
 		if out.Interrupted {
 			cancelBG()
 			collect()

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"syscall"
+
 	"warden/pkg/record"
 	"warden/pkg/safefile"
 	"warden/pkg/schedule"
-
 	"warden/pkg/state"
 )
 

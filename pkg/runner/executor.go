@@ -3,11 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"warden/pkg/record"
 
 	"warden/pkg/attempt"
-	"warden/pkg/slurm"
+	"warden/pkg/slurmexec"
 	"warden/protocols"
 )
 
@@ -16,13 +14,13 @@ import (
 // co-location ask it what depends on where the processes run.
 type executor interface {
 	// run runs attempt s, created in the records, to a terminal state,
-	// recording it in the campaign's database; in alloc when one was
-	// allocated for it (colocation).
-	run(ctx context.Context, env *attempt.Env, s attempt.Spec, alloc allocation) attempt.Outcome
-	// colocation prepares a co-location block's shared resources (on
-	// Slurm, one allocation on one node with the slots' GPUs and CPUs);
-	// release gives them back. Zero and a no-op where nothing is shared.
-	colocation(ctx context.Context, unit int, slots []protocols.SlotInfo) (alloc allocation, release func(), err error)
+	// recording it in the campaign's database.
+	run(ctx context.Context, env *attempt.Env, s attempt.Spec) attempt.Outcome
+	// colocation prepares a co-location block of unit on slots: the
+	// executor its attempts run with (on Slurm, in one allocation on one
+	// node with the slots' GPUs and CPUs), and release, which gives what
+	// it holds back.
+	colocation(ctx context.Context, unit int, slots []protocols.SlotInfo) (x executor, release func(), err error)
 	// reconcileJobs ends what a previous controller left of the campaign
 	// outside this host's processes (the campaign's jobs left in Slurm).
 	reconcileJobs(ctx context.Context) error
@@ -34,46 +32,42 @@ type executor interface {
 // localExecutor runs every attempt on the controller's host.
 type localExecutor struct{ c *Runner }
 
-func (x localExecutor) run(ctx context.Context, env *attempt.Env, s attempt.Spec, _ allocation) attempt.Outcome {
+func (x localExecutor) run(ctx context.Context, env *attempt.Env, s attempt.Spec) attempt.Outcome {
 	return attempt.New(env, storeRecorder{x.c}, s).Execute(ctx)
 }
 
-func (localExecutor) colocation(context.Context, int, []protocols.SlotInfo) (allocation, func(), error) {
-	return allocation{}, func() {}, nil
+func (x localExecutor) colocation(context.Context, int, []protocols.SlotInfo) (executor, func(), error) {
+	return x, func() {}, nil
 }
 
 func (localExecutor) reconcileJobs(context.Context) error { return nil }
 
 func (localExecutor) stepsElsewhere() bool { return false }
 
-// slurmExecutor runs every attempt as a Slurm step (SlurmConfig).
+// slurmExecutor runs every attempt as a Slurm step, in alloc when it is
+// set (a co-location block's).
 type slurmExecutor struct {
-	c   *Runner
-	cfg *SlurmConfig
+	c     *Runner
+	x     *slurmexec.Executor
+	alloc slurmexec.Allocation
 }
 
-func (x slurmExecutor) run(ctx context.Context, env *attempt.Env, s attempt.Spec, alloc allocation) attempt.Outcome {
-	rec := record.New(record.Config{Recorder: storeRecorder{x.c}, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull}, s.Run.ID, s.N, s.Dir)
-	st := &step{Record: rec, c: x.c, cfg: x.cfg, env: env, spec: s, alloc: alloc}
-	return st.execute(ctx)
+func (x slurmExecutor) run(ctx context.Context, env *attempt.Env, s attempt.Spec) attempt.Outcome {
+	return x.x.Run(ctx, env, storeRecorder{x.c}, s, x.alloc)
 }
 
-// colocation allocates one node for the block: the target and its
-// backgrounds share it, each step its own GPUs and CPUs of it
-// (co-location and CPU maps mean what they mean on one host).
-func (x slurmExecutor) colocation(ctx context.Context, unit int, slots []protocols.SlotInfo) (allocation, func(), error) {
-	name := slurm.CampaignPrefix(x.cfg.Campaign) + "colocation.u" + strconv.Itoa(unit)
-	alloc, err := x.allocate(ctx, name, slots)
+func (x slurmExecutor) colocation(ctx context.Context, unit int, slots []protocols.SlotInfo) (executor, func(), error) {
+	alloc, err := x.x.Allocate(ctx, unit, slots)
 	if err != nil {
-		return allocation{}, func() {}, err
+		return nil, func() {}, err
 	}
-	return alloc, func() { x.c.releaseAllocation(ctx, alloc) }, nil
+	return slurmExecutor{x.c, x.x, alloc}, func() { x.x.Release(ctx, alloc) }, nil
 }
 
 // reconcileJobs cancels the campaign's jobs: its processes are Slurm's,
 // ended through Slurm only.
 func (x slurmExecutor) reconcileJobs(ctx context.Context) error {
-	if err := x.cancelCampaignJobs(ctx); err != nil {
+	if err := x.x.CancelCampaignJobs(ctx); err != nil {
 		return fmt.Errorf("cancel the campaign's jobs left in Slurm: %w", err)
 	}
 	return nil

@@ -7,16 +7,16 @@ import (
 	"io/fs"
 	"path/filepath"
 	"time"
-	"warden/pkg/attempt"
-	"warden/pkg/outcome"
-	"warden/pkg/provenance"
-	"warden/pkg/schedule"
 
 	"golang.org/x/sys/unix"
 
+	"warden/pkg/attempt"
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
+	"warden/pkg/outcome"
+	"warden/pkg/provenance"
+	"warden/pkg/schedule"
 	"warden/pkg/state"
 )
 

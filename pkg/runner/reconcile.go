@@ -10,13 +10,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
 	"warden/pkg/attempt"
 	"warden/pkg/budget"
-	"warden/pkg/failpoint"
-	"warden/pkg/record"
-
 	"warden/pkg/endlog"
+	"warden/pkg/failpoint"
 	"warden/pkg/launch"
+	"warden/pkg/record"
 	"warden/pkg/state"
 )
 
@@ -269,7 +269,7 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		}
 		var start time.Time
 		lastCharge, wasCharged := charged[record.Key(a.RunID, a.N)]
-		switch srv := serverProc(a); {
+		switch srv := record.ServerProc(a); {
 		case wasCharged:
 			if held {
 				start = lastCharge // charged to its cleanup, yet something lived on
@@ -391,15 +391,6 @@ func bootTime() (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("no btime in /proc/stat")
-}
-
-func serverProc(a state.Attempt) *state.Proc {
-	for i := range a.Procs {
-		if a.Procs[i].Role == "server" {
-			return &a.Procs[i]
-		}
-	}
-	return nil
 }
 
 // interruptLeftover ends a live attempt a resume found: its charge goes on

@@ -2,9 +2,9 @@ package runner
 
 import (
 	"errors"
-	"warden/pkg/record"
 
 	"warden/pkg/failpoint"
+	"warden/pkg/record"
 	"warden/pkg/state"
 )
 

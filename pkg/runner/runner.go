@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"warden/pkg/schedule"
 
 	"github.com/rs/zerolog"
 
@@ -16,6 +15,8 @@ import (
 	"warden/pkg/endlog"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/schedule"
+	"warden/pkg/slurmexec"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -56,9 +57,9 @@ type Config struct {
 	// Private indexes the private inputs, no run of which (of the
 	// protocol's leak length) any artifact may contain (see PrivateIndex).
 	Private *gates.PrivateIndex
-	// Slurm, when set, runs every attempt as a Slurm step (SlurmConfig);
+	// Slurm, when set, runs every attempt as a Slurm step (slurmexec);
 	// nil: on this host.
-	Slurm *SlurmConfig
+	Slurm *slurmexec.Config
 }
 
 // heartbeatEvery is how often the runner records that it is alive, and
@@ -151,7 +152,7 @@ func New(cfg Config) (*Runner, error) {
 	r.plan.Store(cfg.Plan)
 	r.exec = localExecutor{r}
 	if cfg.Slurm != nil {
-		r.exec = slurmExecutor{r, cfg.Slurm}
+		r.exec = slurmExecutor{c: r, x: slurmexec.New(*cfg.Slurm, cfg.Store, cfg.Launcher, cfg.Log)}
 	}
 	return r, nil
 }

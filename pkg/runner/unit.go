@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"warden/pkg/outcome"
 
 	"warden/pkg/attempt"
 	"warden/pkg/failpoint"
+	"warden/pkg/outcome"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -23,7 +23,7 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 	for _, r := range u.Runs {
 		retries := 0
 		for {
-			out := c.runAttempt(ctx, r, u.Slots, attempt.Options{Regime: u.Regime}, allocation{})
+			out := c.runAttempt(ctx, c.exec, r, u.Slots, attempt.Options{Regime: u.Regime})
 			v := outcome.Next(out.State, out.Reason, retries, c.currentPlan().Retries)
 			switch v.Next {
 			case outcome.Restart:
@@ -50,16 +50,9 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 	return res
 }
 
-// allocation is a Slurm job allocated for several attempts' steps (a
-// co-location check's); zero: each attempt's step is a job of its own.
-type allocation struct {
-	ID, Name string
-}
-
 // runAttempt creates the next attempt of run r on slots in the records
-// and has the executor run it to a terminal state, in alloc when the
-// executor allocated one for it.
-func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protocols.SlotInfo, opts attempt.Options, alloc allocation) attempt.Outcome {
+// and has executor x run it to a terminal state.
+func (c *Runner) runAttempt(ctx context.Context, x executor, r protocols.Run, slots []protocols.SlotInfo, opts attempt.Options) attempt.Outcome {
 	run, err := c.store.Run(r.ID)
 	if err != nil {
 		return attempt.Outcome{State: state.Failed, Reason: state.ReasonHarnessError, Detail: err.Error()}
@@ -88,7 +81,7 @@ func (c *Runner) runAttempt(ctx context.Context, r protocols.Run, slots []protoc
 		return attempt.Outcome{State: state.Failed, Reason: state.ReasonHarnessError, Detail: err.Error()}
 	}
 	failpoint.Hit("attempt-created")
-	return c.exec.run(ctx, env, spec, alloc)
+	return x.run(ctx, env, spec)
 }
 
 // attemptEnv is the environment the campaign's attempts run in.

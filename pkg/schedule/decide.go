@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"warden/pkg/outcome"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
+	"warden/pkg/outcome"
 	"warden/pkg/state"
 	"warden/protocols"
 )

@@ -4,10 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"warden/pkg/outcome"
 
 	"warden/pkg/budget"
 	"warden/pkg/gates"
+	"warden/pkg/outcome"
 	"warden/pkg/state"
 	"warden/protocols"
 )

@@ -1,4 +1,4 @@
-package runner
+package slurmexec
 
 import (
 	"context"
@@ -11,27 +11,27 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"warden/pkg/attempt"
-	"warden/pkg/node"
-	"warden/pkg/record"
-	"warden/pkg/safefile"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/attempt"
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/node"
+	"warden/pkg/record"
+	"warden/pkg/safefile"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
 	"warden/protocols"
 )
 
-// SlurmConfig runs every attempt as a Slurm step: srun starts the
+// Config runs every attempt as a Slurm step: srun starts the
 // controller's node-side runner (NodeCommand) on a node with the run's GPUs
 // and CPUs; it runs the attempt there and reports each record on its
 // standard output, which srun brings back. The controller stays the only
 // writer of the state database.
-type SlurmConfig struct {
+type Config struct {
 	Options slurm.Options
 	// Campaign is the campaign's id: every job name starts with
 	// slurm.CampaignPrefix(Campaign).
@@ -56,19 +56,18 @@ const (
 // to the campaign's database.
 type step struct {
 	*record.Record
-	c     *Runner
-	cfg   *SlurmConfig
+	x     *Executor
 	env   *attempt.Env
+	rec   record.Recorder
 	spec  attempt.Spec
-	alloc allocation
+	alloc Allocation
 }
 
 // execute runs the attempt as a Slurm step and records what its
 // node-side runner reports.
 func (a *step) execute(ctx context.Context) attempt.Outcome {
-	c := a.c
-	sc := a.cfg
-	needDirs, err := c.needDirs(a.spec.Run)
+	env, sc := a.env, a.x.cfg
+	needDirs, err := env.NeedDirs(a.spec.Run)
 	if err != nil {
 		return a.fail(state.ReasonHarnessError, err.Error())
 	}
@@ -77,25 +76,25 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 	if shared {
 		name = alloc.Name
 	}
-	spec := node.Spec{Schema: node.SpecSchema, CampaignDir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath,
-		GPUBackend: sc.GPUBackend, FakeGPUDir: sc.FakeGPUDir, UID: c.uid, Plan: a.spec.Plan, Run: a.spec.Run, Attempt: a.spec.N,
+	spec := node.Spec{Schema: node.SpecSchema, CampaignDir: env.Dir, Workdir: env.Workdir, ProtocolPath: env.ProtocolPath,
+		GPUBackend: sc.GPUBackend, FakeGPUDir: sc.FakeGPUDir, UID: env.UID, Plan: a.spec.Plan, Run: a.spec.Run, Attempt: a.spec.N,
 		Dir: a.spec.Dir, Slots: a.spec.Slots, Regime: a.spec.Options.Regime, NeedDirs: needDirs, Background: a.spec.Options.Until != nil, JobName: name, Shared: shared}
 	specPath := filepath.Join(a.spec.Dir, node.SpecFile)
-	if err := atomicfile.WriteJSON(specPath, spec, 0o600, atomicfile.Beneath(c.dir)); err != nil {
+	if err := atomicfile.WriteJSON(specPath, spec, 0o600, atomicfile.Beneath(env.Dir)); err != nil {
 		return a.fail(state.ReasonHarnessError, "write the node spec: "+err.Error())
 	}
 	argv := sc.Options.SrunArgv(slurm.Request{GPUs: len(a.spec.GPUIDs), CPUs: len(a.spec.CPUs), JobName: name, JobID: alloc.ID},
 		append(append([]string(nil), sc.NodeCommand...), "--spec", specPath))
 	// The job's name is recorded before srun starts: a resume finds the
 	// job by it even when its id was never reported.
-	if _, err := c.store.UpdateAttempt(a.spec.Run.ID, a.spec.N, func(at *state.Attempt) error {
+	if _, err := a.x.store.UpdateAttempt(a.spec.Run.ID, a.spec.N, func(at *state.Attempt) error {
 		at.Slurm = &state.SlurmStep{JobName: name, JobID: alloc.ID, Shared: shared}
 		at.Commands = append(at.Commands, argv)
 		return nil
 	}); err != nil && !errors.Is(err, state.ErrStateFile) {
 		return a.harness(err)
 	}
-	record.AppendLine(c.dir, filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", c.now().UTC().Format(time.RFC3339Nano), attempt.ShellQuote(argv)), c.log)
+	record.AppendLine(env.Dir, filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", env.Now().UTC().Format(time.RFC3339Nano), attempt.ShellQuote(argv)), env.Log)
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -108,8 +107,8 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 		return a.fail(state.ReasonHarnessError, err.Error())
 	}
 	defer outR.Close()
-	srun, err := c.starter.Start(launch.Spec{
-		Role: "srun", Argv: argv, Env: nodeEnv(), Dir: c.workdir, Stdin: inR, Stdout: outW,
+	srun, err := env.Launcher.Start(launch.Spec{
+		Role: "srun", Argv: argv, Env: nodeEnv(), Dir: env.Workdir, Stdin: inR, Stdout: outW,
 		StderrPath: filepath.Join(a.spec.Dir, "srun.err"),
 		// srun's death cancels its step: a controller that dies takes its
 		// steps with it, and never kills srun's process group (that
@@ -153,10 +152,10 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 			if err := a.applyReport(rep); err != nil {
 				// the node does not speak the report protocol (or the
 				// records are broken): end the step, then the attempt
-				c.log.Error().Err(err).Str("run", a.spec.Run.ID).Msg("record the node's report")
+				env.Log.Error().Err(err).Str("run", a.spec.Run.ID).Msg("record the node's report")
 				a.sendNode(inW, node.CmdStop)
 				a.stopSrun(srun)
-				c.flights.Remove(a.Key())
+				a.env.InFlight.Remove(a.Key())
 				go func() {
 					for range reports { // until srun's output ends, so the reader ends too
 					}
@@ -197,7 +196,7 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 	case <-time.After(srunGrace):
 		a.stopSrun(srun)
 	}
-	c.flights.Remove(a.Key())
+	a.env.InFlight.Remove(a.Key())
 	ex := srun.Exit()
 	if last != nil && last.To.Terminal() {
 		return attempt.Outcome{State: last.To, Reason: last.Reason, Detail: last.Message,
@@ -220,14 +219,14 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 // held them until the step ended), and it fails with reason, or is
 // interrupted when the controller had asked it to stop.
 func (a *step) endUnreported(ctx context.Context, reason state.Reason, detail string) attempt.Outcome {
-	c := a.c
-	at, err := c.store.Attempt(a.spec.Run.ID, a.spec.N)
+	env := a.env
+	at, err := a.x.store.Attempt(a.spec.Run.ID, a.spec.N)
 	if err != nil {
 		return a.harness(err)
 	}
 	a.SetState(at.State)
-	if srv := serverProc(at); srv != nil && !charged(at) {
-		amt := budget.Charge(len(a.spec.GPUIDs), srv.StartedAt, c.now())
+	if srv := record.ServerProc(at); srv != nil && !charged(at) {
+		amt := budget.Charge(len(a.spec.GPUIDs), srv.StartedAt, env.Now())
 		a.SetFigure("gpu_seconds", amt)
 		a.NoteCharge(amt, "server start to the end of its lost step")
 	}
@@ -241,7 +240,7 @@ func (a *step) endUnreported(ctx context.Context, reason state.Reason, detail st
 		}
 		return attempt.Outcome{State: state.Interrupted, Reason: why, Detail: detail, Interrupted: true}
 	}
-	a.Gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Error, At: c.now(),
+	a.Gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Error, At: env.Now(),
 		Detail: "the node's GPUs were not read after the step ended: " + detail})
 	// the legal path from where the attempt was to failed
 	path := map[state.AttemptState][]state.AttemptState{
@@ -269,7 +268,7 @@ func charged(at state.Attempt) bool {
 
 // applyReport records one report of the node-side runner.
 func (a *step) applyReport(rep record.Report) error {
-	c := a.c
+	env := a.env
 	switch rep.Kind {
 	case "step":
 		if rep.Step == nil {
@@ -280,7 +279,7 @@ func (a *step) applyReport(rep record.Report) error {
 		if err != nil {
 			return err
 		}
-		_, err = c.store.UpdateAttempt(a.spec.Run.ID, a.spec.N, func(at *state.Attempt) error {
+		_, err = a.x.store.UpdateAttempt(a.spec.Run.ID, a.spec.N, func(at *state.Attempt) error {
 			at.Slurm = &st
 			at.GPUIDs = gpus
 			at.CPUs = st.CPUs
@@ -298,23 +297,23 @@ func (a *step) applyReport(rep record.Report) error {
 			return errors.New("a proc report without its process")
 		}
 		if rep.Proc.Role == "server" {
-			c.flights.Add(a.Key(), len(a.spec.GPUIDs), rep.Proc.StartedAt)
+			env.InFlight.Add(a.Key(), len(a.spec.GPUIDs), rep.Proc.StartedAt)
 		}
-		return storeRecorder{c}.ProcStarted(a.spec.Run.ID, a.spec.N, *rep.Proc)
+		return a.rec.ProcStarted(a.spec.Run.ID, a.spec.N, *rep.Proc)
 	case "transition":
 		if !rep.To.Valid() {
 			return fmt.Errorf("a transition to unknown state %q", rep.To)
 		}
-		if err := c.recordTransition(a.spec.Run.ID, a.spec.N, rep); err != nil {
+		if err := a.rec.Transition(a.spec.Run.ID, a.spec.N, rep); err != nil {
 			return err
 		}
 		a.SetState(rep.To)
 		for _, l := range rep.Ledger {
 			if l.Kind == state.LedgerCharge {
-				c.flights.Remove(a.Key())
+				a.env.InFlight.Remove(a.Key())
 			}
 		}
-		c.log.Info().Str("run", a.spec.Run.ID).Int("attempt", a.spec.N).Str("to", string(rep.To)).Str("reason", string(rep.Reason)).Str("executor", "slurm").Msg(rep.Message)
+		env.Log.Info().Str("run", a.spec.Run.ID).Int("attempt", a.spec.N).Str("to", string(rep.To)).Str("reason", string(rep.Reason)).Str("executor", "slurm").Msg(rep.Message)
 		return nil
 	}
 	return fmt.Errorf("a report of unknown kind %q", rep.Kind)
@@ -324,7 +323,7 @@ func (a *step) applyReport(rep record.Report) error {
 // gone cannot read it; its step's end says the rest.
 func (a *step) sendNode(w *os.File, cmd string) {
 	if _, err := w.WriteString(cmd + "\n"); err != nil {
-		a.c.log.Warn().Err(err).Str("run", a.spec.Run.ID).Str("command", cmd).Msg("tell the node-side runner")
+		a.env.Log.Warn().Err(err).Str("run", a.spec.Run.ID).Str("command", cmd).Msg("tell the node-side runner")
 	}
 }
 
@@ -334,7 +333,7 @@ func (a *step) sendNode(w *os.File, cmd string) {
 // would run on. Each signal is recorded.
 func (a *step) stopSrun(p *launch.Proc) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		rec, err := launch.Signal(a.c.boot, p.Identity, p.Role, sig)
+		rec, err := launch.Signal(a.env.Boot, p.Identity, p.Role, sig)
 		if err != nil {
 			break // gone: the reaper reports its exit
 		}
@@ -348,7 +347,7 @@ func (a *step) stopSrun(p *launch.Proc) {
 	select {
 	case <-p.Done():
 	case <-time.After(attempt.StopSlack):
-		a.c.log.Error().Str("run", a.spec.Run.ID).Int("pid", p.PID).Msg("srun did not exit after SIGKILL")
+		a.env.Log.Error().Str("run", a.spec.Run.ID).Int("pid", p.PID).Msg("srun did not exit after SIGKILL")
 	}
 }
 
@@ -393,7 +392,7 @@ func (a *step) fail(reason state.Reason, detail string) attempt.Outcome {
 // harness ends an attempt whose transition could not be recorded: it
 // stays live in the records, and resume charges it.
 func (a *step) harness(err error) attempt.Outcome {
-	a.c.log.Error().Err(err).Str("run", a.spec.Run.ID).Msg("record transition")
-	a.c.flights.Remove(a.Key())
+	a.env.Log.Error().Err(err).Str("run", a.spec.Run.ID).Msg("record transition")
+	a.env.InFlight.Remove(a.Key())
 	return attempt.Outcome{State: state.Failed, Reason: state.ReasonHarnessError, Detail: err.Error()}
 }
