@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -625,22 +626,13 @@ func (a *Attempt) livePIDs() []int {
 		}
 		if ps, err := launch.GroupPIDs(p.PGID); err == nil {
 			for _, pid := range ps {
-				if !contains(pids, pid) {
+				if !slices.Contains(pids, pid) {
 					pids = append(pids, pid)
 				}
 			}
 		}
 	}
 	return pids
-}
-
-func contains(xs []int, x int) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // validate runs the protocol's validators (exit code and JSON verdict)
@@ -879,7 +871,7 @@ func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		return nil, err
 	}
 	env := append([]string(nil), a.environ...)
-	for _, k := range sortedKeys(extraEnv) {
+	for _, k := range slices.Sorted(maps.Keys(extraEnv)) {
 		v, err := protocols.Expand(extraEnv[k], a.vars)
 		if err != nil {
 			return nil, err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"warden/pkg/safefile"
@@ -62,14 +61,4 @@ func readDrainTimes(path string) (start, end int64, err error) {
 		return 0, 0, fmt.Errorf("drain ends (%d) before it starts (%d)", r.Drain.EndMonoNS, r.Drain.StartMonoNS)
 	}
 	return r.Drain.StartMonoNS, r.Drain.EndMonoNS, nil
-}
-
-// sortedKeys are the keys of m, sorted.
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

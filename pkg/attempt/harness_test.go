@@ -1,12 +1,11 @@
 package attempt_test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	"warden/internal/testreaper"
 	"warden/pkg/attempt"
 	"warden/pkg/endlog"
 	"warden/pkg/launch"
@@ -18,25 +17,7 @@ import (
 var testReaper *launch.Reaper
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	if err := launch.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	testReaper = launch.NewReaper()
-	if err := testReaper.Start(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if err := testReaper.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	return code
+	os.Exit(testreaper.Run(m, &testReaper))
 }
 
 // A controller whose transition cannot be recorded (harness) ends the

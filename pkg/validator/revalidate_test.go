@@ -1,13 +1,12 @@
 package validator_test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"warden/internal/testreaper"
 	"warden/pkg/launch"
 	"warden/pkg/state"
 	"warden/pkg/validator"
@@ -20,25 +19,7 @@ import (
 var testReaper *launch.Reaper
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	if err := launch.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	testReaper = launch.NewReaper()
-	if err := testReaper.Start(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if err := testReaper.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	return code
+	os.Exit(testreaper.Run(m, &testReaper))
 }
 
 // A re-adjudication runs each validator under the same bounds as an
