@@ -40,9 +40,9 @@
 //
 // # Invariants
 //
-//   - Every process it starts is started through Env.Launcher, recorded
-//     (Recorder.ProcStarted) before anything else happens, and ended by it;
-//     the cleanup gate proves them gone.
+//   - Every process it starts is started through Env.Launcher; the server
+//     and the client are recorded (Recorder.ProcStarted) before anything
+//     else happens, and the cleanup gate proves them gone.
 //   - The GPU time of an attempt is charged once, from its server's start;
 //     Env.InFlight holds it from that start until the charge.
 //   - A check that cannot tell fails closed: an unreadable drain, manifest
