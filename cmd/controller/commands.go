@@ -18,7 +18,7 @@ import (
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
-	"warden/pkg/runner"
+	"warden/pkg/outcome"
 	"warden/protocols"
 )
 
@@ -38,7 +38,7 @@ type result struct {
 	// AwaitingAmendment (resume) are the runs whose last attempt failed for
 	// a reason that allows no rerun: resume starts no attempt of them until
 	// an amendment covers them.
-	AwaitingAmendment []runner.Awaiting `json:"awaiting_amendment,omitempty"`
+	AwaitingAmendment []outcome.Awaiting `json:"awaiting_amendment,omitempty"`
 }
 
 func checkTableOrJSON(output string) error {
@@ -134,7 +134,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 
 // launchController runs the controller in this process (foreground) or
 // detached, and reports how in the output format.
-func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string, mo metricsOptions, awaiting []runner.Awaiting) error {
+func launchController(cmd *cobra.Command, action, dir string, foreground bool, backend, output string, mo metricsOptions, awaiting []outcome.Awaiting) error {
 	if output != "json" {
 		for _, w := range awaiting {
 			fmt.Fprintf(cmd.OutOrStdout(), "waiting for an amendment, no further attempt without one: %s (attempt %d failed: %s)\n", w.Run, w.Attempt, w.Reason)
@@ -238,7 +238,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if !foreground && lockfile.Held(campaignfs.Lock(abs)) {
 		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
 	}
-	var awaiting []runner.Awaiting
+	var awaiting []outcome.Awaiting
 	if !lockfile.Held(campaignfs.Lock(abs)) {
 		if awaiting, err = awaitingAmendment(abs); err != nil {
 			return &exitError{1, err}
@@ -248,14 +248,14 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 }
 
 // awaitingAmendment reads, before a resume, the runs that wait for an
-// amendment (runner.AwaitingAmendment).
-func awaitingAmendment(dir string) ([]runner.Awaiting, error) {
+// amendment (outcome.AwaitingAmendment).
+func awaitingAmendment(dir string) ([]outcome.Awaiting, error) {
 	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("resume: read the campaign's runs: %w", err)
 	}
 	defer s.Close()
-	return runner.AwaitingAmendment(s)
+	return outcome.AwaitingAmendment(s)
 }
 
 // exitDamaged is resume's exit status when the campaign's state database

@@ -20,6 +20,7 @@ import (
 
 	"warden/pkg/amend"
 	"warden/pkg/api"
+	"warden/pkg/attempt"
 	"warden/pkg/campaigndir"
 	"warden/pkg/campaignfs"
 	"warden/pkg/connlimit"
@@ -50,15 +51,8 @@ func runDaemon(opts daemonOptions) (err error) {
 		}
 	}()
 
-	// A fixed GOMAXPROCS also stops the runtime's periodic re-reading of
-	// the CPU quota; the controller needs no more than two.
-	runtime.GOMAXPROCS(min(2, runtime.NumCPU()))
-
-	apiMax, metricsMax, err := listenerCaps()
+	apiMax, metricsMax, err := reserveResources()
 	if err != nil {
-		return err
-	}
-	if _, err := connlimit.Reserve(apiMax+metricsMax, descriptorReserve); err != nil {
 		return err
 	}
 
@@ -72,99 +66,42 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	defer lock.Release()
 
-	logFile, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logFile, log, err := openDaemonLog(dir, opts.foreground)
 	if err != nil {
-		return fmt.Errorf("open log: %w", err)
+		return err
 	}
 	defer logFile.Close()
-	var out = zerolog.MultiLevelWriter(logFile)
-	if opts.foreground {
-		out = zerolog.MultiLevelWriter(logFile, stderrLog(os.Stderr))
-	}
-	log := zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger()
 
 	c, err := campaigndir.Open(dir, opts.backend)
 	if err != nil {
 		return err
 	}
 	defer c.Store.Close()
-	set, plan, store := c.Settings, c.Plan, c.Store
 
-	var gpus runner.GPUs
-	gpuDesc := "on the Slurm nodes (" + set.GPUBackend + ")"
-	slurmCfg := set.SlurmConfig()
-	if slurmCfg == nil {
-		if gpus, gpuDesc, err = set.OpenGPUs(); err != nil {
-			return err
-		}
-	}
-	if err := launch.BecomeSubreaper(); err != nil {
+	gpus, gpuDesc, err := openHostGPUs(c.Settings)
+	if err != nil {
 		return err
 	}
-	reaper := launch.NewReaper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := reaper.Start(ctx); err != nil {
+	reaper, err := startReaper(ctx)
+	if err != nil {
 		return err
 	}
 	defer reaper.Close()
-	camp, err := store.Campaign()
+	camp, finished, err := takeCampaign(dir, c, log)
 	if err != nil {
 		return err
 	}
-	if err := campaigndir.CheckBelongs(dir, set, plan, camp); err != nil {
-		return err
-	}
-	if camp.GPUBackend == "" {
-		// recorded before the campaign record named its backend
-		if err := store.UpdateCampaign(func(cp *state.Campaign) error { cp.GPUBackend = set.GPUBackend; return nil }); err != nil {
-			return err
-		}
-	}
-	if set.GPUBackend == "fake" {
-		log.Warn().Str("fake_gpu_dir", set.FakeGPUDir).Msg("fake GPUs: the GPU gates read files; nothing measured is a GPU's")
-	}
-	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
-		// a finished campaign: nothing to reconcile or run
-		log.Info().Msg("campaign complete; nothing to resume")
+	if finished {
 		ready.OK(os.Getpid())
 		return nil
 	}
-	var cg *launch.Manager
-	if set.Cgroups != "off" {
-		// Containment is never off silently: a manager that cannot be made
-		// is an error; where cgroup v2 is not there or not writable, the
-		// manager says so (Mode) and every attempt's processes record no
-		// cgroup, which ctlq show reports.
-		if cg, err = launch.NewManager(launch.CgroupName(camp.ID)); err != nil {
-			return fmt.Errorf("cgroups: %w", err)
-		}
-		if !cg.Available() {
-			log.Warn().Str("cgroups", cg.Mode()).Msg("cgroups unavailable; containing processes by process group and session only")
-		}
-	}
-	boot := opts.boot
-	if boot == nil {
-		boot = launch.BootIDFromEnv()
-	}
-	private, err := runner.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
+	rn, cg, err := newCampaignRunner(dir, c, camp, gpus, reaper, opts.boot, log)
 	if err != nil {
 		return err
 	}
-	starter := &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot}
-	fakeDir := ""
-	if set.GPUBackend == "fake" {
-		fakeDir = set.FakeGPUDir
-	}
-	rn, err := runner.New(runner.Config{
-		Dir: dir, Plan: plan, Store: store, GPUs: gpus, Launcher: starter, Cgroups: cg, Boot: boot,
-		Now: time.Now, Log: log, UID: os.Getuid(), Workdir: set.Workdir, ProtocolPath: set.ProtocolPath,
-		FakeGPUDir: fakeDir, Private: private, Slurm: slurmCfg,
-	})
-	if err != nil {
-		return err
-	}
-	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", plan.Protocol.Name).Msg("controller starting")
+	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", c.Plan.Protocol.Name).Msg("controller starting")
 
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
@@ -173,6 +110,160 @@ func runDaemon(opts daemonOptions) (err error) {
 		return err
 	}
 
+	srv, err := serveAPI(dir, c, rn, apiMax, log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	mout := opts.metrics.Outputs
+	mout.MaxConns = metricsMax
+	stopMetrics, err := metrics.Serve(ctx, mout, c.Store, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+
+	defer stopOnSignal(ctx, rn, log)()
+	defer cancel()
+
+	ready.OK(os.Getpid())
+	return runCampaign(ctx, rn, cg, log)
+}
+
+// runCampaign runs the campaign until it ends, then removes the campaign's
+// empty cgroups.
+func runCampaign(ctx context.Context, rn *runner.Runner, cg *launch.Manager, log zerolog.Logger) error {
+	err := rn.Run(ctx)
+	if cg != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = cg.Cleanup(cctx)
+		ccancel()
+	}
+	log.Info().Err(err).Msg("controller exiting")
+	return err
+}
+
+// reserveResources fixes the controller's own CPU use and reserves the
+// descriptors its listeners may hold: apiMax and metricsMax connections.
+func reserveResources() (apiMax, metricsMax int, err error) {
+	// A fixed GOMAXPROCS also stops the runtime's periodic re-reading of
+	// the CPU quota; the controller needs no more than two.
+	runtime.GOMAXPROCS(min(2, runtime.NumCPU()))
+	if apiMax, metricsMax, err = listenerCaps(); err != nil {
+		return 0, 0, err
+	}
+	_, err = connlimit.Reserve(apiMax+metricsMax, descriptorReserve)
+	return apiMax, metricsMax, err
+}
+
+// openHostGPUs opens this host's GPUs for a campaign that runs here, and
+// says which they are; a Slurm campaign's GPUs are read on its nodes.
+func openHostGPUs(set campaigndir.Settings) (attempt.GPUs, string, error) {
+	if set.SlurmConfig() != nil {
+		return nil, "on the Slurm nodes (" + set.GPUBackend + ")", nil
+	}
+	return set.OpenGPUs()
+}
+
+// startReaper makes the controller the subreaper of every process its
+// attempts start, and starts the one reaper that collects their exits
+// until ctx ends.
+func startReaper(ctx context.Context) (*launch.Reaper, error) {
+	if err := launch.BecomeSubreaper(); err != nil {
+		return nil, err
+	}
+	reaper := launch.NewReaper()
+	if err := reaper.Start(ctx); err != nil {
+		return nil, err
+	}
+	return reaper, nil
+}
+
+// openDaemonLog opens the campaign's controller log for appending and the
+// logger that writes to it (and to standard error in the foreground).
+func openDaemonLog(dir string, foreground bool) (*os.File, zerolog.Logger, error) {
+	logFile, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, zerolog.Logger{}, fmt.Errorf("open log: %w", err)
+	}
+	var out = zerolog.MultiLevelWriter(logFile)
+	if foreground {
+		out = zerolog.MultiLevelWriter(logFile, stderrLog(os.Stderr))
+	}
+	return logFile, zerolog.New(out).With().Timestamp().Int("pid", os.Getpid()).Logger(), nil
+}
+
+// takeCampaign checks that the campaign recorded in c is the directory's
+// and records its GPU backend where an older record lacks it. finished: the
+// campaign is complete or frozen, with nothing to reconcile or run.
+func takeCampaign(dir string, c campaigndir.Opened, log zerolog.Logger) (camp state.Campaign, finished bool, err error) {
+	set, store := c.Settings, c.Store
+	camp, err = store.Campaign()
+	if err != nil {
+		return camp, false, err
+	}
+	if err := campaigndir.CheckBelongs(dir, set, c.Plan, camp); err != nil {
+		return camp, false, err
+	}
+	if camp.GPUBackend == "" {
+		// recorded before the campaign record named its backend
+		if err := store.UpdateCampaign(func(cp *state.Campaign) error { cp.GPUBackend = set.GPUBackend; return nil }); err != nil {
+			return camp, false, err
+		}
+	}
+	if set.GPUBackend == "fake" {
+		log.Warn().Str("fake_gpu_dir", set.FakeGPUDir).Msg("fake GPUs: the GPU gates read files; nothing measured is a GPU's")
+	}
+	if camp.State == state.CampaignComplete || camp.State == state.CampaignFrozen {
+		log.Info().Msg("campaign complete; nothing to resume")
+		return camp, true, nil
+	}
+	return camp, false, nil
+}
+
+// newCampaignRunner builds the campaign's runner: its containment (a
+// cgroup manager unless the campaign turned cgroups off), the launcher on
+// reaper, the private inputs' index and the executor the settings name.
+func newCampaignRunner(dir string, c campaigndir.Opened, camp state.Campaign, gpus attempt.GPUs, reaper *launch.Reaper, boot launch.BootIDSource, log zerolog.Logger) (*runner.Runner, *launch.Manager, error) {
+	set, plan := c.Settings, c.Plan
+	var cg *launch.Manager
+	if set.Cgroups != "off" {
+		// Containment is never off silently: a manager that cannot be made
+		// is an error; where cgroup v2 is not there or not writable, the
+		// manager says so (Mode) and every attempt's processes record no
+		// cgroup, which ctlq show reports.
+		var err error
+		if cg, err = launch.NewManager(launch.CgroupName(camp.ID)); err != nil {
+			return nil, nil, fmt.Errorf("cgroups: %w", err)
+		}
+		if !cg.Available() {
+			log.Warn().Str("cgroups", cg.Mode()).Msg("cgroups unavailable; containing processes by process group and session only")
+		}
+	}
+	if boot == nil {
+		boot = launch.BootIDFromEnv()
+	}
+	private, err := attempt.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	fakeDir := ""
+	if set.GPUBackend == "fake" {
+		fakeDir = set.FakeGPUDir
+	}
+	rn, err := runner.New(runner.Config{
+		Dir: dir, Plan: plan, Store: c.Store, GPUs: gpus, Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot},
+		Cgroups: cg, Boot: boot, Now: time.Now, Log: log, UID: os.Getuid(), Workdir: set.Workdir, ProtocolPath: set.ProtocolPath,
+		FakeGPUDir: fakeDir, Private: private, Slurm: set.SlurmConfig(),
+	})
+	return rn, cg, err
+}
+
+// serveAPI serves the campaign's query API on its socket: status from the
+// store, and stop, amend and freeze through the runner.
+func serveAPI(dir string, c campaigndir.Opened, rn *runner.Runner, maxConns int, log zerolog.Logger) (io.Closer, error) {
+	set, store := c.Settings, c.Store
 	onAmend := func(req api.AmendRequest) (json.RawMessage, error) {
 		res, plan, err := amend.Amend(campaigndir.Amendable(dir, set, store), amend.Request(req))
 		if err != nil {
@@ -202,24 +293,15 @@ func runDaemon(opts daemonOptions) (err error) {
 			return api.Controller{PID: os.Getpid(), Heartbeat: cp.Heartbeat}
 		},
 	}
-	sv.MaxConns = apiMax
-	srv, err := sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
+	sv.MaxConns = maxConns
+	return sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
+}
 
-	mout := opts.metrics.Outputs
-	mout.MaxConns = metricsMax
-	stopMetrics, err := metrics.Serve(ctx, mout, store, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-
+// stopOnSignal stops the runner on SIGTERM, SIGINT or SIGHUP until ctx
+// ends; the function it returns stops listening and waits for the watcher.
+func stopOnSignal(ctx context.Context, rn *runner.Runner, log zerolog.Logger) (wait func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	var sigWG sync.WaitGroup
 	sigWG.Add(1)
 	go func() {
@@ -231,18 +313,10 @@ func runDaemon(opts daemonOptions) (err error) {
 		case <-ctx.Done():
 		}
 	}()
-	defer sigWG.Wait()
-	defer cancel()
-
-	ready.OK(os.Getpid())
-	err = rn.Run(ctx)
-	if cg != nil {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = cg.Cleanup(cctx)
-		ccancel()
+	return func() {
+		sigWG.Wait()
+		signal.Stop(sigs)
 	}
-	log.Info().Err(err).Msg("controller exiting")
-	return err
 }
 
 // stderrLog is where a foreground controller also logs: readable, coloured

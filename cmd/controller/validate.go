@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"warden/pkg/campaignfs"
-	"warden/pkg/runner"
 	"warden/pkg/validate"
+	"warden/pkg/validator"
 )
 
 const validateExit = `
@@ -194,7 +194,7 @@ ctlq show prints the block of an attempt.` + validateExit,
 				o.Constants[name] = v
 			}
 			if out == "" {
-				if o := os.Getenv(runner.EnvSanityOut); o != "" {
+				if o := os.Getenv(validator.EnvSanityOut); o != "" {
 					out = o // a re-adjudication: not into the ended attempt
 				} else if d := os.Getenv("WARDEN_ATTEMPT_DIR"); d != "" {
 					out = campaignfs.Sanity(d)
@@ -321,7 +321,7 @@ type layer1Accounting struct {
 
 func (a *layer1Accounting) bind(f *pflag.FlagSet) {
 	f.StringVar(&a.sidecar, "sidecar", "", "the Layer-1 sidecar (default <stream>.footer.json)")
-	f.StringVar(&a.signals, "signals", os.Getenv(runner.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+runner.EnvSignalsFile+")")
+	f.StringVar(&a.signals, "signals", os.Getenv(validator.EnvSignalsFile), "the controller's recorded signals, a JSON array (default $"+validator.EnvSignalsFile+")")
 	f.Float64Var(&a.tolMS, "tolerance-ms", 100, "Layer-1 timestamp/scheduling tolerance beyond the flush interval, reported apart")
 	f.Float64Var(&a.flushS, "flush-interval-s", 0, "the configured Layer-1 flush interval the sidecar must declare (0: accept the sidecar's)")
 }

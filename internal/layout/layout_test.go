@@ -80,6 +80,21 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/protocols"}, why: "GPU backends read devices; they know nothing of protocols (the CPU-list format is internal/cpulist's)"},
 		{pkg: "warden/internal/cpulist", direct: true, forbidden: []string{"warden/"}, why: "the CPU-list format is a leaf that the protocol package and the GPU backends share"},
 		{pkg: "warden/internal/cli", direct: true, forbidden: []string{"warden/"}, why: "what the mains share is a leaf: it runs a root command and knows no package of the product"},
+		// The parts of a run's life, from the bottom up: the scheduling
+		// policy and the outcome policy decide; an attempt's record and the
+		// validators' bounds serve the attempt lifecycle; the node side and
+		// the Slurm executor use the lifecycle; the campaign loop drives
+		// them all. Nothing below imports upward.
+		{pkg: "warden/pkg/schedule", direct: true, forbidden: []string{"os", "net", "io", "os/exec", "syscall", "go.etcd.io/bbolt", "warden/pkg/launch"}, why: "the scheduling policy is pure: it decides from a View and does no I/O"},
+		{pkg: "warden/pkg/schedule", forbidden: []string{"os/exec", "warden/pkg/launch", "github.com/NVIDIA/go-nvml", "warden/pkg/record", "warden/pkg/attempt", "warden/pkg/runner"}, why: "the scheduling policy starts nothing and knows no attempt or campaign loop"},
+		{pkg: "warden/pkg/outcome", forbidden: []string{"os/exec", "warden/pkg/launch", "warden/pkg/schedule", "warden/pkg/attempt", "warden/pkg/runner"}, why: "the outcome policy reads records and decides; it starts nothing"},
+		{pkg: "warden/pkg/record", forbidden: []string{"warden/pkg/validator", "warden/pkg/attempt", "warden/pkg/node", "warden/pkg/slurmexec", "warden/pkg/runner", "warden/pkg/schedule"}, why: "an attempt's record is below everything that writes one"},
+		{pkg: "warden/pkg/validator", forbidden: []string{"warden/pkg/attempt", "warden/pkg/node", "warden/pkg/slurmexec", "warden/pkg/runner", "warden/pkg/schedule"}, why: "the validators' bounds and re-run are below the attempt lifecycle, so an amendment re-runs validators without it"},
+		{pkg: "warden/pkg/attempt", forbidden: []string{"warden/pkg/runner", "warden/pkg/slurmexec", "warden/pkg/node", "warden/pkg/schedule", "warden/pkg/gpu/fakegpu", "warden/pkg/gpu/nvmlgpu", "warden/cmd/"}, why: "an attempt runs from its environment alone: it never reaches back to the campaign loop, nor to a GPU backend"},
+		{pkg: "warden/pkg/node", forbidden: []string{"warden/pkg/runner", "warden/pkg/slurmexec", "warden/pkg/schedule", "warden/cmd/"}, why: "the node side runs one attempt with the lifecycle; it drives no campaign"},
+		{pkg: "warden/pkg/slurmexec", forbidden: []string{"warden/pkg/runner", "warden/pkg/schedule", "warden/pkg/gpu/fakegpu", "warden/pkg/gpu/nvmlgpu", "warden/cmd/"}, why: "the Slurm executor runs attempts for the campaign loop, which it does not know"},
+		{pkg: "warden/pkg/runner", forbidden: []string{"warden/pkg/gpu/fakegpu", "warden/pkg/gpu/nvmlgpu"}, why: "the campaign loop reads GPUs through the interface its caller opened"},
+		{pkg: "warden/pkg/amend", forbidden: []string{"warden/pkg/runner", "warden/pkg/attempt"}, why: "an amendment re-runs validators (pkg/validator) without the campaign loop or the attempt lifecycle"},
 	}
 	for _, r := range rules {
 		p, ok := pkgs[r.pkg]

@@ -23,8 +23,8 @@ import (
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
-	"warden/pkg/runner"
 	"warden/pkg/state"
+	"warden/pkg/validator"
 	"warden/protocols"
 )
 
@@ -359,7 +359,7 @@ type Readjudicated struct {
 // leaves a record of what was asked; a second run then re-adjudicates what
 // is left.
 // The validators of an attempt a validator failed are run again over its
-// artifacts (runner.Revalidate, through l; their output under outDir); nil
+// artifacts (validator.Revalidate, through l; their output under outDir); nil
 // l skips those attempts.
 func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []string, l *launch.Launcher, outDir string) ([]Readjudicated, error) {
 	store, workdir := c.Store, c.Workdir
@@ -403,7 +403,7 @@ func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []str
 			var notes []string
 			// the validators again, over the recorded artifacts
 			if validated && l != nil {
-				vs, err := runner.Revalidate(l, r, a, workdir, filepath.Join(outDir, r.ID, fmt.Sprintf("a%d", a.N)))
+				vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, r.ID, fmt.Sprintf("a%d", a.N)))
 				if err != nil {
 					return nil, err
 				}

@@ -25,7 +25,6 @@ import (
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
-	"warden/pkg/runner"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -105,7 +104,7 @@ func runLedger(dir, workdir string, cmds []protocols.CommandSpec, vars map[strin
 		return err
 	}
 	defer reaper.Close()
-	return runner.RunLedger(&launch.Launcher{Reaper: reaper}, dir, workdir, cmds, vars, os.Stderr)
+	return RunLedger(&launch.Launcher{Reaper: reaper}, dir, workdir, cmds, vars, os.Stderr)
 }
 
 // Create makes the campaign directory: the plan, the provenance

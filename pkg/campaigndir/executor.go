@@ -19,8 +19,9 @@ import (
 
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
-	"warden/pkg/runner"
+	"warden/pkg/node"
 	"warden/pkg/slurm"
+	"warden/pkg/slurmexec"
 	"warden/protocols"
 )
 
@@ -83,11 +84,11 @@ func ResolveExecutor(so *StartOptions, ch ExecutorChoice, plan *protocols.Plan, 
 
 // SlurmConfig is the runner's Slurm executor for a campaign that uses it;
 // nil for one that runs on the controller's host.
-func (s Settings) SlurmConfig() *runner.SlurmConfig {
+func (s Settings) SlurmConfig() *slurmexec.Config {
 	if s.Executor != "slurm" || s.Slurm == nil {
 		return nil
 	}
-	return &runner.SlurmConfig{Options: *s.Slurm, Campaign: s.CampaignID,
+	return &slurmexec.Config{Options: *s.Slurm, Campaign: s.CampaignID,
 		NodeCommand: []string{s.Slurm.NodeController, "node-attempt"}, GPUBackend: s.GPUBackend, FakeGPUDir: s.FakeGPUDir}
 }
 
@@ -95,14 +96,14 @@ func (s Settings) SlurmConfig() *runner.SlurmConfig {
 // node spec the controller wrote, learns its Slurm step from the
 // environment and its CPUs from its affinity, opens the node's GPUs (for
 // the fake backend the node's own fake host), and runs the attempt
-// (runner.RunNode), reporting to out and reading the controller's
+// (node.Run), reporting to out and reading the controller's
 // commands from in. SIGTERM and SIGINT end the attempt as a stop does.
 func RunNodeAttempt(specPath string, out io.Writer, in io.Reader, logTo io.Writer) error {
 	b, err := os.ReadFile(specPath)
 	if err != nil {
 		return err
 	}
-	var spec runner.NodeSpec
+	var spec node.Spec
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("%s: %w", specPath, err)
 	}
@@ -144,7 +145,7 @@ func RunNodeAttempt(specPath string, out io.Writer, in io.Reader, logTo io.Write
 		return err
 	}
 	defer reaper.Close()
-	st, err := runner.RunNode(ctx, runner.NodeConfig{
+	st, err := node.Run(ctx, node.Config{
 		Spec: spec, Step: step, CPUs: cpus, StepCUDA: os.Getenv("CUDA_VISIBLE_DEVICES"), FakeGPUDir: fakeDir, GPUs: gpus,
 		Launcher: &launch.Launcher{Reaper: reaper}, Now: time.Now, Log: log, Out: out, In: in,
 	})

@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"time"
 
+	"warden/pkg/attempt"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/gpu/nvmlgpu"
-	"warden/pkg/runner"
 )
 
 // OpenGPUs opens the GPU backend the campaign uses, and says which it is.
-func (s Settings) OpenGPUs() (runner.GPUs, string, error) {
+func (s Settings) OpenGPUs() (attempt.GPUs, string, error) {
 	return openGPUs(s.GPUBackend, s.FakeGPUDir)
 }
 
-func openGPUs(backend, fakeDir string) (runner.GPUs, string, error) {
+func openGPUs(backend, fakeDir string) (attempt.GPUs, string, error) {
 	switch backend {
 	case "fake":
 		b, err := fakegpu.Open(fakeDir)

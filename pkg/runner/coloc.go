@@ -7,17 +7,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"warden/pkg/phasefile"
-	"warden/pkg/safefile"
-	"warden/pkg/slurm"
 
+	"warden/pkg/attempt"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/outcome"
+	"warden/pkg/phasefile"
+	"warden/pkg/safefile"
 	"warden/pkg/state"
+	"warden/pkg/validator"
 	"warden/protocols"
 )
 
@@ -39,19 +40,18 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 			targets = append(targets, r)
 		}
 	}
-	fail := func(run string, out outcome) unitResult {
+	fail := func(run string, out attempt.Outcome) unitResult {
 		// a co-location block is not retried: its gate judges the block
 		// as it ran
-		res.failedRun, res.reason, res.detail = run, out.reason, out.detail
-		res.verdict = Next(out.state, out.reason, 0, 0)
+		res.failedRun, res.reason, res.detail = run, out.Reason, out.Detail
+		res.verdict = outcome.Next(out.State, out.Reason, 0, 0)
 		return res
 	}
 	// On Slurm the block runs in one allocation on one node: the target
 	// and its backgrounds share the node, each step its own GPUs and CPUs
 	// of it (co-location and CPU maps mean what they mean on one host).
-	var alloc allocation
-	if c.slurm != nil && len(bgs) > 0 {
-		var err error
+	x := c.exec
+	if len(bgs) > 0 {
 		var slots []protocols.SlotInfo
 		seen := map[string]bool{}
 		for _, r := range u.Runs {
@@ -60,15 +60,16 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 				slots = append(slots, slotByName[r.Slot])
 			}
 		}
-		name := slurm.CampaignPrefix(c.slurm.Campaign) + "colocation.u" + strconv.Itoa(u.Unit)
-		if alloc, err = c.allocate(ctx, name, slots); err != nil {
+		var release func()
+		var err error
+		if x, release, err = c.exec.colocation(ctx, u.Unit, slots); err != nil {
 			if ctx.Err() != nil {
 				res.interrupted = true
 				return res
 			}
-			return fail(u.Runs[0].ID, outcome{state: state.Failed, reason: state.ReasonStepLost, detail: "allocation for the co-location block: " + err.Error()})
+			return fail(u.Runs[0].ID, attempt.Outcome{State: state.Failed, Reason: state.ReasonStepLost, Detail: "allocation for the co-location block: " + err.Error()})
 		}
-		defer c.releaseAllocation(ctx, alloc)
+		defer release()
 	}
 
 	// until ends the backgrounds normally once every target is done; on a
@@ -80,7 +81,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	measuring := make(chan string, len(bgs))
 	type bgEnd struct {
 		run string
-		out outcome
+		out attempt.Outcome
 	}
 	ended := make(chan bgEnd, len(bgs))
 	var wg sync.WaitGroup
@@ -96,7 +97,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := c.runAttempt(bctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, measuring: measuring, until: until, allocation: alloc})
+			out := c.runAttempt(bctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime, Measuring: measuring, Until: until})
 			ended <- bgEnd{r.ID, out}
 		}()
 	}
@@ -107,7 +108,7 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		case e := <-ended:
 			cancelBG()
 			collect()
-			if e.out.interrupted || ctx.Err() != nil {
+			if e.out.Interrupted || ctx.Err() != nil {
 				res.interrupted = true
 				return res
 			}
@@ -118,14 +119,14 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 	for _, r := range targets {
-		out := c.runAttempt(ctx, r, []protocols.SlotInfo{slotByName[r.Slot]}, attemptOpts{regime: r.Regime, allocation: alloc})
-		if out.interrupted {
+		out := c.runAttempt(ctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime})
+		if out.Interrupted {
 			cancelBG()
 			collect()
 			res.interrupted = true
 			return res
 		}
-		if out.state != state.Complete && out.state != state.Quarantined {
+		if out.State != state.Complete && out.State != state.Quarantined {
 			cancelBG()
 			collect()
 			return fail(r.ID, out)
@@ -135,12 +136,12 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	var early []string // backgrounds that ended before their target did
 	for _, o := range collect() {
 		switch {
-		case o.out.interrupted:
+		case o.out.Interrupted:
 			res.interrupted = true
 			return res
-		case o.out.reason == state.ReasonClientFailed && o.out.earlyBackground:
+		case o.out.Reason == state.ReasonClientFailed && o.out.EarlyBackground:
 			early = append(early, o.run)
-		case o.out.state != state.Complete && o.out.state != state.Quarantined:
+		case o.out.State != state.Complete && o.out.State != state.Quarantined:
 			return fail(o.run, o.out)
 		}
 	}
@@ -239,7 +240,7 @@ func (c *Runner) recordColocation(g protocols.GateInfo, v gates.Verdict) {
 
 // countPhase counts the lines of a client's phase file that report phase.
 func countPhase(path, phase string) (int, error) {
-	b, err := readChildFile(path)
+	b, err := safefile.ReadFile(path, safefile.ChildLimit)
 	if err != nil {
 		return 0, err
 	}
@@ -260,7 +261,7 @@ func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir strin
 		"NEED_SOLO_DIR": soloDir, "NEED_TARGET_DIR": targetDir, "CAMPAIGN_DIR": c.dir,
 		"WORKDIR": c.workdir, "PROTOCOL_DIR": filepath.Dir(c.protocolPath),
 	}
-	argv, err := expandCommand(*g.Validator, vars)
+	argv, err := g.Validator.Expand(vars)
 	if err != nil {
 		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: err.Error(), At: c.now()}
 	}
@@ -268,7 +269,7 @@ func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir strin
 	p, err := c.starter.Start(launch.Spec{
 		Role: "gate-validator", Argv: argv, Env: append(os.Environ(), "NEED_SOLO_DIR="+soloDir, "NEED_TARGET_DIR="+targetDir),
 		Dir: c.workdir, StdoutPath: out, StderrPath: out + ".err",
-		Stop: launch.StopOptions{Grace: validatorGrace, GroupGrace: validatorGrace},
+		Stop: launch.StopOptions{Grace: validator.Grace, GroupGrace: validator.Grace},
 	})
 	if err != nil {
 		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: fmt.Sprintf("start validator: %v", err), At: c.now()}
@@ -276,12 +277,12 @@ func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir strin
 	select {
 	case <-p.Done():
 	case <-time.After(gateValidatorTimeout):
-		ctx, cancel := context.WithTimeout(context.Background(), 2*validatorGrace+stopSlack)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*validator.Grace+attempt.StopSlack)
 		p.Shutdown(ctx)
 		cancel()
 		<-p.Done()
 	}
 	ex := p.Exit()
-	stdout, _ := safefile.ReadFile(out, maxChildFile)
+	stdout, _ := safefile.ReadFile(out, safefile.ChildLimit)
 	return gates.ValidatorResult(g.Name, ex.Code, ex.Signal, stdout, c.now())
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"syscall"
-	"warden/pkg/safefile"
 
+	"warden/pkg/record"
+	"warden/pkg/safefile"
+	"warden/pkg/schedule"
 	"warden/pkg/state"
 )
 
@@ -27,29 +29,24 @@ func (c *Runner) stopIfDiskFull(err error) {
 		msg := err.Error()
 		c.diskFullErr.Store(&msg)
 		c.diskFull.Add(1)
-		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
+		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
 			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
 	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
 		c.failStorage(err)
 	}
 }
 
-// diskFullClass classes a failure of an attempt as the harness's when the
-// controller's own writes to the campaign directory ran out of space
-// (ENOSPC, EDQUOT: blocks or inodes) while the attempt lived (seen is the
-// count when it was created): what the workload did then (a client that
-// could not create its result directory, a server that could not write its
-// log) says nothing about the workload. The original reason stays in the
-// detail.
-func (a *attempt) diskFullClass(reason state.Reason, detail string) (state.Reason, string) {
-	if reason == state.ReasonHarnessError || a.c.diskFull.Load() == a.diskFullSeen {
-		return reason, detail
-	}
+// diskFullCount is how many of the controller's writes to the campaign
+// directory failed for want of space, and the last such error: an
+// attempt that ends failed while the count grew is classed as the
+// harness's (attempt.Env.DiskFull).
+func (c *Runner) diskFullCount() (int64, string) {
+	n := c.diskFull.Load()
 	last := ""
-	if p := a.c.diskFullErr.Load(); p != nil {
+	if p := c.diskFullErr.Load(); p != nil {
 		last = *p
 	}
-	return state.ReasonHarnessError, fmt.Sprintf("the campaign directory ran out of space (ENOSPC) while the attempt ran (%s); its failure %s (%s) is the harness's, not the workload's", last, reason, detail)
+	return n, last
 }
 
 // failStorage records, once, that the campaign directory's file system
@@ -85,10 +82,10 @@ func (c *Runner) repairStateFiles() {
 	seen := map[string]bool{}
 	for i := len(events) - 1; i >= 0; i-- {
 		e := events[i]
-		if e.Run == "" || seen[attemptKey(e.Run, e.Attempt)] {
+		if e.Run == "" || seen[record.Key(e.Run, e.Attempt)] {
 			continue
 		}
-		seen[attemptKey(e.Run, e.Attempt)] = true
+		seen[record.Key(e.Run, e.Attempt)] = true
 		a, err := c.store.Attempt(e.Run, e.Attempt)
 		if err != nil || a.Dir == "" || stateFileCurrent(a) {
 			continue
@@ -104,7 +101,7 @@ func (c *Runner) repairStateFiles() {
 // stateFileCurrent reports whether the attempt's state.json holds its
 // recorded state and events.
 func stateFileCurrent(a state.Attempt) bool {
-	b, err := safefile.ReadFile(filepath.Join(a.Dir, state.StateFileName), maxChildFile)
+	b, err := safefile.ReadFile(filepath.Join(a.Dir, state.StateFileName), safefile.ChildLimit)
 	if err != nil {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"warden/internal/testports"
+	"warden/internal/testreaper"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
@@ -63,21 +64,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build cmd/standin: %v\n%s", err, out)
 		return 1
 	}
-	if err := launch.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	testReaper = launch.NewReaper()
-	if err := testReaper.Start(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if err := testReaper.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	return code
+	return testreaper.Run(m, &testReaper)
 }
 
 // protocol shapes a test's protocol: two slots of one GPU each under a

@@ -2,17 +2,13 @@ package runner_test
 
 import (
 	"math"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"warden/pkg/endlog"
 	"warden/pkg/launch"
-	"warden/pkg/runner"
 	"warden/pkg/state"
-	"warden/protocols"
 )
 
 // An attempt left live in the records by a controller that ended its
@@ -78,50 +74,5 @@ func TestResumeChargesToProvenEnd(t *testing.T) {
 	}
 	if a := c.attempts("p2.saturation")[0]; a.Figures["proven_gone_unix"] != 0 {
 		t.Errorf("p2: figures %v; want no proven end", a.Figures)
-	}
-}
-
-// A controller whose transition cannot be recorded (harness) ends the
-// attempt's processes and writes when they were proven gone to the end
-// log: after the server's exit, before harness returned.
-func TestHarnessRecordsProvenEnd(t *testing.T) {
-	dir := t.TempDir()
-	before := time.Now()
-	after, err := runner.HarnessEndOf(&launch.Launcher{Reaper: testReaper}, dir, "p1.saturation", []string{"sleep", "1000"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends, err := endlog.Read(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ends) != 1 {
-		t.Fatalf("end records %v, want one", ends)
-	}
-	for _, at := range ends {
-		if at.Before(before) || at.After(after) {
-			t.Fatalf("end recorded at %v, not between the start %v and harness's return %v", at, before, after)
-		}
-	}
-}
-
-// A re-adjudication runs each validator under the same bounds as an
-// attempt does: its timeout_s ends one that never ends (a failing verdict,
-// killed by SIGTERM), and memory_mib is its RLIMIT_AS.
-func TestRevalidateBoundsValidators(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "environment.json"), []byte(`{"variables":{}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := protocols.Run{ID: "p1.saturation", Validators: []protocols.ValidatorSpec{
-		{Name: "hang", Command: protocols.CommandSpec{Shell: "exec sleep 1000"}, TimeoutS: 0.2},
-		{Name: "mem", Command: protocols.CommandSpec{Shell: `test "$(ulimit -v)" = 65536`}, MemoryMiB: 64},
-	}}
-	vs, err := runner.Revalidate(&launch.Launcher{Reaper: testReaper}, run, state.Attempt{RunID: run.ID, N: 1, Dir: dir}, dir, filepath.Join(dir, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(vs) != 2 || vs[0].Passed() || !strings.Contains(vs[0].Detail, "killed by signal SIGTERM") || !vs[1].Passed() {
-		t.Fatalf("verdicts %+v", vs)
 	}
 }

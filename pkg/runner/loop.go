@@ -10,15 +10,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warden/pkg/attempt"
 	"warden/pkg/budget"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
+	"warden/pkg/outcome"
+	"warden/pkg/provenance"
+	"warden/pkg/schedule"
 	"warden/pkg/state"
-	"warden/protocols"
 )
 
 // The loop is level-triggered: each pass reads the records (which runs
-// are done, which units run now, the campaign's state), asks Decide what
+// are done, which units run now, the campaign's state), asks schedule.Decide what
 // to do, and does it. It keeps no memory of events beyond the units it is
 // running and the units that ended since the last pass, so after a
 // restart the first pass simply looks at everything once.
@@ -26,7 +29,7 @@ import (
 // unitRun is a unit in flight: one or more runs executed back to back on
 // the same slots (a cell's loads).
 type unitRun struct {
-	Launch
+	schedule.Launch
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -37,15 +40,10 @@ type unitResult struct {
 	failedRun   string       // run that failed for good, if any
 	reason      state.Reason // its reason
 	detail      string
-	verdict     Verdict // the policy's verdict on the failure
+	verdict     outcome.Verdict // the policy's verdict on the failure
 	interrupted bool
 	quarantined int // runs of the unit that ended quarantined
 }
-
-// errBudgetExhausted is the cause of the runs' context when the budget
-// tick ends them: their attempts end interrupted with reason
-// budget-exhausted.
-var errBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
 
 // errStorage is the cause of the runs' context when the campaign
 // directory refuses writes for good.
@@ -81,14 +79,14 @@ func (c *Runner) Run(ctx context.Context) error {
 	stopping := false
 	look := true // look at the records and decide on this pass
 	lastLook := c.now()
-	var finished []UnitEnd
+	var finished []schedule.UnitEnd
 	stop := func(detail string) {
 		if stopping {
 			return
 		}
 		stopping = true
 		c.log.Info().Int("active_units", len(c.active)).Msg(detail + ": ending in-flight runs")
-		c.stopCampaign(Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
+		c.stopCampaign(schedule.Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
 		cancelRunners(nil)
 	}
 	for {
@@ -149,7 +147,7 @@ func (c *Runner) Run(ctx context.Context) error {
 			if s := c.checkInFlight(); s != nil {
 				stopping, exhausted = true, true
 				c.stopCampaign(*s)
-				cancelRunners(errBudgetExhausted)
+				cancelRunners(attempt.ErrBudgetExhausted)
 			}
 		case <-c.stopReq:
 			stop("stopped by an operator (controller stop or SIGTERM)")
@@ -170,17 +168,17 @@ func (c *Runner) Run(ctx context.Context) error {
 // step reads the records, decides and carries the decision out. It
 // reports whether the campaign is now complete; an error is one the
 // campaign's records could not take.
-func (c *Runner) step(ctx context.Context, ended []UnitEnd) (complete bool, err error) {
+func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete bool, err error) {
 	if isClosed(c.storageFailed) {
 		return false, nil // nothing new while the directory cannot be written
 	}
 	v, err := c.view(ended)
 	if err != nil {
 		c.log.Error().Err(err).Msg("read the records")
-		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: err.Error()})
+		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: err.Error()})
 		return false, nil
 	}
-	d := Decide(v)
+	d := schedule.Decide(v)
 	if d.Regime != nil {
 		err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
 			cp.Regime, cp.RegimeConcurrency = d.Regime.Name, d.Regime.Concurrency
@@ -195,7 +193,7 @@ func (c *Runner) step(ctx context.Context, ended []UnitEnd) (complete bool, err 
 	switch {
 	case d.Err != nil:
 		c.log.Error().Err(d.Err).Msg("schedule")
-		c.stopCampaign(Stop{Reason: state.StopHarnessError, Detail: d.Err.Error()})
+		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: d.Err.Error()})
 	case d.Stop != nil:
 		c.stopCampaign(*d.Stop)
 	case d.Complete:
@@ -213,21 +211,21 @@ func (c *Runner) step(ctx context.Context, ended []UnitEnd) (complete bool, err 
 	return false, nil
 }
 
-// view reads what Decide looks at.
-func (c *Runner) view(ended []UnitEnd) (View, error) {
+// view reads what schedule.Decide looks at.
+func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	cp, err := c.store.Campaign()
 	if err != nil {
-		return View{}, err
+		return schedule.View{}, err
 	}
 	runs, err := c.store.Runs()
 	if err != nil {
-		return View{}, err
+		return schedule.View{}, err
 	}
 	verdicts, details, errs, err := c.gateVerdicts()
 	if err != nil {
-		return View{}, err
+		return schedule.View{}, err
 	}
-	v := View{
+	v := schedule.View{
 		Plan: c.currentPlan(), Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
 		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
 		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
@@ -235,8 +233,8 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 	for u := range c.active {
 		v.Active[u] = true
 	}
-	if v.Awaiting, err = AwaitingAmendment(c.store); err != nil {
-		return View{}, err
+	if v.Awaiting, err = outcome.AwaitingAmendment(c.store); err != nil {
+		return schedule.View{}, err
 	}
 	if len(ended) > 0 {
 		// the thresholds are judged now: the reasons of quarantined runs
@@ -260,7 +258,7 @@ func (c *Runner) view(ended []UnitEnd) (View, error) {
 // pass the cap before the next tick, it returns the stop. What the
 // graceful end of the runs then takes is charged too: that is the
 // overrun, recorded on the ledger (recordOverrun).
-func (c *Runner) checkInFlight() *Stop {
+func (c *Runner) checkInFlight() *schedule.Stop {
 	cp, err := c.store.Campaign()
 	if err != nil {
 		return nil
@@ -270,7 +268,7 @@ func (c *Runner) checkInFlight() *Stop {
 	if cp.ConsumedGPUSeconds+inFlight+float64(gpus)*budgetEvery.Seconds() <= capS {
 		return nil
 	}
-	return &Stop{Reason: state.StopBudgetExhausted,
+	return &schedule.Stop{Reason: state.StopBudgetExhausted,
 		Detail:  fmt.Sprintf("%.1f GPU-s charged and %.1f in flight pass the cap of %.1f GPU-s: the runs in flight were ended", cp.ConsumedGPUSeconds, inFlight, capS),
 		Figures: map[string]float64{"charged_gpu_s": cp.ConsumedGPUSeconds, "in_flight_gpu_s": inFlight, "cap_gpu_s": capS}}
 }
@@ -313,7 +311,7 @@ func (c *Runner) gateVerdicts() (verdicts, details map[string]string, errs map[s
 // finishUnit frees a unit's slots and reservations and returns what the
 // decision must know of its end (nil for a unit that ended well or was
 // interrupted).
-func (c *Runner) finishUnit(res unitResult) *UnitEnd {
+func (c *Runner) finishUnit(res unitResult) *schedule.UnitEnd {
 	u := c.active[res.unit]
 	if u == nil {
 		return nil
@@ -331,13 +329,13 @@ func (c *Runner) finishUnit(res unitResult) *UnitEnd {
 	if res.interrupted {
 		return nil
 	}
-	return &UnitEnd{Unit: res.unit, FailedRun: res.failedRun, Reason: res.reason, Detail: res.detail, Verdict: res.verdict}
+	return &schedule.UnitEnd{Unit: res.unit, FailedRun: res.failedRun, Reason: res.reason, Detail: res.detail, Verdict: res.verdict}
 }
 
 // beforeWave checks what a wave needs of the world that the records do
 // not hold: the recorded inputs' hashes and the protocol's disk limits. It
 // returns the stop, if one is due.
-func (c *Runner) beforeWave() *Stop {
+func (c *Runner) beforeWave() *schedule.Stop {
 	if s := c.checkInputs(); s != nil {
 		return s
 	}
@@ -346,7 +344,7 @@ func (c *Runner) beforeWave() *Stop {
 
 // checkDisk applies the protocol's disk limits before a wave: free space
 // on the campaign's file system and the size of the runs' artifacts.
-func (c *Runner) checkDisk() *Stop {
+func (c *Runner) checkDisk() *schedule.Stop {
 	st := c.currentPlan().Stop
 	if st.MinFreeGB == nil && st.MaxArtifactsGB == nil {
 		return nil
@@ -374,12 +372,12 @@ func (c *Runner) checkDisk() *Stop {
 	if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: v.Gate, Verdict: v.Verdict, Figures: v.Figures, Detail: v.Detail, At: v.At}); err != nil {
 		c.log.Error().Err(err).Msg("record disk gate")
 	}
-	return &Stop{Reason: state.StopDisk, Detail: v.Detail, Figures: v.Figures}
+	return &schedule.Stop{Reason: state.StopDisk, Detail: v.Detail, Figures: v.Figures}
 }
 
 // launch reserves the wave's conservative cost before any of it starts,
 // then starts each unit in its own goroutine.
-func (c *Runner) launch(ctx context.Context, d Decision) error {
+func (c *Runner) launch(ctx context.Context, d schedule.Decision) error {
 	for _, it := range d.Reserve {
 		cost := float64(it.GPUs) * it.ExpectedS
 		if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: cost, Note: "wave reservation"}); err != nil {
@@ -422,11 +420,16 @@ func (c *Runner) release(run string, attempt int) {
 	delete(c.reserved, run)
 }
 
-// slotNames names slots for records and messages.
-func slotNames(slots []protocols.SlotInfo) []string {
-	out := make([]string, len(slots))
-	for i, s := range slots {
-		out[i] = s.Name
+// checkInputs re-hashes every recorded input the runs read (the protocol
+// file is not among them: the campaign runs from its plan.json, and resume
+// checks the protocol too); a change, a missing file or an index that
+// cannot be read is a stop naming each file with the recorded and the
+// found hash.
+func (c *Runner) checkInputs() *schedule.Stop {
+	err := provenance.VerifyOnly(c.dir, func(e provenance.Entry) bool { return e.Role != "protocol" })
+	if err == nil {
+		return nil
 	}
-	return out
+	return &schedule.Stop{Reason: state.StopInputChanged,
+		Detail: "an input recorded at start changed before a launch wave (stop condition 1; register an amendment to change it): " + err.Error()}
 }

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"warden/pkg/budget"
-	"warden/pkg/failpoint"
 
+	"warden/pkg/attempt"
+	"warden/pkg/budget"
 	"warden/pkg/endlog"
+	"warden/pkg/failpoint"
 	"warden/pkg/launch"
+	"warden/pkg/record"
 	"warden/pkg/state"
 )
 
@@ -39,12 +41,12 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 	var errs []error
 	if c.cgroups.Available() {
 		for _, role := range []string{"server", "client"} {
-			path := filepath.Join(c.cgroups.Root(), leafName(a.RunID, a.N, role))
+			path := filepath.Join(c.cgroups.Root(), attempt.LeafName(a.RunID, a.N, role))
 			if recordedCgroup(a, path) || !isDir(path) {
 				continue
 			}
 			recs, err := launch.Reclaim(ctx, c.boot, launch.Leftover{Role: role + " (unrecorded)", Cgroup: path}, launch.StopOptions{})
-			sigs = append(sigs, toSignals(recs)...)
+			sigs = append(sigs, record.ToSignals(recs)...)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -60,7 +62,7 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 		if err != nil {
 			continue // gone meanwhile, or no longer the process found
 		}
-		sigs = append(sigs, toSignals([]launch.SignalRecord{rec})...)
+		sigs = append(sigs, record.ToSignals([]launch.SignalRecord{rec})...)
 		killed = append(killed, id)
 		c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", id.PID).Msg("killed a process of the attempt that was never recorded")
 	}
@@ -188,8 +190,8 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	chargedGPUSeconds := map[string]float64{}
 	for _, e := range ledger {
 		if e.Kind == state.LedgerCharge {
-			charged[attemptKey(e.Run, e.Attempt)] = e.At
-			chargedGPUSeconds[attemptKey(e.Run, e.Attempt)] += e.GPUSeconds
+			charged[record.Key(e.Run, e.Attempt)] = e.At
+			chargedGPUSeconds[record.Key(e.Run, e.Attempt)] += e.GPUSeconds
 		}
 	}
 	bootID, _ := c.bootID()
@@ -199,110 +201,128 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 		c.log.Warn().Err(err).Msg("read the end log: attempts are charged until this resume")
 		ends = nil
 	}
-	if c.slurm != nil {
-		// the campaign's processes are Slurm's: through Slurm only
-		if err := c.cancelCampaignJobs(ctx); err != nil {
-			return fmt.Errorf("cancel the campaign's jobs left in Slurm: %w", err)
-		}
+	if err := c.exec.reconcileJobs(ctx); err != nil {
+		return err
 	}
 	for _, a := range live {
-		if a.Slurm != nil || c.slurm != nil {
+		if a.Slurm != nil || c.exec.stepsElsewhere() {
 			if a.Slurm == nil {
 				a.Slurm = &state.SlurmStep{} // never reached srun: nothing of it in Slurm
 			}
-			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[attemptKey(a.RunID, a.N)]); err != nil {
+			if err := c.reconcileSlurmAttempt(ctx, a, chargedGPUSeconds[record.Key(a.RunID, a.N)]); err != nil {
 				return err
 			}
 			continue
 		}
-		a = c.noteLeftovers(a, sameBoot)
-		var sigs []state.Signal
-		// processes of the attempt lived at this resume, or at an earlier
-		// one that died before it had ended them
-		held := a.Figures[leftoversFigure] > 0
-		for _, p := range a.Procs {
-			id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
-			alive, _ := id.Alive(c.boot)
-			if alive {
-				held = true
-			}
-			if why := c.foreign(p, id, alive); why != "" {
-				c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", p.PID).Str("why", why).Msg("a recorded process is not this campaign's: not signalled")
-				continue
-			}
-			lo := launch.Leftover{Leader: id, Role: p.Role, Cgroup: p.Cgroup}
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: reclaimGrace, GroupGrace: reclaimGrace})
-			cancel()
-			sigs = append(sigs, toSignals(recs)...)
-			if err != nil {
-				c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
-			}
-		}
-		unrec, uerr := c.reclaimUnrecorded(ctx, a, sameBoot)
-		sigs = append(sigs, unrec...)
-		if uerr != nil {
-			c.log.Warn().Err(uerr).Str("run", a.RunID).Int("attempt", a.N).Msg("reclaim unrecorded processes")
-		}
-		held = held || len(sigs) > 0
-		// Never under-count. GPUs were held from the server's start (for a
-		// server never recorded, from the attempt's creation: it may have
-		// started once the attempt passed preflight) until the first
-		// moment they are known free: now, when this resume ended a
-		// left-over or found it gone; or the host's boot, when it rebooted
-		// since the last sign of life (heartbeat or record). Both bounds
-		// are recorded. Time charged already is not charged again.
-		lastSeen := cp.Heartbeat
-		if a.UpdatedAt.After(lastSeen) {
-			lastSeen = a.UpdatedAt
-		}
-		end := c.now()
-		if !sameBoot && !held {
-			if bt, err := bootTime(); err == nil && bt.After(lastSeen) && bt.Before(end) {
-				end = bt
-			}
-		}
-		// the controller that ended its processes recorded when they were
-		// proven gone, though it could not record the attempt's end
-		provenGone, proven := ends[endlog.Key{Run: a.RunID, N: a.N}]
-		if proven = proven && sameBoot && !held && provenGone.Before(end); proven {
-			end = provenGone
-		}
-		var start time.Time
-		lastCharge, wasCharged := charged[attemptKey(a.RunID, a.N)]
-		switch srv := serverProc(a); {
-		case wasCharged:
-			if held {
-				start = lastCharge // charged to its cleanup, yet something lived on
-			}
-		case srv != nil:
-			start = srv.StartedAt
-		case held || serverMayHaveStarted(a.State):
-			start = a.CreatedAt
-		}
-		charge := 0.0
-		figures := map[string]float64{}
-		if !start.IsZero() {
-			charge = budget.Charge(len(a.GPUIDs), start, end)
-			figures["last_seen_alive_unix"] = unixSeconds(lastSeen)
-			figures["charged_until_unix"] = unixSeconds(end)
-			if proven {
-				figures["proven_gone_unix"] = unixSeconds(end)
-			}
-		}
-		when := "when this resume knew its GPUs free"
-		if proven {
-			when = "when the controller that ended its processes proved them gone (" + endlog.File + ")"
-		}
-		note := fmt.Sprintf("interrupted: from %s to %s, %s (last seen alive %s)",
-			start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), when, lastSeen.UTC().Format(time.RFC3339Nano))
-		err := c.interruptLeftover(a, charge, note, "the controller died or stopped; left-overs reclaimed at resume", figures,
-			func(at *state.Attempt) { at.Signals = append(at.Signals, sigs...) })
-		if err != nil {
+		lastCharge, wasCharged := charged[record.Key(a.RunID, a.N)]
+		if err := c.reconcileLocalAttempt(ctx, a, cp, sameBoot, ends, lastCharge, wasCharged); err != nil {
 			return err
 		}
 	}
-	// release reservations left open
+	c.releaseOpen(ledger)
+	// Leaves a dead controller left empty (attempts whose processes had
+	// ended): nothing of the campaign runs yet, so none is in use.
+	if removed, err := c.cgroups.PruneEmpty(ctx); err != nil {
+		c.log.Warn().Err(err).Msg("remove empty cgroups left by the previous controller")
+	} else if len(removed) > 0 {
+		c.log.Info().Int("cgroups", len(removed)).Msg("removed empty cgroups left by the previous controller")
+	}
+	c.repairStateFiles()
+	return nil
+}
+
+// reconcileLocalAttempt ends a live attempt that ran on this host: its
+// left-overs are reclaimed by identity, and it becomes interrupted with
+// its GPU time charged from the server's start (or the attempt's creation)
+// to the first moment its GPUs are known free. lastCharge is when it was
+// charged, if wasCharged.
+func (c *Runner) reconcileLocalAttempt(ctx context.Context, a state.Attempt, cp state.Campaign, sameBoot bool, ends map[endlog.Key]time.Time, lastCharge time.Time, wasCharged bool) error {
+	a = c.noteLeftovers(a, sameBoot)
+	var sigs []state.Signal
+	// processes of the attempt lived at this resume, or at an earlier
+	// one that died before it had ended them
+	held := a.Figures[leftoversFigure] > 0
+	for _, p := range a.Procs {
+		id := launch.Identity{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
+		alive, _ := id.Alive(c.boot)
+		if alive {
+			held = true
+		}
+		if why := c.foreign(p, id, alive); why != "" {
+			c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", p.PID).Str("why", why).Msg("a recorded process is not this campaign's: not signalled")
+			continue
+		}
+		lo := launch.Leftover{Leader: id, Role: p.Role, Cgroup: p.Cgroup}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		recs, err := launch.Reclaim(rctx, c.boot, lo, launch.StopOptions{Grace: reclaimGrace, GroupGrace: reclaimGrace})
+		cancel()
+		sigs = append(sigs, record.ToSignals(recs)...)
+		if err != nil {
+			c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Str("role", p.Role).Msg("reclaim left-over")
+		}
+	}
+	unrec, uerr := c.reclaimUnrecorded(ctx, a, sameBoot)
+	sigs = append(sigs, unrec...)
+	if uerr != nil {
+		c.log.Warn().Err(uerr).Str("run", a.RunID).Int("attempt", a.N).Msg("reclaim unrecorded processes")
+	}
+	held = held || len(sigs) > 0
+	// Never under-count. GPUs were held from the server's start (for a
+	// server never recorded, from the attempt's creation: it may have
+	// started once the attempt passed preflight) until the first
+	// moment they are known free: now, when this resume ended a
+	// left-over or found it gone; or the host's boot, when it rebooted
+	// since the last sign of life (heartbeat or record). Both bounds
+	// are recorded. Time charged already is not charged again.
+	lastSeen := cp.Heartbeat
+	if a.UpdatedAt.After(lastSeen) {
+		lastSeen = a.UpdatedAt
+	}
+	end := c.now()
+	if !sameBoot && !held {
+		if bt, err := bootTime(); err == nil && bt.After(lastSeen) && bt.Before(end) {
+			end = bt
+		}
+	}
+	// the controller that ended its processes recorded when they were
+	// proven gone, though it could not record the attempt's end
+	provenGone, proven := ends[endlog.Key{Run: a.RunID, N: a.N}]
+	if proven = proven && sameBoot && !held && provenGone.Before(end); proven {
+		end = provenGone
+	}
+	var start time.Time
+	switch srv := record.ServerProc(a); {
+	case wasCharged:
+		if held {
+			start = lastCharge // charged to its cleanup, yet something lived on
+		}
+	case srv != nil:
+		start = srv.StartedAt
+	case held || serverMayHaveStarted(a.State):
+		start = a.CreatedAt
+	}
+	charge := 0.0
+	figures := map[string]float64{}
+	if !start.IsZero() {
+		charge = budget.Charge(len(a.GPUIDs), start, end)
+		figures["last_seen_alive_unix"] = unixSeconds(lastSeen)
+		figures["charged_until_unix"] = unixSeconds(end)
+		if proven {
+			figures["proven_gone_unix"] = unixSeconds(end)
+		}
+	}
+	when := "when this resume knew its GPUs free"
+	if proven {
+		when = "when the controller that ended its processes proved them gone (" + endlog.File + ")"
+	}
+	note := fmt.Sprintf("interrupted: from %s to %s, %s (last seen alive %s)",
+		start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), when, lastSeen.UTC().Format(time.RFC3339Nano))
+	return c.interruptLeftover(a, charge, note, "the controller died or stopped; left-overs reclaimed at resume", figures,
+		func(at *state.Attempt) { at.Signals = append(at.Signals, sigs...) })
+}
+
+// releaseOpen releases the reservations the ledger holds open.
+func (c *Runner) releaseOpen(ledger []state.LedgerEntry) {
 	open := map[string]float64{}
 	for _, e := range ledger {
 		switch e.Kind {
@@ -318,15 +338,6 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 			c.release(run, 0)
 		}
 	}
-	// Leaves a dead controller left empty (attempts whose processes had
-	// ended): nothing of the campaign runs yet, so none is in use.
-	if removed, err := c.cgroups.PruneEmpty(ctx); err != nil {
-		c.log.Warn().Err(err).Msg("remove empty cgroups left by the previous controller")
-	} else if len(removed) > 0 {
-		c.log.Info().Int("cgroups", len(removed)).Msg("removed empty cgroups left by the previous controller")
-	}
-	c.repairStateFiles()
-	return nil
 }
 
 // foreign says why a recorded process must not be signalled by this
@@ -364,13 +375,6 @@ func (c *Runner) foreign(p state.Proc, id launch.Identity, alive bool) string {
 	return ""
 }
 
-// leafName is the leaf cgroup of an attempt's server or client: run id,
-// attempt and role, hashed when that is not a valid cgroup name (too long,
-// odd characters), so that every run id plan accepts gets containment.
-func leafName(run string, n int, role string) string {
-	return launch.CgroupName(fmt.Sprintf("%s.a%d.%s", run, n, role))
-}
-
 // serverMayHaveStarted says whether an attempt in state st may have started
 // its server: from the transition to starting on.
 func serverMayHaveStarted(st state.AttemptState) bool {
@@ -399,25 +403,6 @@ func bootTime() (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("no btime in /proc/stat")
-}
-
-func attemptKey(run string, n int) string { return run + "\x00" + strconv.Itoa(n) }
-
-func serverProc(a state.Attempt) *state.Proc {
-	for i := range a.Procs {
-		if a.Procs[i].Role == "server" {
-			return &a.Procs[i]
-		}
-	}
-	return nil
-}
-
-func toSignals(recs []launch.SignalRecord) []state.Signal {
-	out := make([]state.Signal, len(recs))
-	for i, r := range recs {
-		out[i] = state.Signal{At: r.At, Role: r.Role, Target: r.Target, PID: r.PID, Signal: r.Signal}
-	}
-	return out
 }
 
 // interruptLeftover ends a live attempt a resume found: its charge goes on

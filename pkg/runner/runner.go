@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,27 +10,16 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"warden/pkg/attempt"
 	"warden/pkg/budget"
 	"warden/pkg/endlog"
 	"warden/pkg/gates"
-	"warden/pkg/gpu"
 	"warden/pkg/launch"
-	"warden/pkg/provenance"
+	"warden/pkg/schedule"
+	"warden/pkg/slurmexec"
 	"warden/pkg/state"
 	"warden/protocols"
 )
-
-// GPUs is what the runner reads of the GPUs: the gates' snapshot (memory
-// and processes), the full record kept before and after the measured
-// interval, the fast fields the sampler takes, and the energy counters
-// read at the attempt's boundaries. NVML and the fake backend both
-// satisfy it.
-type GPUs interface {
-	gates.GPUs
-	Info(indices []int) ([]gpu.Reading, error)
-	Sample(indices []int) ([]gpu.Reading, error)
-	Energy(indices []int) ([]gpu.Reading, error)
-}
 
 // Config is everything a Runner needs; the caller opens and owns each
 // part (the store, the GPU backend, the reaper behind the launcher) and
@@ -44,7 +32,7 @@ type Config struct {
 	// Store is the campaign's state database, open for writing.
 	Store *state.Store
 	// GPUs reads the host's GPUs.
-	GPUs GPUs
+	GPUs attempt.GPUs
 	// Launcher starts every child process; its Reaper must be running.
 	Launcher *launch.Launcher
 	// Cgroups contains the attempts' processes; nil or not Available:
@@ -69,9 +57,9 @@ type Config struct {
 	// Private indexes the private inputs, no run of which (of the
 	// protocol's leak length) any artifact may contain (see PrivateIndex).
 	Private *gates.PrivateIndex
-	// Slurm, when set, runs every attempt as a Slurm step (SlurmConfig);
+	// Slurm, when set, runs every attempt as a Slurm step (slurmexec);
 	// nil: on this host.
-	Slurm *SlurmConfig
+	Slurm *slurmexec.Config
 }
 
 // heartbeatEvery is how often the runner records that it is alive, and
@@ -95,7 +83,7 @@ type Runner struct {
 	store        *state.Store
 	cgroups      *launch.Manager
 	starter      *launch.Launcher
-	gpus         GPUs
+	gpus         attempt.GPUs
 	log          zerolog.Logger
 	boot         launch.BootIDSource
 	uid          int
@@ -104,13 +92,8 @@ type Runner struct {
 	// privCache holds the campaign's own files found clean and unchanged
 	// by the privacy scan after earlier attempts.
 	privCache gates.ScanCache
-	// onNode: a node-side runner of one attempt (RunNode): no database.
-	onNode bool
-	// stepCUDA, when set, is CUDA_VISIBLE_DEVICES for the attempt's
-	// processes instead of the GPU ids: the Slurm step's own numbering.
-	stepCUDA string
-	// slurm, when set, runs every attempt as a Slurm step.
-	slurm *SlurmConfig
+	// exec runs the attempts: on this host, or each as a Slurm step.
+	exec executor
 
 	flights flights // attempts whose server holds GPUs, not yet charged
 
@@ -162,11 +145,15 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{
 		dir: cfg.Dir, workdir: cfg.Workdir, protocolPath: cfg.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
 		store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
-		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private, slurm: cfg.Slurm,
+		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private,
 		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
 	}
 	r.plan.Store(cfg.Plan)
+	r.exec = localExecutor{r}
+	if cfg.Slurm != nil {
+		r.exec = slurmExecutor{c: r, x: slurmexec.New(*cfg.Slurm, cfg.Store, cfg.Launcher, cfg.Log)}
+	}
 	return r, nil
 }
 
@@ -236,10 +223,7 @@ func accountOf(cp state.Campaign) budget.Account {
 // stopCampaign records a stop for review: nothing new is launched. A
 // campaign that is not running (stopped already, or complete) keeps its
 // first reason.
-func (c *Runner) stopCampaign(s Stop) {
-	if c.onNode {
-		return // the controller decides for the campaign
-	}
+func (c *Runner) stopCampaign(s schedule.Stop) {
 	cp, err := c.store.Campaign()
 	if err == nil && cp.State != state.CampaignRunning {
 		return
@@ -251,31 +235,6 @@ func (c *Runner) stopCampaign(s Stop) {
 			c.failStorage(err)
 		}
 	}
-}
-
-// PrivateIndex reads the private inputs recorded in the campaign's
-// provenance and indexes them for the privacy scan of every attempt's
-// artifacts: every run of at least minLeak bytes of any private value
-// (0: protocols.DefaultMinLeakBytes).
-func PrivateIndex(dir string, minLeak int) (*gates.PrivateIndex, error) {
-	entries, err := provenance.Read(dir)
-	if err != nil {
-		return nil, err
-	}
-	if minLeak == 0 {
-		minLeak = protocols.DefaultMinLeakBytes
-	}
-	var paths []string
-	for _, e := range entries {
-		if e.Private {
-			paths = append(paths, e.Path)
-		}
-	}
-	x, err := gates.IndexPrivate(paths, minLeak)
-	if err != nil {
-		return nil, fmt.Errorf("read the private inputs for the privacy scan: %w", err)
-	}
-	return x, nil
 }
 
 // Reconcile looks at what a previous controller left and ends it: see
@@ -325,7 +284,7 @@ type flight struct {
 	since time.Time
 }
 
-func (f *flights) add(key string, gpus int, since time.Time) {
+func (f *flights) Add(key string, gpus int, since time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
@@ -334,7 +293,7 @@ func (f *flights) add(key string, gpus int, since time.Time) {
 	f.m[key] = flight{gpus, since}
 }
 
-func (f *flights) remove(key string) {
+func (f *flights) Remove(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.m, key)

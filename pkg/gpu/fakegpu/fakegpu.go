@@ -20,7 +20,7 @@ import (
 
 // EnvDir is the environment variable through which processes learn the
 // directory of the fake GPUs.
-const EnvDir = "WARDEN_FAKE_GPU_DIR"
+const EnvDir = gpu.FakeDirEnv
 
 // DeviceName is the product name of every fake GPU.
 const DeviceName = "Fake H200"

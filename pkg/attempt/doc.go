@@ -1,0 +1,52 @@
+// Package attempt runs one attempt of a run: from preflight through a
+// fresh server, the client's measured interval, the server's shutdown and
+// the proof of cleanup, to the validators and a terminal state. It is the
+// attempt lifecycle and nothing else: it is given an explicit environment
+// (Env: the campaign directory, the launcher, the GPUs, the clock, the log,
+// the private inputs, a recorder for its records, the in-flight hooks) and
+// never reaches back to whoever drives the campaign. The campaign loop
+// (pkg/runner) runs it on the controller's host; the node side (pkg/node)
+// runs it on a Slurm node and reports each record to the controller.
+//
+// # Path through the states
+//
+//	Execute: reserved -> preflight (GPUs idle, CPUs local, port free)
+//	  -> starting (server, and the client when it starts with it)
+//	  -> ready (health, effective configuration) -> measuring (client)
+//	  -> stopping (client, then server through its API parent)
+//	  -> cleanup (no process left, GPUs at baseline, GPU time charged)
+//	  -> validating (validators, manifest hash, privacy scans)
+//	  -> complete | quarantined | failed
+//
+// An operator's stop or the budget's cap (ctx's end, its cause
+// ErrBudgetExhausted) ends it interrupted from wherever it is, its
+// processes stopped and its GPU time charged. Once a server may be
+// running, a failure always passes through stopping and cleanup (the
+// store's transition table says the same). A transition that cannot be
+// recorded ends the work as the harness's failure: the processes are
+// stopped, the time they were proven gone goes to the end log (Env.Ends),
+// and the attempt stays live in the records for resume to charge.
+//
+// # Records
+//
+// Every step is a transition written through the Recorder (pkg/record),
+// with what was noted since the last one (exits, signals, gate verdicts,
+// ledger entries, the attempt's figures) in the same write. Nothing slow
+// runs inside a database transaction. Beside the records it writes, beneath
+// the campaign directory and without following a link a child planted:
+// environment.json, commands.log, gates.jsonl, signals.json (for the
+// validators), server-config.json, preflight.json and postmeasure.json,
+// gpu-samples.jsonl.
+//
+// # Invariants
+//
+//   - Every process it starts is started through Env.Launcher; the server
+//     and the client are recorded (Recorder.ProcStarted) before anything
+//     else happens, and the cleanup gate proves them gone.
+//   - The GPU time of an attempt is charged once, from its server's start;
+//     Env.InFlight holds it from that start until the charge.
+//   - A check that cannot tell fails closed: an unreadable drain, manifest
+//     hash, GPU sample or configuration fails the attempt, never passes it.
+//   - A failure while the campaign directory ran out of space (Env.DiskFull
+//     grew) is the harness's, not the workload's.
+package attempt

@@ -1,0 +1,178 @@
+package attempt
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/gates"
+	"warden/pkg/gpu"
+	"warden/pkg/gpu/sample"
+)
+
+// hostRecord is written before the run and again after its measured
+// interval: the GPUs (UUIDs, clocks, temperature, power and its limit, MIG
+// mode, memory, processes) and the host (load average, other users'
+// processes).
+type hostRecord struct {
+	At   time.Time     `json:"at"`
+	GPUs []gpu.Reading `json:"gpus"`
+	Host any           `json:"host"`
+	Err  string        `json:"error,omitempty"`
+}
+
+// recordHost writes a hostRecord to name in the attempt directory and
+// returns the GPU readings.
+func (a *Attempt) recordHost(name string) []gpu.Reading {
+	readings, figs := a.readHost(name)
+	for k, v := range figs {
+		a.SetFigure(k, v)
+	}
+	return readings
+}
+
+// readHost is recordHost without touching the attempt's figures, which it
+// returns: safe to run beside the attempt's own goroutine.
+func (a *Attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
+	rec := hostRecord{At: a.env.Now()}
+	figs := map[string]float64{}
+	readings, err := a.env.GPUs.Info(a.gpuIDs)
+	if err != nil {
+		rec.Err = err.Error()
+	}
+	rec.GPUs = readings
+	if h, err := gates.ReadHostRecord(a.env.UID); err == nil {
+		rec.Host = h
+		figs[name+"_load1"] = h.LoadAvg1
+		figs[name+"_other_users_procs"] = float64(h.OtherUsersCount)
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(a.dir, name+".json"), rec, 0o644, atomicfile.Beneath(a.env.Dir)); err != nil {
+		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
+	}
+	return readings, figs
+}
+
+// recordPostMeasure takes the record after the measured interval beside
+// the server's shutdown; joinPostMeasure waits for it.
+func (a *Attempt) recordPostMeasure() {
+	ch := make(chan map[string]float64, 1)
+	a.post = ch
+	go func() {
+		_, figs := a.readHost("postmeasure")
+		ch <- figs
+	}()
+}
+
+func (a *Attempt) joinPostMeasure() {
+	if a.post == nil {
+		return
+	}
+	for k, v := range <-a.post {
+		a.SetFigure(k, v)
+	}
+	a.post = nil
+}
+
+// checkCPULocal judges whether the slot's CPUs are local to its GPUs.
+func (a *Attempt) checkCPULocal(readings []gpu.Reading) gates.Verdict {
+	aff := map[int][]int{}
+	for _, r := range readings {
+		aff[r.Index] = r.CPUAffinity
+	}
+	return gates.CPULocal(a.cpus, aff, a.env.Now())
+}
+
+// startSampler samples the GPUs into gpu-samples.jsonl while the server
+// runs, and reads the energy counters at the start.
+func (a *Attempt) startSampler(idle []gpu.Reading) {
+	for _, r := range idle {
+		if r.PowerW != nil {
+			a.SetFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
+		}
+	}
+	if a.plan.SampleS <= 0 {
+		return
+	}
+	every := time.Duration(a.plan.SampleS * float64(time.Second))
+	own := newOwnProcs()
+	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl"),
+		Watch: own.watch(a.env.UID)})
+	if err == nil {
+		err = s.Start(context.Background())
+	}
+	if err != nil {
+		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+		// nothing watches the GPUs' processes mid-run: the check cannot tell
+		v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Error, At: a.env.Now(), Detail: "the GPU sampler did not start: " + err.Error()}
+		a.foreign = &v
+		a.Gate(v)
+		return
+	}
+	a.sampler, a.own = s, own
+}
+
+// stopSampler ends the sampler and records its figures: energy per GPU
+// from the counters and from the samples, the sampler's own cost, and the
+// dynamic energy per successful request over the clean interval.
+func (a *Attempt) stopSampler() {
+	if a.sampler == nil {
+		return
+	}
+	sum, err := a.sampler.Stop()
+	a.sampler = nil
+	if err != nil {
+		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
+	}
+	a.gpuProcsGate(sum)
+	a.SetFigure("samples", float64(sum.Samples))
+	a.SetFigure("samples_missed", float64(sum.Missed))
+	a.SetFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)
+	a.SetFigure("sampler_read_max_ms", float64(sum.MaxReadTime.Microseconds())/1000)
+	for _, g := range sum.GPUs {
+		i := strconv.Itoa(g.Index)
+		a.SetFigure("energy_sampled_j_gpu"+i, g.EnergyJ)
+		a.SetFigure("mean_power_w_gpu"+i, g.MeanPowerW)
+		if g.CounterEnergyJ != nil {
+			a.SetFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
+		}
+	}
+	if e, err := a.energyPerRequest(); err == nil && !math.IsNaN(e) {
+		a.SetFigure("energy_per_request_j", e)
+	} else if err != nil {
+		a.env.Log.Info().Str("run", a.run.ID).Str("why", err.Error()).Msg("no energy per request")
+	}
+}
+
+// energyPerRequest is the methodology's dynamic energy per successful
+// request: the integral of (power - idle power) over the clean interval,
+// summed over the run's GPUs, divided by the successes the client
+// reported with its "done" phase.
+func (a *Attempt) energyPerRequest() (float64, error) {
+	if a.phases == nil || a.phases.successes == nil {
+		return 0, fmt.Errorf("the client reported no successes")
+	}
+	// the clean interval: from the first clean line to the first profile
+	// line (profile and recovery are not clean), or to drain without one
+	t0, t1 := a.phases.at("clean"), a.phases.at("profile")
+	if t1.IsZero() {
+		t1 = a.phases.at("drain")
+	}
+	if t0.IsZero() || t1.IsZero() {
+		return 0, fmt.Errorf("the client reported no clean interval")
+	}
+	recs, err := sample.ReadFile(filepath.Join(a.dir, "gpu-samples.jsonl"))
+	if err != nil || len(recs) == 0 {
+		return 0, fmt.Errorf("no GPU samples: %v", err)
+	}
+	// wall time to CLOCK_MONOTONIC, by the first sample's pair
+	off := recs[0].MonoNS - recs[0].Time.UnixNano()
+	idle := map[int]float64{}
+	for _, g := range a.gpuIDs {
+		idle[g] = a.Figure("idle_power_w_gpu" + strconv.Itoa(g))
+	}
+	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, *a.phases.successes)
+}

@@ -1,0 +1,171 @@
+package record_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"warden/pkg/gates"
+	"warden/pkg/launch"
+	"warden/pkg/record"
+	"warden/pkg/state"
+)
+
+// memory keeps what a Record wrote, as the campaign's database would; err,
+// when set, refuses every write.
+type memory struct {
+	reports []record.Report
+	signals []state.Signal
+	err     error
+}
+
+func (m *memory) Transition(_ string, _ int, rep record.Report) error {
+	if m.err != nil {
+		return m.err
+	}
+	m.reports = append(m.reports, rep)
+	m.signals = append(m.signals, rep.Signals...)
+	return nil
+}
+
+func (m *memory) ProcStarted(string, int, state.Proc) error { return m.err }
+
+func (m *memory) Signals(string, int) ([]state.Signal, error) {
+	return append([]state.Signal(nil), m.signals...), m.err
+}
+
+func newRecord(t *testing.T, m *memory, diskFull *int64) (*record.Record, string) {
+	t.Helper()
+	dir := t.TempDir()
+	adir := filepath.Join(dir, "runs", "p1", "a1")
+	if err := os.MkdirAll(adir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := record.Config{Recorder: m, Dir: dir, Log: zerolog.Nop(), Now: time.Now}
+	if diskFull != nil {
+		cfg.DiskFull = func() (int64, string) { return *diskFull, "write state.db: no space left on device" }
+	}
+	return record.New(cfg, "p1", 1, adir), adir
+}
+
+// What is noted goes with the next transition, once; the attempt's own
+// figures go with every one.
+func TestTransitionCarriesTheNotesOnce(t *testing.T) {
+	m := &memory{}
+	r, adir := newRecord(t, m, nil)
+	r.NoteExit(state.Exit{Role: "server", PID: 10})
+	r.NoteSignals(launch.SignalRecord{Role: "server", PID: 10, Signal: "SIGTERM"})
+	r.Gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Pass})
+	r.NoteCharge(12.5, "server start to cleanup")
+	r.SetFigure("gpu_seconds", 12.5)
+	if err := r.Transition(state.Cleanup, "", "proving cleanup", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Transition(state.Validating, "", "validating", nil); err != nil {
+		t.Fatal(err)
+	}
+	first, second := m.reports[0], m.reports[1]
+	if len(first.Exits) != 1 || len(first.Signals) != 1 || len(first.Gates) != 1 || len(first.Ledger) != 1 || first.Ledger[0].Kind != state.LedgerCharge {
+		t.Fatalf("first transition %+v: want the exit, signal, gate and charge noted", first)
+	}
+	if len(second.Exits)+len(second.Signals)+len(second.Gates)+len(second.Ledger) != 0 {
+		t.Fatalf("second transition %+v carries notes written already", second)
+	}
+	if second.AttemptFigures["gpu_seconds"] != 12.5 || r.State() != state.Validating || r.PendingSignals() != 0 {
+		t.Fatalf("figures %v, state %s, pending signals %d", second.AttemptFigures, r.State(), r.PendingSignals())
+	}
+	b, err := os.ReadFile(filepath.Join(adir, "gates.jsonl"))
+	if err != nil || !strings.Contains(string(b), `"cleanup"`) {
+		t.Fatalf("gates.jsonl %q, %v: want the gate's line", b, err)
+	}
+}
+
+// A transition that cannot be written keeps the notes for the next one and
+// the state where it was.
+func TestRefusedTransitionKeepsTheNotes(t *testing.T) {
+	m := &memory{err: errors.New("no space left on device")}
+	r, _ := newRecord(t, m, nil)
+	r.NoteSignals(launch.SignalRecord{Role: "client", PID: 11, Signal: "SIGKILL"})
+	if err := r.Transition(state.Stopping, "", "stopping", nil); err == nil {
+		t.Fatal("a refused transition returned no error")
+	}
+	if r.PendingSignals() != 1 || r.State() != "" {
+		t.Fatalf("pending signals %d, state %q: want the signal kept and no state", r.PendingSignals(), r.State())
+	}
+	if _, err := r.Signals(); err == nil {
+		t.Fatal("Signals hid the recorder's error")
+	}
+	m.err = nil
+	if err := r.Transition(state.Stopping, "", "stopping", nil); err != nil || len(m.reports[0].Signals) != 1 {
+		t.Fatalf("retry: %v, %+v", err, m.reports)
+	}
+}
+
+// Signals are those recorded, then those noted for the next transition.
+func TestSignalsRecordedThenPending(t *testing.T) {
+	m := &memory{}
+	r, _ := newRecord(t, m, nil)
+	r.NoteSignals(launch.SignalRecord{Role: "server", Signal: "SIGTERM"})
+	if err := r.Transition(state.Stopping, "", "stopping", nil); err != nil {
+		t.Fatal(err)
+	}
+	r.NoteSignals(launch.SignalRecord{Role: "server", Signal: "SIGKILL"})
+	sigs, err := r.Signals()
+	if err != nil || len(sigs) != 2 || sigs[0].Signal != "SIGTERM" || sigs[1].Signal != "SIGKILL" {
+		t.Fatalf("signals %+v, %v", sigs, err)
+	}
+}
+
+// A failure while the campaign directory ran out of space is the
+// harness's; one without, or an end that is not a failure, keeps its
+// reason.
+func TestEndClassesAFailureInAFullDirectory(t *testing.T) {
+	var full int64
+	m := &memory{}
+	r, _ := newRecord(t, m, &full)
+	reason, detail, err := r.End(state.Failed, state.ReasonClientFailed, "client exit code 1", nil)
+	if err != nil || reason != state.ReasonClientFailed || detail != "client exit code 1" {
+		t.Fatalf("without a full disk: %s %q %v", reason, detail, err)
+	}
+	r, _ = newRecord(t, m, &full)
+	full++
+	reason, detail, err = r.End(state.Failed, state.ReasonClientFailed, "client exit code 1", nil)
+	if err != nil || reason != state.ReasonHarnessError || !strings.Contains(detail, "client-failed") || !strings.Contains(detail, "no space left") {
+		t.Fatalf("with a full disk: %s %q %v", reason, detail, err)
+	}
+	r, _ = newRecord(t, m, &full)
+	full++
+	if reason, _, _ := r.End(state.Quarantined, state.ReasonDrainQuarantine, "drain", nil); reason != state.ReasonDrainQuarantine {
+		t.Fatalf("a quarantine became %s", reason)
+	}
+}
+
+// The readable logs are appended beneath the campaign directory only, and
+// never through a link a child planted.
+func TestAppendLineStaysBeneath(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	record.AppendLine(dir, filepath.Join(outside, "x.log"), "escaped", zerolog.Nop())
+	if _, err := os.Stat(filepath.Join(outside, "x.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a path outside the campaign directory was written: %v", err)
+	}
+	target := filepath.Join(outside, "target")
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "commands.log")); err != nil {
+		t.Fatal(err)
+	}
+	record.AppendLine(dir, filepath.Join(dir, "commands.log"), "through a link", zerolog.Nop())
+	if b, _ := os.ReadFile(target); len(b) != 0 {
+		t.Fatalf("the link was followed: %q", b)
+	}
+	record.AppendJSONLine(dir, filepath.Join(dir, "gates.jsonl"), map[string]string{"gate": "drain"}, zerolog.Nop())
+	if b, err := os.ReadFile(filepath.Join(dir, "gates.jsonl")); err != nil || string(b) != "{\"gate\":\"drain\"}\n" {
+		t.Fatalf("gates.jsonl %q, %v", b, err)
+	}
+}
