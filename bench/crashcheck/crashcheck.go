@@ -34,8 +34,8 @@ import (
 	"strconv"
 	"time"
 
-	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/state"
 )
@@ -77,7 +77,7 @@ func key(run string, n int) string { return run + "/a" + strconv.Itoa(n) }
 // broken store invariant is returned as a violation, not an error: the
 // error is for a state that cannot be read at all.
 func Take(dir string) (*Snapshot, []string, error) {
-	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -201,7 +201,7 @@ func Final(dir string, last *Snapshot) ([]string, error) {
 
 // FinalExpect is Final for a campaign that ends as exp says.
 func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
-	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}

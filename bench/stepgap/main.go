@@ -8,12 +8,10 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
-	"warden/pkg/api"
-	"warden/pkg/state"
+	"warden/pkg/campaignfs"
 )
 
 func main() {
@@ -30,7 +28,7 @@ func main() {
 }
 
 func report(dir string) error {
-	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"warden/pkg/api"
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -174,7 +174,7 @@ func Amend(c Campaign, req Request) (Result, *protocols.Plan, error) {
 	if req.ID == "" || req.Reason == "" || req.Protocol == "" {
 		return res, nil, errors.New("amend: the protocol, --id and --reason are required")
 	}
-	old, err := api.ReadPlan(dir)
+	old, err := campaignfs.ReadPlan(dir)
 	if err != nil {
 		return res, nil, err
 	}
@@ -219,7 +219,7 @@ func record(c Campaign, plan *protocols.Plan, newPath, id, reason string, uid in
 	if err := atomicfile.MkdirAll(adir, 0o700); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(adir, api.PlanFile), plan, 0o444); err != nil {
+	if err := atomicfile.WriteJSON(campaignfs.Plan(adir), plan, 0o444); err != nil {
 		return err
 	}
 	diff, err := json.Marshal(d)
@@ -273,7 +273,7 @@ func install(c Campaign, id string) error {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
 	var plan protocols.Plan
-	pb, err := os.ReadFile(filepath.Join(adir, api.PlanFile))
+	pb, err := os.ReadFile(campaignfs.Plan(adir))
 	if err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
@@ -299,7 +299,7 @@ func install(c Campaign, id string) error {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
 	failpoint.Hit("amend-provenance-installed")
-	if err := atomicfile.WriteFile(filepath.Join(dir, api.PlanFile), pb, 0o444); err != nil {
+	if err := atomicfile.WriteFile(campaignfs.Plan(dir), pb, 0o444); err != nil {
 		return err
 	}
 	return c.SaveSettings(meta.ProtocolPath, plan.Protocol.SHA256)
@@ -403,7 +403,7 @@ func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []str
 			var notes []string
 			// the validators again, over the recorded artifacts
 			if validated && l != nil {
-				vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, r.ID, fmt.Sprintf("a%d", a.N)))
+				vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, campaignfs.AttemptRel(r.ID, a.N)))
 				if err != nil {
 					return nil, err
 				}

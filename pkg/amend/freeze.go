@@ -3,10 +3,9 @@ package amend
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/state"
 )
@@ -39,7 +38,7 @@ func frozen(id string, notRun []string) Frozen {
 // Freeze freezes the campaign in dir, which no controller runs, by the
 // amendment id: every run without a result becomes not-run.
 func Freeze(dir, id, reason string, uid int, now time.Time) (Frozen, error) {
-	store, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Timeout: 2 * time.Second})
+	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return Frozen{}, err
 	}
@@ -60,7 +59,7 @@ func Freeze(dir, id, reason string, uid int, now time.Time) (Frozen, error) {
 // controller carried out in dir and exited: an error when it did not
 // freeze the campaign.
 func ReadFrozen(dir, id string) (Frozen, error) {
-	st, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	st, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return Frozen{}, err
 	}
@@ -70,7 +69,7 @@ func ReadFrozen(dir, id string) (Frozen, error) {
 		return Frozen{}, err
 	}
 	if cp.State != state.CampaignFrozen {
-		return Frozen{}, fmt.Errorf("the controller exited without freezing the campaign (it is %s); see %s", cp.State, filepath.Join(dir, api.LogFile))
+		return Frozen{}, fmt.Errorf("the controller exited without freezing the campaign (it is %s); see %s", cp.State, campaignfs.Log(dir))
 	}
 	runs, err := st.Runs()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/budget"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
@@ -665,10 +666,10 @@ func (a *Attempt) validate() (state.Reason, string) {
 		if argv, err = validator.BoundedArgv(argv, v.MemoryMiB); err != nil {
 			return state.ReasonHarnessError, err.Error()
 		}
-		out := filepath.Join(a.dir, "validator-"+v.Name+".out")
+		out := campaignfs.Stdout(a.dir, "validator-"+v.Name)
 		p, err := a.env.Launcher.Start(launch.Spec{
 			Role: "validator:" + v.Name, Argv: argv, Env: env, Dir: a.env.Workdir,
-			StdoutPath: out, StderrPath: filepath.Join(a.dir, "validator-"+v.Name+".err"),
+			StdoutPath: out, StderrPath: campaignfs.Stderr(a.dir, "validator-"+v.Name),
 			Stop: launch.StopOptions{Grace: validator.Grace, GroupGrace: validator.Grace},
 		})
 		if err != nil {
@@ -884,7 +885,7 @@ func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 	}
 	p, err := a.env.Launcher.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.env.Workdir,
-		StdoutPath: filepath.Join(a.dir, role+".out"), StderrPath: filepath.Join(a.dir, role+".err"),
+		StdoutPath: campaignfs.Stdout(a.dir, role), StderrPath: campaignfs.Stderr(a.dir, role),
 		CPUs:   a.cpus,
 		Cgroup: LeafName(a.run.ID, a.n, role),
 		Stop:   a.stopOptions(role),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
@@ -99,7 +100,7 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
 	own := newOwnProcs()
-	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: filepath.Join(a.dir, "gpu-samples.jsonl"),
+	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: campaignfs.GPUSamples(a.dir),
 		Watch: own.watch(a.env.UID)})
 	if err == nil {
 		err = s.Start(context.Background())
@@ -164,7 +165,7 @@ func (a *Attempt) energyPerRequest() (float64, error) {
 	if t0.IsZero() || t1.IsZero() {
 		return 0, fmt.Errorf("the client reported no clean interval")
 	}
-	recs, err := sample.ReadFile(filepath.Join(a.dir, "gpu-samples.jsonl"))
+	recs, err := sample.ReadFile(campaignfs.GPUSamples(a.dir))
 	if err != nil || len(recs) == 0 {
 		return 0, fmt.Errorf("no GPU samples: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
 	"warden/pkg/provenance"
 	"warden/protocols"
@@ -29,7 +29,7 @@ func (c *Env) campaignPrivacy(forbidden []string) gates.Verdict {
 	}
 	v := gates.PrivacyScanCached(c.Dir, forbidden, c.Private, func(rel string) bool {
 		// the socket and the lock hold no content
-		return rel == "runs" || rel == fake || rel == provenance.SubDir || rel == api.SocketFile || rel == api.LockFile
+		return rel == campaignfs.RunsDir || rel == fake || rel == provenance.SubDir || rel == campaignfs.SocketFile || rel == campaignfs.LockFile
 	}, 64<<20, c.PrivCache, c.Now())
 	// Provenance copies are the protocol's inputs: a synthetic manifest
 	// may be archived there with its prompts (seed 002, "Synthetic

@@ -12,6 +12,7 @@ import (
 
 	"warden/pkg/attempt"
 	"warden/pkg/budget"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/outcome"
@@ -356,7 +357,7 @@ func (c *Runner) checkDisk() *schedule.Stop {
 	}
 	var used uint64
 	if st.MaxArtifactsGB != nil {
-		filepath.WalkDir(filepath.Join(c.dir, "runs"), func(_ string, d fs.DirEntry, err error) error {
+		filepath.WalkDir(campaignfs.Runs(c.dir), func(_ string, d fs.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
 				if fi, err := d.Info(); err == nil {
 					used += uint64(fi.Size())

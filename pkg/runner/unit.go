@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	"warden/pkg/attempt"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/outcome"
 	"warden/pkg/state"
@@ -59,7 +58,7 @@ func (c *Runner) runAttempt(ctx context.Context, x executor, r protocols.Run, sl
 	}
 	n := run.Attempts + 1
 	gpus, cpus := attempt.SlotResources(slots)
-	spec := attempt.Spec{Plan: c.currentPlan(), Run: r, N: n, Dir: filepath.Join(c.dir, "runs", r.ID, "a"+strconv.Itoa(n)),
+	spec := attempt.Spec{Plan: c.currentPlan(), Run: r, N: n, Dir: campaignfs.AttemptDir(c.dir, r.ID, n),
 		Slots: slots, GPUIDs: gpus, CPUs: cpus, Port: slots[0].Port, Options: opts}
 	env := c.attemptEnv()
 	if err := env.MkdirBeneath(spec.Dir); err != nil {
@@ -118,5 +117,5 @@ func (c *Runner) resultDir(run string) (string, error) {
 	if !r.Done {
 		return "", fmt.Errorf("run %s is not done", run)
 	}
-	return filepath.Join(c.dir, "runs", run, "a"+strconv.Itoa(r.Result)), nil
+	return campaignfs.AttemptDir(c.dir, run, r.Result), nil
 }
