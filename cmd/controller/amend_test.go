@@ -25,6 +25,7 @@ import (
 //  5. A-P3-7 freezes the matrix with p2, p3 and p4 missing: not-run, never
 //     imputed.
 func TestSeedAmendmentHistory(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	base := scenario{patterns: 4, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", capGPUHours: "0.007, reserve: nominal", measureS: "0.2"} // the cap fits the waves nominally only
 	// one run at a time, so that p1's drain stops the campaign before
@@ -117,7 +118,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 	}
 
 	// what ctlq shows
-	ctlq := ctlqBin(t)
+	ctlq := ctlqBin
 	st, err := exec.Command(ctlq, "status", "-d", c.dir, "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("ctlq status: %v", err)
@@ -162,6 +163,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 // through the graceful path, leaves the rest not-run and the campaign
 // frozen.
 func TestAmendAndFreezeARunningCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 4, measureS: "1.5"}), "concurrency: 2", "concurrency: 1")
 	if out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -219,6 +221,7 @@ func TestAmendAndFreezeARunningCampaign(t *testing.T) {
 // attempt's artifacts (no server, no GPU): a run a validator failed is
 // usable once the amended validator passes, the old verdict kept.
 func TestReadjudicateRerunsValidators(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
 		"stop: {quarantined_fraction_gt: 0.9}", "stop: {quarantined_fraction_gt: 0.9}\nvalidators: [{name: check, command: {shell: 'test -f \"${ATTEMPT_DIR}/client.out\" && exit 1'}}]")

@@ -91,6 +91,7 @@ phases:
 }
 
 func TestColocationFallsBack(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(colocProtocol(t, true, false))
 	s := c.store()
@@ -129,6 +130,7 @@ func TestColocationFallsBack(t *testing.T) {
 }
 
 func TestColocationAllRegimesFail(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(colocProtocol(t, false, true))
 	s := c.store()
@@ -185,6 +187,7 @@ func editProtocol(t *testing.T, path string, pairs ...string) string {
 // timeline. A background that ends before its target is done fails the
 // check with that reason (the next regime is tried), not the campaign.
 func TestColocationBackgroundEndsEarly(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := editProtocol(t, colocProtocol(t, false, false),
 		`    client: ["${STANDIN}", client, --warmup-s, "0", --measure-s, "120", --drain-s, "1", --concurrency, "1"]`,
@@ -215,6 +218,7 @@ func TestColocationBackgroundEndsEarly(t *testing.T) {
 // requires one fails a target that had none, for each regime, and the
 // campaign stops for review with no regime left.
 func TestColocationProfileWindows(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := editProtocol(t, colocProtocol(t, false, false), "        figure_tolerance: 0.03\n", "        figure_tolerance: 0.03\n        profile_windows: 1\n")
 	c.runForeground(proto)
@@ -247,6 +251,7 @@ func TestColocationProfileWindows(t *testing.T) {
 // then the campaign stops for review naming the error and the regime not
 // tried, and the controller exits.
 func TestColocationResultFIFO(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := editProtocol(t, colocProtocol(t, false, false),
 		`    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,

@@ -217,6 +217,7 @@ func crashAndResume(t *testing.T, bin, point string, sc crashScenario, preKill s
 // when a resume finds it live: those points are armed in the resume after
 // a first kill while the client measures.
 func TestCrashAtEveryFailpoint(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: a campaign per failpoint")
 	}
@@ -231,25 +232,39 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 		"readjudicate-recorded": true, "freeze-recorded": true}
 	// the Slurm executor's points: TestSlurmCrashAtFailpoints
 	amendments["srun-started"], amendments["step-recorded"] = true, true
+	var (
+		mu      sync.Mutex
+		reached = map[string]bool{} // a point's subtest ended: whether its point fired
+	)
+	// the group returns when every point's campaign, run in parallel, has ended
+	t.Run("points", func(t *testing.T) {
+		for _, point := range failpoint.Names {
+			if amendments[point] {
+				continue
+			}
+			sc, pre := happyPath, ""
+			switch {
+			case onFailurePath[point]:
+				sc = failurePath
+			case onResume[point]:
+				pre = "after-transition:measuring"
+			}
+			t.Run(point, func(t *testing.T) {
+				t.Parallel()
+				hit := crashAndResume(t, bin, point, sc, pre)
+				mu.Lock()
+				reached[point] = hit
+				mu.Unlock()
+			})
+		}
+	})
 	var fired, missed []string
 	for _, point := range failpoint.Names {
-		if amendments[point] {
-			continue
+		if hit, ended := reached[point]; ended && hit {
+			fired = append(fired, point)
+		} else if ended {
+			missed = append(missed, point)
 		}
-		sc, pre := happyPath, ""
-		switch {
-		case onFailurePath[point]:
-			sc = failurePath
-		case onResume[point]:
-			pre = "after-transition:measuring"
-		}
-		_ = t.Run(point, func(t *testing.T) {
-			if crashAndResume(t, bin, point, sc, pre) {
-				fired = append(fired, point)
-			} else {
-				missed = append(missed, point)
-			}
-		})
 	}
 	t.Logf("failpoints fired: %d of %d; not reached: %v", len(fired), len(failpoint.Names), missed)
 	for _, p := range missed {
@@ -260,6 +275,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 // TestFailurePathCampaign runs the failure-path campaign once without a
 // kill and checks what it must show: the retry, the quarantine, the stop.
 func TestFailurePathCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	out, code := c.controller("start", "-f", failurePath.protocol(t), "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	if code != 0 {
@@ -290,6 +306,7 @@ func TestFailurePathCampaign(t *testing.T) {
 // index and the database agree, so resume accepts the amended inputs),
 // the re-adjudication applied, the campaign frozen.
 func TestCrashAmendments(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test")
 	}
@@ -338,6 +355,7 @@ func TestCrashAmendments(t *testing.T) {
 	}
 	for _, point := range []string{"amend-files-written", "amend-recorded", "amend-provenance-installed"} {
 		t.Run(point, func(t *testing.T) {
+			t.Parallel()
 			c, _, v1 := setup(t)
 			crash(t, c, point, amend(c, v1)...)
 			if out, code := c.controller(amend(c, v1)...); code != 0 {
@@ -347,6 +365,7 @@ func TestCrashAmendments(t *testing.T) {
 		})
 	}
 	t.Run("amend-recorded, then resume", func(t *testing.T) {
+		t.Parallel()
 		c, _, v1 := setup(t)
 		crash(t, c, "amend-recorded", amend(c, v1)...)
 		// resume finishes the install the crash cut, then runs
@@ -357,6 +376,7 @@ func TestCrashAmendments(t *testing.T) {
 		c.assertNoProcesses()
 	})
 	t.Run("readjudicate-recorded", func(t *testing.T) {
+		t.Parallel()
 		c, _, v1 := setup(t)
 		if out, code := c.controller(amend(c, v1)...); code != 0 {
 			t.Fatalf("amend: exit %d\n%s", code, out)
@@ -372,6 +392,7 @@ func TestCrashAmendments(t *testing.T) {
 		}
 	})
 	t.Run("freeze-recorded", func(t *testing.T) {
+		t.Parallel()
 		c, _, _ := setup(t)
 		crash(t, c, "freeze-recorded", "freeze", "-d", c.dir, "--id", "F", "--reason", "r")
 		s := c.store()

@@ -25,10 +25,13 @@ import (
 // from the campaign's state database and directory, checks the store's
 // invariants, and makes sure no process of the campaign is left.
 
+// The binaries the tests run, built once per package run by TestMain into
+// one temporary directory.
 var (
 	controllerBin string
+	ctlqBin       string
+	loadgenBin    string
 	standinBin    string
-	ctlqPath      string
 )
 
 func TestMain(m *testing.M) {
@@ -42,15 +45,15 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	controllerBin = filepath.Join(dir, "controller")
-	standinBin = filepath.Join(dir, "standin")
-	ctlqPath = filepath.Join(dir, "ctlq")
-	for _, b := range [][2]string{{controllerBin, "."}, {standinBin, "../standin"}, {ctlqPath, "../ctlq"}} {
-		if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
-			return 1
-		}
+	// one go build for all four: each is named after its package's directory
+	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../ctlq", "../loadgen", "../standin").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the binaries: %v\n%s", err, out)
+		return 1
 	}
+	controllerBin = filepath.Join(dir, "controller")
+	ctlqBin = filepath.Join(dir, "ctlq")
+	loadgenBin = filepath.Join(dir, "loadgen")
+	standinBin = filepath.Join(dir, "standin")
 	code := m.Run()
 	if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
 		fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
@@ -303,6 +306,7 @@ func (c *campaign) gateVerdict(s *state.Store, run, gate string) state.GateVerdi
 }
 
 func TestFullCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{patterns: 2, loadsModer: true}))
 	s := c.store()
@@ -357,6 +361,7 @@ func TestFullCampaign(t *testing.T) {
 }
 
 func TestServerNeverHealthy(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --never-healthy`, readyS: "1.5", retries: 1}))
 	s := c.store()
@@ -377,6 +382,7 @@ func TestServerNeverHealthy(t *testing.T) {
 }
 
 func TestServerCrashesMidRun(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --crash-after, "1"`, measureS: "5"}))
 	s := c.store()
@@ -395,6 +401,7 @@ func TestServerCrashesMidRun(t *testing.T) {
 }
 
 func TestServerIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --ignore-sigterm`}))
 	s := c.store()
@@ -421,6 +428,7 @@ func TestServerIgnoresSIGTERM(t *testing.T) {
 }
 
 func TestEscapedGrandchildIsCleanedUp(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --setsid-grandchild`}))
 	s := c.store()
@@ -435,6 +443,7 @@ func TestEscapedGrandchildIsCleanedUp(t *testing.T) {
 }
 
 func TestClientHangsWatchdog(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{clientArgs: `, --hang`, drainS: "1", watchdogS: "2"}))
 	s := c.store()
@@ -450,6 +459,7 @@ func TestClientHangsWatchdog(t *testing.T) {
 }
 
 func TestDrainOverAllowanceQuarantines(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{drainExtra: 1, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.3"}))
 	s := c.store()
@@ -469,6 +479,7 @@ func TestDrainOverAllowanceQuarantines(t *testing.T) {
 }
 
 func TestQuarantineThresholdStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// the first wave (two runs, both slots) drains too long: the first of
 	// them to end makes 1 of 4 measured runs quarantined, 25% > 20%
@@ -549,6 +560,7 @@ func (c *campaign) liveStatus() api.Status {
 }
 
 func TestSecondControllerRefusedAndStopResume(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "3"})
 	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake")
@@ -628,6 +640,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 }
 
 func TestKilledControllerResumes(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
 	// the controller dies without a chance to clean up; its children live on
@@ -637,7 +650,7 @@ func TestKilledControllerResumes(t *testing.T) {
 		t.Fatal("no server or client outlived the killed controller; the test shows nothing")
 	}
 	// ctlq says the controller is gone while the campaign is unfinished
-	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
+	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
 	out, _ := cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 4 {
 		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
@@ -690,6 +703,7 @@ func TestKilledControllerResumes(t *testing.T) {
 }
 
 func TestStartRefusesAnotherCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{}))
 	// the same protocol again: told to resume instead

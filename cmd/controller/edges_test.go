@@ -48,6 +48,7 @@ func mountTmpfs(t *testing.T, size string) string {
 }
 
 func TestFullDisk(t *testing.T) {
+	t.Parallel()
 	fs := mountTmpfs(t, "24m")
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")
@@ -112,6 +113,7 @@ func killedMidCampaign(t *testing.T, sc scenario) (*campaign, string) {
 // Two resumes started at once: one runs the campaign, the other is
 // refused, naming the winner's pid.
 func TestRacingResumes(t *testing.T) {
+	t.Parallel()
 	c, _ := killedMidCampaign(t, scenario{patterns: 2, measureS: "2"})
 	type result struct {
 		out  string
@@ -189,6 +191,7 @@ func requireFinal(t *testing.T, c *campaign) {
 // runs on from its plan.json; resume is refused, naming the missing file,
 // its recorded hash and the copy kept; with the file restored it resumes.
 func TestProtocolDeletedMidCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "1.5"})
 	sum := sha256File(t, proto)
@@ -241,6 +244,7 @@ func TestProtocolDeletedMidCampaign(t *testing.T) {
 // A provenance file changed under a running campaign: resume is refused,
 // naming the file and both hashes, and changes nothing.
 func TestProvenanceChangedMidCampaign(t *testing.T) {
+	t.Parallel()
 	c, proto := killedMidCampaign(t, scenario{patterns: 2, measureS: "2"})
 	orig, err := os.ReadFile(proto)
 	if err != nil {
@@ -275,6 +279,7 @@ func TestProvenanceChangedMidCampaign(t *testing.T) {
 // A campaign directory that became read-only: start and resume say so
 // and change nothing; once writable again, resume completes.
 func TestUnwritableCampaignDir(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("a read-only bind mount needs root (root ignores directory modes)")
 	}

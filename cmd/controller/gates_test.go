@@ -43,6 +43,7 @@ func fakeHost(t *testing.T) string {
 }
 
 func TestPreflightGPUNotIdle(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		uid    int
@@ -52,6 +53,7 @@ func TestPreflightGPUNotIdle(t *testing.T) {
 		{"another user", 4242, state.ReasonForeignGPUProcess},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			host := fakeHost(t)
 			pid, st := sleeper(t)
 			if err := fakegpu.ClaimFor(host, 0, pid, st, tc.uid, 2048); err != nil {
@@ -88,6 +90,7 @@ func TestPreflightGPUNotIdle(t *testing.T) {
 }
 
 func TestForeignProcessAppears(t *testing.T) {
+	t.Parallel()
 	host := fakeHost(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "2", cleanupS: "2"})
@@ -117,6 +120,7 @@ func TestForeignProcessAppears(t *testing.T) {
 // session, a cleared environment, no cgroup) keeps its GPU memory: the
 // cleanup gate fails naming it, and the campaign stops.
 func TestCleanupGateFails(t *testing.T) {
+	t.Parallel()
 	host := fakeHost(t)
 	c := newCampaign(t)
 	server := `{shell: 'env -i PATH="$PATH" WARDEN_FAKE_GPU_DIR="$WARDEN_FAKE_GPU_DIR" CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES" setsid ${STANDIN} orphan --gpu-mem-mib 512 >/dev/null 2>&1 & exec ${STANDIN} server --port ${PORT} --load-s 0.2 --shutdown-timeout 1 --effective-config "effective config: enable_chunked_prefill=True"'}`
@@ -155,6 +159,7 @@ func killClaimers(t *testing.T, host string) {
 }
 
 func TestBudgetRefusedBeforeWave(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// the first wave reserves 2 runs x 10 s x 1 GPU = 20 GPU-s; the cap is 18 GPU-s
 	// start refuses the protocol (its estimate passes the cap) unless told otherwise
@@ -182,6 +187,7 @@ func TestBudgetRefusedBeforeWave(t *testing.T) {
 }
 
 func TestConfigMismatchStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
 	s := c.store()
@@ -197,6 +203,7 @@ func TestConfigMismatchStops(t *testing.T) {
 }
 
 func TestPrivacyViolation(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// a client that leaves a record with a prompt field in its output
 	proto := writeProtocol(t, scenario{patterns: 2, clientArgs: `, --max-tokens, "4"`})
@@ -220,6 +227,7 @@ func TestPrivacyViolation(t *testing.T) {
 }
 
 func TestDiskLimitStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2})
 	b, _ := os.ReadFile(proto)

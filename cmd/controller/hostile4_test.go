@@ -51,6 +51,7 @@ func childWithArg(parent int, arg string) int {
 // client's exit are both pending: the run is judged on the exit (complete),
 // not failed measure-deadline, and no signal is sent to the client.
 func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	const deadlineS = 4
 	proto := writeProtocol(t, scenario{patterns: 1})
@@ -141,6 +142,7 @@ func (c *campaign) validatorPIDs(s *state.Store, run string) []int {
 // harness-error, gets its one exact rerun, which fails the same way, and
 // the campaign stops for review; neither validator is left running.
 func TestValidatorPastItsBoundIsEnded(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{validators: hangingValidator("0.3"), retries: 1}))
 	s := c.store()
@@ -169,6 +171,7 @@ func TestValidatorPastItsBoundIsEnded(t *testing.T) {
 // controller stop while a validator runs ends the validator: stop returns,
 // the attempt is interrupted, nothing is left running.
 func TestStopEndsARunningValidator(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{validators: hangingValidator("1000")})
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -202,6 +205,7 @@ func TestStopEndsARunningValidator(t *testing.T) {
 // A validator runs under its memory_mib as RLIMIT_AS from its first
 // instruction: the shell validator sees the limit (and fails if not).
 func TestValidatorMemoryBound(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
 `}))
@@ -234,6 +238,7 @@ func (c *campaign) hasFile(name string) bool {
 // naming the full file system and the client's exit), not client-failed;
 // the campaign stops for the full directory.
 func TestInodesOutIsTheHarnesss(t *testing.T) {
+	t.Parallel()
 	fs := mountTmpfs(t, "64m,nr_inodes=4000")
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")

@@ -75,8 +75,10 @@ func serverSignals(a state.Attempt) string {
 }
 
 func TestServerForksAHundred(t *testing.T) {
+	t.Parallel()
 	for _, cg := range []string{"auto", "off"} {
 		t.Run("cgroups="+cg, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.startDetached(writeProtocol(t, scenario{serverArgs: `, --fork, "100"`, measureS: "3"}), cg)
 			c.waitMeasuring()
@@ -106,8 +108,10 @@ func TestServerForksAHundred(t *testing.T) {
 }
 
 func TestStoppedEngineIsKilled(t *testing.T) {
+	t.Parallel()
 	for _, cg := range []string{"auto", "off"} {
 		t.Run("cgroups="+cg, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.startDetached(writeProtocol(t, scenario{measureS: "2"}), cg)
 			c.waitMeasuring()

@@ -8,6 +8,7 @@ import (
 // plan's over-budget message names the flag that lets start run it
 // anyway, as start's refusal does.
 func TestPlanOverBudgetNamesTheFlag(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	over := writeProtocol(t, scenario{patterns: 2, capGPUHours: "0.005"})
 	out, code := c.controller("plan", "-f", over)

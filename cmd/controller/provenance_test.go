@@ -82,6 +82,7 @@ func (c *campaign) requireNothingLeft(existed bool) {
 // refused promptly, naming the file and why, and leaves nothing; the
 // directory given, new or existing and empty, takes the next start.
 func TestStartRefusesBadProvenance(t *testing.T) {
+	t.Parallel()
 	src := t.TempDir()
 	fifo := filepath.Join(src, "client.fifo")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
@@ -108,6 +109,7 @@ func TestStartRefusesBadProvenance(t *testing.T) {
 		{"over-limit", huge, []string{huge + " is 4294967297 bytes", "limit of 4294967296 bytes (4 GiB)"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			if tc.existed {
 				if err := os.Mkdir(c.dir, 0o755); err != nil {
@@ -139,8 +141,10 @@ func TestStartRefusesBadProvenance(t *testing.T) {
 // cannot be set up: gpus.json is a dangling link) removes what it made:
 // the new directory, or the contents of an existing empty one.
 func TestFailedStartRemovesWhatItMade(t *testing.T) {
+	t.Parallel()
 	for _, existed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("existed=%v", existed), func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.dir = filepath.Join(t.TempDir(), "new", "camp") // a parent to create too
 			if existed {
@@ -174,6 +178,7 @@ func TestFailedStartRemovesWhatItMade(t *testing.T) {
 // hash. With one deleted, resume is refused and points at that file's own
 // copy; restored from it, the campaign completes.
 func TestProvenanceCopiesByContent(t *testing.T) {
+	t.Parallel()
 	x := t.TempDir()
 	p1 := filepath.Join(x, "a", "b_c")
 	p2 := filepath.Join(x, "a_b", "c")

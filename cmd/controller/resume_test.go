@@ -111,6 +111,7 @@ func (c *campaign) requireComplete(s *state.Store) {
 // A recorded pid that now belongs to an unrelated process of the same
 // user (pid matches, start time does not) is never signalled.
 func TestPIDReuseNotSignalled(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{measureS: "3"})
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -165,6 +166,7 @@ func TestPIDReuseNotSignalled(t *testing.T) {
 // campaign. One recorded process is rewritten to name a live process by
 // pid and start time; only the boot id tells it is not ours.
 func TestRebootNothingSignalled(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("a PID namespace needs root")
 	}

@@ -20,6 +20,7 @@ const stallClient = `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5
 // watchdog), the drain is over the allowance, and the run is
 // drain-quarantined, never complete (A-P3-5, drain quarantine).
 func TestServerStallPastAllowanceQuarantines(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// requests arriving 0.3 s after the first (inside the 0.5 s clean
 	// interval that follows the 0.2 s warm-up) wait 3 s: the drain lasts
@@ -50,6 +51,7 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 // Past the watchdog, the run fails (drain-watchdog) and the campaign stops
 // for review.
 func TestServerStallPastWatchdogFails(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
 		client: stallClient, drainS: "1", watchdogS: "2"}))
@@ -69,6 +71,7 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 // its drain bound) fails its run with reason drain-abandoned: a cut drain
 // is never complete.
 func TestClientAbandonedDrainFails(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
 	s := c.store()
@@ -85,6 +88,7 @@ func TestClientAbandonedDrainFails(t *testing.T) {
 // The plan refuses a client whose own drain bound is shorter than its
 // class's allowance, naming the file, line and argument.
 func TestPlanRefusesShortClientDrain(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{drainS: "5", watchdogS: "10",
 		client: `["${STANDIN}", client, --drain-timeout-seconds, "3", --result-dir, "${ATTEMPT_DIR}/client"]`})

@@ -68,6 +68,7 @@ func privateProtocol(t *testing.T, patterns int, shell string) string {
 // (seed 002 stop condition 8: "source prompt substring"); the verdict
 // names the value by its hash, never by its text.
 func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutMid+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
 	c.runForeground(proto)
@@ -89,6 +90,7 @@ func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
 // the campaign's own files after the second attempt reads again only
 // what changed since the first.
 func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutShort+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
 	b, err := os.ReadFile(proto)
@@ -130,6 +132,7 @@ func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
 // The same piece written into controller.log, outside every attempt
 // directory, is found by the scan of the campaign's own files.
 func TestSeedPrivacyControllerLog(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 1, cutMid+` >> "$WARDEN_ATTEMPT_DIR/../../../controller.log"`)
 	c.runForeground(proto)
@@ -151,6 +154,7 @@ func TestSeedPrivacyControllerLog(t *testing.T) {
 // saying how to ask for fake GPUs, and leaves no campaign directory:
 // auto never means fake.
 func TestSeedAutoNeverFake(t *testing.T) {
+	t.Parallel()
 	if campaigndir.CheckNVML("nvml") == nil {
 		t.Skip("NVML initializes on this host: auto is NVML here")
 	}
@@ -173,6 +177,7 @@ func TestSeedAutoNeverFake(t *testing.T) {
 // stopped doing so) unless --gpu-backend fake is given; a campaign asked
 // to run on fake GPUs resumes.
 func TestSeedResumeBackend(t *testing.T) {
+	t.Parallel()
 	if campaigndir.CheckNVML("nvml") == nil {
 		t.Skip("NVML initializes on this host")
 	}
@@ -222,6 +227,7 @@ func TestSeedResumeBackend(t *testing.T) {
 // stops for review (seed 002 stop condition 2: "another user's GPU
 // process appears"). The samples file records it with its pid and uid.
 func TestSeedForeignGPUProcessMidRun(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", watchdogS: "60"})
 	b, err := os.ReadFile(proto)
@@ -309,6 +315,7 @@ func TestSeedForeignGPUProcessMidRun(t *testing.T) {
 // A clean run passes the gpu-processes gate, having judged its samples:
 // its own server's claim is never a stranger.
 func TestSeedGPUProcessesPass(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "1"})
 	b, _ := os.ReadFile(proto)

@@ -36,6 +36,7 @@ func manifestProtocol(t *testing.T, report, after string) (proto, manifest, sum 
 // it reported the hash it read) stops the campaign before the next wave:
 // stop condition 1, naming the file, the recorded and the found hash.
 func TestManifestRewrittenMidCampaignStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto, manifest, sum := manifestProtocol(t, "$(sha256sum "+"${MAN}"+" | cut -c1-64)", " && echo rewritten >> ${MAN}")
 	proto = editProtocol(t, proto, "vars: {", "vars: {MAN: "+manifest+", ")
@@ -64,6 +65,7 @@ func TestManifestRewrittenMidCampaignStops(t *testing.T) {
 // A client whose result reports another manifest hash than the one
 // recorded at start fails its run (input-changed) and stops the campaign.
 func TestClientManifestHashMismatchStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	bogus := strings.Repeat("0", 64)
 	proto, manifest, sum := manifestProtocol(t, bogus, "")
@@ -83,6 +85,7 @@ func TestClientManifestHashMismatchStops(t *testing.T) {
 // A result that reports no manifest hash cannot be checked: the run fails
 // (fail closed).
 func TestClientManifestHashMissingFails(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto, _, _ := manifestProtocol(t, "", "")
 	proto = editProtocol(t, proto, "result_file: client/manifest.json", "result_file: client/result.json")

@@ -27,6 +27,7 @@ func warmupScenario(completions string) scenario {
 }
 
 func TestValidatorWarmup(t *testing.T) {
+	t.Parallel()
 	runValidatorCases(t, []validatorCase{
 		{name: "32 completions", sc: warmupScenario("32"), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
@@ -65,6 +66,7 @@ func recoveryScenario(queue string) scenario {
 }
 
 func TestValidatorRecovery(t *testing.T) {
+	t.Parallel()
 	runValidatorCases(t, []validatorCase{
 		{name: "recovered", sc: recoveryScenario(""), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
@@ -97,6 +99,7 @@ func TestValidatorRecovery(t *testing.T) {
 // complete, the old verdict kept, and every figure of the branch is on
 // record.
 func TestWarmupReadjudicatedThroughTheORBranch(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// a 1.2 s warm-up: bins [0.9,1.0), [1.0,1.1), [1.1,1.2) s of 40 steps
 	sc := scenario{measureS: "0.2",

@@ -12,6 +12,7 @@ import (
 // through their API parent, their attempts are interrupted, the campaign is
 // left stopped and resumable.
 func TestSIGTERMStopsGracefully(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
 	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to exit", 60*time.Second)

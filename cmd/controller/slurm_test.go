@@ -26,6 +26,9 @@ import (
 // four fake GPUs each). CI brings it up and sets WARDEN_SLURM=1: there a
 // missing cluster fails the tests instead of skipping them.
 
+// The Slurm tests are serial: they share the one cluster's nodes, GPUs
+// and queue, and read the queue for their campaign's jobs.
+
 // requireSlurm skips the test where no Slurm cluster answers, and fails
 // it where one is expected.
 func requireSlurm(t *testing.T) {
@@ -178,7 +181,7 @@ func TestSlurmCampaignAcrossNodes(t *testing.T) {
 		nodes, gaps[len(gaps)/2], gaps[0], gaps[len(gaps)-1])
 
 	// ctlq shows where each attempt ran
-	show, err := exec.Command(ctlqBin(t), "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+	show, err := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation").CombinedOutput()
 	if err != nil || !regexp.MustCompile(`slurm job \d+ \(warden\.[^)]+\), step 0, node n[12], SLURM_STEP_GPUS \d, GPU UUIDs GPU-fake-n[12]-\d, CPUs \d`).Match(show) {
 		t.Errorf("ctlq show (%v) does not say where the attempt ran:\n%s", err, show)
 	}

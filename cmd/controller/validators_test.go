@@ -96,6 +96,7 @@ func layer1Scenario(brk string) scenario {
 }
 
 func TestValidatorLayer1(t *testing.T) {
+	t.Parallel()
 	cases := []validatorCase{
 		{name: "clean close", sc: layer1Scenario(""), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
@@ -199,6 +200,7 @@ func layer2Scenario(tp int, brk string, everyAttempt bool) scenario {
 }
 
 func TestValidatorLayer2(t *testing.T) {
+	t.Parallel()
 	rerun := []state.AttemptState{state.Failed, state.Complete}
 	rerunWhy := []state.Reason{state.ReasonProfileArtifact, ""}
 	cases := []validatorCase{
@@ -263,6 +265,7 @@ func clientScenario(satBreak, modBreak string) scenario {
 }
 
 func TestValidatorClient(t *testing.T) {
+	t.Parallel()
 	cases := []validatorCase{
 		{name: "saturation and moderate", sc: clientScenario("", ""),
 			runs:     []wantRun{{"p1.saturation", complete1, noReason1}, {"p1.moderate", complete1, noReason1}},
@@ -304,6 +307,7 @@ func clientGateNames(run, name, detail string) func(t *testing.T, c *campaign, s
 }
 
 func TestValidatorSanity(t *testing.T) {
+	t.Parallel()
 	validators := `  - {name: sanity, command: ["${CONTROLLER}", validate, sanity, --input, "${ATTEMPT_DIR}/client/loadgen", --input, "${ATTEMPT_DIR}/opprof", --constant, "*timeline.num_clean_segments=3", --constant, "*segments[].seconds=0.2", -o, json]}
 `
 	sc := func(brk string) scenario {
