@@ -47,7 +47,7 @@ func running(pid int) bool {
 // attempt (the controller is dead) and returns the attempt.
 func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
 	c.t.Helper()
-	s, err := state.Open(filepath.Join(c.dir, api.StateFile), state.Options{Timeout: 5 * time.Second})
+	s, err := state.Open(filepath.Join(c.dir, api.StateFile), state.Options{Timeout: 5 * time.Second, Strict: true})
 	if err != nil {
 		c.t.Fatal(err)
 	}
