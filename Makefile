@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test demo demo-slurm fuzz bench clean man slurm-up slurm-down
+.PHONY: build test race demo demo-slurm fuzz bench clean man slurm-up slurm-down
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -16,6 +16,13 @@ test: build
 	$(GO) vet ./...
 	@note=$$(mktemp); WARDEN_SLURM_SKIP_NOTE=$$note $(GO) test -count=1 -timeout 30m ./...; rc=$$?; \
 	cat $$note >&2; rm -f $$note; exit $$rc
+
+# The race detector on every package under pkg/: they hold the goroutines
+# (the launcher, the load generator, the store, the samplers, the
+# campaign loop and its executors). The cmd/ packages' tests run the
+# commands as built binaries, which -race does not instrument.
+race:
+	$(GO) test -count=1 -race -timeout 30m ./pkg/...
 
 # A demo campaign on the stand-in server and fake GPUs, driven by
 # bin/loadgen: manifests materialized, the campaign started detached,
