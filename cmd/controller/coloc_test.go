@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,11 +81,7 @@ phases:
     matrix: {pattern: [p1, p2]}
     loads: [saturation]
 `, standinBin, ports[0], ports[1], verdictA, verdictB)
-	path := filepath.Join(t.TempDir(), "coloc.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTemp(t, "coloc.yaml", y)
 }
 
 func TestColocationFallsBack(t *testing.T) {
@@ -161,26 +155,6 @@ func eventTime(t *testing.T, s *state.Store, a state.Attempt, to state.AttemptSt
 	}
 	t.Fatalf("%s a%d never reached %s", a.RunID, a.N, to)
 	return 0
-}
-
-// editProtocol rewrites a protocol file: each pair replaces old with new.
-func editProtocol(t *testing.T, path string, pairs ...string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if !strings.Contains(s, pairs[i]) {
-			t.Fatalf("protocol lacks %q", pairs[i])
-		}
-		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
-	}
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // A-P3-1: the backgrounds stay active through the target's whole

@@ -1,15 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"warden/bench/crashcheck"
@@ -23,60 +16,6 @@ import (
 // at a named point between durable steps; a plain controller resumes the
 // campaign to the end; then the promises of crash-consistent resume are
 // checked (package crashcheck).
-
-var (
-	failpointOnce sync.Once
-	failpointBin  string
-	failpointErr  error
-)
-
-// failpointController builds the controller with -tags failpoints, once,
-// beside the plain one.
-func failpointController(t *testing.T) string {
-	t.Helper()
-	failpointOnce.Do(func() {
-		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
-		out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", failpointBin, ".").CombinedOutput()
-		if err != nil {
-			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
-		}
-	})
-	if failpointErr != nil {
-		t.Fatal(failpointErr)
-	}
-	return failpointBin
-}
-
-// run runs bin with args and extra environment and waits for it; it
-// returns the combined output and how the process ended.
-func (c *campaign) run(bin string, env []string, args ...string) (string, *os.ProcessState) {
-	c.t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(withoutFailpoint(os.Environ()), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		c.t.Fatalf("run %s %v: %v", bin, args, err)
-	}
-	return out.String(), cmd.ProcessState
-}
-
-func withoutFailpoint(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func killedBySIGKILL(st *os.ProcessState) bool {
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
 
 // crashScenario is a campaign the crash test kills and resumes.
 type crashScenario struct {

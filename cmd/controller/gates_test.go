@@ -2,16 +2,13 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"warden/pkg/api"
 	"warden/pkg/gpu/fakegpu"
-	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
 
@@ -19,11 +16,7 @@ import (
 // were someone else's; it is killed and waited for at cleanup.
 func sleeper(t *testing.T) (int, uint64) {
 	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd := unrelated(t)
 	st, err := fakegpu.StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -103,8 +96,7 @@ func TestForeignProcessAppears(t *testing.T) {
 	if err := fakegpu.ClaimFor(host, gpu, pid, st, 4242, 4096); err != nil {
 		t.Fatal(err)
 	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	waitFor(t, "the controller to stop", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to stop", 120*time.Second)
 	s := c.store()
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
@@ -206,14 +198,9 @@ func TestPrivacyViolation(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	// a client that leaves a record with a prompt field in its output
-	proto := writeProtocol(t, scenario{patterns: 2, clientArgs: `, --max-tokens, "4"`})
-	b, _ := os.ReadFile(proto)
-	leaky := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" , --max-tokens, "4"]`,
-		`client: {shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && echo "{\"request\": 1, \"prompt\": \"tell me a secret\"}" > "$WARDEN_ATTEMPT_DIR/client/requests.jsonl" && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2'}`, 1)
-	if leaky == string(b) {
-		t.Fatal("test bug: client command not replaced")
-	}
-	os.WriteFile(proto, []byte(leaky), 0o644)
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 2, clientArgs: `, --max-tokens, "4"`}),
+		`client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" , --max-tokens, "4"]`,
+		`client: {shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && echo "{\"request\": 1, \"prompt\": \"tell me a secret\"}" > "$WARDEN_ATTEMPT_DIR/client/requests.jsonl" && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2'}`)
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()
@@ -229,10 +216,8 @@ func TestPrivacyViolation(t *testing.T) {
 func TestDiskLimitStops(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{patterns: 2})
-	b, _ := os.ReadFile(proto)
 	// no file system here has a petabyte free
-	os.WriteFile(proto, []byte(strings.Replace(string(b), "stop: {", "stop: {min_free_gb: 1000000, ", 1)), 0o644)
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 2}), "stop: {", "stop: {min_free_gb: 1000000, ")
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()

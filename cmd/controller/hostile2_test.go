@@ -215,8 +215,7 @@ func TestReadOnlyFileSystemEndsTheWork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join("/sys/fs/ext4", filepath.Base(dev), "trigger_fs_error"), []byte("1"), 0o200); err != nil {
 		t.Skipf("cannot trip the file system's error behaviour here: %v", err)
 	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	waitFor(t, "the controller to exit", 90*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to exit", 90*time.Second)
 	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
 	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
 	out, _ := cmd.CombinedOutput()

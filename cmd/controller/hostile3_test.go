@@ -190,17 +190,14 @@ func TestFloodedListenersCannotStarveTheController(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the controller to stop", 60*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to stop", 60*time.Second)
 	s := c.store()
 	defer s.Close()
 	cp, err := s.Campaign()
 	if err != nil || cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
 		t.Fatalf("campaign %s (%s: %s), %v", cp.State, cp.StopReason, cp.StopDetail, err)
 	}
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Interrupted {
-		t.Fatalf("attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Interrupted)
 	c.assertNoProcesses()
 	log, _ := os.ReadFile(filepath.Join(c.dir, api.LogFile))
 	if bytes.Contains(log, []byte("too many open files")) {

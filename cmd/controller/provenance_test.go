@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"warden/pkg/provenance"
 )
@@ -38,30 +34,6 @@ func withProvenance(t *testing.T, proto string, paths ...string) {
 	if _, err := f.WriteString(b.String()); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// startBounded runs controller start and waits for it, killing it after a
-// minute: a start that blocks (as on a FIFO before) fails the test instead
-// of hanging it. The command returning is the assertion, not its time.
-func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, controllerBin, append([]string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"}, extra...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		c.t.Fatalf("controller start did not return within a minute (killed):\n%s", out.String())
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.String(), ee.ExitCode()
-	}
-	if err != nil {
-		c.t.Fatalf("run controller start: %v", err)
-	}
-	return out.String(), 0
 }
 
 // requireNothingLeft fails unless the campaign directory is as it was

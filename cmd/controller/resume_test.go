@@ -21,28 +21,6 @@ import (
 // Resume after a crash when the recorded identities no longer name the
 // processes: a pid reused by an unrelated process, and a reboot.
 
-// unrelated starts a process the test owns that has nothing to do with
-// the campaign, and returns it; it is killed and waited for at cleanup.
-func unrelated(t *testing.T) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd
-}
-
-// running reports whether pid is alive and not a zombie.
-func running(pid int) bool {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(st, ')')
-	return i > 0 && i+2 < len(st) && st[i+2] != 'Z' && st[i+2] != 'X'
-}
-
 // rewriteProcs changes the recorded processes of the campaign's only live
 // attempt (the controller is dead) and returns the attempt.
 func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
@@ -66,17 +44,6 @@ func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
 		c.t.Fatal(err)
 	}
 	return a
-}
-
-// killController kills the detached controller with SIGKILL and waits
-// until its lock is free; its children live on.
-func (c *campaign) killController() {
-	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
-	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
-		c.t.Fatal(err)
-	}
-	waitFor(c.t, "the controller to die", 30*time.Second, func() bool { return !lockfile.Held(lock) })
 }
 
 // signalsTo lists the signals an attempt recorded to pid (alone or as a

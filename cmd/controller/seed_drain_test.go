@@ -28,10 +28,7 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0.3", --stall-s, "3"`,
 		client: stallClient, drainS: "1", watchdogS: "60"}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Quarantined || as[0].Reason != state.ReasonDrainQuarantine {
-		t.Fatalf("attempts %+v", as)
-	}
+	as := c.soleAttempt(s, "p1.saturation", state.Quarantined, state.ReasonDrainQuarantine)
 	if d := as[0].Figures["drain_s"]; d <= 1 || d >= 60 {
 		t.Fatalf("drain_s %v, want over the 1 s allowance and under the 60 s watchdog", d)
 	}
@@ -56,10 +53,7 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
 		client: stallClient, drainS: "1", watchdogS: "2"}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainWatchdog {
-		t.Fatalf("attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainWatchdog) {
 		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
@@ -75,10 +69,7 @@ func TestClientAbandonedDrainFails(t *testing.T) {
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainAbandoned {
-		t.Fatalf("attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainAbandoned)
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainAbandoned) {
 		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)

@@ -52,15 +52,7 @@ func privateProtocol(t *testing.T, patterns int, shell string) string {
 		client = `{shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && ` + strings.ReplaceAll(shell, "MANIFEST", manifest) + ` && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`
 	}
 	proto := writeProtocol(t, scenario{patterns: patterns, client: client})
-	b, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := string(b) + "provenance:\n  - {path: " + manifest + ", role: manifest, private: true}\n"
-	if err := os.WriteFile(proto, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return proto
+	return appendProtocol(t, proto, "provenance:\n  - {path: "+manifest+", role: manifest, private: true}\n")
 }
 
 // A piece of 48 bytes from the middle of a private prompt, in a file of
@@ -93,17 +85,7 @@ func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutShort+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
-	b, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := strings.Replace(string(b), "{name: two, concurrency: 2}", "{name: two, concurrency: 1}", 1)
-	if one == string(b) {
-		t.Fatal("test bug: regime not replaced")
-	}
-	if err := os.WriteFile(proto, []byte(one), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editProtocol(t, proto, "{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()
@@ -230,13 +212,7 @@ func TestSeedForeignGPUProcessMidRun(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", watchdogS: "60"})
-	b, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(proto, append(b, "sample_interval_s: 0.1\n"...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	appendProtocol(t, proto, "sample_interval_s: 0.1\n")
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
 		t.Fatalf("start exited %d:\n%s", code, out)
 	}
@@ -318,8 +294,7 @@ func TestSeedGPUProcessesPass(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "1"})
-	b, _ := os.ReadFile(proto)
-	os.WriteFile(proto, append(b, "sample_interval_s: 0.05\n"...), 0o644)
+	appendProtocol(t, proto, "sample_interval_s: 0.05\n")
 	c.runForeground(proto)
 	s := c.store()
 	if cp, _ := s.Campaign(); cp.State != state.CampaignComplete {

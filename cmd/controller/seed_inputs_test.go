@@ -71,10 +71,7 @@ func TestClientManifestHashMismatchStops(t *testing.T) {
 	proto, manifest, sum := manifestProtocol(t, bogus, "")
 	c.runForeground(proto)
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonInputChanged {
-		t.Fatalf("p1 attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonInputChanged)
 	cp, _ := s.Campaign()
 	want := "manifest " + manifest + ": recorded sha256 " + sum + ", the client read " + bogus
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonInputChanged) || !strings.Contains(cp.StopDetail, want) {
@@ -91,10 +88,7 @@ func TestClientManifestHashMissingFails(t *testing.T) {
 	proto = editProtocol(t, proto, "result_file: client/manifest.json", "result_file: client/result.json")
 	c.runForeground(proto)
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonInputChanged {
-		t.Fatalf("p1 attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonInputChanged)
 	cp, _ := s.Campaign()
 	if !strings.Contains(cp.StopDetail, "reports no manifest.sha256") {
 		t.Fatalf("stop detail %q", cp.StopDetail)

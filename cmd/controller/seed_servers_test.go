@@ -240,11 +240,7 @@ validators:
     loads: [burnin]
     command: ["${CONTROLLER}", validate, profile-windows, --result-dir, "${ATTEMPT_DIR}/client", --windows, "2", -o, json]
 `, standinBin, controllerBin, loadgenBin, manifest, ports[0], serverArgs)
-	path := filepath.Join(t.TempDir(), "reused.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTemp(t, "reused.yaml", y)
 }
 
 // TestReusedProfilerStopsAtBurnIn: against vLLM's reused profiler the
@@ -325,11 +321,7 @@ phases:
     matrix: {pattern: p1}
     loads: [saturation]
 `, standinBin, ports[0], path, equals)
-	p := filepath.Join(t.TempDir(), "sglang.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeTemp(t, "sglang.yaml", y)
 }
 
 // TestSGLangEffectiveConfigNested: an SGLang server reports

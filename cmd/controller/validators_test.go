@@ -44,7 +44,7 @@ func runValidatorCases(t *testing.T, cases []validatorCase) {
 			for _, w := range tc.runs {
 				as := c.attempts(s, w.run)
 				if len(as) != len(w.states) {
-					t.Fatalf("%s: %d attempts, want %d: %+v", w.run, len(as), len(w.states), summarize(as))
+					t.Fatalf("%s: %d attempts, want %d: %+v", w.run, len(as), len(w.states), attemptStates(as))
 				}
 				for i, a := range as {
 					if a.State != w.states[i] || a.Reason != w.reasons[i] {
@@ -66,14 +66,6 @@ func runValidatorCases(t *testing.T, cases []validatorCase) {
 			c.assertNoProcesses()
 		})
 	}
-}
-
-func summarize(as []state.Attempt) []string {
-	var out []string
-	for _, a := range as {
-		out = append(out, string(a.State)+"/"+string(a.Reason))
-	}
-	return out
 }
 
 var (
