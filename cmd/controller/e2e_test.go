@@ -241,15 +241,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	if cp.State != state.CampaignStopped || cp.StopReason != "operator-stop" {
 		t.Fatalf("after stop: %s %s", cp.State, cp.StopReason)
 	}
-	interrupted := 0
-	runs, _ := s.Runs()
-	for _, r := range runs {
-		for _, a := range c.attempts(s, r.ID) {
-			if a.State == state.Interrupted {
-				interrupted++
-			}
-		}
-	}
+	interrupted := len(c.attemptsIn(s, state.Interrupted))
 	if interrupted == 0 {
 		t.Fatal("no attempt was interrupted by the stop")
 	}
@@ -266,7 +258,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	if cp.State != state.CampaignComplete {
 		t.Fatalf("after resume: %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
-	runs, _ = s2.Runs()
+	runs, _ := s2.Runs()
 	after := 0
 	for _, r := range runs {
 		as := c.attempts(s2, r.ID)
@@ -285,6 +277,35 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	c.assertNoProcesses()
 }
 
+// SIGTERM to the daemon does what controller stop does: in-flight runs end
+// through their API parent, their attempts are interrupted, the campaign is
+// left stopped and resumable.
+func TestSIGTERMStopsGracefully(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
+	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to exit", 60*time.Second)
+	c.assertNoProcesses()
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != "operator-stop" {
+		t.Fatalf("after SIGTERM: %s %s", cp.State, cp.StopReason)
+	}
+	interrupted := c.attemptsIn(s, state.Interrupted)
+	for _, a := range interrupted {
+		sent := false
+		for _, sg := range a.Signals {
+			sent = sent || (sg.Role == "server" && sg.Signal == "SIGTERM" && sg.Target == "pid")
+		}
+		if !sent {
+			t.Fatalf("%s a%d: the server was not stopped through its API parent: %+v", a.RunID, a.N, a.Signals)
+		}
+	}
+	if len(interrupted) == 0 {
+		t.Fatal("no attempt interrupted")
+	}
+}
+
 func TestKilledControllerResumes(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
@@ -296,11 +317,7 @@ func TestKilledControllerResumes(t *testing.T) {
 		t.Fatal("no server or client outlived the killed controller; the test shows nothing")
 	}
 	// ctlq says the controller is gone while the campaign is unfinished
-	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 4 {
-		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
-	}
+	c.ctlqStatusExits(4)
 
 	if out, code := c.controller("--resume", "-d", c.dir); code != 0 {
 		t.Fatalf("resume exited %d:\n%s", code, out)

@@ -47,18 +47,28 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
-func TestFullDisk(t *testing.T) {
-	t.Parallel()
-	fs := mountTmpfs(t, "24m")
+// runOnTmpfs runs a campaign of patterns runs in the foreground, its
+// directory on a new tmpfs (mountTmpfs with size), each saturation client
+// running the shell command fill before it measures; it returns the
+// campaign and the tmpfs.
+func runOnTmpfs(t *testing.T, size string, patterns int, fill string) (*campaign, string) {
+	t.Helper()
+	fs := mountTmpfs(t, size)
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")
-	// the first attempt's client fills the file system, then measures
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 2}), defaultClient,
-		`client: {shell: 'if [ "$WARDEN_RUN_ID" = p1.saturation ] && [ "$WARDEN_ATTEMPT" = 1 ]; then head -c 100M /dev/zero > "$WARDEN_ATTEMPT_DIR/filler"; fi; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`)
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: patterns}), defaultClient,
+		`client: {shell: '`+fill+`; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`)
 	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	if code != 0 {
 		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
 	}
+	return c, fs
+}
+
+func TestFullDisk(t *testing.T) {
+	t.Parallel()
+	// the first attempt's client fills the file system, then measures
+	c, fs := runOnTmpfs(t, "24m", 2, `if [ "$WARDEN_RUN_ID" = p1.saturation ] && [ "$WARDEN_ATTEMPT" = 1 ]; then head -c 100M /dev/zero > "$WARDEN_ATTEMPT_DIR/filler"; fi`)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(fs, &st); err != nil || st.Bavail != 0 {
 		t.Fatalf("test bug: the file system was not filled (%d blocks free, %v)", st.Bavail, err)
@@ -75,7 +85,7 @@ func TestFullDisk(t *testing.T) {
 	if err := os.Remove(filepath.Join(c.dir, "runs", "p1.saturation", "a1", "filler")); err != nil {
 		t.Fatal(err)
 	}
-	out, code = c.controller("resume", "-d", c.dir, "--foreground")
+	out, code := c.controller("resume", "-d", c.dir, "--foreground")
 	if code != 0 {
 		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
 	}

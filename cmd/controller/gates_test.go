@@ -98,10 +98,7 @@ func TestForeignProcessAppears(t *testing.T) {
 	}
 	c.waitUnlocked("the controller to stop", 120*time.Second)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	cp := c.stoppedFor(s, state.ReasonForeignGPUProcess)
 	if !strings.Contains(cp.StopDetail, "pid") {
 		t.Fatalf("stop detail does not name the process: %s", cp.StopDetail)
 	}
@@ -123,10 +120,7 @@ func TestCleanupGateFails(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, tail(out, 2000))
 	}
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonCleanupTimeout) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonCleanupTimeout)
 	v := c.gateVerdict(s, "p1.saturation", "cleanup")
 	if v.Verdict != "fail" || v.Figures["gpu0_used_mib"] != 512 || !strings.Contains(v.Detail, "MiB used") || !strings.Contains(v.Detail, "pid ") {
 		t.Fatalf("cleanup verdict %+v", v)
@@ -183,10 +177,7 @@ func TestConfigMismatchStops(t *testing.T) {
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonConfigMismatch) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	cp := c.stoppedFor(s, state.ReasonConfigMismatch)
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].Reason != state.ReasonConfigMismatch || !strings.Contains(cp.StopDetail, "max_num_batched_tokens") {
 		t.Fatalf("attempts %+v; detail %s", as, cp.StopDetail)
@@ -203,10 +194,7 @@ func TestPrivacyViolation(t *testing.T) {
 		`client: {shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && echo "{\"request\": 1, \"prompt\": \"tell me a secret\"}" > "$WARDEN_ATTEMPT_DIR/client/requests.jsonl" && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2'}`)
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonPrivacyViolation)
 	v := c.gateVerdict(s, "p1.saturation", "privacy")
 	if v.Verdict != "fail" || !strings.Contains(v.Detail, "client/requests.jsonl") || !strings.Contains(v.Detail, "prompt") || strings.Contains(v.Detail, "tell me a secret") {
 		t.Fatalf("privacy verdict %+v", v)

@@ -94,7 +94,7 @@ type scenario struct {
 	moderArgs   string // extra stand-in client flags of the moderate load only
 }
 
-func freePorts(t *testing.T, n int) []int { return testports.Free(t, n) }
+func freePorts(t testing.TB, n int) []int { return testports.Free(t, n) }
 
 func patternIDs(n int) string {
 	var ids []string
@@ -275,6 +275,46 @@ func (c *campaign) gateVerdict(s *state.Store, run, gate string) state.GateVerdi
 	return last
 }
 
+// ctlqStatusExits runs ctlq status on the campaign and fails the test
+// unless it exits with want.
+func (c *campaign) ctlqStatusExits(want int) {
+	c.t.Helper()
+	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != want {
+		c.t.Fatalf("ctlq status exit %d, want %d:\n%s", cmd.ProcessState.ExitCode(), want, out)
+	}
+}
+
+// stoppedFor returns the campaign, failing the test unless it stopped
+// for a run that ended for reason.
+func (c *campaign) stoppedFor(s *state.Store, reason state.Reason) state.Campaign {
+	c.t.Helper()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(reason) {
+		c.t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	return cp
+}
+
+// attemptsIn lists the campaign's attempts in state st, run by run.
+func (c *campaign) attemptsIn(s *state.Store, st state.AttemptState) []state.Attempt {
+	c.t.Helper()
+	runs, err := s.Runs()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []state.Attempt
+	for _, r := range runs {
+		for _, a := range c.attempts(s, r.ID) {
+			if a.State == st {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 // soleAttempt returns run's attempts, failing the test unless there is
 // exactly one, in state st (and, where given, for reason).
 func (c *campaign) soleAttempt(s *state.Store, run string, st state.AttemptState, reason ...state.Reason) []state.Attempt {
@@ -289,8 +329,12 @@ func (c *campaign) soleAttempt(s *state.Store, run string, st state.AttemptState
 // campaignPIDs lists live processes that carry this campaign's directory in
 // their environment: everything the controller started, and their
 // descendants, however they escaped.
-func (c *campaign) campaignPIDs() []int {
-	marker := []byte("WARDEN_CAMPAIGN_DIR=" + c.dir + "\x00")
+func (c *campaign) campaignPIDs() []int { return campaignPIDsIn(c.dir) }
+
+// campaignPIDsIn lists the live processes (not zombies, not this one) that
+// carry the campaign directory dir in their environment.
+func campaignPIDsIn(dir string) []int {
+	marker := []byte("WARDEN_CAMPAIGN_DIR=" + dir + "\x00")
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range ents {

@@ -60,11 +60,7 @@ func TestStopAfterTheControllerDied(t *testing.T) {
 		!strings.Contains(out, "controller resume -d") {
 		t.Fatalf("stop after the controller died: exit %d:\n%s", code, out)
 	}
-	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
-	sout, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 4 {
-		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), sout)
-	}
+	c.ctlqStatusExits(4)
 	// resume reclaims the left-overs and runs again; a stop of a live
 	// controller then succeeds, leaving nothing live
 	if out, code := c.controller("resume", "-d", c.dir); code != 0 {
@@ -217,11 +213,7 @@ func TestReadOnlyFileSystemEndsTheWork(t *testing.T) {
 	}
 	c.waitUnlocked("the controller to exit", 90*time.Second)
 	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
-	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 4 {
-		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
-	}
+	c.ctlqStatusExits(4)
 	// the file system back: unmounted, checked, mounted again
 	if err := errors.Join(run("umount", mnt), run("e2fsck", "-fy", img)); err != nil && !strings.Contains(err.Error(), "exit status 1") {
 		t.Fatalf("repair the file system: %v", err)

@@ -97,6 +97,17 @@ func (c *campaign) validatorPIDs(s *state.Store, run string) []int {
 	return pids
 }
 
+// assertValidatorsGone fails the test if a process of run's validators
+// still exists.
+func (c *campaign) assertValidatorsGone(s *state.Store, run string) {
+	c.t.Helper()
+	for _, pid := range c.validatorPIDs(s, run) {
+		if st := procState(pid); st != 0 {
+			c.t.Fatalf("validator pid %d still exists (state %c)", pid, st)
+		}
+	}
+}
+
 // A validator that never ends is ended at its timeout_s: the attempt fails
 // harness-error, gets its one exact rerun, which fails the same way, and
 // the campaign stops for review; neither validator is left running.
@@ -119,11 +130,7 @@ func TestValidatorPastItsBoundIsEnded(t *testing.T) {
 		!strings.Contains(cp.StopDetail, "validator hang ran past its 0.3 s bound") {
 		t.Fatalf("campaign %s %s: %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
-	for _, pid := range c.validatorPIDs(s, "p1.saturation") {
-		if st := procState(pid); st != 0 {
-			t.Fatalf("validator pid %d still exists (state %c)", pid, st)
-		}
-	}
+	c.assertValidatorsGone(s, "p1.saturation")
 	c.assertNoProcesses()
 }
 
@@ -153,11 +160,7 @@ func TestStopEndsARunningValidator(t *testing.T) {
 	if len(as) != 1 || as[0].State != state.Interrupted || as[0].Reason != state.ReasonInterrupted {
 		t.Fatalf("attempts %v", attemptStates(as))
 	}
-	for _, pid := range c.validatorPIDs(s, "p1.saturation") {
-		if st := procState(pid); st != 0 {
-			t.Fatalf("validator pid %d still exists (state %c)", pid, st)
-		}
-	}
+	c.assertValidatorsGone(s, "p1.saturation")
 	c.assertNoProcesses()
 }
 
@@ -198,15 +201,7 @@ func (c *campaign) hasFile(name string) bool {
 // the campaign stops for the full directory.
 func TestInodesOutIsTheHarnesss(t *testing.T) {
 	t.Parallel()
-	fs := mountTmpfs(t, "64m,nr_inodes=4000")
-	c := newCampaign(t)
-	c.dir = filepath.Join(fs, "camp")
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}), defaultClient,
-		`client: {shell: 'mkdir "$WARDEN_ATTEMPT_DIR/fill" && i=0 && while : > "$WARDEN_ATTEMPT_DIR/fill/$i" 2>/dev/null; do i=$$((i+1)); done; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`)
-	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
-	if code != 0 {
-		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
-	}
+	c, fs := runOnTmpfs(t, "64m,nr_inodes=4000", 1, `mkdir "$WARDEN_ATTEMPT_DIR/fill" && i=0 && while : > "$WARDEN_ATTEMPT_DIR/fill/$i" 2>/dev/null; do i=$$((i+1)); done`)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(fs, &st); err != nil || st.Ffree > 8 || st.Bavail == 0 {
 		t.Fatalf("test bug: inodes not used up, or blocks too (%d inodes, %d blocks free, %v)", st.Ffree, st.Bavail, err)

@@ -54,10 +54,7 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 		client: stallClient, drainS: "1", watchdogS: "2"}))
 	s := c.store()
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainWatchdog) {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
-	}
+	c.stoppedFor(s, state.ReasonDrainWatchdog)
 	c.assertNoProcesses()
 }
 
@@ -70,10 +67,7 @@ func TestClientAbandonedDrainFails(t *testing.T) {
 	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
 	s := c.store()
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainAbandoned)
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainAbandoned) {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
-	}
+	c.stoppedFor(s, state.ReasonDrainAbandoned)
 }
 
 // The plan refuses a client whose own drain bound is shorter than its

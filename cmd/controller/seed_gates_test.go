@@ -65,10 +65,7 @@ func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
 	proto := privateProtocol(t, 2, cutMid+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonPrivacyViolation)
 	v := c.gateVerdict(s, "p1.saturation", "privacy")
 	if v.Verdict != "fail" || v.Figures["findings"] != 1 || !strings.Contains(v.Detail, "client/debug.log: private text (48+ bytes of private value sha256:") || strings.Contains(v.Detail, leakMid[:20]) {
 		t.Fatalf("privacy verdict %+v", v)
@@ -119,10 +116,7 @@ func TestSeedPrivacyControllerLog(t *testing.T) {
 	proto := privateProtocol(t, 1, cutMid+` >> "$WARDEN_ATTEMPT_DIR/../../../controller.log"`)
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonPrivacyViolation)
 	if v := c.gateVerdict(s, "p1.saturation", "privacy"); v.Verdict != "pass" {
 		t.Fatalf("attempt privacy verdict %+v", v)
 	}
@@ -253,10 +247,7 @@ func TestSeedForeignGPUProcessMidRun(t *testing.T) {
 	c.waitExit()
 
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonForeignGPUProcess)
 	as := c.attempts(s, cur.Run)
 	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonForeignGPUProcess {
 		t.Fatalf("attempts of %s: %+v", cur.Run, as)

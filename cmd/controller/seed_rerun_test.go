@@ -21,10 +21,7 @@ func TestResumeKeepsTheRerunRule(t *testing.T) {
 	proto := writeProtocol(t, scenario{validators: "  - {name: check, command: [sh, -c, \"exit 1\"]}\n"})
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonValidatorFailed) {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
-	}
+	cp := c.stoppedFor(s, state.ReasonValidatorFailed)
 	s.Close()
 
 	out, code := c.controller("resume", "-d", c.dir, "--foreground")

@@ -111,9 +111,7 @@ func TestWarmupReadjudicatedThroughTheORBranch(t *testing.T) {
 	v0 := writeProtocol(t, sc)
 	c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	s := c.store()
-	if a := c.attempts(s, "p1.saturation"); len(a) != 1 || a[0].Reason != state.ReasonValidatorFailed {
-		t.Fatalf("v0: %+v", a)
-	}
+	c.failedValidatorP1(s)
 	if v := c.gateVerdict(s, "p1.saturation", "validator:warmup"); v.Verdict != "fail" || v.Figures["warmup_completions"] != 20 || v.Figures["stabilization"] != 0 {
 		t.Fatalf("v0 warmup gate %+v", v)
 	}
@@ -125,14 +123,7 @@ func TestWarmupReadjudicatedThroughTheORBranch(t *testing.T) {
 	if out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A-P3-6", "--reason", "P10 warm-up stabilization gate", "--readjudicate", "--yes"); code != 0 {
 		t.Fatalf("amend: exit %d\n%s", code, out)
 	}
-	out, code := c.controller("readjudicate", "-d", c.dir, "--amendment", "A-P3-6")
-	if code != 0 || !strings.Contains(out, "p1.saturation attempt 1: failed validator-failed -> complete") || !strings.Contains(out, "validator:warmup pass") {
-		t.Fatalf("readjudicate: exit %d\n%s", code, out)
-	}
-	s = c.store()
-	if r, _ := s.Run("p1.saturation"); r.State() != state.RunComplete {
-		t.Errorf("p1 is %s", r.State())
-	}
+	s = c.readjudicateP1("A-P3-6", "warmup")
 	if v := c.gateVerdict(s, "p1.saturation", "validator:warmup"); v.Verdict != "fail" {
 		t.Errorf("the old verdict is gone: %+v", v)
 	}
