@@ -51,7 +51,7 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	// one go build for all four: each is named after its package's directory
-	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../ctlq", "../loadgen", "../standin").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", goBuild("-o", dir+string(filepath.Separator), ".", "../ctlq", "../loadgen", "../standin")...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build the binaries: %v\n%s", err, out)
 		return 1
 	}
@@ -70,6 +70,15 @@ func runTests(m *testing.M) int {
 // writes for a scenario with no client and the default measureS and
 // clientArgs: the line a test replaces (editProtocol) to run its own.
 const defaultClient = `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`
+
+// goBuild is the go command's arguments to build with args: with the race
+// detector when this test binary has it.
+func goBuild(args ...string) []string {
+	if raceBuild {
+		return append([]string{"build", "-race"}, args...)
+	}
+	return append([]string{"build"}, args...)
+}
 
 // scenario shapes the test protocol.
 type scenario struct {
@@ -441,7 +450,7 @@ func failpointController(t *testing.T) string {
 	t.Helper()
 	failpointOnce.Do(func() {
 		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
-		out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", failpointBin, ".").CombinedOutput()
+		out, err := exec.Command("go", goBuild("-tags", "failpoints", "-o", failpointBin, ".")...).CombinedOutput()
 		if err != nil {
 			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
 		}
