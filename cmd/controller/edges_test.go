@@ -195,21 +195,20 @@ func requireFinal(t *testing.T, c *campaign) {
 func TestProtocolDeletedMidCampaign(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{patterns: 3, measureS: "1.5"})
+	// one run at a time: the third starts only once the first two have
+	// ended, however long their servers take to stop
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 3, measureS: "1.5"}),
+		"{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
 	sum := sha256File(t, proto)
 	c.startDetached(proto, "auto")
 	c.waitMeasuring()
 	if err := os.Remove(proto); err != nil {
 		t.Fatal(err)
 	}
-	// the third run starts only after the first two: after the deletion
-	waitFor(t, "the third run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.Run == "p3.saturation" && cur.State == string(state.Measuring) {
-				return true
-			}
-		}
-		return false
+	// the third run starts after the deletion
+	waitFor(t, "the third run measuring, alone", 120*time.Second, func() bool {
+		cur := c.liveStatus().Current
+		return len(cur) == 1 && cur[0].Run == "p3.saturation" && cur[0].State == string(state.Measuring)
 	})
 	c.killController()
 
