@@ -30,6 +30,8 @@ import (
 	"warden/pkg/state"
 )
 
+// The binaries under test.
+
 // The binaries the tests run, built once per package run by TestMain into
 // one temporary directory.
 var (
@@ -66,11 +68,6 @@ func runTests(m *testing.M) int {
 	return code
 }
 
-// defaultClient is the saturation load's client line that writeProtocol
-// writes for a scenario with no client and the default measureS and
-// clientArgs: the line a test replaces (editProtocol) to run its own.
-const defaultClient = `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`
-
 // goBuild is the go command's arguments to build with args: with the race
 // detector when this test binary has it.
 func goBuild(args ...string) []string {
@@ -79,6 +76,36 @@ func goBuild(args ...string) []string {
 	}
 	return append([]string{"build"}, args...)
 }
+
+var (
+	failpointOnce sync.Once
+	failpointBin  string
+	failpointErr  error
+)
+
+// failpointController builds the controller with -tags failpoints, once,
+// beside the plain one.
+func failpointController(t *testing.T) string {
+	t.Helper()
+	failpointOnce.Do(func() {
+		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
+		out, err := exec.Command("go", goBuild("-tags", "failpoints", "-o", failpointBin, ".")...).CombinedOutput()
+		if err != nil {
+			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
+		}
+	})
+	if failpointErr != nil {
+		t.Fatal(failpointErr)
+	}
+	return failpointBin
+}
+
+// Protocols.
+
+// defaultClient is the saturation load's client line that writeProtocol
+// writes for a scenario with no client and the default measureS and
+// clientArgs: the line a test replaces (editProtocol) to run its own.
+const defaultClient = `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`
 
 // scenario shapes the test protocol.
 type scenario struct {
@@ -203,6 +230,41 @@ func writeTemp(t testing.TB, name, content string) string {
 	return path
 }
 
+// appendProtocol adds text at the end of a protocol file.
+func appendProtocol(t *testing.T, path, text string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, text...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// editProtocol rewrites a protocol file: each pair replaces old with new.
+func editProtocol(t *testing.T, path string, pairs ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !strings.Contains(s, pairs[i]) {
+			t.Fatalf("protocol lacks %q", pairs[i])
+		}
+		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A campaign directory and the controller run on it.
+
 // campaign is one test's campaign directory.
 type campaign struct {
 	t   *testing.T
@@ -232,6 +294,37 @@ func (c *campaign) controller(args ...string) (string, int) {
 	return out.String(), code
 }
 
+// run runs bin with args and extra environment and waits for it; it
+// returns the combined output and how the process ended.
+func (c *campaign) run(bin string, env []string, args ...string) (string, *os.ProcessState) {
+	c.t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(withoutFailpoint(os.Environ()), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		c.t.Fatalf("run %s %v: %v", bin, args, err)
+	}
+	return out.String(), cmd.ProcessState
+}
+
+func withoutFailpoint(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func killedBySIGKILL(st *os.ProcessState) bool {
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
 func (c *campaign) runForeground(protocol string) string {
 	out, code := c.controller("start", "-f", protocol, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	if code != 0 {
@@ -240,12 +333,94 @@ func (c *campaign) runForeground(protocol string) string {
 	return out
 }
 
+// startDetached starts the campaign's controller detached with the given
+// cgroup mode.
+func (c *campaign) startDetached(proto, cgroups string) {
+	c.t.Helper()
+	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)
+	if code != 0 {
+		c.t.Fatalf("start exited %d:\n%s", code, out)
+	}
+}
+
+// startForeground starts a foreground controller with args and returns it
+// running; the test's cleanup kills it if it is still running then.
+func (c *campaign) startForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
+	c.t.Helper()
+	cmd := exec.Command(controllerBin, append(args, "--foreground")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, &out
+}
+
+// startBounded runs controller start and waits for it, killing it after a
+// minute: a start that blocks (as on a FIFO before) fails the test instead
+// of hanging it. The command returning is the assertion, not its time.
+func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, controllerBin, append([]string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"}, extra...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		c.t.Fatalf("controller start did not return within a minute (killed):\n%s", out.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out.String(), ee.ExitCode()
+	}
+	if err != nil {
+		c.t.Fatalf("run controller start: %v", err)
+	}
+	return out.String(), 0
+}
+
+// signalWhileMeasuring starts the daemon on proto, waits until an attempt
+// measures, sends the daemon sig and waits (up to within, described as
+// what) until it has let go of the campaign lock.
+func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
+	c.t.Helper()
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
+		c.t.Fatalf("start exited %d:\n%s", code, out)
+	}
+	pid := lockfile.Owner(filepath.Join(c.dir, api.LockFile))
+	c.waitMeasuring()
+	if err := syscall.Kill(pid, sig); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitUnlocked(what, within)
+}
+
+// killController kills the detached controller with SIGKILL and waits
+// until its lock is free; its children live on.
+func (c *campaign) killController() {
+	c.t.Helper()
+	lock := filepath.Join(c.dir, api.LockFile)
+	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitUnlocked("the controller to die", 30*time.Second)
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
 	}
 	return s
 }
+
+// What the campaign recorded.
 
 func (c *campaign) store() *state.Store {
 	c.t.Helper()
@@ -267,43 +442,6 @@ func (c *campaign) attempts(s *state.Store, run string) []state.Attempt {
 		c.t.Fatal(err)
 	}
 	return as
-}
-
-func (c *campaign) gateVerdict(s *state.Store, run, gate string) state.GateVerdict {
-	c.t.Helper()
-	vs, err := s.GateVerdicts(run)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	var last state.GateVerdict
-	for _, v := range vs {
-		if v.Gate == gate {
-			last = v
-		}
-	}
-	return last
-}
-
-// ctlqStatusExits runs ctlq status on the campaign and fails the test
-// unless it exits with want.
-func (c *campaign) ctlqStatusExits(want int) {
-	c.t.Helper()
-	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != want {
-		c.t.Fatalf("ctlq status exit %d, want %d:\n%s", cmd.ProcessState.ExitCode(), want, out)
-	}
-}
-
-// stoppedFor returns the campaign, failing the test unless it stopped
-// for a run that ended for reason.
-func (c *campaign) stoppedFor(s *state.Store, reason state.Reason) state.Campaign {
-	c.t.Helper()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(reason) {
-		c.t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
-	return cp
 }
 
 // attemptsIn lists the campaign's attempts in state st, run by run.
@@ -334,6 +472,63 @@ func (c *campaign) soleAttempt(s *state.Store, run string, st state.AttemptState
 	}
 	return as
 }
+
+func attemptStates(as []state.Attempt) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, fmt.Sprintf("a%d %s %s", a.N, a.State, a.Reason))
+	}
+	return out
+}
+
+func (c *campaign) gateVerdict(s *state.Store, run, gate string) state.GateVerdict {
+	c.t.Helper()
+	vs, err := s.GateVerdicts(run)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var last state.GateVerdict
+	for _, v := range vs {
+		if v.Gate == gate {
+			last = v
+		}
+	}
+	return last
+}
+
+// stoppedFor returns the campaign, failing the test unless it stopped
+// for a run that ended for reason.
+func (c *campaign) stoppedFor(s *state.Store, reason state.Reason) state.Campaign {
+	c.t.Helper()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(reason) {
+		c.t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	return cp
+}
+
+// ctlqStatusExits runs ctlq status on the campaign and fails the test
+// unless it exits with want.
+func (c *campaign) ctlqStatusExits(want int) {
+	c.t.Helper()
+	cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != want {
+		c.t.Fatalf("ctlq status exit %d, want %d:\n%s", cmd.ProcessState.ExitCode(), want, out)
+	}
+}
+
+func (c *campaign) liveStatus() api.Status {
+	c.t.Helper()
+	cl := api.NewClient(c.dir, 5*time.Second)
+	st, err := cl.Status(c.t.Context())
+	if err != nil {
+		return api.Status{}
+	}
+	return st
+}
+
+// Processes.
 
 // campaignPIDs lists live processes that carry this campaign's directory in
 // their environment: everything the controller started, and their
@@ -384,147 +579,6 @@ func (c *campaign) assertNoProcesses() {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// signalWhileMeasuring starts the daemon on proto, waits until an attempt
-// measures, sends the daemon sig and waits (up to within, described as
-// what) until it has let go of the campaign lock.
-func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
-	c.t.Helper()
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		c.t.Fatalf("start exited %d:\n%s", code, out)
-	}
-	pid := lockfile.Owner(filepath.Join(c.dir, api.LockFile))
-	c.waitMeasuring()
-	if err := syscall.Kill(pid, sig); err != nil {
-		c.t.Fatal(err)
-	}
-	c.waitUnlocked(what, within)
-}
-
-// waitMeasuring waits until a run of the campaign measures and returns it.
-func (c *campaign) waitMeasuring() api.Current {
-	c.t.Helper()
-	var found api.Current
-	waitFor(c.t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				found = cur
-				return true
-			}
-		}
-		return false
-	})
-	return found
-}
-
-func (c *campaign) liveStatus() api.Status {
-	c.t.Helper()
-	cl := api.NewClient(c.dir, 5*time.Second)
-	st, err := cl.Status(c.t.Context())
-	if err != nil {
-		return api.Status{}
-	}
-	return st
-}
-
-var (
-	failpointOnce sync.Once
-	failpointBin  string
-	failpointErr  error
-)
-
-// failpointController builds the controller with -tags failpoints, once,
-// beside the plain one.
-func failpointController(t *testing.T) string {
-	t.Helper()
-	failpointOnce.Do(func() {
-		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
-		out, err := exec.Command("go", goBuild("-tags", "failpoints", "-o", failpointBin, ".")...).CombinedOutput()
-		if err != nil {
-			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
-		}
-	})
-	if failpointErr != nil {
-		t.Fatal(failpointErr)
-	}
-	return failpointBin
-}
-
-// run runs bin with args and extra environment and waits for it; it
-// returns the combined output and how the process ended.
-func (c *campaign) run(bin string, env []string, args ...string) (string, *os.ProcessState) {
-	c.t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(withoutFailpoint(os.Environ()), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		c.t.Fatalf("run %s %v: %v", bin, args, err)
-	}
-	return out.String(), cmd.ProcessState
-}
-
-func withoutFailpoint(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func killedBySIGKILL(st *os.ProcessState) bool {
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-// appendProtocol adds text at the end of a protocol file.
-func appendProtocol(t *testing.T, path, text string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, append(b, text...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// editProtocol rewrites a protocol file: each pair replaces old with new.
-func editProtocol(t *testing.T, path string, pairs ...string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if !strings.Contains(s, pairs[i]) {
-			t.Fatalf("protocol lacks %q", pairs[i])
-		}
-		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
-	}
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // procState is the state letter of /proc/PID/stat ('T' when stopped), 0
 // when the process is gone.
 func procState(pid int) byte {
@@ -539,28 +593,10 @@ func procState(pid int) byte {
 	return st[i+2]
 }
 
-// startDetached starts the campaign's controller detached with the given
-// cgroup mode.
-func (c *campaign) startDetached(proto, cgroups string) {
-	c.t.Helper()
-	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)
-	if code != 0 {
-		c.t.Fatalf("start exited %d:\n%s", code, out)
-	}
-}
-
-// waitExit waits until the campaign's controller has let go of its lock.
-func (c *campaign) waitExit() {
-	c.t.Helper()
-	c.waitUnlocked("the controller to finish", 120*time.Second)
-}
-
-// waitUnlocked waits (up to within, described as what) until no
-// controller holds the campaign's lock.
-func (c *campaign) waitUnlocked(what string, within time.Duration) {
-	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
-	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
+// running reports whether pid is alive and not a zombie.
+func running(pid int) bool {
+	st := procState(pid)
+	return st != 0 && st != 'Z' && st != 'X'
 }
 
 // childWithArg finds a direct child of parent whose argv holds arg.
@@ -593,57 +629,6 @@ func childWithArg(parent int, arg string) int {
 	return 0
 }
 
-// startBounded runs controller start and waits for it, killing it after a
-// minute: a start that blocks (as on a FIFO before) fails the test instead
-// of hanging it. The command returning is the assertion, not its time.
-func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, controllerBin, append([]string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"}, extra...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		c.t.Fatalf("controller start did not return within a minute (killed):\n%s", out.String())
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.String(), ee.ExitCode()
-	}
-	if err != nil {
-		c.t.Fatalf("run controller start: %v", err)
-	}
-	return out.String(), 0
-}
-
-// startForeground starts a foreground controller with args and returns it
-// running; the test's cleanup kills it if it is still running then.
-func (c *campaign) startForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
-	c.t.Helper()
-	cmd := exec.Command(controllerBin, append(args, "--foreground")...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return cmd, &out
-}
-
-func attemptStates(as []state.Attempt) []string {
-	var out []string
-	for _, a := range as {
-		out = append(out, fmt.Sprintf("a%d %s %s", a.N, a.State, a.Reason))
-	}
-	return out
-}
-
 // unrelated starts a process the test owns that has nothing to do with
 // the campaign, and returns it; it is killed and waited for at cleanup.
 func unrelated(t *testing.T) *exec.Cmd {
@@ -656,19 +641,47 @@ func unrelated(t *testing.T) *exec.Cmd {
 	return cmd
 }
 
-// running reports whether pid is alive and not a zombie.
-func running(pid int) bool {
-	st := procState(pid)
-	return st != 0 && st != 'Z' && st != 'X'
+// Waits: each polls until its condition holds, and fails the test when
+// its deadline passes first.
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
-// killController kills the detached controller with SIGKILL and waits
-// until its lock is free; its children live on.
-func (c *campaign) killController() {
+// waitMeasuring waits until a run of the campaign measures and returns it.
+func (c *campaign) waitMeasuring() api.Current {
+	c.t.Helper()
+	var found api.Current
+	waitFor(c.t, "a run measuring", 60*time.Second, func() bool {
+		for _, cur := range c.liveStatus().Current {
+			if cur.State == string(state.Measuring) {
+				found = cur
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// waitExit waits until the campaign's controller has let go of its lock.
+func (c *campaign) waitExit() {
+	c.t.Helper()
+	c.waitUnlocked("the controller to finish", 120*time.Second)
+}
+
+// waitUnlocked waits (up to within, described as what) until no
+// controller holds the campaign's lock.
+func (c *campaign) waitUnlocked(what string, within time.Duration) {
 	c.t.Helper()
 	lock := filepath.Join(c.dir, api.LockFile)
-	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
-		c.t.Fatal(err)
-	}
-	c.waitUnlocked("the controller to die", 30*time.Second)
+	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
 }
