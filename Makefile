@@ -19,10 +19,13 @@ test: build
 
 # The race detector on every package under pkg/: they hold the goroutines
 # (the launcher, the load generator, the store, the samplers, the
-# campaign loop and its executors). The cmd/ packages' tests run the
-# commands as built binaries, which -race does not instrument.
+# campaign loop and its executors). Then the end-to-end tests, whose
+# binaries are built with -race under go test -race: -short leaves out
+# the crash tests (a campaign per failpoint, the same code killed at each
+# point; make test runs them), and the Slurm tests run in make test only.
 race:
 	$(GO) test -count=1 -race -timeout 30m ./pkg/...
+	$(GO) test -count=1 -race -short -skip '^TestSlurm' -timeout 30m ./cmd/controller
 
 # A demo campaign on the stand-in server and fake GPUs, driven by
 # bin/loadgen: manifests materialized, the campaign started detached,

@@ -76,6 +76,8 @@ func bigCampaign(b *testing.B, dir string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// not strict: a check inside each of 10,000 writes would make the
+	// fixture quadratic; it is checked once, when written
 	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
