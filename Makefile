@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test demo demo-slurm fuzz bench clean man slurm-up slurm-down
+.PHONY: build test race demo demo-slurm fuzz bench clean man slurm-up slurm-down
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -16,6 +16,16 @@ test: build
 	$(GO) vet ./...
 	@note=$$(mktemp); WARDEN_SLURM_SKIP_NOTE=$$note $(GO) test -count=1 -timeout 30m ./...; rc=$$?; \
 	cat $$note >&2; rm -f $$note; exit $$rc
+
+# The race detector on every package under pkg/: they hold the goroutines
+# (the launcher, the load generator, the store, the samplers, the
+# campaign loop and its executors). Then the end-to-end tests, whose
+# binaries are built with -race under go test -race: -short leaves out
+# the crash tests (a campaign per failpoint, the same code killed at each
+# point; make test runs them), and the Slurm tests run in make test only.
+race:
+	$(GO) test -count=1 -race -timeout 30m ./pkg/...
+	$(GO) test -count=1 -race -short -skip '^TestSlurm' -timeout 30m ./cmd/controller
 
 # A demo campaign on the stand-in server and fake GPUs, driven by
 # bin/loadgen: manifests materialized, the campaign started detached,

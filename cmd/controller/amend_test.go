@@ -25,6 +25,7 @@ import (
 //  5. A-P3-7 freezes the matrix with p2, p3 and p4 missing: not-run, never
 //     imputed.
 func TestSeedAmendmentHistory(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	base := scenario{patterns: 4, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", capGPUHours: "0.007, reserve: nominal", measureS: "0.2"} // the cap fits the waves nominally only
 	// one run at a time, so that p1's drain stops the campaign before
@@ -117,7 +118,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 	}
 
 	// what ctlq shows
-	ctlq := ctlqBin(t)
+	ctlq := ctlqBin
 	st, err := exec.Command(ctlq, "status", "-d", c.dir, "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("ctlq status: %v", err)
@@ -162,6 +163,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 // through the graceful path, leaves the rest not-run and the campaign
 // frozen.
 func TestAmendAndFreezeARunningCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 4, measureS: "1.5"}), "concurrency: 2", "concurrency: 1")
 	if out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -215,31 +217,48 @@ func TestAmendAndFreezeARunningCampaign(t *testing.T) {
 	c.assertNoProcesses()
 }
 
+// failedValidatorP1 fails the test unless p1 has one attempt, failed by a
+// validator.
+func (c *campaign) failedValidatorP1(s *state.Store) {
+	c.t.Helper()
+	if a := c.attempts(s, "p1.saturation"); len(a) != 1 || a[0].Reason != state.ReasonValidatorFailed {
+		c.t.Fatalf("v0: %+v", a)
+	}
+}
+
+// readjudicateP1 re-adjudicates the campaign under amendment id and fails
+// the test unless p1's failed attempt became complete, validator passing;
+// it returns the store after, where p1 must be complete.
+func (c *campaign) readjudicateP1(id, validator string) *state.Store {
+	c.t.Helper()
+	out, code := c.controller("readjudicate", "-d", c.dir, "--amendment", id)
+	if code != 0 || !strings.Contains(out, "p1.saturation attempt 1: failed validator-failed -> complete") || !strings.Contains(out, "validator:"+validator+" pass") {
+		c.t.Fatalf("readjudicate: exit %d\n%s", code, out)
+	}
+	s := c.store()
+	if r, _ := s.Run("p1.saturation"); r.State() != state.RunComplete {
+		c.t.Errorf("p1 is %s", r.State())
+	}
+	return s
+}
+
 // readjudicate runs the amended validators again over a recorded
 // attempt's artifacts (no server, no GPU): a run a validator failed is
 // usable once the amended validator passes, the old verdict kept.
 func TestReadjudicateRerunsValidators(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
 		"stop: {quarantined_fraction_gt: 0.9}", "stop: {quarantined_fraction_gt: 0.9}\nvalidators: [{name: check, command: {shell: 'test -f \"${ATTEMPT_DIR}/client.out\" && exit 1'}}]")
 	c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	s := c.store()
-	if a := c.attempts(s, "p1.saturation"); len(a) != 1 || a[0].Reason != state.ReasonValidatorFailed {
-		t.Fatalf("v0: %+v", a)
-	}
+	c.failedValidatorP1(s)
 	s.Close()
 	v1 := editProtocol(t, v0, "&& exit 1", "&& exit 0")
 	if out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "V", "--reason", "the check was wrong", "--yes"); code != 0 {
 		t.Fatalf("amend: exit %d\n%s", code, out)
 	}
-	out, code := c.controller("readjudicate", "-d", c.dir, "--amendment", "V")
-	if code != 0 || !strings.Contains(out, "p1.saturation attempt 1: failed validator-failed -> complete") || !strings.Contains(out, "validator:check pass") {
-		t.Fatalf("readjudicate: exit %d\n%s", code, out)
-	}
-	s = c.store()
-	if r, _ := s.Run("p1.saturation"); r.State() != state.RunComplete {
-		t.Errorf("p1 is %s", r.State())
-	}
+	s = c.readjudicateP1("V", "check")
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}

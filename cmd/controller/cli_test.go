@@ -28,6 +28,7 @@ import (
 // TestStopNotACampaign: a mistyped directory is an error, not "nothing
 // to stop".
 func TestStopNotACampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	out, code := c.controller("stop", "-d", filepath.Join(t.TempDir(), "typo"))
 	if code != 2 || !strings.Contains(out, "is not a campaign directory") {
@@ -39,6 +40,7 @@ func TestStopNotACampaign(t *testing.T) {
 // its own exit code, and start refuses it (TestBudgetRefusedBeforeWave
 // starts one with --allow-over-budget).
 func TestPlanOverBudget(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	ok := writeProtocol(t, scenario{patterns: 2})
 	if out, code := c.controller("plan", "-f", ok); code != 0 {
@@ -60,9 +62,22 @@ func TestPlanOverBudget(t *testing.T) {
 	}
 }
 
+// plan's over-budget message names the flag that lets start run it
+// anyway, as start's refusal does.
+func TestPlanOverBudgetNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	over := writeProtocol(t, scenario{patterns: 2, capGPUHours: "0.005"})
+	out, code := c.controller("plan", "-f", over)
+	if code != exitOverBudget || !strings.Contains(out, "over budget") || !strings.Contains(out, "unless --allow-over-budget") {
+		t.Fatalf("plan over budget: exit %d:\n%s", code, out)
+	}
+}
+
 // TestPlanTableFits: the phase-3 plan table keeps to 120 columns with
 // every run id whole; --wide shows every column.
 func TestPlanTableFits(t *testing.T) {
+	t.Parallel()
 	proto := filepath.Join("..", "..", "protocols", "opprof-phase3.yaml")
 	c := newCampaign(t)
 	js, code := c.controller("plan", "-f", proto, "-o", "json", "--check-inputs=false")
@@ -103,6 +118,7 @@ func TestPlanTableFits(t *testing.T) {
 // TestForegroundLogsJSONLines: a foreground controller whose stderr is
 // not a terminal writes JSON lines there, with no colour escapes.
 func TestForegroundLogsJSONLines(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	out := c.runForeground(writeProtocol(t, scenario{}))
 	if strings.Contains(out, "\x1b[") {
@@ -184,7 +200,8 @@ func checkJSONDoc(t *testing.T, what string, doc []byte) {
 // TestEveryJSONDocument runs every command with -o json and walks what it
 // prints: each document has a schema and snake_case keys only.
 func TestEveryJSONDocument(t *testing.T) {
-	ctlq := ctlqBin(t)
+	t.Parallel()
+	ctlq := ctlqBin
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, loadsModer: true})
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
@@ -240,6 +257,7 @@ func TestEveryJSONDocument(t *testing.T) {
 // ports at start, recorded in plan.json and used by the runs, so a port
 // that happens to be taken does not stop the campaign.
 func TestAutoPortsChosenAndRecorded(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2})
 	b, err := os.ReadFile(proto)
@@ -282,6 +300,7 @@ func TestAutoPortsChosenAndRecorded(t *testing.T) {
 // outputs, scrapes the listener while a run measures, and reads the
 // textfile it leaves after an operator's stop.
 func TestMetricsScrapedWhileRunning(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
 	textfile := filepath.Join(t.TempDir(), "warden.prom")
@@ -328,7 +347,8 @@ func TestMetricsScrapedWhileRunning(t *testing.T) {
 // running controller: it redraws while runs measure, shows the slots'
 // lanes, and ends by itself when the controller exits.
 func TestWatchLiveCampaign(t *testing.T) {
-	ctlq := ctlqBin(t)
+	t.Parallel()
+	ctlq := ctlqBin
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "2", loadsModer: true})
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -397,6 +417,7 @@ func answerTerminal(f *os.File, out *bytes.Buffer) {
 // TestStderrLogChoosesByTerminal: readable lines for a terminal, the JSON
 // lines themselves for anything else.
 func TestStderrLogChoosesByTerminal(t *testing.T) {
+	t.Parallel()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,14 +81,11 @@ phases:
     matrix: {pattern: [p1, p2]}
     loads: [saturation]
 `, standinBin, ports[0], ports[1], verdictA, verdictB)
-	path := filepath.Join(t.TempDir(), "coloc.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTemp(t, "coloc.yaml", y)
 }
 
 func TestColocationFallsBack(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(colocProtocol(t, true, false))
 	s := c.store()
@@ -129,6 +124,7 @@ func TestColocationFallsBack(t *testing.T) {
 }
 
 func TestColocationAllRegimesFail(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(colocProtocol(t, false, true))
 	s := c.store()
@@ -161,30 +157,11 @@ func eventTime(t *testing.T, s *state.Store, a state.Attempt, to state.AttemptSt
 	return 0
 }
 
-// editProtocol rewrites a protocol file: each pair replaces old with new.
-func editProtocol(t *testing.T, path string, pairs ...string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if !strings.Contains(s, pairs[i]) {
-			t.Fatalf("protocol lacks %q", pairs[i])
-		}
-		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
-	}
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // A-P3-1: the backgrounds stay active through the target's whole
 // timeline. A background that ends before its target is done fails the
 // check with that reason (the next regime is tried), not the campaign.
 func TestColocationBackgroundEndsEarly(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := editProtocol(t, colocProtocol(t, false, false),
 		`    client: ["${STANDIN}", client, --warmup-s, "0", --measure-s, "120", --drain-s, "1", --concurrency, "1"]`,
@@ -215,6 +192,7 @@ func TestColocationBackgroundEndsEarly(t *testing.T) {
 // requires one fails a target that had none, for each regime, and the
 // campaign stops for review with no regime left.
 func TestColocationProfileWindows(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := editProtocol(t, colocProtocol(t, false, false), "        figure_tolerance: 0.03\n", "        figure_tolerance: 0.03\n        profile_windows: 1\n")
 	c.runForeground(proto)
@@ -247,6 +225,7 @@ func TestColocationProfileWindows(t *testing.T) {
 // then the campaign stops for review naming the error and the regime not
 // tried, and the controller exits.
 func TestColocationResultFIFO(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := editProtocol(t, colocProtocol(t, false, false),
 		`    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,

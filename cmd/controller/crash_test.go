@@ -1,15 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"warden/bench/crashcheck"
@@ -23,60 +16,6 @@ import (
 // at a named point between durable steps; a plain controller resumes the
 // campaign to the end; then the promises of crash-consistent resume are
 // checked (package crashcheck).
-
-var (
-	failpointOnce sync.Once
-	failpointBin  string
-	failpointErr  error
-)
-
-// failpointController builds the controller with -tags failpoints, once,
-// beside the plain one.
-func failpointController(t *testing.T) string {
-	t.Helper()
-	failpointOnce.Do(func() {
-		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
-		out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", failpointBin, ".").CombinedOutput()
-		if err != nil {
-			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
-		}
-	})
-	if failpointErr != nil {
-		t.Fatal(failpointErr)
-	}
-	return failpointBin
-}
-
-// run runs bin with args and extra environment and waits for it; it
-// returns the combined output and how the process ended.
-func (c *campaign) run(bin string, env []string, args ...string) (string, *os.ProcessState) {
-	c.t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(withoutFailpoint(os.Environ()), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		c.t.Fatalf("run %s %v: %v", bin, args, err)
-	}
-	return out.String(), cmd.ProcessState
-}
-
-func withoutFailpoint(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func killedBySIGKILL(st *os.ProcessState) bool {
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
 
 // crashScenario is a campaign the crash test kills and resumes.
 type crashScenario struct {
@@ -217,6 +156,7 @@ func crashAndResume(t *testing.T, bin, point string, sc crashScenario, preKill s
 // when a resume finds it live: those points are armed in the resume after
 // a first kill while the client measures.
 func TestCrashAtEveryFailpoint(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: a campaign per failpoint")
 	}
@@ -231,25 +171,39 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 		"readjudicate-recorded": true, "freeze-recorded": true}
 	// the Slurm executor's points: TestSlurmCrashAtFailpoints
 	amendments["srun-started"], amendments["step-recorded"] = true, true
+	var (
+		mu      sync.Mutex
+		reached = map[string]bool{} // a point's subtest ended: whether its point fired
+	)
+	// the group returns when every point's campaign, run in parallel, has ended
+	t.Run("points", func(t *testing.T) {
+		for _, point := range failpoint.Names {
+			if amendments[point] {
+				continue
+			}
+			sc, pre := happyPath, ""
+			switch {
+			case onFailurePath[point]:
+				sc = failurePath
+			case onResume[point]:
+				pre = "after-transition:measuring"
+			}
+			t.Run(point, func(t *testing.T) {
+				t.Parallel()
+				hit := crashAndResume(t, bin, point, sc, pre)
+				mu.Lock()
+				reached[point] = hit
+				mu.Unlock()
+			})
+		}
+	})
 	var fired, missed []string
 	for _, point := range failpoint.Names {
-		if amendments[point] {
-			continue
+		if hit, ended := reached[point]; ended && hit {
+			fired = append(fired, point)
+		} else if ended {
+			missed = append(missed, point)
 		}
-		sc, pre := happyPath, ""
-		switch {
-		case onFailurePath[point]:
-			sc = failurePath
-		case onResume[point]:
-			pre = "after-transition:measuring"
-		}
-		_ = t.Run(point, func(t *testing.T) {
-			if crashAndResume(t, bin, point, sc, pre) {
-				fired = append(fired, point)
-			} else {
-				missed = append(missed, point)
-			}
-		})
 	}
 	t.Logf("failpoints fired: %d of %d; not reached: %v", len(fired), len(failpoint.Names), missed)
 	for _, p := range missed {
@@ -260,6 +214,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 // TestFailurePathCampaign runs the failure-path campaign once without a
 // kill and checks what it must show: the retry, the quarantine, the stop.
 func TestFailurePathCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	out, code := c.controller("start", "-f", failurePath.protocol(t), "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	if code != 0 {
@@ -290,6 +245,7 @@ func TestFailurePathCampaign(t *testing.T) {
 // index and the database agree, so resume accepts the amended inputs),
 // the re-adjudication applied, the campaign frozen.
 func TestCrashAmendments(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test")
 	}
@@ -338,6 +294,7 @@ func TestCrashAmendments(t *testing.T) {
 	}
 	for _, point := range []string{"amend-files-written", "amend-recorded", "amend-provenance-installed"} {
 		t.Run(point, func(t *testing.T) {
+			t.Parallel()
 			c, _, v1 := setup(t)
 			crash(t, c, point, amend(c, v1)...)
 			if out, code := c.controller(amend(c, v1)...); code != 0 {
@@ -347,6 +304,7 @@ func TestCrashAmendments(t *testing.T) {
 		})
 	}
 	t.Run("amend-recorded, then resume", func(t *testing.T) {
+		t.Parallel()
 		c, _, v1 := setup(t)
 		crash(t, c, "amend-recorded", amend(c, v1)...)
 		// resume finishes the install the crash cut, then runs
@@ -357,6 +315,7 @@ func TestCrashAmendments(t *testing.T) {
 		c.assertNoProcesses()
 	})
 	t.Run("readjudicate-recorded", func(t *testing.T) {
+		t.Parallel()
 		c, _, v1 := setup(t)
 		if out, code := c.controller(amend(c, v1)...); code != 0 {
 			t.Fatalf("amend: exit %d\n%s", code, out)
@@ -372,6 +331,7 @@ func TestCrashAmendments(t *testing.T) {
 		}
 	})
 	t.Run("freeze-recorded", func(t *testing.T) {
+		t.Parallel()
 		c, _, _ := setup(t)
 		crash(t, c, "freeze-recorded", "freeze", "-d", c.dir, "--id", "F", "--reason", "r")
 		s := c.store()

@@ -13,6 +13,7 @@ import (
 // subcommands, and every validator docs/stop-conditions.md says detects a
 // stop condition is one of them.
 func TestValidatorDocsName(t *testing.T) {
+	t.Parallel()
 	var subs []string
 	for _, c := range newValidateCmd().Commands() {
 		subs = append(subs, c.Name())

@@ -7,14 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"warden/internal/testports"
 	"warden/pkg/api"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -25,284 +22,8 @@ import (
 // from the campaign's state database and directory, checks the store's
 // invariants, and makes sure no process of the campaign is left.
 
-var (
-	controllerBin string
-	standinBin    string
-	ctlqPath      string
-)
-
-func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "controller-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	controllerBin = filepath.Join(dir, "controller")
-	standinBin = filepath.Join(dir, "standin")
-	ctlqPath = filepath.Join(dir, "ctlq")
-	for _, b := range [][2]string{{controllerBin, "."}, {standinBin, "../standin"}, {ctlqPath, "../ctlq"}} {
-		if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
-			return 1
-		}
-	}
-	code := m.Run()
-	if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
-		fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
-	}
-	return code
-}
-
-// scenario shapes the test protocol.
-type scenario struct {
-	serverArgs  string // extra stand-in server flags
-	clientArgs  string // extra stand-in client flags
-	measureS    string
-	readyS      string
-	drainS      string
-	watchdogS   string
-	patterns    int
-	retries     int
-	loadsModer  bool
-	quarantined string // stop threshold
-	drainExtra  int    // patterns whose client drains 2 s longer than needed
-	cleanupS    string
-	capGPUHours string
-	expect      string // a pattern the server's log must show
-	server      string // replaces the server command
-	client      string // replaces the saturation load's client command
-	quarantine  []int  // patterns (1-based) whose client drains 2 s longer, beside the first drainExtra
-	validators  string // YAML list items of the protocol's validators; ${CONTROLLER} is the controller binary
-	moderArgs   string // extra stand-in client flags of the moderate load only
-}
-
-func freePorts(t *testing.T, n int) []int { return testports.Free(t, n) }
-
-func patternIDs(n int) string {
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprintf("p%d", i+1))
-	}
-	return strings.Join(ids, ", ")
-}
-
-func writeProtocol(t *testing.T, sc scenario) string {
-	t.Helper()
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	if sc.patterns == 0 {
-		sc.patterns = 1
-	}
-	ports := freePorts(t, 2)
-	var vals []string
-	for i := range sc.patterns {
-		extra := "0"
-		if i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) {
-			extra = "2"
-		}
-		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
-	}
-	loads := "[saturation]"
-	if sc.loadsModer {
-		loads = "[saturation, moderate]"
-	}
-	y := fmt.Sprintf(`warden: 1
-name: e2e
-host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: %s}
-vars: {STANDIN: %q, CONTROLLER: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-  - {name: s1, gpus: [1], cpus: "1", port: %d}
-regimes:
-  - {name: two, concurrency: 2}
-classes:
-  - {name: c, drain_allowance_s: %s, watchdog_s: %s}
-cleanup: {timeout_s: %s}
-servers:
-  - name: standin
-    kind: standin
-    command: %s
-    ready_timeout_s: %s
-    shutdown_grace_s: 2
-    group_grace_s: 1
-    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]
-loads:
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: %s
-  - name: moderate
-    kind: moderate
-    needs: [saturation]
-    expected_s: 10
-    env: {SATURATION: "${NEED_SATURATION_DIR}"}
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]
-axes:
-  - name: pattern
-    values: [%s]
-phases:
-  - name: matrix
-    kind: primary
-    matrix: {pattern: [%s]}
-    loads: %s
-retries: {infrastructure: %d}
-stop: {quarantined_fraction_gt: %s}
-`, def(sc.capGPUHours, "1.0"), standinBin, controllerBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
-		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
-		def(sc.readyS, "10"), def(sc.expect, "chunked"),
-		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
-		def(sc.measureS, "0.5"), sc.clientArgs, sc.moderArgs,
-		strings.Join(vals, ", "), patternIDs(sc.patterns),
-		loads, sc.retries, def(sc.quarantined, "0.9"))
-	if sc.validators != "" {
-		y += "validators:\n" + sc.validators
-	}
-	path := filepath.Join(t.TempDir(), "e2e.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// campaign is one test's campaign directory.
-type campaign struct {
-	t   *testing.T
-	dir string
-}
-
-func newCampaign(t *testing.T) *campaign {
-	c := &campaign{t: t, dir: filepath.Join(t.TempDir(), "camp")}
-	t.Cleanup(c.killLeftovers)
-	return c
-}
-
-// controller runs the controller binary and waits for it.
-func (c *campaign) controller(args ...string) (string, int) {
-	c.t.Helper()
-	cmd := exec.Command(controllerBin, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		c.t.Fatalf("run controller %v: %v", args, err)
-	}
-	return out.String(), code
-}
-
-func (c *campaign) runForeground(protocol string) string {
-	out, code := c.controller("start", "-f", protocol, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
-	if code != 0 {
-		c.t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
-	}
-	return out
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func (c *campaign) store() *state.Store {
-	c.t.Helper()
-	s, err := state.OpenReadOnly(filepath.Join(c.dir, api.StateFile), 5*time.Second)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { s.Close() })
-	if err := s.Check(); err != nil {
-		c.t.Fatalf("invariants: %v", err)
-	}
-	return s
-}
-
-func (c *campaign) attempts(s *state.Store, run string) []state.Attempt {
-	c.t.Helper()
-	as, err := s.Attempts(run)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return as
-}
-
-// campaignPIDs lists live processes that carry this campaign's directory in
-// their environment: everything the controller started, and their
-// descendants, however they escaped.
-func (c *campaign) campaignPIDs() []int {
-	marker := []byte("WARDEN_CAMPAIGN_DIR=" + c.dir + "\x00")
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(env, marker) {
-			continue
-		}
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-				continue
-			}
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-// killLeftovers ends what the test's campaign started, if anything is
-// left after a failure, and stops a controller that still runs.
-func (c *campaign) killLeftovers() {
-	lock := filepath.Join(c.dir, api.LockFile)
-	if lockfile.Held(lock) {
-		if pid := lockfile.Owner(lock); pid > 0 {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	for _, pid := range c.campaignPIDs() {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-func (c *campaign) assertNoProcesses() {
-	c.t.Helper()
-	if pids := c.campaignPIDs(); len(pids) > 0 {
-		c.t.Fatalf("processes of the campaign still alive: %v", pids)
-	}
-}
-
-func (c *campaign) gateVerdict(s *state.Store, run, gate string) state.GateVerdict {
-	c.t.Helper()
-	vs, err := s.GateVerdicts(run)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	var last state.GateVerdict
-	for _, v := range vs {
-		if v.Gate == gate {
-			last = v
-		}
-	}
-	return last
-}
-
 func TestFullCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{patterns: 2, loadsModer: true}))
 	s := c.store()
@@ -357,6 +78,7 @@ func TestFullCampaign(t *testing.T) {
 }
 
 func TestServerNeverHealthy(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --never-healthy`, readyS: "1.5", retries: 1}))
 	s := c.store()
@@ -377,13 +99,11 @@ func TestServerNeverHealthy(t *testing.T) {
 }
 
 func TestServerCrashesMidRun(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --crash-after, "1"`, measureS: "5"}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonServerExit {
-		t.Fatalf("attempts %+v", as)
-	}
+	as := c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonServerExit)
 	exited := false
 	for _, x := range as[0].Exits {
 		exited = exited || (x.Role == "server" && x.Code == 1)
@@ -395,13 +115,11 @@ func TestServerCrashesMidRun(t *testing.T) {
 }
 
 func TestServerIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --ignore-sigterm`}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Complete {
-		t.Fatalf("attempts %+v", as)
-	}
+	as := c.soleAttempt(s, "p1.saturation", state.Complete)
 	var seq []string
 	for _, sg := range as[0].Signals {
 		if sg.Role == "server" {
@@ -421,13 +139,11 @@ func TestServerIgnoresSIGTERM(t *testing.T) {
 }
 
 func TestEscapedGrandchildIsCleanedUp(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --setsid-grandchild`}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Complete {
-		t.Fatalf("attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Complete)
 	if v := c.gateVerdict(s, "p1.saturation", "cleanup"); v.Verdict != "pass" || v.Figures["gpu0_used_mib"] != 0 {
 		t.Fatalf("cleanup gate %+v", v)
 	}
@@ -435,13 +151,11 @@ func TestEscapedGrandchildIsCleanedUp(t *testing.T) {
 }
 
 func TestClientHangsWatchdog(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{clientArgs: `, --hang`, drainS: "1", watchdogS: "2"}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainWatchdog {
-		t.Fatalf("attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped {
 		t.Fatalf("campaign %s", cp.State)
@@ -450,6 +164,7 @@ func TestClientHangsWatchdog(t *testing.T) {
 }
 
 func TestDrainOverAllowanceQuarantines(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{drainExtra: 1, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.3"}))
 	s := c.store()
@@ -457,10 +172,7 @@ func TestDrainOverAllowanceQuarantines(t *testing.T) {
 	if cp.State != state.CampaignComplete {
 		t.Fatalf("campaign %s %s", cp.State, cp.StopDetail)
 	}
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Quarantined || as[0].Reason != state.ReasonDrainQuarantine {
-		t.Fatalf("p1 attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Quarantined, state.ReasonDrainQuarantine)
 	for _, run := range []string{"p2.saturation", "p3.saturation", "p4.saturation"} {
 		if as := c.attempts(s, run); len(as) != 1 || as[0].State != state.Complete {
 			t.Fatalf("%s attempts %+v", run, as)
@@ -469,6 +181,7 @@ func TestDrainOverAllowanceQuarantines(t *testing.T) {
 }
 
 func TestQuarantineThresholdStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// the first wave (two runs, both slots) drains too long: the first of
 	// them to end makes 1 of 4 measured runs quarantined, 25% > 20%
@@ -492,63 +205,8 @@ func TestQuarantineThresholdStops(t *testing.T) {
 	c.assertNoProcesses()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitMeasuring waits until a run of the campaign measures and returns it.
-// signalWhileMeasuring starts the daemon on proto, waits until an attempt
-// measures, sends the daemon sig and waits (up to within, described as
-// what) until it has let go of the campaign lock, which it returns.
-func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) string {
-	c.t.Helper()
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		c.t.Fatalf("start exited %d:\n%s", code, out)
-	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	pid := lockfile.Owner(lock)
-	c.waitMeasuring()
-	if err := syscall.Kill(pid, sig); err != nil {
-		c.t.Fatal(err)
-	}
-	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
-	return lock
-}
-
-func (c *campaign) waitMeasuring() api.Current {
-	c.t.Helper()
-	var found api.Current
-	waitFor(c.t, "a run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Measuring) {
-				found = cur
-				return true
-			}
-		}
-		return false
-	})
-	return found
-}
-
-func (c *campaign) liveStatus() api.Status {
-	c.t.Helper()
-	cl := api.NewClient(c.dir, 5*time.Second)
-	st, err := cl.Status(c.t.Context())
-	if err != nil {
-		return api.Status{}
-	}
-	return st
-}
-
 func TestSecondControllerRefusedAndStopResume(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "3"})
 	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake")
@@ -583,15 +241,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	if cp.State != state.CampaignStopped || cp.StopReason != "operator-stop" {
 		t.Fatalf("after stop: %s %s", cp.State, cp.StopReason)
 	}
-	interrupted := 0
-	runs, _ := s.Runs()
-	for _, r := range runs {
-		for _, a := range c.attempts(s, r.ID) {
-			if a.State == state.Interrupted {
-				interrupted++
-			}
-		}
-	}
+	interrupted := len(c.attemptsIn(s, state.Interrupted))
 	if interrupted == 0 {
 		t.Fatal("no attempt was interrupted by the stop")
 	}
@@ -602,13 +252,13 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("resume exited %d:\n%s", code, out)
 	}
-	waitFor(t, "the controller to finish", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to finish", 120*time.Second)
 	s2 := c.store()
 	cp, _ = s2.Campaign()
 	if cp.State != state.CampaignComplete {
 		t.Fatalf("after resume: %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
-	runs, _ = s2.Runs()
+	runs, _ := s2.Runs()
 	after := 0
 	for _, r := range runs {
 		as := c.attempts(s2, r.ID)
@@ -627,31 +277,55 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	c.assertNoProcesses()
 }
 
+// SIGTERM to the daemon does what controller stop does: in-flight runs end
+// through their API parent, their attempts are interrupted, the campaign is
+// left stopped and resumable.
+func TestSIGTERMStopsGracefully(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
+	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to exit", 60*time.Second)
+	c.assertNoProcesses()
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != "operator-stop" {
+		t.Fatalf("after SIGTERM: %s %s", cp.State, cp.StopReason)
+	}
+	interrupted := c.attemptsIn(s, state.Interrupted)
+	for _, a := range interrupted {
+		sent := false
+		for _, sg := range a.Signals {
+			sent = sent || (sg.Role == "server" && sg.Signal == "SIGTERM" && sg.Target == "pid")
+		}
+		if !sent {
+			t.Fatalf("%s a%d: the server was not stopped through its API parent: %+v", a.RunID, a.N, a.Signals)
+		}
+	}
+	if len(interrupted) == 0 {
+		t.Fatal("no attempt interrupted")
+	}
+}
+
 func TestKilledControllerResumes(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "3"})
 	// the controller dies without a chance to clean up; its children live on
-	lock := c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)
+	c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)
 	orphans := c.campaignPIDs()
 	if len(orphans) == 0 {
 		t.Fatal("no server or client outlived the killed controller; the test shows nothing")
 	}
 	// ctlq says the controller is gone while the campaign is unfinished
-	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 4 {
-		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
-	}
+	c.ctlqStatusExits(4)
 
 	if out, code := c.controller("--resume", "-d", c.dir); code != 0 {
 		t.Fatalf("resume exited %d:\n%s", code, out)
 	}
-	waitFor(t, "the campaign to finish", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the campaign to finish", 120*time.Second)
 	for _, p := range orphans {
-		if err := syscall.Kill(p, 0); err == nil {
-			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); !bytes.Contains(st, []byte(") Z")) {
-				t.Fatalf("left-over pid %d still alive after resume", p)
-			}
+		if running(p) {
+			t.Fatalf("left-over pid %d still alive after resume", p)
 		}
 	}
 	s := c.store()
@@ -690,6 +364,7 @@ func TestKilledControllerResumes(t *testing.T) {
 }
 
 func TestStartRefusesAnotherCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{}))
 	// the same protocol again: told to resume instead

@@ -47,25 +47,28 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
-func TestFullDisk(t *testing.T) {
-	fs := mountTmpfs(t, "24m")
+// runOnTmpfs runs a campaign of patterns runs in the foreground, its
+// directory on a new tmpfs (mountTmpfs with size), each saturation client
+// running the shell command fill before it measures; it returns the
+// campaign and the tmpfs.
+func runOnTmpfs(t *testing.T, size string, patterns int, fill string) (*campaign, string) {
+	t.Helper()
+	fs := mountTmpfs(t, size)
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")
-	// the first attempt's client fills the file system, then measures
-	proto := writeProtocol(t, scenario{patterns: 2})
-	b, _ := os.ReadFile(proto)
-	filler := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`,
-		`client: {shell: 'if [ "$WARDEN_RUN_ID" = p1.saturation ] && [ "$WARDEN_ATTEMPT" = 1 ]; then head -c 100M /dev/zero > "$WARDEN_ATTEMPT_DIR/filler"; fi; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`, 1)
-	if filler == string(b) {
-		t.Fatal("test bug: client command not replaced")
-	}
-	if err := os.WriteFile(proto, []byte(filler), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: patterns}), defaultClient,
+		`client: {shell: '`+fill+`; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`)
 	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	if code != 0 {
 		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
 	}
+	return c, fs
+}
+
+func TestFullDisk(t *testing.T) {
+	t.Parallel()
+	// the first attempt's client fills the file system, then measures
+	c, fs := runOnTmpfs(t, "24m", 2, `if [ "$WARDEN_RUN_ID" = p1.saturation ] && [ "$WARDEN_ATTEMPT" = 1 ]; then head -c 100M /dev/zero > "$WARDEN_ATTEMPT_DIR/filler"; fi`)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(fs, &st); err != nil || st.Bavail != 0 {
 		t.Fatalf("test bug: the file system was not filled (%d blocks free, %v)", st.Bavail, err)
@@ -82,7 +85,7 @@ func TestFullDisk(t *testing.T) {
 	if err := os.Remove(filepath.Join(c.dir, "runs", "p1.saturation", "a1", "filler")); err != nil {
 		t.Fatal(err)
 	}
-	out, code = c.controller("resume", "-d", c.dir, "--foreground")
+	out, code := c.controller("resume", "-d", c.dir, "--foreground")
 	if code != 0 {
 		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
 	}
@@ -112,6 +115,7 @@ func killedMidCampaign(t *testing.T, sc scenario) (*campaign, string) {
 // Two resumes started at once: one runs the campaign, the other is
 // refused, naming the winner's pid.
 func TestRacingResumes(t *testing.T) {
+	t.Parallel()
 	c, _ := killedMidCampaign(t, scenario{patterns: 2, measureS: "2"})
 	type result struct {
 		out  string
@@ -189,22 +193,22 @@ func requireFinal(t *testing.T, c *campaign) {
 // runs on from its plan.json; resume is refused, naming the missing file,
 // its recorded hash and the copy kept; with the file restored it resumes.
 func TestProtocolDeletedMidCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{patterns: 3, measureS: "1.5"})
+	// one run at a time: the third starts only once the first two have
+	// ended, however long their servers take to stop
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 3, measureS: "1.5"}),
+		"{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
 	sum := sha256File(t, proto)
 	c.startDetached(proto, "auto")
 	c.waitMeasuring()
 	if err := os.Remove(proto); err != nil {
 		t.Fatal(err)
 	}
-	// the third run starts only after the first two: after the deletion
-	waitFor(t, "the third run measuring", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.Run == "p3.saturation" && cur.State == string(state.Measuring) {
-				return true
-			}
-		}
-		return false
+	// the third run starts after the deletion
+	waitFor(t, "the third run measuring, alone", 120*time.Second, func() bool {
+		cur := c.liveStatus().Current
+		return len(cur) == 1 && cur[0].Run == "p3.saturation" && cur[0].State == string(state.Measuring)
 	})
 	c.killController()
 
@@ -241,6 +245,7 @@ func TestProtocolDeletedMidCampaign(t *testing.T) {
 // A provenance file changed under a running campaign: resume is refused,
 // naming the file and both hashes, and changes nothing.
 func TestProvenanceChangedMidCampaign(t *testing.T) {
+	t.Parallel()
 	c, proto := killedMidCampaign(t, scenario{patterns: 2, measureS: "2"})
 	orig, err := os.ReadFile(proto)
 	if err != nil {
@@ -275,6 +280,7 @@ func TestProvenanceChangedMidCampaign(t *testing.T) {
 // A campaign directory that became read-only: start and resume say so
 // and change nothing; once writable again, resume completes.
 func TestUnwritableCampaignDir(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("a read-only bind mount needs root (root ignores directory modes)")
 	}

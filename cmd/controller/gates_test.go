@@ -2,16 +2,13 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"warden/pkg/api"
 	"warden/pkg/gpu/fakegpu"
-	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
 
@@ -19,11 +16,7 @@ import (
 // were someone else's; it is killed and waited for at cleanup.
 func sleeper(t *testing.T) (int, uint64) {
 	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd := unrelated(t)
 	st, err := fakegpu.StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +36,7 @@ func fakeHost(t *testing.T) string {
 }
 
 func TestPreflightGPUNotIdle(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		uid    int
@@ -52,6 +46,7 @@ func TestPreflightGPUNotIdle(t *testing.T) {
 		{"another user", 4242, state.ReasonForeignGPUProcess},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			host := fakeHost(t)
 			pid, st := sleeper(t)
 			if err := fakegpu.ClaimFor(host, 0, pid, st, tc.uid, 2048); err != nil {
@@ -88,6 +83,7 @@ func TestPreflightGPUNotIdle(t *testing.T) {
 }
 
 func TestForeignProcessAppears(t *testing.T) {
+	t.Parallel()
 	host := fakeHost(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "2", cleanupS: "2"})
@@ -100,13 +96,9 @@ func TestForeignProcessAppears(t *testing.T) {
 	if err := fakegpu.ClaimFor(host, gpu, pid, st, 4242, 4096); err != nil {
 		t.Fatal(err)
 	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	waitFor(t, "the controller to stop", 120*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to stop", 120*time.Second)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	cp := c.stoppedFor(s, state.ReasonForeignGPUProcess)
 	if !strings.Contains(cp.StopDetail, "pid") {
 		t.Fatalf("stop detail does not name the process: %s", cp.StopDetail)
 	}
@@ -117,6 +109,7 @@ func TestForeignProcessAppears(t *testing.T) {
 // session, a cleared environment, no cgroup) keeps its GPU memory: the
 // cleanup gate fails naming it, and the campaign stops.
 func TestCleanupGateFails(t *testing.T) {
+	t.Parallel()
 	host := fakeHost(t)
 	c := newCampaign(t)
 	server := `{shell: 'env -i PATH="$PATH" WARDEN_FAKE_GPU_DIR="$WARDEN_FAKE_GPU_DIR" CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES" setsid ${STANDIN} orphan --gpu-mem-mib 512 >/dev/null 2>&1 & exec ${STANDIN} server --port ${PORT} --load-s 0.2 --shutdown-timeout 1 --effective-config "effective config: enable_chunked_prefill=True"'}`
@@ -127,10 +120,7 @@ func TestCleanupGateFails(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, tail(out, 2000))
 	}
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonCleanupTimeout) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonCleanupTimeout)
 	v := c.gateVerdict(s, "p1.saturation", "cleanup")
 	if v.Verdict != "fail" || v.Figures["gpu0_used_mib"] != 512 || !strings.Contains(v.Detail, "MiB used") || !strings.Contains(v.Detail, "pid ") {
 		t.Fatalf("cleanup verdict %+v", v)
@@ -155,6 +145,7 @@ func killClaimers(t *testing.T, host string) {
 }
 
 func TestBudgetRefusedBeforeWave(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// the first wave reserves 2 runs x 10 s x 1 GPU = 20 GPU-s; the cap is 18 GPU-s
 	// start refuses the protocol (its estimate passes the cap) unless told otherwise
@@ -182,13 +173,11 @@ func TestBudgetRefusedBeforeWave(t *testing.T) {
 }
 
 func TestConfigMismatchStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonConfigMismatch) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	cp := c.stoppedFor(s, state.ReasonConfigMismatch)
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].Reason != state.ReasonConfigMismatch || !strings.Contains(cp.StopDetail, "max_num_batched_tokens") {
 		t.Fatalf("attempts %+v; detail %s", as, cp.StopDetail)
@@ -197,22 +186,15 @@ func TestConfigMismatchStops(t *testing.T) {
 }
 
 func TestPrivacyViolation(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// a client that leaves a record with a prompt field in its output
-	proto := writeProtocol(t, scenario{patterns: 2, clientArgs: `, --max-tokens, "4"`})
-	b, _ := os.ReadFile(proto)
-	leaky := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" , --max-tokens, "4"]`,
-		`client: {shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && echo "{\"request\": 1, \"prompt\": \"tell me a secret\"}" > "$WARDEN_ATTEMPT_DIR/client/requests.jsonl" && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2'}`, 1)
-	if leaky == string(b) {
-		t.Fatal("test bug: client command not replaced")
-	}
-	os.WriteFile(proto, []byte(leaky), 0o644)
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 2, clientArgs: `, --max-tokens, "4"`}),
+		`client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" , --max-tokens, "4"]`,
+		`client: {shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && echo "{\"request\": 1, \"prompt\": \"tell me a secret\"}" > "$WARDEN_ATTEMPT_DIR/client/requests.jsonl" && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2'}`)
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonPrivacyViolation)
 	v := c.gateVerdict(s, "p1.saturation", "privacy")
 	if v.Verdict != "fail" || !strings.Contains(v.Detail, "client/requests.jsonl") || !strings.Contains(v.Detail, "prompt") || strings.Contains(v.Detail, "tell me a secret") {
 		t.Fatalf("privacy verdict %+v", v)
@@ -220,11 +202,10 @@ func TestPrivacyViolation(t *testing.T) {
 }
 
 func TestDiskLimitStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{patterns: 2})
-	b, _ := os.ReadFile(proto)
 	// no file system here has a petabyte free
-	os.WriteFile(proto, []byte(strings.Replace(string(b), "stop: {", "stop: {min_free_gb: 1000000, ", 1)), 0o644)
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 2}), "stop: {", "stop: {min_free_gb: 1000000, ")
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()

@@ -16,16 +16,11 @@ import (
 	"warden/pkg/state"
 )
 
-// ctlqBin is ctlq, built beside the controller under test by TestMain.
-func ctlqBin(t *testing.T) string {
-	t.Helper()
-	return ctlqPath
-}
-
 // Resume of a finished campaign says it is finished, starts nothing and
 // exits 0: it used to start a daemon that died on "illegal transition from
 // complete to complete".
 func TestResumeFinishedCampaign(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}))
 	s := c.store()
@@ -56,6 +51,7 @@ func TestResumeFinishedCampaign(t *testing.T) {
 // resume with ..." and exit 0, and ctlq status then said "stopped for
 // review". Resume then reclaims what it left.
 func TestStopAfterTheControllerDied(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
 	c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)
@@ -64,11 +60,7 @@ func TestStopAfterTheControllerDied(t *testing.T) {
 		!strings.Contains(out, "controller resume -d") {
 		t.Fatalf("stop after the controller died: exit %d:\n%s", code, out)
 	}
-	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
-	sout, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 4 {
-		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), sout)
-	}
+	c.ctlqStatusExits(4)
 	// resume reclaims the left-overs and runs again; a stop of a live
 	// controller then succeeds, leaving nothing live
 	if out, code := c.controller("resume", "-d", c.dir); code != 0 {
@@ -85,6 +77,7 @@ func TestStopAfterTheControllerDied(t *testing.T) {
 // at resume, naming both campaigns; the other campaign's live server is
 // never signalled (it used to be stopped by the impostor's resume).
 func TestResumeRefusesAnotherCampaignsDatabase(t *testing.T) {
+	t.Parallel()
 	victim := newCampaign(t)
 	if out, code := victim.controller("start", "-f", writeProtocol(t, scenario{patterns: 1, measureS: "30"}), "-d", victim.dir, "--gpu-backend", "fake"); code != 0 {
 		t.Fatalf("start the victim: exit %d:\n%s", code, out)
@@ -119,6 +112,7 @@ func TestResumeRefusesAnotherCampaignsDatabase(t *testing.T) {
 // and a 110-character protocol name used to stop the campaign at cgroup
 // creation, or to turn containment off silently.
 func TestLongNamesKeepContainment(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	long := "p" + strings.Repeat("x", 109) // run id: 121 characters
 	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
@@ -150,6 +144,7 @@ func TestLongNamesKeepContainment(t *testing.T) {
 // cannot read what a client printed (a leaked prompt, say), the plan or
 // the log.
 func TestCampaignDirectoryOwnerOnly(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a reader as another user")
 	}
@@ -178,6 +173,7 @@ func TestCampaignDirectoryOwnerOnly(t *testing.T) {
 // says all is well; ctlq status then exits 4, and resume completes once
 // the file system is writable again.
 func TestReadOnlyFileSystemEndsTheWork(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to mount a file system")
 	}
@@ -215,14 +211,9 @@ func TestReadOnlyFileSystemEndsTheWork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join("/sys/fs/ext4", filepath.Base(dev), "trigger_fs_error"), []byte("1"), 0o200); err != nil {
 		t.Skipf("cannot trip the file system's error behaviour here: %v", err)
 	}
-	lock := filepath.Join(c.dir, api.LockFile)
-	waitFor(t, "the controller to exit", 90*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to exit", 90*time.Second)
 	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
-	cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 4 {
-		t.Fatalf("ctlq status exit %d, want 4:\n%s", cmd.ProcessState.ExitCode(), out)
-	}
+	c.ctlqStatusExits(4)
 	// the file system back: unmounted, checked, mounted again
 	if err := errors.Join(run("umount", mnt), run("e2fsck", "-fy", img)); err != nil && !strings.Contains(err.Error(), "exit status 1") {
 		t.Fatalf("repair the file system: %v", err)

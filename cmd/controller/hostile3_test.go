@@ -49,6 +49,7 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 // no lock taken, no daemon started, no record written. ctlq status says
 // the same with its own exit status.
 func TestResumeRefusesDamagedDatabase(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
 	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to stop", 60*time.Second)
@@ -77,6 +78,7 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 			}
 		}, "the file is empty (0 bytes)"},
 	} {
+		// serial: every case damages the same campaign's database in turn
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, clean, 0o600); err != nil {
 				t.Fatal(err)
@@ -118,7 +120,7 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 			if err := os.Remove(filepath.Join(c.dir, kept)); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(ctlqBin(t), "status", "-d", c.dir)
+			cmd := exec.Command(ctlqBin, "status", "-d", c.dir)
 			sout, _ := cmd.CombinedOutput()
 			out, code := string(sout), cmd.ProcessState.ExitCode()
 			if code != 6 || !strings.Contains(out, path+" is damaged or empty") {
@@ -166,6 +168,7 @@ func flood(t *testing.T, network, addr string, n int) (opened int) {
 // flight is interrupted (never cleanup-failed), and nothing of the
 // campaign is left alive.
 func TestFloodedListenersCannotStarveTheController(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
 	port := testports.Free(t, 1)[0]
@@ -187,17 +190,14 @@ func TestFloodedListenersCannotStarveTheController(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the controller to stop", 60*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to stop", 60*time.Second)
 	s := c.store()
 	defer s.Close()
 	cp, err := s.Campaign()
 	if err != nil || cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
 		t.Fatalf("campaign %s (%s: %s), %v", cp.State, cp.StopReason, cp.StopDetail, err)
 	}
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Interrupted {
-		t.Fatalf("attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Interrupted)
 	c.assertNoProcesses()
 	log, _ := os.ReadFile(filepath.Join(c.dir, api.LogFile))
 	if bytes.Contains(log, []byte("too many open files")) {
@@ -213,6 +213,7 @@ func TestFloodedListenersCannotStarveTheController(t *testing.T) {
 // second attempt's server too, so no recorded process of the campaign is
 // alive.
 func TestResumeEndsAServerThatRewroteItsEnvironment(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", serverArgs: `, --rewrite-environ`})
 	c.signalWhileMeasuring(proto, syscall.SIGKILL, "the controller to die", 30*time.Second)

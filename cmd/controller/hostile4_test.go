@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,56 +14,17 @@ import (
 	"warden/pkg/state"
 )
 
-// childWithArg finds a direct child of parent whose argv holds arg.
-func childWithArg(parent int, arg string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(st, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(st[i+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
-			continue
-		}
-		argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		for _, a := range bytes.Split(argv, []byte{0}) {
-			if string(a) == arg {
-				return pid
-			}
-		}
-	}
-	return 0
-}
-
 // The controller stopped (SIGSTOP) while a run measures; its client ends
 // within the measuring deadline meanwhile, and the controller stays stopped
 // until the deadline has passed. At SIGCONT the deadline timer and the
 // client's exit are both pending: the run is judged on the exit (complete),
 // not failed measure-deadline, and no signal is sent to the client.
 func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	const deadlineS = 4
-	proto := writeProtocol(t, scenario{patterns: 1})
-	y, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withDeadline := strings.Replace(string(y), "    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:", 1)
-	if withDeadline == string(y) {
-		t.Fatal("protocol template changed: no place for deadline_s")
-	}
-	if err := os.WriteFile(proto, []byte(withDeadline), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}),
+		"    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:")
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
 		t.Fatalf("start exited %d:\n%s", code, out)
 	}
@@ -93,7 +53,7 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = false
-	waitFor(t, "the controller to finish", 60*time.Second, func() bool { return !lockfile.Held(lock) })
+	c.waitUnlocked("the controller to finish", 60*time.Second)
 	c.assertNoProcesses()
 	s := c.store()
 	r, err := s.Run(cur.Run)
@@ -137,16 +97,28 @@ func (c *campaign) validatorPIDs(s *state.Store, run string) []int {
 	return pids
 }
 
+// assertValidatorsGone fails the test if a process of run's validators
+// still exists.
+func (c *campaign) assertValidatorsGone(s *state.Store, run string) {
+	c.t.Helper()
+	for _, pid := range c.validatorPIDs(s, run) {
+		if st := procState(pid); st != 0 {
+			c.t.Fatalf("validator pid %d still exists (state %c)", pid, st)
+		}
+	}
+}
+
 // A validator that never ends is ended at its timeout_s: the attempt fails
 // harness-error, gets its one exact rerun, which fails the same way, and
 // the campaign stops for review; neither validator is left running.
 func TestValidatorPastItsBoundIsEnded(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{validators: hangingValidator("0.3"), retries: 1}))
 	s := c.store()
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 2 {
-		t.Fatalf("%d attempts, want 2: %v", len(as), summarize(as))
+		t.Fatalf("%d attempts, want 2: %v", len(as), attemptStates(as))
 	}
 	for _, a := range as {
 		if a.State != state.Failed || a.Reason != state.ReasonHarnessError || a.Figures["validator_timeout_s"] != 0.3 {
@@ -158,17 +130,14 @@ func TestValidatorPastItsBoundIsEnded(t *testing.T) {
 		!strings.Contains(cp.StopDetail, "validator hang ran past its 0.3 s bound") {
 		t.Fatalf("campaign %s %s: %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
-	for _, pid := range c.validatorPIDs(s, "p1.saturation") {
-		if st := procState(pid); st != 0 {
-			t.Fatalf("validator pid %d still exists (state %c)", pid, st)
-		}
-	}
+	c.assertValidatorsGone(s, "p1.saturation")
 	c.assertNoProcesses()
 }
 
 // controller stop while a validator runs ends the validator: stop returns,
 // the attempt is interrupted, nothing is left running.
 func TestStopEndsARunningValidator(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{validators: hangingValidator("1000")})
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -189,19 +158,16 @@ func TestStopEndsARunningValidator(t *testing.T) {
 	s := c.store()
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].State != state.Interrupted || as[0].Reason != state.ReasonInterrupted {
-		t.Fatalf("attempts %v", summarize(as))
+		t.Fatalf("attempts %v", attemptStates(as))
 	}
-	for _, pid := range c.validatorPIDs(s, "p1.saturation") {
-		if st := procState(pid); st != 0 {
-			t.Fatalf("validator pid %d still exists (state %c)", pid, st)
-		}
-	}
+	c.assertValidatorsGone(s, "p1.saturation")
 	c.assertNoProcesses()
 }
 
 // A validator runs under its memory_mib as RLIMIT_AS from its first
 // instruction: the shell validator sees the limit (and fails if not).
 func TestValidatorMemoryBound(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
 `}))
@@ -209,7 +175,7 @@ func TestValidatorMemoryBound(t *testing.T) {
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].State != state.Complete {
 		vs, _ := s.GateVerdicts("p1.saturation")
-		t.Fatalf("attempts %v; gates %+v", summarize(as), vs)
+		t.Fatalf("attempts %v; gates %+v", attemptStates(as), vs)
 	}
 }
 
@@ -234,23 +200,8 @@ func (c *campaign) hasFile(name string) bool {
 // naming the full file system and the client's exit), not client-failed;
 // the campaign stops for the full directory.
 func TestInodesOutIsTheHarnesss(t *testing.T) {
-	fs := mountTmpfs(t, "64m,nr_inodes=4000")
-	c := newCampaign(t)
-	c.dir = filepath.Join(fs, "camp")
-	proto := writeProtocol(t, scenario{patterns: 1})
-	b, _ := os.ReadFile(proto)
-	filler := strings.Replace(string(b), `client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" ]`,
-		`client: {shell: 'mkdir "$WARDEN_ATTEMPT_DIR/fill" && i=0 && while : > "$WARDEN_ATTEMPT_DIR/fill/$i" 2>/dev/null; do i=$$((i+1)); done; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`, 1)
-	if filler == string(b) {
-		t.Fatal("test bug: client command not replaced")
-	}
-	if err := os.WriteFile(proto, []byte(filler), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
-	if code != 0 {
-		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
-	}
+	t.Parallel()
+	c, fs := runOnTmpfs(t, "64m,nr_inodes=4000", 1, `mkdir "$WARDEN_ATTEMPT_DIR/fill" && i=0 && while : > "$WARDEN_ATTEMPT_DIR/fill/$i" 2>/dev/null; do i=$$((i+1)); done`)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(fs, &st); err != nil || st.Ffree > 8 || st.Bavail == 0 {
 		t.Fatalf("test bug: inodes not used up, or blocks too (%d inodes, %d blocks free, %v)", st.Ffree, st.Bavail, err)
@@ -258,7 +209,7 @@ func TestInodesOutIsTheHarnesss(t *testing.T) {
 	s := c.store()
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonHarnessError {
-		t.Fatalf("attempts %v", summarize(as))
+		t.Fatalf("attempts %v", attemptStates(as))
 	}
 	evs, err := s.Events(0, 0)
 	if err != nil {

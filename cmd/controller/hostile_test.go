@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"warden/pkg/api"
-	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
 
@@ -20,20 +17,6 @@ import (
 // processes in its group, and one whose engine is stopped (SIGSTOP, the
 // stand-in for uninterruptible sleep). Each runs with a cgroup per process
 // and with process groups only.
-
-// procState is the state letter of /proc/PID/stat ('T' when stopped), 0
-// when the process is gone.
-func procState(pid int) byte {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(st, ')')
-	if i < 0 || i+2 >= len(st) {
-		return 0
-	}
-	return st[i+2]
-}
 
 // engines lists the live stand-in engines of the campaign.
 func (c *campaign) engines() []int {
@@ -45,22 +28,6 @@ func (c *campaign) engines() []int {
 		}
 	}
 	return out
-}
-
-// startDetached starts the campaign's controller detached with the given
-// cgroup mode.
-func (c *campaign) startDetached(proto, cgroups string) {
-	c.t.Helper()
-	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)
-	if code != 0 {
-		c.t.Fatalf("start exited %d:\n%s", code, out)
-	}
-}
-
-func (c *campaign) waitExit() {
-	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
-	waitFor(c.t, "the controller to finish", 120*time.Second, func() bool { return !lockfile.Held(lock) })
 }
 
 // serverSignals is the server's recorded signal sequence, "SIGNAL/target".
@@ -75,8 +42,10 @@ func serverSignals(a state.Attempt) string {
 }
 
 func TestServerForksAHundred(t *testing.T) {
+	t.Parallel()
 	for _, cg := range []string{"auto", "off"} {
 		t.Run("cgroups="+cg, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.startDetached(writeProtocol(t, scenario{serverArgs: `, --fork, "100"`, measureS: "3"}), cg)
 			c.waitMeasuring()
@@ -87,10 +56,7 @@ func TestServerForksAHundred(t *testing.T) {
 			})
 			c.waitExit()
 			s := c.store()
-			as := c.attempts(s, "p1.saturation")
-			if len(as) != 1 || as[0].State != state.Complete {
-				t.Fatalf("attempts %+v", as)
-			}
+			as := c.soleAttempt(s, "p1.saturation", state.Complete)
 			// the API parent exited on SIGTERM; the children were left in
 			// the group and ended by the group (and cgroup) signals
 			if got := serverSignals(as[0]); !strings.HasPrefix(got, "SIGTERM/pid SIGTERM/group") {
@@ -106,8 +72,10 @@ func TestServerForksAHundred(t *testing.T) {
 }
 
 func TestStoppedEngineIsKilled(t *testing.T) {
+	t.Parallel()
 	for _, cg := range []string{"auto", "off"} {
 		t.Run("cgroups="+cg, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.startDetached(writeProtocol(t, scenario{measureS: "2"}), cg)
 			c.waitMeasuring()
@@ -128,10 +96,7 @@ func TestStoppedEngineIsKilled(t *testing.T) {
 				t.Fatalf("the stopped engine %d survived the campaign (state %c)", engine, st)
 			}
 			s := c.store()
-			as := c.attempts(s, "p1.saturation")
-			if len(as) != 1 || as[0].State != state.Complete {
-				t.Fatalf("attempts %+v", as)
-			}
+			as := c.soleAttempt(s, "p1.saturation", state.Complete)
 			// a stopped engine cannot take its parent's word or SIGTERM;
 			// only SIGKILL (or cgroup.kill) ends it
 			got := serverSignals(as[0])

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"warden/pkg/provenance"
 )
@@ -40,30 +36,6 @@ func withProvenance(t *testing.T, proto string, paths ...string) {
 	}
 }
 
-// startBounded runs controller start and waits for it, killing it after a
-// minute: a start that blocks (as on a FIFO before) fails the test instead
-// of hanging it. The command returning is the assertion, not its time.
-func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, controllerBin, append([]string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"}, extra...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		c.t.Fatalf("controller start did not return within a minute (killed):\n%s", out.String())
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.String(), ee.ExitCode()
-	}
-	if err != nil {
-		c.t.Fatalf("run controller start: %v", err)
-	}
-	return out.String(), 0
-}
-
 // requireNothingLeft fails unless the campaign directory is as it was
 // before a failed start: absent, or (existed) present and empty.
 func (c *campaign) requireNothingLeft(existed bool) {
@@ -82,6 +54,7 @@ func (c *campaign) requireNothingLeft(existed bool) {
 // refused promptly, naming the file and why, and leaves nothing; the
 // directory given, new or existing and empty, takes the next start.
 func TestStartRefusesBadProvenance(t *testing.T) {
+	t.Parallel()
 	src := t.TempDir()
 	fifo := filepath.Join(src, "client.fifo")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
@@ -108,6 +81,7 @@ func TestStartRefusesBadProvenance(t *testing.T) {
 		{"over-limit", huge, []string{huge + " is 4294967297 bytes", "limit of 4294967296 bytes (4 GiB)"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			if tc.existed {
 				if err := os.Mkdir(c.dir, 0o755); err != nil {
@@ -139,8 +113,10 @@ func TestStartRefusesBadProvenance(t *testing.T) {
 // cannot be set up: gpus.json is a dangling link) removes what it made:
 // the new directory, or the contents of an existing empty one.
 func TestFailedStartRemovesWhatItMade(t *testing.T) {
+	t.Parallel()
 	for _, existed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("existed=%v", existed), func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.dir = filepath.Join(t.TempDir(), "new", "camp") // a parent to create too
 			if existed {
@@ -174,6 +150,7 @@ func TestFailedStartRemovesWhatItMade(t *testing.T) {
 // hash. With one deleted, resume is refused and points at that file's own
 // copy; restored from it, the campaign completes.
 func TestProvenanceCopiesByContent(t *testing.T) {
+	t.Parallel()
 	x := t.TempDir()
 	p1 := filepath.Join(x, "a", "b_c")
 	p2 := filepath.Join(x, "a_b", "c")

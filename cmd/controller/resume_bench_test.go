@@ -2,18 +2,15 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-	"warden/internal/testports"
 	"warden/pkg/campaigndir"
 
 	"warden/pkg/api"
@@ -28,7 +25,7 @@ const benchRuns = 10000
 // writeBigProtocol writes a protocol of n one-load runs on two slots.
 func writeBigProtocol(b *testing.B, dir string, n int) string {
 	b.Helper()
-	ports := freePortsB(b, 2)
+	ports := freePorts(b, 2)
 	var vals, ids strings.Builder
 	for i := range n {
 		fmt.Fprintf(&vals, "{id: p%d}, ", i+1)
@@ -64,8 +61,6 @@ phases:
 	return path
 }
 
-func freePortsB(b *testing.B, n int) []int { return testports.Free(b, n) }
-
 // bigCampaign creates a campaign of benchRuns runs in dir whose runs are
 // all complete but the last, as a controller would have left them: each
 // with a complete attempt, its events and its ledger entries. The last
@@ -81,6 +76,8 @@ func bigCampaign(b *testing.B, dir string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// not strict: a check inside each of 10,000 writes would make the
+	// fixture quadratic; it is checked once, when written
 	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
@@ -121,16 +118,8 @@ func bigCampaign(b *testing.B, dir string) {
 func killCampaign(dir string, controller *exec.Cmd) {
 	controller.Process.Kill()
 	controller.Wait()
-	marker := []byte("WARDEN_CAMPAIGN_DIR=" + dir + "\x00")
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(env, marker) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
+	for _, pid := range campaignPIDsIn(dir) {
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

@@ -21,33 +21,11 @@ import (
 // Resume after a crash when the recorded identities no longer name the
 // processes: a pid reused by an unrelated process, and a reboot.
 
-// unrelated starts a process the test owns that has nothing to do with
-// the campaign, and returns it; it is killed and waited for at cleanup.
-func unrelated(t *testing.T) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd
-}
-
-// running reports whether pid is alive and not a zombie.
-func running(pid int) bool {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(st, ')')
-	return i > 0 && i+2 < len(st) && st[i+2] != 'Z' && st[i+2] != 'X'
-}
-
 // rewriteProcs changes the recorded processes of the campaign's only live
 // attempt (the controller is dead) and returns the attempt.
 func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
 	c.t.Helper()
-	s, err := state.Open(filepath.Join(c.dir, api.StateFile), state.Options{Timeout: 5 * time.Second})
+	s, err := state.Open(filepath.Join(c.dir, api.StateFile), state.Options{Timeout: 5 * time.Second, Strict: true})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -66,17 +44,6 @@ func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
 		c.t.Fatal(err)
 	}
 	return a
-}
-
-// killController kills the detached controller with SIGKILL and waits
-// until its lock is free; its children live on.
-func (c *campaign) killController() {
-	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
-	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
-		c.t.Fatal(err)
-	}
-	waitFor(c.t, "the controller to die", 30*time.Second, func() bool { return !lockfile.Held(lock) })
 }
 
 // signalsTo lists the signals an attempt recorded to pid (alone or as a
@@ -111,6 +78,7 @@ func (c *campaign) requireComplete(s *state.Store) {
 // A recorded pid that now belongs to an unrelated process of the same
 // user (pid matches, start time does not) is never signalled.
 func TestPIDReuseNotSignalled(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{measureS: "3"})
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
@@ -165,6 +133,7 @@ func TestPIDReuseNotSignalled(t *testing.T) {
 // campaign. One recorded process is rewritten to name a live process by
 // pid and start time; only the boot id tells it is not ours.
 func TestRebootNothingSignalled(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("a PID namespace needs root")
 	}

@@ -14,6 +14,7 @@ import (
 // a cap the nominal cost fits but the bounds do not stops the campaign
 // before anything starts.
 func TestConservativeReservationRefusedWhereNominalFits(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// one run: expected 10 s, bounds 10 (ready) + 20 (deadline: 10 + the
 	// 10 s watchdog) + 2 + 1 (graces) + 10 (cleanup) = 43 GPU-s; the cap

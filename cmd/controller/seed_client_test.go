@@ -36,7 +36,8 @@ func loadgenProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) stri
 // validator; profile calls that do not answer 200 are a profile artifact:
 // the one exact rerun, then a stop.
 func TestLoadgenClientOutcomes(t *testing.T) {
-	bin := buildLoadgen(t)
+	t.Parallel()
+	bin := loadgenBin
 	manifest := writeTokenManifest(t, 20000)
 	for _, tc := range []struct {
 		name, server string
@@ -52,6 +53,7 @@ func TestLoadgenClientOutcomes(t *testing.T) {
 		{"profile-500", `, --start-profile-status, "500"`, 2, state.Failed, state.ReasonProfileArtifact, "start_profile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newCampaign(t)
 			c.runForeground(loadgenProtocol(t, bin, manifest, tc.server))
 			s := c.store()

@@ -20,6 +20,7 @@ const stallClient = `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5
 // watchdog), the drain is over the allowance, and the run is
 // drain-quarantined, never complete (A-P3-5, drain quarantine).
 func TestServerStallPastAllowanceQuarantines(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	// requests arriving 0.3 s after the first (inside the 0.5 s clean
 	// interval that follows the 0.2 s warm-up) wait 3 s: the drain lasts
@@ -27,10 +28,7 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0.3", --stall-s, "3"`,
 		client: stallClient, drainS: "1", watchdogS: "60"}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Quarantined || as[0].Reason != state.ReasonDrainQuarantine {
-		t.Fatalf("attempts %+v", as)
-	}
+	as := c.soleAttempt(s, "p1.saturation", state.Quarantined, state.ReasonDrainQuarantine)
 	if d := as[0].Figures["drain_s"]; d <= 1 || d >= 60 {
 		t.Fatalf("drain_s %v, want over the 1 s allowance and under the 60 s watchdog", d)
 	}
@@ -50,18 +48,13 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 // Past the watchdog, the run fails (drain-watchdog) and the campaign stops
 // for review.
 func TestServerStallPastWatchdogFails(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
 		client: stallClient, drainS: "1", watchdogS: "2"}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainWatchdog {
-		t.Fatalf("attempts %+v", as)
-	}
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainWatchdog) {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
+	c.stoppedFor(s, state.ReasonDrainWatchdog)
 	c.assertNoProcesses()
 }
 
@@ -69,22 +62,18 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 // its drain bound) fails its run with reason drain-abandoned: a cut drain
 // is never complete.
 func TestClientAbandonedDrainFails(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonDrainAbandoned {
-		t.Fatalf("attempts %+v", as)
-	}
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonDrainAbandoned) {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainAbandoned)
+	c.stoppedFor(s, state.ReasonDrainAbandoned)
 }
 
 // The plan refuses a client whose own drain bound is shorter than its
 // class's allowance, naming the file, line and argument.
 func TestPlanRefusesShortClientDrain(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{drainS: "5", watchdogS: "10",
 		client: `["${STANDIN}", client, --drain-timeout-seconds, "3", --result-dir, "${ATTEMPT_DIR}/client"]`})

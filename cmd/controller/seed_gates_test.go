@@ -52,15 +52,7 @@ func privateProtocol(t *testing.T, patterns int, shell string) string {
 		client = `{shell: 'mkdir -p "$WARDEN_ATTEMPT_DIR/client" && ` + strings.ReplaceAll(shell, "MANIFEST", manifest) + ` && exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`
 	}
 	proto := writeProtocol(t, scenario{patterns: patterns, client: client})
-	b, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := string(b) + "provenance:\n  - {path: " + manifest + ", role: manifest, private: true}\n"
-	if err := os.WriteFile(proto, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return proto
+	return appendProtocol(t, proto, "provenance:\n  - {path: "+manifest+", role: manifest, private: true}\n")
 }
 
 // A piece of 48 bytes from the middle of a private prompt, in a file of
@@ -68,14 +60,12 @@ func privateProtocol(t *testing.T, patterns int, shell string) string {
 // (seed 002 stop condition 8: "source prompt substring"); the verdict
 // names the value by its hash, never by its text.
 func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutMid+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonPrivacyViolation)
 	v := c.gateVerdict(s, "p1.saturation", "privacy")
 	if v.Verdict != "fail" || v.Figures["findings"] != 1 || !strings.Contains(v.Detail, "client/debug.log: private text (48+ bytes of private value sha256:") || strings.Contains(v.Detail, leakMid[:20]) {
 		t.Fatalf("privacy verdict %+v", v)
@@ -89,19 +79,10 @@ func TestSeedPrivacyMidPromptSubstring(t *testing.T) {
 // the campaign's own files after the second attempt reads again only
 // what changed since the first.
 func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutShort+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
-	b, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := strings.Replace(string(b), "{name: two, concurrency: 2}", "{name: two, concurrency: 1}", 1)
-	if one == string(b) {
-		t.Fatal("test bug: regime not replaced")
-	}
-	if err := os.WriteFile(proto, []byte(one), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editProtocol(t, proto, "{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()
@@ -130,14 +111,12 @@ func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
 // The same piece written into controller.log, outside every attempt
 // directory, is found by the scan of the campaign's own files.
 func TestSeedPrivacyControllerLog(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 1, cutMid+` >> "$WARDEN_ATTEMPT_DIR/../../../controller.log"`)
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonPrivacyViolation) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonPrivacyViolation)
 	if v := c.gateVerdict(s, "p1.saturation", "privacy"); v.Verdict != "pass" {
 		t.Fatalf("attempt privacy verdict %+v", v)
 	}
@@ -151,6 +130,7 @@ func TestSeedPrivacyControllerLog(t *testing.T) {
 // saying how to ask for fake GPUs, and leaves no campaign directory:
 // auto never means fake.
 func TestSeedAutoNeverFake(t *testing.T) {
+	t.Parallel()
 	if campaigndir.CheckNVML("nvml") == nil {
 		t.Skip("NVML initializes on this host: auto is NVML here")
 	}
@@ -173,6 +153,7 @@ func TestSeedAutoNeverFake(t *testing.T) {
 // stopped doing so) unless --gpu-backend fake is given; a campaign asked
 // to run on fake GPUs resumes.
 func TestSeedResumeBackend(t *testing.T) {
+	t.Parallel()
 	if campaigndir.CheckNVML("nvml") == nil {
 		t.Skip("NVML initializes on this host")
 	}
@@ -222,15 +203,10 @@ func TestSeedResumeBackend(t *testing.T) {
 // stops for review (seed 002 stop condition 2: "another user's GPU
 // process appears"). The samples file records it with its pid and uid.
 func TestSeedForeignGPUProcessMidRun(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", watchdogS: "60"})
-	b, err := os.ReadFile(proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(proto, append(b, "sample_interval_s: 0.1\n"...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	appendProtocol(t, proto, "sample_interval_s: 0.1\n")
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
 		t.Fatalf("start exited %d:\n%s", code, out)
 	}
@@ -271,10 +247,7 @@ func TestSeedForeignGPUProcessMidRun(t *testing.T) {
 	c.waitExit()
 
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonForeignGPUProcess) {
-		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
+	c.stoppedFor(s, state.ReasonForeignGPUProcess)
 	as := c.attempts(s, cur.Run)
 	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonForeignGPUProcess {
 		t.Fatalf("attempts of %s: %+v", cur.Run, as)
@@ -309,10 +282,10 @@ func TestSeedForeignGPUProcessMidRun(t *testing.T) {
 // A clean run passes the gpu-processes gate, having judged its samples:
 // its own server's claim is never a stranger.
 func TestSeedGPUProcessesPass(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "1"})
-	b, _ := os.ReadFile(proto)
-	os.WriteFile(proto, append(b, "sample_interval_s: 0.05\n"...), 0o644)
+	appendProtocol(t, proto, "sample_interval_s: 0.05\n")
 	c.runForeground(proto)
 	s := c.store()
 	if cp, _ := s.Campaign(); cp.State != state.CampaignComplete {

@@ -36,6 +36,7 @@ func manifestProtocol(t *testing.T, report, after string) (proto, manifest, sum 
 // it reported the hash it read) stops the campaign before the next wave:
 // stop condition 1, naming the file, the recorded and the found hash.
 func TestManifestRewrittenMidCampaignStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto, manifest, sum := manifestProtocol(t, "$(sha256sum "+"${MAN}"+" | cut -c1-64)", " && echo rewritten >> ${MAN}")
 	proto = editProtocol(t, proto, "vars: {", "vars: {MAN: "+manifest+", ")
@@ -64,15 +65,13 @@ func TestManifestRewrittenMidCampaignStops(t *testing.T) {
 // A client whose result reports another manifest hash than the one
 // recorded at start fails its run (input-changed) and stops the campaign.
 func TestClientManifestHashMismatchStops(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	bogus := strings.Repeat("0", 64)
 	proto, manifest, sum := manifestProtocol(t, bogus, "")
 	c.runForeground(proto)
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonInputChanged {
-		t.Fatalf("p1 attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonInputChanged)
 	cp, _ := s.Campaign()
 	want := "manifest " + manifest + ": recorded sha256 " + sum + ", the client read " + bogus
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonInputChanged) || !strings.Contains(cp.StopDetail, want) {
@@ -83,15 +82,13 @@ func TestClientManifestHashMismatchStops(t *testing.T) {
 // A result that reports no manifest hash cannot be checked: the run fails
 // (fail closed).
 func TestClientManifestHashMissingFails(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto, _, _ := manifestProtocol(t, "", "")
 	proto = editProtocol(t, proto, "result_file: client/manifest.json", "result_file: client/result.json")
 	c.runForeground(proto)
 	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Failed || as[0].Reason != state.ReasonInputChanged {
-		t.Fatalf("p1 attempts %+v", as)
-	}
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonInputChanged)
 	cp, _ := s.Campaign()
 	if !strings.Contains(cp.StopDetail, "reports no manifest.sha256") {
 		t.Fatalf("stop detail %q", cp.StopDetail)

@@ -31,6 +31,7 @@ func seedL2Scenario(brk string, everyAttempt bool) scenario {
 }
 
 func TestSeedLayer2(t *testing.T) {
+	t.Parallel()
 	rerun := []state.AttemptState{state.Failed, state.Complete}
 	rerunWhy := []state.Reason{state.ReasonProfileArtifact, ""}
 	twice := []state.AttemptState{state.Failed, state.Failed}
@@ -69,13 +70,13 @@ func TestSeedLayer2(t *testing.T) {
 					}
 				}
 				// where a person looks: ctlq show has a row per window
-				out, err := exec.Command(ctlqBin(t), "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+				out, err := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation").CombinedOutput()
 				if err != nil || !strings.Contains(string(out), "attempt 1 Layer-2 windows (validator:layer2)") ||
 					!regexp.MustCompile(`(?m)^  2 +0 +norm_elementwise \d+\.\d%, moe_gemm .* +\d+\.\d% +joined +0\.\d{3}$`).Match(out) {
 					t.Fatalf("ctlq show (%v):\n%s", err, out)
 				}
 				// and the report has the same rows
-				html, err := exec.Command(ctlqBin(t), "report", "-d", c.dir, "-o", "-").Output()
+				html, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", "-").Output()
 				if err != nil || !regexp.MustCompile(`<td class="mono">p1.saturation</td><td class="num">1</td><td class="mono">validator:layer2</td><td class="num">2</td><td class="num">0</td><td>norm_elementwise \d+\.\d%, moe_gemm [^<]*</td><td class="num">\d+\.\d%</td><td>joined</td><td class="num">0\.\d{3}</td>`).Match(html) {
 					t.Fatalf("ctlq report (%v) has no Layer-2 window row", err)
 				}
@@ -143,6 +144,7 @@ func colocF3Protocol(t *testing.T, shift string) string {
 }
 
 func TestSeedColocationF3(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		shift, pairA string
 		regime       string
@@ -182,6 +184,7 @@ func TestSeedColocationF3(t *testing.T) {
 // on the real H200 traces: the verdict is the last line, exit 0 whatever
 // it says, 2 for a usage error.
 func TestSeedLayer2Commands(t *testing.T) {
+	t.Parallel()
 	real := filepath.Join("..", "..", "pkg", "validate", "testdata", "h200", "eager")
 	l1, ph := filepath.Join(real, "layer1.jsonl"), filepath.Join(real, "phases.jsonl")
 	dir := t.TempDir()

@@ -16,14 +16,12 @@ import (
 // (awaiting-amendment) with no new attempt, ctlq status lists it; an
 // amendment that changes the run lets the next resume run it again.
 func TestResumeKeepsTheRerunRule(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{validators: "  - {name: check, command: [sh, -c, \"exit 1\"]}\n"})
 	c.runForeground(proto)
 	s := c.store()
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonValidatorFailed) {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopReason)
-	}
+	cp := c.stoppedFor(s, state.ReasonValidatorFailed)
 	s.Close()
 
 	out, code := c.controller("resume", "-d", c.dir, "--foreground")
@@ -40,7 +38,7 @@ func TestResumeKeepsTheRerunRule(t *testing.T) {
 	}
 	s.Close()
 
-	st, err := exec.Command(ctlqBin(t), "status", "-d", c.dir, "-o", "json").Output()
+	st, err := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json").Output()
 	var doc struct {
 		Schema   int `json:"schema"`
 		Awaiting []struct {
@@ -53,7 +51,7 @@ func TestResumeKeepsTheRerunRule(t *testing.T) {
 		doc.Awaiting[0].Attempt != 1 || doc.Awaiting[0].Reason != "validator-failed" {
 		t.Fatalf("ctlq status -o json (%v): %s", err, st)
 	}
-	text, _ := exec.Command(ctlqBin(t), "status", "-d", c.dir).Output()
+	text, _ := exec.Command(ctlqBin, "status", "-d", c.dir).Output()
 	if !strings.Contains(string(text), "awaiting   p1.saturation: attempt 1 failed (validator-failed); no further attempt without an amendment") {
 		t.Fatalf("ctlq status:\n%s", text)
 	}
@@ -80,6 +78,7 @@ func TestResumeKeepsTheRerunRule(t *testing.T) {
 // An infrastructure failure (the server never becomes ready) keeps its
 // exact rerun after review: resume starts the run again.
 func TestResumeRerunsAnInfrastructureFailure(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{serverArgs: `, --never-healthy`, readyS: "0.5"})
 	c.runForeground(proto)

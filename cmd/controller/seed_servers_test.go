@@ -24,16 +24,6 @@ import (
 // step-scheduled profiler, and the unpatched vLLM profiler stopping a
 // campaign at its burn-in.
 
-// buildLoadgen builds bin/loadgen for one test.
-func buildLoadgen(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "loadgen")
-	if out, err := exec.Command("go", "build", "-o", bin, "../loadgen").CombinedOutput(); err != nil {
-		t.Fatalf("build loadgen: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // writeTokenManifest writes n rows of two token ids and four output tokens.
 func writeTokenManifest(t *testing.T, n int) string {
 	t.Helper()
@@ -121,7 +111,8 @@ func runLoadgen(t *testing.T, bin, manifest, url, resultDir string, extra ...str
 // trace passes Layer-2; the legacy fixed 1 s hold truncates the same
 // window; a budget shorter than the window fails, saying which and why.
 func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
-	bin := buildLoadgen(t)
+	t.Parallel()
+	bin := loadgenBin
 	manifest := writeTokenManifest(t, 20000)
 	type run struct {
 		name   string
@@ -249,11 +240,7 @@ validators:
     loads: [burnin]
     command: ["${CONTROLLER}", validate, profile-windows, --result-dir, "${ATTEMPT_DIR}/client", --windows, "2", -o, json]
 `, standinBin, controllerBin, loadgenBin, manifest, ports[0], serverArgs)
-	path := filepath.Join(t.TempDir(), "reused.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTemp(t, "reused.yaml", y)
 }
 
 // TestReusedProfilerStopsAtBurnIn: against vLLM's reused profiler the
@@ -262,7 +249,8 @@ validators:
 // The same campaign on a server with a fresh schedule per window
 // completes.
 func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
-	bin := buildLoadgen(t)
+	t.Parallel()
+	bin := loadgenBin
 	manifest := writeTokenManifest(t, 5000)
 
 	c := newCampaign(t)
@@ -333,11 +321,7 @@ phases:
     matrix: {pattern: p1}
     loads: [saturation]
 `, standinBin, ports[0], path, equals)
-	p := filepath.Join(t.TempDir(), "sglang.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeTemp(t, "sglang.yaml", y)
 }
 
 // TestSGLangEffectiveConfigNested: an SGLang server reports
@@ -345,6 +329,7 @@ phases:
 // effective value passes, the one on the top-level field stops the
 // campaign as a config mismatch that says where the value is.
 func TestSGLangEffectiveConfigNested(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	c.runForeground(sglangProtocol(t, "internal_states[0].effective_max_running_requests_per_dp", "48"))
 	s := c.store()
@@ -369,7 +354,8 @@ func TestSGLangEffectiveConfigNested(t *testing.T) {
 // SGLang-Omni's usage on a finish chunk of its own; read as the wrong kind,
 // the reasoning chunks are not counted as tokens.
 func TestLoadgenChatStreamsPerKind(t *testing.T) {
-	bin := buildLoadgen(t)
+	t.Parallel()
+	bin := loadgenBin
 	var b strings.Builder
 	for i := range 5000 {
 		fmt.Fprintf(&b, `{"id":"c%d","prompt":"one two three","input_tokens":3,"output_tokens":4,"arrival":"steady"}`+"\n", i)

@@ -37,6 +37,9 @@ func noteSlurmSkips(n int64, path string) error {
 
 // A skip is counted, and the note names the count; none is written when
 // nothing was skipped.
+//
+// Serial: it sets PATH and WARDEN_SLURM for the process (t.Setenv) and
+// takes its probe's count back from the process-wide skip counter.
 func TestSkippedSlurmNote(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "note")
 	if err := noteSlurmSkips(0, path); err != nil {

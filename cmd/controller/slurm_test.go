@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,11 +27,40 @@ import (
 // four fake GPUs each). CI brings it up and sets WARDEN_SLURM=1: there a
 // missing cluster fails the tests instead of skipping them.
 
+// The Slurm tests are serial: they share the one cluster's nodes, GPUs
+// and queue, and read the queue for their campaign's jobs.
+
+// sinfoProbes holds what sinfo said, for each PATH it was looked up on:
+// without a controller to answer, sinfo takes seconds to give up, and
+// every Slurm test asks.
+var (
+	sinfoMu     sync.Mutex
+	sinfoProbes = map[string]sinfoProbe{}
+)
+
+type sinfoProbe struct {
+	out []byte
+	err error
+}
+
+// probeSinfo runs sinfo once per PATH and returns what it said.
+func probeSinfo() ([]byte, error) {
+	sinfoMu.Lock()
+	defer sinfoMu.Unlock()
+	path := os.Getenv("PATH")
+	p, ok := sinfoProbes[path]
+	if !ok {
+		p.out, p.err = exec.Command("sinfo", "--Node", "--noheader", "--format=%N %t").CombinedOutput()
+		sinfoProbes[path] = p
+	}
+	return p.out, p.err
+}
+
 // requireSlurm skips the test where no Slurm cluster answers, and fails
 // it where one is expected.
 func requireSlurm(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command("sinfo", "--Node", "--noheader", "--format=%N %t").CombinedOutput()
+	out, err := probeSinfo()
 	if err == nil && bytes.Contains(out, []byte("n1")) && bytes.Contains(out, []byte("n2")) {
 		return
 	}
@@ -178,7 +208,7 @@ func TestSlurmCampaignAcrossNodes(t *testing.T) {
 		nodes, gaps[len(gaps)/2], gaps[0], gaps[len(gaps)-1])
 
 	// ctlq shows where each attempt ran
-	show, err := exec.Command(ctlqBin(t), "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+	show, err := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation").CombinedOutput()
 	if err != nil || !regexp.MustCompile(`slurm job \d+ \(warden\.[^)]+\), step 0, node n[12], SLURM_STEP_GPUS \d, GPU UUIDs GPU-fake-n[12]-\d, CPUs \d`).Match(show) {
 		t.Errorf("ctlq show (%v) does not say where the attempt ran:\n%s", err, show)
 	}
@@ -192,25 +222,6 @@ func serverProcOf(a state.Attempt) *state.Proc {
 		}
 	}
 	return nil
-}
-
-// startForeground starts a foreground controller with args and returns it
-// running; the test's cleanup kills it if it is still running then.
-func (c *campaign) startForeground(args []string) (*exec.Cmd, *bytes.Buffer) {
-	c.t.Helper()
-	cmd := exec.Command(controllerBin, append(args, "--foreground")...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return cmd, &out
 }
 
 // startSlurmForeground starts a foreground controller on the cluster and
@@ -324,14 +335,6 @@ func TestSlurmNodeRunnerDies(t *testing.T) {
 		t.Fatalf("campaign %s: %s", cp.State, cp.StopDetail)
 	}
 	c.assertSlurmClean()
-}
-
-func attemptStates(as []state.Attempt) []string {
-	var out []string
-	for _, a := range as {
-		out = append(out, fmt.Sprintf("a%d %s %s", a.N, a.State, a.Reason))
-	}
-	return out
 }
 
 // nodeRunnerPID finds the node-side runner of the campaign's measuring

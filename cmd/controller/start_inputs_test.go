@@ -13,6 +13,7 @@ import (
 // raw Go error and nothing left behind; put in place, the same relative
 // path is found.
 func TestMissingProvenanceRefusedAtPlanAndStart(t *testing.T) {
+	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{})
 	withProvenance(t, proto, "inputs/helper.py")

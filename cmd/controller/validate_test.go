@@ -13,6 +13,7 @@ import (
 // The validate subcommands as an operator runs them: the verdict is the
 // last line, exit 0 whatever it says, 2 for a usage error.
 func TestValidateCommandOutput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	stream := filepath.Join(dir, "l1.jsonl")
 	var recs []byte

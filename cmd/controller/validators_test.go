@@ -44,7 +44,7 @@ func runValidatorCases(t *testing.T, cases []validatorCase) {
 			for _, w := range tc.runs {
 				as := c.attempts(s, w.run)
 				if len(as) != len(w.states) {
-					t.Fatalf("%s: %d attempts, want %d: %+v", w.run, len(as), len(w.states), summarize(as))
+					t.Fatalf("%s: %d attempts, want %d: %+v", w.run, len(as), len(w.states), attemptStates(as))
 				}
 				for i, a := range as {
 					if a.State != w.states[i] || a.Reason != w.reasons[i] {
@@ -68,14 +68,6 @@ func runValidatorCases(t *testing.T, cases []validatorCase) {
 	}
 }
 
-func summarize(as []state.Attempt) []string {
-	var out []string
-	for _, a := range as {
-		out = append(out, string(a.State)+"/"+string(a.Reason))
-	}
-	return out
-}
-
 var (
 	complete1  = []state.AttemptState{state.Complete}
 	noReason1  = []state.Reason{""}
@@ -96,6 +88,7 @@ func layer1Scenario(brk string) scenario {
 }
 
 func TestValidatorLayer1(t *testing.T) {
+	t.Parallel()
 	cases := []validatorCase{
 		{name: "clean close", sc: layer1Scenario(""), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
@@ -199,6 +192,7 @@ func layer2Scenario(tp int, brk string, everyAttempt bool) scenario {
 }
 
 func TestValidatorLayer2(t *testing.T) {
+	t.Parallel()
 	rerun := []state.AttemptState{state.Failed, state.Complete}
 	rerunWhy := []state.Reason{state.ReasonProfileArtifact, ""}
 	cases := []validatorCase{
@@ -263,6 +257,7 @@ func clientScenario(satBreak, modBreak string) scenario {
 }
 
 func TestValidatorClient(t *testing.T) {
+	t.Parallel()
 	cases := []validatorCase{
 		{name: "saturation and moderate", sc: clientScenario("", ""),
 			runs:     []wantRun{{"p1.saturation", complete1, noReason1}, {"p1.moderate", complete1, noReason1}},
@@ -304,6 +299,7 @@ func clientGateNames(run, name, detail string) func(t *testing.T, c *campaign, s
 }
 
 func TestValidatorSanity(t *testing.T) {
+	t.Parallel()
 	validators := `  - {name: sanity, command: ["${CONTROLLER}", validate, sanity, --input, "${ATTEMPT_DIR}/client/loadgen", --input, "${ATTEMPT_DIR}/opprof", --constant, "*timeline.num_clean_segments=3", --constant, "*segments[].seconds=0.2", -o, json]}
 `
 	sc := func(brk string) scenario {
