@@ -328,7 +328,7 @@ func TestMetricsScrapedWhileRunning(t *testing.T) {
 			running = m.GetGauge().GetValue()
 		}
 	}
-	if running < 1 || fams["warden_controller_heartbeat_age_seconds"] == nil || fams["warden_budget_gpu_hours"] == nil {
+	if running < 1 || fams["warden_controller_heartbeat_age_seconds"] == nil || fams["warden_budget_gpu_seconds"] == nil {
 		t.Fatalf("scrape while measuring: running %g, families %d", running, len(fams))
 	}
 	if out, code := c.controller("stop", "-d", c.dir); code != 0 {
