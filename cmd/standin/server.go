@@ -37,6 +37,7 @@ type serverConfig struct {
 	holdPort         bool
 	neverHealthy     bool
 	rewriteEnviron   bool // misbehave: overwrite the initial environment, as setproctitle does
+	listenAfter      string
 	info             serverInfo
 	engine           engineConfig
 	layer1           layer1Config
@@ -96,6 +97,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.BoolVar(&cfg.engine.ignoreSIGTERM, "ignore-sigterm", false, "misbehave: parent and engine ignore SIGTERM")
 	f.Float64Var(&cfg.engine.crashAfterS, "crash-after", 0, "misbehave: parent and engine exit with code 1 after this many seconds (0: never)")
 	f.BoolVar(&cfg.engine.setsidGrandchild, "setsid-grandchild", false, "misbehave: the engine leaves a process in a new session that holds fake GPU memory until killed")
+	f.StringVar(&cfg.listenAfter, "listen-after", "", "bind the port only once this file exists, as SGLang binds after loading its model (a SIGTERM while waiting exits 0)")
 	f.BoolVar(&cfg.holdPort, "hold-port", false, "misbehave: a child inherits the listening socket and keeps the port bound after shutdown")
 	f.IntVar(&cfg.info.maxNumSeqs, "max-num-seqs", 1024, "the scheduler's max_num_seqs it reports (vLLM's /server_info, SGLang's /get_server_info as max_running_requests)")
 	f.IntVar(&cfg.info.maxNumBatchedTokens, "max-num-batched-tokens", 8192, "the scheduler's max_num_batched_tokens it reports")
@@ -158,6 +160,13 @@ func runServer(cfg serverConfig) error {
 		fmt.Println(line)
 	}
 
+	if cfg.listenAfter != "" {
+		log.Info("loading: the port is bound once the file exists (--listen-after)", "file", cfg.listenAfter)
+		if !waitForFile(cfg.listenAfter, sigs) {
+			log.Info("signalled while loading; exiting")
+			return nil
+		}
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
 	if err != nil {
 		return fmt.Errorf("server: listen: %w", err)
@@ -326,5 +335,22 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// waitForFile polls for path until it exists (true) or a signal arrives
+// on sigs (false).
+func waitForFile(path string, sigs <-chan os.Signal) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-sigs:
+			return false
+		case <-tick.C:
+		}
 	}
 }

@@ -161,6 +161,11 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	default:
 		return a.stopThenFail(state.ReasonServerNotReady, fmt.Sprintf("server not ready within %.0f s: %v", a.run.Server.ReadyTimeoutS, err))
 	}
+	lv := a.checkListener(srv)
+	a.Gate(lv)
+	if !lv.Passed() {
+		return a.stopThenFail(state.ReasonHarnessError, lv.Detail)
+	}
 	if err := a.Transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.Now().Sub(a.started).Seconds()}); err != nil {
 		return a.harness(err)
 	}
@@ -196,6 +201,27 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 		return a.stopThenFail(reason, detail)
 	}
 	return a.stopThenValidate()
+}
+
+// checkListener is the listener gate: what answered the readiness probe
+// holds the port as the attempt's own process (the server's group or
+// session, a descendant, or one its cgroup holds), not another process
+// that took the port while a late-binding server loaded. A port whose
+// owner cannot be told fails closed, as an error.
+func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
+	v := gates.Verdict{Gate: "listener", Verdict: gates.Pass, Figures: map[string]float64{"port": float64(a.port)}, At: a.env.Now()}
+	owners, err := launch.CheckListener(a.port, launch.InAttempt(srv.Identity, srv.Leaf()))
+	var imp *launch.ImpostorError
+	switch {
+	case errors.As(err, &imp):
+		v.Verdict, v.Detail = gates.Fail, err.Error()
+		v.Figures["impostor_pid"] = float64(imp.PID)
+	case err != nil:
+		v.Verdict, v.Detail = gates.Error, "who holds the port cannot be told: "+err.Error()
+	default:
+		v.Figures["listeners"] = float64(len(owners))
+	}
+	return v
 }
 
 // probeReady polls the server's health until it answers the expected
