@@ -134,6 +134,7 @@ func (r *run) summarize(segs []segment, windows []ProfileWindow, slots []*slot, 
 	res.Lag.All, res.Lag.Clean = distNS(lagAll), distNS(lagClean)
 	res.Lag.ThresholdS = LagThresholdS
 	res.Lag.Sustained = res.Lag.OverThreshold > 0
+	r.summarizeAudio(res, slots)
 	return res
 }
 
