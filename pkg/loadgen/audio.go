@@ -289,7 +289,9 @@ func gapStats(gaps []int64) GapStats {
 //     first chunk's in every chunk;
 //   - offsets: where the stream carries offsets, every chunk has one and
 //     it equals the samples of the chunks before it (a larger one is
-//     samples dropped at the boundary, a smaller one samples repeated).
+//     samples dropped at the boundary, a smaller one samples repeated);
+//     the count goes on from the chunk's offset, so one fault is one
+//     violation.
 func WaveformViolations(chunks []AudioChunk) []string {
 	var out []string
 	var sum int64
@@ -315,6 +317,9 @@ func WaveformViolations(chunks []AudioChunk) []string {
 			out = append(out, fmt.Sprintf("offsets: chunk %d starts at sample %d, %d samples came before it: %d dropped", i, *c.Offset, sum, *c.Offset-sum))
 		case *c.Offset < sum:
 			out = append(out, fmt.Sprintf("offsets: chunk %d starts at sample %d, %d samples came before it: %d repeated", i, *c.Offset, sum, sum-*c.Offset))
+		}
+		if c.Offset != nil {
+			sum = *c.Offset // one fault is reported at its boundary only
 		}
 		sum += c.Samples
 	}
