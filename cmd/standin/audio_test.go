@@ -42,7 +42,7 @@ func audioRun(t *testing.T, h *harness, kind string, args ...string) (*loadgen.R
 	}
 	out := filepath.Join(dir, "client")
 	cfg := loadgen.Config{BaseURL: s.url, Model: "standin", Endpoint: loadgen.Chat, ServerKind: sk, LoadPoint: "saturation",
-		MaxConcurrency: 2, IgnoreEOS: true, CleanSegment: 300 * time.Millisecond, NumClean: 1, DrainTimeout: 5 * time.Second,
+		MaxConcurrency: 2, IgnoreEOS: true, CleanSegment: 500 * time.Millisecond, NumClean: 1, DrainTimeout: 5 * time.Second,
 		ResultDir: out, Modalities: []string{"text", "audio"}}
 	res, err := loadgen.Run(context.Background(), cfg, m)
 	if err != nil {

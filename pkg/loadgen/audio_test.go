@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // wav is a PCM WAV of n samples (per channel) whose header declares
@@ -172,5 +173,21 @@ func TestGapStats(t *testing.T) {
 	}
 	if g := gapStats(nil); g != (GapStats{}) {
 		t.Fatalf("no gap: %+v", g)
+	}
+}
+
+// TestRunRefusesAudioConfig: modalities on completions, and a negative
+// playable minimum, are refused before anything is sent.
+func TestRunRefusesAudioConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Endpoint: Completions, Modalities: []string{"audio"}},
+		{Endpoint: Completions, MinAudioSamples: -1},
+	} {
+		cfg.BaseURL, cfg.Model, cfg.LoadPoint, cfg.MaxConcurrency = "http://127.0.0.1:1", "m", "saturation", 1
+		cfg.CleanSegment, cfg.NumClean, cfg.ResultDir = 100*time.Millisecond, 1, t.TempDir()
+		if _, err := Run(context.Background(), cfg, smallManifest(t, 2)); err == nil ||
+			!strings.Contains(err.Error(), "modalities") && !strings.Contains(err.Error(), "min audio samples") {
+			t.Errorf("%+v: %v", cfg, err)
+		}
 	}
 }
