@@ -29,7 +29,7 @@ the check could not tell (a file missing or unreadable): it never passes.`
 func newValidateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate",
-		Short: "Check a run's artifacts against the seed's contracts (layer1, layer2, client, sanity, warmup, recovery)",
+		Short: "Check a run's artifacts against the seed's contracts (layer1, layer2, client, sanity, warmup, recovery, waveform)",
 		Long: `validate checks the artifacts of one run against the contracts seed 002
 freezes. Each subcommand can be run by hand or named by a protocol as a
 validator, whose verdict the controller records as the gate
@@ -42,6 +42,7 @@ validator, whose verdict the controller records as the gate
   controller validate warmup  --result-dir ${ATTEMPT_DIR}/client --min-completions 32 [--stabilization --layer1-dir ${ATTEMPT_DIR}/opprof]
   controller validate recovery --result-dir ${ATTEMPT_DIR}/client --layer1-dir ${ATTEMPT_DIR}/opprof
   controller validate profile-windows --result-dir ${ATTEMPT_DIR}/client --windows 2
+  controller validate waveform --result-dir ${ATTEMPT_DIR}/client
 ` + validateExit,
 		Args: cobra.NoArgs,
 	}
@@ -49,7 +50,8 @@ validator, whose verdict the controller records as the gate
 	// inherit this).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
-		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd())
+		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd(),
+		newValidateWaveformCmd())
 	return cmd
 }
 

@@ -13,6 +13,9 @@ type extFlags struct {
 	tracesDir, tracePattern, layer1Stream string
 	ranks                                 int
 	serverKind                            string
+	// modalities and minAudioSamples: streamed audio (audio.go).
+	modalities      []string
+	minAudioSamples int64
 }
 
 func bindExtFlags(cmd *cobra.Command, f *extFlags) {
@@ -22,6 +25,8 @@ func bindExtFlags(cmd *cobra.Command, f *extFlags) {
 	fl.StringVar(&f.tracePattern, "profile-trace-pattern", loadgen.DefaultTracePattern, "glob of the trace files in --profile-traces-dir")
 	fl.StringVar(&f.layer1Stream, "profile-layer1-stream", "", "the server's Layer-1 JSONL stream: without --profile-traces-dir, a window waits for it to grow by warm-up + active steps; with it, the growth is recorded")
 	fl.StringVar(&f.serverKind, "server-kind", "auto", "the server streaming the responses: vllm, sglang, vllm-omni, sglang-omni, or auto (either reasoning field)")
+	fl.StringSliceVar(&f.modalities, "modalities", nil, "chat only: the output modalities asked for (such as text,audio); with audio, streamed audio chunks are recorded and summarized")
+	fl.Int64Var(&f.minAudioSamples, "min-audio-samples", loadgen.DefaultMinAudioSamples, "samples per channel an audio chunk needs to be the first playable one (TTFA); header-only and empty chunks never are")
 }
 
 // apply puts the flags into the run's configuration.
@@ -34,6 +39,13 @@ func (f extFlags) apply(cfg *loadgen.Config) error {
 		return refused("--server-kind: %v", err)
 	}
 	cfg.ServerKind = kind
+	if f.minAudioSamples < 1 {
+		return refused("--min-audio-samples %d: want at least 1", f.minAudioSamples)
+	}
+	if len(f.modalities) > 0 && cfg.Endpoint != loadgen.Chat {
+		return refused("--modalities: only --endpoint chat requests carry modalities")
+	}
+	cfg.Modalities, cfg.MinAudioSamples = f.modalities, f.minAudioSamples
 	cfg.ProfileWait = loadgen.ProfileWait{TracesDir: f.tracesDir, Ranks: f.ranks, TracePattern: f.tracePattern, Layer1Stream: f.layer1Stream}
 	return nil
 }

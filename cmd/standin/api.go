@@ -50,6 +50,8 @@ type chatRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// Modalities with "audio" asks an Omni kind for audio (audio.go).
+	Modalities []string `json:"modalities"`
 }
 
 // chatDelta is the delta of a streamed chat chunk.
@@ -220,6 +222,10 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	if a.kind.wantsAudio(req) {
+		a.chatAudioStream(w, r, gen, includeUsage)
+		return
+	}
 	chunk := func(choices []chatChoice) chatResponse {
 		return chatResponse{ID: gen.id, Object: "chat.completion.chunk", Created: gen.created, Model: gen.model, Choices: choices}
 	}

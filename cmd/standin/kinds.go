@@ -37,6 +37,8 @@ type kindConfig struct {
 	reasoningTokens    int
 	idleTimeoutS       float64
 	maxRunningRequests int // SGLang's --max-running-requests; < 0: not given
+	// audio is the Omni kinds' streamed audio (audio.go).
+	audio audioConfig
 }
 
 func addKindFlags(f *pflag.FlagSet, k *kindConfig) {
@@ -44,6 +46,7 @@ func addKindFlags(f *pflag.FlagSet, k *kindConfig) {
 	f.IntVar(&k.reasoningTokens, "reasoning-tokens", 0, "chat streams send their first N tokens as reasoning text, in the kind's field (vLLM: reasoning, SGLang: reasoning_content)")
 	f.Float64Var(&k.idleTimeoutS, "idle-timeout-s", 5, "close a kept-alive connection idle this long (uvicorn's timeout_keep_alive, 5 s)")
 	f.IntVar(&k.maxRunningRequests, "max-running-requests", -1, "SGLang's --max-running-requests as given (reported as max_running_requests; null when not given)")
+	addAudioFlags(f, &k.audio)
 }
 
 func (k kindConfig) validate() error {
@@ -53,7 +56,7 @@ func (k kindConfig) validate() error {
 	if k.reasoningTokens < 0 || k.idleTimeoutS <= 0 {
 		return fmt.Errorf("--reasoning-tokens must not be negative and --idle-timeout-s must be positive")
 	}
-	return nil
+	return k.audio.validate()
 }
 
 func (k kindConfig) sglang() bool { return k.kind == kindSGLang || k.kind == kindSGLangOmni }

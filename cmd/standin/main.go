@@ -23,8 +23,8 @@
 //
 // Real-server behaviours (--server-kind, --profiler-step-s,
 // --profiler-reused, --reasoning-tokens, --idle-timeout-s,
-// --max-running-requests) follow vLLM's and SGLang's source, cited in
-// docs/servers.md.
+// --max-running-requests, the Omni kinds' --audio-* streams) follow vLLM's,
+// SGLang's and their Omni servers' source, cited in docs/servers.md.
 //
 // Exit codes: 0 success; 1 failure (including --crash-after); 2 client
 // --fail after warm-up.

@@ -17,6 +17,10 @@ type chunk struct {
 	promptTokens, output int
 	// errorEvent: a non-null "error", or "object": "error".
 	errorEvent bool
+	// audio: the chunk carries audio (audio.go): a top-level "modality"
+	// of "audio" (audioModality: vLLM-Omni, whose delta content is then
+	// the audio, not a token) or a delta "audio" object (SGLang-Omni).
+	audio, audioModality bool
 }
 
 // Reasons readChunk gives for a chunk that is not a completion chunk.
@@ -48,6 +52,9 @@ func readChunk(p []byte, kind ServerKind) (c chunk, why string) {
 			ok = ok && c.readUsage(val)
 		case "choices":
 			ok = ok && c.readChoices(val, kind)
+		case "modality":
+			ok = ok && isStringOrNull(val)
+			c.audioModality = string(val) == `"audio"`
 		}
 	})
 	switch {
@@ -55,6 +62,10 @@ func readChunk(p []byte, kind ServerKind) (c chunk, why string) {
 		return chunk{}, notObject
 	case !ok:
 		return chunk{}, wrongType
+	}
+	if c.audioModality {
+		// vLLM-Omni: the delta content of an audio chunk is the audio.
+		c.token, c.audio = false, true
 	}
 	return c, ""
 }
@@ -143,6 +154,9 @@ func (c *chunk) readDelta(v []byte, kind ServerKind) bool {
 			if nonEmpty(val) && (string(key) == "content" || kind.carriesReasoning(string(key))) {
 				c.token = true
 			}
+		case "audio":
+			ok = ok && (val[0] == '{' || val[0] == 'n')
+			c.audio = c.audio || val[0] == '{'
 		}
 	})
 	return ok

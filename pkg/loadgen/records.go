@@ -78,6 +78,9 @@ type Record struct {
 	// Reason says why a request is not a success, in the client's words;
 	// never the server's error text.
 	Reason string `json:"reason,omitempty"`
+	// Audio is the request's streamed audio (audio.go); absent when the
+	// stream carried none.
+	Audio *AudioRecord `json:"audio,omitempty"`
 }
 
 // RecordSchema names the format of Record lines.

@@ -40,6 +40,9 @@ type bodyBuilder struct {
 	model       []byte // JSON string
 	temperature []byte // JSON number
 	ignoreEOS   bool
+	// modalities is a chat request's "modalities" (JSON array), nil
+	// for none (audio.go).
+	modalities []byte
 }
 
 func newBodyBuilder(e Endpoint, model string, temperature float64, ignoreEOS bool) (*bodyBuilder, error) {
@@ -63,6 +66,10 @@ func (b *bodyBuilder) build(prompt json.RawMessage, maxTokens int) []byte {
 		buf.WriteString(`,"messages":[{"role":"user","content":`)
 		buf.Write(prompt)
 		buf.WriteString(`}]`)
+		if b.modalities != nil {
+			buf.WriteString(`,"modalities":`)
+			buf.Write(b.modalities)
+		}
 	} else {
 		buf.WriteString(`,"prompt":`)
 		buf.Write(prompt)
@@ -118,8 +125,10 @@ type outcome struct {
 	usage        bool
 	chunks       int
 	itlMax       int64
-	class        Class
-	reason       string // why it is not a success; never server text
+	// audio is the request's audio; nil until a chunk carries some.
+	audio  *audioTrack
+	class  Class
+	reason string // why it is not a success; never server text
 }
 
 // expect is what a request's stream must report to be a success.
@@ -146,6 +155,8 @@ type sender struct {
 	itl func(at, gapNS int64)
 	// kind says which fields carry tokens (serverkind.go).
 	kind ServerKind
+	// minAudioSamples is the playable minimum of an audio chunk (audio.go).
+	minAudioSamples int64
 }
 
 // streamHeader is every streamed request's header. It is shared and
@@ -239,6 +250,11 @@ func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (
 			}
 			return WorkerLost, "error event in the stream", false
 		}
+		if ch.audio {
+			if why := s.addAudio(o, payload); why != "" {
+				return InvalidOutput, why, false
+			}
+		}
 		if ch.usage {
 			o.usage = true
 			o.promptTokens, o.outputTokens = ch.promptTokens, ch.output
@@ -282,10 +298,12 @@ func (o *outcome) invalid(e expect) string {
 		return "no usage in the stream"
 	case o.promptTokens < 0 || o.outputTokens < 0:
 		return fmt.Sprintf("negative token count in usage (%d prompt, %d output)", o.promptTokens, o.outputTokens)
-	case o.chunks == 0:
+	case o.chunks == 0 && o.audio == nil:
 		return fmt.Sprintf("no token chunk in the stream, usage reports %d output tokens", o.outputTokens)
 	case o.chunks > o.outputTokens:
 		return fmt.Sprintf("%d token chunks, usage reports %d output tokens", o.chunks, o.outputTokens)
+	case o.audio != nil && len(WaveformViolations(o.audio.rec.Chunks)) > 0:
+		return "waveform: " + WaveformViolations(o.audio.rec.Chunks)[0]
 	case e.exact && o.outputTokens != e.output:
 		return fmt.Sprintf("%d output tokens, %d requested", o.outputTokens, e.output)
 	case e.inputExact && o.promptTokens != e.input:

@@ -40,6 +40,11 @@ type Result struct {
 	Drain          DrainInfo        `json:"drain"`
 	Totals         Totals           `json:"totals"`
 	Files          Files            `json:"files"`
+	// Modalities are the chat requests' output modalities asked for;
+	// Audio the clean interval's audio figures (audio.go). Both absent
+	// when no modalities were asked for.
+	Modalities []string      `json:"modalities,omitempty"`
+	Audio      *AudioSummary `json:"audio,omitempty"`
 }
 
 // LoadInfo is how requests were admitted.

@@ -102,6 +102,11 @@ type Config struct {
 	RateFraction           float64
 	SaturationCompletedRPS float64
 	SaturationResultSHA256 string
+	// Modalities, when set, is a chat request's "modalities" (such as
+	// text and audio: audio.go); MinAudioSamples the samples a chunk
+	// needs to be the first playable one (0: DefaultMinAudioSamples).
+	Modalities      []string
+	MinAudioSamples int64
 }
 
 // admissionEstimate is how long admission is expected to last: warm-up,
@@ -234,6 +239,9 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
 		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
 	r.sender = &sender{client: newClient(tr), url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
+	if err := r.configureAudio(); err != nil {
+		return nil, err
+	}
 	r.slots = make([]*slot, 0, slotsCap(need, m.Len()))
 	return r.execute(ctx, tr, need)
 }
@@ -546,6 +554,9 @@ func (r *run) finish(s *slot, o outcome) {
 	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
 	rec.Class, rec.Reason = o.class, o.reason
+	if o.audio != nil {
+		rec.Audio = o.audio.finish(rec.SentNS, o.end)
+	}
 }
 
 // admitNext takes the manifest's next row for a closed-loop worker,

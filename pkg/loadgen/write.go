@@ -149,6 +149,7 @@ func (r *run) clean(res *Result, slots []*slot) {
 	res.Lag.All, res.Lag.Clean = distNS(lagAll), distNS(lagClean)
 	res.Lag.ThresholdS = LagThresholdS
 	res.Lag.Sustained = res.Lag.OverThreshold > 0
+	r.summarizeAudio(res, slots)
 }
 
 // segmentSummary counts and summarizes one segment.

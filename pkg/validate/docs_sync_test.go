@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"warden/pkg/loadgen"
 )
 
 // The docs say exactly what the checks check. docs/validators.md lists,
@@ -103,6 +105,7 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 		"profile-windows": {ProfileWindowsDir(dir, ProfileWindowOptions{Windows: 2})},
 		"layer1":          {Layer1Dir(l1, "", "", DefaultLayer1)},
 	}
+	emitted["waveform"] = waveformFigures(t)
 	_, san := Sanity([]string{dir}, dir, DefaultSanity())
 	emitted["sanity"] = []Result{san}
 	for name, results := range emitted {
@@ -203,5 +206,43 @@ func TestLoadgenDocFieldsRead(t *testing.T) {
 	}
 	if n < 20 {
 		t.Errorf("only %d fields found in docs/loadgen.md's client validator table: the table's shape changed", n)
+	}
+}
+
+// waveformFigures are the waveform check's results on a sound run, a
+// broken one and one it cannot tell.
+func waveformFigures(t *testing.T) []Result {
+	audio := []string{"audio"}
+	sound := audioRec("ok", loadgen.Success, wchunk(10, 10, 24000, off(0)), wchunk(10, 10, 24000, off(10)))
+	broken := audioRec("drop", loadgen.Success, wchunk(10, 10, 24000, off(0)), wchunk(10, 10, 24000, off(13)))
+	return []Result{WaveformDir(waveformDir(t, audio, sound)), WaveformDir(waveformDir(t, audio, broken)),
+		WaveformDir(waveformDir(t, audio, audioRec("none", loadgen.Success)))}
+}
+
+// TestWaveformRulesDocumented: the rules table of docs/validators.md's
+// waveform section names exactly WaveformRules, in order, and every rule
+// is a word the check's or loadgen's messages carry.
+func TestWaveformRulesDocumented(t *testing.T) {
+	sec := docSections(t, validatorsDoc)["waveform"]
+	var rules []string
+	for _, line := range strings.Split(sec, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 5 || !strings.HasPrefix(strings.TrimSpace(cols[1]), "`") {
+			continue
+		}
+		rules = append(rules, strings.Trim(strings.TrimSpace(cols[1]), "`"))
+	}
+	if !slices.Equal(rules, WaveformRules) {
+		t.Fatalf("docs/validators.md waveform rules %v, the code's %v", rules, WaveformRules)
+	}
+	src := sourceLiterals(t)
+	lg, err := os.ReadFile("../loadgen/audio.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules {
+		if !strings.Contains(src+string(lg), `"`+r+`: `) {
+			t.Errorf("rule %s: no message of pkg/validate or pkg/loadgen/audio.go starts with %q", r, r+": ")
+		}
 	}
 }

@@ -1,0 +1,142 @@
+package validate
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"warden/pkg/loadgen"
+)
+
+// The waveform invariants of seed 000: "流式音频还要做波形级不变量：chunk
+// 拼接后的总样本数与声明时长一致，边界处没有重复或丢样，通道数和采样率不变"
+// (streamed audio needs waveform invariants: the concatenated chunks'
+// total samples agree with the declared duration, no repeated or dropped
+// samples at boundaries, channels and sample rate unchanged). It reads
+// the audio records loadgen writes (requests/*.jsonl, "audio") and checks
+// every request's chunks again by loadgen.WaveformViolations, whose rules
+// WaveformRules names.
+
+// WaveformRules are the rules of the waveform check, in the order of
+// docs/validators.md's table: the three of loadgen.WaveformViolations,
+// then the two of the run.
+var WaveformRules = []string{"header_length", "format_constant", "offsets", "chunks_present", "marked_invalid"}
+
+// waveformRequest is the part of a request record the check reads.
+type waveformRequest struct {
+	ID    string               `json:"id"`
+	Class string               `json:"class"`
+	Audio *loadgen.AudioRecord `json:"audio"`
+}
+
+// waveformResult is the part of result.json the check reads.
+type waveformResult struct {
+	Modalities []string `json:"modalities"`
+	Files      struct {
+		Requests []string `json:"requests"`
+	} `json:"files"`
+}
+
+// WaveformDir checks the audio of the loadgen run in dir.
+func WaveformDir(dir string) Result {
+	f := newFindings()
+	b, err := os.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		f.errorf("result.json: %v", err)
+		return f.result("")
+	}
+	var res waveformResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		f.errorf("result.json: %v", err)
+		return f.result("")
+	}
+	if !slices.Contains(res.Modalities, "audio") {
+		f.errorf("result.json: the run asked for no audio (modalities %v): nothing to check", res.Modalities)
+		return f.result("")
+	}
+	if len(res.Files.Requests) == 0 {
+		f.errorf("result.json lists no request records")
+		return f.result("")
+	}
+	reqs, err := readWaveformRequests(dir, res.Files.Requests)
+	if err != nil {
+		f.errorf("request records: %v", err)
+		return f.result("")
+	}
+	checkWaveforms(f, reqs)
+	return f.result(fmt.Sprintf("%d requests' audio chunks keep the waveform invariants", int(f.figs["audio_requests"])))
+}
+
+// checkWaveforms applies the rules to every successful or invalid-output
+// request (the ones whose stream ended): the other classes ended before
+// their audio did.
+func checkWaveforms(f *findings, reqs []waveformRequest) {
+	var audio, chunks, violating, unmarked, missing int
+	for _, q := range reqs {
+		if q.Class != string(loadgen.Success) && q.Class != string(loadgen.InvalidOutput) {
+			continue
+		}
+		if q.Audio == nil || len(q.Audio.Chunks) == 0 {
+			if q.Class == string(loadgen.Success) {
+				missing++
+			}
+			continue
+		}
+		audio++
+		chunks += len(q.Audio.Chunks)
+		v := loadgen.WaveformViolations(q.Audio.Chunks)
+		if len(v) == 0 {
+			continue
+		}
+		violating++
+		if violating <= 3 {
+			f.failf("request %s: %s", q.ID, strings.Join(v, "; "))
+		}
+		if q.Class != string(loadgen.InvalidOutput) {
+			unmarked++
+		}
+	}
+	if violating > 3 {
+		f.failf("%d requests break the waveform invariants in all", violating)
+	}
+	if unmarked > 0 {
+		f.failf("marked_invalid: %d requests break them and are not invalid-output", unmarked)
+	}
+	if missing > 0 {
+		f.errorf("chunks_present: %d successful requests of an audio run have no audio chunk records", missing)
+	}
+	if audio == 0 && missing == 0 {
+		f.errorf("chunks_present: no request of the audio run ended with audio chunk records")
+	}
+	f.fig("audio_requests", float64(audio))
+	f.fig("audio_chunks", float64(chunks))
+	f.fig("violating_requests", float64(violating))
+	f.fig("unmarked_requests", float64(unmarked))
+	f.fig("missing_chunk_records", float64(missing))
+}
+
+// readWaveformRequests reads the records of the files rel (relative to
+// dir, as result.json names them).
+func readWaveformRequests(dir string, rel []string) ([]waveformRequest, error) {
+	var out []waveformRequest
+	for _, r := range rel {
+		p, err := inside(dir, r)
+		if err != nil {
+			return out, err
+		}
+		if err := eachJSONLine(p, func(line []byte) error {
+			var q waveformRequest
+			if err := json.Unmarshal(line, &q); err != nil {
+				return err
+			}
+			out = append(out, q)
+			return nil
+		}); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
