@@ -61,6 +61,8 @@ type step struct {
 	rec   record.Recorder
 	spec  attempt.Spec
 	alloc Allocation
+	// serverStart is when the node reported its server started.
+	serverStart time.Time
 }
 
 // execute runs the attempt as a Slurm step and records what its
@@ -298,12 +300,14 @@ func (a *step) applyReport(rep record.Report) error {
 		}
 		if rep.Proc.Role == "server" {
 			env.InFlight.Add(a.Key(), len(a.spec.GPUIDs), rep.Proc.StartedAt)
+			a.serverStart = rep.Proc.StartedAt
 		}
 		return a.rec.ProcStarted(a.spec.Run.ID, a.spec.N, *rep.Proc)
 	case "transition":
 		if !rep.To.Valid() {
 			return fmt.Errorf("a transition to unknown state %q", rep.To)
 		}
+		a.chargeToReceipt(&rep)
 		if err := a.rec.Transition(a.spec.Run.ID, a.spec.N, rep); err != nil {
 			return err
 		}
@@ -317,6 +321,28 @@ func (a *step) applyReport(rep record.Report) error {
 		return nil
 	}
 	return fmt.Errorf("a report of unknown kind %q", rep.Kind)
+}
+
+// chargeToReceipt raises a charge the node reports to the GPU time from
+// its server's start to now, when that is more: the node measured to its
+// own cleanup, but the controller knows the GPUs free only once the report
+// arrives, and the records date the cleanup then. Never under-charged;
+// the excess is the report's way from the node.
+func (a *step) chargeToReceipt(rep *record.Report) {
+	if a.serverStart.IsZero() {
+		return
+	}
+	held := budget.Charge(len(a.spec.GPUIDs), a.serverStart, a.env.Now())
+	for i := range rep.Ledger {
+		l := &rep.Ledger[i]
+		if l.Kind != state.LedgerCharge || l.GPUSeconds >= held {
+			continue
+		}
+		l.GPUSeconds, l.Note = held, l.Note+", to the controller's receipt of the node's report"
+		if _, ok := rep.AttemptFigures["gpu_seconds"]; ok {
+			rep.AttemptFigures["gpu_seconds"] = held
+		}
+	}
 }
 
 // sendNode writes one command to the node-side runner. A runner that is
