@@ -150,6 +150,31 @@ func TestEscapedGrandchildIsCleanedUp(t *testing.T) {
 	c.assertNoProcesses()
 }
 
+// TestEscapedCgroupGrandchildIsCleanedUp: a root daemon can leave its
+// cgroup as well as its process group and session. With cgroups on, the
+// leaf no longer holds it: the sweep for descendants that escaped, marked
+// by the attempt's directory and reparented to the controller, runs with
+// cgroups too, and ends it.
+func TestEscapedCgroupGrandchildIsCleanedUp(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	out := c.runForeground(writeProtocol(t, scenario{serverArgs: `, --setsid-grandchild, --escape-cgroup`}))
+	s := c.store()
+	a := c.soleAttempt(s, "p1.saturation", state.Complete)[0]
+	for _, p := range a.Procs {
+		if p.Role == "server" && p.Cgroup == "" {
+			t.Skip("the server ran without a cgroup (cgroup v2 is not writable here): the escape from a cgroup is not what this test drives")
+		}
+	}
+	if v := c.gateVerdict(s, "p1.saturation", "cleanup"); v.Verdict != "pass" || v.Figures["gpu0_used_mib"] != 0 {
+		t.Fatalf("cleanup gate %+v", v)
+	}
+	if !strings.Contains(out, "killed a descendant that escaped its process group") {
+		t.Fatalf("the controller did not say it ended the escapee:\n%s", tail(out, 3000))
+	}
+	c.assertNoProcesses()
+}
+
 func TestClientHangsWatchdog(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)

@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -70,16 +73,18 @@ func startSleeper(extra ...*os.File) (*exec.Cmd, error) {
 
 func newEscapeCmd() *cobra.Command {
 	var mib int
+	var leave bool
 	cmd := &cobra.Command{
 		Use:    "escape",
 		Short:  "internal: first fork of --setsid-grandchild; starts an orphan in this new session and exits",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return runEscape(mib)
+			return runEscape(mib, leave)
 		},
 	}
 	cmd.Flags().IntVar(&mib, "gpu-mem-mib", 0, "fake GPU memory the orphan claims on each visible GPU")
+	cmd.Flags().BoolVar(&leave, "leave-cgroup", false, "the orphan moves itself out of its cgroup first")
 	return cmd
 }
 
@@ -87,13 +92,17 @@ func newEscapeCmd() *cobra.Command {
 // orphan, waits until the orphan has claimed its memory, and returns without
 // waiting for it: once this process exits, the orphan belongs to no process
 // of the server's group or session.
-func runEscape(mib int) error {
+func runEscape(mib int, leave bool) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("escape: pipe: %w", err)
 	}
 	defer r.Close()
-	cmd, err := selfCommand("orphan", "--gpu-mem-mib", fmt.Sprint(mib), "--notify-fd", "3")
+	args := []string{"orphan", "--gpu-mem-mib", fmt.Sprint(mib), "--notify-fd", "3"}
+	if leave {
+		args = append(args, "--leave-cgroup")
+	}
+	cmd, err := selfCommand(args...)
 	if err != nil {
 		w.Close()
 		return err
@@ -116,8 +125,12 @@ func runEscape(mib int) error {
 
 // startEscape starts the first fork of --setsid-grandchild in a new session
 // and waits for it: it exits as soon as its orphan holds its memory.
-func startEscape(mib int) error {
-	cmd, err := selfCommand("escape", "--gpu-mem-mib", fmt.Sprint(mib))
+func startEscape(mib int, leave bool) error {
+	args := []string{"escape", "--gpu-mem-mib", fmt.Sprint(mib)}
+	if leave {
+		args = append(args, "--leave-cgroup")
+	}
+	cmd, err := selfCommand(args...)
 	if err != nil {
 		return err
 	}
@@ -130,17 +143,24 @@ func startEscape(mib int) error {
 
 func newOrphanCmd() *cobra.Command {
 	var mib, notifyFD int
+	var leave bool
 	cmd := &cobra.Command{
 		Use:    "orphan",
 		Short:  "internal: --setsid-grandchild process; claims fake GPU memory and sleeps until killed",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if leave {
+				if err := leaveCgroup(); err != nil {
+					return fmt.Errorf("orphan: %w", err)
+				}
+			}
 			return runOrphan(mib, notifyFD)
 		},
 	}
 	cmd.Flags().IntVar(&mib, "gpu-mem-mib", 0, "fake GPU memory to claim on each visible GPU")
 	cmd.Flags().IntVar(&notifyFD, "notify-fd", -1, "fd on which to write \"claimed\" once the memory is claimed")
+	cmd.Flags().BoolVar(&leave, "leave-cgroup", false, "move this process into the cgroup two levels above its own before anything else")
 	return cmd
 }
 
@@ -162,4 +182,47 @@ func runOrphan(mib, notifyFD int) error {
 	sig := waitForSignal(syscall.SIGTERM, syscall.SIGINT)
 	log.Info("exiting on signal", "signal", sig.String())
 	return nil
+}
+
+// leaveCgroup moves this process into the cgroup two levels above its own
+// (from a campaign's leaf, past its campaign root, into the cgroup the
+// controller runs in): what a root daemon that escapes its supervisor's
+// cgroup does. It finds the cgroup2 mount in /proc/self/mountinfo.
+func leaveCgroup() error {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	var own string
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" || own == "/" {
+		return fmt.Errorf("leave cgroup: no cgroup v2 path to leave (%q)", own)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		// the path of own is relative to the mount's root (field 4)
+		rel, ok := strings.CutPrefix(own, strings.TrimSuffix(f[3], "/"))
+		if !ok {
+			continue
+		}
+		target := filepath.Join(f[4], filepath.Dir(filepath.Dir(rel)), "cgroup.procs")
+		if err := os.WriteFile(target, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return fmt.Errorf("leave cgroup: %w", err)
+		}
+		newLogger("orphan").Info("moved out of its cgroup (--escape-cgroup)", "from", own, "to", filepath.Dir(target))
+		return nil
+	}
+	return errors.New("leave cgroup: no cgroup2 mount holds " + own)
 }

@@ -37,6 +37,7 @@ type engineConfig struct {
 	crashAfterS      float64
 	ignoreSIGTERM    bool
 	setsidGrandchild bool
+	escapeCgroup     bool // the --setsid-grandchild escapee also leaves the attempt's cgroup
 	engineSurvives   bool
 	fork             int
 }
@@ -48,6 +49,7 @@ func (c *engineConfig) addFlags(cmd *cobra.Command) {
 	f.Float64Var(&c.crashAfterS, "crash-after", 0, "misbehave: exit with code 1 after this many seconds (0: never)")
 	f.BoolVar(&c.ignoreSIGTERM, "ignore-sigterm", false, "misbehave: ignore SIGTERM")
 	f.BoolVar(&c.setsidGrandchild, "setsid-grandchild", false, "misbehave: leave a process in a new session that holds fake GPU memory until killed")
+	f.BoolVar(&c.escapeCgroup, "escape-cgroup", false, "misbehave: the --setsid-grandchild escapee moves itself out of its cgroup, into the one two levels up (as a root process can)")
 	f.BoolVar(&c.engineSurvives, "engine-survives", false, "misbehave: keep running and holding memory when the parent says exit or dies")
 	f.IntVar(&c.fork, "fork", 0, "misbehave: start this many sleeping children in the process group, left behind at exit")
 }
@@ -66,6 +68,7 @@ func (c *engineConfig) args() []string {
 	}{
 		{"--ignore-sigterm", c.ignoreSIGTERM},
 		{"--setsid-grandchild", c.setsidGrandchild},
+		{"--escape-cgroup", c.escapeCgroup},
 		{"--engine-survives", c.engineSurvives},
 	} {
 		if b.on {
@@ -199,7 +202,7 @@ func engineChildren(cfg engineConfig, log *slog.Logger) error {
 		go func() { _ = child.Wait() }()
 	}
 	if cfg.setsidGrandchild {
-		if err := startEscape(cfg.gpuMemMiB); err != nil {
+		if err := startEscape(cfg.gpuMemMiB, cfg.escapeCgroup); err != nil {
 			return fmt.Errorf("engine: %w", err)
 		}
 	}

@@ -98,6 +98,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.Float64Var(&cfg.engine.crashAfterS, "crash-after", 0, "misbehave: parent and engine exit with code 1 after this many seconds (0: never)")
 	f.BoolVar(&cfg.engine.setsidGrandchild, "setsid-grandchild", false, "misbehave: the engine leaves a process in a new session that holds fake GPU memory until killed")
 	f.StringVar(&cfg.listenAfter, "listen-after", "", "bind the port only once this file exists, as SGLang binds after loading its model (a SIGTERM while waiting exits 0)")
+	f.BoolVar(&cfg.engine.escapeCgroup, "escape-cgroup", false, "misbehave: the --setsid-grandchild escapee moves itself out of the attempt's cgroup, into the one two levels up, as a root daemon can")
 	f.BoolVar(&cfg.holdPort, "hold-port", false, "misbehave: a child inherits the listening socket and keeps the port bound after shutdown")
 	f.IntVar(&cfg.info.maxNumSeqs, "max-num-seqs", 1024, "the scheduler's max_num_seqs it reports (vLLM's /server_info, SGLang's /get_server_info as max_running_requests)")
 	f.IntVar(&cfg.info.maxNumBatchedTokens, "max-num-batched-tokens", 8192, "the scheduler's max_num_batched_tokens it reports")

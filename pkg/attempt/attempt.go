@@ -614,14 +614,13 @@ func (a *Attempt) charge(end time.Time) {
 }
 
 // killAdopted ends descendants of the attempt that escaped its process
-// groups (setsid, double fork) and were reparented to the controller:
-// without a cgroup nothing else reaches them. Each is identified by the
-// attempt's directory in its inherited environment and by being our child.
+// groups (setsid, double fork) and were reparented to the controller.
+// With cgroups the leaves end what they hold, but a root process can move
+// itself out of its cgroup too, so the sweep runs either way. Each is
+// identified by the attempt's directory in its inherited environment and
+// by being our child.
 func (a *Attempt) killAdopted() {
-	if a.env.Cgroups.Available() {
-		return // the attempt's cgroups hold its escapees; they were killed with them
-	}
-	ids, err := launch.Adopted(a.env.Boot, "WARDEN_ATTEMPT_DIR="+a.dir)
+	ids, err := launch.Adopted(a.env.Boot, a.marker())
 	if err != nil {
 		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("look for adopted descendants")
 		return
@@ -635,6 +634,10 @@ func (a *Attempt) killAdopted() {
 		a.env.Log.Warn().Str("run", a.run.ID).Int("pid", id.PID).Msg("killed a descendant that escaped its process group")
 	}
 }
+
+// marker is the environment entry every process of the attempt inherits:
+// it names the attempt's directory, and finds its escapees.
+func (a *Attempt) marker() string { return "WARDEN_ATTEMPT_DIR=" + a.dir }
 
 // livePIDs lists processes of the attempt still alive: in its cgroups and
 // process groups.
@@ -870,7 +873,7 @@ func (a *Attempt) prepareCommands() error {
 		"WARDEN_RUN_ID="+a.run.ID,
 		"WARDEN_ATTEMPT="+a.vars["ATTEMPT"],
 		"WARDEN_RUN_DIR="+a.vars["RUN_DIR"],
-		"WARDEN_ATTEMPT_DIR="+a.dir,
+		a.marker(),
 		"WARDEN_CAMPAIGN_DIR="+c.Dir,
 		"WARDEN_PORT="+a.vars["PORT"],
 		"WARDEN_GPU_IDS="+a.vars["GPU_IDS"],

@@ -13,6 +13,7 @@ import (
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
+	"warden/pkg/launch"
 )
 
 // hostRecord is written before the run and again after its measured
@@ -100,6 +101,8 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
 	own := newOwnProcs()
+	marker := a.marker()
+	own.adopted = func(pid int) bool { return launch.IsAdopted(pid, marker) }
 	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: campaignfs.GPUSamples(a.dir),
 		Watch: own.watch(a.env.UID)})
 	if err == nil {

@@ -15,8 +15,10 @@ import (
 
 // ownProcs knows the attempt's processes for the GPU sampler, which runs
 // in a goroutine of its own: a process on the attempt's GPUs that is not
-// in one of their cgroups or process groups is foreign (seed 002 stop
-// condition 2: "another user's GPU process appears").
+// in one of their cgroups or process groups, nor an escapee of theirs
+// reparented to the controller and carrying the attempt's marker, is
+// foreign (seed 002 stop condition 2: "another user's GPU process
+// appears").
 //
 // mu is held while a process starts and is registered (attempt.start),
 // and while a sample is judged: a process a sample saw on a GPU had
@@ -36,6 +38,11 @@ type ownProcs struct {
 	// never waits on it); the attempt's supervision reads it.
 	found chan gates.Verdict
 	once  sync.Once
+
+	// adopted says whether a pid outside the cgroups and groups is one of
+	// the attempt's escapees (launch.IsAdopted with its marker): a
+	// descendant that left them, a root process its cgroup too. Nil: none.
+	adopted func(pid int) bool
 }
 
 func newOwnProcs() *ownProcs {
@@ -88,6 +95,15 @@ func (o *ownProcs) watch(ownUID int) func(sample.Record) {
 		}
 		for _, pid := range o.pids() {
 			o.known[pid] = true
+		}
+		if o.adopted != nil {
+			for _, r := range rec.GPUs {
+				for _, p := range r.Procs {
+					if !o.known[p.PID] && o.adopted(p.PID) {
+						o.known[p.PID] = true
+					}
+				}
+			}
 		}
 		v := judgeGPUProcs(rec.GPUs, o.known, ownUID)
 		o.mu.Unlock()

@@ -54,6 +54,20 @@ func TestOwnProcsWatch(t *testing.T) {
 	if v.Verdict != gates.Fail || !v.At.Equal(at) || !strings.Contains(v.Detail, "pid 99") {
 		t.Fatalf("%+v", v)
 	}
+	// an escapee of the attempt (reparented to the controller, marked) is
+	// not a stranger, though no cgroup or group of the attempt holds it
+	o3 := newOwnProcs()
+	o3.adopted = func(pid int) bool { return pid == 77 }
+	o3.watch(1000)(sample.Record{Time: at, GPUs: []gpu.Reading{{Index: 0, Procs: []gpu.Proc{{PID: 77, UID: 1000, UsedMiB: 1}}}}})
+	select {
+	case v := <-o3.found:
+		t.Fatalf("the attempt's own escapee was judged foreign: %+v", v)
+	default:
+	}
+	o3.watch(1000)(stranger)
+	if v := <-o3.found; !strings.Contains(v.Detail, "pid 99") {
+		t.Fatalf("a stranger beside an escapee: %+v", v)
+	}
 	o2 := newOwnProcs()
 	o2.end()
 	o2.watch(1000)(stranger)

@@ -96,6 +96,24 @@ func Adopted(boot BootIDSource, marker string) ([]Identity, error) {
 	return Marked(boot, marker, Children)
 }
 
+// IsAdopted reports whether the live process pid is one Adopted would
+// list: a child of this process (a descendant reparented to it as
+// subreaper) whose environment carries marker. It reads that one process,
+// for a caller that meets a pid and must tell whether it is one of its
+// escapees; false when it is gone, not our child or not marked.
+func IsAdopted(pid int, marker string) bool {
+	st, err := readStat(pid)
+	if err != nil || st.dead() || st.PPID != os.Getpid() {
+		return false
+	}
+	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || !hasEntry(env, marker) {
+		return false
+	}
+	now, err := readStat(pid) // the pid was not reused between the reads
+	return err == nil && now.StartTime == st.StartTime
+}
+
 // Carries reports whether the live process id holds marker ("KEY=value")
 // in the environment it was started with; false when it is gone or its
 // environment cannot be read (another user's).

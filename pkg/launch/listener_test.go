@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -152,5 +153,36 @@ func TestCheckListenerDaemonizedServer(t *testing.T) {
 				t.Fatalf("a daemon outside group, session and tree, without cgroups = %v, want an impostor error naming %d", err, pid)
 			}
 		})
+	}
+}
+
+// IsAdopted: an escaped descendant reparented to this process (the
+// subreaper) and carrying the marker is ours; another marker, a process
+// that is not our child, or a gone one is not.
+func TestIsAdopted(t *testing.T) {
+	l := newLauncher(t, false)
+	dir := t.TempDir()
+	start(t, l, childSpec(t, "escape", dir, "WARDEN_TEST_MARK=attempt-1"))
+	waitReady(t, filepath.Join(dir, "ready"))
+	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
+	gid, err := Lookup(gpid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killOnCleanup(t, gid)
+	// the orphan's parent exits once it started it: wait for the reparenting
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := pollUntil(ctx, func() (bool, error) { st, err := readStat(gpid); return err == nil && st.PPID == os.Getpid(), err }); err != nil {
+		t.Fatalf("the escaped grandchild was not reparented to the test process: %v", err)
+	}
+	if !IsAdopted(gpid, "WARDEN_TEST_MARK=attempt-1") {
+		t.Fatal("an adopted, marked escapee is not found ours")
+	}
+	if IsAdopted(gpid, "WARDEN_TEST_MARK=attempt-2") {
+		t.Fatal("another attempt's marker matched")
+	}
+	if IsAdopted(os.Getpid(), "WARDEN_TEST_MARK=attempt-1") || IsAdopted(1, "WARDEN_TEST_MARK=attempt-1") {
+		t.Fatal("a process that is not our child was found ours")
 	}
 }
