@@ -87,7 +87,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver}
+			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver, Metrics: mo.settings()}
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &exitError{2, err}
 			}
@@ -113,6 +113,9 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			}
 			if output != "json" {
 				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
+			}
+			if so.Metrics != nil {
+				mo.Textfile = so.Metrics.Textfile // absolute: the daemon runs in /
 			}
 			return launchController(cmd, "start", abs, foreground, "", output, mo, nil)
 		},
@@ -213,6 +216,10 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	set, err := campaigndir.ReadSettings(abs)
 	if err != nil {
 		return &exitError{2, err}
+	}
+	if mo.Addr == "" && mo.Textfile == "" && set.Metrics != nil {
+		// the outputs controller start was given, unless this resume names its own
+		mo.Addr, mo.Textfile = set.Metrics.Addr, set.Metrics.Textfile
 	}
 	if !lockfile.Held(campaignfs.Lock(abs)) {
 		// every page verified before anything is claimed or recorded; the
@@ -450,8 +457,23 @@ left live (it died, before or during the stop): resume reclaims them.`,
 type metricsOptions struct{ metrics.Outputs }
 
 func (mo *metricsOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&mo.Addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path")
-	cmd.Flags().StringVar(&mo.Textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom)")
+	cmd.Flags().StringVar(&mo.Addr, "metrics", "", "serve Prometheus metrics on this loopback address (127.0.0.1:PORT), at any path (resume: the one start was given, unless named)")
+	cmd.Flags().StringVar(&mo.Textfile, "metrics-textfile", "", "write Prometheus metrics to this file every 10 s, for node_exporter's textfile collector (name it *.prom; resume: the one start was given, unless named)")
+}
+
+// settings are the outputs as the campaign records them, the textfile's
+// path absolute (the daemon runs in /); nil when there are none.
+func (mo metricsOptions) settings() *campaigndir.MetricsSettings {
+	if mo.Addr == "" && mo.Textfile == "" {
+		return nil
+	}
+	ms := &campaigndir.MetricsSettings{Addr: mo.Addr, Textfile: mo.Textfile}
+	if ms.Textfile != "" {
+		if abs, err := filepath.Abs(ms.Textfile); err == nil {
+			ms.Textfile = abs
+		}
+	}
+	return ms
 }
 
 func (mo metricsOptions) check() error {

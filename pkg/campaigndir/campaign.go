@@ -51,6 +51,11 @@ type Settings struct {
 	Executor string         `json:"executor,omitempty"`
 	Slurm    *slurm.Options `json:"slurm,omitempty"`
 
+	// Metrics are the Prometheus outputs controller start was given
+	// (--metrics, --metrics-textfile, the file's path absolute): a resume
+	// without those flags serves the same ones.
+	Metrics *MetricsSettings `json:"metrics,omitempty"`
+
 	// FakeExplicit records that the fake backend was asked for by name
 	// (--gpu-backend fake). A fake campaign without it was made when
 	// "auto" still fell back to fake GPUs: resume refuses it unless
@@ -58,8 +63,16 @@ type Settings struct {
 	FakeExplicit bool `json:"fake_gpus_explicit,omitempty"`
 }
 
+// MetricsSettings are a campaign's Prometheus outputs.
+type MetricsSettings struct {
+	Addr     string `json:"addr,omitempty"`
+	Textfile string `json:"textfile,omitempty"`
+}
+
 // StartOptions are the choices of controller start.
 type StartOptions struct {
+	// Metrics are the Prometheus outputs, recorded for resume (nil: none).
+	Metrics *MetricsSettings
 	Backend    string // resolved: "fake" or "nvml"
 	FakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
 	Cgroups    string
@@ -227,7 +240,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
 	st := Settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
 		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.Backend, Cgroups: so.Cgroups,
-		Executor: so.Executor, Slurm: so.Slurm}
+		Executor: so.Executor, Slurm: so.Slurm, Metrics: so.Metrics}
 	if st.Cgroups == "" {
 		st.Cgroups = "auto"
 	}
