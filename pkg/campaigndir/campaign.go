@@ -72,7 +72,7 @@ type MetricsSettings struct {
 // StartOptions are the choices of controller start.
 type StartOptions struct {
 	// Metrics are the Prometheus outputs, recorded for resume (nil: none).
-	Metrics *MetricsSettings
+	Metrics    *MetricsSettings
 	Backend    string // resolved: "fake" or "nvml"
 	FakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
 	Cgroups    string
