@@ -55,6 +55,14 @@ var defaultAfter = regexp.MustCompile(`(\S+) \(default\)`)
 
 var defaultRe = regexp.MustCompile(`(?i)\bdefault(?: is|:)? ([^;,(]+)`)
 
+// defaultQuoted is a value named before its "(default...)" note, as in
+// `"phase-file" (default: what it means)`; defaultInParens the default
+// inside the parentheses, as in `(default: the last)`.
+var (
+	defaultQuoted   = regexp.MustCompile(`("[^"]+") \(default\b`)
+	defaultInParens = regexp.MustCompile(`\(default:? ([^)]+)\)`)
+)
+
 func typeName(e ast.Expr) (string, string) { // text, struct name to describe
 	switch t := e.(type) {
 	case *ast.Ident:
@@ -146,7 +154,11 @@ func reference(t *testing.T) string {
 			}
 			desc := strings.TrimSpace(strings.Join(strings.Fields(fl.Doc.Text()+" "+fl.Comment.Text()), " "))
 			def := "–"
-			if m := defaultRe.FindStringSubmatch(desc); m != nil {
+			if m := defaultQuoted.FindStringSubmatch(desc); m != nil {
+				def = m[1]
+			} else if m := defaultInParens.FindStringSubmatch(desc); m != nil {
+				def = strings.TrimSpace(m[1])
+			} else if m := defaultRe.FindStringSubmatch(desc); m != nil {
 				def = strings.TrimSpace(strings.TrimSuffix(m[1], "."))
 			} else if m := defaultAfter.FindStringSubmatch(desc); m != nil {
 				def = m[1]
