@@ -30,7 +30,9 @@ func newReportCmd(o *options) *cobra.Command {
 SVG charts are inline; it fetches nothing when opened) and prints well: the
 protocol and its hash, amendments, state and stop reason; a timeline of every
 attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
-attempt, states and times); the budget burned over time against the cap;
+attempt, states and times); the budget burned over time against the cap; the intervals no controller
+ran the campaign (a dead controller's last heartbeat to the resume that
+found it) shaded in the charts and named in the notes;
 the runs with outcomes, gate and validator verdicts and key figures
 (throughput, energy per request); GPU power, memory and clock traces from the
 samples; a sanity block (host load, other users' processes, missed

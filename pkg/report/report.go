@@ -275,6 +275,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 	d.Budget = budgetSVG(rep)
 	d.Traces = gpuTraces(rep)
 	d.Sanity, d.Notes = sanity(rep)
+	d.Notes = append(d.Notes, gapNotes(rep.ControllerGaps)...)
 	d.Windows = reportWindows(rep)
 	d.Stderr = stderrOf(dir, rep, plan)
 	return d
@@ -375,6 +376,7 @@ func timelineSVG(rep api.Report) template.HTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="100%%" role="img" aria-label="attempts per GPU over time">`, chartW, h+30)
 	timeAxis(&b, t0, t1, left, w, top, float64(len(ids))*rowH)
+	deadBands(&b, rep.ControllerGaps, t0, t1, left, w, top, float64(len(ids))*rowH)
 	for i, g := range ids {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="label" text-anchor="end">GPU %d</text>`, left-8, top+float64(i)*rowH+rowH/2+4, g)
 	}
@@ -466,6 +468,7 @@ func budgetSVG(rep api.Report) template.HTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="100%%" role="img" aria-label="budget over time">`, chartW, top+ch+30)
 	timeAxis(&b, t0, t1, left, w, top, ch)
+	deadBands(&b, rep.ControllerGaps, t0, t1, left, w, top, ch)
 	for i := 0; i <= 4; i++ {
 		v := ymax / 1.08 * float64(i) / 4
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="tick" text-anchor="end">%.3g</text>`, left-6, y(v)+4, v)
@@ -571,6 +574,7 @@ func gpuTraces(rep api.Report) []trace {
 		var b strings.Builder
 		fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="100%%" role="img" aria-label="%s">`, chartW, top+ch+30, esc(m.title))
 		timeAxis(&b, t0, t1, left, w, top, ch)
+		deadBands(&b, rep.ControllerGaps, t0, t1, left, w, top, ch)
 		for i := 0; i <= 3; i++ {
 			v := ymax / 1.1 * float64(i) / 3
 			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="tick" text-anchor="end">%.4g</text>`, left-6, top+ch-v/ymax*ch+4, v)
@@ -586,8 +590,9 @@ func gpuTraces(rep api.Report) []trace {
 					continue
 				}
 				cmd := "L"
-				// a gap of more than 30 s (between attempts) breaks the line
-				if p.Len() == 0 || ss[i].t.Sub(prev) > 30*time.Second {
+				// a gap of more than 30 s (between attempts), or a time no
+				// controller ran, breaks the line
+				if p.Len() == 0 || ss[i].t.Sub(prev) > 30*time.Second || inGap(rep.ControllerGaps, prev, ss[i].t) {
 					cmd = "M"
 				}
 				prev = ss[i].t

@@ -196,6 +196,9 @@ func (c *Runner) reconcileLeftovers(ctx context.Context) error {
 	}
 	bootID, _ := c.bootID()
 	sameBoot := bootID != "" && bootID == cp.ControllerBootID
+	if err := c.noteDeadController(cp); err != nil {
+		return err
+	}
 	ends, err := endlog.Read(c.dir)
 	if err != nil {
 		c.log.Warn().Err(err).Msg("read the end log: attempts are charged until this resume")
@@ -437,4 +440,19 @@ func (c *Runner) interruptLeftover(a state.Attempt, charge float64, note, msg st
 	failpoint.Hit("after-transition:interrupted")
 	c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Float64("charged_gpu_s", charge).Msg("left-over attempt interrupted")
 	return nil
+}
+
+// noteDeadController records that the previous controller died, once per
+// resume: a campaign still running has no controller that ended it.
+func (c *Runner) noteDeadController(cp state.Campaign) error {
+	if cp.State != state.CampaignRunning || cp.Heartbeat.IsZero() {
+		return nil
+	}
+	now := c.now()
+	dead := now.Sub(cp.Heartbeat).Seconds()
+	_, err := c.store.AppendEvent(state.Event{Reason: state.EventControllerDead,
+		Message: fmt.Sprintf("controller pid %d found dead at resume: its last heartbeat was %.1f s before", cp.ControllerPID, dead),
+		Figures: map[string]float64{"dead_from_unix": float64(cp.Heartbeat.UnixNano()) / 1e9, "dead_until_unix": float64(now.UnixNano()) / 1e9,
+			"dead_s": dead, "controller_pid": float64(cp.ControllerPID)}})
+	return err
 }

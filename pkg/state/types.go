@@ -284,6 +284,13 @@ type Exit struct {
 	At     time.Time `json:"at"`
 }
 
+// EventControllerDead is the reason of the campaign event a resume
+// records when the controller before it died (the campaign was still
+// running): its figures dead_from_unix (the last heartbeat) and
+// dead_until_unix (the resume) bound the time nothing supervised the
+// campaign.
+const EventControllerDead = "controller-dead"
+
 // Event is one entry of the append-only event log. Attempt events have Run
 // and Attempt set and From/To attempt states; campaign events have Run ""
 // and From/To campaign states (equal for a note).
