@@ -49,7 +49,8 @@ func checkTableOrJSON(output string) error {
 }
 
 func newStartCmd() *cobra.Command {
-	var file, dir, backend, fakeDir, cgroups, output string
+	var file, dir, backend, fakeDir, cgroups, output, notify string
+	var notifyTimeoutS float64
 	var foreground, allowOver bool
 	var mo metricsOptions
 	var eo executorOptions
@@ -87,7 +88,16 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
+			if notify == "" && cmd.Flags().Changed("notify-timeout-s") {
+				return &exitError{2, errors.New("--notify-timeout-s goes with --notify")}
+			}
+			if notify != "" && !(notifyTimeoutS > 0) {
+				return &exitError{2, fmt.Errorf("--notify-timeout-s must be positive, not %g", notifyTimeoutS)}
+			}
 			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver, Metrics: mo.settings()}
+			if notify != "" {
+				so.Notify = &campaigndir.NotifySettings{Command: notify, TimeoutS: notifyTimeoutS}
+			}
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &exitError{2, err}
 			}
@@ -122,6 +132,8 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
+	cmd.Flags().StringVar(&notify, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
+	cmd.Flags().Float64Var(&notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds")
 	mo.flags(cmd)
 	eo.flags(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")

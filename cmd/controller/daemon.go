@@ -103,9 +103,20 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", c.Plan.Protocol.Name).Msg("controller starting")
 
+	var notify *notifier
+	if c.Settings.Notify != nil {
+		notify = &notifier{set: c.Settings.Notify, dir: dir, launcher: &launch.Launcher{Reaper: reaper, Boot: opts.boot}, store: c.Store, log: log}
+	}
+	// a campaign still running when this controller takes it had a
+	// controller that died (Reconcile records it)
+	deadBefore := camp.State == state.CampaignRunning && !camp.Heartbeat.IsZero()
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
+	if deadBefore {
+		notify.deadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+	}
+	defer notify.wait()
 	if err := rn.Claim(os.Getpid()); err != nil {
 		return err
 	}
@@ -128,7 +139,9 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer cancel()
 
 	ready.OK(os.Getpid())
-	return runCampaign(ctx, rn, cg, log)
+	err = runCampaign(ctx, rn, cg, log)
+	notify.atEnd()
+	return err
 }
 
 // runCampaign runs the campaign until it ends, then removes the campaign's

@@ -55,6 +55,9 @@ type Settings struct {
 	// (--metrics, --metrics-textfile, the file's path absolute): a resume
 	// without those flags serves the same ones.
 	Metrics *MetricsSettings `json:"metrics,omitempty"`
+	// Notify is the command run when the campaign needs a person
+	// (controller start --notify); resume keeps it.
+	Notify *NotifySettings `json:"notify,omitempty"`
 
 	// FakeExplicit records that the fake backend was asked for by name
 	// (--gpu-backend fake). A fake campaign without it was made when
@@ -69,10 +72,20 @@ type MetricsSettings struct {
 	Textfile string `json:"textfile,omitempty"`
 }
 
+// NotifySettings name the notification command: a shell command line
+// (/bin/sh -c) given the event as JSON on its standard input, ended after
+// TimeoutS seconds.
+type NotifySettings struct {
+	Command  string  `json:"command"`
+	TimeoutS float64 `json:"timeout_s"`
+}
+
 // StartOptions are the choices of controller start.
 type StartOptions struct {
 	// Metrics are the Prometheus outputs, recorded for resume (nil: none).
-	Metrics    *MetricsSettings
+	Metrics *MetricsSettings
+	// Notify is the notification command, recorded for resume (nil: none).
+	Notify     *NotifySettings
 	Backend    string // resolved: "fake" or "nvml"
 	FakeGPUDir string // fake backend: the fake host's directory; "" for DIR/fake-gpus
 	Cgroups    string
@@ -240,7 +253,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
 	st := Settings{Schema: 1, CampaignID: campaignID, ProtocolSHA256: plan.Protocol.SHA256,
 		ProtocolPath: abs, Workdir: workdir, GPUBackend: so.Backend, Cgroups: so.Cgroups,
-		Executor: so.Executor, Slurm: so.Slurm, Metrics: so.Metrics}
+		Executor: so.Executor, Slurm: so.Slurm, Metrics: so.Metrics, Notify: so.Notify}
 	if st.Cgroups == "" {
 		st.Cgroups = "auto"
 	}
