@@ -42,6 +42,10 @@ func TestPromtoolChecksMetrics(t *testing.T) {
 		}
 	}
 	check("stopped, with a live attempt")
+	if err := s.SetCampaignState(state.CampaignRunning, "", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	check("running, with a live attempt")
 	// the live attempt ends and the campaign completes
 	for _, st := range []state.AttemptState{state.Stopping, state.Cleanup, state.Failed} {
 		var reason state.Reason
@@ -52,10 +56,8 @@ func TestPromtoolChecksMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, st := range []state.CampaignState{state.CampaignRunning, state.CampaignComplete} {
-		if err := s.SetCampaignState(st, "", "", nil); err != nil {
-			t.Fatal(err)
-		}
+	if err := s.SetCampaignState(state.CampaignComplete, "", "", nil); err != nil {
+		t.Fatal(err)
 	}
 	check("complete")
 }
