@@ -189,3 +189,29 @@ func TestQualityPlanShowsValidators(t *testing.T) {
 		}
 	}
 }
+
+// TestQualityEvaluatorErrorStops: an evaluator that cannot tell (here:
+// no client result where it looks) says error without the quality class:
+// the run fails validator-failed and the campaign stops for review; it is
+// never quarantined as if it had been judged.
+func TestQualityEvaluatorErrorStops(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	proto := editProtocol(t, qualityProtocol(t), `evaluate, --result-dir, "${ATTEMPT_DIR}/client"`, `evaluate, --result-dir, "${ATTEMPT_DIR}/absent"`)
+	c.runForeground(proto)
+	s := c.store()
+	cp := c.stoppedFor(s, state.ReasonValidatorFailed)
+	failed := c.attemptsIn(s, state.Failed)
+	if len(failed) == 0 || len(c.attemptsIn(s, state.Quarantined)) != 0 {
+		t.Fatalf("campaign %s (%s): failed attempts %v", cp.State, cp.StopReason, attemptStates(failed))
+	}
+	for _, a := range failed {
+		if a.Reason != state.ReasonValidatorFailed {
+			t.Fatalf("failed attempts %v, want each validator-failed", attemptStates(failed))
+		}
+		if v := c.gateVerdict(s, a.RunID, "validator:quality-tts"); v.Verdict != state.VerdictError || !strings.Contains(v.Detail, "no client result") {
+			t.Fatalf("%s: quality verdict %+v", a.RunID, v)
+		}
+	}
+	c.assertNoProcesses()
+}
