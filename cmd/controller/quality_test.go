@@ -140,6 +140,10 @@ func TestQualityGateBeforeRanking(t *testing.T) {
 			Rank        int
 			TTFA        *float64 `json:"ttfa_p99_ms"`
 		} `json:"performance"`
+		NotRanked []struct {
+			Run, System, Excluded string
+			TTFA                  *float64 `json:"ttfa_p99_ms"`
+		} `json:"not_ranked"`
 	}
 	b, _ := os.ReadFile(table)
 	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Quality) != 4 || len(doc.Performance) != 2 {
@@ -155,6 +159,14 @@ func TestQualityGateBeforeRanking(t *testing.T) {
 	for i, p := range doc.Performance {
 		if p.System != "omni-a" || p.Rank != i+1 || p.RankedBy != "ttfa_p99_ms" || p.TTFA == nil || *p.TTFA <= 0 {
 			t.Fatalf("performance row %+v", p)
+		}
+	}
+	if len(doc.NotRanked) != 2 {
+		t.Fatalf("not ranked %+v, want system b's two runs", doc.NotRanked)
+	}
+	for _, r := range doc.NotRanked { // seed 000 §4: its latency is still reported
+		if r.System != "omni-b" || r.Excluded != "quality-failed" || r.TTFA == nil || *r.TTFA <= 0 {
+			t.Fatalf("not-ranked row %+v", r)
 		}
 	}
 	page, _ := os.ReadFile(html)

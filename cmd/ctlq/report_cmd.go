@@ -33,8 +33,8 @@ quality gates (every run, its system, its validators' verdicts, and whether
 it is ranked: a run that failed a quality gate, quality-failed, and every
 other run of its system are not, seed 000 §4), then the performance ranking
 (the ranked runs by group: phase, load and the axes other than the system's;
-by p99 time to first audio, else p99 time to first token, else throughput);
-amendments; a timeline of every
+by p99 time to first audio, else p99 time to first token, else throughput),
+and the figures of the runs it leaves out, each with why; amendments; a timeline of every
 attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
 attempt, states and times); the budget burned over time against the cap;
 the runs with outcomes, gate and validator verdicts and key figures
@@ -45,7 +45,8 @@ stderr, as ctlq show prints it.
 
 -o FILE names the HTML file (default DIR/report.html, "-" for stdout);
 --table-json and --csv write the runs table for analysis tools (the JSON also
-holds the two first tables, as quality_gates and performance). -o json and
+holds the two first tables, as quality_gates and performance, and the
+not-ranked runs' figures, as not_ranked). -o json and
 -o table are refused (exit 2), writing nothing: report has no output format,
 and a file of that name is nearly always a mistake (write ./json to mean it).
 Its errors are plain text on stderr.

@@ -48,6 +48,7 @@ type PerfRow struct {
 	RTFP99            *float64 `json:"rtf_p99"`
 	ChunkGapP99MS     *float64 `json:"chunk_gap_p99_ms"`
 	EnergyPerRequestJ *float64 `json:"energy_per_request_j"`
+	Excluded          string   `json:"excluded,omitempty"` // in the not-ranked list: why
 }
 
 // rankMetric is a figure a group may be ranked by, in order of
@@ -78,12 +79,15 @@ func countingAttempt(rd api.RunDetail) *state.Attempt {
 	return nil
 }
 
-// qualityAndPerformance builds the two tables. A run is ranked only when
+// qualityAndPerformance builds the two tables, and the figures of the
+// runs left out of the ranking that have an attempt (seed 000 §4: a
+// quality-failed run "仍报告延迟、失败与资源数据", its latency, failures and
+// resources are still reported). A run is ranked only when
 // it is complete and its system (server) has no quality-failed run in the
 // campaign: a system that failed its quality gate is never ranked. Runs
 // are ranked within a group: the same phase, load and axes other than
 // the ones that choose the server.
-func qualityAndPerformance(rep api.Report, plan *protocols.Plan) ([]QualityRow, []PerfRow) {
+func qualityAndPerformance(rep api.Report, plan *protocols.Plan) (quality []QualityRow, ranked, notRanked []PerfRow) {
 	runs := map[string]protocols.Run{}
 	if plan != nil {
 		for _, r := range plan.Runs {
@@ -92,7 +96,6 @@ func qualityAndPerformance(rep api.Report, plan *protocols.Plan) ([]QualityRow, 
 	}
 	systemAxes := serverAxes(plan)
 	failedSystems := map[string]string{} // system -> its first quality-failed run
-	var quality []QualityRow
 	for _, rd := range rep.Runs {
 		q := QualityRow{Run: rd.Run.ID, Phase: rd.Run.Phase, System: runs[rd.Run.ID].Server.Name, Cell: rd.Run.Cell,
 			Load: rd.Run.Load, State: rd.State, Validators: []string{}}
@@ -112,7 +115,6 @@ func qualityAndPerformance(rep api.Report, plan *protocols.Plan) ([]QualityRow, 
 		}
 		quality = append(quality, q)
 	}
-	var perf []PerfRow
 	for i, rd := range rep.Runs {
 		q := &quality[i]
 		switch {
@@ -124,10 +126,16 @@ func qualityAndPerformance(rep api.Report, plan *protocols.Plan) ([]QualityRow, 
 			q.Excluded = "not complete (" + q.State + ")"
 		default:
 			q.Ranked = true
-			perf = append(perf, perfRow(rd, runs[rd.Run.ID], systemAxes, q.System))
+			ranked = append(ranked, perfRow(rd, runs[rd.Run.ID], systemAxes, q.System))
+			continue
+		}
+		if countingAttempt(rd) != nil {
+			r := perfRow(rd, runs[rd.Run.ID], systemAxes, q.System)
+			r.Excluded = q.Excluded
+			notRanked = append(notRanked, r)
 		}
 	}
-	return quality, rankGroups(perf)
+	return quality, rankGroups(ranked), notRanked
 }
 
 // perfRow reads a ranked run's figures from its client's result.

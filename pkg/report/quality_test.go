@@ -113,11 +113,23 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 	if r := d.Performance[0]; *r.TTFAP99MS != 90 || *r.TTFTP99MS != 45 || *r.RTFP99 != 0.5 || *r.ChunkGapP99MS != 40 || *r.ThroughputRPS != 2 || *r.EnergyPerRequestJ != 2 {
 		t.Fatalf("figures %+v", r)
 	}
+	var kept []string
+	for _, r := range d.NotRanked {
+		kept = append(kept, r.Run+": "+r.Excluded)
+	}
+	if want := []string{"c.c1: quality-failed", "c.c2: system srv-c failed its quality gate (run c.c1)", "a.c2: not complete (failed)"}; !reflect.DeepEqual(kept, want) ||
+		*d.NotRanked[0].TTFAP99MS != 10 || d.NotRanked[0].Rank != 0 || d.NotRanked[2].TTFAP99MS != nil {
+		t.Fatalf("not ranked %q, want %q (figures kept)", kept, want)
+	}
 	var page bytes.Buffer
 	if err := WriteHTML(&page, d); err != nil {
 		t.Fatal(err)
 	}
 	html := page.String()
+	wantKept := `<tr data-run="c.c1"><td class="mono">c.c1</td><td>srv-c</td><td class="bad">quality-failed</td><td class="num">2.000</td><td class="num">5.000</td><td class="num">10.000</td><td class="num">0.500</td><td class="num">40.000</td><td class="num">2.000</td></tr>`
+	if s := section(t, html, "not-ranked"); !strings.Contains(s, wantKept) {
+		t.Fatalf("not-ranked table lacks\n%s\nin\n%s", wantKept, s)
+	}
 	first, second := section(t, html, "quality-gates"), section(t, html, "performance-ranking")
 	tables := regexp.MustCompile(`<table[^>]*>`).FindAllString(html, 2)
 	if len(tables) != 2 || tables[0] != `<table id="quality-gates">` || tables[1] != `<table id="performance-ranking">` {
@@ -140,10 +152,12 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 	var doc struct {
 		Quality     []map[string]any `json:"quality_gates"`
 		Performance []map[string]any `json:"performance"`
+		NotRanked   []map[string]any `json:"not_ranked"`
 	}
 	b, _ := json.Marshal(d.Table())
 	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Quality) != 7 || len(doc.Performance) != 4 ||
-		doc.Quality[2]["ranked"] != false || doc.Quality[2]["excluded"] != "quality-failed" || doc.Performance[0]["ttfa_p99_ms"] != 90.0 {
+		doc.Quality[2]["ranked"] != false || doc.Quality[2]["excluded"] != "quality-failed" || doc.Performance[0]["ttfa_p99_ms"] != 90.0 ||
+		len(doc.NotRanked) != 3 || doc.NotRanked[0]["excluded"] != "quality-failed" {
 		t.Fatalf("table json: %s", b)
 	}
 }

@@ -116,6 +116,7 @@ type Table struct {
 	// gates, every run), Performance its second (the ranked runs).
 	Quality     []QualityRow `json:"quality_gates"`
 	Performance []PerfRow    `json:"performance"`
+	NotRanked   []PerfRow    `json:"not_ranked"`
 }
 
 var csvHeader = []string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
@@ -148,6 +149,7 @@ type Data struct {
 	// gates, then performance.
 	Quality     []QualityRow
 	Performance []PerfRow
+	NotRanked   []PerfRow // the figures of the runs the ranking leaves out
 	Timeline    template.HTML
 	Budget      template.HTML
 	Traces      []trace
@@ -180,7 +182,7 @@ type sanityRow struct {
 func (d *Data) Table() Table {
 	c := d.Rep.Status.Campaign
 	return Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows,
-		Quality: d.Quality, Performance: d.Performance}
+		Quality: d.Quality, Performance: d.Performance, NotRanked: d.NotRanked}
 }
 
 func fptr(m map[string]float64, k string) *float64 {
@@ -271,7 +273,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 		}
 		d.Rows = append(d.Rows, row)
 	}
-	d.Quality, d.Performance = qualityAndPerformance(rep, plan)
+	d.Quality, d.Performance, d.NotRanked = qualityAndPerformance(rep, plan)
 	d.Timeline = timelineSVG(rep)
 	d.Budget = budgetSVG(rep)
 	d.Traces = gpuTraces(rep)

@@ -82,6 +82,18 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{- end}}
 </tbody>
 </table>{{else}}<p class="muted">No run is ranked.</p>{{end}}
+{{- if .NotRanked}}
+<h3 style="font-size:14px;margin:12px 0 0">Not ranked: figures kept</h3>
+<p class="muted">Runs left out of the ranking, with their figures (seed 000 §4: a quality-failed run's latency, failures and resources are still reported). They are no part of any comparison.</p>
+<table id="not-ranked">
+<thead><tr><th>run</th><th>system</th><th>why not ranked</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
+<tbody>
+{{- range .NotRanked}}
+<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="bad">{{.Excluded}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}
 
 <h2>Amendments</h2>
 {{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}} {{.Text}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
