@@ -84,7 +84,8 @@ func countingAttempt(rd api.RunDetail) *state.Attempt {
 // quality-failed run "仍报告延迟、失败与资源数据", its latency, failures and
 // resources are still reported). A run is ranked only when
 // it is complete and its system (server) has no quality-failed run in the
-// campaign: a system that failed its quality gate is never ranked. Runs
+// campaign: a system that failed its quality gate is never ranked; with a
+// plan, it must also be a measured run (not a burn-in). Runs
 // are ranked within a group: the same phase, load and axes other than
 // the ones that choose the server.
 func qualityAndPerformance(rep api.Report, plan *protocols.Plan) (quality []QualityRow, ranked, notRanked []PerfRow) {
@@ -124,6 +125,8 @@ func qualityAndPerformance(rep api.Report, plan *protocols.Plan) (quality []Qual
 			q.Excluded = fmt.Sprintf("system %s failed its quality gate (run %s)", q.System, failedSystems[q.System])
 		case q.State != string(state.RunComplete):
 			q.Excluded = "not complete (" + q.State + ")"
+		case plan != nil && !runs[rd.Run.ID].Measured:
+			q.Excluded = "not a measured run"
 		default:
 			q.Ranked = true
 			ranked = append(ranked, perfRow(rd, runs[rd.Run.ID], systemAxes, q.System))

@@ -19,7 +19,7 @@ import (
 // concurrency axis: b is the fastest by p99 TTFA at c1, a the second; c's
 // c1 run is faster still but quality-failed, so c's complete c2 run is
 // not ranked either; a's c2 run failed; the c3 runs have no audio and are
-// ranked by throughput.
+// ranked by throughput; b's burn-in is complete but not a measured run.
 func omniReport(t *testing.T) (api.Report, *protocols.Plan) {
 	t.Helper()
 	result := func(body string) string {
@@ -50,13 +50,15 @@ func omniReport(t *testing.T) (api.Report, *protocols.Plan) {
 		{"a", "c2", "failed", "client-failed", "", nil},
 		{"a", "c3", "complete", "", `{"clean":{"completed_rps":3}}`, nil},
 		{"b", "c3", "complete", "", `{"clean":{"completed_rps":5}}`, nil},
+		{"b", "burnin", "complete", "", `{"clean":{"completed_rps":9}}`, nil},
 	}
 	var rep api.Report
 	plan := &protocols.Plan{}
 	for _, s := range specs {
 		id := s.system + "." + s.conc
 		plan.Runs = append(plan.Runs, protocols.Run{ID: id, Phase: "closed", Cell: s.system + "/" + s.conc, Load: "closed",
-			Axes: map[string]string{"system": s.system, "concurrency": s.conc}, Server: protocols.ServerSpec{Name: "srv-" + s.system}})
+			Axes: map[string]string{"system": s.system, "concurrency": s.conc}, Server: protocols.ServerSpec{Name: "srv-" + s.system},
+			Measured: s.conc != "burnin"})
 		st := state.AttemptState(s.state)
 		rep.Runs = append(rep.Runs, api.RunDetail{Run: state.Run{ID: id, Phase: "closed", Cell: s.system + "/" + s.conc, Load: "closed", Result: 1},
 			State: s.state, Gates: s.gates,
@@ -87,6 +89,7 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 		{"a.c2", "", "not complete (failed)"},
 		{"a.c3", "", ""},
 		{"b.c3", "", ""},
+		{"b.burnin", "", "not a measured run"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("quality table\n got %q\nwant %q", got, want)
@@ -117,7 +120,7 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 	for _, r := range d.NotRanked {
 		kept = append(kept, r.Run+": "+r.Excluded)
 	}
-	if want := []string{"c.c1: quality-failed", "c.c2: system srv-c failed its quality gate (run c.c1)", "a.c2: not complete (failed)"}; !reflect.DeepEqual(kept, want) ||
+	if want := []string{"c.c1: quality-failed", "c.c2: system srv-c failed its quality gate (run c.c1)", "a.c2: not complete (failed)", "b.burnin: not a measured run"}; !reflect.DeepEqual(kept, want) ||
 		*d.NotRanked[0].TTFAP99MS != 10 || d.NotRanked[0].Rank != 0 || d.NotRanked[2].TTFAP99MS != nil {
 		t.Fatalf("not ranked %q, want %q (figures kept)", kept, want)
 	}
@@ -146,7 +149,7 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 	if n := strings.Count(second, "<tr data-run="); n != 4 || strings.Contains(second, `"c.c1"`) || strings.Contains(second, `"c.c2"`) {
 		t.Fatalf("performance table has %d runs, or system c:\n%s", n, second)
 	}
-	if strings.Count(first, "<tr data-run=") != 7 {
+	if strings.Count(first, "<tr data-run=") != 8 {
 		t.Fatalf("quality table:\n%s", first)
 	}
 	var doc struct {
@@ -155,9 +158,9 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 		NotRanked   []map[string]any `json:"not_ranked"`
 	}
 	b, _ := json.Marshal(d.Table())
-	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Quality) != 7 || len(doc.Performance) != 4 ||
+	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Quality) != 8 || len(doc.Performance) != 4 ||
 		doc.Quality[2]["ranked"] != false || doc.Quality[2]["excluded"] != "quality-failed" || doc.Performance[0]["ttfa_p99_ms"] != 90.0 ||
-		len(doc.NotRanked) != 3 || doc.NotRanked[0]["excluded"] != "quality-failed" {
+		len(doc.NotRanked) != 4 || doc.NotRanked[0]["excluded"] != "quality-failed" {
 		t.Fatalf("table json: %s", b)
 	}
 }
@@ -189,7 +192,7 @@ func TestPerformanceWithoutFigures(t *testing.T) {
 		}
 		runs = append(runs, r.Run)
 	}
-	if want := []string{"a.c1", "b.c1", "c.c2", "a.c3", "b.c3"}; !reflect.DeepEqual(runs, want) {
+	if want := []string{"a.c1", "b.c1", "c.c2", "a.c3", "b.c3", "b.burnin"}; !reflect.DeepEqual(runs, want) {
 		t.Fatalf("performance runs %v, want %v", runs, want)
 	}
 	var page bytes.Buffer

@@ -73,7 +73,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 </table>
 
 <h2 id="performance">Performance</h2>
-<p class="muted">The ranked runs only, by group (phase, load and the axes other than the system's), each group by the first figure every run of it has: p99 time to first audio, else p99 time to first token (lower first), else throughput (higher first).</p>
+<p class="muted">The ranked runs only (complete, measured, of a system that passed its quality gates), by group (phase, load and the axes other than the system's), each group by the first figure every run of it has: p99 time to first audio, else p99 time to first token (lower first), else throughput (higher first).</p>
 {{if .Performance}}<table id="performance-ranking">
 <thead><tr><th>group</th><th>rank</th><th>by</th><th>run</th><th>system</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
 <tbody>
