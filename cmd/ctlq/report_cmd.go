@@ -32,10 +32,10 @@ protocol and its hash, state and stop reason; first the configuration and
 quality gates (every run, its system, its validators' verdicts, and whether
 it is ranked: a run that failed a quality gate, quality-failed, and every
 other run of its system are not, seed 000 §4), then the performance ranking
-(the complete, measured runs of the other systems, by group: phase, load and the axes other than the system's;
-by p99 time to first audio, else p99 time to first token, else throughput),
-and the figures of the runs it leaves out, each with why; amendments; a timeline of every
-attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
+(the complete, measured runs of the other systems, by group: phase, load
+and the axes other than the system's; by p99 time to first audio, else p99
+time to first token, else throughput), and the figures of the runs it leaves
+out, each with why; amendments; a timeline of every attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
 attempt, states and times); the budget burned over time against the cap;
 the runs with outcomes, gate and validator verdicts and key figures
 (throughput, energy per request); GPU power, memory and clock traces from the
