@@ -1,6 +1,9 @@
 package protocols
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The A/B protocol says what the methodology asks: systems alternate in a
 // seeded order, every configuration has three process-level repeats, an
@@ -109,5 +112,51 @@ func TestSlurmRequests(t *testing.T) {
 	}
 	if runs != len(p3.Runs) || allocs != len(blocks) || allocs == 0 {
 		t.Errorf("phase 3: %d step requests for %d runs, %d allocations for %d co-location blocks with backgrounds", runs, len(p3.Runs), allocs, len(blocks))
+	}
+}
+
+// The quality gate before ranking (seed 000 §4, §14 step 4): every run of
+// both A/B protocols is judged by the two quality evaluators, every
+// loadgen run also by the waveform validator, and the loadgen runs stream
+// audio; the evaluator, its locked data and models are hashed in the
+// provenance and its seed is passed to it.
+func TestOmniABQualityGates(t *testing.T) {
+	for _, file := range []string{"omni-ab.yaml", "omni-ab-slurm.yaml"} {
+		p, err := PlanFile(file, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roles := map[string]string{}
+		for _, e := range p.Provenance {
+			roles[e.Path] = e.Role
+		}
+		for path, role := range map[string]string{"eval/quality_eval.py": "evaluator", "eval/models/SHA256SUMS": "evaluator",
+			"data/asr-correctness.jsonl": "data", "data/tts-correctness.jsonl": "data", "eval/quality_gates.yaml": "config", "bin/controller": "helper"} {
+			if roles[path] != role {
+				t.Errorf("%s: provenance %s has role %q, want %q", file, path, roles[path], role)
+			}
+		}
+		want := map[string]string{"closed": "waveform quality-asr quality-tts", "open": "waveform quality-asr quality-tts", "cold": "quality-asr quality-tts"}
+		for _, r := range p.Runs {
+			var names []string
+			for _, v := range r.Validators {
+				names = append(names, v.Name)
+				if strings.HasPrefix(v.Name, "quality-") {
+					argv := strings.Join(v.Command.Argv, " ")
+					for _, arg := range []string{"--seed 20261130", "--data data/", "--models eval/models/SHA256SUMS", "--gates eval/quality_gates.yaml", "--attempt-dir "} {
+						if !strings.Contains(argv, arg) {
+							t.Fatalf("%s: %s validator %s lacks %q: %s", file, r.ID, v.Name, arg, argv)
+						}
+					}
+				}
+			}
+			if got := strings.Join(names, " "); got != want[r.Load] {
+				t.Fatalf("%s: %s (load %s) validators %q, want %q", file, r.ID, r.Load, got, want[r.Load])
+			}
+			audio := strings.Contains(strings.Join(r.Client.Argv, " "), "--modalities text,audio")
+			if audio != (r.Load != "cold") {
+				t.Fatalf("%s: %s streams audio %v: %v", file, r.ID, audio, r.Client.Argv)
+			}
+		}
 	}
 }

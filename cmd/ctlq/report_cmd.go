@@ -28,11 +28,18 @@ func newReportCmd(o *options) *cobra.Command {
 		Short: "One self-contained HTML report of the campaign, and its runs table as JSON and CSV",
 		Long: `report writes one HTML file that needs nothing else (its CSS, script and
 SVG charts are inline; it fetches nothing when opened) and prints well: the
-protocol and its hash, amendments, state and stop reason; a timeline of every
-attempt per GPU, coloured by outcome, with phase boundaries (hover for run,
-attempt, states and times); the budget burned over time against the cap; the intervals no controller
-ran the campaign (a dead controller's last heartbeat to the resume that
-found it) shaded in the charts and named in the notes;
+protocol and its hash, state and stop reason; first the configuration and
+quality gates (every run, its system, its validators' verdicts, and whether
+it is ranked: a run that failed a quality gate, quality-failed, and every
+other run of its system are not, seed 000 §4), then the performance ranking
+(the complete, measured runs of the other systems, by group: phase, load
+and the axes other than the system's; by p99 time to first audio, else p99
+time to first token, else throughput), and the figures of the runs it leaves
+out, each with why; amendments; a timeline of every attempt per GPU,
+coloured by outcome, with phase boundaries (hover for run, attempt, states
+and times); the budget burned over time against the cap; the intervals no
+controller ran the campaign (a dead controller's last heartbeat to the
+resume that found it) shaded in the charts and named in the notes;
 the runs with outcomes, gate and validator verdicts and key figures
 (throughput, energy per request); GPU power, memory and clock traces from the
 samples; a sanity block (host load, other users' processes, missed
@@ -40,7 +47,9 @@ samples, failing gates); and the end of each failed client's or server's
 stderr, as ctlq show prints it.
 
 -o FILE names the HTML file (default DIR/report.html, "-" for stdout);
---table-json and --csv write the runs table for analysis tools. -o json and
+--table-json and --csv write the runs table for analysis tools (the JSON also
+holds the two first tables, as quality_gates and performance, and the
+not-ranked runs' figures, as not_ranked). -o json and
 -o table are refused (exit 2), writing nothing: report has no output format,
 and a file of that name is nearly always a mistake (write ./json to mean it).
 Its errors are plain text on stderr.

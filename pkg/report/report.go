@@ -112,6 +112,11 @@ type Table struct {
 	Protocol string `json:"protocol"`
 	SHA256   string `json:"protocol_sha256"`
 	Rows     []Row  `json:"rows"`
+	// Quality is the report's first table (configuration and quality
+	// gates, every run), Performance its second (the ranked runs).
+	Quality     []QualityRow `json:"quality_gates"`
+	Performance []PerfRow    `json:"performance"`
+	NotRanked   []PerfRow    `json:"not_ranked"`
 }
 
 var csvHeader = []string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
@@ -137,17 +142,22 @@ func WriteCSV(w io.Writer, rows []Row) error {
 
 // Data is what the HTML template draws.
 type Data struct {
-	Rep      api.Report
-	Plan     *protocols.Plan
-	Rows     []Row
-	Timeline template.HTML
-	Budget   template.HTML
-	Traces   []trace
-	Sanity   []sanityRow
-	Notes    []string // sanity findings, in words
-	Windows  []reportWindow
-	Unit     string
-	Stderr   []runStderr // the ends of failed processes' stderr
+	Rep  api.Report
+	Plan *protocols.Plan
+	Rows []Row
+	// The first two tables (seed 000 §14): configuration and quality
+	// gates, then performance.
+	Quality     []QualityRow
+	Performance []PerfRow
+	NotRanked   []PerfRow // the figures of the runs the ranking leaves out
+	Timeline    template.HTML
+	Budget      template.HTML
+	Traces      []trace
+	Sanity      []sanityRow
+	Notes       []string // sanity findings, in words
+	Windows     []reportWindow
+	Unit        string
+	Stderr      []runStderr // the ends of failed processes' stderr
 }
 
 // runStderr is a failed process's stderr tail, with its run.
@@ -171,7 +181,8 @@ type sanityRow struct {
 
 func (d *Data) Table() Table {
 	c := d.Rep.Status.Campaign
-	return Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows}
+	return Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows,
+		Quality: d.Quality, Performance: d.Performance, NotRanked: d.NotRanked}
 }
 
 func fptr(m map[string]float64, k string) *float64 {
@@ -240,16 +251,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 	for _, rd := range rep.Runs {
 		row := Row{Run: rd.Run.ID, Phase: rd.Run.Phase, Kind: rd.Run.Kind, Cell: rd.Run.Cell, Load: rd.Run.Load,
 			Measured: measured[rd.Run.ID], State: rd.State, Attempts: len(rd.Attempts), GatesNotPassed: []string{}}
-		var a *state.Attempt
-		for i := range rd.Attempts {
-			if rd.Attempts[i].N == rd.Run.Result {
-				a = &rd.Attempts[i]
-			}
-		}
-		if a == nil && len(rd.Attempts) > 0 {
-			a = &rd.Attempts[len(rd.Attempts)-1]
-		}
-		if a != nil {
+		if a := countingAttempt(rd); a != nil {
 			row.Attempt, row.Outcome, row.Reason = a.N, string(a.State), string(a.Reason)
 			if a.State.Terminal() {
 				dur := a.UpdatedAt.Sub(a.CreatedAt).Seconds()
@@ -271,6 +273,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 		}
 		d.Rows = append(d.Rows, row)
 	}
+	d.Quality, d.Performance, d.NotRanked = qualityAndPerformance(rep, plan)
 	d.Timeline = timelineSVG(rep)
 	d.Budget = budgetSVG(rep)
 	d.Traces = gpuTraces(rep)

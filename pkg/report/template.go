@@ -61,6 +61,40 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 <dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ConsumedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
 <dt>report generated</dt><dd>{{time .Rep.GeneratedAt}} (from the {{.Rep.Status.Source}})</dd>
 </dl>
+<h2 id="quality">Configuration and quality gates</h2>
+<p class="muted">Every run, with the verdicts of its validators (the quality gates). A run that failed its quality gate (quality-failed), and every other run of its system, is kept here and left out of the performance ranking (seed 000 §4, §14).</p>
+<table id="quality-gates">
+<thead><tr><th>run</th><th>phase</th><th>system</th><th>cell</th><th>load</th><th>state</th><th>quality gates</th><th>ranked</th></tr></thead>
+<tbody>
+{{- range .Quality}}
+<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.Phase}}</td><td>{{.System}}</td><td>{{.Cell}}</td><td>{{.Load}}</td><td>{{.State}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</td><td class="wrap">{{join .Validators ", "}}</td><td class="wrap">{{if .Ranked}}yes{{else}}<span class="bad">no: {{.Excluded}}</span>{{end}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+
+<h2 id="performance">Performance</h2>
+<p class="muted">The ranked runs only (complete, measured, of a system that passed its quality gates), by group (phase, load and the axes other than the system's), each group by the first figure every run of it has: p99 time to first audio, else p99 time to first token (lower first), else throughput (higher first).</p>
+{{if .Performance}}<table id="performance-ranking">
+<thead><tr><th>group</th><th>rank</th><th>by</th><th>run</th><th>system</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
+<tbody>
+{{- range .Performance}}
+<tr data-run="{{.Run}}"><td>{{.Group}}</td><td class="num">{{if .Rank}}{{.Rank}}{{else}}–{{end}}</td><td>{{.RankedBy}}</td><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+{{- end}}
+</tbody>
+</table>{{else}}<p class="muted">No run is ranked.</p>{{end}}
+{{- if .NotRanked}}
+<h3 style="font-size:14px;margin:12px 0 0">Not ranked: figures kept</h3>
+<p class="muted">Runs left out of the ranking, with their figures (seed 000 §4: a quality-failed run's latency, failures and resources are still reported). They are no part of any comparison.</p>
+<table id="not-ranked">
+<thead><tr><th>run</th><th>system</th><th>why not ranked</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
+<tbody>
+{{- range .NotRanked}}
+<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="bad">{{.Excluded}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}
+
 <h2>Amendments</h2>
 {{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}} {{.Text}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
 
