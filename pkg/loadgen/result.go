@@ -45,6 +45,9 @@ type Result struct {
 	// when no modalities were asked for.
 	Modalities []string      `json:"modalities,omitempty"`
 	Audio      *AudioSummary `json:"audio,omitempty"`
+	// SeedRecords describes requests.jsonl and events.jsonl
+	// (seedrecords.go); absent when they were not asked for.
+	SeedRecords *SeedRecordsInfo `json:"seed_records,omitempty"`
 }
 
 // LoadInfo is how requests were admitted.
