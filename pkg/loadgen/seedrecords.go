@@ -201,8 +201,8 @@ func (r *run) unsent(slots []*slot, closedAt int64) ([]slot, error) {
 // seedWriter renders the seed's lines of one run.
 type seedWriter struct {
 	r        *run
-	closedAt int64 // end of admission: the unsent requests' lag ends here
-	frozenAt int64 // when the records froze: an unfinished request's terminal
+	closedAt int64   // end of admission: the unsent requests' lag ends here
+	frozenAt int64   // when the records froze: an unfinished request's terminal
 	lags     []int64 // of the unsent requests
 }
 
