@@ -74,6 +74,9 @@ func checkSeedFiles(t *testing.T, dir string, res loadgen.Result, rate float64, 
 	if sr == nil || sr.RunID != runID {
 		t.Fatalf("seed records %+v", sr)
 	}
+	if err := loadgen.VerifySeedRecords(dir, sr); err != nil {
+		t.Fatal(err)
+	}
 	reqs := readJSONL[loadgen.SeedRequest](t, filepath.Join(dir, sr.RequestsFile))
 	evs := readJSONL[loadgen.SeedEvent](t, filepath.Join(dir, sr.EventsFile))
 	planned, closedAt := plannedRows(t, res, rate)

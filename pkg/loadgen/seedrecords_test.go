@@ -1,15 +1,15 @@
 package loadgen
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,30 +29,6 @@ func TestSeedStatusTaxonomy(t *testing.T) {
 			t.Errorf("SeedStatus(%q) = %q, want harness-error", c, got)
 		}
 	}
-}
-
-// readLines decodes every line of a JSON-lines file into T.
-func readLines[T any](t *testing.T, path string) []T {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, v)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // TestRequestDeadlineEndsStalledRequests: a server that sends one token
@@ -85,9 +61,12 @@ func TestRequestDeadlineEndsStalledRequests(t *testing.T) {
 		sr.ByStatus["deadline-exceeded"] != sr.Planned || sr.DeadlineS != deadline.Seconds() || sr.RunID != "run-1" {
 		t.Fatalf("seed records %+v", sr)
 	}
-	reqs := readLines[SeedRequest](t, filepath.Join(dir, SeedRequestsFile))
-	if len(reqs) != sr.Requests {
-		t.Fatalf("%d lines, result.json says %d", len(reqs), sr.Requests)
+	reqs, err := readSeedLines[SeedRequest](filepath.Join(dir, SeedRequestsFile))
+	if err != nil || len(reqs) != sr.Requests {
+		t.Fatalf("%d lines, result.json says %d: %v", len(reqs), sr.Requests, err)
+	}
+	if err := VerifySeedRecords(dir, sr); err != nil {
+		t.Fatal(err)
 	}
 	for _, q := range reqs {
 		if q.Status != "deadline-exceeded" || q.DeadlineMonoNS != q.PlannedMonoNS+int64(deadline) || q.EndMonoNS < q.DeadlineMonoNS ||
@@ -151,5 +130,123 @@ func TestUnsentFromTheSchedule(t *testing.T) {
 	r.cfg.Rate = 0
 	if got, _ := r.unsent(nil, closedAt); got != nil {
 		t.Fatalf("a closed loop listed %d unsent requests", len(got))
+	}
+}
+
+// stalledServer sends one token and holds every stream open until the
+// client ends it.
+func stalledServer(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+		w.Write([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestSeedRecordsOfAbandonedRequests: without a deadline, requests
+// outstanding at the drain bound are abandoned: deadline-exceeded, no
+// end of their own, their terminal event when the records froze, after
+// every other event of theirs.
+func TestSeedRecordsOfAbandonedRequests(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{BaseURL: stalledServer(t), Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+		IgnoreEOS: true, CleanSegment: 100 * time.Millisecond, NumClean: 1, DrainTimeout: 100 * time.Millisecond,
+		ResultDir: dir, SeedRecords: true, RunID: "run-2"}
+	res, err := Run(context.Background(), cfg, smallManifest(t, 10))
+	if !errors.Is(err, ErrDrainAbandoned) || res == nil || res.SeedRecords == nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if err := VerifySeedRecords(dir, res.SeedRecords); err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := readSeedLines[SeedRequest](filepath.Join(dir, SeedRequestsFile))
+	evs, err2 := readSeedLines[SeedEvent](filepath.Join(dir, SeedEventsFile))
+	if err != nil || err2 != nil || len(reqs) != 2 || res.SeedRecords.ByStatus["deadline-exceeded"] != 2 {
+		t.Fatalf("%d requests, %v %v, %+v", len(reqs), err, err2, res.SeedRecords)
+	}
+	for _, e := range evs {
+		if e.Event == EventTerminal && (e.MonoNS < res.Drain.EndMonoNS || e.Status != "deadline-exceeded") {
+			t.Fatalf("terminal %+v before the drain's end %d", e, res.Drain.EndMonoNS)
+		}
+	}
+	for _, q := range reqs {
+		if q.EndMonoNS != 0 || !q.Sent || q.DeadlineMonoNS != 0 {
+			t.Fatalf("request %+v", q)
+		}
+	}
+}
+
+// TestSeedRecordsWriteFails: a requests.jsonl that cannot be put in place
+// fails the run's write: an error, and no result.json.
+func TestSeedRecordsWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, SeedRequestsFile, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(raw(`{"choices":[{"text":"a"}]}`, `{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":4}}`))
+	defer srv.Close()
+	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 1,
+		CleanSegment: 50 * time.Millisecond, NumClean: 1, DrainTimeout: time.Second, ResultDir: dir, SeedRecords: true, RunID: "r"}
+	if res, err := Run(context.Background(), cfg, smallManifest(t, 1000)); err == nil || res != nil {
+		t.Fatalf("Run = %v, %v; want a write error", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "result.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("result.json after a failed write: %v", err)
+	}
+}
+
+// TestVerifySeedRecordsFaults: each way the files can be incomplete or
+// inconsistent is caught.
+func TestVerifySeedRecordsFaults(t *testing.T) {
+	src := t.TempDir()
+	cfg := Config{BaseURL: stalledServer(t), Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+		IgnoreEOS: true, CleanSegment: 100 * time.Millisecond, NumClean: 1, DrainTimeout: 10 * time.Second,
+		ResultDir: src, SeedRecords: true, RunID: "run-3", RequestDeadline: 30 * time.Millisecond}
+	res, err := Run(context.Background(), cfg, smallManifest(t, 200))
+	if err != nil || res.SeedRecords.Planned < 2 {
+		t.Fatalf("Run = %v, %+v", err, res.SeedRecords)
+	}
+	lines := func(name string) []string {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	}
+	reqs, evs := lines(SeedRequestsFile), lines(SeedEventsFile)
+	for _, tc := range []struct {
+		name      string
+		reqs, evs []string
+		info      func(SeedRecordsInfo) *SeedRecordsInfo
+		want      string
+	}{
+		{"sound", reqs, evs, nil, ""},
+		{"events cut short", reqs, evs[:len(evs)-1], nil, "ends before"},
+		{"a request line lost", reqs[1:], evs, nil, "lines"},
+		{"a request listed twice", append([]string{reqs[0]}, reqs[:len(reqs)-1]...), evs, nil, "row"},
+		{"events out of order", reqs, append([]string{evs[1], evs[0]}, evs[2:]...), nil, "planned send"},
+		{"a terminal's status changed", reqs, append(append([]string{}, evs[:len(evs)-1]...),
+			strings.Replace(evs[len(evs)-1], "deadline-exceeded", "success", 1)), nil, "terminal"},
+		{"counts differ", reqs, evs, func(i SeedRecordsInfo) *SeedRecordsInfo { i.ByStatus = map[string]int{}; return &i }, "result.json says"},
+		{"no block", reqs, evs, func(SeedRecordsInfo) *SeedRecordsInfo { return nil }, "no seed_records"},
+	} {
+		dir := t.TempDir()
+		for name, ls := range map[string][]string{SeedRequestsFile: tc.reqs, SeedEventsFile: tc.evs} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(ls, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info := res.SeedRecords
+		if tc.info != nil {
+			info = tc.info(*res.SeedRecords)
+		}
+		err := VerifySeedRecords(dir, info)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }
