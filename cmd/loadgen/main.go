@@ -95,7 +95,8 @@ incomplete.
 Load: --request-rate inf is a closed loop of --max-concurrency outstanding
 requests. --load-point moderate derives λ = --rate-fraction × T_sat from
 --saturation-result and refuses a hand-given finite rate. Other load points
-take a finite --request-rate. Open-loop arrivals follow the manifest's class
+take a finite --request-rate. --request-deadline-s ends each request at a
+deadline from its planned send (deadline-exceeded). Open-loop arrivals follow the manifest's class
 (steady, burst:N) unless --arrival names poisson or gamma:K (not allowed for
 saturation and moderate, whose class is the manifest's).
 
