@@ -109,6 +109,9 @@ type TimelineInfo struct {
 	ProfileActiveIterations int     `json:"profile_active_iterations"`
 	RecoveryS               float64 `json:"recovery_s"`
 	DrainTimeoutS           float64 `json:"drain_timeout_s"`
+	// RequestDeadlineS is each request's deadline from its planned send
+	// (0: none).
+	RequestDeadlineS float64 `json:"request_deadline_s"`
 }
 
 // SegmentSummary is one line of segments.jsonl and one entry of

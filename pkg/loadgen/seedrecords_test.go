@@ -58,7 +58,8 @@ func TestRequestDeadlineEndsStalledRequests(t *testing.T) {
 	}
 	sr := res.SeedRecords
 	if sr == nil || sr.Planned != res.Totals.Admitted || sr.Sent != sr.Planned || sr.Unsent != 0 ||
-		sr.ByStatus["deadline-exceeded"] != sr.Planned || sr.DeadlineS != deadline.Seconds() || sr.RunID != "run-1" {
+		sr.ByStatus["deadline-exceeded"] != sr.Planned || sr.DeadlineS != deadline.Seconds() || sr.RunID != "run-1" ||
+		res.Timeline.RequestDeadlineS != deadline.Seconds() {
 		t.Fatalf("seed records %+v", sr)
 	}
 	reqs, err := readSeedLines[SeedRequest](filepath.Join(dir, SeedRequestsFile))
