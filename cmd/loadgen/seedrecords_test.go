@@ -190,8 +190,8 @@ func TestSeedRecordsHealthyAudio(t *testing.T) {
 
 // TestSeedRecordsDeadline: the stand-in stalls 1 s before the third
 // audio chunk; with a 0.4 s deadline from the planned send every sent
-// request is ended deadline-exceeded (never abandoned: the drain ends
-// with none outstanding), and with one request at a time the generator
+// request is ended deadline-exceeded, before its third chunk (never
+// abandoned: the drain ends with none outstanding), and with one request at a time the generator
 // falls behind: the requests planned and never sent are recorded
 // harness-error, not sent, with their lag.
 func TestSeedRecordsDeadline(t *testing.T) {
@@ -208,7 +208,7 @@ func TestSeedRecordsDeadline(t *testing.T) {
 		}
 		switch {
 		case q.Sent:
-			if q.Status != "deadline-exceeded" || q.EndMonoNS < q.DeadlineMonoNS || q.AudioChunks != 2 {
+			if q.Status != "deadline-exceeded" || q.EndMonoNS < q.DeadlineMonoNS || q.AudioChunks > 2 {
 				t.Fatalf("sent request %+v", q)
 			}
 		case q.Status == "harness-error":
