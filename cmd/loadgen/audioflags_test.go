@@ -33,7 +33,7 @@ func TestAudioFlags(t *testing.T) {
 		var f runFlags
 		bindRunFlags(cmd, &f)
 		base := []string{"--manifest", manifest, "--base-url", "http://127.0.0.1:1", "--model", "m", "--result-dir", dir,
-			"--load-point", "saturation", "--request-rate", "inf"}
+			"--load-point", "saturation", "--request-rate", "inf", "--run-id", "r"}
 		if err := cmd.ParseFlags(append(base, args...)); err != nil {
 			t.Fatal(err)
 		}

@@ -75,6 +75,7 @@ type runFlags struct {
 	seed                                          uint64
 	resultDir, phaseFile                          string
 	ext                                           extFlags
+	rec                                           recordFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -94,12 +95,14 @@ incomplete.
 Load: --request-rate inf is a closed loop of --max-concurrency outstanding
 requests. --load-point moderate derives λ = --rate-fraction × T_sat from
 --saturation-result and refuses a hand-given finite rate. Other load points
-take a finite --request-rate. Open-loop arrivals follow the manifest's class
+take a finite --request-rate. --request-deadline-s ends each request at a
+deadline from its planned send (deadline-exceeded). Open-loop arrivals follow the manifest's class
 (steady, burst:N) unless --arrival names poisson or gamma:K (not allowed for
 saturation and moderate, whose class is the manifest's).
 
-Writes RESULT_DIR/requests/<segment>.jsonl, RESULT_DIR/segments.jsonl and
-RESULT_DIR/result.json (last), and appends phase lines to --phase-file
+Writes RESULT_DIR/requests/<segment>.jsonl, RESULT_DIR/segments.jsonl,
+with --seed-records (on by default with --modalities) RESULT_DIR/requests.jsonl
+and RESULT_DIR/events.jsonl, and RESULT_DIR/result.json (last), and appends phase lines to --phase-file
 (default $WARDEN_PHASE_FILE). Never writes prompt or generated text.
 See docs/loadgen.md.
 
@@ -148,6 +151,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.resultDir, "result-dir", "", "directory for the results (required; never overwritten)")
 	fl.StringVar(&f.phaseFile, "phase-file", os.Getenv("WARDEN_PHASE_FILE"), "file to append phase lines to (default $WARDEN_PHASE_FILE)")
 	bindExtFlags(cmd, &f.ext)
+	bindRecordFlags(cmd, &f.rec)
 }
 
 // refused marks an error found before the run started.
@@ -196,6 +200,9 @@ func config(cmd *cobra.Command, f runFlags, m *loadgen.Manifest) (loadgen.Config
 		}
 	}
 	if err := f.ext.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.rec.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if f.profileAfterClean {

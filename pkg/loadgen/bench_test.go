@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // BenchmarkSend measures the client's cost of one streamed request of 16
@@ -119,6 +120,34 @@ func BenchmarkSendRaw(b *testing.B) {
 		if o := s.send(context.Background(), body, expect{output: 16, exact: true}); o.class != Success {
 			b.Fatalf("class %s: %s", o.class, o.reason)
 		}
+	}
+}
+
+// BenchmarkSendBy is BenchmarkSendRaw through the run's sendBy, without a
+// per-request deadline and with one (its context and timer are the
+// request's, never a chunk's).
+func BenchmarkSendBy(b *testing.B) {
+	url, stop := rawStreamServer(b)
+	defer stop()
+	clock, _ := NewClock()
+	tr := newTransport(4)
+	defer tr.CloseIdleConnections()
+	body := []byte(`{"model":"m","prompt":[1,2,3,4],"max_tokens":16,"stream":true}`)
+	for _, d := range []time.Duration{0, time.Hour} {
+		name := "no-deadline"
+		if d > 0 {
+			name = "deadline"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := &run{cfg: Config{RequestDeadline: d}, clock: clock,
+				sender: &sender{client: &http.Client{Transport: tr}, url: url, clock: clock, itl: func(int64, int64) {}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := r.sendBy(context.Background(), body, expect{output: 16, exact: true}, clock.Now()); o.class != Success {
+					b.Fatalf("class %s: %s", o.class, o.reason)
+				}
+			}
+		})
 	}
 }
 

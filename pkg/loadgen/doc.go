@@ -14,7 +14,12 @@
 // ErrDrainAbandoned, incomplete. Every admitted request gets a
 // Record with its planned, sent, first-token and end times and a terminal
 // Class; result.json summarizes the clean interval (throughput T,
-// latencies, generator lag).
+// latencies, generator lag). With Config.SeedRecords a run also writes
+// the methodology's requests.jsonl and events.jsonl (seedrecords.go): a
+// line for every planned initial request, sent or not, with its terminal
+// status in section 12's spelling, and the client's events of each.
+// Config.RequestDeadline ends each request at a deadline from its planned
+// send (deadline-exceeded).
 //
 // Caveats:
 //   - Records and results never hold prompt or generated text; chunk text

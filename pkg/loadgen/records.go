@@ -14,7 +14,9 @@ const (
 	// ClientCancelled: the client was interrupted (SIGTERM, SIGINT) while
 	// the request was outstanding.
 	ClientCancelled Class = "client-cancelled"
-	// DeadlineExceeded: still outstanding when the drain timeout ran out.
+	// DeadlineExceeded: past its deadline from the planned send
+	// (Config.RequestDeadline), or still outstanding when the drain
+	// timeout ran out.
 	DeadlineExceeded Class = "deadline-exceeded"
 	// AdmissionRejected: HTTP 429 or 503.
 	AdmissionRejected Class = "admission-rejected"
@@ -78,6 +80,9 @@ type Record struct {
 	// Reason says why a request is not a success, in the client's words;
 	// never the server's error text.
 	Reason string `json:"reason,omitempty"`
+	// Unsent: admitted, but its deadline (Config.RequestDeadline) had
+	// passed before the send, so it never reached the transport.
+	Unsent bool `json:"unsent,omitempty"`
 	// Audio is the request's streamed audio (audio.go); absent when the
 	// stream carried none.
 	Audio *AudioRecord `json:"audio,omitempty"`

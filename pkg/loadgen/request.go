@@ -129,6 +129,8 @@ type outcome struct {
 	audio  *audioTrack
 	class  Class
 	reason string // why it is not a success; never server text
+	// unsent: the request was never handed to the transport.
+	unsent bool
 }
 
 // expect is what a request's stream must report to be a success.
@@ -169,7 +171,7 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1<<10)
 
 // send posts body and reads the stream to its end. It never gives up on
 // its own: only ctx ends a request early (then the class is
-// client-cancelled).
+// client-cancelled, or deadline-exceeded when ctx's deadline passed).
 func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	var o outcome
 	finish := func(c Class, reason string) outcome {
@@ -191,7 +193,7 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return finish(ClientCancelled, "cancelled before the response")
+			return finish(ended(ctx, "before the response"))
 		}
 		return finish(TransportError, "no response: "+errKind(err))
 	}
@@ -224,7 +226,8 @@ func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (
 		line, err := nextLine(br, &scratch)
 		if err != nil && !(err == io.EOF && len(line) > 0) {
 			if ctx.Err() != nil {
-				return ClientCancelled, "cancelled mid-stream", false
+				c, why := ended(ctx, "mid-stream")
+				return c, why, false
 			}
 			// A stream cut before [DONE] is a partial response: a failure.
 			return TransportError, "stream ended before [DONE]: " + errKind(err), false
@@ -266,6 +269,15 @@ func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (
 			return TransportError, "stream ended before [DONE]", false
 		}
 	}
+}
+
+// ended classes a request whose context ended where: past its deadline
+// (deadline-exceeded), else cancelled by the client.
+func ended(ctx context.Context, where string) (Class, string) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return DeadlineExceeded, "past its deadline " + where
+	}
+	return ClientCancelled, "cancelled " + where
 }
 
 // tokenAt counts a chunk that carries a token into o, given when the one

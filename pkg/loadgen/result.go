@@ -45,6 +45,9 @@ type Result struct {
 	// when no modalities were asked for.
 	Modalities []string      `json:"modalities,omitempty"`
 	Audio      *AudioSummary `json:"audio,omitempty"`
+	// SeedRecords describes requests.jsonl and events.jsonl
+	// (seedrecords.go); absent when they were not asked for.
+	SeedRecords *SeedRecordsInfo `json:"seed_records,omitempty"`
 }
 
 // LoadInfo is how requests were admitted.
@@ -106,6 +109,9 @@ type TimelineInfo struct {
 	ProfileActiveIterations int     `json:"profile_active_iterations"`
 	RecoveryS               float64 `json:"recovery_s"`
 	DrainTimeoutS           float64 `json:"drain_timeout_s"`
+	// RequestDeadlineS is each request's deadline from its planned send
+	// (0: none).
+	RequestDeadlineS float64 `json:"request_deadline_s"`
 }
 
 // SegmentSummary is one line of segments.jsonl and one entry of

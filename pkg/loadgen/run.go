@@ -107,6 +107,15 @@ type Config struct {
 	// needs to be the first playable one (0: DefaultMinAudioSamples).
 	Modalities      []string
 	MinAudioSamples int64
+	// RequestDeadline, when positive, is each request's deadline from its
+	// planned send, the common entry (seedrecords.go): a request still
+	// outstanding then is ended and recorded deadline-exceeded.
+	RequestDeadline time.Duration
+	// SeedRecords writes requests.jsonl and events.jsonl, the seed's raw
+	// traces (seedrecords.go), with RunID and RunAttempt in every line.
+	SeedRecords bool
+	RunID       string
+	RunAttempt  int
 }
 
 // admissionEstimate is how long admission is expected to last: warm-up,
@@ -136,7 +145,7 @@ func (c *Config) Check(m *Manifest) (int64, error) {
 		return 0, errors.New("segment and window counts must not be negative")
 	case c.NumClean > 0 && c.CleanSegment <= 0:
 		return 0, errors.New("clean segments need a positive duration")
-	case c.Warmup < 0 || c.Recovery < 0 || c.DrainTimeout < 0 || c.ProfileHold < 0 || c.ProfileWindowBudget < 0:
+	case c.Warmup < 0 || c.Recovery < 0 || c.DrainTimeout < 0 || c.ProfileHold < 0 || c.ProfileWindowBudget < 0 || c.RequestDeadline < 0:
 		return 0, errors.New("durations must not be negative")
 	case c.ResultDir == "":
 		return 0, errors.New("no result directory")
@@ -336,11 +345,15 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	// Several dispatchers admit in about, not exactly, row order.
 	sort.SliceStable(slots, func(a, b int) bool { return slots[a].rec.Row < slots[b].rec.Row })
 	stopErr = r.abandon(slots, &drain, stopErr)
+	frozenAt := r.clock.Now()
 
 	res := r.summarize(segs, windows, slots, drain, need)
 	res.Complete = stopErr == nil
 	res.Interrupted = errors.Is(stopErr, ErrInterrupted)
 	res.Manifest.Exhausted = errors.Is(stopErr, ErrManifestExhausted)
+	if err := r.writeSeed(res, slots, drainStart, frozenAt); err != nil {
+		return nil, err
+	}
 	if err := r.write(res, segs, slots); err != nil {
 		return nil, err
 	}
@@ -553,7 +566,7 @@ func (r *run) finish(s *slot, o outcome) {
 	rec.FirstTokenNS, rec.FirstChunkNS, rec.EndNS = o.firstToken, o.firstChunk, o.end
 	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
-	rec.Class, rec.Reason = o.class, o.reason
+	rec.Class, rec.Reason, rec.Unsent = o.class, o.reason, o.unsent
 	if o.audio != nil {
 		rec.Audio = o.audio.finish(rec.SentNS, o.end)
 	}
@@ -695,7 +708,7 @@ func (r *run) dispatchOne(ctx, reqCtx context.Context, p *pacer, sem chan struct
 	go func() {
 		defer r.wg.Done()
 		defer func() { <-sem }()
-		r.finish(s, r.sender.send(reqCtx, body, e))
+		r.finish(s, r.sendBy(reqCtx, body, e, planned))
 	}()
 	return true
 }
@@ -722,7 +735,7 @@ func (r *run) worker(ctx, reqCtx context.Context) {
 		if s == nil {
 			return
 		}
-		o := r.sender.send(reqCtx, body, r.expect(s.rec.Row))
+		o := r.sendBy(reqCtx, body, r.expect(s.rec.Row), planned)
 		r.finish(s, o)
 		planned = o.end
 	}
