@@ -38,6 +38,11 @@ type CapacitySpec struct {
 type CapacityPoint struct {
 	// Search names the search the point belongs to: its phase and cell.
 	Search string `json:"search"`
+	// Point is the 1-based place of the point in its search, in plan order.
+	Point int `json:"point"`
+	// Rate is the point's arrival rate (requests/s): 0 in the plan, set in
+	// the run a launch starts, as the search decided it.
+	Rate float64 `json:"rate,omitempty"`
 	// Bisect is the 1-based bisection point; 0 for a follow-up.
 	Bisect int `json:"bisect,omitempty"`
 	// Fraction is a follow-up's multiple of the found rate (the overload
@@ -73,11 +78,11 @@ func capacityPoints(s *CapacitySpec, search string) ([]CapacityPoint, []string) 
 	var pts []CapacityPoint
 	var ids []string
 	for i := 1; i <= s.BisectionPoints; i++ {
-		pts = append(pts, CapacityPoint{Search: search, Bisect: i})
+		pts = append(pts, CapacityPoint{Search: search, Point: len(pts) + 1, Bisect: i})
 		ids = append(ids, "b"+strconv.Itoa(i))
 	}
 	for _, f := range append(append([]float64(nil), s.FollowUps...), s.Overload) {
-		pts = append(pts, CapacityPoint{Search: search, Fraction: f})
+		pts = append(pts, CapacityPoint{Search: search, Point: len(pts) + 1, Fraction: f})
 		ids = append(ids, fmt.Sprintf("x%03d", int(math.Round(f*100))))
 	}
 	return pts, ids
