@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"io"
 	"maps"
 	"net/http"
@@ -863,6 +864,12 @@ func (a *Attempt) prepareCommands() error {
 			return fmt.Errorf("run %s needs %s: no result directory given", a.run.ID, run)
 		}
 		a.vars[as] = res
+	}
+	if pt := a.run.Capacity; pt != nil {
+		if pt.Rate <= 0 || math.IsInf(pt.Rate, 0) || math.IsNaN(pt.Rate) {
+			return fmt.Errorf("run %s is point %d of capacity search %s, and no rate was decided for it", a.run.ID, pt.Point, pt.Search)
+		}
+		a.vars[protocols.RateVar] = strconv.FormatFloat(pt.Rate, 'g', -1, 64)
 	}
 	cuda := a.vars["GPU_IDS"]
 	if c.StepCUDA != "" {
