@@ -10,41 +10,10 @@ import (
 	"warden/protocols"
 )
 
-const capacityProtocol = `warden: 1
-name: cap
-host: {gpus: 1, cpus: 2}
-budget: {cap_gpu_hours: 10}
-slots:
-  - {name: s0, gpus: [0], cpus: "0-1", port: 9000}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: std, drain_allowance_s: 10, watchdog_s: 20}
-servers:
-  - {name: srv, kind: standin, command: [standin, server, --port, "${PORT}"]}
-loads:
-  - name: open
-    kind: open-loop
-    expected_s: 10
-    client: [loadgen, run, --request-rate, "${CAPACITY_RATE}"]
-axes:
-  - name: sys
-    values: [{id: A}, {id: B}]
-phases:
-  - name: cap
-    kind: capacity
-    matrix: {sys: [A, B]}
-    loads: [open]
-    capacity:
-      rate_min: 1
-      rate_max: 17
-      resolution: 1
-      slo: {success_min: 0.999}
-`
 
 func capacityPlan(t *testing.T) *protocols.Plan {
 	t.Helper()
-	p, err := protocols.PlanBytes("cap.yaml", []byte(capacityProtocol), protocols.Options{})
+	p, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
