@@ -116,6 +116,16 @@ func TestCapacitySearchFindsTheStandinsCapacity(t *testing.T) {
 			t.Fatalf("%s at %v requests/s, want %v x %v", run, got, f, found)
 		}
 	}
+	// each point's judgement is recorded with its rate, as ctlq show lists it
+	for _, run := range []string{"s.open.b1", "s.open.b2", "s.open.b3", "s.open.x120"} {
+		v := c.gateVerdict(s, run, "capacity-slo")
+		if v.Figures["rate_rps"] != rate(run) || v.Attempt != 1 || (v.Verdict != state.VerdictPass && v.Verdict != state.VerdictFail) {
+			t.Fatalf("%s: capacity verdict %+v; want a pass or fail at the client's rate %v", run, v, rate(run))
+		}
+	}
+	if v := c.gateVerdict(s, "s.open.b2", "capacity-slo"); v.Verdict != state.VerdictPass || v.Figures["queue_growth"] > 0.09 {
+		t.Fatalf("b2 at 20 requests/s, below the capacity: %+v", v)
+	}
 	c.assertNoProcesses()
 }
 
