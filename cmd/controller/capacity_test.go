@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"warden/pkg/campaignfs"
@@ -125,6 +126,9 @@ func TestCapacitySearchFindsTheStandinsCapacity(t *testing.T) {
 	}
 	if v := c.gateVerdict(s, "s.open.b2", "capacity-slo"); v.Verdict != state.VerdictPass || v.Figures["queue_growth"] > 0.09 {
 		t.Fatalf("b2 at 20 requests/s, below the capacity: %+v", v)
+	}
+	if out, _ := c.run(ctlqBin, nil, "show", "-d", c.dir, "s.open.b2"); !strings.Contains(out, "capacity-slo") || !strings.Contains(out, "rate_rps=20") {
+		t.Fatalf("ctlq show s.open.b2 does not show the point's verdict and rate:\n%s", out)
 	}
 	c.assertNoProcesses()
 }
