@@ -124,10 +124,7 @@ func Decide(v View) Decision {
 	if len(v.Runs) != len(v.Plan.Runs) {
 		return Decision{Err: fmt.Errorf("the database has %d runs, the plan %d", len(v.Runs), len(v.Plan.Runs))}
 	}
-	done := map[string]bool{}
-	for _, r := range v.Runs {
-		done[r.ID] = r.Done
-	}
+	done := doneRuns(v.Runs)
 	if err := checkCapacity(v, done); err != nil {
 		return Decision{Err: err}
 	}
@@ -187,6 +184,15 @@ func Decide(v View) Decision {
 		return Decision{Err: err}
 	}
 	return d
+}
+
+// doneRuns says which runs are done, by id.
+func doneRuns(runs []state.Run) map[string]bool {
+	done := make(map[string]bool, len(runs))
+	for _, r := range runs {
+		done[r.ID] = r.Done
+	}
+	return done
 }
 
 // reserveS is the seconds a run's reservation counts: its expected
