@@ -10,7 +10,6 @@ import (
 	"warden/protocols"
 )
 
-
 func capacityPlan(t *testing.T) *protocols.Plan {
 	t.Helper()
 	p, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
