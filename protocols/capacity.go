@@ -50,6 +50,16 @@ type CapacityPoint struct {
 	Fraction float64 `json:"fraction,omitempty"`
 }
 
+// LaunchRate is the value of ${CAPACITY_RATE} for the point as it
+// launches: its decided rate, or an error when none was decided (a plan's
+// own run, never given one), so that no point runs at a rate of 0.
+func (pt *CapacityPoint) LaunchRate() (string, error) {
+	if !(pt.Rate > 0) || math.IsInf(pt.Rate, 0) {
+		return "", fmt.Errorf("point %d of capacity search %s has no decided rate", pt.Point, pt.Search)
+	}
+	return strconv.FormatFloat(pt.Rate, 'g', -1, 64), nil
+}
+
 // Halvings is how many times the interval [lo, hi] is halved before it is
 // no wider than res: ceil(log2((hi-lo)/res)), counted the way the search
 // narrows it, so that the plan's bound and the search agree exactly.

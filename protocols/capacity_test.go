@@ -2,6 +2,7 @@ package protocols
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -145,6 +146,17 @@ func TestHalvings(t *testing.T) {
 	}{{0.5, 8, 0.25, 5}, {1, 9, 1, 3}, {1, 9, 0.999, 4}, {0, 1, 2, 0}} {
 		if got := Halvings(tc.lo, tc.hi, tc.res); got != tc.want {
 			t.Errorf("Halvings(%v, %v, %v) = %d, want %d", tc.lo, tc.hi, tc.res, got, tc.want)
+		}
+	}
+}
+
+func TestLaunchRate(t *testing.T) {
+	if v, err := (&CapacityPoint{Rate: 4.5}).LaunchRate(); err != nil || v != "4.5" {
+		t.Fatalf("rate 4.5: %q, %v", v, err)
+	}
+	for _, r := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		if v, err := (&CapacityPoint{Search: "cap/A", Point: 2, Rate: r}).LaunchRate(); err == nil || !strings.Contains(err.Error(), "point 2 of capacity search cap/A has no decided rate") {
+			t.Fatalf("rate %v: %q, %v; want refused", r, v, err)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -866,10 +865,11 @@ func (a *Attempt) prepareCommands() error {
 		a.vars[as] = res
 	}
 	if pt := a.run.Capacity; pt != nil {
-		if pt.Rate <= 0 || math.IsInf(pt.Rate, 0) || math.IsNaN(pt.Rate) {
-			return fmt.Errorf("run %s is point %d of capacity search %s, and no rate was decided for it", a.run.ID, pt.Point, pt.Search)
+		rate, err := pt.LaunchRate()
+		if err != nil {
+			return fmt.Errorf("run %s: %w", a.run.ID, err)
 		}
-		a.vars[protocols.RateVar] = strconv.FormatFloat(pt.Rate, 'g', -1, 64)
+		a.vars[protocols.RateVar] = rate
 	}
 	cuda := a.vars["GPU_IDS"]
 	if c.StepCUDA != "" {
