@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"warden/pkg/gates"
+	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -148,6 +151,32 @@ func checkCapacity(v View, done map[string]bool) error {
 		i := r.Capacity.Point - 1
 		if judged := i < len(points); judged != done[r.ID] || (judged && points[i].Run != r.ID) {
 			return fmt.Errorf("capacity point %s (point %d of %s): done %t, but %d points of its search are judged", r.ID, r.Capacity.Point, r.Capacity.Search, done[r.ID], len(points))
+		}
+	}
+	return nil
+}
+
+// capacityError is the stop for review a capacity point that could not be
+// judged calls for: its search cannot go on, and the cause (an SLO bound
+// the client's result does not report, an unreadable result) is likely
+// every cell's.
+func capacityError(v View) *Stop {
+	for _, search := range slices.Sorted(maps.Keys(v.CapacityPoints)) {
+		phase, _, _ := strings.Cut(search, "/")
+		spec, ok := v.Plan.CapacitySearch(phase)
+		if !ok {
+			continue // checkCapacity refused it
+		}
+		points := v.CapacityPoints[search]
+		if s := Search(spec, points); s.Stop == gates.Error {
+			last := points[len(points)-1]
+			for _, p := range points {
+				if p.Verdict != gates.Pass && p.Verdict != gates.Fail {
+					last = p
+					break
+				}
+			}
+			return &Stop{Reason: state.StopGateError, Detail: fmt.Sprintf("capacity search %s could not judge point %s: %s", search, last.Run, last.Detail)}
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"warden/pkg/gates"
+	"warden/pkg/state"
 	"warden/protocols"
 )
 
@@ -122,6 +123,29 @@ func TestCapacityDecide(t *testing.T) {
 	w.CapacityPoints = map[string][]Point{"cap/A": {{Run: "A.open.b1", Verdict: gates.Pass}}}
 	if d := Decide(w.View); d.Err == nil {
 		t.Fatalf("a verdict of a point not done: %+v", d)
+	}
+}
+
+// TestCapacityErrorStops: a bisection point that could not be judged
+// stops the campaign for review, naming the search and the point; an
+// unjudgeable follow-up steers nothing.
+func TestCapacityErrorStops(t *testing.T) {
+	p := capacityPlan(t)
+	w := newWorld(p).done("A.open.b1", "A.open.b2")
+	w.CapacityPoints = map[string][]Point{"cap/A": {{Run: "A.open.b1", Verdict: gates.Pass}, {Run: "A.open.b2", Verdict: gates.Error, Detail: "the result has no audio.ttfa_ms"}}}
+	d := Decide(w.View)
+	if d.Stop == nil || d.Stop.Reason != state.StopGateError || d.Stop.Detail != "capacity search cap/A could not judge point A.open.b2: the result has no audio.ttfa_ms" {
+		t.Fatalf("decision %+v; want a gate-error stop naming cap/A and A.open.b2", d)
+	}
+	var pts []Point
+	for _, r := range p.Runs[:6] { // A's 5 bisection points and its first follow-up
+		w.done(r.ID)
+		pts = append(pts, Point{Run: r.ID, Verdict: gates.Pass})
+	}
+	pts[5].Verdict = gates.Error
+	w.CapacityPoints = map[string][]Point{"cap/A": pts}
+	if d := Decide(w.View); d.Stop != nil || len(d.Launch) != 1 || d.Launch[0].Runs[0].ID != "A.open.x080" {
+		t.Fatalf("after an erring follow-up: %+v; want A.open.x080 launched", d)
 	}
 }
 

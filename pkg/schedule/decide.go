@@ -128,6 +128,9 @@ func Decide(v View) Decision {
 	if err := checkCapacity(v, done); err != nil {
 		return Decision{Err: err}
 	}
+	if s := capacityError(v); s != nil {
+		return Decision{Stop: s}
+	}
 
 	// a co-location gate that could not judge is judged once more first
 	if l := rejudge(v); l != nil {
