@@ -47,10 +47,16 @@ func (b *builder) expand() *Plan {
 		cells := 0
 		if ph.Kind == "colocation" && ph.Colocation != nil {
 			cells = b.expandColocation(ph, i)
+		} else if ph.Kind == "capacity" && ph.Capacity != nil && ph.Matrix != nil && len(ph.Loads) > 0 {
+			cells = b.expandCapacityPhase(ph, i)
 		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
 			cells = b.expandMatrixPhase(ph, i)
 		}
-		plan.Phases = append(plan.Phases, PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells})
+		info := PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells}
+		if ph.Kind == "capacity" && ph.Capacity != nil {
+			info.Capacity = capacitySpec(ph.Capacity)
+		}
+		plan.Phases = append(plan.Phases, info)
 	}
 	b.checkGatedRegimes()
 	b.resolveNeeds()
@@ -381,6 +387,38 @@ func (b *builder) expandMatrixPhase(ph *Phase, pi int) int {
 	return len(cells)
 }
 
+// expandCapacityPhase plans a capacity search per cell at its worst case:
+// every bisection point, the follow-ups and the overload point, each its
+// own unit (a fresh server per point). All but the first are conditional:
+// the search's recorded results say which run and at what rate.
+func (b *builder) expandCapacityPhase(ph *Phase, pi int) int {
+	f := fmt.Sprintf("phases[%d]", pi)
+	cells := b.matrixCells(ph.Matrix, f+".matrix")
+	spec := capacitySpec(ph.Capacity)
+	load := b.loads[ph.Loads[0]]
+	if load == nil {
+		return len(cells)
+	}
+	for _, cl := range b.order(ph, cells, f) {
+		base := b.runID(ph, pi, cl, load.Name)
+		pts, suffixes := capacityPoints(spec, ph.Name+"/"+cl.id())
+		for k, pt := range pts {
+			b.units++
+			r := b.makeRun(ph, pi, cl, load, base+"."+suffixes[k])
+			r.Unit, r.Capacity = b.units, &pt
+			if k > 0 {
+				r.Condition = CapacityCondition
+			}
+			b.addRun(r, ph.Meta.At("loads"))
+		}
+	}
+	return len(cells)
+}
+
+// CapacityCondition is the condition of a capacity point that runs only
+// when the search's recorded results call for it.
+const CapacityCondition = "capacity search"
+
 // runID expands the phase's id template for a cell and load.
 func (b *builder) runID(ph *Phase, pi int, cl cell, load string) string {
 	tmpl := ph.ID
@@ -428,7 +466,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	if server == "" && len(b.p.Servers) > 0 {
 		server = b.p.Servers[0].Name
 	}
-	needAs := map[string]bool{}
+	needAs := map[string]bool{RateVar: ph.Kind == "capacity"}
 	for _, n := range load.Needs {
 		needAs["NEED_"+n.As+"_DIR"] = true
 	}
@@ -580,7 +618,7 @@ func (b *builder) runNeeds(r *Run, ph *Phase, pi int, cl cell, load *Load, coloc
 // variable left is a launch-time one this run will have.
 func (b *builder) command(cmd Command, field string, vars map[string]string, needAs map[string]bool) CommandSpec {
 	keep := func(n string) bool {
-		if strings.HasPrefix(n, "NEED_") && strings.HasSuffix(n, "_DIR") {
+		if n == RateVar || strings.HasPrefix(n, "NEED_") && strings.HasSuffix(n, "_DIR") {
 			return needAs[n]
 		}
 		return slices.Contains(LaunchVars, n)

@@ -119,6 +119,9 @@ type PhaseInfo struct {
 	Order string `json:"order"`
 	Runs  int    `json:"runs"`
 	Cells int    `json:"cells"`
+	// Capacity is a capacity phase's search: Runs counts its worst case,
+	// MaxPoints per cell.
+	Capacity *CapacitySpec `json:"capacity,omitempty"`
 }
 
 // Run is one unit the controller executes.
@@ -154,11 +157,15 @@ type Run struct {
 	// Manifest is the provenance path of the input the client reads (the
 	// load's manifest), when the load names one: its result's
 	// manifest.sha256 is checked against the hash recorded at start.
-	Manifest    string            `json:"manifest,omitempty"`
-	BoundS      float64           `json:"bound_s"`
-	Measured    bool              `json:"measured"`
-	Unit        int               `json:"unit"` // runs of one unit run back to back, in one slot
-	Condition   string            `json:"condition,omitempty"`
+	Manifest  string  `json:"manifest,omitempty"`
+	BoundS    float64 `json:"bound_s"`
+	Measured  bool    `json:"measured"`
+	Unit      int     `json:"unit"` // runs of one unit run back to back, in one slot
+	Condition string  `json:"condition,omitempty"`
+	// Capacity says which point of a capacity search the run is; its
+	// client's ${CAPACITY_RATE} is decided when it starts (Condition is then
+	// "capacity search").
+	Capacity    *CapacityPoint    `json:"capacity,omitempty"`
 	Backgrounds []string          `json:"backgrounds,omitempty"` // runs that must be serving beside this one
 	Until       []string          `json:"until,omitempty"`       // a background: stopped after these runs
 	ClientStart string            `json:"client_start"`

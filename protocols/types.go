@@ -327,6 +327,7 @@ type Phase struct {
 	Repeats    int         `yaml:"repeats"` // process-level repeats of every cell; default 1
 	Regime     string      `yaml:"regime"`  // pin the phase to a regime instead of the campaign's
 	Colocation *Colocation `yaml:"colocation"`
+	Capacity   *Capacity   `yaml:"capacity"` // the search of a phase of kind capacity
 	// Vars are variables of this phase's runs: they override the
 	// protocol's vars (e.g. one profile window for the co-location check's
 	// target); an axis value may not set them again.
@@ -342,6 +343,48 @@ var phaseKinds = map[string]bool{
 	"cold-start":   true,
 	"steady-state": true,
 	"smoke":        true,
+	"capacity":     true,
+}
+
+// Capacity is a capacity search, seed 000 section 13 (translated): "capacity is not
+// peak throughput but the largest sustainable arrival rate under the
+// quality, error-rate and tail-latency constraints"; a pre-registered SLO,
+// a bisection for the largest rate that meets it, then repeats at fractions
+// of the found rate and in overload. Each point is one run of the phase's
+// load against a fresh server, its client given the point's arrival rate
+// as ${CAPACITY_RATE} (requests/s).
+type Capacity struct {
+	Meta    Meta    `yaml:"-"`
+	RateMin float64 `yaml:"rate_min" warden:"required"` // the search's lower bound (requests/s), the first point's rate
+	RateMax float64 `yaml:"rate_max" warden:"required"` // the search's upper bound (requests/s), never run itself
+	// Resolution is the width the bisection narrows the interval to: the
+	// found rate is within one resolution of the largest rate that meets
+	// the SLO.
+	Resolution float64 `yaml:"resolution" warden:"required"`
+	// FollowUps are the fractions of the found rate run once each after
+	// the search (ascending, each in (0, 1)); default 0.5 0.8 0.95.
+	FollowUps []float64 `yaml:"follow_ups"`
+	// Overload is the overload point's multiple of the found rate (above
+	// 1); default 1.2.
+	Overload float64 `yaml:"overload"`
+	SLO      SLO     `yaml:"slo" warden:"required"` // the bounds a point must meet to pass
+}
+
+// SLO is a capacity search's pre-registered service-level objective: each
+// bound given is read from the point's client result (loadgen's
+// result.json), and a bound whose figure the result lacks makes the point
+// an error, never a pass.
+type SLO struct {
+	Meta             Meta     `yaml:"-" json:"-"`
+	SuccessMin       *float64 `yaml:"success_min" json:"success_min,omitempty"`                   // totals.by_class.success / totals.admitted
+	TTFTP99MsMax     *float64 `yaml:"ttft_p99_ms_max" json:"ttft_p99_ms_max,omitempty"`           // clean.latency.ttft_ms.p99
+	E2EP99MsMax      *float64 `yaml:"e2e_p99_ms_max" json:"e2e_p99_ms_max,omitempty"`             // clean.latency.e2e_ms.p99
+	TTFAP99MsMax     *float64 `yaml:"ttfa_p99_ms_max" json:"ttfa_p99_ms_max,omitempty"`           // audio.ttfa_ms.p99
+	ChunkGapP99MsMax *float64 `yaml:"chunk_gap_p99_ms_max" json:"chunk_gap_p99_ms_max,omitempty"` // audio.gaps_ms.p99
+	RTFP99LT         *float64 `yaml:"rtf_p99_lt" json:"rtf_p99_lt,omitempty"`                     // audio.rtf.p99, strictly below
+	// QueueGrowthMax bounds the queue's growth over the clean window: the
+	// clean segments' admitted minus ended requests, over their admitted.
+	QueueGrowthMax *float64 `yaml:"queue_growth_max" json:"queue_growth_max,omitempty"`
 }
 
 // Colocation is a co-location validity check: a target measured solo and

@@ -380,6 +380,102 @@ func (b *builder) validatePhase(f string, ph *Phase) {
 	}
 	b.checkLoadNames(ph.Loads, ph.Meta.At("loads"), f)
 	b.checkOrder(ph, f)
+	b.validateCapacity(f, ph)
+}
+
+// validateCapacity checks a capacity phase's search and fills in its
+// defaults: one load whose client reads ${CAPACITY_RATE}, rate_min < rate_max, a
+// resolution narrower than that interval, and an SLO with a bound.
+func (b *builder) validateCapacity(f string, ph *Phase) {
+	c, cp := b.c, ph.Capacity
+	if ph.Kind != "capacity" {
+		if cp != nil {
+			c.add(ph.Meta.At("capacity"), f+".capacity", "only a phase of kind capacity has a capacity: section")
+		}
+		return
+	}
+	if cp == nil {
+		c.add(ph.Meta.Pos, f+".capacity", "a capacity phase needs a capacity: section (rate_min, rate_max, resolution, slo)")
+		return
+	}
+	if len(ph.Loads) > 1 {
+		c.add(ph.Meta.At("loads"), f+".loads", "a capacity phase searches one load, got %d", len(ph.Loads))
+	}
+	if ph.Repeats > 1 {
+		c.add(ph.Meta.At("repeats"), f+".repeats", "a capacity phase's repeats are its follow-up points; repeats must be 1, got %d", ph.Repeats)
+	}
+	cf, m := f+".capacity", cp.Meta
+	if _, ok := m.Fields["rate_min"]; ok && cp.RateMin <= 0 {
+		c.add(m.At("rate_min"), cf+".rate_min", "must be positive, got %v", cp.RateMin)
+	}
+	if _, ok := m.Fields["rate_max"]; ok && cp.RateMax <= cp.RateMin {
+		c.add(m.At("rate_max"), cf+".rate_max", "must be above rate_min (%v), got %v", cp.RateMin, cp.RateMax)
+	}
+	if _, ok := m.Fields["resolution"]; ok && (cp.Resolution <= 0 || (cp.RateMax > cp.RateMin && cp.Resolution >= cp.RateMax-cp.RateMin)) {
+		c.add(m.At("resolution"), cf+".resolution", "must be positive and narrower than rate_max - rate_min (%v), got %v", cp.RateMax-cp.RateMin, cp.Resolution)
+	}
+	if _, ok := m.Fields["follow_ups"]; !ok {
+		cp.FollowUps = append([]float64(nil), DefaultFollowUps...)
+	}
+	for i, fr := range cp.FollowUps {
+		if fr <= 0 || fr >= 1 || (i > 0 && fr <= cp.FollowUps[i-1]) {
+			c.add(m.At("follow_ups"), fmt.Sprintf("%s.follow_ups[%d]", cf, i), "follow-ups are ascending fractions of the found rate, above 0 and below 1, got %v", fr)
+		}
+	}
+	if _, ok := m.Fields["overload"]; !ok {
+		cp.Overload = DefaultOverload
+	} else if cp.Overload <= 1 {
+		c.add(m.At("overload"), cf+".overload", "the overload point is a multiple of the found rate above 1, got %v", cp.Overload)
+	}
+	if _, ok := m.Fields["slo"]; ok {
+		b.validateSLO(cf+".slo", &cp.SLO)
+	}
+	for _, l := range ph.Loads {
+		ld := b.loads[l]
+		if ld == nil {
+			continue
+		}
+		if !commandUses(ld.Client, RateVar) {
+			c.add(ph.Meta.At("loads"), f+".loads", "load %q is searched over its arrival rate, so its client must use ${%s}", l, RateVar)
+		}
+		if slices.ContainsFunc(ld.Needs, func(n Need) bool { return n.Load != "" }) {
+			c.add(ph.Meta.At("loads"), f+".loads", "load %q needs a load of its cell, which a capacity phase does not run", l)
+		}
+	}
+}
+
+// validateSLO checks a capacity search's SLO: at least one bound, a success
+// fraction in (0, 1], the other bounds positive.
+func (b *builder) validateSLO(f string, s *SLO) {
+	bounds := []struct {
+		v    *float64
+		name string
+	}{{s.SuccessMin, "success_min"}, {s.TTFTP99MsMax, "ttft_p99_ms_max"}, {s.E2EP99MsMax, "e2e_p99_ms_max"},
+		{s.TTFAP99MsMax, "ttfa_p99_ms_max"}, {s.ChunkGapP99MsMax, "chunk_gap_p99_ms_max"}, {s.RTFP99LT, "rtf_p99_lt"}, {s.QueueGrowthMax, "queue_growth_max"}}
+	given := 0
+	for _, bd := range bounds {
+		switch {
+		case bd.v == nil:
+			continue
+		case bd.name == "success_min" && (*bd.v <= 0 || *bd.v > 1):
+			b.c.add(s.Meta.At(bd.name), f+"."+bd.name, "a fraction of requests is above 0 and at most 1, got %v", *bd.v)
+		case bd.name != "success_min" && *bd.v <= 0:
+			b.c.add(s.Meta.At(bd.name), f+"."+bd.name, "must be positive, got %v", *bd.v)
+		}
+		given++
+	}
+	if given == 0 {
+		b.c.add(s.Meta.Pos, f, "the SLO names no bound (success_min, ttft_p99_ms_max, e2e_p99_ms_max, ttfa_p99_ms_max, chunk_gap_p99_ms_max, rtf_p99_lt, queue_growth_max)")
+	}
+}
+
+// commandUses says whether cmd's text names ${name}.
+func commandUses(cmd Command, name string) bool {
+	ref := "${" + name + "}"
+	if strings.Contains(cmd.Shell, ref) {
+		return true
+	}
+	return slices.ContainsFunc(cmd.Argv, func(a string) bool { return strings.Contains(a, ref) })
 }
 
 // checkLoadNames reports the names in loads (the list at f.loads) that

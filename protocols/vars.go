@@ -30,6 +30,7 @@ import (
 //	REGIME        the regime in force           PHASE_FILE  file the client appends its phases to
 //	PROTOCOL_DIR  directory of the protocol     WORKDIR     where commands run
 //	NEED_<AS>_DIR the result (attempt) directory of each run this one needs
+//	CAPACITY_RATE a capacity point's arrival rate (requests/s), decided from the search's recorded results
 
 // LaunchVars are the names substituted when an attempt starts.
 var LaunchVars = []string{
@@ -53,7 +54,7 @@ func isBuiltin(name string) bool {
 			return true
 		}
 	}
-	return strings.HasPrefix(name, "NEED_") && strings.HasSuffix(name, "_DIR")
+	return name == RateVar || strings.HasPrefix(name, "NEED_") && strings.HasSuffix(name, "_DIR")
 }
 
 // templateError is a problem in one template, with the byte offset.

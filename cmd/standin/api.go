@@ -98,6 +98,11 @@ type api struct {
 	model string
 	// tokenInterval is the time to "generate" one token.
 	tokenInterval time.Duration
+	// running, when set, holds a slot per request generating: a request
+	// waits (queued, in arrival order) for a free one, so the server
+	// completes at most cap(running) / (tokens x tokenInterval) requests
+	// a second, a known capacity.
+	running chan struct{}
 	// healthy reports whether /health answers 200.
 	healthy func() bool
 	// inflight counts requests being handled, for the drain at shutdown.
@@ -328,6 +333,14 @@ func (a *api) stream(ctx context.Context, w http.ResponseWriter, gen generation,
 func (a *api) generate(ctx context.Context, n int, emit func(i int) error) error {
 	if err := serverStall.hold(ctx); err != nil {
 		return err
+	}
+	if a.running != nil {
+		select {
+		case a.running <- struct{}{}:
+			defer func() { <-a.running }()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	var tick <-chan time.Time
 	if a.tokenInterval > 0 {

@@ -33,6 +33,7 @@ type serverConfig struct {
 	model            string
 	shutdownTimeoutS float64
 	tokenMS          float64
+	maxRunning       int
 	effectiveConfig  []string
 	holdPort         bool
 	neverHealthy     bool
@@ -90,6 +91,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.StringVar(&cfg.model, "model", "standin", "model name served")
 	f.Float64Var(&cfg.shutdownTimeoutS, "shutdown-timeout", 5, "seconds to drain in-flight requests after SIGTERM")
 	f.Float64Var(&cfg.tokenMS, "token-ms", 1, "milliseconds per generated token")
+	f.IntVar(&cfg.maxRunning, "max-running", 0, "requests generating at once; the rest wait in arrival order (0: no bound): a capacity of max-running x 1000 / (output tokens x token-ms) requests/s")
 	f.StringArrayVar(&cfg.effectiveConfig, "effective-config", nil, "line to print to stdout at startup, like a real server's effective configuration (repeatable)")
 	f.IntVar(&cfg.engine.gpuMemMiB, "gpu-mem-mib", 0, "fake GPU memory the engine claims on each GPU in $CUDA_VISIBLE_DEVICES (needs $WARDEN_FAKE_GPU_DIR)")
 	f.Float64Var(&cfg.engine.loadS, "load-s", 0.5, "seconds of \"loading\" before /health answers 200")
@@ -122,6 +124,15 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	addProfilerFlags(f, &cfg.layer2.sched)
 	addKindFlags(f, &cfg.kind)
 	return cmd
+}
+
+// runningSlots is the api's bound on requests generating at once; nil
+// for none.
+func runningSlots(n int) chan struct{} {
+	if n <= 0 {
+		return nil
+	}
+	return make(chan struct{}, n)
 }
 
 // server is a running API parent.
@@ -217,6 +228,7 @@ func runServer(cfg serverConfig) error {
 		model:         cfg.model,
 		info:          cfg.info,
 		tokenInterval: time.Duration(cfg.tokenMS * float64(time.Millisecond)),
+		running:       runningSlots(cfg.maxRunning),
 		healthy: func() bool {
 			return !cfg.neverHealthy && isClosed(eng.ready)
 		},

@@ -864,6 +864,13 @@ func (a *Attempt) prepareCommands() error {
 		}
 		a.vars[as] = res
 	}
+	if pt := a.run.Capacity; pt != nil {
+		rate, err := pt.LaunchRate()
+		if err != nil {
+			return fmt.Errorf("run %s: %w", a.run.ID, err)
+		}
+		a.vars[protocols.RateVar] = rate
+	}
 	cuda := a.vars["GPU_IDS"]
 	if c.StepCUDA != "" {
 		cuda = c.StepCUDA

@@ -5,9 +5,11 @@ package planview
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -92,12 +94,45 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 		t.BudgetCapGPUHours, t.BudgetConsumedGPUHours, t.BudgetRemainingGPUHours, t.RemainingAfterEstimate, t.RemainingAfterWorstCase)
 	fmt.Fprintf(w, "at every run's bounds: %.3f %s; a wave reserves %s\n", t.BoundsGPUHours, unit, reserveText(t.Reserve))
 	writeCosts(w, t, unit)
+	writeCapacity(w, p, unit)
 	writeBounds(w, p, wide)
 	writeSlurm(w, p)
 	if len(p.Provenance) > 0 {
 		fmt.Fprintf(w, "provenance files hashed at start and again before every wave: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
 	return nil
+}
+
+// writeCapacity lays out each capacity search's bounded worst case: the
+// most points it runs per cell and what they cost, and its SLO.
+func writeCapacity(w io.Writer, p *protocols.Plan, unit string) {
+	for _, ph := range p.Phases {
+		c := ph.Capacity
+		if c == nil {
+			continue
+		}
+		var nominal, bounds float64
+		for _, r := range p.Runs {
+			if r.Phase == ph.Name {
+				nominal += r.ExpectedS * float64(r.GPUs) / 3600
+				bounds += r.BoundS * float64(r.GPUs) / 3600
+			}
+		}
+		fmt.Fprintf(w, "\ncapacity search %s: rate %g..%g requests/s to a resolution of %g\n", ph.Name, c.RateMin, c.RateMax, c.Resolution)
+		fmt.Fprintf(w, "  at most %d points per cell: %d of the bisection, follow-ups at %s of the found rate, overload at %gx\n",
+			c.MaxPoints, c.BisectionPoints, joinFloats(c.FollowUps), c.Overload)
+		fmt.Fprintf(w, "  worst case: %d runs over %d cells, %.3f %s nominal, %.3f at their bounds\n", ph.Runs, ph.Cells, nominal, unit, bounds)
+		slo, _ := json.Marshal(c.SLO)
+		fmt.Fprintf(w, "  SLO: %s\n", slo)
+	}
+}
+
+func joinFloats(fs []float64) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func reserveText(mode string) string {

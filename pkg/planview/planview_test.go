@@ -158,3 +158,27 @@ func TestWriteSlurm(t *testing.T) {
 		t.Errorf("a local plan speaks of Slurm:\n%s", buf.String())
 	}
 }
+
+// TestWriteCapacity: a capacity phase is shown as its bounded worst case,
+// with its cost and its SLO.
+func TestWriteCapacity(t *testing.T) {
+	p, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Write(&buf, p, false); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"capacity search cap: rate 1..17 requests/s to a resolution of 1\n",
+		"  at most 9 points per cell: 5 of the bisection, follow-ups at 0.5, 0.8, 0.95 of the found rate, overload at 1.2x\n",
+		"  worst case: 18 runs over 2 cells, 0.050 GPU-hours nominal, ",
+		`  SLO: {"success_min":0.999}`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}

@@ -237,6 +237,7 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	if v.Awaiting, err = outcome.AwaitingAmendment(c.store); err != nil {
 		return schedule.View{}, err
 	}
+	v.CapacityPoints = c.capacityPoints(v.Plan, runs)
 	if len(ended) > 0 {
 		// the thresholds are judged now: the reasons of quarantined runs
 		v.QuarantineReasons = map[string]state.Reason{}

@@ -126,6 +126,7 @@ type Runner struct {
 	results  chan unitResult
 	reserved map[string]float64 // run id -> GPU-seconds reserved and not yet released
 	regime   protocols.RegimeInfo
+	judged   map[string]schedule.Point // capacity points judged, by run id and result attempt
 }
 
 // New checks cfg and returns a Runner ready to Reconcile and Run.

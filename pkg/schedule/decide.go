@@ -48,6 +48,9 @@ type View struct {
 	// Awaiting are the runs that wait for an amendment (outcome.AwaitingAmendment):
 	// no attempt of theirs is started, nor of a unit that holds one.
 	Awaiting []outcome.Awaiting
+	// CapacityPoints are the verdicts of each capacity search's done
+	// points (JudgePoint on their results), by search, in plan order.
+	CapacityPoints map[string][]Point
 }
 
 // waiting says whether run id waits for an amendment.
@@ -121,9 +124,12 @@ func Decide(v View) Decision {
 	if len(v.Runs) != len(v.Plan.Runs) {
 		return Decision{Err: fmt.Errorf("the database has %d runs, the plan %d", len(v.Runs), len(v.Plan.Runs))}
 	}
-	done := map[string]bool{}
-	for _, r := range v.Runs {
-		done[r.ID] = r.Done
+	done := doneRuns(v.Runs)
+	if err := checkCapacity(v, done); err != nil {
+		return Decision{Err: err}
+	}
+	if s := capacityError(v); s != nil {
+		return Decision{Stop: s}
 	}
 
 	// a co-location gate that could not judge is judged once more first
@@ -135,7 +141,7 @@ func Decide(v View) Decision {
 	// done, or whose need is not known yet
 	phase, phaseKind := "", ""
 	for _, r := range v.Plan.Runs {
-		if need, known := required(r, v.Verdicts); !known || (need && !satisfied(r, done)) {
+		if need, known := required(r, v); !known || (need && !satisfied(r, done)) {
 			phase, phaseKind = r.Phase, r.PhaseKind
 			break
 		}
@@ -181,6 +187,15 @@ func Decide(v View) Decision {
 		return Decision{Err: err}
 	}
 	return d
+}
+
+// doneRuns says which runs are done, by id.
+func doneRuns(runs []state.Run) map[string]bool {
+	done := make(map[string]bool, len(runs))
+	for _, r := range runs {
+		done[r.ID] = r.Done
+	}
+	return done
 }
 
 // reserveS is the seconds a run's reservation counts: its expected
@@ -237,9 +252,14 @@ func satisfied(r protocols.Run, done map[string]bool) bool {
 }
 
 // required says whether a run must execute: runs without a condition
-// always; a run conditional on "gate G failed" once G failed. known is
-// false while the gate has no verdict yet.
-func required(r protocols.Run, verdicts map[string]string) (need, known bool) {
+// always; a run conditional on "gate G failed" once G failed; a capacity
+// point once its search calls for it. known is false while the gate has
+// no verdict yet, or the search has not reached the point.
+func required(r protocols.Run, v View) (need, known bool) {
+	if r.Capacity != nil {
+		return capacityRequired(r, v)
+	}
+	verdicts := v.Verdicts
 	if r.Condition == "" {
 		return true, true
 	}
@@ -247,11 +267,11 @@ func required(r protocols.Run, verdicts map[string]string) (need, known bool) {
 	if !ok {
 		return false, true
 	}
-	v, seen := verdicts[gate]
+	verdict, seen := verdicts[gate]
 	if !seen {
 		return false, false
 	}
-	return v == gates.Fail, true
+	return verdict == gates.Fail, true
 }
 
 // matrixWave picks the units of a phase to start now under the regime, in
@@ -268,8 +288,8 @@ func matrixWave(v View, phase string, regime protocols.RegimeInfo, done map[stri
 		}
 		var todo []protocols.Run
 		for _, r := range unit {
-			if need, _ := required(r, v.Verdicts); need && !done[r.ID] {
-				todo = append(todo, r)
+			if need, _ := required(r, v); need && !done[r.ID] {
+				todo = append(todo, withRate(r, v))
 			}
 		}
 		if len(todo) == 0 || slices.ContainsFunc(todo, func(r protocols.Run) bool { return v.waiting(r.ID) }) {
@@ -320,7 +340,7 @@ func colocationWave(v View, phase string, done map[string]bool) []Launch {
 		}
 	}
 	for _, b := range blocks {
-		need, known := required(b[0], v.Verdicts)
+		need, known := required(b[0], v)
 		if !known {
 			return nil // wait for the gate before it
 		}

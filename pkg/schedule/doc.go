@@ -16,13 +16,16 @@
 //	a unit ended failed for good          -> Stop (the outcome policy's reason)
 //	units ended past the stop thresholds  -> Stop (quarantined or failed fraction)
 //	runs recorded unlike the plan's       -> Err
+//	  (capacity points judged unlike done)
 //	a co-location gate that erred once    -> Launch its block again
 //	every phase's runs done               -> Complete, once nothing is active
 //	a co-location phase                   -> Launch its blocks
 //	a matrix phase:
 //	  a gate that keeps erring            -> Stop (gate-error)
 //	  no regime authorized                -> Stop (no-regime)
-//	  the wave on the free slots          -> Launch (and the regime, if new)
+//	  the wave on the free slots          -> Launch (and the regime, if new);
+//	    a capacity point only once its search (Search) calls for it, at
+//	    the rate the search decided
 //	nothing to launch, nothing active,
 //	  runs awaiting an amendment          -> Stop (awaiting-amendment)
 //	the budget refuses the wave           -> Stop (budget)

@@ -42,7 +42,8 @@ const (
 	StopNoRegime StopReason = "no-regime"
 	// StopGateError: a regime's gate could not judge (an error verdict)
 	// before any regime was authorized; the detail names the error and the
-	// regimes not tried.
+	// regimes not tried. Also: a capacity search's point could not be
+	// judged against its SLO; the detail names the search and the point.
 	StopGateError StopReason = "gate-error"
 	// StopDisk: free disk space or the artifacts' size passed the
 	// protocol's limits before a wave.

@@ -1,0 +1,86 @@
+package runner
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"warden/pkg/campaignfs"
+	"warden/pkg/gates"
+	"warden/pkg/safefile"
+	"warden/pkg/schedule"
+	"warden/pkg/state"
+	"warden/protocols"
+)
+
+// CapacityGate is the gate verdict a capacity point's judgement on its
+// search's SLO is recorded as, with the point's rate among its figures.
+const CapacityGate = "capacity-slo"
+
+// capacityPoints are the judged done points of the plan's capacity
+// searches, by search in plan order: what schedule.Search decides the
+// next point from. A point is judged once per result attempt and the
+// judgement recorded as its CapacityGate verdict, which later decisions,
+// and a controller resumed after a crash, read back.
+func (c *Runner) capacityPoints(p *protocols.Plan, runs []state.Run) map[string][]schedule.Point {
+	if c.judged == nil {
+		c.judged = map[string]schedule.Point{}
+	}
+	byID := make(map[string]state.Run, len(runs))
+	for _, r := range runs {
+		byID[r.ID] = r
+	}
+	out := map[string][]schedule.Point{}
+	for _, r := range p.Runs {
+		rec, ok := byID[r.ID]
+		if r.Capacity == nil || !ok || !rec.Done {
+			continue
+		}
+		key := fmt.Sprintf("%s/a%d", r.ID, rec.Result)
+		pt, seen := c.judged[key]
+		if !seen {
+			pt = c.recordedPoint(p, r, rec, out[r.Capacity.Search])
+			c.judged[key] = pt
+		}
+		out[r.Capacity.Search] = append(out[r.Capacity.Search], pt)
+	}
+	return out
+}
+
+// recordedPoint is a done point's recorded judgement, or, when none is
+// recorded yet, its judgement now, recorded. before are the judged points
+// of its search ahead of it, which give its rate.
+func (c *Runner) recordedPoint(p *protocols.Plan, r protocols.Run, rec state.Run, before []schedule.Point) schedule.Point {
+	if vs, err := c.store.GateVerdicts(r.ID); err == nil {
+		for _, v := range vs {
+			if v.Gate == CapacityGate && v.Attempt == rec.Result {
+				return schedule.Point{Run: r.ID, Verdict: v.Verdict, Detail: v.Detail, Figures: v.Figures}
+			}
+		}
+	}
+	pt := c.judgePoint(p, r, rec)
+	if spec, ok := p.CapacitySearch(r.Phase); ok {
+		if s := schedule.Search(spec, before); r.Capacity.Point-1 < len(s.Rates) {
+			pt.Figures["rate_rps"] = s.Rates[r.Capacity.Point-1]
+		}
+	}
+	c.log.Info().Str("run", r.ID).Str("search", r.Capacity.Search).Str("verdict", pt.Verdict).Str("detail", pt.Detail).Msg("capacity point judged")
+	if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: CapacityGate, Run: r.ID, Attempt: rec.Result, Verdict: pt.Verdict, Figures: pt.Figures, Detail: pt.Detail}); err != nil {
+		c.log.Error().Err(err).Str("run", r.ID).Msg("record the capacity point's verdict")
+	}
+	return pt
+}
+
+// judgePoint judges one done point from its result attempt's client
+// result; a result that cannot be read is an error verdict.
+func (c *Runner) judgePoint(p *protocols.Plan, r protocols.Run, rec state.Run) schedule.Point {
+	spec, ok := p.CapacitySearch(r.Phase)
+	if !ok {
+		return schedule.Point{Run: r.ID, Verdict: gates.Error, Detail: "phase " + r.Phase + " has no capacity search", Figures: map[string]float64{}}
+	}
+	path := filepath.Join(campaignfs.AttemptDir(c.dir, r.ID, rec.Result), r.ResultFile)
+	raw, err := safefile.ReadFile(path, safefile.ChildLimit)
+	if err != nil {
+		return schedule.Point{Run: r.ID, Verdict: gates.Error, Detail: "read the client result: " + err.Error(), Figures: map[string]float64{}}
+	}
+	return schedule.JudgePoint(r.ID, spec.SLO, raw)
+}
