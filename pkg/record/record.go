@@ -274,3 +274,32 @@ func ServerProc(a state.Attempt) *state.Proc {
 	}
 	return nil
 }
+
+// Store writes a transition report to the campaign's database in one
+// transaction: the state entered, and the exits, signals, figures, gate
+// verdicts and ledger entries that came with it.
+func Store(s *state.Store, run string, n int, rep Report) error {
+	with := state.With{Gates: rep.Gates, Ledger: rep.Ledger}
+	_, err := s.TransitionWith(run, n, rep.To, rep.Reason, rep.Message, rep.Figures, func(at *state.Attempt) error {
+		at.Exits = append(at.Exits, rep.Exits...)
+		at.Signals = append(at.Signals, rep.Signals...)
+		if len(rep.AttemptFigures) > 0 && at.Figures == nil {
+			at.Figures = map[string]float64{}
+		}
+		for k, v := range rep.AttemptFigures {
+			at.Figures[k] = v
+		}
+		return nil
+	}, with)
+	return err
+}
+
+// StoreProc records a started process of the attempt, and its command.
+func StoreProc(s *state.Store, run string, n int, p state.Proc) error {
+	_, err := s.UpdateAttempt(run, n, func(at *state.Attempt) error {
+		at.Procs = append(at.Procs, p)
+		at.Commands = append(at.Commands, p.Argv)
+		return nil
+	})
+	return err
+}

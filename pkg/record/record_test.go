@@ -169,3 +169,35 @@ func TestAppendLineStaysBeneath(t *testing.T) {
 		t.Fatalf("gates.jsonl %q, %v", b, err)
 	}
 }
+
+// TestStoreWritesTheReport: one transition report lands in the store with
+// what came with it, and a started process with its command.
+func TestStoreWritesTheReport(t *testing.T) {
+	s, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateCampaign(state.Campaign{ID: "c", State: state.CampaignRunning, BudgetCapGPUHours: 1}, []state.Run{{ID: "r", ExpectedS: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.NewAttempt("r", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	p := state.Proc{Role: "server", PID: 7, Argv: []string{"srv", "--x"}}
+	if err := record.StoreProc(s, "r", 1, p); err != nil {
+		t.Fatal(err)
+	}
+	rep := record.Report{To: state.Reserved, Message: "reserved", AttemptFigures: map[string]float64{"gpu_seconds": 2},
+		Exits: []state.Exit{{Role: "client", PID: 8, Code: 0}}}
+	if err := record.Store(s, "r", 1, rep); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Attempt("r", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.State != state.Reserved || a.Figures["gpu_seconds"] != 2 || len(a.Exits) != 1 || len(a.Procs) != 1 || len(a.Commands) != 1 || a.Commands[0][1] != "--x" {
+		t.Fatalf("attempt %+v", a)
+	}
+}

@@ -1,13 +1,10 @@
 package runner
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"syscall"
 
-	"warden/pkg/record"
 	"warden/pkg/safefile"
 	"warden/pkg/schedule"
 	"warden/pkg/state"
@@ -63,51 +60,19 @@ func (c *Runner) failStorage(err error) {
 // the attempts whose state.json may lag behind the database.
 const stateFileTail = 1000
 
-// repairStateFiles rewrites the state.json of recently changed attempts
-// whose file does not match the database: a controller that died between
-// a commit and the file's rename, or could not write it (a full disk),
-// left it behind. Only the attempts named by the last stateFileTail events
-// are looked at, so resume stays quick on large campaigns.
+// repairStateFiles rewrites the state.json files that lag behind the
+// database (state.Store.RepairStateFiles) and says which.
 func (c *Runner) repairStateFiles() {
-	last, err := c.store.LastEventSeq()
+	fixed, err := c.store.RepairStateFiles(stateFileTail, safefile.ChildLimit)
 	if err != nil {
 		c.log.Warn().Err(err).Msg("look for stale state.json files")
 		return
 	}
-	events, err := c.store.Events(max(last, stateFileTail)-stateFileTail, 0)
-	if err != nil {
-		c.log.Warn().Err(err).Msg("look for stale state.json files")
-		return
-	}
-	seen := map[string]bool{}
-	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		if e.Run == "" || seen[record.Key(e.Run, e.Attempt)] {
+	for _, f := range fixed {
+		if f.Err != nil {
+			c.log.Warn().Err(f.Err).Str("run", f.Run).Int("attempt", f.N).Msg("rewrite state.json")
 			continue
 		}
-		seen[record.Key(e.Run, e.Attempt)] = true
-		a, err := c.store.Attempt(e.Run, e.Attempt)
-		if err != nil || a.Dir == "" || stateFileCurrent(a) {
-			continue
-		}
-		if err := c.store.RewriteStateFile(a.RunID, a.N); err != nil {
-			c.log.Warn().Err(err).Str("run", a.RunID).Int("attempt", a.N).Msg("rewrite state.json")
-			continue
-		}
-		c.log.Info().Str("run", a.RunID).Int("attempt", a.N).Msg("state.json lagged behind the database; rewritten")
+		c.log.Info().Str("run", f.Run).Int("attempt", f.N).Msg("state.json lagged behind the database; rewritten")
 	}
-}
-
-// stateFileCurrent reports whether the attempt's state.json holds its
-// recorded state and events.
-func stateFileCurrent(a state.Attempt) bool {
-	b, err := safefile.ReadFile(filepath.Join(a.Dir, state.StateFileName), safefile.ChildLimit)
-	if err != nil {
-		return false
-	}
-	var sf state.StateFile
-	if err := json.Unmarshal(b, &sf); err != nil {
-		return false
-	}
-	return sf.Attempt.State == a.State && len(sf.Events) == len(a.EventSeqs) && sf.Attempt.UpdatedAt.Equal(a.UpdatedAt)
 }
