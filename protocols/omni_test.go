@@ -136,7 +136,7 @@ func TestOmniABQualityGates(t *testing.T) {
 				t.Errorf("%s: provenance %s has role %q, want %q", file, path, roles[path], role)
 			}
 		}
-		want := map[string]string{"closed": "waveform quality-asr quality-tts", "open": "waveform quality-asr quality-tts", "cold": "quality-asr quality-tts"}
+		want := map[string]string{"closed": "waveform quality-asr quality-tts", "open": "waveform quality-asr quality-tts", "capacity": "waveform quality-asr quality-tts", "cold": "quality-asr quality-tts"}
 		for _, r := range p.Runs {
 			var names []string
 			for _, v := range r.Validators {
