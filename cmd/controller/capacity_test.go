@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,6 +130,18 @@ func TestCapacitySearchFindsTheStandinsCapacity(t *testing.T) {
 	}
 	if out, _ := c.run(ctlqBin, nil, "show", "-d", c.dir, "s.open.b2"); !strings.Contains(out, "capacity-slo") || !strings.Contains(out, "rate_rps=20") {
 		t.Fatalf("ctlq show s.open.b2 does not show the point's verdict and rate:\n%s", out)
+	}
+	// the report draws the search and says the rate it found
+	page := filepath.Join(t.TempDir(), "report.html")
+	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", page).CombinedOutput(); err != nil {
+		t.Fatalf("ctlq report: %v\n%s", err, out)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`found <span class="num">%.4g</span> requests/s`, found); !strings.Contains(string(html), want) || !strings.Contains(string(html), `aria-label="capacity search`) {
+		t.Fatalf("the report does not show the capacity curve with the found rate (%s)", want)
 	}
 	c.assertNoProcesses()
 }

@@ -156,6 +156,7 @@ type Data struct {
 	Sanity      []sanityRow
 	Notes       []string // sanity findings, in words
 	Windows     []reportWindow
+	Capacity    []capacityView // the capacity searches, with the rate each found
 	Unit        string
 	Stderr      []runStderr // the ends of failed processes' stderr
 }
@@ -280,6 +281,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 	d.Sanity, d.Notes = sanity(rep)
 	d.Notes = append(d.Notes, gapNotes(rep.ControllerGaps)...)
 	d.Windows = reportWindows(rep)
+	d.Capacity = capacitySearches(rep, plan)
 	d.Stderr = stderrOf(dir, rep, plan)
 	return d
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // CapacityGate is the gate verdict a capacity point's judgement on its
-// search's SLO is recorded as, with the point's rate among its figures.
-const CapacityGate = "capacity-slo"
+// search's SLO is recorded as (schedule.CapacityGate).
+const CapacityGate = schedule.CapacityGate
 
 // capacityPoints are the judged done points of the plan's capacity
 // searches, by search in plan order: what schedule.Search decides the

@@ -23,6 +23,11 @@ import (
 
 // Point is a recorded capacity point's verdict on the search's SLO: pass,
 // fail or error (the point ran and could not be judged, or did not end
+// CapacityGate is the gate verdict a capacity point's judgement on its
+// search's SLO is recorded as, with the point's rate (rate_rps) among its
+// figures: what later decisions, a resumed controller and the report read.
+const CapacityGate = "capacity-slo"
+
 // with a result).
 type Point struct {
 	Run     string             `json:"run"`
