@@ -164,15 +164,8 @@ func writeProtocol(t *testing.T, sc scenario) string {
 	if sc.loadsModer {
 		loads = "[saturation, moderate]"
 	}
-	y := fmt.Sprintf(`warden: 1
-name: e2e
-host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: %s}
-vars: {STANDIN: %q, CONTROLLER: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-  - {name: s1, gpus: [1], cpus: "1", port: %d}
-regimes:
+	head := protocolHead("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), ports)
+	y := head + fmt.Sprintf(`regimes:
   - {name: two, concurrency: 2}
 classes:
   - {name: c, drain_allowance_s: %s, watchdog_s: %s}
@@ -206,7 +199,7 @@ phases:
     loads: %s
 retries: {infrastructure: %d}
 stop: {quarantined_fraction_gt: %s}
-`, def(sc.capGPUHours, "1.0"), standinBin, controllerBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
+`, def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
 		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
 		def(sc.readyS, "10"), def(sc.expect, "chunked"),
 		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
@@ -218,6 +211,26 @@ stop: {quarantined_fraction_gt: %s}
 	}
 	return writeTemp(t, "e2e.yaml", y)
 }
+
+// protocolHead is the start of a test protocol: its name, a host of one
+// GPU and one CPU for each port, the budget cap, the variables (the inside
+// of the vars mapping) and slot sI on GPU I and CPU I for each port.
+func protocolHead(name, capGPUHours, vars string, ports []int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "warden: 1\nname: %s\nhost: {gpus: %d, cpus: %d}\nbudget: {cap_gpu_hours: %s}\nvars: {%s}\nslots:\n",
+		name, len(ports), len(ports), capGPUHours, vars)
+	for i, p := range ports {
+		fmt.Fprintf(&b, "  - {name: s%d, gpus: [%d], cpus: \"%d\", port: %d}\n", i, i, i, p)
+	}
+	return b.String()
+}
+
+// classAndCleanup is the one class c and the cleanup timeout of the test
+// protocols that need nothing else of them.
+const classAndCleanup = `classes:
+  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
+cleanup: {timeout_s: 10}
+`
 
 // writeTemp writes content to a file named name in a new temporary
 // directory and returns its path.

@@ -183,24 +183,18 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	t.Logf("over-budget verdict: %s", v.Detail)
 }
 
+// oneRegime is the regime of the one-slot protocols below.
+const oneRegime = `regimes:
+  - {name: one, concurrency: 1}
+`
+
 // reusedProtocol is a campaign whose burn-in opens two short profile
 // windows and checks them, before one primary run.
 func reusedProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) string {
 	t.Helper()
 	ports := freePorts(t, 1)
-	y := fmt.Sprintf(`warden: 1
-name: reused-profiler
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+	vars := fmt.Sprintf("STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q", standinBin, controllerBin, loadgenBin, manifest)
+	y := protocolHead("reused-profiler", "1.0", vars, ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
@@ -239,7 +233,7 @@ validators:
   - name: profiler
     loads: [burnin]
     command: ["${CONTROLLER}", validate, profile-windows, --result-dir, "${ATTEMPT_DIR}/client", --windows, "2", -o, json]
-`, standinBin, controllerBin, loadgenBin, manifest, ports[0], serverArgs)
+`, serverArgs)
 	return writeTemp(t, "reused.yaml", y)
 }
 
@@ -286,19 +280,7 @@ func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
 func sglangProtocol(t *testing.T, path, equals string) string {
 	t.Helper()
 	ports := freePorts(t, 1)
-	y := fmt.Sprintf(`warden: 1
-name: sglang-config
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+	y := protocolHead("sglang-config", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: sglang
     kind: sglang
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
@@ -320,7 +302,7 @@ phases:
     kind: primary
     matrix: {pattern: p1}
     loads: [saturation]
-`, standinBin, ports[0], path, equals)
+`, path, equals)
 	return writeTemp(t, "sglang.yaml", y)
 }
 
