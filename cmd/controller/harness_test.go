@@ -552,14 +552,12 @@ func (c *campaign) campaignPIDs() []int { return campaignPIDsIn(c.dir) }
 // carry the campaign directory dir in their environment.
 func campaignPIDsIn(dir string) []int {
 	marker := []byte("WARDEN_CAMPAIGN_DIR=" + dir + "\x00")
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	for _, pid := range procPIDs() {
+		if pid == os.Getpid() {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		env, err := procFile(pid, "environ")
 		if err != nil || !bytes.Contains(env, marker) {
 			continue
 		}
@@ -612,15 +610,27 @@ func running(pid int) bool {
 	return st != 0 && st != 'Z' && st != 'X'
 }
 
+// procPIDs lists the processes in /proc.
+func procPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procFile reads the file name of /proc/PID.
+func procFile(pid int, name string) ([]byte, error) {
+	return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + name)
+}
+
 // childWithArg finds a direct child of parent whose argv holds arg.
 func childWithArg(parent int, arg string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	for _, pid := range procPIDs() {
+		st, err := procFile(pid, "stat")
 		if err != nil {
 			continue
 		}
@@ -632,7 +642,7 @@ func childWithArg(parent int, arg string) int {
 		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
 			continue
 		}
-		argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		argv, _ := procFile(pid, "cmdline")
 		for _, a := range bytes.Split(argv, []byte{0}) {
 			if string(a) == arg {
 				return pid
