@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
+	"warden/internal/testterm"
 	"warden/pkg/api"
 	"warden/pkg/state"
 )
@@ -294,50 +292,22 @@ func TestWatchInATerminal(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
 	cmd := exec.Command(ctlqBin, "watch", "-d", dir)
 	cmd.Env = append(os.Environ(), "WARDEN_DIR=", "TERM=xterm-256color")
-	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	term, err := testterm.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out bytes.Buffer
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// a terminal answers the background-colour and cursor queries;
-		// without answers the terminal library waits seconds for them
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := f.Read(buf) // ends with EIO when the child exits
-			out.Write(buf[:n])
-			if bytes.Contains(buf[:n], []byte("\x1b]11;?")) {
-				f.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
-			}
-			if bytes.Contains(buf[:n], []byte("\x1b[6n")) {
-				f.Write([]byte("\x1b[1;1R"))
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	werr := make(chan error, 1)
-	go func() { werr <- cmd.Wait() }()
-	select {
-	case <-werr:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("watch did not end on a campaign without a controller:\n%q", out.String())
+	defer term.Close()
+	if !term.Wait(cmd, 30*time.Second) {
+		t.Fatalf("watch did not end on a campaign without a controller:\n%q", term.Output())
 	}
-	f.Close()
-	<-done
+	text := term.Close()
 	if code := cmd.ProcessState.ExitCode(); code != exitStopped {
 		t.Errorf("exit %d, want %d", code, exitStopped)
 	}
-	text := out.String()
 	if !strings.Contains(text, "\x1b[?1049h") {
 		t.Errorf("no alternate screen in a terminal:\n%q", text)
 	}
-	plain := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`).ReplaceAllString(text, "")
+	plain := testterm.Plain(text)
 	for _, want := range []string{"campaign t-1", "stop reason gpu-not-idle", "runs ", "1/2 done", "budget", "slots", "last events", "watch ended"} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("frame lacks %q:\n%s", want, plain)
