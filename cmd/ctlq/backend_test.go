@@ -62,15 +62,7 @@ func TestFakeGPUsSaid(t *testing.T) {
 				t.Fatalf("show JSON (%v): %s", err, out)
 			}
 
-			page := filepath.Join(t.TempDir(), "r.html")
-			if o, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
-				t.Fatalf("report exit %d:\n%s", code, o)
-			}
-			b, err := os.ReadFile(page)
-			if err != nil {
-				t.Fatal(err)
-			}
-			html := string(b)
+			html := reportPage(t, dir)
 			if strings.Contains(html, `id="fake-gpus"`) != fake || !strings.Contains(html, "<dt>GPU backend</dt><dd>"+c.json+"</dd>") {
 				t.Fatalf("report: fake banner %v, want %v; backend row present %v", strings.Contains(html, `id="fake-gpus"`), fake,
 					strings.Contains(html, "<dt>GPU backend</dt><dd>"+c.json+"</dd>"))

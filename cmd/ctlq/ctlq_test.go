@@ -105,6 +105,21 @@ func run(t *testing.T, args ...string) (string, int) {
 	return string(out), 0
 }
 
+// reportPage writes the campaign's report to a file of its own, fails the
+// test unless ctlq report exits 0, and returns the HTML.
+func reportPage(t *testing.T, dir string) string {
+	t.Helper()
+	page := filepath.Join(t.TempDir(), "r.html")
+	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
+		t.Fatalf("report: exit %d:\n%s", code, out)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestStatusExitCodes(t *testing.T) {
 	cases := []struct {
 		state state.CampaignState
@@ -362,12 +377,7 @@ func TestCrashedCampaign(t *testing.T) {
 	if code != exitControllerX || !strings.Contains(out, "controller not running") {
 		t.Fatalf("watch on a crashed campaign: exit %d:\n%s", code, out)
 	}
-	page := filepath.Join(t.TempDir(), "r.html")
-	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
-		t.Fatalf("report: exit %d:\n%s", code, out)
-	}
-	b, _ := os.ReadFile(page)
-	if !strings.Contains(string(b), "no controller runs it") {
+	if !strings.Contains(reportPage(t, dir), "no controller runs it") {
 		t.Fatal("the report of a crashed campaign does not say that no controller runs it")
 	}
 }

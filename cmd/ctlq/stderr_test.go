@@ -161,15 +161,7 @@ func TestReportFailedProcessStderr(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(adir, "client.err"), []byte("early line\nerror: manifest <data/m.jsonl> missing\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	page := filepath.Join(t.TempDir(), "r.html")
-	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
-		t.Fatalf("report: exit %d:\n%s", code, out)
-	}
-	b, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	html := string(b)
+	html := reportPage(t, dir)
 	if !strings.Contains(html, "<h2>Failed processes&#39; stderr</h2>") && !strings.Contains(html, "<h2>Failed processes' stderr</h2>") {
 		t.Fatal("the report has no stderr section")
 	}
