@@ -175,20 +175,9 @@ func TestCgroupPlacement(t *testing.T) {
 func TestStopCooperativeSendsOneSIGTERM(t *testing.T) {
 	for _, cg := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cgroup=%v", cg), func(t *testing.T) {
-			l := newLauncher(t, cg)
-			dir := t.TempDir()
-			spec := childSpec(t, "sleep", dir)
-			if cg {
-				spec.Cgroup = "coop"
-			}
-			p := start(t, l, spec)
+			p, dir := startChild(t, cg, "sleep", "coop")
 			waitReady(t, filepath.Join(dir, "ready"))
-			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-			defer cancel()
-			recs, err := Stop(ctx, p, StopOptions{Grace: waitLong, GroupGrace: waitLong})
-			if err != nil {
-				t.Fatal(err)
-			}
+			recs := stopChild(t, p, StopOptions{Grace: waitLong, GroupGrace: waitLong})
 			if len(recs) != 1 {
 				t.Fatalf("Stop sent %d signals, want 1: %+v", len(recs), recs)
 			}
@@ -209,25 +198,14 @@ func TestStopCooperativeSendsOneSIGTERM(t *testing.T) {
 func TestStopEscalatesToSIGKILL(t *testing.T) {
 	for _, cg := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cgroup=%v", cg), func(t *testing.T) {
-			l := newLauncher(t, cg)
-			dir := t.TempDir()
-			spec := childSpec(t, "ignoreterm", dir)
-			if cg {
-				spec.Cgroup = "stubborn"
-			}
-			p := start(t, l, spec)
+			p, dir := startChild(t, cg, "ignoreterm", "stubborn")
 			waitReady(t, filepath.Join(dir, "ready"))
 			gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
 			gid, err := Lookup(gpid, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-			defer cancel()
-			recs, err := Stop(ctx, p, StopOptions{Grace: 100 * time.Millisecond, GroupGrace: 100 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			recs := stopChild(t, p, StopOptions{Grace: 100 * time.Millisecond, GroupGrace: 100 * time.Millisecond})
 			want := []string{"pid SIGTERM", "group SIGTERM", "group SIGKILL"}
 			if cg {
 				want = []string{"pid SIGTERM", "group SIGTERM", "cgroup SIGTERM", "group SIGKILL", "cgroup SIGKILL"}
@@ -291,12 +269,7 @@ func TestEscapedGrandchildKilledThroughCgroup(t *testing.T) {
 		t.Fatalf("escaped grandchild %d not in the leaf: %v", gpid, procs)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	recs, err := Stop(ctx, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := stopChild(t, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
 	var killed bool
 	for _, r := range recs {
 		if r.Target == TargetCgroup && r.Signal == "SIGKILL" && slices.Contains(r.Members, gpid) {
@@ -355,12 +328,7 @@ func TestEscapedGrandchildWithoutCgroupsIsReparented(t *testing.T) {
 		return err == nil && st.PPID == os.Getpid(), err
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	recs, err := Stop(ctx, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := stopChild(t, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
 	if len(recs) != 1 || recs[0].Target != TargetPID {
 		t.Errorf("records %+v, want one SIGTERM to the pid", recs)
 	}

@@ -131,13 +131,7 @@ func TestCheckListenerDaemonizedServer(t *testing.T) {
 			name = "cgroups"
 		}
 		t.Run(name, func(t *testing.T) {
-			l := newLauncher(t, cgroups)
-			dir := t.TempDir()
-			spec := childSpec(t, "serve-daemon", dir)
-			if cgroups {
-				spec.Cgroup = "daemon"
-			}
-			p := start(t, l, spec)
+			p, dir := startChild(t, cgroups, "serve-daemon", "daemon")
 			pid, port := waitReady(t, filepath.Join(dir, "ready.g"))
 			id, err := Lookup(pid, nil)
 			if err != nil {

@@ -263,6 +263,33 @@ func start(t *testing.T, l *Launcher, spec Spec) *Proc {
 	return p
 }
 
+// startChild starts a child in mode, with a new directory, on a launcher
+// with cgroups or without; with cgroups in the leaf cgroup. It returns
+// the child and its directory.
+func startChild(t *testing.T, cgroups bool, mode, cgroup string) (*Proc, string) {
+	t.Helper()
+	l := newLauncher(t, cgroups)
+	dir := t.TempDir()
+	spec := childSpec(t, mode, dir)
+	if cgroups {
+		spec.Cgroup = cgroup
+	}
+	return start(t, l, spec), dir
+}
+
+// stopChild stops p with opts within waitLong and fails the test on an
+// error; it returns the signals sent.
+func stopChild(t *testing.T, p *Proc, opts StopOptions) []SignalRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	recs, err := Stop(ctx, p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
 func killAndReap(t *testing.T, p *Proc) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
