@@ -199,12 +199,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	for _, cg := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cgroup=%v", cg), func(t *testing.T) {
 			p, dir := startChild(t, cg, "ignoreterm", "stubborn")
-			waitReady(t, filepath.Join(dir, "ready"))
-			gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-			gid, err := Lookup(gpid, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, gid := waitGrandchild(t, dir)
 			recs := stopChild(t, p, StopOptions{Grace: 100 * time.Millisecond, GroupGrace: 100 * time.Millisecond})
 			want := []string{"pid SIGTERM", "group SIGTERM", "group SIGKILL"}
 			if cg {
@@ -246,17 +241,8 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 }
 
 func TestEscapedGrandchildKilledThroughCgroup(t *testing.T) {
-	l := newLauncher(t, true)
-	dir := t.TempDir()
-	spec := childSpec(t, "escape", dir)
-	spec.Cgroup = "escape"
-	p := start(t, l, spec)
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, dir := startChild(t, true, "escape", "escape")
+	gpid, gid := waitGrandchild(t, dir)
 	killOnCleanup(t, gid)
 	st, err := readStat(gpid)
 	if err != nil {
@@ -316,12 +302,7 @@ func TestEscapedGrandchildWithoutCgroupsIsReparented(t *testing.T) {
 	if p.Cgroup != "" {
 		t.Errorf("Proc.Cgroup = %q without cgroups", p.Cgroup)
 	}
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gpid, gid := waitGrandchild(t, dir)
 	killOnCleanup(t, gid)
 	waitFor(t, "the escaped grandchild to be reparented to us", func() (bool, error) {
 		st, err := readStat(gpid)
@@ -477,17 +458,8 @@ func TestBootIDChangeRefused(t *testing.T) {
 }
 
 func TestReclaimLeftover(t *testing.T) {
-	l := newLauncher(t, true)
-	dir := t.TempDir()
-	spec := childSpec(t, "ignoreterm", dir)
-	spec.Cgroup = "leftover"
-	p := start(t, l, spec)
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, dir := startChild(t, true, "ignoreterm", "leftover")
+	_, gid := waitGrandchild(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	// As at resume: only the recorded identity and leaf path are known.

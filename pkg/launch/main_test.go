@@ -277,6 +277,19 @@ func startChild(t *testing.T, cgroups bool, mode, cgroup string) (*Proc, string)
 	return start(t, l, spec), dir
 }
 
+// waitGrandchild waits until the child started in dir and its grandchild
+// are ready and returns the grandchild's pid and identity.
+func waitGrandchild(t *testing.T, dir string) (int, Identity) {
+	t.Helper()
+	waitReady(t, filepath.Join(dir, "ready"))
+	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
+	gid, err := Lookup(gpid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gpid, gid
+}
+
 // stopChild stops p with opts within waitLong and fails the test on an
 // error; it returns the signals sent.
 func stopChild(t *testing.T, p *Proc, opts StopOptions) []SignalRecord {
