@@ -14,6 +14,7 @@ import (
 
 	"warden/internal/testterm"
 	"warden/pkg/api"
+	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
 
@@ -103,6 +104,33 @@ func run(t *testing.T, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(out), 0
+}
+
+// privatePrompt is the text of a private input, longer than the privacy
+// scan's 48 bytes.
+const privatePrompt = "Please summarize the attached discharge letter of the patient in bed twelve, listing every drug"
+
+// recordPrivateManifest writes a private manifest holding privatePrompt
+// and records it as the only input in the campaign dir's provenance; it
+// returns the manifest's path.
+func recordPrivateManifest(t *testing.T, dir string) string {
+	t.Helper()
+	pdir := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(pdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(pdir, "p10.jsonl")
+	if err := os.WriteFile(manifest, []byte(`{"prompt": "`+privatePrompt+`"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := provenance.Record(dir, []provenance.Entry{{Path: manifest, Role: "manifest", Private: true}}, provenance.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := provenance.Write(dir, entries, provenance.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return manifest
 }
 
 // reportPage writes the campaign's report to a file of its own, fails the
