@@ -188,6 +188,17 @@ const oneRegime = `regimes:
   - {name: one, concurrency: 1}
 `
 
+// saturationOnP1 is the last load of the one-slot protocols below, a
+// stand-in client at concurrency 1, and their one pattern, p1.
+const saturationOnP1 = `  - name: saturation
+    kind: saturation
+    expected_s: 10
+    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
+axes:
+  - name: pattern
+    values: [{id: p1}]
+`
+
 // reusedProtocol is a campaign whose burn-in opens two short profile
 // windows and checks them, before one primary run.
 func reusedProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) string {
@@ -211,14 +222,7 @@ loads:
              --profile-after-clean, --num-profile-windows, "2", --profile-traces-dir, "${ATTEMPT_DIR}/traces",
              --profile-window-budget-seconds, "1", --recovery-seconds, "0.1", --drain-timeout-seconds, "${DRAIN_WATCHDOG_S}",
              --result-dir, "${ATTEMPT_DIR}/client"]
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
-axes:
-  - name: pattern
-    values: [{id: p1}]
-phases:
+`, serverArgs) + saturationOnP1 + `phases:
   - name: burn-in
     kind: burn-in
     matrix: {pattern: p1}
@@ -233,7 +237,7 @@ validators:
   - name: profiler
     loads: [burnin]
     command: ["${CONTROLLER}", validate, profile-windows, --result-dir, "${ATTEMPT_DIR}/client", --windows, "2", -o, json]
-`, serverArgs)
+`
 	return writeTemp(t, "reused.yaml", y)
 }
 
@@ -290,19 +294,12 @@ func sglangProtocol(t *testing.T, path, equals string) string {
     group_grace_s: 1
     expect: [{name: max_running_requests, path: %q, equals: %s}]
 loads:
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
-axes:
-  - name: pattern
-    values: [{id: p1}]
-phases:
+`, path, equals) + saturationOnP1 + `phases:
   - name: matrix
     kind: primary
     matrix: {pattern: p1}
     loads: [saturation]
-`, path, equals)
+`
 	return writeTemp(t, "sglang.yaml", y)
 }
 
