@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testcampaign"
 	"warden/internal/testterm"
 	"warden/pkg/api"
-	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
 
@@ -115,21 +115,8 @@ const privatePrompt = "Please summarize the attached discharge letter of the pat
 // returns the manifest's path.
 func recordPrivateManifest(t *testing.T, dir string) string {
 	t.Helper()
-	pdir := filepath.Join(t.TempDir(), "private")
-	if err := os.Mkdir(pdir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(pdir, "p10.jsonl")
-	if err := os.WriteFile(manifest, []byte(`{"prompt": "`+privatePrompt+`"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := provenance.Record(dir, []provenance.Entry{{Path: manifest, Role: "manifest", Private: true}}, provenance.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := provenance.Write(dir, entries, provenance.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	manifest := filepath.Join(t.TempDir(), "private", "p10.jsonl")
+	testcampaign.RecordPrivateManifest(t, dir, manifest, privatePrompt)
 	return manifest
 }
 
