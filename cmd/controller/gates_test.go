@@ -174,9 +174,7 @@ func TestBudgetRefusedBeforeWave(t *testing.T) {
 
 func TestConfigMismatchStops(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`})
 	cp := c.stoppedFor(s, state.ReasonConfigMismatch)
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].Reason != state.ReasonConfigMismatch || !strings.Contains(cp.StopDetail, "max_num_batched_tokens") {

@@ -348,6 +348,15 @@ func (c *campaign) runForeground(protocol string) string {
 
 // startDetached starts the campaign's controller detached with the given
 // cgroup mode.
+// ranScenario runs a campaign of the scenario's protocol to its end in
+// the foreground, which must exit 0, and opens its store.
+func ranScenario(t *testing.T, sc scenario) (*campaign, *state.Store) {
+	t.Helper()
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, sc))
+	return c, c.store()
+}
+
 func (c *campaign) startDetached(proto, cgroups string) {
 	c.t.Helper()
 	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)

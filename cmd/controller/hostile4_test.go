@@ -113,9 +113,7 @@ func (c *campaign) assertValidatorsGone(s *state.Store, run string) {
 // the campaign stops for review; neither validator is left running.
 func TestValidatorPastItsBoundIsEnded(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{validators: hangingValidator("0.3"), retries: 1}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{validators: hangingValidator("0.3"), retries: 1})
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 2 {
 		t.Fatalf("%d attempts, want 2: %v", len(as), attemptStates(as))

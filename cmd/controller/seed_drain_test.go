@@ -63,9 +63,7 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 // is never complete.
 func TestClientAbandonedDrainFails(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`})
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainAbandoned)
 	c.stoppedFor(s, state.ReasonDrainAbandoned)
 }
