@@ -309,9 +309,7 @@ func TestMetricsScrapedWhileRunning(t *testing.T) {
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--metrics", "0.0.0.0:9", "--foreground"); code != 2 || !strings.Contains(out, "not a loopback address") {
 		t.Fatalf("non-loopback metrics address: exit %d:\n%s", code, out)
 	}
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--metrics", addr, "--metrics-textfile", textfile); code != 0 {
-		t.Fatalf("start: exit %d:\n%s", code, out)
-	}
+	c.start(proto, "--metrics", addr, "--metrics-textfile", textfile)
 	c.waitMeasuring()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -352,9 +350,7 @@ func TestWatchLiveCampaign(t *testing.T) {
 	ctlq := ctlqBin
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "2", loadsModer: true})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start: exit %d:\n%s", code, out)
-	}
+	c.start(proto)
 	cmd := exec.Command(ctlq, "watch", "-d", c.dir, "--interval", "200ms")
 	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
 	term, err := testterm.Start(cmd)

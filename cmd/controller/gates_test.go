@@ -87,9 +87,7 @@ func TestForeignProcessAppears(t *testing.T) {
 	host := fakeHost(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "2", cleanupS: "2"})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", host); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto, "--fake-gpus", host)
 	gpu := map[string]int{"s0": 0, "s1": 1}[c.waitMeasuring().Slot]
 	// another user's process takes memory on the GPU while the run measures
 	pid, st := sleeper(t)

@@ -359,8 +359,15 @@ func ranScenario(t *testing.T, sc scenario) (*campaign, *state.Store) {
 
 func (c *campaign) startDetached(proto, cgroups string) {
 	c.t.Helper()
-	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)
-	if code != 0 {
+	c.start(proto, "--cgroups", cgroups)
+}
+
+// start runs controller start on proto with the fake GPU backend and the
+// extra flags, which must exit 0.
+func (c *campaign) start(proto string, extra ...string) {
+	c.t.Helper()
+	args := append([]string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"}, extra...)
+	if out, code := c.controller(args...); code != 0 {
 		c.t.Fatalf("start exited %d:\n%s", code, out)
 	}
 }
@@ -413,9 +420,7 @@ func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
 // what) until it has let go of the campaign lock.
 func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
 	c.t.Helper()
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		c.t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	pid := lockfile.Owner(filepath.Join(c.dir, api.LockFile))
 	c.waitMeasuring()
 	if err := syscall.Kill(pid, sig); err != nil {

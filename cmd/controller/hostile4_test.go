@@ -25,9 +25,7 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 	const deadlineS = 4
 	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}),
 		"    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:")
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	lock := filepath.Join(c.dir, api.LockFile)
 	ctl := lockfile.Owner(lock)
 	cur := c.waitMeasuring()
@@ -138,9 +136,7 @@ func TestStopEndsARunningValidator(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{validators: hangingValidator("1000")})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	waitFor(t, "a validator running", 60*time.Second, func() bool {
 		for _, cur := range c.liveStatus().Current {
 			if cur.State == string(state.Validating) {
