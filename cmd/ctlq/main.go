@@ -202,6 +202,13 @@ func (s *source) status() (api.Status, error) {
 	}, s.client.Status)
 }
 
+// apiEvents asks the controller's API for at most limit events after
+// sequence number after.
+func (s *source) apiEvents(ctx context.Context, after uint64, limit int) ([]state.Event, error) {
+	page, err := s.client.Events(ctx, after, limit)
+	return page.Events, err
+}
+
 // runs lists the campaign's runs in state filter (all when empty).
 func (s *source) runs(timeout time.Duration, filter string) ([]api.RunBrief, error) {
 	return ask(s, timeout, func() ([]api.RunBrief, error) { return api.BuildRuns(s.store, filter) },
@@ -391,16 +398,8 @@ so that -f can stream them.`,
 				if err != nil {
 					return err
 				}
-				var evs []state.Event
-				if src.store != nil {
-					evs, err = src.store.Events(after, 10000)
-				} else {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					var page api.Events
-					page, err = src.client.Events(ctx, after, 10000)
-					cancel()
-					evs = page.Events
-				}
+				evs, err := ask(src, 10*time.Second, func() ([]state.Event, error) { return src.store.Events(after, 10000) },
+					func(ctx context.Context) ([]state.Event, error) { return src.apiEvents(ctx, after, 10000) })
 				var st api.Status
 				if err == nil && follow {
 					st, err = src.status()
