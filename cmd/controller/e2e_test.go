@@ -193,11 +193,9 @@ func TestDrainOverAllowanceQuarantines(t *testing.T) {
 
 func TestQuarantineThresholdStops(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
 	// the first wave (two runs, both slots) drains too long: the first of
 	// them to end makes 1 of 4 measured runs quarantined, 25% > 20%
-	c.runForeground(writeProtocol(t, scenario{drainExtra: 2, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.2"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{drainExtra: 2, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.2"})
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != "quarantined-fraction" || cp.StopFigures["quarantined"] < 1 || cp.StopFigures["measured"] != 4 {
 		t.Fatalf("campaign %s %s %v", cp.State, cp.StopReason, cp.StopFigures)

@@ -162,10 +162,8 @@ func TestStopEndsARunningValidator(t *testing.T) {
 // instruction: the shell validator sees the limit (and fails if not).
 func TestValidatorMemoryBound(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
-`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
+`})
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].State != state.Complete {
 		vs, _ := s.GateVerdicts("p1.saturation")
