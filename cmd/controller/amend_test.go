@@ -166,9 +166,7 @@ func TestAmendAndFreezeARunningCampaign(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 4, measureS: "1.5"}), "concurrency: 2", "concurrency: 1")
-	if out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start: exit %d\n%s", code, out)
-	}
+	c.start(v0)
 	first := c.waitMeasuring()
 	v1 := editProtocol(t, v0, "drain_allowance_s: 5,", "drain_allowance_s: 6,")
 	out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A-1", "--reason", "a longer allowance", "--yes")

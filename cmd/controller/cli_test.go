@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
+	"warden/internal/testterm"
 	"warden/pkg/api"
 	"warden/pkg/state"
 )
@@ -308,9 +309,7 @@ func TestMetricsScrapedWhileRunning(t *testing.T) {
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--metrics", "0.0.0.0:9", "--foreground"); code != 2 || !strings.Contains(out, "not a loopback address") {
 		t.Fatalf("non-loopback metrics address: exit %d:\n%s", code, out)
 	}
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--metrics", addr, "--metrics-textfile", textfile); code != 0 {
-		t.Fatalf("start: exit %d:\n%s", code, out)
-	}
+	c.start(proto, "--metrics", addr, "--metrics-textfile", textfile)
 	c.waitMeasuring()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -351,37 +350,22 @@ func TestWatchLiveCampaign(t *testing.T) {
 	ctlq := ctlqBin
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 2, measureS: "2", loadsModer: true})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start: exit %d:\n%s", code, out)
-	}
+	c.start(proto)
 	cmd := exec.Command(ctlq, "watch", "-d", c.dir, "--interval", "200ms")
 	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
-	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	term, err := testterm.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out bytes.Buffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		answerTerminal(f, &out)
-	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-exited:
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		<-exited
+	defer term.Close()
+	if !term.Wait(cmd, 3*time.Minute) {
 		t.Fatalf("watch did not end with the controller")
 	}
-	f.Close()
-	<-copied
+	out := term.Close()
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("watch exit %d, want 0 (complete)", code)
 	}
-	plain := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`).ReplaceAllString(out.String(), "")
+	plain := testterm.Plain(out)
 	for _, want := range []string{"measuring", "s0 ", "s1 ", "eta", "complete", "watch ended"} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("the live view never showed %q:\n%s", want, tail(plain, 3000))
@@ -389,28 +373,6 @@ func TestWatchLiveCampaign(t *testing.T) {
 	}
 	if n := strings.Count(plain, "q quits"); n < 2 {
 		t.Errorf("the view was drawn %d times while the campaign ran", n)
-	}
-}
-
-// answerTerminal copies a pseudo-terminal's output into out and answers
-// the queries a terminal answers: the background colour (OSC 11) and the
-// cursor position (CSI 6n). Without answers the terminal library waits
-// seconds for them before it draws.
-func answerTerminal(f *os.File, out *bytes.Buffer) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := f.Read(buf)
-		chunk := buf[:n]
-		out.Write(chunk)
-		if bytes.Contains(chunk, []byte("\x1b]11;?")) {
-			f.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
-		}
-		if bytes.Contains(chunk, []byte("\x1b[6n")) {
-			f.Write([]byte("\x1b[1;1R"))
-		}
-		if err != nil {
-			return
-		}
 	}
 }
 

@@ -22,21 +22,10 @@ func colocProtocol(t *testing.T, failFirst, failAll bool) string {
 	if failAll {
 		verdictB = "fail"
 	}
-	y := fmt.Sprintf(`warden: 1
-name: coloc
-host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-  - {name: s1, gpus: [1], cpus: "1", port: %d}
-regimes:
+	y := protocolHead("coloc", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
   - {name: pair-a, concurrency: 2, gated: true}
   - {name: pair-b, concurrency: 2, gated: true}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+` + classAndCleanup + fmt.Sprintf(`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "512"]
@@ -80,7 +69,7 @@ phases:
     kind: primary
     matrix: {pattern: [p1, p2]}
     loads: [saturation]
-`, standinBin, ports[0], ports[1], verdictA, verdictB)
+`, verdictA, verdictB)
 	return writeTemp(t, "coloc.yaml", y)
 }
 

@@ -75,13 +75,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if file == "" || dir == "" {
 				return &exitError{2, errors.New("start: -f PROTOCOL and -d DIR are required")}
 			}
-			if err := checkTableOrJSON(output); err != nil {
-				return err
-			}
-			if err := mo.check(); err != nil {
-				return err
-			}
-			abs, err := filepath.Abs(dir)
+			abs, err := checkRunFlags(output, mo, dir)
 			if err != nil {
 				return err
 			}
@@ -211,17 +205,23 @@ empty.`,
 	return cmd
 }
 
+// checkRunFlags checks the flags start and resume share, -o and the
+// metrics options, and returns the campaign directory made absolute.
+func checkRunFlags(output string, mo metricsOptions, dir string) (string, error) {
+	if err := checkTableOrJSON(output); err != nil {
+		return "", err
+	}
+	if err := mo.check(); err != nil {
+		return "", err
+	}
+	return filepath.Abs(dir)
+}
+
 func resume(cmd *cobra.Command, dir, backend string, foreground bool, output string, mo metricsOptions) error {
 	if dir == "" {
 		return &exitError{2, errors.New("resume: -d DIR is required")}
 	}
-	if err := checkTableOrJSON(output); err != nil {
-		return err
-	}
-	if err := mo.check(); err != nil {
-		return err
-	}
-	abs, err := filepath.Abs(dir)
+	abs, err := checkRunFlags(output, mo, dir)
 	if err != nil {
 		return err
 	}

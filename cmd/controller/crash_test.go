@@ -254,9 +254,7 @@ func TestCrashAmendments(t *testing.T) {
 		c := newCampaign(t)
 		v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 2, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", measureS: "0.2"}),
 			"concurrency: 2", "concurrency: 1")
-		if out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake", "--foreground"); code != 0 {
-			t.Fatalf("start: exit %d\n%s", code, out)
-		}
+		c.start(v0, "--foreground")
 		v1 := editProtocol(t, v0, "drain_allowance_s: 1,", "drain_allowance_s: 5,", "stop: {quarantined_fraction_gt: 0}", "stop: {quarantined_fraction_gt: 0.2}")
 		return c, v0, v1
 	}

@@ -24,9 +24,7 @@ import (
 
 func TestFullCampaign(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{patterns: 2, loadsModer: true}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{patterns: 2, loadsModer: true})
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignComplete {
 		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
@@ -79,9 +77,7 @@ func TestFullCampaign(t *testing.T) {
 
 func TestServerNeverHealthy(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --never-healthy`, readyS: "1.5", retries: 1}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{serverArgs: `, --never-healthy`, readyS: "1.5", retries: 1})
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 2 {
 		t.Fatalf("want the attempt and its exact retry, got %d", len(as))
@@ -100,9 +96,7 @@ func TestServerNeverHealthy(t *testing.T) {
 
 func TestServerCrashesMidRun(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --crash-after, "1"`, measureS: "5"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{serverArgs: `, --crash-after, "1"`, measureS: "5"})
 	as := c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonServerExit)
 	exited := false
 	for _, x := range as[0].Exits {
@@ -116,9 +110,7 @@ func TestServerCrashesMidRun(t *testing.T) {
 
 func TestServerIgnoresSIGTERM(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --ignore-sigterm`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{serverArgs: `, --ignore-sigterm`})
 	as := c.soleAttempt(s, "p1.saturation", state.Complete)
 	var seq []string
 	for _, sg := range as[0].Signals {
@@ -140,9 +132,7 @@ func TestServerIgnoresSIGTERM(t *testing.T) {
 
 func TestEscapedGrandchildIsCleanedUp(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --setsid-grandchild`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{serverArgs: `, --setsid-grandchild`})
 	c.soleAttempt(s, "p1.saturation", state.Complete)
 	if v := c.gateVerdict(s, "p1.saturation", "cleanup"); v.Verdict != "pass" || v.Figures["gpu0_used_mib"] != 0 {
 		t.Fatalf("cleanup gate %+v", v)
@@ -177,9 +167,7 @@ func TestEscapedCgroupGrandchildIsCleanedUp(t *testing.T) {
 
 func TestClientHangsWatchdog(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{clientArgs: `, --hang`, drainS: "1", watchdogS: "2"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{clientArgs: `, --hang`, drainS: "1", watchdogS: "2"})
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped {
@@ -190,9 +178,7 @@ func TestClientHangsWatchdog(t *testing.T) {
 
 func TestDrainOverAllowanceQuarantines(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{drainExtra: 1, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.3"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{drainExtra: 1, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.3"})
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignComplete {
 		t.Fatalf("campaign %s %s", cp.State, cp.StopDetail)
@@ -207,11 +193,9 @@ func TestDrainOverAllowanceQuarantines(t *testing.T) {
 
 func TestQuarantineThresholdStops(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
 	// the first wave (two runs, both slots) drains too long: the first of
 	// them to end makes 1 of 4 measured runs quarantined, 25% > 20%
-	c.runForeground(writeProtocol(t, scenario{drainExtra: 2, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.2"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{drainExtra: 2, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.2"})
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != "quarantined-fraction" || cp.StopFigures["quarantined"] < 1 || cp.StopFigures["measured"] != 4 {
 		t.Fatalf("campaign %s %s %v", cp.State, cp.StopReason, cp.StopFigures)

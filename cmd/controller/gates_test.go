@@ -87,9 +87,7 @@ func TestForeignProcessAppears(t *testing.T) {
 	host := fakeHost(t)
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 3, measureS: "2", cleanupS: "2"})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--fake-gpus", host); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto, "--fake-gpus", host)
 	gpu := map[string]int{"s0": 0, "s1": 1}[c.waitMeasuring().Slot]
 	// another user's process takes memory on the GPU while the run measures
 	pid, st := sleeper(t)
@@ -174,9 +172,7 @@ func TestBudgetRefusedBeforeWave(t *testing.T) {
 
 func TestConfigMismatchStops(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{patterns: 2, expect: `max_num_batched_tokens=2048\b`})
 	cp := c.stoppedFor(s, state.ReasonConfigMismatch)
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].Reason != state.ReasonConfigMismatch || !strings.Contains(cp.StopDetail, "max_num_batched_tokens") {

@@ -164,15 +164,8 @@ func writeProtocol(t *testing.T, sc scenario) string {
 	if sc.loadsModer {
 		loads = "[saturation, moderate]"
 	}
-	y := fmt.Sprintf(`warden: 1
-name: e2e
-host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: %s}
-vars: {STANDIN: %q, CONTROLLER: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-  - {name: s1, gpus: [1], cpus: "1", port: %d}
-regimes:
+	head := protocolHead("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), ports)
+	y := head + fmt.Sprintf(`regimes:
   - {name: two, concurrency: 2}
 classes:
   - {name: c, drain_allowance_s: %s, watchdog_s: %s}
@@ -206,7 +199,7 @@ phases:
     loads: %s
 retries: {infrastructure: %d}
 stop: {quarantined_fraction_gt: %s}
-`, def(sc.capGPUHours, "1.0"), standinBin, controllerBin, ports[0], ports[1], def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
+`, def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
 		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
 		def(sc.readyS, "10"), def(sc.expect, "chunked"),
 		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
@@ -218,6 +211,26 @@ stop: {quarantined_fraction_gt: %s}
 	}
 	return writeTemp(t, "e2e.yaml", y)
 }
+
+// protocolHead is the start of a test protocol: its name, a host of one
+// GPU and one CPU for each port, the budget cap, the variables (the inside
+// of the vars mapping) and slot sI on GPU I and CPU I for each port.
+func protocolHead(name, capGPUHours, vars string, ports []int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "warden: 1\nname: %s\nhost: {gpus: %d, cpus: %d}\nbudget: {cap_gpu_hours: %s}\nvars: {%s}\nslots:\n",
+		name, len(ports), len(ports), capGPUHours, vars)
+	for i, p := range ports {
+		fmt.Fprintf(&b, "  - {name: s%d, gpus: [%d], cpus: \"%d\", port: %d}\n", i, i, i, p)
+	}
+	return b.String()
+}
+
+// classAndCleanup is the one class c and the cleanup timeout of the test
+// protocols that need nothing else of them.
+const classAndCleanup = `classes:
+  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
+cleanup: {timeout_s: 10}
+`
 
 // writeTemp writes content to a file named name in a new temporary
 // directory and returns its path.
@@ -335,10 +348,26 @@ func (c *campaign) runForeground(protocol string) string {
 
 // startDetached starts the campaign's controller detached with the given
 // cgroup mode.
+// ranScenario runs a campaign of the scenario's protocol to its end in
+// the foreground, which must exit 0, and opens its store.
+func ranScenario(t *testing.T, sc scenario) (*campaign, *state.Store) {
+	t.Helper()
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, sc))
+	return c, c.store()
+}
+
 func (c *campaign) startDetached(proto, cgroups string) {
 	c.t.Helper()
-	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--cgroups", cgroups)
-	if code != 0 {
+	c.start(proto, "--cgroups", cgroups)
+}
+
+// start runs controller start on proto with the fake GPU backend and the
+// extra flags, which must exit 0.
+func (c *campaign) start(proto string, extra ...string) {
+	c.t.Helper()
+	args := append([]string{"start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"}, extra...)
+	if out, code := c.controller(args...); code != 0 {
 		c.t.Fatalf("start exited %d:\n%s", code, out)
 	}
 }
@@ -391,9 +420,7 @@ func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
 // what) until it has let go of the campaign lock.
 func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
 	c.t.Helper()
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		c.t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	pid := lockfile.Owner(filepath.Join(c.dir, api.LockFile))
 	c.waitMeasuring()
 	if err := syscall.Kill(pid, sig); err != nil {
@@ -539,14 +566,12 @@ func (c *campaign) campaignPIDs() []int { return campaignPIDsIn(c.dir) }
 // carry the campaign directory dir in their environment.
 func campaignPIDsIn(dir string) []int {
 	marker := []byte("WARDEN_CAMPAIGN_DIR=" + dir + "\x00")
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	for _, pid := range procPIDs() {
+		if pid == os.Getpid() {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		env, err := procFile(pid, "environ")
 		if err != nil || !bytes.Contains(env, marker) {
 			continue
 		}
@@ -599,15 +624,27 @@ func running(pid int) bool {
 	return st != 0 && st != 'Z' && st != 'X'
 }
 
+// procPIDs lists the processes in /proc.
+func procPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procFile reads the file name of /proc/PID.
+func procFile(pid int, name string) ([]byte, error) {
+	return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + name)
+}
+
 // childWithArg finds a direct child of parent whose argv holds arg.
 func childWithArg(parent int, arg string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	for _, pid := range procPIDs() {
+		st, err := procFile(pid, "stat")
 		if err != nil {
 			continue
 		}
@@ -619,7 +656,7 @@ func childWithArg(parent int, arg string) int {
 		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
 			continue
 		}
-		argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		argv, _ := procFile(pid, "cmdline")
 		for _, a := range bytes.Split(argv, []byte{0}) {
 			if string(a) == arg {
 				return pid

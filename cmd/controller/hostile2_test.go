@@ -21,9 +21,7 @@ import (
 // complete to complete".
 func TestResumeFinishedCampaign(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{patterns: 1, measureS: "0.2"})
 	before, _ := s.LastEventSeq()
 	s.Close()
 	for _, args := range [][]string{{"resume", "-d", c.dir}, {"--resume", "-d", c.dir}, {"resume", "-d", c.dir, "--foreground"}} {

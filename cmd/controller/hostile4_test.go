@@ -25,9 +25,7 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 	const deadlineS = 4
 	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}),
 		"    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:")
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	lock := filepath.Join(c.dir, api.LockFile)
 	ctl := lockfile.Owner(lock)
 	cur := c.waitMeasuring()
@@ -113,9 +111,7 @@ func (c *campaign) assertValidatorsGone(s *state.Store, run string) {
 // the campaign stops for review; neither validator is left running.
 func TestValidatorPastItsBoundIsEnded(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{validators: hangingValidator("0.3"), retries: 1}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{validators: hangingValidator("0.3"), retries: 1})
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 2 {
 		t.Fatalf("%d attempts, want 2: %v", len(as), attemptStates(as))
@@ -140,9 +136,7 @@ func TestStopEndsARunningValidator(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{validators: hangingValidator("1000")})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	waitFor(t, "a validator running", 60*time.Second, func() bool {
 		for _, cur := range c.liveStatus().Current {
 			if cur.State == string(state.Validating) {
@@ -168,10 +162,8 @@ func TestStopEndsARunningValidator(t *testing.T) {
 // instruction: the shell validator sees the limit (and fails if not).
 func TestValidatorMemoryBound(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
-`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
+`})
 	as := c.attempts(s, "p1.saturation")
 	if len(as) != 1 || as[0].State != state.Complete {
 		vs, _ := s.GateVerdicts("p1.saturation")

@@ -31,20 +31,9 @@ func writeBigProtocol(b *testing.B, dir string, n int) string {
 		fmt.Fprintf(&vals, "{id: p%d}, ", i+1)
 		fmt.Fprintf(&ids, "p%d, ", i+1)
 	}
-	y := fmt.Sprintf(`warden: 1
-name: big
-host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: 1000}
-vars: {STANDIN: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-  - {name: s1, gpus: [1], cpus: "1", port: %d}
-regimes:
+	y := protocolHead("big", "1000", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
   - {name: two, concurrency: 2}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+` + classAndCleanup + fmt.Sprintf(`servers:
   - {name: standin, kind: standin, command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --gpu-mem-mib, "1024"], ready_timeout_s: 10}
 loads:
   - {name: saturation, kind: saturation, expected_s: 10, client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2"]}
@@ -53,7 +42,7 @@ axes:
     values: [%s]
 phases:
   - {name: matrix, kind: primary, matrix: {pattern: [%s]}, loads: [saturation]}
-`, standinBin, ports[0], ports[1], strings.TrimSuffix(vals.String(), ", "), strings.TrimSuffix(ids.String(), ", "))
+`, strings.TrimSuffix(vals.String(), ", "), strings.TrimSuffix(ids.String(), ", "))
 	path := filepath.Join(dir, "big.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		b.Fatal(err)

@@ -81,9 +81,7 @@ func TestPIDReuseNotSignalled(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{measureS: "3"})
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	c.waitMeasuring()
 	c.killController()
 	// the server and client die too, as if the machine had lived on and

@@ -21,13 +21,11 @@ const stallClient = `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5
 // drain-quarantined, never complete (A-P3-5, drain quarantine).
 func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
 	// requests arriving 0.3 s after the first (inside the 0.5 s clean
 	// interval that follows the 0.2 s warm-up) wait 3 s: the drain lasts
 	// at least 3 s - 0.4 s > the 1 s allowance
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0.3", --stall-s, "3"`,
-		client: stallClient, drainS: "1", watchdogS: "60"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{serverArgs: `, --stall-after-s, "0.3", --stall-s, "3"`,
+		client: stallClient, drainS: "1", watchdogS: "60"})
 	as := c.soleAttempt(s, "p1.saturation", state.Quarantined, state.ReasonDrainQuarantine)
 	if d := as[0].Figures["drain_s"]; d <= 1 || d >= 60 {
 		t.Fatalf("drain_s %v, want over the 1 s allowance and under the 60 s watchdog", d)
@@ -49,10 +47,8 @@ func TestServerStallPastAllowanceQuarantines(t *testing.T) {
 // for review.
 func TestServerStallPastWatchdogFails(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
-		client: stallClient, drainS: "1", watchdogS: "2"}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
+		client: stallClient, drainS: "1", watchdogS: "2"})
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
 	c.stoppedFor(s, state.ReasonDrainWatchdog)
 	c.assertNoProcesses()
@@ -63,9 +59,7 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 // is never complete.
 func TestClientAbandonedDrainFails(t *testing.T) {
 	t.Parallel()
-	c := newCampaign(t)
-	c.runForeground(writeProtocol(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`}))
-	s := c.store()
+	c, s := ranScenario(t, scenario{client: `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 1 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && exit 4'}`})
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainAbandoned)
 	c.stoppedFor(s, state.ReasonDrainAbandoned)
 }

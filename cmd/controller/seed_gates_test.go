@@ -207,9 +207,7 @@ func TestSeedForeignGPUProcessMidRun(t *testing.T) {
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30", watchdogS: "60"})
 	appendProtocol(t, proto, "sample_interval_s: 0.1\n")
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake"); code != 0 {
-		t.Fatalf("start exited %d:\n%s", code, out)
-	}
+	c.start(proto)
 	cur := c.waitMeasuring()
 	gpuIdx := map[string]int{"s0": 0, "s1": 1}[cur.Slot]
 

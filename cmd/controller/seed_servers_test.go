@@ -183,24 +183,29 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	t.Logf("over-budget verdict: %s", v.Detail)
 }
 
+// oneRegime is the regime of the one-slot protocols below.
+const oneRegime = `regimes:
+  - {name: one, concurrency: 1}
+`
+
+// saturationOnP1 is the last load of the one-slot protocols below, a
+// stand-in client at concurrency 1, and their one pattern, p1.
+const saturationOnP1 = `  - name: saturation
+    kind: saturation
+    expected_s: 10
+    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
+axes:
+  - name: pattern
+    values: [{id: p1}]
+`
+
 // reusedProtocol is a campaign whose burn-in opens two short profile
 // windows and checks them, before one primary run.
 func reusedProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) string {
 	t.Helper()
 	ports := freePorts(t, 1)
-	y := fmt.Sprintf(`warden: 1
-name: reused-profiler
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+	vars := fmt.Sprintf("STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q", standinBin, controllerBin, loadgenBin, manifest)
+	y := protocolHead("reused-profiler", "1.0", vars, ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
@@ -217,14 +222,7 @@ loads:
              --profile-after-clean, --num-profile-windows, "2", --profile-traces-dir, "${ATTEMPT_DIR}/traces",
              --profile-window-budget-seconds, "1", --recovery-seconds, "0.1", --drain-timeout-seconds, "${DRAIN_WATCHDOG_S}",
              --result-dir, "${ATTEMPT_DIR}/client"]
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
-axes:
-  - name: pattern
-    values: [{id: p1}]
-phases:
+`, serverArgs) + saturationOnP1 + `phases:
   - name: burn-in
     kind: burn-in
     matrix: {pattern: p1}
@@ -239,7 +237,7 @@ validators:
   - name: profiler
     loads: [burnin]
     command: ["${CONTROLLER}", validate, profile-windows, --result-dir, "${ATTEMPT_DIR}/client", --windows, "2", -o, json]
-`, standinBin, controllerBin, loadgenBin, manifest, ports[0], serverArgs)
+`
 	return writeTemp(t, "reused.yaml", y)
 }
 
@@ -286,19 +284,7 @@ func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
 func sglangProtocol(t *testing.T, path, equals string) string {
 	t.Helper()
 	ports := freePorts(t, 1)
-	y := fmt.Sprintf(`warden: 1
-name: sglang-config
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+	y := protocolHead("sglang-config", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: sglang
     kind: sglang
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
@@ -308,19 +294,12 @@ servers:
     group_grace_s: 1
     expect: [{name: max_running_requests, path: %q, equals: %s}]
 loads:
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
-axes:
-  - name: pattern
-    values: [{id: p1}]
-phases:
+`, path, equals) + saturationOnP1 + `phases:
   - name: matrix
     kind: primary
     matrix: {pattern: p1}
     loads: [saturation]
-`, standinBin, ports[0], path, equals)
+`
 	return writeTemp(t, "sglang.yaml", y)
 }
 

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -344,13 +343,8 @@ func nodeRunnerPID(t *testing.T, dir string) int {
 	t.Helper()
 	var pid int
 	waitFor(t, "the node-side runner", 30*time.Second, func() bool {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			p, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		for _, p := range procPIDs() {
+			cl, err := procFile(p, "cmdline")
 			if err != nil {
 				continue
 			}

@@ -62,15 +62,7 @@ func TestFakeGPUsSaid(t *testing.T) {
 				t.Fatalf("show JSON (%v): %s", err, out)
 			}
 
-			page := filepath.Join(t.TempDir(), "r.html")
-			if o, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
-				t.Fatalf("report exit %d:\n%s", code, o)
-			}
-			b, err := os.ReadFile(page)
-			if err != nil {
-				t.Fatal(err)
-			}
-			html := string(b)
+			html := reportPage(t, dir)
 			if strings.Contains(html, `id="fake-gpus"`) != fake || !strings.Contains(html, "<dt>GPU backend</dt><dd>"+c.json+"</dd>") {
 				t.Fatalf("report: fake banner %v, want %v; backend row present %v", strings.Contains(html, `id="fake-gpus"`), fake,
 					strings.Contains(html, "<dt>GPU backend</dt><dd>"+c.json+"</dd>"))
@@ -93,23 +85,9 @@ func noPrivateInputs(t *testing.T, dir string) {
 // exit 6, naming the value by its hash only; a provenance record that
 // cannot be read refuses too.
 func TestReportRefusesPrivateText(t *testing.T) {
-	prompt := "Please summarize the attached discharge letter of the patient in bed twelve, listing every drug"
-	pdir := filepath.Join(t.TempDir(), "private")
-	if err := os.Mkdir(pdir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(pdir, "p10.jsonl")
-	if err := os.WriteFile(manifest, []byte(`{"prompt": "`+prompt+`"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	prompt := privatePrompt
 	dir := campaignDir(t, state.CampaignComplete)
-	entries, err := provenance.Record(dir, []provenance.Entry{{Path: manifest, Role: "manifest", Private: true}}, provenance.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := provenance.Write(dir, entries, provenance.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	recordPrivateManifest(t, dir)
 	page := filepath.Join(t.TempDir(), "r.html")
 	if o, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
 		t.Fatalf("clean report: exit %d:\n%s", code, o)

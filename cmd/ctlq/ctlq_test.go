@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
+	"warden/internal/testcampaign"
+	"warden/internal/testterm"
 	"warden/pkg/api"
 	"warden/pkg/state"
 )
@@ -105,6 +104,35 @@ func run(t *testing.T, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(out), 0
+}
+
+// privatePrompt is the text of a private input, longer than the privacy
+// scan's 48 bytes.
+const privatePrompt = "Please summarize the attached discharge letter of the patient in bed twelve, listing every drug"
+
+// recordPrivateManifest writes a private manifest holding privatePrompt
+// and records it as the only input in the campaign dir's provenance; it
+// returns the manifest's path.
+func recordPrivateManifest(t *testing.T, dir string) string {
+	t.Helper()
+	manifest := filepath.Join(t.TempDir(), "private", "p10.jsonl")
+	testcampaign.RecordPrivateManifest(t, dir, manifest, privatePrompt)
+	return manifest
+}
+
+// reportPage writes the campaign's report to a file of its own, fails the
+// test unless ctlq report exits 0, and returns the HTML.
+func reportPage(t *testing.T, dir string) string {
+	t.Helper()
+	page := filepath.Join(t.TempDir(), "r.html")
+	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
+		t.Fatalf("report: exit %d:\n%s", code, out)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestStatusExitCodes(t *testing.T) {
@@ -294,50 +322,22 @@ func TestWatchInATerminal(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
 	cmd := exec.Command(ctlqBin, "watch", "-d", dir)
 	cmd.Env = append(os.Environ(), "WARDEN_DIR=", "TERM=xterm-256color")
-	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	term, err := testterm.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out bytes.Buffer
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// a terminal answers the background-colour and cursor queries;
-		// without answers the terminal library waits seconds for them
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := f.Read(buf) // ends with EIO when the child exits
-			out.Write(buf[:n])
-			if bytes.Contains(buf[:n], []byte("\x1b]11;?")) {
-				f.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
-			}
-			if bytes.Contains(buf[:n], []byte("\x1b[6n")) {
-				f.Write([]byte("\x1b[1;1R"))
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	werr := make(chan error, 1)
-	go func() { werr <- cmd.Wait() }()
-	select {
-	case <-werr:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("watch did not end on a campaign without a controller:\n%q", out.String())
+	defer term.Close()
+	if !term.Wait(cmd, 30*time.Second) {
+		t.Fatalf("watch did not end on a campaign without a controller:\n%q", term.Output())
 	}
-	f.Close()
-	<-done
+	text := term.Close()
 	if code := cmd.ProcessState.ExitCode(); code != exitStopped {
 		t.Errorf("exit %d, want %d", code, exitStopped)
 	}
-	text := out.String()
 	if !strings.Contains(text, "\x1b[?1049h") {
 		t.Errorf("no alternate screen in a terminal:\n%q", text)
 	}
-	plain := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`).ReplaceAllString(text, "")
+	plain := testterm.Plain(text)
 	for _, want := range []string{"campaign t-1", "stop reason gpu-not-idle", "runs ", "1/2 done", "budget", "slots", "last events", "watch ended"} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("frame lacks %q:\n%s", want, plain)
@@ -392,12 +392,7 @@ func TestCrashedCampaign(t *testing.T) {
 	if code != exitControllerX || !strings.Contains(out, "controller not running") {
 		t.Fatalf("watch on a crashed campaign: exit %d:\n%s", code, out)
 	}
-	page := filepath.Join(t.TempDir(), "r.html")
-	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
-		t.Fatalf("report: exit %d:\n%s", code, out)
-	}
-	b, _ := os.ReadFile(page)
-	if !strings.Contains(string(b), "no controller runs it") {
+	if !strings.Contains(reportPage(t, dir), "no controller runs it") {
 		t.Fatal("the report of a crashed campaign does not say that no controller runs it")
 	}
 }

@@ -177,16 +177,42 @@ func (s *source) close() {
 	}
 }
 
-func (s *source) status() (api.Status, error) {
-	if s.store == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return s.client.Status(ctx)
+// ask answers a query from the database when the source reads it, else
+// from the controller's API within timeout.
+func ask[T any](s *source, timeout time.Duration, fromDB func() (T, error), fromAPI func(context.Context) (T, error)) (T, error) {
+	if s.store != nil {
+		return fromDB()
 	}
-	ctl := api.Controller{Alive: lockfile.Held(campaignfs.Lock(s.dir))}
-	st, err := api.BuildStatus(s.store, s.dir, ctl, time.Now())
-	st.Source = "database"
-	return st, err
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return fromAPI(ctx)
+}
+
+// controller is what the database reader knows of the controller: whether
+// one holds the campaign's lock.
+func (s *source) controller() api.Controller {
+	return api.Controller{Alive: lockfile.Held(campaignfs.Lock(s.dir))}
+}
+
+func (s *source) status() (api.Status, error) {
+	return ask(s, 5*time.Second, func() (api.Status, error) {
+		st, err := api.BuildStatus(s.store, s.dir, s.controller(), time.Now())
+		st.Source = "database"
+		return st, err
+	}, s.client.Status)
+}
+
+// apiEvents asks the controller's API for at most limit events after
+// sequence number after.
+func (s *source) apiEvents(ctx context.Context, after uint64, limit int) ([]state.Event, error) {
+	page, err := s.client.Events(ctx, after, limit)
+	return page.Events, err
+}
+
+// runs lists the campaign's runs in state filter (all when empty).
+func (s *source) runs(timeout time.Duration, filter string) ([]api.RunBrief, error) {
+	return ask(s, timeout, func() ([]api.RunBrief, error) { return api.BuildRuns(s.store, filter) },
+		func(ctx context.Context) ([]api.RunBrief, error) { return s.client.Runs(ctx, filter) })
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -298,14 +324,7 @@ func newRunsCmd(o *options) *cobra.Command {
 				return err
 			}
 			defer src.close()
-			var runs []api.RunBrief
-			if src.store != nil {
-				runs, err = api.BuildRuns(src.store, filter)
-			} else {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				runs, err = src.client.Runs(ctx, filter)
-				cancel()
-			}
+			runs, err := src.runs(10*time.Second, filter)
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
 			}
@@ -340,14 +359,8 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 				return err
 			}
 			defer src.close()
-			var d api.RunDetail
-			if src.store != nil {
-				d, err = api.BuildRun(src.store, args[0])
-			} else {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				d, err = src.client.Run(ctx, args[0])
-				cancel()
-			}
+			d, err := ask(src, 10*time.Second, func() (api.RunDetail, error) { return api.BuildRun(src.store, args[0]) },
+				func(ctx context.Context) (api.RunDetail, error) { return src.client.Run(ctx, args[0]) })
 			if errors.Is(err, state.ErrNotFound) {
 				return &cli.ExitError{Code: exitOther, Err: fmt.Errorf("no run %q in this campaign", args[0])}
 			}
@@ -385,16 +398,8 @@ so that -f can stream them.`,
 				if err != nil {
 					return err
 				}
-				var evs []state.Event
-				if src.store != nil {
-					evs, err = src.store.Events(after, 10000)
-				} else {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					var page api.Events
-					page, err = src.client.Events(ctx, after, 10000)
-					cancel()
-					evs = page.Events
-				}
+				evs, err := ask(src, 10*time.Second, func() ([]state.Event, error) { return src.store.Events(after, 10000) },
+					func(ctx context.Context) ([]state.Event, error) { return src.apiEvents(ctx, after, 10000) })
 				var st api.Status
 				if err == nil && follow {
 					st, err = src.status()
@@ -456,14 +461,7 @@ func (o *options) completeRuns(_ *cobra.Command, args []string, prefix string) (
 		return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
 	}
 	defer src.close()
-	var runs []api.RunBrief
-	if src.store != nil {
-		runs, err = api.BuildRuns(src.store, "")
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		runs, err = src.client.Runs(ctx, "")
-		cancel()
-	}
+	runs, err := src.runs(5*time.Second, "")
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"warden/internal/cli"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
-	"warden/pkg/lockfile"
 	"warden/pkg/report"
 )
 
@@ -113,15 +111,11 @@ document that holds one, or private inputs that cannot be read, exit 7.`,
 }
 
 func (s *source) report() (api.Report, error) {
-	if s.store == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		return s.client.Report(ctx)
-	}
-	ctl := api.Controller{Alive: lockfile.Held(campaignfs.Lock(s.dir))}
-	r, err := api.BuildReport(s.store, s.dir, ctl, time.Now())
-	r.Status.Source = "database"
-	return r, err
+	return ask(s, 60*time.Second, func() (api.Report, error) {
+		r, err := api.BuildReport(s.store, s.dir, s.controller(), time.Now())
+		r.Status.Source = "database"
+		return r, err
+	}, s.client.Report)
 }
 
 // reportFileName refuses -o json and -o table: the other commands' output

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/provenance"
 	"warden/pkg/state"
 	"warden/pkg/views"
 )
@@ -101,23 +100,9 @@ func TestShowFailedProcessStderr(t *testing.T) {
 // input, and any when the private inputs cannot be read: none is shown,
 // a note says why, and no private text reaches the output.
 func TestShowStderrNeverPrivate(t *testing.T) {
-	prompt := "Please summarize the attached discharge letter of the patient in bed twelve, listing every drug"
-	pdir := filepath.Join(t.TempDir(), "private")
-	if err := os.Mkdir(pdir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(pdir, "p10.jsonl")
-	if err := os.WriteFile(manifest, []byte(`{"prompt": "`+prompt+`"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	prompt := privatePrompt
 	dir, adir := failedClient(t)
-	entries, err := provenance.Record(dir, []provenance.Entry{{Path: manifest, Role: "manifest", Private: true}}, provenance.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := provenance.Write(dir, entries, provenance.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	manifest := recordPrivateManifest(t, dir)
 	errFile := filepath.Join(adir, "client.err")
 	if err := os.WriteFile(errFile, []byte("traceback\nbad request: "+prompt[10:80]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -161,15 +146,7 @@ func TestReportFailedProcessStderr(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(adir, "client.err"), []byte("early line\nerror: manifest <data/m.jsonl> missing\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	page := filepath.Join(t.TempDir(), "r.html")
-	if out, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
-		t.Fatalf("report: exit %d:\n%s", code, out)
-	}
-	b, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	html := string(b)
+	html := reportPage(t, dir)
 	if !strings.Contains(html, "<h2>Failed processes&#39; stderr</h2>") && !strings.Contains(html, "<h2>Failed processes' stderr</h2>") {
 		t.Fatal("the report has no stderr section")
 	}

@@ -92,6 +92,5 @@ func (w watchSource) Events(ctx context.Context, after uint64, limit int) ([]sta
 	if w.s.store != nil {
 		return w.s.store.Events(after, limit)
 	}
-	page, err := w.s.client.Events(ctx, after, limit)
-	return page.Events, err
+	return w.s.apiEvents(ctx, after, limit)
 }

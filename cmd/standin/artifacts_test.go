@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -27,9 +26,8 @@ func TestServerWritesLayer1AndTraces(t *testing.T) {
 			h := newHarness(t)
 			dir := t.TempDir()
 			l1, traces := filepath.Join(dir, "opprof"), filepath.Join(dir, "traces")
-			s := h.startServer(nil, "--load-s", "0", "--layer1-dir", l1, "--flush-interval-s", "0.05", "--steps-per-s", "200",
+			s := h.healthyServer("--load-s", "0", "--layer1-dir", l1, "--flush-interval-s", "0.05", "--steps-per-s", "200",
 				"--traces-dir", traces, "--tp", "2", "--layer1-break", tc.l1break, "--layer2-break", tc.l2break)
-			s.waitHealthy(t)
 			waitFor(t, "the sidecar", func() bool {
 				_, err := os.Stat(filepath.Join(l1, "layer1.jsonl.footer.json"))
 				return err == nil
@@ -47,16 +45,7 @@ func TestServerWritesLayer1AndTraces(t *testing.T) {
 			})
 			for w := range 2 {
 				phase("profile", w+1)
-				for _, ep := range []string{"/start_profile", "/stop_profile"} {
-					resp, err := httpClient.Post(s.url+ep, "application/json", nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						t.Fatalf("%s: %d", ep, resp.StatusCode)
-					}
-				}
+				s.profileWindow(t)
 				phase("recovery", w+1)
 			}
 			phase("done", 0)

@@ -20,8 +20,7 @@ import (
 // records and the verdict.
 func audioRun(t *testing.T, h *harness, kind string, args ...string) (*loadgen.Result, []loadgen.Record, validate.Result) {
 	t.Helper()
-	s := h.startServer(nil, append([]string{"--load-s", "0", "--server-kind", kind}, args...)...)
-	s.waitHealthy(t)
+	s := h.healthyServer(append([]string{"--load-s", "0", "--server-kind", kind}, args...)...)
 	dir := t.TempDir()
 	var lines []string
 	for i := 0; i < 4000; i++ {
@@ -150,28 +149,37 @@ func TestAudioStreamsEndToEnd(t *testing.T) {
 	}
 }
 
+// soundAudioRun is audioRun on a new harness whose waveform check must
+// pass; it returns the result and the records of the requests that
+// succeeded.
+func soundAudioRun(t *testing.T, kind string, args ...string) (*loadgen.Result, []loadgen.Record) {
+	t.Helper()
+	res, recs, v := audioRun(t, newHarness(t), kind, args...)
+	if v.Verdict != gates.Pass {
+		t.Fatalf("verdict %s: %s", v.Verdict, v.Detail)
+	}
+	var ok []loadgen.Record
+	for _, r := range recs {
+		if r.Class == loadgen.Success {
+			ok = append(ok, r)
+		}
+	}
+	return res, ok
+}
+
 // TestAudioHeaderOnlyFirstChunk: a first audio chunk of a WAV header and
 // no samples is recorded, but TTFA is the next chunk's, the first with a
 // sample.
 func TestAudioHeaderOnlyFirstChunk(t *testing.T) {
-	h := newHarness(t)
-	_, recs, v := audioRun(t, h, "vllm-omni", "--audio-header-only-first")
-	if v.Verdict != gates.Pass {
-		t.Fatalf("verdict %s: %s", v.Verdict, v.Detail)
-	}
-	n := 0
-	for _, r := range recs {
-		if r.Class != loadgen.Success {
-			continue
-		}
-		n++
+	_, ok := soundAudioRun(t, "vllm-omni", "--audio-header-only-first")
+	for _, r := range ok {
 		c := r.Audio.Chunks
 		if len(c) != 5 || c[0].Samples != 0 || c[0].Bytes != 44 || c[1].Samples == 0 || r.Audio.FirstAudioNS != c[1].AtNS {
 			t.Fatalf("request %s: chunks %+v, first audio %d", r.ID, c, r.Audio.FirstAudioNS)
 		}
 		checkFigures(t, r, 24000)
 	}
-	if n == 0 {
+	if len(ok) == 0 {
 		t.Fatal("no request succeeded")
 	}
 }
@@ -180,17 +188,8 @@ func TestAudioHeaderOnlyFirstChunk(t *testing.T) {
 // chunk gap, at that boundary, and the run's gap maximum; the waveform is
 // sound.
 func TestAudioStall(t *testing.T) {
-	h := newHarness(t)
-	res, recs, v := audioRun(t, h, "sglang-omni", "--audio-stall-s", "0.25", "--audio-fault-chunk", "2")
-	if v.Verdict != gates.Pass {
-		t.Fatalf("verdict %s: %s", v.Verdict, v.Detail)
-	}
-	n := 0
-	for _, r := range recs {
-		if r.Class != loadgen.Success {
-			continue
-		}
-		n++
+	res, ok := soundAudioRun(t, "sglang-omni", "--audio-stall-s", "0.25", "--audio-fault-chunk", "2")
+	for _, r := range ok {
 		checkFigures(t, r, 24000)
 		c := r.Audio.Chunks
 		at, maxGap := 0, int64(0)
@@ -203,8 +202,8 @@ func TestAudioStall(t *testing.T) {
 			t.Fatalf("request %s: largest gap before chunk %d (%d ns), want 2", r.ID, at, maxGap)
 		}
 	}
-	if n == 0 || res.Audio.Gaps.Max < res.Audio.Gaps.P99 || res.Audio.GapCV <= 0 {
-		t.Fatalf("%d successes, run gaps %+v cv %v", n, res.Audio.Gaps, res.Audio.GapCV)
+	if len(ok) == 0 || res.Audio.Gaps.Max < res.Audio.Gaps.P99 || res.Audio.GapCV <= 0 {
+		t.Fatalf("%d successes, run gaps %+v cv %v", len(ok), res.Audio.Gaps, res.Audio.GapCV)
 	}
 }
 
@@ -212,9 +211,5 @@ func TestAudioStall(t *testing.T) {
 // them) samples skipped at a boundary under consistent headers are not
 // visible in the stream; the check passes, as docs/validators.md says.
 func TestAudioDropWithoutOffsets(t *testing.T) {
-	h := newHarness(t)
-	_, _, v := audioRun(t, h, "vllm-omni", "--audio-drop-samples", "7")
-	if v.Verdict != gates.Pass {
-		t.Fatalf("verdict %s: %s", v.Verdict, v.Detail)
-	}
+	soundAudioRun(t, "vllm-omni", "--audio-drop-samples", "7")
 }

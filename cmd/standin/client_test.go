@@ -77,20 +77,16 @@ func TestClientAgainstServer(t *testing.T) {
 		name := map[bool]string{false: "plain", true: "stream"}[stream]
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			s := h.startServer(nil, "--load-s", "0", "--token-ms", "1")
-			s.waitHealthy(t)
+			s := h.healthyServer("--load-s", "0", "--token-ms", "1")
 			dir := t.TempDir()
 			phaseFile := filepath.Join(dir, "phases.jsonl")
-			args := []string{"client", "--url", s.url, "--warmup-s", "0.2", "--measure-s", "0.5", "--drain-s", "10",
+			args := []string{"--url", s.url, "--warmup-s", "0.2", "--measure-s", "0.5", "--drain-s", "10",
 				"--concurrency", "2", "--max-tokens", "4", "--result-dir", filepath.Join(dir, "out")}
 			if stream {
 				args = append(args, "--stream")
 			}
 			// The phase file comes from the environment, as the controller passes it.
-			c := h.start([]string{"WARDEN_PHASE_FILE=" + phaseFile}, args...)
-			if ws := c.wait(t); ws.ExitStatus() != 0 {
-				t.Fatalf("client ended with %v:\n%s", ws, c.output(t, c.stderr))
-			}
+			h.runClient([]string{"WARDEN_PHASE_FILE=" + phaseFile}, args...)
 
 			r := readResult(t, filepath.Join(dir, "out"))
 			if r.Schema != 1 || r.Completed <= 0 || r.Failed != 0 || r.Requests != r.Completed+r.Failed {
@@ -129,8 +125,7 @@ func TestClientAgainstServer(t *testing.T) {
 
 func TestClientFailExits2AfterWarmup(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0")
 	dir := t.TempDir()
 	phaseFile := filepath.Join(dir, "phases.jsonl")
 	c := h.start(nil, "client", "--url", s.url, "--warmup-s", "0.1", "--measure-s", "1",
@@ -156,10 +151,7 @@ func TestClientAgainstDownServerCountsFailures(t *testing.T) {
 	url := "http://" + ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
-	c := h.start(nil, "client", "--url", url, "--warmup-s", "0", "--measure-s", "0.3", "--drain-s", "1", "--result-dir", dir)
-	if ws := c.wait(t); ws.ExitStatus() != 0 {
-		t.Fatalf("client ended with %v:\n%s", ws, c.output(t, c.stderr))
-	}
+	h.runClient(nil, "--url", url, "--warmup-s", "0", "--measure-s", "0.3", "--drain-s", "1", "--result-dir", dir)
 	r := readResult(t, dir)
 	if r.Completed != 0 || r.Failed == 0 || r.Requests != r.Failed || r.ThroughputRPS != 0 {
 		t.Fatalf("result %+v: want only failures", r)
@@ -168,14 +160,10 @@ func TestClientAgainstDownServerCountsFailures(t *testing.T) {
 
 func TestClientMaxRequests(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0", "--token-ms", "0")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--token-ms", "0")
 	dir := t.TempDir()
-	c := h.start(nil, "client", "--url", s.url, "--warmup-s", "0", "--measure-s", "0.5",
+	h.runClient(nil, "--url", s.url, "--warmup-s", "0", "--measure-s", "0.5",
 		"--concurrency", "3", "--max-requests", "5", "--result-dir", dir)
-	if ws := c.wait(t); ws.ExitStatus() != 0 {
-		t.Fatalf("client ended with %v", ws)
-	}
 	if r := readResult(t, dir); r.Requests > 5 {
 		t.Fatalf("result %+v: more than --max-requests 5", r)
 	}
@@ -183,15 +171,11 @@ func TestClientMaxRequests(t *testing.T) {
 
 func TestClientDrainExtra(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0")
 	dir := t.TempDir()
 	phaseFile := filepath.Join(dir, "phases.jsonl")
-	c := h.start(nil, "client", "--url", s.url, "--warmup-s", "0", "--measure-s", "0.2",
+	h.runClient(nil, "--url", s.url, "--warmup-s", "0", "--measure-s", "0.2",
 		"--drain-extra-s", "0.5", "--phase-file", phaseFile)
-	if ws := c.wait(t); ws.ExitStatus() != 0 {
-		t.Fatalf("client ended with %v", ws)
-	}
 	lines := readPhases(t, phaseFile)
 	if got := phaseNames(lines); !reflect.DeepEqual(got, []string{"warmup", "clean", "drain", "done"}) {
 		t.Fatalf("phases %v", got)
@@ -203,8 +187,7 @@ func TestClientDrainExtra(t *testing.T) {
 
 func TestClientHangStaysInDrain(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0")
 	dir := t.TempDir()
 	phaseFile := filepath.Join(dir, "phases.jsonl")
 	c := h.start(nil, "client", "--url", s.url, "--warmup-s", "0", "--measure-s", "0.2",

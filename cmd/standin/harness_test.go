@@ -299,6 +299,41 @@ func (h *harness) startServer(env []string, args ...string) *testServer {
 
 var httpClient = &http.Client{Timeout: deadline, Transport: &http.Transport{Proxy: nil}}
 
+// healthyServer starts a stand-in server with args and waits until it
+// answers /health.
+func (h *harness) healthyServer(args ...string) *testServer {
+	h.t.Helper()
+	s := h.startServer(nil, args...)
+	s.waitHealthy(h.t)
+	return s
+}
+
+// runClient runs the stand-in's client with args, in the environment env
+// added, and fails the test unless it exits 0.
+func (h *harness) runClient(env []string, args ...string) {
+	h.t.Helper()
+	c := h.start(env, append([]string{"client"}, args...)...)
+	if ws := c.wait(h.t); ws.ExitStatus() != 0 {
+		h.t.Fatalf("client ended with %v:\n%s", ws, c.output(h.t, c.stderr))
+	}
+}
+
+// profileWindow opens and closes a profile window on the server, as a
+// load client does: POST /start_profile, then /stop_profile, each 200.
+func (s *testServer) profileWindow(t *testing.T) {
+	t.Helper()
+	for _, ep := range []string{"/start_profile", "/stop_profile"} {
+		resp, err := httpClient.Post(s.url+ep, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", ep, resp.StatusCode)
+		}
+	}
+}
+
 // healthStatus returns the status of GET /health, or 0 if it failed.
 func (s *testServer) healthStatus() int {
 	resp, err := httpClient.Get(s.url + "/health")

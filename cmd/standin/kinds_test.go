@@ -238,8 +238,7 @@ func TestServerKindChatStream(t *testing.T) {
 // the server after --idle-timeout-s, as uvicorn closes it after 5 s.
 func TestServerIdleTimeout(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0", "--idle-timeout-s", "0.3")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--idle-timeout-s", "0.3")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
 	if err != nil {
 		t.Fatal(err)

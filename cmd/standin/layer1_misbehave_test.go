@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/http"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -14,25 +13,15 @@ import (
 func TestLayer1QueueAfterProfile(t *testing.T) {
 	h := newHarness(t)
 	l1 := filepath.Join(t.TempDir(), "opprof")
-	s := h.startServer(nil, "--load-s", "0", "--layer1-dir", l1, "--flush-interval-s", "0.05", "--steps-per-s", "200",
+	s := h.healthyServer("--load-s", "0", "--layer1-dir", l1, "--flush-interval-s", "0.05", "--steps-per-s", "200",
 		"--layer1-queue-after-profile", "50")
-	s.waitHealthy(t)
 	stream := filepath.Join(l1, "layer1.jsonl")
 	// records of the clean part first, then a profile window
 	waitFor(t, "records before the profile window", func() bool {
 		recs, err := validate.ReadLayer1Records(stream)
 		return err == nil && len(recs) > 0
 	})
-	for _, ep := range []string{"/start_profile", "/stop_profile"} {
-		resp, err := httpClient.Post(s.url+ep, "application/json", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d", ep, resp.StatusCode)
-		}
-	}
+	s.profileWindow(t)
 	waitFor(t, "a record after the profile window", func() bool {
 		recs, err := validate.ReadLayer1Records(stream)
 		return err == nil && len(recs) > 0 && recs[len(recs)-1].NumWaitingReqs == 50

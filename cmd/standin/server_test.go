@@ -21,10 +21,9 @@ func TestServerHealthyAfterLoad(t *testing.T) {
 	h := newHarness(t)
 	const load = 500 * time.Millisecond
 	begin := time.Now()
-	s := h.startServer(nil, "--load-s", "0.5",
+	s := h.healthyServer("--load-s", "0.5",
 		"--effective-config", "effective config: max_num_batched_tokens=2048 enable_chunked_prefill=True",
 		"--effective-config", "effective config: max_num_seqs=256")
-	s.waitHealthy(t)
 	if took := time.Since(begin); took < load {
 		t.Fatalf("healthy %v after start, before the %v load", took, load)
 	}
@@ -78,8 +77,7 @@ func postCompletion(t *testing.T, url, body string) (int, []byte) {
 
 func TestCompletions(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0", "--model", "m1")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--model", "m1")
 	const secret = "PROMPT-MARKER-7f3a"
 
 	t.Run("models", func(t *testing.T) {
@@ -339,8 +337,7 @@ func TestEngineExitsWhenParentDies(t *testing.T) {
 
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0", "--token-ms", "20", "--shutdown-timeout", "600")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--token-ms", "20", "--shutdown-timeout", "600")
 	resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
 		strings.NewReader(`{"prompt":"x","max_tokens":30,"stream":true}`))
 	if err != nil {
@@ -373,8 +370,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 func TestShutdownTimeoutAbortsRequests(t *testing.T) {
 	h := newHarness(t)
 	// The request would take 10000 s; the drain allows 0.2 s.
-	s := h.startServer(nil, "--load-s", "0", "--token-ms", "1000", "--shutdown-timeout", "0.2")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--token-ms", "1000", "--shutdown-timeout", "0.2")
 	resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
 		strings.NewReader(`{"prompt":"x","max_tokens":10000,"stream":true}`))
 	if err != nil {
@@ -533,8 +529,7 @@ func TestEngineSurvives(t *testing.T) {
 
 func TestHoldPort(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0", "--hold-port")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--hold-port")
 	addr := strings.TrimPrefix(s.url, "http://")
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -562,8 +557,7 @@ func TestHoldPort(t *testing.T) {
 
 func TestForkLeavesSleepersInTheGroup(t *testing.T) {
 	h := newHarness(t)
-	s := h.startServer(nil, "--load-s", "0", "--fork", "2")
-	s.waitHealthy(t)
+	s := h.healthyServer("--load-s", "0", "--fork", "2")
 	pgid := s.cmd.Process.Pid
 	if members := liveGroupMembers(t, pgid); len(members) != 4 {
 		t.Fatalf("group members %v, want parent, engine and 2 sleepers", members)

@@ -238,20 +238,28 @@ func TestReportAndRunsThroughSocket(t *testing.T) {
 	}
 }
 
-// TestETACountsDown: while an attempt runs, the ETA loses what it has
-// run of its expected seconds, never more.
-func TestETACountsDown(t *testing.T) {
+// runningCampaign opens a store in a new directory on a clock stopped at
+// t0 and creates a running campaign "c" of runs in it, one at a time; it
+// returns the directory, the store (closed at the test's end) and t0.
+func runningCampaign(t *testing.T, runs []state.Run) (string, *state.Store, time.Time) {
+	t.Helper()
 	dir := t.TempDir()
 	t0 := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
 	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true, Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	if err := s.CreateCampaign(state.Campaign{ID: "c", State: state.CampaignRunning, RegimeConcurrency: 1},
-		[]state.Run{{ID: "a", ExpectedS: 100}, {ID: "b", Order: 1, ExpectedS: 50}}); err != nil {
+	t.Cleanup(func() { s.Close() })
+	if err := s.CreateCampaign(state.Campaign{ID: "c", State: state.CampaignRunning, RegimeConcurrency: 1}, runs); err != nil {
 		t.Fatal(err)
 	}
+	return dir, s, t0
+}
+
+// TestETACountsDown: while an attempt runs, the ETA loses what it has
+// run of its expected seconds, never more.
+func TestETACountsDown(t *testing.T) {
+	dir, s, t0 := runningCampaign(t, []state.Run{{ID: "a", ExpectedS: 100}, {ID: "b", Order: 1, ExpectedS: 50}})
 	if _, err := s.NewAttempt("a", "", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,17 +14,7 @@ import (
 // attempt whose processes the end log proves gone only up to that proof,
 // as resume charges it; with a controller running, up to now.
 func TestInFlightBoundedByProvenEnd(t *testing.T) {
-	dir := t.TempDir()
-	t0 := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true, Now: func() time.Time { return t0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.CreateCampaign(state.Campaign{ID: "c", State: state.CampaignRunning, RegimeConcurrency: 1},
-		[]state.Run{{ID: "a", ExpectedS: 100}, {ID: "b", Order: 1, ExpectedS: 100}}); err != nil {
-		t.Fatal(err)
-	}
+	dir, s, t0 := runningCampaign(t, []state.Run{{ID: "a", ExpectedS: 100}, {ID: "b", Order: 1, ExpectedS: 100}})
 	for _, run := range []string{"a", "b"} {
 		if _, err := s.NewAttempt(run, "", func(at *state.Attempt) { at.GPUIDs = []int{0} }); err != nil {
 			t.Fatal(err)

@@ -179,15 +179,8 @@ func writeNoSync(dir, path string, data []byte, mode os.FileMode, cfg config) er
 			os.Remove(tmp)
 		}
 	}()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
+	if err := fill(f, data, mode, false); err != nil {
+		return err
 	}
 	if cfg.beforeRename != nil {
 		cfg.beforeRename()
@@ -196,6 +189,25 @@ func writeNoSync(dir, path string, data []byte, mode os.FileMode, cfg config) er
 		return fmt.Errorf("rename into place: %w", err)
 	}
 	renamed = true
+	return nil
+}
+
+// fill writes data to the temporary file f, sets its mode, fsyncs it when
+// sync, and closes it.
+func fill(f *os.File, data []byte, mode os.FileMode, sync bool) error {
+	_, err := f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write temporary file: %w", err)
+	}
 	return nil
 }
 
@@ -221,18 +233,8 @@ func writeBeneath(path string, data []byte, mode os.FileMode, cfg config) error 
 			root.Remove(tmp)
 		}
 	}()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil && !cfg.noSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
+	if err := fill(f, data, mode, !cfg.noSync); err != nil {
+		return err
 	}
 	if cfg.beforeRename != nil {
 		cfg.beforeRename()

@@ -48,21 +48,8 @@ func TestColocation(t *testing.T) {
 			if v.Verdict != c.verdict || v.Gate != "colocation" || !v.At.Equal(now) {
 				t.Fatalf("got %+v, want %s", v, c.verdict)
 			}
-			for k, want := range c.figures {
-				if got, ok := v.Figures[k]; !ok || math.Abs(got-want) > 1e-12 {
-					t.Errorf("figure %s = %v (present %v), want %v", k, got, ok, want)
-				}
-			}
-			for _, d := range c.detail {
-				if !strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q lacks %q", v.Detail, d)
-				}
-			}
-			for _, d := range c.absent {
-				if strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q holds %q", v.Detail, d)
-				}
-			}
+			checkFigures(t, v.Figures, c.figures, 1e-12)
+			checkDetail(t, v.Detail, c.detail, c.absent)
 		})
 	}
 	// Keys only in the co-located measurement are not compared.

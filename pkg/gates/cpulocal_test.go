@@ -1,7 +1,6 @@
 package gates
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -45,16 +44,8 @@ func TestCPULocal(t *testing.T) {
 			if v.Verdict != c.verdict || v.Gate != "cpu-local" || !v.At.Equal(now) {
 				t.Fatalf("got %+v, want %s", v, c.verdict)
 			}
-			for k, want := range c.figures {
-				if got, ok := v.Figures[k]; !ok || got != want {
-					t.Errorf("figure %s = %v (present %v), want %v", k, got, ok, want)
-				}
-			}
-			for _, d := range c.detail {
-				if !strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q lacks %q", v.Detail, d)
-				}
-			}
+			checkFigures(t, v.Figures, c.figures, 0)
+			checkDetail(t, v.Detail, c.detail, nil)
 		})
 	}
 }

@@ -40,16 +40,7 @@ func TestEffectiveConfig(t *testing.T) {
 			if v.Figures["expected"] != float64(len(c.expects)) || v.Figures["matched"] != c.matched {
 				t.Errorf("figures %v, want expected %d matched %v", v.Figures, len(c.expects), c.matched)
 			}
-			for _, d := range c.detail {
-				if !strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q lacks %q", v.Detail, d)
-				}
-			}
-			for _, d := range c.absent {
-				if strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q names %q", v.Detail, d)
-				}
-			}
+			checkDetail(t, v.Detail, c.detail, c.absent)
 		})
 	}
 }

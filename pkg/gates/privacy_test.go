@@ -234,16 +234,7 @@ func TestPrivacyScan(t *testing.T) {
 					t.Errorf("bytes_scanned %v, want %d", v.Figures["bytes_scanned"], total)
 				}
 			}
-			for _, d := range c.detail {
-				if !strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q lacks %q", v.Detail, d)
-				}
-			}
-			for _, d := range c.absent {
-				if strings.Contains(v.Detail, d) {
-					t.Errorf("detail %q holds %q", v.Detail, d)
-				}
-			}
+			checkDetail(t, v.Detail, c.detail, c.absent)
 			for _, s := range secrets {
 				for _, form := range []string{string(s), string(s[:min(16, len(s))]), jsonPlain(string(s)), jsonASCII(string(s))} {
 					if strings.Contains(v.Detail, form) {

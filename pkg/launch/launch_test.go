@@ -175,20 +175,9 @@ func TestCgroupPlacement(t *testing.T) {
 func TestStopCooperativeSendsOneSIGTERM(t *testing.T) {
 	for _, cg := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cgroup=%v", cg), func(t *testing.T) {
-			l := newLauncher(t, cg)
-			dir := t.TempDir()
-			spec := childSpec(t, "sleep", dir)
-			if cg {
-				spec.Cgroup = "coop"
-			}
-			p := start(t, l, spec)
+			p, dir := startChild(t, cg, "sleep", "coop")
 			waitReady(t, filepath.Join(dir, "ready"))
-			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-			defer cancel()
-			recs, err := Stop(ctx, p, StopOptions{Grace: waitLong, GroupGrace: waitLong})
-			if err != nil {
-				t.Fatal(err)
-			}
+			recs := stopChild(t, p, StopOptions{Grace: waitLong, GroupGrace: waitLong})
 			if len(recs) != 1 {
 				t.Fatalf("Stop sent %d signals, want 1: %+v", len(recs), recs)
 			}
@@ -209,25 +198,9 @@ func TestStopCooperativeSendsOneSIGTERM(t *testing.T) {
 func TestStopEscalatesToSIGKILL(t *testing.T) {
 	for _, cg := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cgroup=%v", cg), func(t *testing.T) {
-			l := newLauncher(t, cg)
-			dir := t.TempDir()
-			spec := childSpec(t, "ignoreterm", dir)
-			if cg {
-				spec.Cgroup = "stubborn"
-			}
-			p := start(t, l, spec)
-			waitReady(t, filepath.Join(dir, "ready"))
-			gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-			gid, err := Lookup(gpid, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-			defer cancel()
-			recs, err := Stop(ctx, p, StopOptions{Grace: 100 * time.Millisecond, GroupGrace: 100 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, dir := startChild(t, cg, "ignoreterm", "stubborn")
+			_, gid := waitGrandchild(t, dir)
+			recs := stopChild(t, p, StopOptions{Grace: 100 * time.Millisecond, GroupGrace: 100 * time.Millisecond})
 			want := []string{"pid SIGTERM", "group SIGTERM", "group SIGKILL"}
 			if cg {
 				want = []string{"pid SIGTERM", "group SIGTERM", "cgroup SIGTERM", "group SIGKILL", "cgroup SIGKILL"}
@@ -268,17 +241,8 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 }
 
 func TestEscapedGrandchildKilledThroughCgroup(t *testing.T) {
-	l := newLauncher(t, true)
-	dir := t.TempDir()
-	spec := childSpec(t, "escape", dir)
-	spec.Cgroup = "escape"
-	p := start(t, l, spec)
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, dir := startChild(t, true, "escape", "escape")
+	gpid, gid := waitGrandchild(t, dir)
 	killOnCleanup(t, gid)
 	st, err := readStat(gpid)
 	if err != nil {
@@ -291,12 +255,7 @@ func TestEscapedGrandchildKilledThroughCgroup(t *testing.T) {
 		t.Fatalf("escaped grandchild %d not in the leaf: %v", gpid, procs)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	recs, err := Stop(ctx, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := stopChild(t, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
 	var killed bool
 	for _, r := range recs {
 		if r.Target == TargetCgroup && r.Signal == "SIGKILL" && slices.Contains(r.Members, gpid) {
@@ -343,24 +302,14 @@ func TestEscapedGrandchildWithoutCgroupsIsReparented(t *testing.T) {
 	if p.Cgroup != "" {
 		t.Errorf("Proc.Cgroup = %q without cgroups", p.Cgroup)
 	}
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gpid, gid := waitGrandchild(t, dir)
 	killOnCleanup(t, gid)
 	waitFor(t, "the escaped grandchild to be reparented to us", func() (bool, error) {
 		st, err := readStat(gpid)
 		return err == nil && st.PPID == os.Getpid(), err
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	recs, err := Stop(ctx, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := stopChild(t, p, StopOptions{Grace: waitLong, GroupGrace: 100 * time.Millisecond})
 	if len(recs) != 1 || recs[0].Target != TargetPID {
 		t.Errorf("records %+v, want one SIGTERM to the pid", recs)
 	}
@@ -509,17 +458,8 @@ func TestBootIDChangeRefused(t *testing.T) {
 }
 
 func TestReclaimLeftover(t *testing.T) {
-	l := newLauncher(t, true)
-	dir := t.TempDir()
-	spec := childSpec(t, "ignoreterm", dir)
-	spec.Cgroup = "leftover"
-	p := start(t, l, spec)
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, dir := startChild(t, true, "ignoreterm", "leftover")
+	_, gid := waitGrandchild(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	// As at resume: only the recorded identity and leaf path are known.

@@ -131,13 +131,7 @@ func TestCheckListenerDaemonizedServer(t *testing.T) {
 			name = "cgroups"
 		}
 		t.Run(name, func(t *testing.T) {
-			l := newLauncher(t, cgroups)
-			dir := t.TempDir()
-			spec := childSpec(t, "serve-daemon", dir)
-			if cgroups {
-				spec.Cgroup = "daemon"
-			}
-			p := start(t, l, spec)
+			p, dir := startChild(t, cgroups, "serve-daemon", "daemon")
 			pid, port := waitReady(t, filepath.Join(dir, "ready.g"))
 			id, err := Lookup(pid, nil)
 			if err != nil {
@@ -163,12 +157,7 @@ func TestIsAdopted(t *testing.T) {
 	l := newLauncher(t, false)
 	dir := t.TempDir()
 	start(t, l, childSpec(t, "escape", dir, "WARDEN_TEST_MARK=attempt-1"))
-	waitReady(t, filepath.Join(dir, "ready"))
-	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
-	gid, err := Lookup(gpid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gpid, gid := waitGrandchild(t, dir)
 	killOnCleanup(t, gid)
 	// the orphan's parent exits once it started it: wait for the reparenting
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)

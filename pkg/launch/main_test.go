@@ -263,6 +263,46 @@ func start(t *testing.T, l *Launcher, spec Spec) *Proc {
 	return p
 }
 
+// startChild starts a child in mode, with a new directory, on a launcher
+// with cgroups or without; with cgroups in the leaf cgroup. It returns
+// the child and its directory.
+func startChild(t *testing.T, cgroups bool, mode, cgroup string) (*Proc, string) {
+	t.Helper()
+	l := newLauncher(t, cgroups)
+	dir := t.TempDir()
+	spec := childSpec(t, mode, dir)
+	if cgroups {
+		spec.Cgroup = cgroup
+	}
+	return start(t, l, spec), dir
+}
+
+// waitGrandchild waits until the child started in dir and its grandchild
+// are ready and returns the grandchild's pid and identity.
+func waitGrandchild(t *testing.T, dir string) (int, Identity) {
+	t.Helper()
+	waitReady(t, filepath.Join(dir, "ready"))
+	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
+	gid, err := Lookup(gpid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gpid, gid
+}
+
+// stopChild stops p with opts within waitLong and fails the test on an
+// error; it returns the signals sent.
+func stopChild(t *testing.T, p *Proc, opts StopOptions) []SignalRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	recs, err := Stop(ctx, p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
 func killAndReap(t *testing.T, p *Proc) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)

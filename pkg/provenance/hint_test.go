@@ -15,14 +15,9 @@ import (
 func TestMissingHint(t *testing.T) {
 	src := t.TempDir()
 	camp := t.TempDir()
-	client := filepath.Join(src, "client.py")
-	writeFile(t, client, []byte("print('v1')\n"), 0o644)
+	client, secret := clientAndSecret(t, src)
 	server := filepath.Join(src, "server.sh")
 	writeFile(t, server, []byte("exec true\n"), 0o644)
-	privDir := filepath.Join(src, "private")
-	os.Mkdir(privDir, 0o700)
-	secret := filepath.Join(privDir, "P10.jsonl")
-	writeFile(t, secret, []byte(`{"prompt":"secret"}`), 0o600)
 	entries, err := Record(camp, []Entry{{Path: client, Role: "client"}, {Path: secret, Role: "manifest", Private: true}, {Path: server, Role: "server"}}, Options{})
 	if err != nil {
 		t.Fatal(err)

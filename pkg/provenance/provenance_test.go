@@ -46,15 +46,23 @@ func requireEmpty(t *testing.T, dir string) {
 	}
 }
 
-func TestRecordAndVerify(t *testing.T) {
-	src := t.TempDir()
-	camp := t.TempDir()
-	client := filepath.Join(src, "client.py")
+// clientAndSecret writes two inputs under src: a client (client.py) and
+// a private manifest in a private directory (private/P10.jsonl).
+func clientAndSecret(t *testing.T, src string) (client, secret string) {
+	t.Helper()
+	client = filepath.Join(src, "client.py")
 	writeFile(t, client, []byte("print('v1')\n"), 0o644)
 	privDir := filepath.Join(src, "private")
 	os.Mkdir(privDir, 0o700)
-	secret := filepath.Join(privDir, "P10.jsonl")
+	secret = filepath.Join(privDir, "P10.jsonl")
 	writeFile(t, secret, []byte(`{"prompt":"secret"}`), 0o600)
+	return client, secret
+}
+
+func TestRecordAndVerify(t *testing.T) {
+	src := t.TempDir()
+	camp := t.TempDir()
+	client, secret := clientAndSecret(t, src)
 
 	entries, err := Record(camp, []Entry{{Path: client, Role: "client"}, {Path: secret, Role: "manifest", Private: true}}, Options{})
 	if err != nil {

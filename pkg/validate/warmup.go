@@ -85,14 +85,20 @@ type seedRequest struct {
 // readRequests reads the request records of the files rel (relative to
 // dir, as result.json names them).
 func readRequests(dir string, rel []string) ([]seedRequest, error) {
-	var out []seedRequest
+	return readRecords[seedRequest](dir, rel)
+}
+
+// readRecords reads the JSON lines of the files rel (relative to dir, as
+// result.json names them) as records of type T.
+func readRecords[T any](dir string, rel []string) ([]T, error) {
+	var out []T
 	for _, r := range rel {
 		p, err := inside(dir, r)
 		if err != nil {
 			return out, err
 		}
 		if err := eachJSONLine(p, func(line []byte) error {
-			var q seedRequest
+			var q T
 			if err := json.Unmarshal(line, &q); err != nil {
 				return err
 			}

@@ -61,7 +61,7 @@ func WaveformDir(dir string) Result {
 		f.errorf("result.json lists no request records")
 		return f.result("")
 	}
-	reqs, err := readWaveformRequests(dir, res.Files.Requests)
+	reqs, err := readRecords[waveformRequest](dir, res.Files.Requests)
 	if err != nil {
 		f.errorf("request records: %v", err)
 		return f.result("")
@@ -116,27 +116,4 @@ func checkWaveforms(f *findings, reqs []waveformRequest) {
 	f.fig("violating_requests", float64(violating))
 	f.fig("unmarked_requests", float64(unmarked))
 	f.fig("missing_chunk_records", float64(missing))
-}
-
-// readWaveformRequests reads the records of the files rel (relative to
-// dir, as result.json names them).
-func readWaveformRequests(dir string, rel []string) ([]waveformRequest, error) {
-	var out []waveformRequest
-	for _, r := range rel {
-		p, err := inside(dir, r)
-		if err != nil {
-			return out, err
-		}
-		if err := eachJSONLine(p, func(line []byte) error {
-			var q waveformRequest
-			if err := json.Unmarshal(line, &q); err != nil {
-				return err
-			}
-			out = append(out, q)
-			return nil
-		}); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
 }

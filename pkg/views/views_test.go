@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testcampaign"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/outcome"
@@ -145,22 +146,10 @@ func TestPrintRun(t *testing.T) {
 // shown when it holds private text; without a provenance record none is.
 func TestStderrGuard(t *testing.T) {
 	dir := t.TempDir()
-	pdir := filepath.Join(dir, "runs", "r", "private")
-	if err := os.MkdirAll(pdir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	secret := "the patient in bed twelve was given every drug on the ward list, twice"
+	pdir := filepath.Join(dir, "runs", "r", "private")
 	manifest := filepath.Join(pdir, "p.jsonl")
-	if err := os.WriteFile(manifest, []byte(`{"prompt": "`+secret+`"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := provenance.Record(dir, []provenance.Entry{{Path: manifest, Role: "manifest", Private: true}}, provenance.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := provenance.Write(dir, entries, provenance.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	testcampaign.RecordPrivateManifest(t, dir, manifest, secret)
 	adir := campaignfs.AttemptDir(dir, "r", 1)
 	outside := filepath.Join(t.TempDir(), "a1")
 	for _, d := range []string{adir, outside} {

@@ -93,7 +93,7 @@ func (c *claimingChild) wait(t *testing.T) {
 	_ = c.cmd.Wait()
 }
 
-func newHost(t *testing.T, n int) (string, *Backend) {
+func newHost(t testing.TB, n int) (string, *Backend) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := Init(dir, n, 143771); err != nil {

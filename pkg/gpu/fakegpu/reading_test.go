@@ -341,15 +341,8 @@ func TestSnapshotForGates(t *testing.T) {
 
 // BenchmarkSample reads the fast fields of 8 fake GPUs, one holding a claim.
 func BenchmarkSample(b *testing.B) {
-	dir := b.TempDir()
-	if err := Init(dir, 8, 143771); err != nil {
-		b.Fatal(err)
-	}
+	dir, be := newHost(b, 8)
 	if err := Claim(dir, 3, 1000); err != nil {
-		b.Fatal(err)
-	}
-	be, err := Open(dir)
-	if err != nil {
 		b.Fatal(err)
 	}
 	indices := []int{0, 1, 2, 3, 4, 5, 6, 7}
@@ -363,14 +356,7 @@ func BenchmarkSample(b *testing.B) {
 // BenchmarkEnergy reads the energy counters of 8 fake GPUs: a locked,
 // fsynced update per GPU.
 func BenchmarkEnergy(b *testing.B) {
-	dir := b.TempDir()
-	if err := Init(dir, 8, 143771); err != nil {
-		b.Fatal(err)
-	}
-	be, err := Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, be := newHost(b, 8)
 	indices := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	for b.Loop() {
 		if _, err := be.Energy(indices); err != nil {

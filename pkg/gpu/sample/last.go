@@ -3,8 +3,6 @@ package sample
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 
 	"warden/pkg/gpu"
 	"warden/pkg/safefile"
@@ -20,18 +18,8 @@ const lastTailBytes = 16 << 10
 // of the tail, cut; a last one cut by a crash) is passed over. Nil, with
 // no error, when the tail holds no such sample.
 func Last(path string) ([]gpu.Reading, error) {
-	f, err := safefile.Open(path)
+	b, err := safefile.ReadTail(path, lastTailBytes)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	off := max(0, fi.Size()-lastTailBytes)
-	b := make([]byte, fi.Size()-off)
-	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
