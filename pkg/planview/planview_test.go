@@ -139,7 +139,7 @@ func TestWriteSlurm(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"74 run(s), each a step:", "--gres=gpu:2", "--cpus-per-task=32", "--exclusive", "--partition=gpu",
+	for _, want := range []string{"96 run(s), each a step:", "--gres=gpu:2", "--cpus-per-task=32", "--exclusive", "--partition=gpu",
 		"expected wall time on 2 node(s):", "up to 2 step(s) at once, each on a node of its own"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
