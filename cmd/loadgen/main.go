@@ -76,6 +76,7 @@ type runFlags struct {
 	resultDir, phaseFile                          string
 	ext                                           extFlags
 	rec                                           recordFlags
+	stress                                        stressFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -152,6 +153,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.phaseFile, "phase-file", os.Getenv("WARDEN_PHASE_FILE"), "file to append phase lines to (default $WARDEN_PHASE_FILE)")
 	bindExtFlags(cmd, &f.ext)
 	bindRecordFlags(cmd, &f.rec)
+	bindStressFlags(cmd, &f.stress)
 }
 
 // refused marks an error found before the run started.
@@ -203,6 +205,9 @@ func config(cmd *cobra.Command, f runFlags, m *loadgen.Manifest) (loadgen.Config
 		return cfg, err
 	}
 	if err := f.rec.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.stress.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if f.profileAfterClean {

@@ -86,6 +86,9 @@ type Record struct {
 	// Audio is the request's streamed audio (audio.go); absent when the
 	// stream carried none.
 	Audio *AudioRecord `json:"audio,omitempty"`
+	// Stress is the stress the request was put under (stress.go); absent
+	// without stress options.
+	Stress *StressRecord `json:"stress,omitempty"`
 }
 
 // RecordSchema names the format of Record lines.
