@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,6 +158,25 @@ func TestStressFlagsRefused(t *testing.T) {
 			"--request-rate", "1", "--result-dir", filepath.Join(dir, "r")}, bad...)
 		if code, out := loadgenRun(t, nil, args...); code != 2 {
 			t.Fatalf("%v: exit %d\n%s", bad, code, out)
+		}
+	}
+}
+
+// TestStressPauseDroppedStream: the server drops every stream after its
+// fourth event while the client pauses from its first chunk: every
+// request is paused and fails, transport-error, its reason saying the
+// stream failed after the pause.
+func TestStressPauseDroppedStream(t *testing.T) {
+	url := startStandin(t, "5", "--drop-stream-after-events", "4")
+	m := materialize(t, t.TempDir(), "--id", "D", "--input-fixed", "4", "--output-fixed", "40", "--num-requests", "200")
+	res, recs := stressRun(t, url, []string{"--manifest", m, "--pause-s", "0.2"})
+	if res.Stress.Paused != len(recs) || res.Stress.PausedFailed != len(recs) || res.Clean.Completed != 0 {
+		t.Fatalf("stress %+v, clean %+v", res.Stress, res.Clean)
+	}
+	for _, r := range recs {
+		if r.Class != loadgen.TransportError || !strings.HasSuffix(r.Reason, "; after the client's pause") || !r.Stress.Paused ||
+			r.Stress.PauseEndNS-r.Stress.PauseStartNS < int64(200*time.Millisecond) {
+			t.Fatalf("record %+v, stress %+v", r, r.Stress)
 		}
 	}
 }

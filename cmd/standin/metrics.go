@@ -18,12 +18,19 @@ import (
 // Misbehaviour (--keep-cancelled-running): a stream its client left
 // before the stream's end ([DONE] never written) stays counted for
 // good, as a server that never releases a cancelled request.
+// Misbehaviour (--drop-stream-after-events N): the server closes every
+// event stream's connection after its N-th event, as a server that
+// drops a stream (a slow or paused reader's).
 
-// keepCancelledRunning is the --keep-cancelled-running switch.
-var keepCancelledRunning bool
+// keepCancelledRunning and dropStreamAfter are the switches.
+var (
+	keepCancelledRunning bool
+	dropStreamAfter      int
+)
 
-func addMetricsFlags(f *pflag.FlagSet) {
+func addStreamFlags(f *pflag.FlagSet) {
 	f.BoolVar(&keepCancelledRunning, "keep-cancelled-running", false, "misbehave: a stream whose client left before its end stays counted in /metrics' running gauge forever")
+	f.IntVar(&dropStreamAfter, "drop-stream-after-events", 0, "misbehave: close every event stream's connection after this many events (0: never)")
 }
 
 // runningGauge counts the generation requests being handled.
@@ -34,11 +41,13 @@ func (g *runningGauge) track(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		g.n.Add(1)
 		ww := &streamWatch{ResponseWriter: w}
+		// Deferred: a dropped stream ends the handler by a panic.
+		defer func() {
+			if !keepCancelledRunning || !ww.stream || ww.done {
+				g.n.Add(-1)
+			}
+		}()
 		h(ww, r)
-		if keepCancelledRunning && ww.stream && !ww.done {
-			return
-		}
-		g.n.Add(-1)
 	}
 }
 
@@ -57,11 +66,18 @@ func (a *api) metrics(w http.ResponseWriter, _ *http.Request) {
 type streamWatch struct {
 	http.ResponseWriter
 	stream, done bool
+	events       int
 }
 
 func (w *streamWatch) Write(b []byte) (int, error) {
 	w.stream = w.stream || strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream")
 	w.done = w.done || bytes.Contains(b, []byte("data: [DONE]"))
+	if w.stream && dropStreamAfter > 0 && bytes.HasPrefix(b, []byte("data: ")) {
+		if w.events++; w.events > dropStreamAfter {
+			// net/http closes the connection, the stream unfinished.
+			panic(http.ErrAbortHandler)
+		}
+	}
 	return w.ResponseWriter.Write(b)
 }
 
