@@ -66,7 +66,8 @@ to exit, waits for it, and exits 0. Prompts are never logged.
 Endpoints: GET /health, GET /v1/models, POST /v1/completions
 ({model, prompt, max_tokens, stream, stream_options}), POST /v1/chat/completions
 ({model, messages, max_tokens, stream, stream_options}), POST /start_profile
-and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
+and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir),
+GET /metrics (the running-requests gauge of the server kind).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("port") {

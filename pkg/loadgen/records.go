@@ -12,7 +12,8 @@ const (
 	// the operator runs on outputs loadgen does not keep.
 	QualityFailed Class = "quality-failed"
 	// ClientCancelled: the client was interrupted (SIGTERM, SIGINT) while
-	// the request was outstanding.
+	// the request was outstanding, or closed it after its first output
+	// chunk (Stress.CancelAfterFirstChunk).
 	ClientCancelled Class = "client-cancelled"
 	// DeadlineExceeded: past its deadline from the planned send
 	// (Config.RequestDeadline), or still outstanding when the drain
