@@ -15,6 +15,10 @@ import (
 // --enable-metrics). The value is the sum over every label set.
 var RunningGauges = []string{"vllm:num_requests_running", "sglang:num_running_reqs"}
 
+// WaitingGauges are the same servers' gauges of waiting requests: where
+// the server serves one, it must read 0 too (section 12: "队列引用清除").
+var WaitingGauges = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs"}
+
 // Release verdicts.
 const (
 	ReleaseReleased   = "released"
@@ -38,9 +42,12 @@ type ReleaseCheck struct {
 	Released bool     `json:"released"`
 	Metric   string   `json:"metric,omitempty"`
 	Running  *float64 `json:"running"`
-	BoundS   float64  `json:"bound_s"`
-	WaitedS  float64  `json:"waited_s"`
-	Reason   string   `json:"reason,omitempty"`
+	// WaitingMetric and Waiting are the waiting gauge's, when served.
+	WaitingMetric string   `json:"waiting_metric,omitempty"`
+	Waiting       *float64 `json:"waiting,omitempty"`
+	BoundS        float64  `json:"bound_s"`
+	WaitedS       float64  `json:"waited_s"`
+	Reason        string   `json:"reason,omitempty"`
 }
 
 // StressSummary is result.json's stress block (stress.go).
@@ -122,17 +129,17 @@ func (r *run) checkRelease(ctx context.Context, drain DrainInfo) *ReleaseCheck {
 	}
 	start := time.Now()
 	for {
-		name, v, why := r.readRunning(ctx)
+		g, why := r.readGauges(ctx)
 		c.WaitedS = time.Since(start).Seconds()
 		if why != "" {
-			c.Verdict, c.Running, c.Metric, c.Reason = ReleaseUnknown, nil, "", why
+			c.Verdict, c.Running, c.Metric, c.Waiting, c.WaitingMetric, c.Reason = ReleaseUnknown, nil, "", nil, "", why
 		} else {
-			c.Metric, c.Running, c.Reason = name, &v, ""
-			if v <= 0 {
+			c.Metric, c.Running, c.WaitingMetric, c.Waiting, c.Reason = g.running, &g.runningV, g.waiting, g.waitingV, ""
+			if g.runningV <= 0 && (g.waitingV == nil || *g.waitingV <= 0) {
 				c.Verdict, c.Released = ReleaseReleased, true
 				return c
 			}
-			c.Verdict, c.Reason = ReleaseUnreleased, "the server's running gauge stayed above 0 past the bound"
+			c.Verdict, c.Reason = ReleaseUnreleased, "the server's running or waiting gauge stayed above 0 past the bound"
 		}
 		if time.Since(start) >= bound || ctx.Err() != nil {
 			return c
@@ -146,35 +153,61 @@ func (r *run) checkRelease(ctx context.Context, drain DrainInfo) *ReleaseCheck {
 	}
 }
 
-// readRunning reads the server's running gauge from /metrics: the first
-// of RunningGauges it serves. why is "" when it was read.
-func (r *run) readRunning(ctx context.Context) (name string, v float64, why string) {
+// gauges are the values read from /metrics.
+type gauges struct {
+	running, waiting string
+	runningV         float64
+	waitingV         *float64 // nil: no waiting gauge served
+}
+
+// readGauges reads the server's running gauge from /metrics (the first of
+// RunningGauges it serves) and its waiting gauge where it serves one.
+// why is "" when the running gauge was read.
+func (r *run) readGauges(ctx context.Context) (g gauges, why string) {
+	data, why := r.readMetrics(ctx)
+	if why != "" {
+		return g, why
+	}
+	for _, name := range WaitingGauges {
+		if v, ok, bad := gaugeSum(data, name); bad {
+			return g, "/metrics: " + name + " is not a number"
+		} else if ok {
+			g.waiting, g.waitingV = name, &v
+			break
+		}
+	}
+	for _, name := range RunningGauges {
+		if v, ok, bad := gaugeSum(data, name); bad {
+			return g, "/metrics: " + name + " is not a number"
+		} else if ok {
+			g.running, g.runningV = name, v
+			return g, ""
+		}
+	}
+	return g, "/metrics serves none of the running-requests gauges"
+}
+
+// readMetrics reads the server's /metrics text. why is "" when it did.
+func (r *run) readMetrics(ctx context.Context) (data []byte, why string) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", http.NoBody)
 	if err != nil {
-		return "", 0, "build request"
+		return nil, "build request"
 	}
 	resp, err := r.sender.client.Do(req)
 	if err != nil {
-		return "", 0, "/metrics: " + errKind(err)
+		return nil, "/metrics: " + errKind(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", 0, "/metrics: status " + strconv.Itoa(resp.StatusCode)
+		return nil, "/metrics: status " + strconv.Itoa(resp.StatusCode)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return "", 0, "/metrics: " + errKind(err)
+		return nil, "/metrics: " + errKind(err)
 	}
-	for _, g := range RunningGauges {
-		if v, ok, bad := gaugeSum(data, g); bad {
-			return "", 0, "/metrics: " + g + " is not a number"
-		} else if ok {
-			return g, v, ""
-		}
-	}
-	return "", 0, "/metrics serves none of the running-requests gauges"
+	return data, ""
 }
 
 // gaugeSum sums the samples of the metric name in a Prometheus text

@@ -62,7 +62,9 @@ func TestReleaseCheck(t *testing.T) {
 	}{
 		{"zero", "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} 0\n", 200, 0, ReleaseReleased, 0},
 		{"summed", "vllm:num_requests_running{engine=\"0\"} 2\nvllm:num_requests_running{engine=\"1\"} 1.0\nvllm:num_requests_running_x 9\n", 200, 0, ReleaseUnreleased, 3},
-		{"sglang", "sglang:num_running_reqs{model_name=\"m\"} 0\n", 200, 0, ReleaseReleased, 0},
+		{"sglang", "sglang:num_running_reqs{model_name=\"m\"} 0\nsglang:num_queue_reqs{model_name=\"m\"} 0\n", 200, 0, ReleaseReleased, 0},
+		{"waiting", "vllm:num_requests_running 0\nvllm:num_requests_waiting 2\n", 200, 0, ReleaseUnreleased, 0},
+		{"bad waiting", "vllm:num_requests_running 0\nvllm:num_requests_waiting x\n", 200, 0, ReleaseUnknown, -1},
 		{"absent", "vllm:num_requests_waiting 0\n", 200, 0, ReleaseUnknown, -1},
 		{"not a number", "vllm:num_requests_running zero\n", 200, 0, ReleaseUnknown, -1},
 		{"status", "", 404, 0, ReleaseUnknown, -1},
