@@ -19,6 +19,12 @@ import (
 // stressRun runs bin/loadgen at 10 requests/s, steady unless extra says
 // otherwise, and returns the result and every record.
 func stressRun(t *testing.T, url string, args []string, extra ...string) (loadgen.Result, []loadgen.Record) {
+	res, recs, _ := stressRunOut(t, url, args, extra...)
+	return res, recs
+}
+
+// stressRunOut is stressRun, with loadgen's output.
+func stressRunOut(t *testing.T, url string, args []string, extra ...string) (loadgen.Result, []loadgen.Record, string) {
 	t.Helper()
 	dir := t.TempDir()
 	resDir := filepath.Join(dir, "client")
@@ -29,7 +35,7 @@ func stressRun(t *testing.T, url string, args []string, extra ...string) (loadge
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	res := readResult(t, resDir)
-	return res, readRecords(t, resDir, res)
+	return res, readRecords(t, resDir, res), out
 }
 
 // TestStressSlowConsumer: reading audio at real time and text at 50
@@ -91,12 +97,16 @@ func TestStressPauseInBursts(t *testing.T) {
 }
 
 // cancelRun runs a cancellation stress of half the requests, 40 tokens
-// of 10 ms each, against a stand-in with extra flags.
-func cancelRun(t *testing.T, standin ...string) (loadgen.Result, []loadgen.Record) {
+// of 10 ms each, with a release bound of boundS, against a stand-in
+// with extra flags.
+func cancelRun(t *testing.T, boundS string, standin ...string) (loadgen.Result, []loadgen.Record) {
 	t.Helper()
 	url := startStandin(t, "10", standin...)
 	m := materialize(t, t.TempDir(), "--id", "C", "--input-fixed", "4", "--output-fixed", "40", "--num-requests", "200")
-	res, recs := stressRun(t, url, []string{"--manifest", m, "--cancel-after-first-chunk", "0.5", "--cancel-release-bound-s", "1"})
+	res, recs, out := stressRunOut(t, url, []string{"--manifest", m, "--cancel-after-first-chunk", "0.5", "--cancel-release-bound-s", boundS})
+	if want := "release=" + res.Stress.Release.Verdict + " findings=" + strings.Join(res.Stress.Findings, ","); !strings.Contains(out, want) {
+		t.Fatalf("output lacks %q:\n%s", want, out)
+	}
 	cancelled := 0
 	for _, r := range recs {
 		selected := loadgen.CancelSelected(7, r.Row, 0.5)
@@ -125,9 +135,10 @@ func cancelRun(t *testing.T, standin ...string) (loadgen.Result, []loadgen.Recor
 
 // TestStressCancelReleased: the cancelled requests are exactly the
 // seed's set, client-cancelled, outside the latency summaries, and the
-// stand-in's running gauge reads 0 after the drain.
+// stand-in's running gauge reads 0 after the drain (the bound is long:
+// the check returns at the first 0).
 func TestStressCancelReleased(t *testing.T) {
-	res, _ := cancelRun(t)
+	res, _ := cancelRun(t, "30")
 	c := res.Stress.Release
 	if c == nil || c.Verdict != loadgen.ReleaseReleased || !c.Released || c.Running == nil || *c.Running != 0 ||
 		c.Metric != "vllm:num_requests_running" || len(res.Stress.Findings) != 0 {
@@ -138,7 +149,7 @@ func TestStressCancelReleased(t *testing.T) {
 // TestStressCancelUnreleased: a server that keeps the cancelled
 // requests running: the gauge stays at them past the bound, a finding.
 func TestStressCancelUnreleased(t *testing.T) {
-	res, _ := cancelRun(t, "--keep-cancelled-running")
+	res, _ := cancelRun(t, "0.5", "--keep-cancelled-running")
 	c := res.Stress.Release
 	if c == nil || c.Verdict != loadgen.ReleaseUnreleased || c.Released || c.Running == nil ||
 		*c.Running < float64(res.Stress.Cancelled) || c.WaitedS < c.BoundS ||

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,4 +47,19 @@ func (f stressFlags) apply(cfg *loadgen.Config) error {
 	}
 	cfg.Stress = s
 	return nil
+}
+
+// printStress prints the stress block's outcome after the run's line,
+// when the run had stress options.
+func printStress(res *loadgen.Result) {
+	s := res.Stress
+	if s == nil {
+		return
+	}
+	release := "none"
+	if s.Release != nil {
+		release = s.Release.Verdict
+	}
+	fmt.Printf("loadgen: stress held_p99_ms=%.3f paused=%d paused_failed=%d cancel_selected=%d cancelled=%d release=%s findings=%s\n",
+		s.Held.P99, s.Paused, s.PausedFailed, s.CancelSelected, s.Cancelled, release, strings.Join(s.Findings, ","))
 }
