@@ -19,12 +19,13 @@ import (
 // stressRun runs bin/loadgen at 10 requests/s, steady unless extra says
 // otherwise, and returns the result and every record.
 func stressRun(t *testing.T, url string, args []string, extra ...string) (loadgen.Result, []loadgen.Record) {
-	res, recs, _ := stressRunOut(t, url, args, extra...)
+	res, recs, _, _ := stressRunOut(t, url, args, extra...)
 	return res, recs
 }
 
-// stressRunOut is stressRun, with loadgen's output.
-func stressRunOut(t *testing.T, url string, args []string, extra ...string) (loadgen.Result, []loadgen.Record, string) {
+// stressRunOut is stressRun, with loadgen's output and the result
+// directory.
+func stressRunOut(t *testing.T, url string, args []string, extra ...string) (loadgen.Result, []loadgen.Record, string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	resDir := filepath.Join(dir, "client")
@@ -35,7 +36,7 @@ func stressRunOut(t *testing.T, url string, args []string, extra ...string) (loa
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	res := readResult(t, resDir)
-	return res, readRecords(t, resDir, res), out
+	return res, readRecords(t, resDir, res), out, resDir
 }
 
 // TestStressSlowConsumer: reading audio at real time and text at 50
@@ -103,7 +104,8 @@ func cancelRun(t *testing.T, boundS string, standin ...string) (loadgen.Result, 
 	t.Helper()
 	url := startStandin(t, "10", standin...)
 	m := materialize(t, t.TempDir(), "--id", "C", "--input-fixed", "4", "--output-fixed", "40", "--num-requests", "200")
-	res, recs, out := stressRunOut(t, url, []string{"--manifest", m, "--cancel-after-first-chunk", "0.5", "--cancel-release-bound-s", boundS})
+	res, recs, out, dir := stressRunOut(t, url, []string{"--manifest", m, "--cancel-after-first-chunk", "0.5", "--cancel-release-bound-s", boundS,
+		"--seed-records", "on", "--run-id", "cancel"})
 	if want := "release=" + res.Stress.Release.Verdict + " findings=" + strings.Join(res.Stress.Findings, ","); !strings.Contains(out, want) {
 		t.Fatalf("output lacks %q:\n%s", want, out)
 	}
@@ -130,7 +132,34 @@ func cancelRun(t *testing.T, boundS string, standin ...string) (loadgen.Result, 
 	if res.Clean.Latency.E2E.N != res.Clean.Completed || res.Clean.Latency.TTFT.N != res.Clean.Completed {
 		t.Fatalf("clean latency counts %d, %d of %d successes", res.Clean.Latency.E2E.N, res.Clean.Latency.TTFT.N, res.Clean.Completed)
 	}
+	checkCancelEvents(t, dir, res, recs)
 	return res, recs
+}
+
+// checkCancelEvents: events.jsonl holds a cancelled event, at the
+// record's instant, for each cancelled request and for no other.
+func checkCancelEvents(t *testing.T, dir string, res loadgen.Result, recs []loadgen.Record) {
+	t.Helper()
+	if err := loadgen.VerifySeedRecords(dir, res.SeedRecords); err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]int64{}
+	for _, e := range readJSONL[loadgen.SeedEvent](t, filepath.Join(dir, res.SeedRecords.EventsFile)) {
+		if e.Event == loadgen.EventCancelled {
+			at[e.RequestID] = e.MonoNS
+		}
+	}
+	n := 0
+	for _, r := range recs {
+		if got, ok := at[r.ID]; ok != (r.Stress.CancelledNS != 0) || ok && got != r.Stress.CancelledNS {
+			t.Fatalf("request %s: cancelled event %v at %d, record %d", r.ID, ok, got, r.Stress.CancelledNS)
+		} else if ok {
+			n++
+		}
+	}
+	if n != res.Stress.Cancelled {
+		t.Fatalf("%d cancelled events, %d cancelled", n, res.Stress.Cancelled)
+	}
 }
 
 // TestStressCancelReleased: the cancelled requests are exactly the
@@ -180,7 +209,19 @@ func TestStressFlagsRefused(t *testing.T) {
 func TestStressPauseDroppedStream(t *testing.T) {
 	url := startStandin(t, "5", "--drop-stream-after-events", "4")
 	m := materialize(t, t.TempDir(), "--id", "D", "--input-fixed", "4", "--output-fixed", "40", "--num-requests", "200")
-	res, recs := stressRun(t, url, []string{"--manifest", m, "--pause-s", "0.2"})
+	res, recs, _, dir := stressRunOut(t, url, []string{"--manifest", m, "--pause-s", "0.2", "--seed-records", "on", "--run-id", "pause"})
+	if err := loadgen.VerifySeedRecords(dir, res.SeedRecords); err != nil {
+		t.Fatal(err)
+	}
+	pauses := 0
+	for _, e := range readJSONL[loadgen.SeedEvent](t, filepath.Join(dir, res.SeedRecords.EventsFile)) {
+		if e.Event == loadgen.EventPauseStart || e.Event == loadgen.EventPauseEnd {
+			pauses++
+		}
+	}
+	if pauses != 2*len(recs) {
+		t.Fatalf("%d pause events for %d paused requests", pauses, len(recs))
+	}
 	if res.Stress.Paused != len(recs) || res.Stress.PausedFailed != len(recs) || res.Clean.Completed != 0 {
 		t.Fatalf("stress %+v, clean %+v", res.Stress, res.Clean)
 	}

@@ -211,3 +211,29 @@ func (t *stressTrack) record(o *outcome) *StressRecord {
 	r := t.rec
 	return &r
 }
+
+// Events of events.jsonl a request under stress adds (seed 000, section
+// 10 asks each request's "取消和释放" recorded): the client's pause and its
+// cancellation. The release is the server's, seen once for the run
+// (release.go).
+const (
+	EventPauseStart = "pause_start"
+	EventPauseEnd   = "pause_end"
+	EventCancelled  = "cancelled"
+)
+
+// stressEvents are the stress events of request q's record.
+func (w *seedWriter) stressEvents(q *SeedRequest, rec *Record) []SeedEvent {
+	s := rec.Stress
+	if s == nil {
+		return nil
+	}
+	var out []SeedEvent
+	if s.Paused {
+		out = append(out, w.event(q, EventPauseStart, s.PauseStartNS, StatusOK), w.event(q, EventPauseEnd, s.PauseEndNS, StatusOK))
+	}
+	if s.CancelledNS != 0 {
+		out = append(out, w.event(q, EventCancelled, s.CancelledNS, StatusOK))
+	}
+	return out
+}
