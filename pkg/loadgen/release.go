@@ -28,8 +28,8 @@ const (
 
 // Findings of the stress block.
 const (
-	FindingCancelUnreleased    = "stress.cancel.unreleased"
-	FindingCancelReleaseUnknwn = "stress.cancel.release_unknown"
+	FindingCancelUnreleased     = "stress.cancel.unreleased"
+	FindingCancelReleaseUnknown = "stress.cancel.release_unknown"
 )
 
 // ReleaseCheck is whether the server released the cancelled requests: its
@@ -109,7 +109,7 @@ func (r *run) summarizeStress(ctx context.Context, res *Result, slots []*slot) {
 		case ReleaseUnreleased:
 			s.Findings = append(s.Findings, FindingCancelUnreleased)
 		case ReleaseUnknown:
-			s.Findings = append(s.Findings, FindingCancelReleaseUnknwn)
+			s.Findings = append(s.Findings, FindingCancelReleaseUnknown)
 		}
 	}
 	res.Stress = s
