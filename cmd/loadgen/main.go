@@ -76,6 +76,7 @@ type runFlags struct {
 	resultDir, phaseFile                          string
 	ext                                           extFlags
 	rec                                           recordFlags
+	stress                                        stressFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -152,6 +153,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.phaseFile, "phase-file", os.Getenv("WARDEN_PHASE_FILE"), "file to append phase lines to (default $WARDEN_PHASE_FILE)")
 	bindExtFlags(cmd, &f.ext)
 	bindRecordFlags(cmd, &f.rec)
+	bindStressFlags(cmd, &f.stress)
 }
 
 // refused marks an error found before the run started.
@@ -203,6 +205,9 @@ func config(cmd *cobra.Command, f runFlags, m *loadgen.Manifest) (loadgen.Config
 		return cfg, err
 	}
 	if err := f.rec.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.stress.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if f.profileAfterClean {
@@ -302,6 +307,7 @@ func run(ctx context.Context, cmd *cobra.Command, f runFlags) error {
 		fmt.Printf("loadgen: load_point=%s admitted=%d clean_s=%.3f completed=%d failed=%d completed_rps=%.4f offered_rps=%.4f ttft_p50_ms=%.3f e2e_p99_ms=%.3f lag_p99_ms=%.3f sustained_lag=%v drain_s=%.3f drain_timed_out=%v drain_abandoned=%d\n",
 			res.LoadPoint, res.Totals.Admitted, c.Seconds, c.Completed, c.Failed, c.CompletedRPS, c.OfferedRPS,
 			c.Latency.TTFT.P50, c.Latency.E2E.P99, res.Lag.All.P99, res.Lag.Sustained, res.Drain.Seconds, res.Drain.TimedOut, res.Drain.Abandoned)
+		printStress(res)
 	}
 	switch {
 	case err == nil:

@@ -114,14 +114,17 @@ type api struct {
 	profiler *profiler
 	// kind is how the API differs by server kind (kinds.go).
 	kind kindConfig
+	// running is /metrics' gauge (metrics.go).
+	running runningGauge
 }
 
 func (a *api) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", a.health)
 	mux.HandleFunc("GET /v1/models", a.models)
-	mux.HandleFunc("POST /v1/completions", a.completions)
-	mux.HandleFunc("POST /v1/chat/completions", a.chatCompletions)
+	mux.HandleFunc("POST /v1/completions", a.running.track(a.completions))
+	mux.HandleFunc("POST /v1/chat/completions", a.running.track(a.chatCompletions))
+	mux.HandleFunc("GET /metrics", a.metrics)
 	a.info.register(mux, a.model, a.kind)
 	mux.HandleFunc("POST /start_profile", a.startProfile)
 	mux.HandleFunc("POST /stop_profile", a.stopProfile)

@@ -67,7 +67,8 @@ to exit, waits for it, and exits 0. Prompts are never logged.
 Endpoints: GET /health, GET /v1/models, POST /v1/completions
 ({model, prompt, max_tokens, stream, stream_options}), POST /v1/chat/completions
 ({model, messages, max_tokens, stream, stream_options}), POST /start_profile
-and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
+and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir),
+GET /metrics (the running-requests gauge of the server kind).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("port") {
@@ -109,6 +110,7 @@ and POST /stop_profile (200, empty body; Layer-2 traces with --traces-dir).`,
 	f.BoolVar(&cfg.rewriteEnviron, "rewrite-environ", false, "misbehave: the API parent overwrites its initial environment's memory, as setproctitle does (/proc/PID/environ holds no entry)")
 	f.BoolVar(&cfg.engine.engineSurvives, "engine-survives", false, "misbehave: on SIGTERM the parent exits but the engine stays, holding its GPU memory")
 	addDrainStallFlags(f)
+	addStreamFlags(f)
 	f.IntVar(&cfg.engine.fork, "fork", 0, "misbehave: the engine starts this many sleeping children in the process group, left behind at exit")
 	// Seed 002's artifacts.
 	f.StringVar(&cfg.layer1.dir, "layer1-dir", "", "write a Layer-1 stream (layer1.jsonl and its sidecar layer1.jsonl.footer.json) here")

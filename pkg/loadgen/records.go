@@ -12,7 +12,8 @@ const (
 	// the operator runs on outputs loadgen does not keep.
 	QualityFailed Class = "quality-failed"
 	// ClientCancelled: the client was interrupted (SIGTERM, SIGINT) while
-	// the request was outstanding.
+	// the request was outstanding, or closed it after its first output
+	// chunk (Stress.CancelAfterFirstChunk).
 	ClientCancelled Class = "client-cancelled"
 	// DeadlineExceeded: past its deadline from the planned send
 	// (Config.RequestDeadline), or still outstanding when the drain
@@ -86,6 +87,9 @@ type Record struct {
 	// Audio is the request's streamed audio (audio.go); absent when the
 	// stream carried none.
 	Audio *AudioRecord `json:"audio,omitempty"`
+	// Stress is the stress the request was put under (stress.go); absent
+	// without stress options.
+	Stress *StressRecord `json:"stress,omitempty"`
 }
 
 // RecordSchema names the format of Record lines.

@@ -131,6 +131,8 @@ type outcome struct {
 	reason string // why it is not a success; never server text
 	// unsent: the request was never handed to the transport.
 	unsent bool
+	// stress is the request's stress state (stress.go); nil without.
+	stress *stressTrack
 }
 
 // expect is what a request's stream must report to be a success.
@@ -145,6 +147,9 @@ type expect struct {
 	// tokenizer's (and, for chat, its template's): only counted.
 	input      int
 	inputExact bool
+	// cancel: the client cancels the request after its first output
+	// chunk (stress.go).
+	cancel bool
 }
 
 // sender sends requests of one run.
@@ -159,6 +164,8 @@ type sender struct {
 	kind ServerKind
 	// minAudioSamples is the playable minimum of an audio chunk (audio.go).
 	minAudioSamples int64
+	// stress is the run's stress options (stress.go); nil for none.
+	stress *Stress
 }
 
 // streamHeader is every streamed request's header. It is shared and
@@ -174,6 +181,8 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1<<10)
 // client-cancelled, or deadline-exceeded when ctx's deadline passed).
 func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	var o outcome
+	ctx, endStress := s.startStress(ctx, &o, e)
+	defer endStress()
 	finish := func(c Class, reason string) outcome {
 		o.end = s.clock.Now()
 		o.class, o.reason = c, reason
@@ -264,6 +273,11 @@ func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (
 		}
 		if ch.token {
 			last = s.tokenAt(o, last)
+		}
+		if o.stress != nil {
+			if c, why, stop := s.afterChunk(ctx, o, ch); stop {
+				return c, why, false
+			}
 		}
 		if err == io.EOF {
 			return TransportError, "stream ended before [DONE]", false

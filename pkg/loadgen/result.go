@@ -48,6 +48,9 @@ type Result struct {
 	// SeedRecords describes requests.jsonl and events.jsonl
 	// (seedrecords.go); absent when they were not asked for.
 	SeedRecords *SeedRecordsInfo `json:"seed_records,omitempty"`
+	// Stress is the stress loads' block (stress.go, release.go); absent
+	// without stress options.
+	Stress *StressSummary `json:"stress,omitempty"`
 }
 
 // LoadInfo is how requests were admitted.

@@ -116,6 +116,8 @@ type Config struct {
 	SeedRecords bool
 	RunID       string
 	RunAttempt  int
+	// Stress is the stress loads' options (stress.go); zero for none.
+	Stress Stress
 }
 
 // admissionEstimate is how long admission is expected to last: warm-up,
@@ -153,6 +155,9 @@ func (c *Config) Check(m *Manifest) (int64, error) {
 		return 0, errors.New("a profile window that waits for the server needs a positive window budget")
 	}
 	if err := c.ProfileWait.check(); err != nil {
+		return 0, err
+	}
+	if err := c.Stress.Check(); err != nil {
 		return 0, err
 	}
 	if c.Rate == 0 {
@@ -248,6 +253,9 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
 		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
 	r.sender = &sender{client: newClient(tr), url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
+	if cfg.Stress.active() {
+		r.sender.stress = &r.cfg.Stress
+	}
 	if err := r.configureAudio(); err != nil {
 		return nil, err
 	}
@@ -351,6 +359,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	res.Complete = stopErr == nil
 	res.Interrupted = errors.Is(stopErr, ErrInterrupted)
 	res.Manifest.Exhausted = errors.Is(stopErr, ErrManifestExhausted)
+	r.summarizeStress(ctx, res, slots)
 	if err := r.writeSeed(res, slots, drainStart, frozenAt); err != nil {
 		return nil, err
 	}
@@ -563,6 +572,7 @@ func (r *run) finish(s *slot, o outcome) {
 	}
 	s.done = true
 	rec := &s.rec
+	rec.Stress = o.stress.record(&o)
 	rec.FirstTokenNS, rec.FirstChunkNS, rec.EndNS = o.firstToken, o.firstChunk, o.end
 	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
@@ -609,7 +619,8 @@ func (r *run) body(i int) ([]byte, error) {
 
 // expect is what request i's stream must report to be a success.
 func (r *run) expect(i int) expect {
-	return expect{output: r.m.OutputTokens(i), exact: r.cfg.IgnoreEOS, input: r.m.InputTokens(i), inputExact: r.m.TokenIDs}
+	return expect{output: r.m.OutputTokens(i), exact: r.cfg.IgnoreEOS, input: r.m.InputTokens(i), inputExact: r.m.TokenIDs,
+		cancel: CancelSelected(r.cfg.Seed, i, r.cfg.Stress.CancelAfterFirstChunk)}
 }
 
 // signalExhausted reports the manifest's end once.

@@ -259,6 +259,7 @@ func (w *seedWriter) request(s *slot, sent bool) (SeedRequest, []SeedEvent) {
 			end = w.closedAt
 		}
 	}
+	evs = append(evs, w.stressEvents(&q, rec)...)
 	sort.SliceStable(evs, func(a, b int) bool { return evs[a].MonoNS < evs[b].MonoNS })
 	evs = append(evs, w.event(&q, EventTerminal, end, q.Status))
 	q.Events = len(evs)
