@@ -98,11 +98,11 @@ type api struct {
 	model string
 	// tokenInterval is the time to "generate" one token.
 	tokenInterval time.Duration
-	// running, when set, holds a slot per request generating: a request
+	// slots, when set, holds a slot per request generating: a request
 	// waits (queued, in arrival order) for a free one, so the server
-	// completes at most cap(running) / (tokens x tokenInterval) requests
-	// a second, a known capacity.
-	running chan struct{}
+	// completes at most cap(slots) / (tokens x tokenInterval) requests
+	// a second, a known capacity (--max-running).
+	slots chan struct{}
 	// healthy reports whether /health answers 200.
 	healthy func() bool
 	// inflight counts requests being handled, for the drain at shutdown.
@@ -337,10 +337,10 @@ func (a *api) generate(ctx context.Context, n int, emit func(i int) error) error
 	if err := serverStall.hold(ctx); err != nil {
 		return err
 	}
-	if a.running != nil {
+	if a.slots != nil {
 		select {
-		case a.running <- struct{}{}:
-			defer func() { <-a.running }()
+		case a.slots <- struct{}{}:
+			defer func() { <-a.slots }()
 		case <-ctx.Done():
 			return ctx.Err()
 		}

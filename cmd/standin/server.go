@@ -230,7 +230,7 @@ func runServer(cfg serverConfig) error {
 		model:         cfg.model,
 		info:          cfg.info,
 		tokenInterval: time.Duration(cfg.tokenMS * float64(time.Millisecond)),
-		running:       runningSlots(cfg.maxRunning),
+		slots:         runningSlots(cfg.maxRunning),
 		healthy: func() bool {
 			return !cfg.neverHealthy && isClosed(eng.ready)
 		},
