@@ -12,10 +12,16 @@ build:
 
 # The Slurm tests skip without a cluster; a passing package prints nothing,
 # so they note the skips in a file, printed here (go test's status kept).
+# The Slurm tests share one cluster and run one at a time, mostly waiting
+# on Slurm: they run in a go test of their own beside the rest (whose
+# tests run in parallel), and their output follows the rest's.
 test: build
 	$(GO) vet ./...
-	@note=$$(mktemp); WARDEN_SLURM_SKIP_NOTE=$$note $(GO) test -count=1 -timeout 30m ./...; rc=$$?; \
-	cat $$note >&2; rm -f $$note; exit $$rc
+	@note=$$(mktemp); slurmlog=$$(mktemp); \
+	WARDEN_SLURM_SKIP_NOTE=$$note $(GO) test -count=1 -timeout 30m -run '^TestSlurm' ./cmd/controller > $$slurmlog 2>&1 & slurm=$$!; \
+	WARDEN_SLURM_SKIP_NOTE=$$note $(GO) test -count=1 -timeout 30m -skip '^TestSlurm' ./...; rc=$$?; \
+	wait $$slurm; src=$$?; echo "the Slurm tests (go test -run '^TestSlurm' ./cmd/controller):"; cat $$slurmlog; \
+	cat $$note >&2; rm -f $$note $$slurmlog; [ $$rc = 0 ] && [ $$src = 0 ]
 
 # The race detector on every package under pkg/: they hold the goroutines
 # (the launcher, the load generator, the store, the samplers, the
