@@ -102,7 +102,7 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
 	own := newOwnProcs()
 	marker := a.marker()
-	own.adopted = func(pid int) bool { return launch.IsAdopted(pid, marker) }
+	own.adopted = func(pid int) bool { return launch.IsAdopted(pid, marker) || own.descends(pid) }
 	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: campaignfs.GPUSamples(a.dir),
 		Watch: own.watch(a.env.UID)})
 	if err == nil {

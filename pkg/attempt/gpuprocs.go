@@ -37,8 +37,10 @@ type ownProcs struct {
 	once  sync.Once
 
 	// adopted says whether a pid outside the cgroups and groups is one of
-	// the attempt's escapees (launch.IsAdopted with its marker): a
-	// descendant that left them, a root process its cgroup too. Nil: none.
+	// the attempt's escapees: a descendant of its processes that left
+	// them (a root process its cgroup too), or one already reparented to
+	// the controller carrying the attempt's marker (launch.IsAdopted).
+	// Nil: none.
 	adopted func(pid int) bool
 }
 
@@ -63,6 +65,19 @@ func (o *ownProcs) register(p *launch.Proc) {
 }
 
 func (o *ownProcs) unlockStart() { o.mu.Unlock() }
+
+// descends says whether pid is a descendant of a registered process: one
+// that left their groups and cgroups (setsid, a root daemon's cgroup move)
+// before its parent exited, when it is not yet the controller's child. It
+// runs with mu held.
+func (o *ownProcs) descends(pid int) bool {
+	for _, p := range o.procs {
+		if launch.DescendsFrom(pid, p.PID) {
+			return true
+		}
+	}
+	return false
+}
 
 // pids lists the live processes of the registered processes' cgroup
 // leaves and process groups. It runs with mu held.

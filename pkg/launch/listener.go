@@ -214,19 +214,35 @@ func InAttempt(leader Identity, leaf Leaf) func(pid int) (bool, error) {
 		if pid == leader.PID || st.PGRP == leader.PID || st.Session == leader.PID {
 			return true, nil
 		}
-		for p, hops := st.PPID, 0; p > 1 && hops < 4096; hops++ {
-			if p == leader.PID {
-				return true, nil
-			}
-			up, err := readStat(p)
-			if err != nil {
-				break
-			}
-			p = up.PPID
+		if descends(st, leader.PID) {
+			return true, nil
 		}
 		if !leaf.IsZero() {
 			return leaf.holds(pid)
 		}
 		return false, nil
 	}
+}
+
+// DescendsFrom reports whether the live process pid is a descendant of
+// ancestor now: ancestor is on the chain of its parents. A process whose
+// parent exited has been reparented and is no longer one (see IsAdopted).
+func DescendsFrom(pid, ancestor int) bool {
+	st, err := readStat(pid)
+	return err == nil && !st.dead() && descends(st, ancestor)
+}
+
+// descends walks st's parents up to init, bounded, looking for ancestor.
+func descends(st procStat, ancestor int) bool {
+	for p, hops := st.PPID, 0; p > 1 && hops < 4096; hops++ {
+		if p == ancestor {
+			return true
+		}
+		up, err := readStat(p)
+		if err != nil {
+			return false
+		}
+		p = up.PPID
+	}
+	return false
 }

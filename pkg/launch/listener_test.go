@@ -138,6 +138,13 @@ func TestCheckListenerDaemonizedServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			killOnCleanup(t, id)
+			// the double fork's middle process exits after starting it:
+			// until then the daemon is still a descendant of the server
+			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+			defer cancel()
+			if err := pollUntil(ctx, func() (bool, error) { st, err := readStat(pid); return err == nil && st.PPID == os.Getpid(), err }); err != nil {
+				t.Fatalf("the daemon was not reparented to the test process: %v", err)
+			}
 			_, err = CheckListener(port, InAttempt(p.Identity, p.Leaf()))
 			var imp *ImpostorError
 			switch {
@@ -173,5 +180,19 @@ func TestIsAdopted(t *testing.T) {
 	}
 	if IsAdopted(os.Getpid(), "WARDEN_TEST_MARK=attempt-1") || IsAdopted(1, "WARDEN_TEST_MARK=attempt-1") {
 		t.Fatal("a process that is not our child was found ours")
+	}
+}
+
+func TestDescendsFrom(t *testing.T) {
+	l := newLauncher(t, false)
+	dir := t.TempDir()
+	p := start(t, l, childSpec(t, "threads", dir))
+	waitReady(t, filepath.Join(dir, "ready"))
+	gpid, _ := waitReady(t, filepath.Join(dir, "ready.g"))
+	if !DescendsFrom(gpid, p.PID) || !DescendsFrom(gpid, os.Getpid()) {
+		t.Fatalf("grandchild %d is not found a descendant of its parent %d and of the test process", gpid, p.PID)
+	}
+	if DescendsFrom(p.PID, gpid) || DescendsFrom(os.Getpid(), p.PID) || DescendsFrom(1<<30, p.PID) {
+		t.Fatal("an ancestor, or a pid that does not exist, was found a descendant")
 	}
 }
