@@ -1,16 +1,9 @@
 package main
 
 import (
-	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
-	"warden/internal/cli"
 	"warden/pkg/loadgen"
 )
 
@@ -19,26 +12,10 @@ import (
 // unless given; a run without a run id, a bad mode, attempt or deadline
 // is refused (exit 2).
 func TestRecordFlags(t *testing.T) {
-	dir := t.TempDir()
-	manifest := filepath.Join(dir, "m.jsonl")
-	if err := os.WriteFile(manifest, []byte(`{"id":"a","prompt":"hi","input_tokens":1,"output_tokens":2,"arrival":"steady"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m, err := loadgen.OpenManifest(manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	dir, manifest, m := oneRequestManifest(t, `{"id":"a","prompt":"hi","input_tokens":1,"output_tokens":2,"arrival":"steady"}`)
 	parse := func(args ...string) (loadgen.Config, error) {
-		cmd := &cobra.Command{Use: "run"}
-		var f runFlags
-		bindRunFlags(cmd, &f)
-		base := []string{"--manifest", manifest, "--base-url", "http://127.0.0.1:1", "--model", "m", "--result-dir", dir,
-			"--load-point", "omni", "--request-rate", "inf", "--endpoint", "chat"}
-		if err := cmd.ParseFlags(append(base, args...)); err != nil {
-			t.Fatal(err)
-		}
-		return config(cmd, f, m)
+		return parseRun(t, m, []string{"--manifest", manifest, "--base-url", "http://127.0.0.1:1", "--model", "m", "--result-dir", dir,
+			"--load-point", "omni", "--request-rate", "inf", "--endpoint", "chat"}, args...)
 	}
 	t.Setenv("WARDEN_RUN_ID", "run-9")
 	t.Setenv("WARDEN_ATTEMPT", "2")
@@ -64,9 +41,7 @@ func TestRecordFlags(t *testing.T) {
 		{[]string{"--run-attempt", "-1"}, "--run-attempt"},
 		{[]string{"--request-deadline-s", "-1"}, "--request-deadline-s"},
 	} {
-		_, err := parse(tc.args...)
-		var ee *cli.ExitError
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ee) || ee.Code != 2 {
+		if _, err := parse(tc.args...); !refusedWith(err, tc.want) {
 			t.Errorf("%v: %v, want a refusal saying %q", tc.args, err, tc.want)
 		}
 	}
