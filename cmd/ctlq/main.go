@@ -125,15 +125,12 @@ type source struct {
 }
 
 func (o *options) open() (*source, error) {
-	if o.dir == "" {
-		return nil, &cli.ExitError{Code: exitOther, Err: errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
-	}
-	if o.output != "table" && o.output != "json" {
+	if o.dir != "" && o.output != "table" && o.output != "json" {
 		return nil, &cli.ExitError{Code: exitOther, Err: fmt.Errorf("unknown output %q (table or json)", o.output)}
 	}
-	dir, _ := filepath.Abs(o.dir)
-	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
-		return nil, &cli.ExitError{Code: exitOther, Err: campaignDirError(dir, err)}
+	dir, err := o.campaignDir()
+	if err != nil {
+		return nil, err
 	}
 	s := &source{dir: dir, client: api.NewClient(dir, 5*time.Second)}
 	if _, err := os.Stat(campaignfs.Socket(dir)); err == nil {
@@ -144,20 +141,46 @@ func (o *options) open() (*source, error) {
 			return s, nil
 		}
 	}
-	st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
+	st, err := openDatabase(dir, func(pid int) error {
+		return fmt.Errorf("controller pid %d holds %s but does not answer on %s", pid, dir, campaignfs.SocketFile)
+	})
 	if err != nil {
-		if errors.Is(err, state.ErrLocked) {
-			lock := campaignfs.Lock(dir)
-			return nil, &cli.ExitError{Code: exitOther, Err: fmt.Errorf("controller pid %d holds %s but does not answer on %s", lockfile.Owner(lock), dir, campaignfs.SocketFile)}
-		}
-		if errors.Is(err, state.ErrCorrupt) {
-			return nil, &cli.ExitError{Code: exitDamaged, Err: fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
-				campaignfs.State(dir), err)}
-		}
-		return nil, &cli.ExitError{Code: exitOther, Err: err}
+		return nil, err
 	}
 	s.store = st
 	return s, nil
+}
+
+var errNoDir = errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")
+
+// campaignDir is the campaign directory -d names, absolute, once it
+// holds a state database.
+func (o *options) campaignDir() (string, error) {
+	if o.dir == "" {
+		return "", &cli.ExitError{Code: exitOther, Err: errNoDir}
+	}
+	dir, _ := filepath.Abs(o.dir)
+	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
+		return "", &cli.ExitError{Code: exitOther, Err: campaignDirError(dir, err)}
+	}
+	return dir, nil
+}
+
+// openDatabase opens the campaign's state database read-only: a damaged
+// or empty one exits 6, one a controller holds is refused with held's
+// words for that controller's pid.
+func openDatabase(dir string, held func(pid int) error) (*state.Store, error) {
+	st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
+	switch {
+	case errors.Is(err, state.ErrLocked):
+		return nil, &cli.ExitError{Code: exitOther, Err: held(lockfile.Owner(campaignfs.Lock(dir)))}
+	case errors.Is(err, state.ErrCorrupt):
+		return nil, &cli.ExitError{Code: exitDamaged, Err: fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
+			campaignfs.State(dir), err)}
+	case err != nil:
+		return nil, &cli.ExitError{Code: exitOther, Err: err}
+	}
+	return st, nil
 }
 
 // campaignDirError says why DIR/state.db could not be looked at: only a

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -12,9 +9,7 @@ import (
 
 	"warden/internal/cli"
 	"warden/pkg/campaignfs"
-	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
-	"warden/pkg/state"
 )
 
 func newMetricsCmd(o *options) *cobra.Command {
@@ -33,22 +28,15 @@ or textfile instead; metrics then exits 2 naming the controller's pid. A
 damaged or empty database exits 6, as ctlq status does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.dir == "" {
-				return &cli.ExitError{Code: exitOther, Err: errors.New("no campaign directory: give -d DIR or set WARDEN_DIR")}
+			dir, err := o.campaignDir()
+			if err != nil {
+				return err
 			}
-			dir, _ := filepath.Abs(o.dir)
-			if _, err := os.Stat(campaignfs.State(dir)); err != nil {
-				return &cli.ExitError{Code: exitOther, Err: campaignDirError(dir, err)}
-			}
-			st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
-			switch {
-			case errors.Is(err, state.ErrLocked):
-				return &cli.ExitError{Code: exitOther, Err: fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile",
-					lockfile.Owner(campaignfs.Lock(dir)), campaignfs.StateFile)}
-			case errors.Is(err, state.ErrCorrupt):
-				return &cli.ExitError{Code: exitDamaged, Err: fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing: %w", campaignfs.State(dir), err)}
-			case err != nil:
-				return &cli.ExitError{Code: exitOther, Err: err}
+			st, err := openDatabase(dir, func(pid int) error {
+				return fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile", pid, campaignfs.StateFile)
+			})
+			if err != nil {
+				return err
 			}
 			defer st.Close()
 			fams, err := metrics.Registry(st, time.Now).Gather()
