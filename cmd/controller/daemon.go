@@ -107,9 +107,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	if c.Settings.Notify != nil {
 		notify = &notifier{set: c.Settings.Notify, dir: dir, launcher: &launch.Launcher{Reaper: reaper, Boot: opts.boot}, store: c.Store, log: log}
 	}
-	// a campaign still running when this controller takes it had a
-	// controller that died (Reconcile records it)
-	deadBefore := camp.State == state.CampaignRunning && !camp.Heartbeat.IsZero()
+	deadBefore := camp.ControllerDied() // Reconcile records it
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}

@@ -51,24 +51,34 @@ func Marked(boot BootIDSource, marker string, scope Scope) ([]Identity, error) {
 	}
 	var out []Identity
 	for _, s := range sts {
-		env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(s.PID) + "/environ")
-		if err != nil || !hasEntry(env, marker) {
-			continue // gone, not readable, or not marked
-		}
-		// The pid may have been reused between the stat and the environ.
-		now, err := readStat(s.PID)
-		if errors.Is(err, errNoProcess) {
-			continue
-		}
+		ok, err := stillMarked(s, marker)
 		if err != nil {
 			return nil, fmt.Errorf("find processes marked %q: %w", marker, err)
 		}
-		if now.StartTime != s.StartTime || now.dead() {
-			continue
+		if ok {
+			out = append(out, Identity{PID: s.PID, StartTime: s.StartTime, BootID: bootID})
 		}
-		out = append(out, Identity{PID: s.PID, StartTime: s.StartTime, BootID: bootID})
 	}
 	return out, nil
+}
+
+// stillMarked reports whether the process s was read as carries marker in
+// its environment and is still that live process (its pid not reused
+// between the stat and the environ); one that is gone, unreadable or not
+// marked is false with no error.
+func stillMarked(s procStat, marker string) (bool, error) {
+	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(s.PID) + "/environ")
+	if err != nil || !hasEntry(env, marker) {
+		return false, nil // gone, not readable, or not marked
+	}
+	now, err := readStat(s.PID)
+	if errors.Is(err, errNoProcess) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return now.StartTime == s.StartTime && !now.dead(), nil
 }
 
 // hasEntry reports whether env, the NUL-separated entries of
@@ -106,12 +116,8 @@ func IsAdopted(pid int, marker string) bool {
 	if err != nil || st.dead() || st.PPID != os.Getpid() {
 		return false
 	}
-	env, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/environ")
-	if err != nil || !hasEntry(env, marker) {
-		return false
-	}
-	now, err := readStat(pid) // the pid was not reused between the reads
-	return err == nil && now.StartTime == st.StartTime
+	ok, err := stillMarked(st, marker)
+	return err == nil && ok
 }
 
 // Carries reports whether the live process id holds marker ("KEY=value")

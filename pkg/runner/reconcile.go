@@ -445,7 +445,7 @@ func (c *Runner) interruptLeftover(a state.Attempt, charge float64, note, msg st
 // noteDeadController records that the previous controller died, once per
 // resume: a campaign still running has no controller that ended it.
 func (c *Runner) noteDeadController(cp state.Campaign) error {
-	if cp.State != state.CampaignRunning || cp.Heartbeat.IsZero() {
+	if !cp.ControllerDied() {
 		return nil
 	}
 	now := c.now()

@@ -285,6 +285,14 @@ type Exit struct {
 	At     time.Time `json:"at"`
 }
 
+// ControllerDied says whether the controller that last ran the campaign
+// died: a controller that ends records the campaign stopped or complete,
+// so one still running with a heartbeat had no controller that ended it.
+// Only the controller that holds the campaign's lock may ask.
+func (c Campaign) ControllerDied() bool {
+	return c.State == CampaignRunning && !c.Heartbeat.IsZero()
+}
+
 // EventControllerDead is the reason of the campaign event a resume
 // records when the controller before it died (the campaign was still
 // running): its figures dead_from_unix (the last heartbeat) and
