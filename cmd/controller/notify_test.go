@@ -141,3 +141,24 @@ func TestNotifyControllerDeadAtResume(t *testing.T) {
 	}
 	c.assertNoProcesses()
 }
+
+// TestNotifyCommandFails: a command that fails is recorded with its exit
+// code and changes nothing of the campaign.
+func TestNotifyCommandFails(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	out, code := c.controller("start", "-f", writeProtocol(t, scenario{}), "-d", c.dir, "--gpu-backend", "fake", "--foreground", "--notify", "exit 3")
+	if code != 0 {
+		t.Fatalf("controller exited %d:\n%s", code, tail(out, 3000))
+	}
+	ns := c.notifyEvents()
+	if len(ns) != 1 || ns[0].Figures["exit_code"] != 3 || ns[0].Figures["timed_out"] != 0 || !strings.Contains(ns[0].Message, "the command exited 3") {
+		t.Fatalf("notify records %+v", ns)
+	}
+	s := c.store()
+	cp, _ := s.Campaign()
+	s.Close()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s", cp.State)
+	}
+}
