@@ -200,9 +200,11 @@ class ServeTest(unittest.TestCase):
 
     def test_step_records_follow_the_schedule_and_close_with_a_footer(self):
         l1 = os.path.join(self.tmp, "opprof")
+        # three requests of 40 steps or more (20 ms each) for two slots: the
+        # third waits for one while the first two run
         s = self.start("--model-backend", "fake", "--max-num-batched-tokens", "32", "--max-num-seqs", "2",
-                       "--layer1-dir", l1, "--flush-interval-s", "0.1")
-        ts = [threading.Thread(target=s.complete, args=(list(range(1, 41)), 5)) for _ in range(3)]
+                       "--fake-step-ms", "20", "--layer1-dir", l1, "--flush-interval-s", "0.1")
+        ts = [threading.Thread(target=s.complete, args=(list(range(1, 41)), 40)) for _ in range(3)]
         for t in ts:
             t.start()
         for t in ts:
@@ -214,7 +216,7 @@ class ServeTest(unittest.TestCase):
         self.assertTrue(all(r["prefill_tokens"] + r["decode_tokens"] <= 32 for r in data))
         self.assertTrue(all(r["num_running_reqs"] <= 2 for r in data))
         self.assertEqual(sum(r["prefill_tokens"] for r in data), 3 * 40)
-        self.assertEqual(sum(r["decode_tokens"] for r in data), 3 * 4)  # the first token comes with the prefill
+        self.assertEqual(sum(r["decode_tokens"] for r in data), 3 * 39)  # the first token comes with the prefill
         self.assertTrue(any(r["chunked_prefill_requests"] for r in data))
         self.assertTrue(any(r["num_waiting_reqs"] for r in data))
         self.assertEqual(footer, {"footer": True, "step_count": len(data), "encoded_records": len(data),
