@@ -25,6 +25,7 @@ import (
 
 	"warden/internal/testports"
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -421,7 +422,7 @@ func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
 func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
 	c.t.Helper()
 	c.start(proto)
-	pid := lockfile.Owner(filepath.Join(c.dir, api.LockFile))
+	pid := lockfile.Owner(campaignfs.Lock(c.dir))
 	c.waitMeasuring()
 	if err := syscall.Kill(pid, sig); err != nil {
 		c.t.Fatal(err)
@@ -433,7 +434,7 @@ func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what s
 // until its lock is free; its children live on.
 func (c *campaign) killController() {
 	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
 		c.t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func tail(s string, n int) string {
 
 func (c *campaign) store() *state.Store {
 	c.t.Helper()
-	s, err := state.OpenReadOnly(filepath.Join(c.dir, api.StateFile), 5*time.Second)
+	s, err := state.OpenReadOnly(campaignfs.State(c.dir), 5*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -586,7 +587,7 @@ func campaignPIDsIn(dir string) []int {
 // killLeftovers ends what the test's campaign started, if anything is
 // left after a failure, and stops a controller that still runs.
 func (c *campaign) killLeftovers() {
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	if lockfile.Held(lock) {
 		if pid := lockfile.Owner(lock); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -719,6 +720,6 @@ func (c *campaign) waitExit() {
 // controller holds the campaign's lock.
 func (c *campaign) waitUnlocked(what string, within time.Duration) {
 	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
 }

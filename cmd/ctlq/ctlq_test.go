@@ -15,6 +15,7 @@ import (
 	"warden/internal/testcampaign"
 	"warden/internal/testterm"
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 func campaignDir(t *testing.T, final state.CampaignState) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestStatusExitCodes(t *testing.T) {
 // review; ctlq status says so with its own exit code.
 func TestOperatorStopExitCode(t *testing.T) {
 	dir := campaignDir(t, state.CampaignRunning)
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestRunsAndShow(t *testing.T) {
 // shown as not applicable rather than as an error.
 func TestShowReadsAsText(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
