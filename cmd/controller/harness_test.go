@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
+	"warden/internal/testcampaign"
 	"warden/internal/testports"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
@@ -47,35 +49,27 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "controller-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	// one go build for all four: each is named after its package's directory
-	if out, err := exec.Command("go", goBuild("-o", dir+string(filepath.Separator), ".", "../ctlq", "../loadgen", "../standin")...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build the binaries: %v\n%s", err, out)
-		return 1
-	}
-	controllerBin = filepath.Join(dir, "controller")
-	ctlqBin = filepath.Join(dir, "ctlq")
-	loadgenBin = filepath.Join(dir, "loadgen")
-	standinBin = filepath.Join(dir, "standin")
-	code := m.Run()
-	if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
-		fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
-	}
-	return code
+	return testbin.Run("controller-test-", withRace(".", "../ctlq", "../loadgen", "../standin"), func(dir string) int {
+		controllerBin = filepath.Join(dir, "controller")
+		ctlqBin = filepath.Join(dir, "ctlq")
+		loadgenBin = filepath.Join(dir, "loadgen")
+		standinBin = filepath.Join(dir, "standin")
+		code := m.Run()
+		if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
+			fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
+		}
+		return code
+	})
 }
 
-// goBuild is the go command's arguments to build with args: with the race
-// detector when this test binary has it.
-func goBuild(args ...string) []string {
+// withRace is go build's arguments args, with the race detector when
+// this test binary has it.
+func withRace(args ...string) []string {
 	if raceBuild {
-		return append([]string{"build", "-race"}, args...)
+		return append([]string{"-race"}, args...)
 	}
-	return append([]string{"build"}, args...)
+	return args
 }
 
 var (
@@ -90,7 +84,7 @@ func failpointController(t *testing.T) string {
 	t.Helper()
 	failpointOnce.Do(func() {
 		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
-		out, err := exec.Command("go", goBuild("-tags", "failpoints", "-o", failpointBin, ".")...).CombinedOutput()
+		out, err := exec.Command("go", append([]string{"build"}, withRace("-tags", "failpoints", "-o", failpointBin, ".")...)...).CombinedOutput()
 		if err != nil {
 			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
 		}
@@ -133,14 +127,6 @@ type scenario struct {
 
 func freePorts(t testing.TB, n int) []int { return testports.Free(t, n) }
 
-func patternIDs(n int) string {
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprintf("p%d", i+1))
-	}
-	return strings.Join(ids, ", ")
-}
-
 func writeProtocol(t *testing.T, sc scenario) string {
 	t.Helper()
 	def := func(v, d string) string {
@@ -153,77 +139,28 @@ func writeProtocol(t *testing.T, sc scenario) string {
 		sc.patterns = 1
 	}
 	ports := freePorts(t, 2)
-	var vals []string
-	for i := range sc.patterns {
-		extra := "0"
-		if i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) {
-			extra = "2"
-		}
-		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
-	}
 	loads := "[saturation]"
 	if sc.loadsModer {
 		loads = "[saturation, moderate]"
 	}
-	head := protocolHead("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), ports)
-	y := head + fmt.Sprintf(`regimes:
-  - {name: two, concurrency: 2}
-classes:
-  - {name: c, drain_allowance_s: %s, watchdog_s: %s}
-cleanup: {timeout_s: %s}
-servers:
-  - name: standin
-    kind: standin
-    command: %s
-    ready_timeout_s: %s
-    shutdown_grace_s: 2
-    group_grace_s: 1
-    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]
-loads:
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: %s
-  - name: moderate
-    kind: moderate
-    needs: [saturation]
-    expected_s: 10
-    env: {SATURATION: "${NEED_SATURATION_DIR}"}
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]
-axes:
-  - name: pattern
-    values: [%s]
-phases:
-  - name: matrix
-    kind: primary
-    matrix: {pattern: [%s]}
-    loads: %s
-retries: {infrastructure: %d}
-stop: {quarantined_fraction_gt: %s}
-`, def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
-		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
-		def(sc.readyS, "10"), def(sc.expect, "chunked"),
-		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
-		def(sc.measureS, "0.5"), sc.clientArgs, sc.moderArgs,
-		strings.Join(vals, ", "), patternIDs(sc.patterns),
-		loads, sc.retries, def(sc.quarantined, "0.9"))
+	measure := def(sc.measureS, "0.5")
+	y := testcampaign.Head("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), ports) + testcampaign.Standin{
+		DrainS: def(sc.drainS, "5"), WatchdogS: def(sc.watchdogS, "10"), CleanupS: def(sc.cleanupS, "10"),
+		Server:    def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
+		ReadyS:    def(sc.readyS, "10"),
+		Expect:    fmt.Sprintf(`[{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]`, def(sc.expect, "chunked")),
+		ExpectedS: "10",
+		Client:    def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, measure, sc.clientArgs)),
+		Moderate:  fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]`, measure, sc.clientArgs, sc.moderArgs),
+		Values: testcampaign.PatternValues(sc.patterns, func(i int) bool {
+			return i < sc.drainExtra || slices.Contains(sc.quarantine, i+1)
+		}),
+		Cells: testcampaign.PatternIDs(sc.patterns), Loads: loads, Retries: sc.retries, Quarantined: def(sc.quarantined, "0.9"),
+	}.YAML()
 	if sc.validators != "" {
 		y += "validators:\n" + sc.validators
 	}
 	return writeTemp(t, "e2e.yaml", y)
-}
-
-// protocolHead is the start of a test protocol: its name, a host of one
-// GPU and one CPU for each port, the budget cap, the variables (the inside
-// of the vars mapping) and slot sI on GPU I and CPU I for each port.
-func protocolHead(name, capGPUHours, vars string, ports []int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "warden: 1\nname: %s\nhost: {gpus: %d, cpus: %d}\nbudget: {cap_gpu_hours: %s}\nvars: {%s}\nslots:\n",
-		name, len(ports), len(ports), capGPUHours, vars)
-	for i, p := range ports {
-		fmt.Fprintf(&b, "  - {name: s%d, gpus: [%d], cpus: \"%d\", port: %d}\n", i, i, i, p)
-	}
-	return b.String()
 }
 
 // classAndCleanup is the one class c and the cleanup timeout of the test

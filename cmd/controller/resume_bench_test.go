@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warden/internal/testcampaign"
 	"warden/pkg/campaigndir"
 	"warden/pkg/campaignfs"
 
@@ -31,7 +32,7 @@ func writeBigProtocol(b *testing.B, dir string, n int) string {
 		fmt.Fprintf(&vals, "{id: p%d}, ", i+1)
 		fmt.Fprintf(&ids, "p%d, ", i+1)
 	}
-	y := protocolHead("big", "1000", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
+	y := testcampaign.Head("big", "1000", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
   - {name: two, concurrency: 2}
 ` + classAndCleanup + fmt.Sprintf(`servers:
   - {name: standin, kind: standin, command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --gpu-mem-mib, "1024"], ready_timeout_s: 10}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testcampaign"
 	"warden/internal/testports"
 	"warden/pkg/loadgen"
 	"warden/pkg/state"
@@ -205,7 +206,7 @@ func reusedProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) strin
 	t.Helper()
 	ports := freePorts(t, 1)
 	vars := fmt.Sprintf("STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q", standinBin, controllerBin, loadgenBin, manifest)
-	y := protocolHead("reused-profiler", "1.0", vars, ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
+	y := testcampaign.Head("reused-profiler", "1.0", vars, ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
@@ -284,7 +285,7 @@ func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
 func sglangProtocol(t *testing.T, path, equals string) string {
 	t.Helper()
 	ports := freePorts(t, 1)
-	y := protocolHead("sglang-config", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
+	y := testcampaign.Head("sglang-config", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: sglang
     kind: sglang
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",

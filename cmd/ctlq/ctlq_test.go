@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
 	"warden/internal/testcampaign"
 	"warden/internal/testterm"
 	"warden/pkg/api"
@@ -22,19 +22,10 @@ import (
 var ctlqBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ctlq-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctlqBin = filepath.Join(dir, "ctlq")
-	if out, err := exec.Command("go", "build", "-o", ctlqBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Run("ctlq-test-", []string{"."}, func(dir string) int {
+		ctlqBin = filepath.Join(dir, "ctlq")
+		return m.Run()
+	}))
 }
 
 // campaignDir makes a campaign database in the given state, as a
