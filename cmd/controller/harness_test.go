@@ -129,33 +129,18 @@ func freePorts(t testing.TB, n int) []int { return testports.Free(t, n) }
 
 func writeProtocol(t *testing.T, sc scenario) string {
 	t.Helper()
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	if sc.patterns == 0 {
-		sc.patterns = 1
-	}
-	ports := freePorts(t, 2)
-	loads := "[saturation]"
-	if sc.loadsModer {
-		loads = "[saturation, moderate]"
-	}
-	measure := def(sc.measureS, "0.5")
-	y := testcampaign.Head("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), ports) + testcampaign.Standin{
+	def, measure := testcampaign.Or, testcampaign.Or(sc.measureS, "0.5")
+	y := testcampaign.Head("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), freePorts(t, 2)) + testcampaign.Standin{
 		DrainS: def(sc.drainS, "5"), WatchdogS: def(sc.watchdogS, "10"), CleanupS: def(sc.cleanupS, "10"),
-		Server:    def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
-		ReadyS:    def(sc.readyS, "10"),
-		Expect:    fmt.Sprintf(`[{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]`, def(sc.expect, "chunked")),
-		ExpectedS: "10",
-		Client:    def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, measure, sc.clientArgs)),
-		Moderate:  fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]`, measure, sc.clientArgs, sc.moderArgs),
-		Values: testcampaign.PatternValues(sc.patterns, func(i int) bool {
-			return i < sc.drainExtra || slices.Contains(sc.quarantine, i+1)
-		}),
-		Cells: testcampaign.PatternIDs(sc.patterns), Loads: loads, Retries: sc.retries, Quarantined: def(sc.quarantined, "0.9"),
+		Server:         def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
+		ReadyS:         def(sc.readyS, "10"),
+		Expect:         fmt.Sprintf(`[{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]`, def(sc.expect, "chunked")),
+		ExpectedS:      "10",
+		Client:         def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, measure, sc.clientArgs)),
+		ModerateClient: fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]`, measure, sc.clientArgs, sc.moderArgs),
+		Cells:          sc.patterns,
+		Late:           func(i int) bool { return i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) },
+		Moderate:       sc.loadsModer, Retries: sc.retries, Quarantined: def(sc.quarantined, "0.9"),
 	}.YAML()
 	if sc.validators != "" {
 		y += "validators:\n" + sc.validators

@@ -27,15 +27,15 @@ func PatternIDs(n int) string {
 	return strings.Join(ids, ", ")
 }
 
-// PatternValues is the values p1..pN of the pattern axis as the items of
+// patternValues is the values p1..pN of the pattern axis as the items of
 // a YAML flow list, each setting DRAIN_EXTRA: "2" where late(i) holds for
 // its 0-based index i (its client drains 2 s longer than needed), "0"
 // elsewhere.
-func PatternValues(n int, late func(i int) bool) string {
+func patternValues(n int, late func(i int) bool) string {
 	var vals []string
 	for i := range n {
 		extra := "0"
-		if late(i) {
+		if late != nil && late(i) {
 			extra = "2"
 		}
 		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
@@ -46,8 +46,8 @@ func PatternValues(n int, late func(i int) bool) string {
 // Standin is the body of a test protocol below its Head: regime two of
 // concurrency 2, class c, the server standin, the load saturation and the
 // load moderate that needs it, the axis pattern and the primary phase
-// matrix over it. Every field is written as it is: the callers give
-// their defaults.
+// matrix over it. Every field but Cells is written as it is: the callers
+// give their defaults (Or).
 type Standin struct {
 	// DrainS and WatchdogS are class c's drain allowance and watchdog;
 	// CleanupS the cleanup timeout.
@@ -59,12 +59,16 @@ type Standin struct {
 	Client                      string // the saturation client (a YAML flow value)
 	// Saturation holds extra YAML lines of the saturation load (indented
 	// by four); none when "".
-	Saturation string
-	Moderate   string // the moderate client (a YAML flow value)
-	Values     string // the pattern axis's values (PatternValues)
-	Cells      string // the phase's cells (PatternIDs)
-	Loads      string // the phase's loads (a YAML flow list)
-	Retries    int    // infrastructure retries
+	Saturation     string
+	ModerateClient string // the moderate client (a YAML flow value)
+	// Cells is how many cells p1..pN the pattern axis has; 1 when 0.
+	// Late(i) says whether the client of the 0-based cell i drains 2 s
+	// longer than needed (its DRAIN_EXTRA); none when nil.
+	Cells int
+	Late  func(i int) bool
+	// Moderate puts the moderate load in the phase beside saturation.
+	Moderate bool
+	Retries  int // infrastructure retries
 	// Quarantined is stop.quarantined_fraction_gt.
 	Quarantined string
 }
@@ -74,6 +78,13 @@ func (s Standin) YAML() string {
 	saturation := ""
 	if s.Saturation != "" {
 		saturation = s.Saturation + "\n"
+	}
+	if s.Cells == 0 {
+		s.Cells = 1
+	}
+	loads := "[saturation]"
+	if s.Moderate {
+		loads = "[saturation, moderate]"
 	}
 	return fmt.Sprintf(`regimes:
   - {name: two, concurrency: 2}
@@ -110,5 +121,13 @@ phases:
 retries: {infrastructure: %d}
 stop: {quarantined_fraction_gt: %s}
 `, s.DrainS, s.WatchdogS, s.CleanupS, s.Server, s.ReadyS, s.Expect, s.ExpectedS, s.Client, saturation,
-		s.ExpectedS, s.Moderate, s.Values, s.Cells, s.Loads, s.Retries, s.Quarantined)
+		s.ExpectedS, s.ModerateClient, patternValues(s.Cells, s.Late), PatternIDs(s.Cells), loads, s.Retries, s.Quarantined)
+}
+
+// Or is v, or d when v is "": a protocol field's default.
+func Or(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
 }

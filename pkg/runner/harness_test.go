@@ -111,32 +111,19 @@ func freePorts(t *testing.T, n int) []int { return testports.Free(t, n) }
 // write writes the protocol into dir and returns its path.
 func (p protocol) write(t *testing.T, dir string) string {
 	t.Helper()
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	if p.patterns == 0 {
-		p.patterns = 1
-	}
-	ports := freePorts(t, 2)
-	loads := "[saturation]"
-	if p.moderate {
-		loads = "[saturation, moderate]"
-	}
-	measure := def(p.measureS, "0.3")
-	y := testcampaign.Head("runner-test", def(p.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q", standinBin), ports) + testcampaign.Standin{
+	def, measure := testcampaign.Or, testcampaign.Or(p.measureS, "0.3")
+	y := testcampaign.Head("runner-test", def(p.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q", standinBin), freePorts(t, 2)) + testcampaign.Standin{
 		DrainS: def(p.drainS, "5"), WatchdogS: def(p.watchdogS, "20"), CleanupS: "10",
-		Server:     def(p.server, standinServer(p.serverArgs)),
-		ReadyS:     def(p.readyS, "10"),
-		Expect:     def(p.expect, `[{name: chunked, pattern: 'enable_chunked_prefill=True'}]`),
-		ExpectedS:  def(p.expectedS, "10"),
-		Client:     def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
-		Saturation: p.saturation,
-		Moderate:   fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]`, measure),
-		Values:     testcampaign.PatternValues(p.patterns, func(i int) bool { return i < p.drainLate }),
-		Cells:      testcampaign.PatternIDs(p.patterns), Loads: loads, Retries: p.retries, Quarantined: def(p.quarantined, "0.9"),
+		Server:         def(p.server, standinServer(p.serverArgs)),
+		ReadyS:         def(p.readyS, "10"),
+		Expect:         def(p.expect, `[{name: chunked, pattern: 'enable_chunked_prefill=True'}]`),
+		ExpectedS:      def(p.expectedS, "10"),
+		Client:         def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
+		Saturation:     p.saturation,
+		ModerateClient: fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]`, measure),
+		Cells:          p.patterns,
+		Late:           func(i int) bool { return i < p.drainLate },
+		Moderate:       p.moderate, Retries: p.retries, Quarantined: def(p.quarantined, "0.9"),
 	}.YAML() + p.extra + "\n"
 	path := filepath.Join(dir, "protocol.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
