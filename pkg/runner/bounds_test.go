@@ -189,17 +189,7 @@ func TestTerminalClassesRecorded(t *testing.T) {
 // the attempt's creation once the attempt passed preflight.
 func TestResumeChargesUntilKnownGone(t *testing.T) {
 	c := newCampaign(t, protocol{patterns: 2})
-	boot, err := launch.ReadBootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.Heartbeat, cp.ControllerBootID = now.Add(-50*time.Second), boot
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	now, boot := c.controllerDied(50 * time.Second)
 	to := func(run string, states ...state.AttemptState) {
 		if _, err := c.store.NewAttempt(run, filepath.Join(c.dir, "runs", run, "a1"), func(a *state.Attempt) { a.GPUIDs = []int{0} }); err != nil {
 			t.Fatal(err)

@@ -311,6 +311,25 @@ func (c *campaign) waitAttempt(r *running, what string, cond func(state.Attempt)
 	}
 }
 
+// controllerDied records the campaign's controller as one of this boot
+// whose last heartbeat was ago before now, as a controller that died then
+// leaves it; it returns now and the boot id.
+func (c *campaign) controllerDied(ago time.Duration) (time.Time, string) {
+	c.t.Helper()
+	boot, err := launch.ReadBootID()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	now := time.Now()
+	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.Heartbeat, cp.ControllerBootID = now.Add(-ago), boot
+		return nil
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	return now, boot
+}
+
 func (c *campaign) campaign() state.Campaign {
 	c.t.Helper()
 	cp, err := c.store.Campaign()

@@ -38,6 +38,18 @@ func (c *campaign) gate(run string, n int, gate string) state.GateVerdict {
 	return last
 }
 
+// wantExit fails the test unless a recorded an exit of its process role
+// with code.
+func wantExit(t *testing.T, a state.Attempt, role string, code int) {
+	t.Helper()
+	for _, x := range a.Exits {
+		if x.Role == role && x.Code == code {
+			return
+		}
+	}
+	t.Errorf("%s exit %d not recorded: %+v", role, code, a.Exits)
+}
+
 // TestCompleteCampaign runs two cells of saturation then moderate under a
 // regime of two slots: the cells run side by side, each on its own slot,
 // the moderate run after its saturation run on the same slot and with
@@ -211,13 +223,7 @@ func TestServerExitStops(t *testing.T) {
 	c.run()
 	c.wantStopped(state.StopForRun(state.ReasonServerExit))
 	a := c.wantAttempts("p1.saturation", failed(state.ReasonServerExit))[0]
-	exited := false
-	for _, x := range a.Exits {
-		exited = exited || (x.Role == "server" && x.Code == 1)
-	}
-	if !exited {
-		t.Errorf("server exit 1 not recorded: %+v", a.Exits)
-	}
+	wantExit(t, a, "server", 1)
 	c.wantLedgerSettled()
 	c.wantClean()
 }
@@ -229,13 +235,7 @@ func TestClientFailureStops(t *testing.T) {
 	c.run()
 	c.wantStopped(state.StopForRun(state.ReasonClientFailed))
 	a := c.wantAttempts("p1.saturation", failed(state.ReasonClientFailed))[0]
-	exited := false
-	for _, x := range a.Exits {
-		exited = exited || (x.Role == "client" && x.Code == 2)
-	}
-	if !exited {
-		t.Errorf("client exit 2 not recorded: %+v", a.Exits)
-	}
+	wantExit(t, a, "client", 2)
 	c.wantLedgerSettled()
 	c.wantClean()
 }
