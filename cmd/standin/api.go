@@ -69,14 +69,25 @@ type chatChoice struct {
 	FinishReason *string    `json:"finish_reason"`
 }
 
-type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
+// response is an OpenAI-style response or stream chunk whose choices are
+// C: the generation's id, created time and model, the object kind, the
+// choices and, where given, the usage.
+type response[C any] struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []C    `json:"choices"`
+	Usage   *usage `json:"usage,omitempty"`
 }
+
+// respond is g's response of the object kind with choices (an empty
+// list, never null, when none) and no usage.
+func respond[C any](g generation, object string, choices []C) response[C] {
+	return response[C]{ID: g.id, Object: object, Created: g.created, Model: g.model, Choices: choices}
+}
+
+type chatResponse = response[chatChoice]
 
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
@@ -84,14 +95,7 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-type completionResponse struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *usage             `json:"usage,omitempty"`
-}
+type completionResponse = response[completionChoice]
 
 // api serves the stand-in's HTTP endpoints.
 type api struct {
@@ -222,11 +226,9 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reason := "length"
-		writeJSON(w, http.StatusOK, chatResponse{
-			ID: gen.id, Object: "chat.completion", Created: gen.created, Model: gen.model,
-			Choices: []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text}, FinishReason: &reason}},
-			Usage:   gen.usage(),
-		})
+		resp := respond(gen, "chat.completion", []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text}, FinishReason: &reason}})
+		resp.Usage = gen.usage()
+		writeJSON(w, http.StatusOK, resp)
 		return
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -235,7 +237,7 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	chunk := func(choices []chatChoice) chatResponse {
-		return chatResponse{ID: gen.id, Object: "chat.completion.chunk", Created: gen.created, Model: gen.model, Choices: choices}
+		return respond(gen, "chat.completion.chunk", choices)
 	}
 	send := a.sseStart(w)
 	// vLLM's first chat chunk carries the role and no content.
@@ -383,10 +385,7 @@ func (g generation) response(text string, last, withUsage bool) completionRespon
 		reason := "length"
 		choice.FinishReason = &reason
 	}
-	resp := completionResponse{
-		ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
-		Choices: []completionChoice{choice},
-	}
+	resp := respond(g, "text_completion", []completionChoice{choice})
 	if withUsage {
 		resp.Usage = g.usage()
 	}
