@@ -173,13 +173,7 @@ func (a *api) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "prompt must be a string or an array")
 		return
 	}
-	gen := generation{
-		id:      fmt.Sprintf("cmpl-standin-%d", time.Now().UnixNano()),
-		created: time.Now().Unix(),
-		model:   a.model,
-		prompt:  promptTokens,
-		max:     maxTokens,
-	}
+	gen := a.generation("cmpl", promptTokens, maxTokens)
 	if req.Stream {
 		a.stream(r.Context(), w, gen, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
@@ -213,13 +207,7 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		promptTokens += len(strings.Fields(s))
 	}
-	gen := generation{
-		id:      fmt.Sprintf("chatcmpl-standin-%d", time.Now().UnixNano()),
-		created: time.Now().Unix(),
-		model:   a.model,
-		prompt:  promptTokens,
-		max:     maxTokens,
-	}
+	gen := a.generation("chatcmpl", promptTokens, maxTokens)
 	if !req.Stream {
 		text, err := a.generateText(r.Context(), gen.max)
 		if err != nil {
@@ -377,6 +365,13 @@ type generation struct {
 	model   string
 	prompt  int
 	max     int
+}
+
+// generation is a new generation of max tokens for a prompt of prompt
+// tokens, its id kind-standin-NANOSECONDS.
+func (a *api) generation(kind string, prompt, max int) generation {
+	now := time.Now()
+	return generation{id: fmt.Sprintf("%s-standin-%d", kind, now.UnixNano()), created: now.Unix(), model: a.model, prompt: prompt, max: max}
 }
 
 func (g generation) response(text string, last, withUsage bool) completionResponse {
