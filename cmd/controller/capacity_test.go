@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testcampaign"
 	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
@@ -22,19 +23,8 @@ import (
 func capacityProtocol(t *testing.T, manifest string) string {
 	t.Helper()
 	port := freePorts(t, 1)[0]
-	return writeTemp(t, "capacity.yaml", fmt.Sprintf(`warden: 1
-name: capacity
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q, LOADGEN: %q, MANIFEST: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+	head := testcampaign.Head("capacity", "1.0", fmt.Sprintf("STANDIN: %q, LOADGEN: %q, MANIFEST: %q", standinBin, loadgenBin, manifest), []int{port})
+	return writeTemp(t, "capacity.yaml", head+oneRegime+classAndCleanup+`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.1", --shutdown-timeout, "1",
@@ -63,7 +53,7 @@ phases:
       rate_max: 36
       resolution: 8
       slo: {success_min: 0.99, queue_growth_max: 0.09}
-`, standinBin, loadgenBin, manifest, port))
+`)
 }
 
 // TestCapacitySearchFindsTheStandinsCapacity: a campaign of a capacity

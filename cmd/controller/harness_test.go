@@ -148,6 +148,11 @@ func writeProtocol(t *testing.T, sc scenario) string {
 	return writeTemp(t, "e2e.yaml", y)
 }
 
+// oneRegime is the regime of the one-slot test protocols.
+const oneRegime = `regimes:
+  - {name: one, concurrency: 1}
+`
+
 // classAndCleanup is the one class c and the cleanup timeout of the test
 // protocols that need nothing else of them.
 const classAndCleanup = `classes:

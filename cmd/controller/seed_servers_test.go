@@ -184,11 +184,6 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	t.Logf("over-budget verdict: %s", v.Detail)
 }
 
-// oneRegime is the regime of the one-slot protocols below.
-const oneRegime = `regimes:
-  - {name: one, concurrency: 1}
-`
-
 // saturationOnP1 is the last load of the one-slot protocols below, a
 // stand-in client at concurrency 1, and their one pattern, p1.
 const saturationOnP1 = `  - name: saturation
