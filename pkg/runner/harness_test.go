@@ -372,6 +372,15 @@ func (c *campaign) wantStopped(reason state.StopReason) state.Campaign {
 	return cp
 }
 
+// wantStoppedBy fails the test unless the campaign stopped for run
+// p1.saturation, whose one attempt failed for reason, and returns that
+// attempt.
+func (c *campaign) wantStoppedBy(reason state.Reason) state.Attempt {
+	c.t.Helper()
+	c.wantStopped(state.StopForRun(reason))
+	return c.wantAttempts("p1.saturation", failed(reason))[0]
+}
+
 // wantComplete fails the test unless the campaign is complete and every
 // run is done.
 func (c *campaign) wantComplete() state.Campaign {

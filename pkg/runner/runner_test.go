@@ -216,28 +216,28 @@ func TestQuarantinedFractionStops(t *testing.T) {
 	c.wantClean()
 }
 
-// TestServerExitStops: a server that crashes while the client runs is a
-// server error: stop for review, never retried.
-func TestServerExitStops(t *testing.T) {
-	c := newCampaign(t, protocol{serverArgs: `, --crash-after, "1"`, measureS: "5", retries: 1})
-	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonServerExit))
-	a := c.wantAttempts("p1.saturation", failed(state.ReasonServerExit))[0]
-	wantExit(t, a, "server", 1)
-	c.wantLedgerSettled()
-	c.wantClean()
-}
-
-// TestClientFailureStops: a client that fails is a semantic failure:
-// stop for review, never retried.
-func TestClientFailureStops(t *testing.T) {
-	c := newCampaign(t, protocol{clientArgs: `, --fail`, retries: 1})
-	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonClientFailed))
-	a := c.wantAttempts("p1.saturation", failed(state.ReasonClientFailed))[0]
-	wantExit(t, a, "client", 2)
-	c.wantLedgerSettled()
-	c.wantClean()
+// TestProcessFailureStops: a server that crashes while the client runs
+// is a server error, a client that fails a semantic failure: either stops
+// the campaign for review, never retried, with the exit recorded.
+func TestProcessFailureStops(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		p      protocol
+		reason state.Reason
+		role   string
+		code   int
+	}{
+		{"server exit", protocol{serverArgs: `, --crash-after, "1"`, measureS: "5", retries: 1}, state.ReasonServerExit, "server", 1},
+		{"client failure", protocol{clientArgs: `, --fail`, retries: 1}, state.ReasonClientFailed, "client", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCampaign(t, tc.p)
+			c.run()
+			wantExit(t, c.wantStoppedBy(tc.reason), tc.role, tc.code)
+			c.wantLedgerSettled()
+			c.wantClean()
+		})
+	}
 }
 
 // TestOOMStops: a server whose output says it ran out of GPU memory
@@ -248,8 +248,7 @@ func TestOOMStops(t *testing.T) {
 		retries: 1,
 	})
 	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonOOM))
-	c.wantAttempts("p1.saturation", failed(state.ReasonOOM))
+	c.wantStoppedBy(state.ReasonOOM)
 	c.wantLedgerSettled()
 	c.wantClean()
 }
