@@ -91,13 +91,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	// complete, one result per run, every state.json matching the
 	// database, nothing left running or holding GPU memory
-	vs, err := crashcheck.Final(c.dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vs {
-		t.Error(v)
-	}
+	requireFinal(t, c)
 }
 
 // killedMidCampaign starts a campaign detached and kills its controller
@@ -157,13 +151,7 @@ func TestRacingResumes(t *testing.T) {
 		t.Fatalf("loser said %q; want %q", lost[0].out, want)
 	}
 	c.waitExit()
-	vs, err := crashcheck.Final(c.dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vs {
-		t.Error(v)
-	}
+	requireFinal(t, c)
 }
 
 func sha256File(t *testing.T, path string) string {
