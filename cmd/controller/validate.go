@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"warden/internal/cli"
 	"warden/pkg/campaignfs"
 	"warden/pkg/validate"
 	"warden/pkg/validator"
@@ -48,7 +49,9 @@ validator, whose verdict the controller records as the gate
 	}
 	// A bad flag is a usage error: exit 2, as documented (the children
 	// inherit this).
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &cli.ExitError{Code: 2, Err: fmt.Errorf("validate: %w", err)}
+	})
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
 		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd(),
 		newValidateWaveformCmd())
@@ -88,13 +91,13 @@ func verdictCmd(name, short, long string, check func() (validate.Result, error))
 
 func checkOutput(o string) error {
 	if o != "json" && o != "text" {
-		return &exitError{2, fmt.Errorf("validate: unknown output %q (json or text)", o)}
+		return &cli.ExitError{Code: 2, Err: fmt.Errorf("validate: unknown output %q (json or text)", o)}
 	}
 	return nil
 }
 
 func usage(format string, a ...any) error {
-	return &exitError{2, fmt.Errorf("validate: "+format, a...)}
+	return &cli.ExitError{Code: 2, Err: fmt.Errorf("validate: "+format, a...)}
 }
 
 func newValidateLayer1Cmd() *cobra.Command {
