@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,15 +121,8 @@ func TestCapacitySearchFindsTheStandinsCapacity(t *testing.T) {
 		t.Fatalf("ctlq show s.open.b2 does not show the point's verdict and rate:\n%s", out)
 	}
 	// the report draws the search and says the rate it found
-	page := filepath.Join(t.TempDir(), "report.html")
-	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", page).CombinedOutput(); err != nil {
-		t.Fatalf("ctlq report: %v\n%s", err, out)
-	}
-	html, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf(`found <span class="num">%.4g</span> requests/s`, found); !strings.Contains(string(html), want) || !strings.Contains(string(html), `aria-label="capacity search`) {
+	html := c.reportPage()
+	if want := fmt.Sprintf(`found <span class="num">%.4g</span> requests/s`, found); !strings.Contains(html, want) || !strings.Contains(html, `aria-label="capacity search`) {
 		t.Fatalf("the report does not show the capacity curve with the found rate (%s)", want)
 	}
 	c.assertNoProcesses()

@@ -473,6 +473,21 @@ func (c *campaign) ctlqStatusExits(want int) {
 	}
 }
 
+// reportPage writes the campaign's ctlq report to a file, which must
+// succeed, and returns the page.
+func (c *campaign) reportPage() string {
+	c.t.Helper()
+	page := filepath.Join(c.t.TempDir(), "report.html")
+	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", page).CombinedOutput(); err != nil {
+		c.t.Fatalf("ctlq report: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(b)
+}
+
 func (c *campaign) liveStatus() api.Status {
 	c.t.Helper()
 	cl := api.NewClient(c.dir, 5*time.Second)
