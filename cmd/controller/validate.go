@@ -163,7 +163,7 @@ of it.`,
 			return validate.ClientDir(dir, o), nil
 		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.IntVar(&o.Segments, "segments", o.Segments, "clean segments the protocol declares")
 	f.Float64Var(&o.SegmentSeconds, "segment-seconds", o.SegmentSeconds, "seconds of each clean segment")
 	f.Float64Var(&o.SegmentTolS, "segment-tolerance-s", o.SegmentTolS, "how far a clean segment's length may be from --segment-seconds")
@@ -260,7 +260,7 @@ re-adjudication can run it on retained telemetry.`,
 			return validate.WarmupDir(dir, o), nil
 		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.IntVar(&o.MinCompletions, "min-completions", o.MinCompletions, "successful warm-up completions required")
 	f.BoolVar(&o.Stabilization, "stabilization", false, "allow A-P3-6's OR branch (P10-class runs)")
 	f.StringVar(&pattern, "pattern", "", "the run's pattern (e.g. ${PATTERN}); with --stabilization-patterns")
@@ -293,7 +293,7 @@ of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
 			return validate.RecoveryDir(dir, o), nil
 		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
 	f.Float64Var(&o.WindowS, "window-s", o.WindowS, "the rolling window, seconds")
 	f.Float64Var(&o.StepS, "step-s", o.StepS, "spacing of the rolling samples in clean segment C, seconds")
@@ -301,6 +301,12 @@ of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
 	f.Float64Var(&o.RecoveryS, "recovery-s", o.RecoveryS, "each recovery's fixed length, seconds")
 	f.Float64Var(&o.RecoveryTol, "recovery-tolerance-s", o.RecoveryTol, "how far a recovery's length may be from --recovery-s")
 	return cmd
+}
+
+// resultDirFlag defines --result-dir, the load client's result directory
+// the checks of client, warmup, recovery, profile-windows and waveform read.
+func resultDirFlag(f *pflag.FlagSet, dir *string) {
+	f.StringVar(dir, "result-dir", "", "the client's result directory (holds result.json)")
 }
 
 // layer1Accounting is the Layer-1 accounting check's inputs, the same

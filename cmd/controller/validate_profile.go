@@ -29,7 +29,7 @@ it stops an unpatched server's campaign before any measured run.`,
 			return validate.ProfileWindowsDir(dir, o), nil
 		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.IntVar(&o.Windows, "windows", 0, "profile windows the protocol declares (0: any number)")
 	f.BoolVar(&o.RequireObserved, "require-observed", false, "a window that held a fixed time (its end not observed) is an error")
 	return cmd

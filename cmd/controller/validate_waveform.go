@@ -25,6 +25,6 @@ error: never a pass.`,
 			return validate.WaveformDir(dir), nil
 		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	return cmd
 }
