@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test race demo demo-slurm fuzz bench clean man slurm-up slurm-down
+.PHONY: build test race demo demo-manifests demo-slurm fuzz bench clean man slurm-up slurm-down
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -33,35 +33,35 @@ race:
 	$(GO) test -count=1 -race -timeout 30m ./pkg/...
 	$(GO) test -count=1 -race -short -skip '^TestSlurm' -timeout 30m ./cmd/controller
 
-# A demo campaign on the stand-in server and fake GPUs, driven by
-# bin/loadgen: manifests materialized, the campaign started detached,
-# watched live until the controller exits, then summarized.
-demo: build
-	rm -rf $(DEMO_DIR)
+# demo-campaign DIR,FLAGS: the demo campaign started detached in DIR (made
+# afresh) with the extra controller start FLAGS, watched live until the
+# controller exits, then summarized.
+define demo-campaign
+	rm -rf $(1)
+	$(BIN)/controller start -f protocols/demo.yaml -d $(1) --gpu-backend fake $(2)
+	$(BIN)/ctlq watch -d $(1)
+	$(BIN)/ctlq status -d $(1)
+	$(BIN)/ctlq runs -d $(1)
+endef
+
+# The demo's manifests, materialized by bin/loadgen.
+demo-manifests: build
 	mkdir -p _demo_manifests
 	$(BIN)/loadgen materialize --id short --input-uniform 4:16 --output-fixed 8 --arrival steady \
 		--num-requests 6000 --workload-seed 20261130 --out _demo_manifests/short.jsonl
 	$(BIN)/loadgen materialize --id long --input-uniform 4:16 --output-fixed 64 --arrival burst:8 \
 		--num-requests 2000 --workload-seed 20261130 --out _demo_manifests/long.jsonl
-	$(BIN)/controller start -f protocols/demo.yaml -d $(DEMO_DIR) --gpu-backend fake
-	$(BIN)/ctlq watch -d $(DEMO_DIR)
-	$(BIN)/ctlq status -d $(DEMO_DIR)
-	$(BIN)/ctlq runs -d $(DEMO_DIR)
+
+# A demo campaign on the stand-in server and fake GPUs, driven by
+# bin/loadgen.
+demo: demo-manifests
+	$(call demo-campaign,$(DEMO_DIR))
 
 # The demo on the local Slurm cluster (make slurm-up): each attempt a Slurm
 # step, its node-side runner reporting to the controller.
 DEMO_SLURM_DIR ?= _demo_slurm
-demo-slurm: build
-	rm -rf $(DEMO_SLURM_DIR)
-	mkdir -p _demo_manifests
-	$(BIN)/loadgen materialize --id short --input-uniform 4:16 --output-fixed 8 --arrival steady \
-		--num-requests 6000 --workload-seed 20261130 --out _demo_manifests/short.jsonl
-	$(BIN)/loadgen materialize --id long --input-uniform 4:16 --output-fixed 64 --arrival burst:8 \
-		--num-requests 2000 --workload-seed 20261130 --out _demo_manifests/long.jsonl
-	$(BIN)/controller start -f protocols/demo.yaml -d $(DEMO_SLURM_DIR) --gpu-backend fake --executor slurm
-	$(BIN)/ctlq watch -d $(DEMO_SLURM_DIR)
-	$(BIN)/ctlq status -d $(DEMO_SLURM_DIR)
-	$(BIN)/ctlq runs -d $(DEMO_SLURM_DIR)
+demo-slurm: demo-manifests
+	$(call demo-campaign,$(DEMO_SLURM_DIR),--executor slurm)
 
 # Man pages of every command, generated from the commands' help.
 man: build

@@ -245,6 +245,22 @@ func (d *decoder) scalarString(n *yaml.Node, path string) (string, bool) {
 	return n.Value, true
 }
 
+// eachString calls fn with the text of every item of the sequence n and
+// the item's node: an alias is resolved first, and an item that cannot
+// be resolved or is not text is reported as resolve and scalarString
+// report it, and skipped.
+func (d *decoder) eachString(n *yaml.Node, path string, fn func(s string, item *yaml.Node)) {
+	for i, item := range n.Content {
+		item, ok := d.resolve(item)
+		if !ok {
+			continue
+		}
+		if s, ok := d.scalarString(item, joinIndex(path, i)); ok {
+			fn(s, item)
+		}
+	}
+}
+
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 	what := path
 	if what == "" {

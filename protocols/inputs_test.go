@@ -107,6 +107,19 @@ func TestPlanChecksInputs(t *testing.T) {
 	}
 }
 
+// planWithClientAndCheck writes the executables bin/client and bin/check
+// beside file, writes y to file and plans it, checking inputs.
+func planWithClientAndCheck(t *testing.T, file, y string) (*Plan, error) {
+	t.Helper()
+	for _, rel := range []string{"bin/client", "bin/check"} {
+		writeExec(t, filepath.Join(filepath.Dir(file), rel))
+	}
+	if err := os.WriteFile(file, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return PlanFile(file, Options{CheckInputs: true})
+}
+
 // A bare executable name is looked up on PATH; with the Slurm executor the
 // executables are not looked for and the plan says so.
 func TestPlanChecksExecutablesOnPath(t *testing.T) {
@@ -115,13 +128,7 @@ func TestPlanChecksExecutablesOnPath(t *testing.T) {
 	y := strings.Replace(inputsProtocol, "[sh, -c,", "[warden-no-such-server-binary, -c,", 1)
 	y = strings.Replace(y, "provenance:\n  - {path: data/helper.py, role: helper}\n", "", 1)
 	y = strings.Replace(y, `--manifest, "${MANIFEST}", `, "", 1)
-	for _, rel := range []string{"bin/client", "bin/check"} {
-		writeExec(t, filepath.Join(dir, rel))
-	}
-	if err := os.WriteFile(file, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := PlanFile(file, Options{CheckInputs: true})
+	_, err := planWithClientAndCheck(t, file, y)
 	var ps *Problems
 	if !errors.As(err, &ps) || len(ps.List) != 1 || ps.List[0].Field != "servers.srv.command" || !strings.Contains(ps.List[0].Msg, "not on PATH") {
 		t.Fatalf("a server executable not on PATH: %v", err)
@@ -148,13 +155,7 @@ func TestPlanChecksLedgerAndGateValidator(t *testing.T) {
 	y := strings.Replace(inputsProtocol, "provenance:\n  - {path: data/helper.py, role: helper}\n",
 		"ledger:\n  - [warden-no-such-ledger-tool, --version]\n", 1)
 	y = strings.Replace(y, `--manifest, "${MANIFEST}", `, "", 1)
-	for _, rel := range []string{"bin/client", "bin/check"} {
-		writeExec(t, filepath.Join(dir, rel))
-	}
-	if err := os.WriteFile(file, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := PlanFile(file, Options{CheckInputs: true})
+	_, err := planWithClientAndCheck(t, file, y)
 	var ps *Problems
 	if !errors.As(err, &ps) || len(ps.List) != 1 || ps.List[0].Field != "ledger[0]" || ps.List[0].Pos.Line == 0 {
 		t.Fatalf("a ledger command not on PATH: %v", err)

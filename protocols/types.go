@@ -537,16 +537,10 @@ func (c *Command) decodeNode(d *decoder, n *yaml.Node, path string) {
 			d.c.add(posOf(n), path, "command is empty")
 			return
 		}
-		for i, a := range n.Content {
-			a, ok := d.resolve(a)
-			if !ok {
-				continue
-			}
-			if s, ok := d.scalarString(a, joinIndex(path, i)); ok {
-				c.Argv = append(c.Argv, s)
-				c.ArgPos = append(c.ArgPos, posOf(a))
-			}
-		}
+		d.eachString(n, path, func(s string, a *yaml.Node) {
+			c.Argv = append(c.Argv, s)
+			c.ArgPos = append(c.ArgPos, posOf(a))
+		})
 	case yaml.MappingNode:
 		var s struct {
 			Meta  Meta   `yaml:"-"`
@@ -655,15 +649,7 @@ func (d *decoder) selection(n *yaml.Node, path string) Selection {
 			s.Values = []string{v}
 		}
 	case yaml.SequenceNode:
-		for i, e := range n.Content {
-			e, ok := d.resolve(e)
-			if !ok {
-				continue
-			}
-			if v, ok := d.scalarString(e, joinIndex(path, i)); ok {
-				s.Values = append(s.Values, v)
-			}
-		}
+		d.eachString(n, path, func(v string, _ *yaml.Node) { s.Values = append(s.Values, v) })
 	default:
 		d.c.add(posOf(n), path, "expected a value or a list of values, got %s", kindName(n))
 	}

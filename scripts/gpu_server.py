@@ -535,24 +535,28 @@ class Server(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class JSONHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler that logs nothing and answers JSON."""
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 def make_handler(st):
     """st: the serve state (args, engine, draining flag, counters)."""
     args, eng = st["args"], st["engine"]  # eng: the EngineClient
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(JSONHandler):
         protocol_version = "HTTP/1.1"
         timeout = args.idle_timeout_s  # uvicorn closes idle keep-alive connections after 5 s
-
-        def log_message(self, *a):
-            pass
-
-        def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
         def do_GET(self):
             path, _, query = self.path.partition("?")
@@ -946,18 +950,7 @@ def standin(args):
     threading.Thread(target=wait_ready, daemon=True).start()
     lock = threading.Lock()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def do_GET(self):
             if self.path == "/health":
                 self.reply(200 if ready.is_set() else 503, {})

@@ -316,27 +316,33 @@ EOF
 
 dbd_ready() { timeout 10 sacctmgr -n -P list cluster format=cluster; }
 
-start_slurmdbd() {
-  if alive "$DBD_PID" slurmdbd; then
-    say "slurmdbd already running (pid $(pid_in "$DBD_PID"))"
+# start_daemon NAME COMM PIDFILE LOG CMD...: unless the process PIDFILE
+# names runs as COMM, start CMD and wait until it has written PIDFILE.
+start_daemon() {
+  local name=$1 comm=$2 pidfile=$3 log=$4
+  shift 4
+  if alive "$pidfile" "$comm"; then
+    say "$name already running (pid $(pid_in "$pidfile"))"
     return 0
   fi
-  say "starting slurmdbd"
-  launch slurmdbd "$DBD_LOG" /usr/sbin/slurmdbd
-  wait_until 30 slurmdbd "$DBD_LOG" "running (pid file $DBD_PID)" alive "$DBD_PID" slurmdbd
+  say "starting $name"
+  launch "$name" "$log" "$@"
+  wait_until 30 "$name" "$log" "running (pid file $pidfile)" alive "$pidfile" "$comm"
+}
+
+# start_slurmdbd starts slurmdbd unless it runs, and waits until it answers
+# (at once when it ran already).
+start_slurmdbd() {
+  start_daemon slurmdbd slurmdbd "$DBD_PID" "$DBD_LOG" /usr/sbin/slurmdbd
   wait_until 60 slurmdbd "$DBD_LOG" "answering sacctmgr" dbd_ready
 }
 
 ctld_ready() { timeout 5 scontrol ping | grep -q 'is UP'; }
 
+# start_slurmctld starts slurmctld unless it runs, and waits until it
+# answers (at once when it ran already).
 start_slurmctld() {
-  if alive "$CTLD_PID" slurmctld; then
-    say "slurmctld already running (pid $(pid_in "$CTLD_PID"))"
-    return 0
-  fi
-  say "starting slurmctld"
-  launch slurmctld "$CTLD_LOG" /usr/sbin/slurmctld
-  wait_until 30 slurmctld "$CTLD_LOG" "running (pid file $CTLD_PID)" alive "$CTLD_PID" slurmctld
+  start_daemon slurmctld slurmctld "$CTLD_PID" "$CTLD_LOG" /usr/sbin/slurmctld
   wait_until 30 slurmctld "$CTLD_LOG" "answering scontrol ping" ctld_ready
 }
 
@@ -344,13 +350,7 @@ start_slurmd() {
   local node=$1 pid log
   pid=$(slurmd_pid "$node")
   log=$(slurmd_log "$node")
-  if alive "$pid" slurmd; then
-    say "slurmd $node already running (pid $(pid_in "$pid"))"
-    return 0
-  fi
-  say "starting slurmd $node"
-  launch "slurmd $node" "$log" /usr/sbin/slurmd -N "$node"
-  wait_until 30 "slurmd $node" "$log" "running (pid file $pid)" alive "$pid" slurmd
+  start_daemon "slurmd $node" slurmd "$pid" "$log" /usr/sbin/slurmd -N "$node"
 }
 
 # stop NAME PIDFILE COMM LOG SECONDS: SIGTERM the process its pid file names,

@@ -54,6 +54,18 @@ def until(cond, what, deadline_s=30):
     raise AssertionError("timed out waiting for " + what)
 
 
+def streaming(s, prompt, max_tokens):
+    """Starts a completion on the server s in a thread and returns, once its
+    first token came, the thread and the dict whose "r" is its result once
+    the thread ends."""
+    res = {}
+    first = threading.Event()
+    t = threading.Thread(target=lambda: res.update(r=s.complete(prompt, max_tokens, on_first=first.set)))
+    t.start()
+    until(first.is_set, "the first token")
+    return t, res
+
+
 class Server:
     def __init__(self, tmp, *extra):
         self.port = free_port()
@@ -246,11 +258,7 @@ class ServeTest(unittest.TestCase):
 
     def test_sigterm_lets_in_flight_requests_finish_and_refuses_new_ones(self):
         s = self.start("--model-backend", "fake", "--fake-step-ms", "10", "--shutdown-timeout", "30")
-        res = {}
-        first = threading.Event()
-        t = threading.Thread(target=lambda: res.update(r=s.complete([1, 2], 100, on_first=first.set)))
-        t.start()
-        until(first.is_set, "the first token")
+        t, res = streaming(s, [1, 2], 100)
         s.p.send_signal(signal.SIGTERM)
         until(lambda: "SIGTERM: draining 1" in s.logtext(), "the drain")
         status = s.post("/v1/completions", {"prompt": [1], "max_tokens": 1})[0]
@@ -262,11 +270,7 @@ class ServeTest(unittest.TestCase):
 
     def test_shutdown_timeout_aborts_what_is_left(self):
         s = self.start("--model-backend", "fake", "--fake-step-ms", "10", "--shutdown-timeout", "0.2")
-        res = {}
-        first = threading.Event()
-        t = threading.Thread(target=lambda: res.update(r=s.complete([1, 2], 10000, on_first=first.set)))
-        t.start()
-        until(first.is_set, "the first token")
+        t, res = streaming(s, [1, 2], 10000)
         self.assertEqual(s.term(), 0)
         t.join()
         status, toks, usage, done, finishes = res["r"]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
@@ -31,16 +32,17 @@ import (
 func refusal(err error) error {
 	var se *campaigndir.SettingsError
 	if errors.As(err, &se) {
-		return &exitError{2, err}
+		return &cli.ExitError{Code: 2, Err: err}
 	}
-	return &exitError{1, err}
+	return &cli.ExitError{Code: 1, Err: err}
 }
 
 // noController refuses while a controller holds the campaign.
 func noController(dir string) error {
 	if lockfile.Held(campaignfs.Lock(dir)) {
-		return &exitError{1, fmt.Errorf("controller pid %d runs campaign %s: stop it first (controller stop -d %s), then amend and resume",
+		return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d runs campaign %s: stop it first (controller stop -d %s), then amend and resume",
 			lockfile.Owner(campaignfs.Lock(dir)), dir, dir)}
+
 	}
 	return nil
 }
@@ -68,7 +70,7 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || file == "" || id == "" || reason == "" {
-				return &exitError{2, errors.New("amend: -d DIR, -f NEW_PROTOCOL, --id and --reason are required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("amend: -d DIR, -f NEW_PROTOCOL, --id and --reason are required")}
 			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
@@ -86,12 +88,12 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 				err := api.NewClient(abs, 5*time.Minute).Amend(ctx, api.AmendRequest(req), &res)
 				cancel()
 				if err != nil {
-					return &exitError{1, err}
+					return &cli.ExitError{Code: 1, Err: err}
 				}
 			} else if res, err = campaigndir.Amend(abs, req); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
-					return &exitError{2, err}
+					return &cli.ExitError{Code: 2, Err: err}
 				}
 				return refusal(err)
 			}
@@ -130,7 +132,7 @@ old verdict stays visible (ctlq show). With RUN arguments only those runs.
 Exit status: 0 done; 1 refused; 2 usage.`,
 		RunE: func(cmd *cobra.Command, runs []string) error {
 			if dir == "" || amendment == "" {
-				return &exitError{2, errors.New("readjudicate: -d DIR and --amendment ID are required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("readjudicate: -d DIR and --amendment ID are required")}
 			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
@@ -173,7 +175,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || id == "" || reason == "" {
-				return &exitError{2, errors.New("freeze: -d DIR, --id and --reason are required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("freeze: -d DIR, --id and --reason are required")}
 			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
@@ -188,17 +190,17 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 				err = api.NewClient(abs, 10*time.Second).Freeze(ctx, api.FreezeRequest{ID: id, Reason: reason, UID: os.Getuid()})
 				cancel()
 				if err != nil {
-					return &exitError{1, fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
+					return &cli.ExitError{Code: 1, Err: fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
 				}
 				if !lockfile.Wait(lock, timeout, 0, nil) {
-					return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
+					return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
 				}
 				fr, err = amend.ReadFrozen(abs, id)
 			} else {
 				fr, err = amend.Freeze(abs, id, reason, os.Getuid(), time.Now())
 			}
 			if err != nil {
-				return &exitError{1, err}
+				return &cli.ExitError{Code: 1, Err: err}
 			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), fr)

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"warden/internal/testcampaign"
 	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
@@ -22,19 +22,8 @@ import (
 func capacityProtocol(t *testing.T, manifest string) string {
 	t.Helper()
 	port := freePorts(t, 1)[0]
-	return writeTemp(t, "capacity.yaml", fmt.Sprintf(`warden: 1
-name: capacity
-host: {gpus: 1, cpus: 1}
-budget: {cap_gpu_hours: 1.0}
-vars: {STANDIN: %q, LOADGEN: %q, MANIFEST: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-regimes:
-  - {name: one, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+	head := testcampaign.Head("capacity", "1.0", fmt.Sprintf("STANDIN: %q, LOADGEN: %q, MANIFEST: %q", standinBin, loadgenBin, manifest), []int{port})
+	return writeTemp(t, "capacity.yaml", head+oneRegime+classAndCleanup+`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.1", --shutdown-timeout, "1",
@@ -63,7 +52,7 @@ phases:
       rate_max: 36
       resolution: 8
       slo: {success_min: 0.99, queue_growth_max: 0.09}
-`, standinBin, loadgenBin, manifest, port))
+`)
 }
 
 // TestCapacitySearchFindsTheStandinsCapacity: a campaign of a capacity
@@ -132,15 +121,8 @@ func TestCapacitySearchFindsTheStandinsCapacity(t *testing.T) {
 		t.Fatalf("ctlq show s.open.b2 does not show the point's verdict and rate:\n%s", out)
 	}
 	// the report draws the search and says the rate it found
-	page := filepath.Join(t.TempDir(), "report.html")
-	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", page).CombinedOutput(); err != nil {
-		t.Fatalf("ctlq report: %v\n%s", err, out)
-	}
-	html, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf(`found <span class="num">%.4g</span> requests/s`, found); !strings.Contains(string(html), want) || !strings.Contains(string(html), `aria-label="capacity search`) {
+	html := c.reportPage()
+	if want := fmt.Sprintf(`found <span class="num">%.4g</span> requests/s`, found); !strings.Contains(html, want) || !strings.Contains(html, `aria-label="capacity search`) {
 		t.Fatalf("the report does not show the capacity curve with the found rate (%s)", want)
 	}
 	c.assertNoProcesses()

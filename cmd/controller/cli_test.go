@@ -22,7 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"warden/internal/testterm"
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -270,7 +270,7 @@ func TestAutoPortsChosenAndRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.runForeground(proto)
-	plan, err := api.ReadPlan(c.dir)
+	plan, err := campaignfs.ReadPlan(c.dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testcampaign"
 	"warden/pkg/state"
 )
 
@@ -22,7 +23,7 @@ func colocProtocol(t *testing.T, failFirst, failAll bool) string {
 	if failAll {
 		verdictB = "fail"
 	}
-	y := protocolHead("coloc", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
+	y := testcampaign.Head("coloc", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
   - {name: pair-a, concurrency: 2, gated: true}
   - {name: pair-b, concurrency: 2, gated: true}
 ` + classAndCleanup + fmt.Sprintf(`servers:

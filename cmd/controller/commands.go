@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
 	"warden/pkg/campaignfs"
@@ -43,7 +44,7 @@ type result struct {
 
 func checkTableOrJSON(output string) error {
 	if output != "table" && output != "json" {
-		return &exitError{2, fmt.Errorf("unknown output %q (table or json)", output)}
+		return &cli.ExitError{Code: 2, Err: fmt.Errorf("unknown output %q (table or json)", output)}
 	}
 	return nil
 }
@@ -73,47 +74,47 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" || dir == "" {
-				return &exitError{2, errors.New("start: -f PROTOCOL and -d DIR are required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("start: -f PROTOCOL and -d DIR are required")}
 			}
 			abs, err := checkRunFlags(output, mo, dir)
 			if err != nil {
 				return err
 			}
 			if cgroups != "auto" && cgroups != "off" {
-				return &exitError{2, fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
 			if notify == "" && cmd.Flags().Changed("notify-timeout-s") {
-				return &exitError{2, errors.New("--notify-timeout-s goes with --notify")}
+				return &cli.ExitError{Code: 2, Err: errors.New("--notify-timeout-s goes with --notify")}
 			}
 			if notify != "" && !(notifyTimeoutS > 0) {
-				return &exitError{2, fmt.Errorf("--notify-timeout-s must be positive, not %g", notifyTimeoutS)}
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s must be positive, not %g", notifyTimeoutS)}
 			}
 			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver, Metrics: mo.settings()}
 			if notify != "" {
 				so.Notify = &campaigndir.NotifySettings{Command: notify, TimeoutS: notifyTimeoutS}
 			}
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
-				return &exitError{2, err}
+				return &cli.ExitError{Code: 2, Err: err}
 			}
 			resolved, note, err := campaigndir.ResolveBackend(backend, so.Executor == "slurm")
 			var noNVML *campaigndir.NoNVMLError
 			if errors.As(err, &noNVML) {
-				return &exitError{exitNoGPUs, err}
+				return &cli.ExitError{Code: exitNoGPUs, Err: err}
 			} else if err != nil {
-				return &exitError{2, err}
+				return &cli.ExitError{Code: 2, Err: err}
 			}
 			so.Backend = resolved
 			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
 			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
-					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
+					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
 				}
 				var ob *campaigndir.OverBudgetError
 				if errors.As(err, &ob) {
-					return &exitError{exitOverBudget, ob}
+					return &cli.ExitError{Code: exitOverBudget, Err: ob}
 				}
-				return &exitError{1, err}
+				return &cli.ExitError{Code: 1, Err: err}
 			}
 			if output != "json" {
 				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
@@ -219,7 +220,7 @@ func checkRunFlags(output string, mo metricsOptions, dir string) (string, error)
 
 func resume(cmd *cobra.Command, dir, backend string, foreground bool, output string, mo metricsOptions) error {
 	if dir == "" {
-		return &exitError{2, errors.New("resume: -d DIR is required")}
+		return &cli.ExitError{Code: 2, Err: errors.New("resume: -d DIR is required")}
 	}
 	abs, err := checkRunFlags(output, mo, dir)
 	if err != nil {
@@ -227,7 +228,7 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	}
 	set, err := campaigndir.ReadSettings(abs)
 	if err != nil {
-		return &exitError{2, err}
+		return &cli.ExitError{Code: 2, Err: err}
 	}
 	if mo.Addr == "" && mo.Textfile == "" && set.Metrics != nil {
 		// the outputs controller start was given, unless this resume names its own
@@ -250,17 +251,17 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if err := campaigndir.CheckResumeBackend(set, backend); err != nil {
 		var noNVML *campaigndir.NoNVMLError
 		if errors.As(err, &noNVML) {
-			return &exitError{exitNoGPUs, err}
+			return &cli.ExitError{Code: exitNoGPUs, Err: err}
 		}
-		return &exitError{1, err}
+		return &cli.ExitError{Code: 1, Err: err}
 	}
 	if !foreground && lockfile.Held(campaignfs.Lock(abs)) {
-		return &exitError{1, fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
+		return &cli.ExitError{Code: 1, Err: fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
 	}
 	var awaiting []outcome.Awaiting
 	if !lockfile.Held(campaignfs.Lock(abs)) {
 		if awaiting, err = awaitingAmendment(abs); err != nil {
-			return &exitError{1, err}
+			return &cli.ExitError{Code: 1, Err: err}
 		}
 	}
 	return damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting))
@@ -285,7 +286,7 @@ const exitDamaged = 6
 func damagedExit(err error) error {
 	var de *campaigndir.DamagedError
 	if errors.As(err, &de) {
-		return &exitError{exitDamaged, err}
+		return &cli.ExitError{Code: exitDamaged, Err: err}
 	}
 	return err
 }
@@ -355,11 +356,11 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	var nr *launch.NotReadyError
 	switch {
 	case errors.As(err, &nr):
-		return 0, &exitError{1, errors.New(nr.Reason)}
+		return 0, &cli.ExitError{Code: 1, Err: errors.New(nr.Reason)}
 	case errors.Is(err, launch.ErrReadyTimeout):
-		return 0, &exitError{1, fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, campaignfs.Log(dir))}
+		return 0, &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, campaignfs.Log(dir))}
 	case err != nil:
-		return 0, &exitError{1, fmt.Errorf("controller pid %d exited before it ran; see %s", pid, campaignfs.Log(dir))}
+		return 0, &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d exited before it ran; see %s", pid, campaignfs.Log(dir))}
 	case reported == 0:
 		return pid, nil
 	}
@@ -386,9 +387,9 @@ func afterStop(cmd *cobra.Command, dir string, pid int, human bool) error {
 	var died *campaigndir.DiedError
 	switch {
 	case errors.As(err, &died):
-		return &exitError{exitDied, err}
+		return &cli.ExitError{Code: exitDied, Err: err}
 	case err != nil:
-		return &exitError{1, err}
+		return &cli.ExitError{Code: 1, Err: err}
 	case human:
 		fmt.Fprintln(cmd.OutOrStdout(), note)
 		return nil
@@ -416,17 +417,17 @@ left live (it died, before or during the stop): resume reclaims them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
-				return &exitError{2, errors.New("stop: -d DIR is required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("stop: -d DIR is required")}
 			}
 			if err := checkTableOrJSON(output); err != nil {
 				return err
 			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
-				return &exitError{2, err}
+				return &cli.ExitError{Code: 2, Err: err}
 			}
 			if _, err := os.Stat(campaignfs.State(abs)); err != nil {
-				return &exitError{2, fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, campaignfs.StateFile)}
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, campaignfs.StateFile)}
 			}
 			human := output != "json"
 			out := cmd.OutOrStdout()
@@ -439,7 +440,7 @@ left live (it died, before or during the stop): resume reclaims them.`,
 			err = api.NewClient(abs, 10*time.Second).Stop(ctx)
 			cancel()
 			if err != nil {
-				return &exitError{1, fmt.Errorf("ask controller pid %d to stop: %w", pid, err)}
+				return &cli.ExitError{Code: 1, Err: fmt.Errorf("ask controller pid %d to stop: %w", pid, err)}
 			}
 			if human {
 				fmt.Fprintf(out, "stopping controller pid %d", pid)
@@ -453,7 +454,7 @@ left live (it died, before or during the stop): resume reclaims them.`,
 				fmt.Fprintln(out)
 			}
 			if !exited {
-				return &exitError{1, fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
+				return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
 			}
 			return afterStop(cmd, abs, pid, human)
 		},
@@ -491,7 +492,7 @@ func (mo metricsOptions) settings() *campaigndir.MetricsSettings {
 func (mo metricsOptions) check() error {
 	if mo.Addr != "" {
 		if err := metrics.CheckLoopback(mo.Addr); err != nil {
-			return &exitError{2, err}
+			return &cli.ExitError{Code: 2, Err: err}
 		}
 	}
 	return nil

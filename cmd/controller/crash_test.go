@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"warden/bench/crashcheck"
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -282,7 +282,7 @@ func TestCrashAmendments(t *testing.T) {
 				n++
 			}
 		}
-		plan, err := api.ReadPlan(c.dir)
+		plan, err := campaignfs.ReadPlan(c.dir)
 		if err != nil || n != 1 || plan.Protocol.SHA256 != cp.ProtocolSHA256 {
 			t.Fatalf("amendment A recorded %d times; plan %v, campaign %s", n, err, cp.ProtocolSHA256)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -222,7 +222,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "controller running, pid") {
 		t.Fatalf("start exited %d:\n%s", code, out)
 	}
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	pid := lockfile.Owner(lock)
 
 	// a second controller on the same directory is refused with the first's pid

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -91,13 +91,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	// complete, one result per run, every state.json matching the
 	// database, nothing left running or holding GPU memory
-	vs, err := crashcheck.Final(c.dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vs {
-		t.Error(v)
-	}
+	requireFinal(t, c)
 }
 
 // killedMidCampaign starts a campaign detached and kills its controller
@@ -157,13 +151,7 @@ func TestRacingResumes(t *testing.T) {
 		t.Fatalf("loser said %q; want %q", lost[0].out, want)
 	}
 	c.waitExit()
-	vs, err := crashcheck.Final(c.dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vs {
-		t.Error(v)
-	}
+	requireFinal(t, c)
 }
 
 func sha256File(t *testing.T, path string) string {
@@ -301,7 +289,7 @@ func TestUnwritableCampaignDir(t *testing.T) {
 	if out, err := exec.Command("mount", "-o", "remount,ro,bind", c.dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot remount read-only: %v %s", err, out)
 	}
-	db := sha256File(t, filepath.Join(c.dir, api.StateFile))
+	db := sha256File(t, campaignfs.State(c.dir))
 	for _, args := range [][]string{{"resume", "-d", c.dir, "--foreground"}, {"--resume", "-d", c.dir}} {
 		out, code := c.controller(args...)
 		if code == 0 || !strings.Contains(out, c.dir) || !strings.Contains(out, "read-only file system") {
@@ -314,7 +302,7 @@ func TestUnwritableCampaignDir(t *testing.T) {
 		t.Fatalf("start in a read-only directory: exit %d:\n%s", code, out)
 	}
 	t.Logf("controller start: %s", strings.TrimSpace(out))
-	if got := sha256File(t, filepath.Join(c.dir, api.StateFile)); got != db {
+	if got := sha256File(t, campaignfs.State(c.dir)); got != db {
 		t.Fatal("state.db changed on a read-only file system")
 	}
 	unmount()

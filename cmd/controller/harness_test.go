@@ -23,8 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
+	"warden/internal/testcampaign"
 	"warden/internal/testports"
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -46,35 +49,27 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "controller-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	// one go build for all four: each is named after its package's directory
-	if out, err := exec.Command("go", goBuild("-o", dir+string(filepath.Separator), ".", "../ctlq", "../loadgen", "../standin")...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build the binaries: %v\n%s", err, out)
-		return 1
-	}
-	controllerBin = filepath.Join(dir, "controller")
-	ctlqBin = filepath.Join(dir, "ctlq")
-	loadgenBin = filepath.Join(dir, "loadgen")
-	standinBin = filepath.Join(dir, "standin")
-	code := m.Run()
-	if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
-		fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
-	}
-	return code
+	return testbin.Run("controller-test-", withRace(".", "../ctlq", "../loadgen", "../standin"), func(dir string) int {
+		controllerBin = filepath.Join(dir, "controller")
+		ctlqBin = filepath.Join(dir, "ctlq")
+		loadgenBin = filepath.Join(dir, "loadgen")
+		standinBin = filepath.Join(dir, "standin")
+		code := m.Run()
+		if err := noteSlurmSkips(slurmSkipped.Load(), os.Getenv("WARDEN_SLURM_SKIP_NOTE")); err != nil {
+			fmt.Fprintln(os.Stderr, "note the skipped Slurm tests:", err)
+		}
+		return code
+	})
 }
 
-// goBuild is the go command's arguments to build with args: with the race
-// detector when this test binary has it.
-func goBuild(args ...string) []string {
+// withRace is go build's arguments args, with the race detector when
+// this test binary has it.
+func withRace(args ...string) []string {
 	if raceBuild {
-		return append([]string{"build", "-race"}, args...)
+		return append([]string{"-race"}, args...)
 	}
-	return append([]string{"build"}, args...)
+	return args
 }
 
 var (
@@ -89,7 +84,7 @@ func failpointController(t *testing.T) string {
 	t.Helper()
 	failpointOnce.Do(func() {
 		failpointBin = filepath.Join(filepath.Dir(controllerBin), "controller-failpoints")
-		out, err := exec.Command("go", goBuild("-tags", "failpoints", "-o", failpointBin, ".")...).CombinedOutput()
+		out, err := exec.Command("go", append([]string{"build"}, withRace("-tags", "failpoints", "-o", failpointBin, ".")...)...).CombinedOutput()
 		if err != nil {
 			failpointErr = fmt.Errorf("build the failpoints controller: %v\n%s", err, out)
 		}
@@ -132,98 +127,31 @@ type scenario struct {
 
 func freePorts(t testing.TB, n int) []int { return testports.Free(t, n) }
 
-func patternIDs(n int) string {
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprintf("p%d", i+1))
-	}
-	return strings.Join(ids, ", ")
-}
-
 func writeProtocol(t *testing.T, sc scenario) string {
 	t.Helper()
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	if sc.patterns == 0 {
-		sc.patterns = 1
-	}
-	ports := freePorts(t, 2)
-	var vals []string
-	for i := range sc.patterns {
-		extra := "0"
-		if i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) {
-			extra = "2"
-		}
-		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
-	}
-	loads := "[saturation]"
-	if sc.loadsModer {
-		loads = "[saturation, moderate]"
-	}
-	head := protocolHead("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), ports)
-	y := head + fmt.Sprintf(`regimes:
-  - {name: two, concurrency: 2}
-classes:
-  - {name: c, drain_allowance_s: %s, watchdog_s: %s}
-cleanup: {timeout_s: %s}
-servers:
-  - name: standin
-    kind: standin
-    command: %s
-    ready_timeout_s: %s
-    shutdown_grace_s: 2
-    group_grace_s: 1
-    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]
-loads:
-  - name: saturation
-    kind: saturation
-    expected_s: 10
-    client: %s
-  - name: moderate
-    kind: moderate
-    needs: [saturation]
-    expected_s: 10
-    env: {SATURATION: "${NEED_SATURATION_DIR}"}
-    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]
-axes:
-  - name: pattern
-    values: [%s]
-phases:
-  - name: matrix
-    kind: primary
-    matrix: {pattern: [%s]}
-    loads: %s
-retries: {infrastructure: %d}
-stop: {quarantined_fraction_gt: %s}
-`, def(sc.drainS, "5"), def(sc.watchdogS, "10"), def(sc.cleanupS, "10"),
-		def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
-		def(sc.readyS, "10"), def(sc.expect, "chunked"),
-		def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, def(sc.measureS, "0.5"), sc.clientArgs)),
-		def(sc.measureS, "0.5"), sc.clientArgs, sc.moderArgs,
-		strings.Join(vals, ", "), patternIDs(sc.patterns),
-		loads, sc.retries, def(sc.quarantined, "0.9"))
+	def, measure := testcampaign.Or, testcampaign.Or(sc.measureS, "0.5")
+	y := testcampaign.Head("e2e", def(sc.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q, CONTROLLER: %q", standinBin, controllerBin), freePorts(t, 2)) + testcampaign.Standin{
+		DrainS: def(sc.drainS, "5"), WatchdogS: def(sc.watchdogS, "10"), CleanupS: def(sc.cleanupS, "10"),
+		Server:         def(sc.server, `["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024", --effective-config, "effective config: enable_chunked_prefill=True"`+sc.serverArgs+`]`),
+		ReadyS:         def(sc.readyS, "10"),
+		Expect:         fmt.Sprintf(`[{name: chunked, pattern: 'enable_chunked_prefill=True'}, {name: extra, pattern: %q}]`, def(sc.expect, "chunked")),
+		ExpectedS:      "10",
+		Client:         def(sc.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}" %s]`, measure, sc.clientArgs)),
+		ModerateClient: fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.2", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client" %s %s]`, measure, sc.clientArgs, sc.moderArgs),
+		Cells:          sc.patterns,
+		Late:           func(i int) bool { return i < sc.drainExtra || slices.Contains(sc.quarantine, i+1) },
+		Moderate:       sc.loadsModer, Retries: sc.retries, Quarantined: def(sc.quarantined, "0.9"),
+	}.YAML()
 	if sc.validators != "" {
 		y += "validators:\n" + sc.validators
 	}
 	return writeTemp(t, "e2e.yaml", y)
 }
 
-// protocolHead is the start of a test protocol: its name, a host of one
-// GPU and one CPU for each port, the budget cap, the variables (the inside
-// of the vars mapping) and slot sI on GPU I and CPU I for each port.
-func protocolHead(name, capGPUHours, vars string, ports []int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "warden: 1\nname: %s\nhost: {gpus: %d, cpus: %d}\nbudget: {cap_gpu_hours: %s}\nvars: {%s}\nslots:\n",
-		name, len(ports), len(ports), capGPUHours, vars)
-	for i, p := range ports {
-		fmt.Fprintf(&b, "  - {name: s%d, gpus: [%d], cpus: \"%d\", port: %d}\n", i, i, i, p)
-	}
-	return b.String()
-}
+// oneRegime is the regime of the one-slot test protocols.
+const oneRegime = `regimes:
+  - {name: one, concurrency: 1}
+`
 
 // classAndCleanup is the one class c and the cleanup timeout of the test
 // protocols that need nothing else of them.
@@ -421,7 +349,7 @@ func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
 func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
 	c.t.Helper()
 	c.start(proto)
-	pid := lockfile.Owner(filepath.Join(c.dir, api.LockFile))
+	pid := lockfile.Owner(campaignfs.Lock(c.dir))
 	c.waitMeasuring()
 	if err := syscall.Kill(pid, sig); err != nil {
 		c.t.Fatal(err)
@@ -433,7 +361,7 @@ func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what s
 // until its lock is free; its children live on.
 func (c *campaign) killController() {
 	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
 		c.t.Fatal(err)
 	}
@@ -451,7 +379,7 @@ func tail(s string, n int) string {
 
 func (c *campaign) store() *state.Store {
 	c.t.Helper()
-	s, err := state.OpenReadOnly(filepath.Join(c.dir, api.StateFile), 5*time.Second)
+	s, err := state.OpenReadOnly(campaignfs.State(c.dir), 5*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -545,6 +473,21 @@ func (c *campaign) ctlqStatusExits(want int) {
 	}
 }
 
+// reportPage writes the campaign's ctlq report to a file, which must
+// succeed, and returns the page.
+func (c *campaign) reportPage() string {
+	c.t.Helper()
+	page := filepath.Join(c.t.TempDir(), "report.html")
+	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", page).CombinedOutput(); err != nil {
+		c.t.Fatalf("ctlq report: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(b)
+}
+
 func (c *campaign) liveStatus() api.Status {
 	c.t.Helper()
 	cl := api.NewClient(c.dir, 5*time.Second)
@@ -586,7 +529,7 @@ func campaignPIDsIn(dir string) []int {
 // killLeftovers ends what the test's campaign started, if anything is
 // left after a failure, and stops a controller that still runs.
 func (c *campaign) killLeftovers() {
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	if lockfile.Held(lock) {
 		if pid := lockfile.Owner(lock); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -719,6 +662,6 @@ func (c *campaign) waitExit() {
 // controller holds the campaign's lock.
 func (c *campaign) waitUnlocked(what string, within time.Duration) {
 	c.t.Helper()
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
 }

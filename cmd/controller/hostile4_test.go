@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -26,7 +26,7 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}),
 		"    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:")
 	c.start(proto)
-	lock := filepath.Join(c.dir, api.LockFile)
+	lock := campaignfs.Lock(c.dir)
 	ctl := lockfile.Owner(lock)
 	cur := c.waitMeasuring()
 	measuring := time.Now() // the client started before this

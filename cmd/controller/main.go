@@ -13,18 +13,6 @@ import (
 	"warden/internal/mancmd"
 )
 
-// exitError carries a process exit code through cobra.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// ExitStatus makes an exitError a cli.StatusError.
-func (e *exitError) ExitStatus() (int, error) { return e.code, e.err }
-
 func main() {
 	os.Exit(cli.Run(newRoot(), 1, func(_ *cobra.Command, err error, s cli.Status) {
 		switch {

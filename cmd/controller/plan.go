@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/campaigndir"
 	"warden/pkg/planview"
 	"warden/protocols"
@@ -58,7 +59,7 @@ machine it is frozen for (start always looks).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return &exitError{2, errors.New("plan: -f PROTOCOL is required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("plan: -f PROTOCOL is required")}
 			}
 			plan, err := protocols.PlanFile(file, protocols.Options{Regime: regime, CheckInputs: checkInputs})
 			if err != nil {
@@ -66,11 +67,11 @@ machine it is frozen for (start always looks).`,
 				if errors.As(err, &ps) {
 					if output == "json" {
 						writeJSON(cmd.OutOrStdout(), map[string]any{"schema": protocols.PlanSchema, "valid": false, "problems": ps.List, "omitted": ps.Omitted})
-						return &exitError{2, nil}
+						return &cli.ExitError{Code: 2, Err: nil}
 					}
-					return &exitError{2, fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
+					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
 				}
-				return &exitError{2, err}
+				return &cli.ExitError{Code: 2, Err: err}
 			}
 			switch output {
 			case "json":
@@ -85,10 +86,10 @@ machine it is frozen for (start always looks).`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "not checked:", u)
 				}
 			default:
-				return &exitError{2, fmt.Errorf("plan: unknown output %q (json or table)", output)}
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("plan: unknown output %q (json or table)", output)}
 			}
 			if err := overBudget(plan); err != nil {
-				return &exitError{exitOverBudget, fmt.Errorf("%w; controller start refuses it unless --allow-over-budget (then it stops when a wave would pass the cap)", err)}
+				return &cli.ExitError{Code: exitOverBudget, Err: fmt.Errorf("%w; controller start refuses it unless --allow-over-budget (then it stops when a wave would pass the cap)", err)}
 			}
 			return nil
 		},

@@ -56,10 +56,7 @@ slots:
   - {name: s1, gpus: [1], cpus: "1", port: %d}
 regimes:
   - {name: two, concurrency: 2}
-classes:
-  - {name: c, drain_allowance_s: 5, watchdog_s: 10}
-cleanup: {timeout_s: 10}
-servers:
+`+classAndCleanup+`servers:
 %s%sloads:
   - name: closed
     kind: closed-loop

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,18 +36,11 @@ func TestReportMarksDeadController(t *testing.T) {
 	if dead == nil || !(dead.Figures["dead_until_unix"] > dead.Figures["dead_from_unix"]) || dead.Figures["controller_pid"] <= 0 {
 		t.Fatalf("no controller-dead event with its interval: %+v", dead)
 	}
-	page := filepath.Join(t.TempDir(), "report.html")
-	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", page).CombinedOutput(); err != nil {
-		t.Fatalf("ctlq report: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(string(b), `<g class="dead">`); n < 2 {
+	b := c.reportPage()
+	if n := strings.Count(b, `<g class="dead">`); n < 2 {
 		t.Fatalf("the report shades the dead interval in %d chart(s), want the timeline and the budget at least", n)
 	}
-	if !strings.Contains(string(b), "no controller for ") {
+	if !strings.Contains(b, "no controller for ") {
 		t.Fatal("the report's notes do not name the interval without a controller")
 	}
 	c.assertNoProcesses()

@@ -11,9 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warden/internal/testcampaign"
 	"warden/pkg/campaigndir"
+	"warden/pkg/campaignfs"
 
-	"warden/pkg/api"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/state"
@@ -31,7 +32,7 @@ func writeBigProtocol(b *testing.B, dir string, n int) string {
 		fmt.Fprintf(&vals, "{id: p%d}, ", i+1)
 		fmt.Fprintf(&ids, "p%d, ", i+1)
 	}
-	y := protocolHead("big", "1000", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
+	y := testcampaign.Head("big", "1000", fmt.Sprintf("STANDIN: %q", standinBin), ports) + `regimes:
   - {name: two, concurrency: 2}
 ` + classAndCleanup + fmt.Sprintf(`servers:
   - {name: standin, kind: standin, command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --gpu-mem-mib, "1024"], ready_timeout_s: 10}
@@ -67,7 +68,7 @@ func bigCampaign(b *testing.B, dir string) {
 	}
 	// not strict: a check inside each of 10,000 writes would make the
 	// fixture quadratic; it is checked once, when written
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{NoSync: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func killCampaign(dir string, controller *exec.Cmd) {
 // removeCampaignCgroup removes the campaign's cgroup root and its empty
 // leaves, which the killed controllers left.
 func removeCampaignCgroup(b *testing.B, dir string) {
-	s, err := state.OpenReadOnly(filepath.Join(dir, api.StateFile), 5*time.Second)
+	s, err := state.OpenReadOnly(campaignfs.State(dir), 5*time.Second)
 	if err != nil {
 		b.Error(err)
 		return

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testcampaign"
 	"warden/internal/testports"
 	"warden/pkg/loadgen"
 	"warden/pkg/state"
@@ -183,11 +184,6 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	t.Logf("over-budget verdict: %s", v.Detail)
 }
 
-// oneRegime is the regime of the one-slot protocols below.
-const oneRegime = `regimes:
-  - {name: one, concurrency: 1}
-`
-
 // saturationOnP1 is the last load of the one-slot protocols below, a
 // stand-in client at concurrency 1, and their one pattern, p1.
 const saturationOnP1 = `  - name: saturation
@@ -205,7 +201,7 @@ func reusedProtocol(t *testing.T, loadgenBin, manifest, serverArgs string) strin
 	t.Helper()
 	ports := freePorts(t, 1)
 	vars := fmt.Sprintf("STANDIN: %q, CONTROLLER: %q, LOADGEN: %q, MANIFEST: %q", standinBin, controllerBin, loadgenBin, manifest)
-	y := protocolHead("reused-profiler", "1.0", vars, ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
+	y := testcampaign.Head("reused-profiler", "1.0", vars, ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: standin
     kind: standin
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",
@@ -284,7 +280,7 @@ func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
 func sglangProtocol(t *testing.T, path, equals string) string {
 	t.Helper()
 	ports := freePorts(t, 1)
-	y := protocolHead("sglang-config", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
+	y := testcampaign.Head("sglang-config", "1.0", fmt.Sprintf("STANDIN: %q", standinBin), ports) + oneRegime + classAndCleanup + fmt.Sprintf(`servers:
   - name: sglang
     kind: sglang
     command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "1024",

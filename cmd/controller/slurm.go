@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warden/internal/cli"
 	"warden/pkg/campaigndir"
 	"warden/pkg/slurm"
 	"warden/protocols"
@@ -69,10 +70,10 @@ Exit codes: 0 the attempt reached a terminal state; 1 it could not begin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if specPath == "" {
-				return &exitError{2, errors.New("node-attempt: --spec FILE is required")}
+				return &cli.ExitError{Code: 2, Err: errors.New("node-attempt: --spec FILE is required")}
 			}
 			if err := campaigndir.RunNodeAttempt(specPath, os.Stdout, os.Stdin, os.Stderr); err != nil {
-				return &exitError{exitNodeFailed, err}
+				return &cli.ExitError{Code: exitNodeFailed, Err: err}
 			}
 			return nil
 		},

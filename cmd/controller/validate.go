@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"warden/internal/cli"
 	"warden/pkg/campaignfs"
 	"warden/pkg/validate"
 	"warden/pkg/validator"
@@ -48,7 +49,9 @@ validator, whose verdict the controller records as the gate
 	}
 	// A bad flag is a usage error: exit 2, as documented (the children
 	// inherit this).
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{2, fmt.Errorf("validate: %w", err)} })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &cli.ExitError{Code: 2, Err: fmt.Errorf("validate: %w", err)}
+	})
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
 		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd(),
 		newValidateWaveformCmd())
@@ -60,24 +63,48 @@ func printVerdict(w io.Writer, name, output string, r validate.Result) error {
 	return validate.WriteVerdict(w, name, output == "json", r)
 }
 
+// verdictCmd is the validate subcommand name: its help (long, then
+// validateExit), its --output flag, and a run that checks --output, then
+// calls check, which returns the verdict to print, or a usage error (no
+// verdict line).
+func verdictCmd(name, short, long string, check func() (validate.Result, error)) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Long:  long + validateExit,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			r, err := check()
+			if err != nil {
+				return err
+			}
+			return printVerdict(cmd.OutOrStdout(), name, output, r)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text or json")
+	return cmd
+}
+
 func checkOutput(o string) error {
 	if o != "json" && o != "text" {
-		return &exitError{2, fmt.Errorf("validate: unknown output %q (json or text)", o)}
+		return &cli.ExitError{Code: 2, Err: fmt.Errorf("validate: unknown output %q (json or text)", o)}
 	}
 	return nil
 }
 
 func usage(format string, a ...any) error {
-	return &exitError{2, fmt.Errorf("validate: "+format, a...)}
+	return &cli.ExitError{Code: 2, Err: fmt.Errorf("validate: "+format, a...)}
 }
 
 func newValidateLayer1Cmd() *cobra.Command {
-	var stream, dir, output string
+	var stream, dir string
 	var acc layer1Accounting
-	cmd := &cobra.Command{
-		Use:   "layer1",
-		Short: "Check a Layer-1 JSONL stream and its sidecar by the A-P3-5 rule",
-		Long: `layer1 checks a Layer-1 stream (JSON lines, one schema-v1 record per engine
+	cmd := verdictCmd("layer1", "Check a Layer-1 JSONL stream and its sidecar by the A-P3-5 rule",
+		`layer1 checks a Layer-1 stream (JSON lines, one schema-v1 record per engine
 step: docs/validators.md lists its fields) and its sidecar
 <stream>.footer.json by seed 002's A-P3-5 rule: every complete line decodes
 as a schema-v1 record (every field present and of its type, schema 1;
@@ -94,37 +121,29 @@ read from --signals, by default $WARDEN_SIGNALS_FILE, which the controller
 sets for validators.
 
 Give the stream with --stream, or a directory holding exactly one *.jsonl
-with --dir.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+with --dir.`,
+		func() (validate.Result, error) {
 			if (stream == "") == (dir == "") {
-				return usage("layer1: give exactly one of --stream and --dir")
+				return validate.Result{}, usage("layer1: give exactly one of --stream and --dir")
 			}
 			opts := acc.options()
 			if dir != "" {
-				return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Dir(dir, acc.sidecar, acc.signals, opts))
+				return validate.Layer1Dir(dir, acc.sidecar, acc.signals, opts), nil
 			}
-			return printVerdict(cmd.OutOrStdout(), "layer1", output, validate.Layer1Files(stream, acc.sidecar, acc.signals, opts))
-		},
-	}
+			return validate.Layer1Files(stream, acc.sidecar, acc.signals, opts), nil
+		})
 	f := cmd.Flags()
 	f.StringVar(&stream, "stream", "", "the Layer-1 JSONL stream")
 	f.StringVar(&dir, "dir", "", "a directory holding exactly one Layer-1 stream (*.jsonl)")
 	acc.bind(f)
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
 
 func newValidateClientCmd() *cobra.Command {
-	var output, dir string
+	var dir string
 	o := validate.DefaultClient()
-	cmd := &cobra.Command{
-		Use:   "client",
-		Short: "Check the load client's result: segments, failures, tokens, rate, lag, no text",
-		Long: `client checks a load client's result directory (loadgen's result.json,
+	cmd := verdictCmd("client", "Check the load client's result: segments, failures, tokens, rate, lag, no text",
+		`client checks a load client's result directory (loadgen's result.json,
 segments.jsonl and requests/*.jsonl): the timeline completed; exactly
 --segments clean segments of --segment-seconds each; no clean-segment
 request failed; every completed request produced exactly the output tokens
@@ -133,23 +152,18 @@ planned time; no file has a prompt or generated-text field
 (--forbidden-fields). An open-loop (moderate) run needs
 --saturation-result: its λ must be --rate-fraction x that run's clean
 completed throughput, and its achieved offered rate within --rate-tolerance
-of it.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+of it.`,
+		func() (validate.Result, error) {
 			if dir == "" {
-				return usage("client: --result-dir DIR is required")
+				return validate.Result{}, usage("client: --result-dir DIR is required")
 			}
 			if o.Segments < 1 || o.SegmentSeconds <= 0 || o.RateFraction <= 0 || o.RateTolerance < 0 {
-				return usage("client: --segments, --segment-seconds and --rate-fraction must be positive")
+				return validate.Result{}, usage("client: --segments, --segment-seconds and --rate-fraction must be positive")
 			}
-			return printVerdict(cmd.OutOrStdout(), "client", output, validate.ClientDir(dir, o))
-		},
-	}
+			return validate.ClientDir(dir, o), nil
+		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.IntVar(&o.Segments, "segments", o.Segments, "clean segments the protocol declares")
 	f.Float64Var(&o.SegmentSeconds, "segment-seconds", o.SegmentSeconds, "seconds of each clean segment")
 	f.Float64Var(&o.SegmentTolS, "segment-tolerance-s", o.SegmentTolS, "how far a clean segment's length may be from --segment-seconds")
@@ -158,18 +172,15 @@ of it.` + validateExit,
 	f.Float64Var(&o.RateTolerance, "rate-tolerance", o.RateTolerance, "relative tolerance of the achieved offered rate")
 	f.Float64Var(&o.LagThresholdS, "lag-threshold-s", o.LagThresholdS, "generator lag (sent - planned) no request may exceed")
 	f.StringSliceVar(&o.ForbiddenFields, "forbidden-fields", o.ForbiddenFields, "JSON keys that must not appear (prompt or generated text)")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
 
 func newValidateSanityCmd() *cobra.Command {
-	var output, out, base string
+	var out, base string
 	var inputs, consts []string
 	o := validate.DefaultSanity()
-	cmd := &cobra.Command{
-		Use:   "sanity",
-		Short: "Write the data sanity block (sanity.json) of a run's numeric outputs and check its red flags",
-		Long: `sanity reads the run's numeric outputs (--input: JSON or JSON-lines files, or
+	cmd := verdictCmd("sanity", "Write the data sanity block (sanity.json) of a run's numeric outputs and check its red flags",
+		`sanity reads the run's numeric outputs (--input: JSON or JSON-lines files, or
 directories of them) and writes the seed's data sanity block to --out (by
 default $WARDEN_ATTEMPT_DIR/sanity.json; "-" writes none): for every numeric
 family (a JSON path in a file) n, finite, missing, min, max and distinct
@@ -178,20 +189,16 @@ count. Red flags fail the check: a negative value in a family not declared
 named ratio, fraction, share, frac or usage) outside [0,1], a non-finite
 value, a declared --constant NAME=VALUE that does not hold or is absent.
 Families that never varied but were not declared are listed, not flagged.
-ctlq show prints the block of an attempt.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+ctlq show prints the block of an attempt.`,
+		func() (validate.Result, error) {
 			if len(inputs) == 0 {
-				return usage("sanity: at least one --input is required")
+				return validate.Result{}, usage("sanity: at least one --input is required")
 			}
 			for _, c := range consts {
 				name, val, ok := strings.Cut(c, "=")
 				v, err := strconv.ParseFloat(val, 64)
 				if !ok || err != nil || name == "" {
-					return usage("sanity: --constant %q: want NAME=NUMBER", c)
+					return validate.Result{}, usage("sanity: --constant %q: want NAME=NUMBER", c)
 				}
 				o.Constants[name] = v
 			}
@@ -205,28 +212,24 @@ ctlq show prints the block of an attempt.` + validateExit,
 			if base == "" && len(inputs) > 0 {
 				base = os.Getenv("WARDEN_ATTEMPT_DIR")
 			}
-			return printVerdict(cmd.OutOrStdout(), "sanity", output, validate.WriteSanity(inputs, base, out, o))
-		},
-	}
+			return validate.WriteSanity(inputs, base, out, o), nil
+		})
 	f := cmd.Flags()
 	f.StringArrayVar(&inputs, "input", nil, "a JSON or JSON-lines file, or a directory of them (repeatable)")
 	f.StringVar(&base, "base", "", "directory cut from family names (default $WARDEN_ATTEMPT_DIR)")
 	f.StringVar(&out, "out", "", "where to write sanity.json (default $WARDEN_ATTEMPT_DIR/sanity.json; - for none)")
 	f.StringArrayVar(&consts, "constant", nil, "a declared constant, FAMILY=VALUE; FAMILY may use * (repeatable)")
 	f.StringArrayVar(&o.Signed, "signed", nil, "a family pattern that may be negative (repeatable)")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
 
 func newValidateWarmupCmd() *cobra.Command {
-	var output, dir, pattern string
+	var dir, pattern string
 	var stabPatterns []string
 	var acc layer1Accounting
 	o := validate.WarmupOptions{MinCompletions: 32, Layer1: validate.DefaultLayer1}
-	cmd := &cobra.Command{
-		Use:   "warmup",
-		Short: "Check the warm-up: enough completions, or for P10-class runs A-P3-6's stabilization test",
-		Long: `warmup checks the client's warm-up segment (result.json segments[0], kind
+	cmd := verdictCmd("warmup", "Check the warm-up: enough completions, or for P10-class runs A-P3-6's stabilization test",
+		`warmup checks the client's warm-up segment (result.json segments[0], kind
 warmup): it passes with at least --min-completions successful completions
 (the seed: 32; the smaller of the segment's succeeded and the successes in
 its records file). With --stabilization (or --pattern in
@@ -239,47 +242,39 @@ R_j = sum(prefill_tokens+decode_tokens)/bin seconds, contiguous steps, the
 Layer-1 accounting check passing (--sidecar, --signals, --tolerance-ms,
 --flush-interval-s as for layer1); OLS slope s of R over the bin centres;
 abs(s)*(warm-up/4)/R_bar <= 0.10. It reads files only, so a
-re-adjudication can run it on retained telemetry.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+re-adjudication can run it on retained telemetry.`,
+		func() (validate.Result, error) {
 			if dir == "" {
-				return usage("warmup: --result-dir DIR is required")
+				return validate.Result{}, usage("warmup: --result-dir DIR is required")
 			}
 			if o.MinCompletions < 1 {
-				return usage("warmup: --min-completions must be at least 1")
+				return validate.Result{}, usage("warmup: --min-completions must be at least 1")
 			}
 			if pattern != "" && slices.Contains(stabPatterns, pattern) {
 				o.Stabilization = true
 			}
 			if o.Stabilization && o.Layer1Dir == "" {
-				return usage("warmup: the stabilization test needs --layer1-dir")
+				return validate.Result{}, usage("warmup: the stabilization test needs --layer1-dir")
 			}
 			o.Sidecar, o.Signals, o.Layer1 = acc.sidecar, acc.signals, acc.options()
-			return printVerdict(cmd.OutOrStdout(), "warmup", output, validate.WarmupDir(dir, o))
-		},
-	}
+			return validate.WarmupDir(dir, o), nil
+		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.IntVar(&o.MinCompletions, "min-completions", o.MinCompletions, "successful warm-up completions required")
 	f.BoolVar(&o.Stabilization, "stabilization", false, "allow A-P3-6's OR branch (P10-class runs)")
 	f.StringVar(&pattern, "pattern", "", "the run's pattern (e.g. ${PATTERN}); with --stabilization-patterns")
 	f.StringSliceVar(&stabPatterns, "stabilization-patterns", nil, "patterns whose runs get the OR branch (e.g. P10)")
 	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
 	acc.bind(f)
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
 
 func newValidateRecoveryCmd() *cobra.Command {
-	var output, dir string
+	var dir string
 	o := validate.DefaultRecovery()
-	cmd := &cobra.Command{
-		Use:   "recovery",
-		Short: "Check that every recovery returns to clean segment C's completion rate and waiting queue",
-		Long: `recovery checks, after each profile window, the seed's recovery rule: at the
+	cmd := verdictCmd("recovery", "Check that every recovery returns to clean segment C's completion rate and waiting queue",
+		`recovery checks, after each profile window, the seed's recovery rule: at the
 end of each recovery segment (result.json segments of kind recovery, each
 right after a profile window, each --recovery-s long), the --window-s
 rolling completion rate (successes of requests/*.jsonl by end_mono_ns in
@@ -287,31 +282,31 @@ rolling completion rate (successes of requests/*.jsonl by end_mono_ns in
 num_waiting_reqs of the records submitted in [end-W, end)) are within
 --tolerance of their medians over clean segment C (the last clean
 segment, sampled every --step-s from its start + W to its end). A median
-of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
+		func() (validate.Result, error) {
 			if dir == "" || o.Layer1Dir == "" {
-				return usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
+				return validate.Result{}, usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
 			}
 			if o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 || o.RecoveryS <= 0 || o.RecoveryTol < 0 {
-				return usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
+				return validate.Result{}, usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
 			}
-			return printVerdict(cmd.OutOrStdout(), "recovery", output, validate.RecoveryDir(dir, o))
-		},
-	}
+			return validate.RecoveryDir(dir, o), nil
+		})
 	f := cmd.Flags()
-	f.StringVar(&dir, "result-dir", "", "the client's result directory (holds result.json)")
+	resultDirFlag(f, &dir)
 	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
 	f.Float64Var(&o.WindowS, "window-s", o.WindowS, "the rolling window, seconds")
 	f.Float64Var(&o.StepS, "step-s", o.StepS, "spacing of the rolling samples in clean segment C, seconds")
 	f.Float64Var(&o.Tolerance, "tolerance", o.Tolerance, "relative tolerance around clean segment C's medians")
 	f.Float64Var(&o.RecoveryS, "recovery-s", o.RecoveryS, "each recovery's fixed length, seconds")
 	f.Float64Var(&o.RecoveryTol, "recovery-tolerance-s", o.RecoveryTol, "how far a recovery's length may be from --recovery-s")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
+}
+
+// resultDirFlag defines --result-dir, the load client's result directory
+// the checks of client, warmup, recovery, profile-windows and waveform read.
+func resultDirFlag(f *pflag.FlagSet, dir *string) {
+	f.StringVar(dir, "result-dir", "", "the client's result directory (holds result.json)")
 }
 
 // layer1Accounting is the Layer-1 accounting check's inputs, the same

@@ -12,14 +12,12 @@ import (
 )
 
 func newValidateLayer2Cmd() *cobra.Command {
-	var output, execPattern, mapping, layer1 string
+	var execPattern, mapping, layer1 string
 	var tolMS float64
 	o := validate.DefaultLayer2()
 	var traces string
-	cmd := &cobra.Command{
-		Use:   "layer2",
-		Short: "Check the Layer-2 profiler traces of a run's profile windows",
-		Long: `layer2 checks every trace (--pattern, gzipped Chrome trace JSON) in --traces
+	cmd := verdictCmd("layer2", "Check the Layer-2 profiler traces of a run's profile windows",
+		`layer2 checks every trace (--pattern, gzipped Chrome trace JSON) in --traces
 by seed 002's Layer-2 rules (docs/validators.md):
 
   - shape: it decompresses and parses; its ProfilerStep numbers are exactly
@@ -41,26 +39,22 @@ by seed 002's Layer-2 rules (docs/validators.md):
 A failing or erroring verdict carries "class":"profile-artifact" (the seed's
 one exact rerun) unless a failure is stop condition 7 (not classifiable, too
 few steps for a required mode), which stops for review. --analysis-out
-writes the per-window shares, join and SMD as JSON.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+writes the per-window shares, join and SMD as JSON.`,
+		func() (validate.Result, error) {
 			if traces == "" {
-				return usage("layer2: --traces DIR is required")
+				return validate.Result{}, usage("layer2: --traces DIR is required")
 			}
 			re, err := regexp.Compile(execPattern)
 			if err != nil {
-				return usage("layer2: --execute-pattern: %v", err)
+				return validate.Result{}, usage("layer2: --execute-pattern: %v", err)
 			}
 			o.ExecuteAnnotate = re
 			if o.TP < 1 || o.Windows < 0 || o.ActiveIters < 1 || o.WarmupIters < 0 || tolMS <= 0 || o.MaxOtherOpaque < 0 || o.MaxSMD <= 0 {
-				return usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative, tolerances positive")
+				return validate.Result{}, usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative, tolerances positive")
 			}
 			for _, m := range o.RequireModes {
 				if m != "FULL" && m != "PIECEWISE" && m != "NONE" {
-					return usage("layer2: --require-mode %q: FULL, PIECEWISE or NONE", m)
+					return validate.Result{}, usage("layer2: --require-mode %q: FULL, PIECEWISE or NONE", m)
 				}
 			}
 			o.JoinTolerance = time.Duration(tolMS * float64(time.Millisecond))
@@ -69,14 +63,13 @@ writes the per-window shares, join and SMD as JSON.` + validateExit,
 				if err != nil {
 					// the table the protocol names cannot be read: no verdict can name it
 					r := validate.Result{Verdict: "error", Detail: err.Error(), Class: "profile-artifact"}
-					return printVerdict(cmd.OutOrStdout(), "layer2", output, r)
+					return r, nil
 				}
 				o.Mapping = m
 			}
 			o.Layer1 = layer1Stream(layer1)
-			return printVerdict(cmd.OutOrStdout(), "layer2", output, validate.Layer2Dir(traces, o))
-		},
-	}
+			return validate.Layer2Dir(traces, o), nil
+		})
 	f := cmd.Flags()
 	f.StringVar(&traces, "traces", "", "directory of the run's trace files")
 	f.IntVar(&o.TP, "tp", o.TP, "tensor-parallel ranks: trace files expected per window")
@@ -93,7 +86,6 @@ writes the per-window shares, join and SMD as JSON.` + validateExit,
 	f.Float64Var(&o.MaxSMD, "max-smd", o.MaxSMD, "largest |SMD| of a representative window")
 	f.StringSliceVar(&o.RequireModes, "require-mode", nil, "CUDA-graph mode segments that need eight active steps (FULL, PIECEWISE, NONE)")
 	f.StringVar(&o.AnalysisOut, "analysis-out", "", "write the per-window analysis (JSON) here")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
 
@@ -110,13 +102,11 @@ func layer1Stream(p string) string {
 }
 
 func newValidateColocationCmd() *cobra.Command {
-	var output, mapping string
+	var mapping string
 	var solo, coloc struct{ traces, layer1, phases string }
 	tol := 0.03
-	cmd := &cobra.Command{
-		Use:   "colocation",
-		Short: "Compare the solo and co-located targets' operator shares (A-P3-1 item 4, F3)",
-		Long: `colocation computes, with one mapping table (--mapping, default the built-in
+	cmd := verdictCmd("colocation", "Compare the solo and co-located targets' operator shares (A-P3-1 item 4, F3)",
+		`colocation computes, with one mapping table (--mapping, default the built-in
 v1), the operator-family shares of the solo target's and the co-located
 target's Layer-2 validation windows (one window each, TP1), after both have
 passed every Layer-2 rule (layer2's shape, classifiability, join and SMD
@@ -126,24 +116,20 @@ not families); the check passes only if, for each, abs(share_coloc -
 share_solo) < --share-tolerance (0.03: three percentage points, absolute).
 
 A protocol names it as its co-location gate's validator; the gate compares
-throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.`,
+		func() (validate.Result, error) {
 			if solo.traces == "" || coloc.traces == "" {
-				return usage("colocation: --solo-traces and --coloc-traces are required")
+				return validate.Result{}, usage("colocation: --solo-traces and --coloc-traces are required")
 			}
 			if tol <= 0 {
-				return usage("colocation: --share-tolerance must be positive")
+				return validate.Result{}, usage("colocation: --share-tolerance must be positive")
 			}
 			o := validate.DefaultLayer2()
 			o.Windows = 1
 			if mapping != "" {
 				m, err := validate.LoadMapping(mapping)
 				if err != nil {
-					return printVerdict(cmd.OutOrStdout(), "colocation", output, validate.Result{Verdict: "error", Detail: err.Error()})
+					return validate.Result{Verdict: "error", Detail: err.Error()}, nil
 				}
 				o.Mapping = m
 			}
@@ -151,9 +137,8 @@ throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.` + vali
 			so.Layer1, so.Phases = layer1Stream(solo.layer1), solo.phases
 			co.Layer1, co.Phases = layer1Stream(coloc.layer1), coloc.phases
 			r := validate.ColocationShares(solo.traces, coloc.traces, so, co, tol, time.Now())
-			return printVerdict(cmd.OutOrStdout(), "colocation", output, r)
-		},
-	}
+			return r, nil
+		})
 	f := cmd.Flags()
 	f.StringVar(&solo.traces, "solo-traces", "", "the solo target's trace directory")
 	f.StringVar(&solo.layer1, "solo-layer1", "", "the solo target's Layer-1 stream (or its directory)")
@@ -163,43 +148,34 @@ throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.` + vali
 	f.StringVar(&coloc.phases, "coloc-phases", "", "the co-located target's phase file")
 	f.StringVar(&mapping, "mapping", "", "kernel-to-family mapping table (YAML; default the built-in opfamily v1)")
 	f.Float64Var(&tol, "share-tolerance", tol, "largest absolute share move of an F3 family, exclusive")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }
 
 func newValidatePrefixCmd() *cobra.Command {
-	var output, layer1 string
+	var layer1 string
 	o := validate.DefaultPrefix()
-	cmd := &cobra.Command{
-		Use:   "prefix",
-		Short: "Check a prefix-none cell: no common prefix over 16 tokens, clean prefix hit ratio below 1%",
-		Long: `prefix checks seed 002's rule for "prefix: none" cells: "The manifest must
+	cmd := verdictCmd("prefix", "Check a prefix-none cell: no common prefix over 16 tokens, clean prefix hit ratio below 1%",
+		`prefix checks seed 002's rule for "prefix: none" cells: "The manifest must
 have no common prefix longer than 16 tokens, and the clean Layer-1
 prefix-query hit ratio must remain below 1%; otherwise the cell is
 invalid." No two rows of --manifest (JSONL, prompt_token_ids) may share a
 prefix longer than --max-common-prefix tokens. With --layer1 and --phases,
 sum(prefix_cache_hits)/sum(prefix_cache_queries) over the Layer-1 records submitted in
-the phase file's clean segments must be below --max-hit-ratio.` + validateExit,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
+the phase file's clean segments must be below --max-hit-ratio.`,
+		func() (validate.Result, error) {
 			if o.Manifest == "" || o.MaxCommonPrefix < 0 || o.MaxHitRatio <= 0 {
-				return usage("prefix: --manifest is required; --max-common-prefix not negative, --max-hit-ratio positive")
+				return validate.Result{}, usage("prefix: --manifest is required; --max-common-prefix not negative, --max-hit-ratio positive")
 			}
 			if layer1 != "" {
 				o.Layer1 = layer1Stream(layer1)
 			}
-			return printVerdict(cmd.OutOrStdout(), "prefix", output, validate.PrefixCheck(o))
-		},
-	}
+			return validate.PrefixCheck(o), nil
+		})
 	f := cmd.Flags()
 	f.StringVar(&o.Manifest, "manifest", "", "the request manifest (JSONL with prompt_token_ids)")
 	f.IntVar(&o.MaxCommonPrefix, "max-common-prefix", o.MaxCommonPrefix, "longest prefix, in tokens, two requests may share")
 	f.StringVar(&layer1, "layer1", "", "the run's Layer-1 stream, or a directory holding exactly one *.jsonl")
 	f.StringVar(&o.Phases, "phases", "", "the load client's phase file (its clean segments)")
 	f.Float64Var(&o.MaxHitRatio, "max-hit-ratio", o.MaxHitRatio, "the clean prefix hit ratio must be below this")
-	f.StringVarP(&output, "output", "o", "text", "output: text or json")
 	return cmd
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,28 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
 	"warden/internal/testcampaign"
 	"warden/internal/testterm"
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
 var ctlqBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ctlq-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctlqBin = filepath.Join(dir, "ctlq")
-	if out, err := exec.Command("go", "build", "-o", ctlqBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Run("ctlq-test-", []string{"."}, func(dir string) int {
+		ctlqBin = filepath.Join(dir, "ctlq")
+		return m.Run()
+	}))
 }
 
 // campaignDir makes a campaign database in the given state, as a
@@ -41,7 +33,7 @@ func TestMain(m *testing.M) {
 func campaignDir(t *testing.T, final state.CampaignState) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +162,7 @@ func TestStatusExitCodes(t *testing.T) {
 // review; ctlq status says so with its own exit code.
 func TestOperatorStopExitCode(t *testing.T) {
 	dir := campaignDir(t, state.CampaignRunning)
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +243,7 @@ func TestRunsAndShow(t *testing.T) {
 // shown as not applicable rather than as an error.
 func TestShowReadsAsText(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}

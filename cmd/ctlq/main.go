@@ -124,6 +124,19 @@ type source struct {
 	store  *state.Store // set when reading the database
 }
 
+// withSource is a command's run: fn on the campaign's source, opened
+// first (its error is the command's) and closed once fn returns.
+func (o *options) withSource(fn func(cmd *cobra.Command, args []string, src *source) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		src, err := o.open()
+		if err != nil {
+			return err
+		}
+		defer src.close()
+		return fn(cmd, args, src)
+	}
+}
+
 func (o *options) open() (*source, error) {
 	if o.dir != "" && o.output != "table" && o.output != "json" {
 		return nil, &cli.ExitError{Code: exitOther, Err: fmt.Errorf("unknown output %q (table or json)", o.output)}
@@ -250,46 +263,46 @@ func newStatusCmd(o *options) *cobra.Command {
 		Use:   "status",
 		Short: "The campaign's state, controller liveness, runs by state, budget and what runs now",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if watch {
 				return runWatch(cmd, o, time.Second)
 			}
-			src, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer src.close()
-			st, err := src.status()
-			if err != nil {
-				return &cli.ExitError{Code: exitOther, Err: err}
-			}
-			doc := statusDoc{Status: st}
-			if src.store != nil {
-				aw, err := outcome.AwaitingAmendment(src.store)
-				if err != nil {
-					return &cli.ExitError{Code: exitOther, Err: err}
-				}
-				if aw == nil {
-					aw = []outcome.Awaiting{}
-				}
-				doc.AwaitingAmendment = &aw
-			}
-			exit := statusExit(st)
-			doc.Hint = crashHint(exit, src.dir)
-			if o.output == "json" {
-				writeJSON(cmd.OutOrStdout(), doc)
-			} else {
-				views.PrintStatus(cmd.OutOrStdout(), st)
-				views.PrintAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
-				if doc.Hint != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
-				}
-			}
-			return exit
+			return o.withSource(o.printStatus)(cmd, args)
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "the live view of ctlq watch")
 	return cmd
+}
+
+// printStatus is ctlq status on src.
+func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error {
+	st, err := src.status()
+	if err != nil {
+		return &cli.ExitError{Code: exitOther, Err: err}
+	}
+	doc := statusDoc{Status: st}
+	if src.store != nil {
+		aw, err := outcome.AwaitingAmendment(src.store)
+		if err != nil {
+			return &cli.ExitError{Code: exitOther, Err: err}
+		}
+		if aw == nil {
+			aw = []outcome.Awaiting{}
+		}
+		doc.AwaitingAmendment = &aw
+	}
+	exit := statusExit(st)
+	doc.Hint = crashHint(exit, src.dir)
+	if o.output == "json" {
+		writeJSON(cmd.OutOrStdout(), doc)
+	} else {
+		views.PrintStatus(cmd.OutOrStdout(), st)
+		views.PrintAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
+		if doc.Hint != "" {
+			fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
+		}
+	}
+	return exit
 }
 
 // statusDoc is ctlq status's -o json document: the campaign's status and,
@@ -341,12 +354,7 @@ func newRunsCmd(o *options) *cobra.Command {
 		Use:   "runs",
 		Short: "Every run in plan order with its attempts",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer src.close()
+		RunE: o.withSource(func(cmd *cobra.Command, _ []string, src *source) error {
 			runs, err := src.runs(10*time.Second, filter)
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
@@ -355,7 +363,7 @@ func newRunsCmd(o *options) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), api.Runs{Schema: api.Schema, Runs: runs})
 			}
 			return views.PrintRuns(cmd.OutOrStdout(), runs)
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&filter, "state", "", "only runs in this state (pending, running, complete, quarantined, failed)")
 	cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(runStates, cobra.ShellCompDirectiveNoFileComp))
@@ -376,12 +384,7 @@ the directory of a private input, and is not shown when it holds private
 text (or when the private inputs cannot be read to tell): a note says why.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeRuns,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer src.close()
+		RunE: o.withSource(func(cmd *cobra.Command, args []string, src *source) error {
 			d, err := ask(src, 10*time.Second, func() (api.RunDetail, error) { return api.BuildRun(src.store, args[0]) },
 				func(ctx context.Context) (api.RunDetail, error) { return src.client.Run(ctx, args[0]) })
 			if errors.Is(err, state.ErrNotFound) {
@@ -398,7 +401,7 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 			views.PrintRun(cmd.OutOrStdout(), d)
 			views.PrintStderrTails(cmd.OutOrStdout(), tails)
 			return nil
-		},
+		}),
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -63,7 +61,7 @@ func TestMetricsWhileAControllerRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release()
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +74,7 @@ func TestMetricsWhileAControllerRuns(t *testing.T) {
 
 func TestMetricsDamagedDatabase(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
-	if err := os.Truncate(filepath.Join(dir, api.StateFile), 0); err != nil {
+	if err := os.Truncate(campaignfs.State(dir), 0); err != nil {
 		t.Fatal(err)
 	}
 	if out, code := run(t, "metrics", "-d", dir); code != exitDamaged || !strings.Contains(out, "damaged or empty") {

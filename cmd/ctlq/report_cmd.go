@@ -57,12 +57,7 @@ it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
 the campaign's private inputs (its provenance), as the privacy scan does; a
 document that holds one, or private inputs that cannot be read, exit 7.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer src.close()
+		RunE: o.withSource(func(cmd *cobra.Command, _ []string, src *source) error {
 			rep, err := src.report()
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
@@ -102,7 +97,7 @@ document that holds one, or private inputs that cannot be read, exit 7.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "report written to", file)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVarP(&file, "output", "o", "", "HTML file to write (default DIR/report.html; - for stdout)")
 	cmd.Flags().StringVar(&tableJSON, "table-json", "", "also write the runs table as JSON to this file")

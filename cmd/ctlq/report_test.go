@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -29,7 +29,7 @@ func reportDir(t *testing.T) string {
 	dir := t.TempDir()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := t0
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{Strict: true, Now: func() time.Time { return clock }})
+	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

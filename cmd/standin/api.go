@@ -69,14 +69,25 @@ type chatChoice struct {
 	FinishReason *string    `json:"finish_reason"`
 }
 
-type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
+// response is an OpenAI-style response or stream chunk whose choices are
+// C: the generation's id, created time and model, the object kind, the
+// choices and, where given, the usage.
+type response[C any] struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []C    `json:"choices"`
+	Usage   *usage `json:"usage,omitempty"`
 }
+
+// respond is g's response of the object kind with choices (an empty
+// list, never null, when none) and no usage.
+func respond[C any](g generation, object string, choices []C) response[C] {
+	return response[C]{ID: g.id, Object: object, Created: g.created, Model: g.model, Choices: choices}
+}
+
+type chatResponse = response[chatChoice]
 
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
@@ -84,14 +95,7 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-type completionResponse struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *usage             `json:"usage,omitempty"`
-}
+type completionResponse = response[completionChoice]
 
 // api serves the stand-in's HTTP endpoints.
 type api struct {
@@ -169,13 +173,7 @@ func (a *api) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "prompt must be a string or an array")
 		return
 	}
-	gen := generation{
-		id:      fmt.Sprintf("cmpl-standin-%d", time.Now().UnixNano()),
-		created: time.Now().Unix(),
-		model:   a.model,
-		prompt:  promptTokens,
-		max:     maxTokens,
-	}
+	gen := a.generation("cmpl", promptTokens, maxTokens)
 	if req.Stream {
 		a.stream(r.Context(), w, gen, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
@@ -209,24 +207,16 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		promptTokens += len(strings.Fields(s))
 	}
-	gen := generation{
-		id:      fmt.Sprintf("chatcmpl-standin-%d", time.Now().UnixNano()),
-		created: time.Now().Unix(),
-		model:   a.model,
-		prompt:  promptTokens,
-		max:     maxTokens,
-	}
+	gen := a.generation("chatcmpl", promptTokens, maxTokens)
 	if !req.Stream {
 		text, err := a.generateText(r.Context(), gen.max)
 		if err != nil {
 			return
 		}
 		reason := "length"
-		writeJSON(w, http.StatusOK, chatResponse{
-			ID: gen.id, Object: "chat.completion", Created: gen.created, Model: gen.model,
-			Choices: []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text}, FinishReason: &reason}},
-			Usage:   gen.usage(),
-		})
+		resp := respond(gen, "chat.completion", []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text}, FinishReason: &reason}})
+		resp.Usage = gen.usage()
+		writeJSON(w, http.StatusOK, resp)
 		return
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -235,7 +225,7 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	chunk := func(choices []chatChoice) chatResponse {
-		return chatResponse{ID: gen.id, Object: "chat.completion.chunk", Created: gen.created, Model: gen.model, Choices: choices}
+		return respond(gen, "chat.completion.chunk", choices)
 	}
 	send := a.sseStart(w)
 	// vLLM's first chat chunk carries the role and no content.
@@ -377,16 +367,20 @@ type generation struct {
 	max     int
 }
 
+// generation is a new generation of max tokens for a prompt of prompt
+// tokens, its id kind-standin-NANOSECONDS.
+func (a *api) generation(kind string, prompt, max int) generation {
+	now := time.Now()
+	return generation{id: fmt.Sprintf("%s-standin-%d", kind, now.UnixNano()), created: now.Unix(), model: a.model, prompt: prompt, max: max}
+}
+
 func (g generation) response(text string, last, withUsage bool) completionResponse {
 	choice := completionChoice{Text: text}
 	if last {
 		reason := "length"
 		choice.FinishReason = &reason
 	}
-	resp := completionResponse{
-		ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
-		Choices: []completionChoice{choice},
-	}
+	resp := respond(g, "text_completion", []completionChoice{choice})
 	if withUsage {
 		resp.Usage = g.usage()
 	}

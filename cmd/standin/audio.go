@@ -154,12 +154,7 @@ type omniChoice struct {
 }
 
 type omniChunk struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []omniChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
+	response[omniChoice]
 	// Modality is vLLM-Omni's; AudioOffset only with --audio-offsets.
 	Modality    string `json:"modality,omitempty"`
 	AudioOffset *int64 `json:"audio_offset,omitempty"`
@@ -181,8 +176,7 @@ func (a *api) chatAudioStream(w http.ResponseWriter, r *http.Request, gen genera
 		return ""
 	}
 	chunk := func(m string, d *omniDelta, finish *string) omniChunk {
-		return omniChunk{ID: gen.id, Object: "chat.completion.chunk", Created: gen.created, Model: gen.model,
-			Choices: []omniChoice{{Delta: d, FinishReason: finish}}, Modality: modality(m)}
+		return omniChunk{response: respond(gen, "chat.completion.chunk", []omniChoice{{Delta: d, FinishReason: finish}}), Modality: modality(m)}
 	}
 	send := a.sseStart(w)
 	if send(chunk("text", &omniDelta{Role: "assistant"}, nil)) != nil {
@@ -206,8 +200,8 @@ func (a *api) chatAudioStream(w http.ResponseWriter, r *http.Request, gen genera
 			return
 		}
 	case includeUsage:
-		last := omniChunk{ID: gen.id, Object: "chat.completion.chunk", Created: gen.created, Model: gen.model,
-			Choices: []omniChoice{}, Usage: gen.usage()}
+		last := omniChunk{response: respond(gen, "chat.completion.chunk", []omniChoice{})}
+		last.Usage = gen.usage()
 		if send(last) != nil {
 			return
 		}

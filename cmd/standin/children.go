@@ -41,18 +41,25 @@ func selfCommand(args ...string) (*exec.Cmd, error) {
 }
 
 func newSleeperCmd() *cobra.Command {
+	return internalCmd("sleeper", "sleep until SIGTERM, SIGINT or SIGKILL (--fork children, --hold-port holder)", func() error {
+		// Fds passed by the starter (the --hold-port listener) stay
+		// open, unused, until the process ends.
+		sig := waitForSignal(syscall.SIGTERM, syscall.SIGINT)
+		newLogger("sleeper").Info("exiting on signal", "signal", sig.String())
+		return nil
+	})
+}
+
+// internalCmd is a hidden subcommand that the stand-in starts of itself,
+// never people: its use, what it does (its help says "internal: " first)
+// and its run.
+func internalCmd(use, what string, run func() error) *cobra.Command {
 	return &cobra.Command{
-		Use:    "sleeper",
-		Short:  "internal: sleep until SIGTERM, SIGINT or SIGKILL (--fork children, --hold-port holder)",
+		Use:    use,
+		Short:  "internal: " + what,
 		Hidden: true,
 		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			// Fds passed by the starter (the --hold-port listener) stay
-			// open, unused, until the process ends.
-			sig := waitForSignal(syscall.SIGTERM, syscall.SIGINT)
-			newLogger("sleeper").Info("exiting on signal", "signal", sig.String())
-			return nil
-		},
+		RunE:   func(*cobra.Command, []string) error { return run() },
 	}
 }
 
@@ -74,15 +81,9 @@ func startSleeper(extra ...*os.File) (*exec.Cmd, error) {
 func newEscapeCmd() *cobra.Command {
 	var mib int
 	var leave bool
-	cmd := &cobra.Command{
-		Use:    "escape",
-		Short:  "internal: first fork of --setsid-grandchild; starts an orphan in this new session and exits",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return runEscape(mib, leave)
-		},
-	}
+	cmd := internalCmd("escape", "first fork of --setsid-grandchild; starts an orphan in this new session and exits", func() error {
+		return runEscape(mib, leave)
+	})
 	cmd.Flags().IntVar(&mib, "gpu-mem-mib", 0, "fake GPU memory the orphan claims on each visible GPU")
 	cmd.Flags().BoolVar(&leave, "leave-cgroup", false, "the orphan moves itself out of its cgroup first")
 	return cmd
@@ -144,20 +145,14 @@ func startEscape(mib int, leave bool) error {
 func newOrphanCmd() *cobra.Command {
 	var mib, notifyFD int
 	var leave bool
-	cmd := &cobra.Command{
-		Use:    "orphan",
-		Short:  "internal: --setsid-grandchild process; claims fake GPU memory and sleeps until killed",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if leave {
-				if err := leaveCgroup(); err != nil {
-					return fmt.Errorf("orphan: %w", err)
-				}
+	cmd := internalCmd("orphan", "--setsid-grandchild process; claims fake GPU memory and sleeps until killed", func() error {
+		if leave {
+			if err := leaveCgroup(); err != nil {
+				return fmt.Errorf("orphan: %w", err)
 			}
-			return runOrphan(mib, notifyFD)
-		},
-	}
+		}
+		return runOrphan(mib, notifyFD)
+	})
 	cmd.Flags().IntVar(&mib, "gpu-mem-mib", 0, "fake GPU memory to claim on each visible GPU")
 	cmd.Flags().IntVar(&notifyFD, "notify-fd", -1, "fd on which to write \"claimed\" once the memory is claimed")
 	cmd.Flags().BoolVar(&leave, "leave-cgroup", false, "move this process into the cgroup two levels above its own before anything else")

@@ -392,26 +392,45 @@ func (g *loadGen) request(ctx context.Context) (int, error) {
 // readStream counts the tokens of a streamed completion, one per chunk
 // with a choice, and requires the closing "[DONE]".
 func readStream(body io.Reader) (int, error) {
-	sc := bufio.NewScanner(body)
 	tokens := 0
+	done, err := sseData(body, func(payload string) error {
+		var chunk completionResponse
+		if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
+			return fmt.Errorf("decode stream chunk: %w", err)
+		}
+		tokens += len(chunk.Choices)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !done {
+		return 0, errors.New("read stream: ended before [DONE]")
+	}
+	return tokens, nil
+}
+
+// sseData calls fn with the payload of each "data: " line of the
+// server-sent events in body, up to "[DONE]". It returns whether "[DONE]"
+// came, and fn's first error or the read's (as "read stream: ...").
+func sseData(body io.Reader, fn func(payload string) error) (done bool, err error) {
+	sc := bufio.NewScanner(body)
 	for sc.Scan() {
 		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
 			continue
 		}
 		if payload == "[DONE]" {
-			return tokens, nil
+			return true, nil
 		}
-		var chunk completionResponse
-		if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
-			return 0, fmt.Errorf("decode stream chunk: %w", err)
+		if err := fn(payload); err != nil {
+			return false, err
 		}
-		tokens += len(chunk.Choices)
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read stream: %w", err)
+		return false, fmt.Errorf("read stream: %w", err)
 	}
-	return 0, errors.New("read stream: ended before [DONE]")
+	return false, nil
 }
 
 // tally counts the requests started in the clean interval.

@@ -80,15 +80,9 @@ func (c *engineConfig) args() []string {
 
 func newEngineCmd() *cobra.Command {
 	var cfg engineConfig
-	cmd := &cobra.Command{
-		Use:    "engine",
-		Short:  "internal: the engine child of a stand-in server (started by standin server, not by people)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return runEngine(cfg)
-		},
-	}
+	cmd := internalCmd("engine", "the engine child of a stand-in server (started by standin server, not by people)", func() error {
+		return runEngine(cfg)
+	})
 	cfg.addFlags(cmd)
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warden/internal/testbin"
 	"warden/pkg/gpu/fakegpu"
 )
 
@@ -39,22 +40,14 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "standin-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	standinBin = filepath.Join(dir, "standin")
-	if out, err := exec.Command("go", "build", "-o", standinBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build standin: %v\n%s", err, out)
-		return 1
-	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "become a subreaper: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return testbin.Run("standin-test-", []string{"."}, func(dir string) int {
+		standinBin = filepath.Join(dir, "standin")
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "become a subreaper: %v\n", err)
+			return 1
+		}
+		return m.Run()
+	})
 }
 
 // harness starts stand-in processes for one test and, at its end, kills and

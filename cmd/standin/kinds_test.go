@@ -172,19 +172,7 @@ func chatChunks(t *testing.T, url string, includeUsage bool) []map[string]any {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		p, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || p == "[DONE]" {
-			continue
-		}
-		var c map[string]any
-		if err := json.Unmarshal([]byte(p), &c); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, c)
-	}
+	out, _ := readEvents[map[string]any](t, resp.Body)
 	return out
 }
 

@@ -175,40 +175,39 @@ func writeLoadgenFiles(cfg clientConfig, res result, windows []map[string]any) e
 func profileWindows(ctx context.Context, base string, n int, hold, recovery time.Duration, phases *phaseLog) ([]map[string]any, error) {
 	var out []map[string]any
 	c := &http.Client{Timeout: 30 * time.Second}
-	call := func(path string) (int, int64, int64, error) {
+	// call posts to path of window i: its status, its call and return
+	// times, and an error unless it answered 200
+	call := func(i int, path string) (int, int64, int64, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, nil)
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, fmt.Errorf("profile window %d: %w", i, err)
 		}
 		t0 := time.Now().UnixNano()
 		resp, err := c.Do(req)
 		t1 := time.Now().UnixNano()
 		if err != nil {
-			return 0, t0, t1, err
+			return 0, t0, t1, fmt.Errorf("profile window %d: %w", i, err)
 		}
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return resp.StatusCode, t0, t1, fmt.Errorf("profile window %d: %s answered %d", i, path, resp.StatusCode)
+		}
 		return resp.StatusCode, t0, t1, nil
 	}
 	for i := 1; i <= n; i++ {
 		if err := phases.markIndex(phasefile.Profile, i, nil); err != nil {
 			return out, err
 		}
-		s1, a0, a1, err := call("/start_profile")
-		if err == nil && s1 != http.StatusOK {
-			err = fmt.Errorf("/start_profile answered %d", s1)
-		}
+		s1, a0, a1, err := call(i, "/start_profile")
 		if err != nil {
-			return out, fmt.Errorf("profile window %d: %w", i, err)
+			return out, err
 		}
 		if err := sleepCtx(ctx, hold); err != nil {
 			return out, err
 		}
-		s2, b0, b1, err := call("/stop_profile")
-		if err == nil && s2 != http.StatusOK {
-			err = fmt.Errorf("/stop_profile answered %d", s2)
-		}
+		s2, b0, b1, err := call(i, "/stop_profile")
 		if err != nil {
-			return out, fmt.Errorf("profile window %d: %w", i, err)
+			return out, err
 		}
 		if err := phases.markIndex(phasefile.Recovery, i, nil); err != nil {
 			return out, err

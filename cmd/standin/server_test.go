@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -131,7 +132,7 @@ func TestCompletions(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 			t.Fatalf("status %d, content type %q", resp.StatusCode, ct)
 		}
-		chunks, done := readEvents(t, resp.Body)
+		chunks, done := readEvents[completionResponse](t, resp.Body)
 		if !done {
 			t.Fatal("stream ended without [DONE]")
 		}
@@ -153,7 +154,7 @@ func TestCompletions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		chunks, done := readEvents(t, resp.Body)
+		chunks, done := readEvents[completionResponse](t, resp.Body)
 		if !done || len(chunks) != 7 {
 			t.Fatalf("%d chunks (done %v), want 6 tokens and a usage chunk", len(chunks), done)
 		}
@@ -170,24 +171,7 @@ func TestCompletions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var chunks []chatResponse
-		sc := bufio.NewScanner(resp.Body)
-		done := false
-		for sc.Scan() {
-			payload, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok {
-				continue
-			}
-			if payload == "[DONE]" {
-				done = true
-				break
-			}
-			var c chatResponse
-			if err := json.Unmarshal([]byte(payload), &c); err != nil {
-				t.Fatal(err)
-			}
-			chunks = append(chunks, c)
-		}
+		chunks, done := readEvents[chatResponse](t, resp.Body)
 		// a role chunk, three content chunks, a usage chunk
 		if !done || len(chunks) != 5 {
 			t.Fatalf("%d chunks (done %v), want 5", len(chunks), done)
@@ -242,25 +226,25 @@ func TestCompletions(t *testing.T) {
 	}
 }
 
-// readEvents reads server-sent events until "[DONE]" or the end.
-func readEvents(t *testing.T, r io.Reader) (chunks []completionResponse, done bool) {
+// readEvents reads the server-sent events of r, each a T, until "[DONE]"
+// or the end, which done tells apart; a chunk that does not decode fails
+// the test.
+func readEvents[T any](t *testing.T, r io.Reader) (chunks []T, done bool) {
 	t.Helper()
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if payload == "[DONE]" {
-			return chunks, true
-		}
-		var c completionResponse
+	var bad error
+	done, _ = sseData(r, func(payload string) error {
+		var c T
 		if err := json.Unmarshal([]byte(payload), &c); err != nil {
-			t.Fatalf("chunk %q: %v", payload, err)
+			bad = fmt.Errorf("chunk %q: %v", payload, err)
+			return bad
 		}
 		chunks = append(chunks, c)
+		return nil
+	})
+	if bad != nil {
+		t.Fatal(bad)
 	}
-	return chunks, false
+	return chunks, done
 }
 
 // engineOf returns the one live claim on gpu and checks that it belongs to
@@ -358,7 +342,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	if _, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://")); err == nil {
 		t.Error("the server accepted a new connection while draining")
 	}
-	chunks, done := readEvents(t, br)
+	chunks, done := readEvents[completionResponse](t, br)
 	if !done || len(chunks) != 29 {
 		t.Fatalf("after SIGTERM the stream gave %d more chunks, done=%v; want the other 29 and [DONE]", len(chunks), done)
 	}
@@ -383,7 +367,7 @@ func TestShutdownTimeoutAbortsRequests(t *testing.T) {
 	if ws := s.wait(t); ws.ExitStatus() != 0 {
 		t.Fatalf("server ended with %v, want exit 0", ws)
 	}
-	if _, done := readEvents(t, resp.Body); done {
+	if _, done := readEvents[completionResponse](t, resp.Body); done {
 		t.Fatal("an aborted stream ended with [DONE]")
 	}
 }

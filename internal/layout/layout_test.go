@@ -80,6 +80,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/gpu", tree: true, forbidden: []string{"warden/protocols"}, why: "GPU backends read devices; they know nothing of protocols (the CPU-list format is internal/cpulist's)"},
 		{pkg: "warden/internal/cpulist", direct: true, forbidden: []string{"warden/"}, why: "the CPU-list format is a leaf that the protocol package and the GPU backends share"},
 		{pkg: "warden/internal/testcampaign", direct: true, forbidden: []string{"warden/cmd/", "warden/internal/", "os/exec"}, why: "the tests' campaign fixtures are written with the product's writers; they run nothing and know no command"},
+		{pkg: "warden/internal/testbin", direct: true, forbidden: []string{"warden/"}, why: "building the tests' binaries is a leaf: it runs the go command and knows no package of the product"},
 		{pkg: "warden/internal/testterm", direct: true, forbidden: []string{"warden/"}, why: "the tests' pseudo-terminal is a leaf: it runs a command and knows no package of the product"},
 		{pkg: "warden/internal/cli", direct: true, forbidden: []string{"warden/"}, why: "what the mains share is a leaf: it runs a root command and knows no package of the product"},
 		// The parts of a run's life, from the bottom up: the scheduling

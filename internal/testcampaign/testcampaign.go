@@ -1,5 +1,6 @@
 // Package testcampaign builds the parts of a campaign directory that tests
-// of several packages need, with the product's own writers.
+// of several packages need, with the product's own writers, and the text
+// of the stand-in protocols their harnesses run.
 package testcampaign
 
 import (

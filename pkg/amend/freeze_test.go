@@ -3,12 +3,11 @@ package amend
 import (
 	"bytes"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -17,7 +16,7 @@ import (
 func campaignDir(t *testing.T, setup func(*state.Store)) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{})
+	s, err := state.Open(campaignfs.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +53,7 @@ func TestFreezeAmendment(t *testing.T) {
 // has always printed.
 func TestFreezeAndReadFrozen(t *testing.T) {
 	dir := campaignDir(t, nil)
-	if _, err := ReadFrozen(dir, "A-7"); err == nil || !strings.Contains(err.Error(), "the controller exited without freezing the campaign (it is running); see "+filepath.Join(dir, api.LogFile)) {
+	if _, err := ReadFrozen(dir, "A-7"); err == nil || !strings.Contains(err.Error(), "the controller exited without freezing the campaign (it is running); see "+campaignfs.Log(dir)) {
 		t.Fatalf("ReadFrozen of a running campaign: %v", err)
 	}
 	fr, err := Freeze(dir, "A-7", "frozen for review", 1000, time.Now())
@@ -86,7 +85,7 @@ func TestFreezeAndReadFrozen(t *testing.T) {
 
 func TestCheckRecorded(t *testing.T) {
 	dir := campaignDir(t, nil)
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{})
+	s, err := state.Open(campaignfs.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,25 +9,12 @@ package api
 import (
 	"time"
 
-	"warden/pkg/campaignfs"
 	"warden/pkg/endlog"
 	"warden/pkg/state"
-	"warden/protocols"
 )
 
 // Schema is the version of every JSON document of this package.
 const Schema = 1
-
-// Files of a campaign directory that the API reads or names: the names
-// are campaignfs's, kept here for the callers that named them through
-// this package.
-const (
-	StateFile  = campaignfs.StateFile
-	PlanFile   = campaignfs.PlanFile
-	SocketFile = campaignfs.SocketFile
-	LockFile   = campaignfs.LockFile
-	LogFile    = campaignfs.LogFile
-)
 
 // Status is `ctlq status -o json`.
 type Status struct {
@@ -316,11 +303,6 @@ func InFlightGPUSeconds(a state.Attempt, now time.Time) float64 {
 	}
 	return 0
 }
-
-// ReadPlan reads the plan a campaign was started with (campaignfs.ReadPlan).
-//
-// Deprecated: use campaignfs.ReadPlan.
-func ReadPlan(dir string) (*protocols.Plan, error) { return campaignfs.ReadPlan(dir) }
 
 // BuildRuns lists runs in plan order with their attempts; state filters
 // by run state when not empty.

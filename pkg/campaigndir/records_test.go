@@ -2,11 +2,10 @@ package campaigndir
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/state"
 )
 
@@ -15,7 +14,7 @@ import (
 func records(t *testing.T, setup func(*state.Store)) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(filepath.Join(dir, api.StateFile), state.Options{})
+	s, err := state.Open(campaignfs.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

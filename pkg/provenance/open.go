@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"warden/pkg/safefile"
 )
 
 // ErrNotRegular is returned (wrapped in *NotRegularError) when an input is
@@ -64,19 +65,8 @@ func humanBytes(n int64) string {
 
 // kind names a non-regular file type for an error message.
 func kind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeSymlink != 0:
-		return "symbolic link"
+	if k := safefile.Kind(m); k != "" {
+		return k
 	}
 	return "file of mode " + m.String()
 }

@@ -28,8 +28,7 @@ func interrupted(r state.Reason) state.Attempt {
 func TestMeasureDeadlineEndsAHang(t *testing.T) {
 	c := newCampaign(t, protocol{client: `{shell: 'exec sleep 3600'}`, saturation: "    deadline_s: 1", retries: 1})
 	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonMeasureDeadline))
-	a := c.wantAttempts("p1.saturation", failed(state.ReasonMeasureDeadline))[0]
+	a := c.wantStoppedBy(state.ReasonMeasureDeadline)
 	if a.Figures["measure_deadline_s"] != 1 || a.Figures["client_ran_s"] < 1 {
 		t.Errorf("figures %v", a.Figures)
 	}
@@ -50,8 +49,7 @@ func TestMeasureDeadlineEndsAHang(t *testing.T) {
 func TestNoDrainPhaseFailsClosed(t *testing.T) {
 	c := newCampaign(t, protocol{client: `{shell: 'exit 0'}`})
 	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonDrainUnseen))
-	c.wantAttempts("p1.saturation", failed(state.ReasonDrainUnseen))
+	c.wantStoppedBy(state.ReasonDrainUnseen)
 	if v := c.gate("p1.saturation", 1, "drain"); v.Verdict != "fail" || !strings.Contains(v.Detail, "never said when admission stopped") {
 		t.Errorf("drain gate %+v", v)
 	}
@@ -157,8 +155,7 @@ func TestEffectiveConfigFromTheServer(t *testing.T) {
 	t.Run("reported otherwise", func(t *testing.T) {
 		c := newCampaign(t, protocol{serverArgs: `, --max-num-seqs, "64", --report-max-num-seqs, "1024"`, expect: expect, retries: 1})
 		c.run()
-		c.wantStopped(state.StopForRun(state.ReasonConfigMismatch))
-		c.wantAttempts("p1.saturation", failed(state.ReasonConfigMismatch))
+		c.wantStoppedBy(state.ReasonConfigMismatch)
 		if v := c.gate("p1.saturation", 1, "effective-config"); v.Verdict != "fail" || !strings.Contains(v.Detail, "is 1024, want 64") {
 			t.Errorf("effective-config gate %+v", v)
 		}
@@ -189,17 +186,7 @@ func TestTerminalClassesRecorded(t *testing.T) {
 // the attempt's creation once the attempt passed preflight.
 func TestResumeChargesUntilKnownGone(t *testing.T) {
 	c := newCampaign(t, protocol{patterns: 2})
-	boot, err := launch.ReadBootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.Heartbeat, cp.ControllerBootID = now.Add(-50*time.Second), boot
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	now, boot := c.controllerDied(50 * time.Second)
 	to := func(run string, states ...state.AttemptState) {
 		if _, err := c.store.NewAttempt(run, filepath.Join(c.dir, "runs", run, "a1"), func(a *state.Attempt) { a.GPUIDs = []int{0} }); err != nil {
 			t.Fatal(err)

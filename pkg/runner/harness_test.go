@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"warden/internal/testbin"
+	"warden/internal/testcampaign"
 	"warden/internal/testports"
 	"warden/internal/testreaper"
 	"warden/pkg/gpu/fakegpu"
@@ -51,20 +52,12 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "runner-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	// Built before the reaper starts: os/exec waits for the go command
 	// itself, which it must not do beside a reaper.
-	standinBin = filepath.Join(dir, "standin")
-	if out, err := exec.Command("go", "build", "-o", standinBin, "../../cmd/standin").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build cmd/standin: %v\n%s", err, out)
-		return 1
-	}
-	return testreaper.Run(m, &testReaper)
+	return testbin.Run("runner-test-", []string{"../../cmd/standin"}, func(dir string) int {
+		standinBin = filepath.Join(dir, "standin")
+		return testreaper.Run(m, &testReaper)
+	})
 }
 
 // protocol shapes a test's protocol: two slots of one GPU each under a
@@ -118,83 +111,20 @@ func freePorts(t *testing.T, n int) []int { return testports.Free(t, n) }
 // write writes the protocol into dir and returns its path.
 func (p protocol) write(t *testing.T, dir string) string {
 	t.Helper()
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	if p.patterns == 0 {
-		p.patterns = 1
-	}
-	ports := freePorts(t, 2)
-	var vals, ids []string
-	for i := range p.patterns {
-		extra := "0"
-		if i < p.drainLate {
-			extra = "2"
-		}
-		vals = append(vals, fmt.Sprintf("{id: p%d, vars: {DRAIN_EXTRA: %q}}", i+1, extra))
-		ids = append(ids, fmt.Sprintf("p%d", i+1))
-	}
-	loads := "[saturation]"
-	if p.moderate {
-		loads = "[saturation, moderate]"
-	}
-	measure := def(p.measureS, "0.3")
-	y := fmt.Sprintf(`warden: 1
-name: runner-test
-host: {gpus: 2, cpus: 2}
-budget: {cap_gpu_hours: %s}
-vars: {STANDIN: %q}
-slots:
-  - {name: s0, gpus: [0], cpus: "0", port: %d}
-  - {name: s1, gpus: [1], cpus: "1", port: %d}
-regimes:
-  - {name: two, concurrency: 2}
-classes:
-  - {name: c, drain_allowance_s: %s, watchdog_s: %s}
-cleanup: {timeout_s: 10}
-servers:
-  - name: standin
-    kind: standin
-    command: %s
-    ready_timeout_s: %s
-    shutdown_grace_s: 2
-    group_grace_s: 1
-    expect: %s
-loads:
-  - name: saturation
-    kind: saturation
-    expected_s: %s
-    client: %s
-%s
-  - name: moderate
-    kind: moderate
-    needs: [saturation]
-    expected_s: %s
-    env: {SATURATION: "${NEED_SATURATION_DIR}"}
-    client: ["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]
-axes:
-  - name: pattern
-    values: [%s]
-phases:
-  - name: matrix
-    kind: primary
-    matrix: {pattern: [%s]}
-    loads: %s
-retries: {infrastructure: %d}
-stop: {quarantined_fraction_gt: %s}
-%s
-`, def(p.capGPUHours, "1.0"), standinBin, ports[0], ports[1],
-		def(p.drainS, "5"), def(p.watchdogS, "20"),
-		def(p.server, standinServer(p.serverArgs)), def(p.readyS, "10"),
-		def(p.expect, `[{name: chunked, pattern: 'enable_chunked_prefill=True'}]`),
-		def(p.expectedS, "10"),
-		def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
-		p.saturation, def(p.expectedS, "10"), measure,
-		strings.Join(vals, ", "), strings.Join(ids, ", "), loads,
-		p.retries, def(p.quarantined, "0.9"), p.extra)
+	def, measure := testcampaign.Or, testcampaign.Or(p.measureS, "0.3")
+	y := testcampaign.Head("runner-test", def(p.capGPUHours, "1.0"), fmt.Sprintf("STANDIN: %q", standinBin), freePorts(t, 2)) + testcampaign.Standin{
+		DrainS: def(p.drainS, "5"), WatchdogS: def(p.watchdogS, "20"), CleanupS: "10",
+		Server:         def(p.server, standinServer(p.serverArgs)),
+		ReadyS:         def(p.readyS, "10"),
+		Expect:         def(p.expect, `[{name: chunked, pattern: 'enable_chunked_prefill=True'}]`),
+		ExpectedS:      def(p.expectedS, "10"),
+		Client:         def(p.client, fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --drain-extra-s, "${DRAIN_EXTRA}"%s]`, measure, p.clientArgs)),
+		Saturation:     p.saturation,
+		ModerateClient: fmt.Sprintf(`["${STANDIN}", client, --warmup-s, "0.1", --measure-s, %q, --drain-s, "2", --concurrency, "1", --result-dir, "${ATTEMPT_DIR}/client"]`, measure),
+		Cells:          p.patterns,
+		Late:           func(i int) bool { return i < p.drainLate },
+		Moderate:       p.moderate, Retries: p.retries, Quarantined: def(p.quarantined, "0.9"),
+	}.YAML() + p.extra + "\n"
 	path := filepath.Join(dir, "protocol.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
@@ -381,6 +311,25 @@ func (c *campaign) waitAttempt(r *running, what string, cond func(state.Attempt)
 	}
 }
 
+// controllerDied records the campaign's controller as one of this boot
+// whose last heartbeat was ago before now, as a controller that died then
+// leaves it; it returns now and the boot id.
+func (c *campaign) controllerDied(ago time.Duration) (time.Time, string) {
+	c.t.Helper()
+	boot, err := launch.ReadBootID()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	now := time.Now()
+	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
+		cp.Heartbeat, cp.ControllerBootID = now.Add(-ago), boot
+		return nil
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	return now, boot
+}
+
 func (c *campaign) campaign() state.Campaign {
 	c.t.Helper()
 	cp, err := c.store.Campaign()
@@ -421,6 +370,15 @@ func (c *campaign) wantStopped(reason state.StopReason) state.Campaign {
 		c.t.Fatalf("campaign %s, stop reason %q (%s); want stopped, %q", cp.State, cp.StopReason, cp.StopDetail, reason)
 	}
 	return cp
+}
+
+// wantStoppedBy fails the test unless the campaign stopped for run
+// p1.saturation, whose one attempt failed for reason, and returns that
+// attempt.
+func (c *campaign) wantStoppedBy(reason state.Reason) state.Attempt {
+	c.t.Helper()
+	c.wantStopped(state.StopForRun(reason))
+	return c.wantAttempts("p1.saturation", failed(reason))[0]
 }
 
 // wantComplete fails the test unless the campaign is complete and every

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"warden/pkg/endlog"
-	"warden/pkg/launch"
 	"warden/pkg/state"
 )
 
@@ -18,17 +17,7 @@ import (
 // resume that found it gone (never under-count).
 func TestResumeChargesToProvenEnd(t *testing.T) {
 	c := newCampaign(t, protocol{patterns: 2})
-	boot, err := launch.ReadBootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
-		cp.Heartbeat, cp.ControllerBootID = now.Add(-50*time.Second), boot
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	now, boot := c.controllerDied(50 * time.Second)
 	started := now.Add(-60 * time.Second)
 	for _, run := range []string{"p1.saturation", "p2.saturation"} {
 		if _, err := c.store.NewAttempt(run, filepath.Join(c.dir, "runs", run, "a1"), func(a *state.Attempt) { a.GPUIDs = []int{0} }); err != nil {

@@ -38,6 +38,18 @@ func (c *campaign) gate(run string, n int, gate string) state.GateVerdict {
 	return last
 }
 
+// wantExit fails the test unless a recorded an exit of its process role
+// with code.
+func wantExit(t *testing.T, a state.Attempt, role string, code int) {
+	t.Helper()
+	for _, x := range a.Exits {
+		if x.Role == role && x.Code == code {
+			return
+		}
+	}
+	t.Errorf("%s exit %d not recorded: %+v", role, code, a.Exits)
+}
+
 // TestCompleteCampaign runs two cells of saturation then moderate under a
 // regime of two slots: the cells run side by side, each on its own slot,
 // the moderate run after its saturation run on the same slot and with
@@ -204,40 +216,28 @@ func TestQuarantinedFractionStops(t *testing.T) {
 	c.wantClean()
 }
 
-// TestServerExitStops: a server that crashes while the client runs is a
-// server error: stop for review, never retried.
-func TestServerExitStops(t *testing.T) {
-	c := newCampaign(t, protocol{serverArgs: `, --crash-after, "1"`, measureS: "5", retries: 1})
-	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonServerExit))
-	a := c.wantAttempts("p1.saturation", failed(state.ReasonServerExit))[0]
-	exited := false
-	for _, x := range a.Exits {
-		exited = exited || (x.Role == "server" && x.Code == 1)
+// TestProcessFailureStops: a server that crashes while the client runs
+// is a server error, a client that fails a semantic failure: either stops
+// the campaign for review, never retried, with the exit recorded.
+func TestProcessFailureStops(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		p      protocol
+		reason state.Reason
+		role   string
+		code   int
+	}{
+		{"server exit", protocol{serverArgs: `, --crash-after, "1"`, measureS: "5", retries: 1}, state.ReasonServerExit, "server", 1},
+		{"client failure", protocol{clientArgs: `, --fail`, retries: 1}, state.ReasonClientFailed, "client", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCampaign(t, tc.p)
+			c.run()
+			wantExit(t, c.wantStoppedBy(tc.reason), tc.role, tc.code)
+			c.wantLedgerSettled()
+			c.wantClean()
+		})
 	}
-	if !exited {
-		t.Errorf("server exit 1 not recorded: %+v", a.Exits)
-	}
-	c.wantLedgerSettled()
-	c.wantClean()
-}
-
-// TestClientFailureStops: a client that fails is a semantic failure:
-// stop for review, never retried.
-func TestClientFailureStops(t *testing.T) {
-	c := newCampaign(t, protocol{clientArgs: `, --fail`, retries: 1})
-	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonClientFailed))
-	a := c.wantAttempts("p1.saturation", failed(state.ReasonClientFailed))[0]
-	exited := false
-	for _, x := range a.Exits {
-		exited = exited || (x.Role == "client" && x.Code == 2)
-	}
-	if !exited {
-		t.Errorf("client exit 2 not recorded: %+v", a.Exits)
-	}
-	c.wantLedgerSettled()
-	c.wantClean()
 }
 
 // TestOOMStops: a server whose output says it ran out of GPU memory
@@ -248,8 +248,7 @@ func TestOOMStops(t *testing.T) {
 		retries: 1,
 	})
 	c.run()
-	c.wantStopped(state.StopForRun(state.ReasonOOM))
-	c.wantAttempts("p1.saturation", failed(state.ReasonOOM))
+	c.wantStoppedBy(state.ReasonOOM)
 	c.wantLedgerSettled()
 	c.wantClean()
 }

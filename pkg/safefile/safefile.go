@@ -64,20 +64,30 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-func kind(m fs.FileMode) string {
+// Kind names the type of a file that is not regular: "FIFO", "character
+// device", "block device", "socket", "directory" or "symbolic link"; ""
+// for any other mode.
+func Kind(m fs.FileMode) string {
 	switch {
 	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
+		return "FIFO"
 	case m&fs.ModeCharDevice != 0:
-		return "a character device"
+		return "character device"
 	case m&fs.ModeDevice != 0:
-		return "a block device"
+		return "block device"
 	case m&fs.ModeSocket != 0:
-		return "a socket"
+		return "socket"
 	case m.IsDir():
-		return "a directory"
+		return "directory"
 	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
+		return "symbolic link"
+	}
+	return ""
+}
+
+func kind(m fs.FileMode) string {
+	if k := Kind(m); k != "" {
+		return "a " + k
 	}
 	return "mode " + m.String()
 }

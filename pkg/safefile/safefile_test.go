@@ -2,6 +2,7 @@ package safefile
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,5 +39,24 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 	}
 	if _, err := ReadFile(filepath.Join(dir, "missing"), 10); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing: %v", err)
+	}
+}
+
+// Kind names every type of file that is not regular, the character
+// device before the device bit it also carries, and nothing else.
+func TestKindNamesEachNonRegularType(t *testing.T) {
+	for m, want := range map[fs.FileMode]string{
+		fs.ModeNamedPipe:                      "FIFO",
+		fs.ModeDevice | fs.ModeCharDevice:     "character device",
+		fs.ModeDevice:                         "block device",
+		fs.ModeSocket:                         "socket",
+		fs.ModeDir | 0o755:                    "directory",
+		fs.ModeSymlink | 0o777:                "symbolic link",
+		0o644:                                 "",
+		fs.ModeSetuid | fs.ModeSticky | 0o755: "",
+	} {
+		if got := Kind(m); got != want {
+			t.Errorf("Kind(%v) = %q, want %q", m, got, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package state_test
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -111,6 +112,42 @@ func rawUpdate(t testing.TB, path string, fn func(tx *bolt.Tx) error) {
 	defer db.Close()
 	if err := db.Update(fn); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// injected checks s, closes it, writes inject to its database at path
+// directly and opens it again in strict mode; it fails the test unless
+// Check passed before and reports a violation of rule after. It returns
+// the reopened store, closed when the test ends, and Check's error.
+func injected(t *testing.T, s *state.Store, path string, rule state.Rule, inject func(tx *bolt.Tx) error) (*state.Store, error) {
+	t.Helper()
+	if err := s.Check(); err != nil {
+		t.Fatalf("before injection: %v", err)
+	}
+	s.Close()
+	rawUpdate(t, path, inject)
+	s, err := state.Open(path, state.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	err = s.Check()
+	if !errors.Is(err, state.ErrInvariant) || !hasRule(err, rule) {
+		t.Fatalf("Check: %v\nwant a %s violation", err, rule)
+	}
+	return s, err
+}
+
+// wantStrictRefusal fails the test unless a strict write on the corrupt
+// store s is refused with ErrInvariant and not committed.
+func wantStrictRefusal(t *testing.T, s *state.Store) {
+	t.Helper()
+	before, _ := s.LastEventSeq()
+	if _, err := s.AppendEvent(state.Event{Message: "x"}); !errors.Is(err, state.ErrInvariant) {
+		t.Errorf("strict write on a corrupt database: %v, want ErrInvariant", err)
+	}
+	if after, _ := s.LastEventSeq(); after != before {
+		t.Error("the refused strict write was committed")
 	}
 }
 

@@ -1,0 +1,4 @@
+// Command hello is the package testbin's tests build.
+package main
+
+func main() {}
