@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/bench/crashcheck"
+	"warden/pkg/api"
+	"warden/pkg/record"
+	"warden/pkg/state"
+)
+
+// fillUp writes zeros to path until its file system is full.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", path, err)
+			}
+			return
+		}
+	}
+}
+
+// statusJSON is ctlq status -o json of the campaign, whatever its exit.
+func (c *campaign) statusJSON() api.Status {
+	c.t.Helper()
+	out, _ := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json").Output()
+	var st api.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		c.t.Fatalf("ctlq status -o json: %v\n%s", err, out)
+	}
+	return st
+}
+
+// The campaign's file system fills up while a run measures. The controller
+// ends the attempt's processes and stops; while it is down, ctlq status
+// shows no GPU time in flight growing for processes that are gone. Space is
+// freed and the campaign resumed: the attempt is charged no more than its
+// processes ran (from its server's start to when the controller was seen
+// gone, at the latest), not up to the resume; and never less than they
+// ran (crashcheck.Final).
+func TestFullDiskWhileMeasuringChargesWhatRan(t *testing.T) {
+	t.Parallel()
+	fs := mountTmpfs(t, "64m")
+	c := newCampaign(t)
+	c.dir = filepath.Join(fs, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	filler := filepath.Join(fs, "filler")
+	fillUp(t, filler)
+	c.waitUnlocked("the controller to stop for the full disk", 120*time.Second)
+	gone := time.Now() // the controller and, after it, nothing of the attempt ran past this
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+
+	first := c.statusJSON()
+	if first.Campaign.State == string(state.CampaignComplete) {
+		t.Fatalf("test bug: the campaign completed on a full disk")
+	}
+	waitFor(t, "time to pass with no controller", 30*time.Second, func() bool { return time.Since(gone) > 2*time.Second })
+	second := c.statusJSON()
+	if second.Budget.InFlightGPUHours > first.Budget.InFlightGPUHours {
+		t.Errorf("GPU time in flight grew from %.9f to %.9f GPU-h with no process left",
+			first.Budget.InFlightGPUHours, second.Budget.InFlightGPUHours)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	a := c.attempts(s, cur.Run)[cur.Attempt-1]
+	srv := record.ServerProc(a)
+	if srv == nil {
+		t.Fatalf("attempt %s/%d recorded no server", cur.Run, cur.Attempt)
+	}
+	ledger, err := s.Ledger()
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var charged float64
+	for _, e := range ledger {
+		if e.Kind == state.LedgerCharge && e.Run == cur.Run && e.Attempt == cur.Attempt {
+			charged += e.GPUSeconds
+		}
+	}
+	ran := gone.Sub(srv.StartedAt).Seconds() * float64(len(a.GPUIDs))
+	t.Logf("attempt %s/%d: %s (%s); charged %.3f GPU-s, at most %.3f ran; in flight while down %.9f then %.9f GPU-h",
+		cur.Run, cur.Attempt, a.State, a.Reason, charged, ran, first.Budget.InFlightGPUHours, second.Budget.InFlightGPUHours)
+	if charged > ran {
+		t.Errorf("charged %.3f GPU-s, but its processes ran at most %.3f GPU-s (server start to the controller's exit)", charged, ran)
+	}
+	vs, err := crashcheck.Final(c.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
