@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"warden/internal/cli"
 	"warden/internal/mancmd"
@@ -312,7 +313,14 @@ func crashHint(exit error, dir string) string {
 	if !errors.As(exit, &ee) || ee.Code != exitControllerX {
 		return ""
 	}
-	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
+	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
+	var sfs unix.Statfs_t
+	if unix.Statfs(dir, &sfs) == nil && sfs.Flags&unix.ST_RDONLY != 0 {
+		// what an I/O error on the device leaves with errors=remount-ro:
+		// the controller could record neither the fault nor a stop
+		hint = "the campaign directory's file system is mounted read-only (an I/O error on its device remounts ext4 so: see the kernel log); the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + views.ShellQuote(dir)
+	}
+	return hint
 }
 
 func statusExit(st api.Status) error {

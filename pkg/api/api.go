@@ -7,6 +7,7 @@
 package api
 
 import (
+	"path/filepath"
 	"time"
 
 	"warden/pkg/campaignfs"
@@ -172,6 +173,32 @@ type RunDetail struct {
 	Attempts   []state.Attempt     `json:"attempts"`
 	Events     []state.Event       `json:"events"`
 	Gates      []state.GateVerdict `json:"gates"`
+	// DamagedEvidence are the attempts' evidence files that do not hold
+	// what was recorded of them (EvidenceDamage).
+	DamagedEvidence []EvidenceDamage `json:"damaged_evidence"`
+}
+
+// EvidenceDamage is one damaged evidence file of an attempt: its digest
+// recorded when the attempt's processes had ended no longer matches, or it
+// (or a client result.json that has no digest) holds only NUL bytes
+// (state.Attempt.CheckEvidence). Error names the file's path.
+type EvidenceDamage struct {
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error"`
+}
+
+// ResultRel is the client's result.json relative to its attempt directory.
+var ResultRel = filepath.Join(campaignfs.ClientDir, campaignfs.ResultFile)
+
+// DamagedEvidence checks the attempt's evidence files: those with a
+// recorded digest, and its client's result.json in any case.
+func DamagedEvidence(a state.Attempt) []EvidenceDamage {
+	out := []EvidenceDamage{}
+	errs := a.DamagedEvidence(ResultRel)
+	for _, err := range errs {
+		out = append(out, EvidenceDamage{Attempt: a.N, Error: err.Error()})
+	}
+	return out
 }
 
 // Events is the answer of GET /v1/events.
@@ -359,7 +386,7 @@ func BuildRun(s *state.Store, id string) (RunDetail, error) {
 	if err != nil {
 		return RunDetail{}, err
 	}
-	d := RunDetail{Schema: Schema, Run: r, State: string(r.State()), Attempts: []state.Attempt{}, Events: []state.Event{}}
+	d := RunDetail{Schema: Schema, Run: r, State: string(r.State()), Attempts: []state.Attempt{}, Events: []state.Event{}, DamagedEvidence: []EvidenceDamage{}}
 	d.GPUBackend, d.FakeGPUs = BackendOf(cp)
 	if d.Attempts, err = s.Attempts(id); err != nil {
 		return RunDetail{}, err
@@ -368,6 +395,7 @@ func BuildRun(s *state.Store, id string) (RunDetail, error) {
 		d.Attempts = []state.Attempt{}
 	}
 	for _, a := range d.Attempts {
+		d.DamagedEvidence = append(d.DamagedEvidence, DamagedEvidence(a)...)
 		for _, seq := range a.EventSeqs {
 			evs, err := s.Events(seq-1, 1)
 			if err != nil {

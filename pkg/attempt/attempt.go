@@ -595,6 +595,10 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 		}
 		return a.terminal(state.Failed, reason, "cleanup gate: "+v.Detail), false
 	}
+	if err := a.Seal(); err != nil { // the evidence is final: made durable, its digests recorded
+		a.env.storageFault(err)
+		return a.terminal(state.Failed, state.ReasonHarnessError, err.Error()), false
+	}
 	return Outcome{}, true
 }
 

@@ -23,20 +23,36 @@ func (c *Runner) stopIfDiskFull(err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		msg := err.Error()
-		c.diskFullErr.Store(&msg)
-		c.diskFull.Add(1)
+		c.noteStorageFault("ran out of space (ENOSPC)", err)
 		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
 			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
 	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
+		cause := "could not be written (I/O error, EIO)"
+		if errors.Is(err, syscall.EROFS) {
+			cause = "could not be written (read-only file system, EROFS)"
+		}
+		c.noteStorageFault(cause, err)
+		// recorded where the database still commits (an I/O error on
+		// some writes only), so that ctlq status names the cause
+		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
+			"the campaign directory %s %s: %v; check the device and the file system, then resume", c.dir, cause, err)})
 		c.failStorage(err)
 	}
 }
 
+// noteStorageFault counts a write to the campaign directory that the file
+// system refused, with its cause ("ran out of space (ENOSPC)") and error,
+// for the attempts that end failed meanwhile (diskFullCount).
+func (c *Runner) noteStorageFault(cause string, err error) {
+	msg := cause + ": " + err.Error()
+	c.diskFullErr.Store(&msg)
+	c.diskFull.Add(1)
+}
+
 // diskFullCount is how many of the controller's writes to the campaign
-// directory failed for want of space, and the last such error: an
-// attempt that ends failed while the count grew is classed as the
-// harness's (attempt.Env.DiskFull).
+// directory the file system refused (no space, an I/O error, read-only),
+// and the last such cause and error: an attempt that ends failed while the
+// count grew is classed as the harness's (attempt.Env.DiskFull).
 func (c *Runner) diskFullCount() (int64, string) {
 	n := c.diskFull.Load()
 	last := ""
