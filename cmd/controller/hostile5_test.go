@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"warden/bench/crashcheck"
 	"warden/pkg/api"
 	"warden/pkg/record"
+	"warden/pkg/report"
 	"warden/pkg/state"
 )
 
@@ -112,5 +114,82 @@ func TestFullDiskWhileMeasuringChargesWhatRan(t *testing.T) {
 	}
 	for _, v := range vs {
 		t.Error(v)
+	}
+}
+
+// tableRow is the report's table row of run, from ctlq report --table-json.
+func (c *campaign) tableRow(run string) report.Row {
+	c.t.Helper()
+	tmp := c.t.TempDir()
+	table := filepath.Join(tmp, "table.json")
+	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", filepath.Join(tmp, "r.html"), "--table-json", table).CombinedOutput(); err != nil {
+		c.t.Fatalf("ctlq report: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(table)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var tb report.Table
+	if err := json.Unmarshal(b, &tb); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, r := range tb.Rows {
+		if r.Run == run {
+			return r
+		}
+	}
+	c.t.Fatalf("no row of %s in the report's table", run)
+	return report.Row{}
+}
+
+// An attempt's evidence files are made durable and digested when its
+// processes have ended; one that a failing disk left NUL-filled (here
+// zeroed after the fact, as a remount after an I/O error shows it) is
+// reported as damaged evidence with its path by ctlq show and ctlq report,
+// and never read as valid: the report takes no figure from it.
+func TestDamagedEvidenceIsReported(t *testing.T) {
+	t.Parallel()
+	c, s := ranScenario(t, scenario{patterns: 1})
+	a := c.soleAttempt(s, "p1.saturation", state.Complete)[0]
+	s.Close()
+	sealed := map[string]bool{}
+	for _, e := range a.Evidence {
+		sealed[e.Path] = e.Size > 0 && len(e.SHA256) == 64
+	}
+	for _, name := range []string{"client.out", "server.out", "environment.json", filepath.Join("client", "result.json")} {
+		if !sealed[name] {
+			t.Fatalf("no digest of %s recorded: %+v", name, a.Evidence)
+		}
+	}
+	if r := c.tableRow("p1.saturation"); r.ThroughputRPS == nil || len(r.DamagedEvidence) != 0 {
+		t.Fatalf("before any damage: throughput %v, damaged %v", r.ThroughputRPS, r.DamagedEvidence)
+	}
+	result := filepath.Join(a.Dir, "client", "result.json")
+	fi, err := os.Stat(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(result, make([]byte, fi.Size()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("ctlq show: %v", err)
+	}
+	var d api.RunDetail
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.DamagedEvidence) != 1 || d.DamagedEvidence[0].Attempt != 1 || !strings.Contains(d.DamagedEvidence[0].Error, "damaged evidence: "+result) {
+		t.Fatalf("ctlq show -o json damaged_evidence: %+v", d.DamagedEvidence)
+	}
+	text, _ := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+	if !strings.Contains(string(text), "DAMAGED EVIDENCE: damaged evidence: "+result) {
+		t.Fatalf("ctlq show does not name the damaged file:\n%s", text)
+	}
+	r := c.tableRow("p1.saturation")
+	if r.ThroughputRPS != nil || len(r.DamagedEvidence) != 1 || !strings.Contains(r.DamagedEvidence[0], result) {
+		t.Fatalf("report row over damaged evidence: throughput %v, damaged %v", r.ThroughputRPS, r.DamagedEvidence)
 	}
 }
