@@ -4,8 +4,8 @@
 # crash-consistent resume after each kill and at the end (bench/check):
 # the store's invariants, no complete attempt started again, no ended
 # attempt's directory written again, exactly one result per run, no process
-# of the campaign left, no fake GPU memory held, and a budget ledger never
-# below the GPU time really used. Campaigns are repeated until KILLS kills.
+# of the campaign left, no fake GPU memory held, no damaged evidence file,
+# and a budget ledger never below the GPU time really used. Campaigns are repeated until KILLS kills.
 #
 #   KILLS=500 PATTERNS=25 MAX_SLEEP=1.5 bench/torture.sh
 #
@@ -190,6 +190,7 @@ campaign_dir() {
 
 # fill: the campaign's file system full for a random while, then freed.
 fills=0
+fullstops=0 # full disks after which the controller had stopped
 fill() {
 	cat /dev/zero >"$mnt/filler" 2>/dev/null || true # until ENOSPC
 	fills=$((fills + 1))
@@ -244,6 +245,7 @@ while [ "$kills" -lt "$KILLS" ]; do
 			# disk: then it is resumed (nothing to do if it is complete)
 			[ "$filled" = 1 ] || break
 			filled=0
+			fullstops=$((fullstops + 1))
 			if ! out=$("$bin/controller" resume -d "$dir" 2>&1); then
 				echo "  c$campaigns: resume after a full disk failed: $out"
 				violations=$((violations + 1))
@@ -298,7 +300,7 @@ while [ "$kills" -lt "$KILLS" ]; do
 done
 echo "campaigns: $campaigns ($runs runs), $(($(date +%s) - start)) s"
 echo "kills: $kills ($early of them during a resume)"
-echo "faults: $fills full disks, $freezes frozen controllers"
+echo "faults: $fills full disks ($fullstops of them stopped the campaign, resumed), $freezes frozen controllers"
 echo "kills survived: $survived"
 echo "invariant violations: $violations"
 [ "$violations" -eq 0 ]
