@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,5 +192,101 @@ func TestDamagedEvidenceIsReported(t *testing.T) {
 	r := c.tableRow("p1.saturation")
 	if r.ThroughputRPS != nil || len(r.DamagedEvidence) != 1 || !strings.Contains(r.DamagedEvidence[0], result) {
 		t.Fatalf("report row over damaged evidence: throughput %v, damaged %v", r.ThroughputRPS, r.DamagedEvidence)
+	}
+}
+
+// failingExt4 mounts an ext4 file system whose loop device is backed by a
+// sparse image on a small tmpfs, and returns its mount point and the
+// tmpfs: filling the tmpfs makes every write of a new block of the device
+// fail, so ext4 meets real I/O errors (its journal aborts, errors=remount-ro
+// remounts it read-only). repair unmounts it, frees the tmpfs, checks the
+// image and mounts it again.
+func failingExt4(t *testing.T) (mnt, backing string, repair func()) {
+	t.Helper()
+	backing = mountTmpfs(t, "48m")
+	img := filepath.Join(backing, "fs.img")
+	mnt = filepath.Join(t.TempDir(), "mnt")
+	run := func(name string, args ...string) error {
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %v: %v %s", name, args, err, out)
+		}
+		return nil
+	}
+	if err := errors.Join(os.Mkdir(mnt, 0o755), run("truncate", "-s", "512M", img), run("mkfs.ext4", "-q", "-F", img)); err != nil {
+		t.Skipf("no ext4 image here: %v", err)
+	}
+	mount := func() error { return run("mount", "-o", "loop,errors=remount-ro", img, mnt) }
+	if err := mount(); err != nil {
+		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return mnt, backing, func() {
+		t.Helper()
+		os.Remove(filepath.Join(backing, "filler"))
+		if err := run("umount", mnt); err != nil {
+			t.Fatal(err)
+		}
+		if err := run("e2fsck", "-fy", img); err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			t.Fatalf("repair the file system: %v", err)
+		}
+		if err := mount(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The campaign directory's block device fails its writes (real I/O
+// errors, from a loop device whose backing store is full) while a run
+// measures. The controller ends the work; nothing of the campaign is left
+// running; the run is not blamed (no client-failed or other workload
+// reason), and ctlq status names the storage as the cause. Once the file
+// system is repaired, resume completes the campaign with every evidence
+// file as recorded and the charges covering what ran (crashcheck.Final).
+func TestFailingDiskIsTheStorages(t *testing.T) {
+	t.Parallel()
+	mnt, backing, repair := failingExt4(t)
+	c := newCampaign(t)
+	c.dir = filepath.Join(mnt, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	fillUp(t, filepath.Join(backing, "filler"))
+	c.waitUnlocked("the controller to end the work", 120*time.Second)
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	st := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json")
+	out, _ := st.Output()
+	var doc struct {
+		api.Status
+		Hint string `json:"hint"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("ctlq status -o json: %v\n%s", err, out)
+	}
+	cause := doc.Hint + " " + doc.Campaign.StopDetail
+	if !strings.Contains(cause, "read-only") && !strings.Contains(cause, "EIO") && !strings.Contains(cause, "ENOSPC") {
+		log, _ := os.ReadFile(filepath.Join(c.dir, "controller.log"))
+		t.Fatalf("ctlq status (exit %d) does not name the storage: state %s, stop %s: %s, hint %q\ncontroller log:\n%s",
+			st.ProcessState.ExitCode(), doc.Campaign.State, doc.Campaign.StopReason, doc.Campaign.StopDetail, doc.Hint, tail(string(log), 4000))
+	}
+	t.Logf("ctlq status exit %d: state %s, stop %q, hint %q", st.ProcessState.ExitCode(), doc.Campaign.State, doc.Campaign.StopDetail, doc.Hint)
+
+	repair()
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	as := c.attempts(s, cur.Run)
+	s.Close()
+	for _, a := range as {
+		t.Logf("attempt %d: %s (%s)", a.N, a.State, a.Reason)
+		if a.State == state.Failed && a.Reason != state.ReasonHarnessError {
+			t.Errorf("attempt %d failed %s: the disk's failure blamed on the run", a.N, a.Reason)
+		}
+	}
+	vs, err := crashcheck.Final(c.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"warden/internal/cli"
 	"warden/internal/mancmd"
@@ -314,11 +313,9 @@ func crashHint(exit error, dir string) string {
 		return ""
 	}
 	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
-	var sfs unix.Statfs_t
-	if unix.Statfs(dir, &sfs) == nil && sfs.Flags&unix.ST_RDONLY != 0 {
-		// what an I/O error on the device leaves with errors=remount-ro:
+	if ro := readOnlyStorage(dir); ro != "" {
 		// the controller could record neither the fault nor a stop
-		hint = "the campaign directory's file system is mounted read-only (an I/O error on its device remounts ext4 so: see the kernel log); the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + views.ShellQuote(dir)
+		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + views.ShellQuote(dir)
 	}
 	return hint
 }
