@@ -49,7 +49,9 @@ func newRecord(t *testing.T, m *memory, diskFull *int64) (*record.Record, string
 	}
 	cfg := record.Config{Recorder: m, Dir: dir, Log: zerolog.Nop(), Now: time.Now}
 	if diskFull != nil {
-		cfg.DiskFull = func() (int64, string) { return *diskFull, "ran out of space (ENOSPC): write state.db: no space left on device" }
+		cfg.DiskFull = func() (int64, string) {
+			return *diskFull, "ran out of space (ENOSPC): write state.db: no space left on device"
+		}
 	}
 	return record.New(cfg, "p1", 1, adir), adir
 }

@@ -37,7 +37,7 @@ func TestCheckEvidence(t *testing.T) {
 		t.Fatalf("untouched evidence reported damaged: %v", errs)
 	}
 	write("client.err", "\x00\x00\x00\x00\x00\x00\x00\x00") // same size, NUL-filled
-	write("client.out", "dome\n")                          // same size, one byte changed
+	write("client.out", "dome\n")                           // same size, one byte changed
 	os.Remove(filepath.Join(dir, "gone"))
 	errs := a.DamagedEvidence()
 	if len(errs) != 3 {
