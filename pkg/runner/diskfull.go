@@ -89,6 +89,6 @@ func (c *Runner) repairStateFiles() {
 			c.log.Warn().Err(f.Err).Str("run", f.Run).Int("attempt", f.N).Msg("rewrite state.json")
 			continue
 		}
-		c.log.Info().Str("run", f.Run).Int("attempt", f.N).Msg("state.json lagged behind the database; rewritten")
+		c.log.Info().Str("run", f.Run).Int("attempt", f.N).Msg("state.json lagged behind the database or was damaged (not its JSON: NUL-filled, cut); rewritten")
 	}
 }
