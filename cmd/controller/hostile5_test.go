@@ -182,8 +182,8 @@ func TestDamagedEvidenceIsReported(t *testing.T) {
 	if err := json.Unmarshal(out, &d); err != nil {
 		t.Fatal(err)
 	}
-	if len(d.DamagedEvidence) != 1 || d.DamagedEvidence[0].Attempt != 1 || !strings.Contains(d.DamagedEvidence[0].Error, "damaged evidence: "+result) {
-		t.Fatalf("ctlq show -o json damaged_evidence: %+v", d.DamagedEvidence)
+	if dmg := d.Damage(); len(dmg) != 1 || dmg[0].Attempt != 1 || !strings.Contains(dmg[0].Error, "damaged evidence: "+result) {
+		t.Fatalf("ctlq show -o json damaged_evidence: %+v", dmg)
 	}
 	text, _ := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation").CombinedOutput()
 	if !strings.Contains(string(text), "DAMAGED EVIDENCE: damaged evidence: "+result) {

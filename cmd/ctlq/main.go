@@ -395,6 +395,7 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
 			}
+			d.CheckEvidence() // here, where the files are read, not in the controller's answer
 			plan, _ := campaignfs.ReadPlan(src.dir)
 			tails := views.StderrTails(d, views.NewStderrGuard(src.dir, views.MinLeakOf(plan)))
 			if o.output == "json" {

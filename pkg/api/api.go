@@ -174,8 +174,29 @@ type RunDetail struct {
 	Events     []state.Event       `json:"events"`
 	Gates      []state.GateVerdict `json:"gates"`
 	// DamagedEvidence are the attempts' evidence files that do not hold
-	// what was recorded of them (EvidenceDamage).
-	DamagedEvidence []EvidenceDamage `json:"damaged_evidence"`
+	// what was recorded of them (EvidenceDamage), once a reader of the
+	// campaign directory checked them (CheckEvidence): absent when the
+	// detail comes unchecked (the controller's socket answers without
+	// reading every file, within its deadline), empty when none is damaged.
+	DamagedEvidence *[]EvidenceDamage `json:"damaged_evidence,omitempty"`
+}
+
+// CheckEvidence checks the evidence files of every attempt of the run
+// (DamagedEvidence) and sets d.DamagedEvidence.
+func (d *RunDetail) CheckEvidence() {
+	out := []EvidenceDamage{}
+	for _, a := range d.Attempts {
+		out = append(out, DamagedEvidence(a)...)
+	}
+	d.DamagedEvidence = &out
+}
+
+// Damage is d.DamagedEvidence, none when unchecked.
+func (d RunDetail) Damage() []EvidenceDamage {
+	if d.DamagedEvidence == nil {
+		return nil
+	}
+	return *d.DamagedEvidence
 }
 
 // EvidenceDamage is one damaged evidence file of an attempt: its digest
@@ -386,7 +407,7 @@ func BuildRun(s *state.Store, id string) (RunDetail, error) {
 	if err != nil {
 		return RunDetail{}, err
 	}
-	d := RunDetail{Schema: Schema, Run: r, State: string(r.State()), Attempts: []state.Attempt{}, Events: []state.Event{}, DamagedEvidence: []EvidenceDamage{}}
+	d := RunDetail{Schema: Schema, Run: r, State: string(r.State()), Attempts: []state.Attempt{}, Events: []state.Event{}}
 	d.GPUBackend, d.FakeGPUs = BackendOf(cp)
 	if d.Attempts, err = s.Attempts(id); err != nil {
 		return RunDetail{}, err
@@ -395,7 +416,6 @@ func BuildRun(s *state.Store, id string) (RunDetail, error) {
 		d.Attempts = []state.Attempt{}
 	}
 	for _, a := range d.Attempts {
-		d.DamagedEvidence = append(d.DamagedEvidence, DamagedEvidence(a)...)
 		for _, seq := range a.EventSeqs {
 			evs, err := s.Events(seq-1, 1)
 			if err != nil {

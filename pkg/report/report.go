@@ -268,7 +268,10 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 				dur := a.UpdatedAt.Sub(a.CreatedAt).Seconds()
 				row.DurationS = &dur
 			}
-			for _, e := range rd.DamagedEvidence {
+			if rd.DamagedEvidence == nil {
+				rd.CheckEvidence() // unchecked: the report reads the files, so it checks them
+			}
+			for _, e := range *rd.DamagedEvidence {
 				if e.Attempt == a.N {
 					row.DamagedEvidence = append(row.DamagedEvidence, e.Error)
 				}
