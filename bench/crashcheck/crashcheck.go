@@ -269,7 +269,7 @@ func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
 			if v := stateFileAgrees(a); v != "" {
 				vs = append(vs, v)
 			}
-			for _, err := range a.DamagedEvidence(filepath.Join(campaignfs.ClientDir, campaignfs.ResultFile)) {
+			for _, err := range a.DamagedEvidence(campaignfs.EvidenceChecked...) {
 				vs = append(vs, fmt.Sprintf("run %s attempt %d: %v", r.ID, a.N, err))
 			}
 			k := key(r.ID, a.N)

@@ -7,7 +7,6 @@
 package api
 
 import (
-	"path/filepath"
 	"time"
 
 	"warden/pkg/campaignfs"
@@ -208,14 +207,13 @@ type EvidenceDamage struct {
 	Error   string `json:"error"`
 }
 
-// ResultRel is the client's result.json relative to its attempt directory.
-var ResultRel = filepath.Join(campaignfs.ClientDir, campaignfs.ResultFile)
-
 // DamagedEvidence checks the attempt's evidence files: those with a
-// recorded digest, and its client's result.json in any case.
+// recorded digest, and in any case its client's result.json and the
+// other evidence files (campaignfs.EvidenceFiles), which without a digest
+// are damaged when they hold only NUL bytes.
 func DamagedEvidence(a state.Attempt) []EvidenceDamage {
 	out := []EvidenceDamage{}
-	errs := a.DamagedEvidence(ResultRel)
+	errs := a.DamagedEvidence(campaignfs.EvidenceChecked...)
 	for _, err := range errs {
 		out = append(out, EvidenceDamage{Attempt: a.N, Error: err.Error()})
 	}

@@ -16,11 +16,6 @@ import (
 // Seal digests.
 const MaxEvidenceFiles = 256
 
-// evidenceFiles are the attempt directory's files Seal digests beside the
-// client's result directory: what the attempt's processes wrote, and what
-// the controller wrote of their launch and their GPUs.
-var evidenceFiles = []string{"server.out", "server.err", "client.out", "client.err", "environment.json", campaignfs.GPUSamplesFile}
-
 // Seal makes the attempt's evidence files durable once its processes have
 // ended, and notes their digests (state.EvidenceFile) for the next
 // transition, so that a reader can tell a file a failing disk damaged
@@ -31,7 +26,7 @@ var evidenceFiles = []string{"server.out", "server.err", "client.out", "client.e
 // or directory whose fsync failed (an I/O error, no space) cannot be kept
 // as evidence.
 func (r *Record) Seal() error {
-	names := append(append([]string{}, evidenceFiles...), resultFiles(r.dir)...)
+	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
 	for _, rel := range names {
 		path := filepath.Join(r.dir, rel)
 		s, err := safefile.Seal(path)

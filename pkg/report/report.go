@@ -204,7 +204,7 @@ func fptr(m map[string]float64, k string) *float64 {
 // and so does a damaged one (state.Attempt.CheckEvidence: the row names
 // it).
 func clientResult(a *state.Attempt) map[string]float64 {
-	if a.CheckEvidence(api.ResultRel) != nil {
+	if a.CheckEvidence(campaignfs.ClientResultRel) != nil {
 		return nil
 	}
 	b, err := os.ReadFile(campaignfs.ClientResult(a.Dir))

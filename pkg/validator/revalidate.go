@@ -50,7 +50,7 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 	if len(run.Validators) == 0 {
 		return nil, nil
 	}
-	if damaged := a.DamagedEvidence(filepath.Join(campaignfs.ClientDir, campaignfs.ResultFile)); len(damaged) > 0 {
+	if damaged := a.DamagedEvidence(campaignfs.EvidenceChecked...); len(damaged) > 0 {
 		// what the validators would read is not what the attempt left
 		var out []gates.Verdict
 		for _, v := range run.Validators {
