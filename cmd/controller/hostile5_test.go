@@ -14,8 +14,10 @@ import (
 
 	"warden/bench/crashcheck"
 	"warden/pkg/api"
+	"warden/pkg/campaignfs"
 	"warden/pkg/record"
 	"warden/pkg/report"
+	"warden/pkg/safefile"
 	"warden/pkg/state"
 )
 
@@ -288,5 +290,147 @@ func TestFailingDiskIsTheStorages(t *testing.T) {
 	}
 	for _, v := range vs {
 		t.Error(v)
+	}
+}
+
+// holedExt4 mounts an ext4 image on a tmpfs as failingExt4 does, and
+// returns punch: with the file system frozen (fsfreeze: everything on
+// disk), it allocates every block of the image in the tmpfs, then
+// punches out the blocks ext4 has free, and fills the tmpfs. From then on
+// rewriting a block in use succeeds (the database commits), while a
+// write to a newly allocated block fails at writeback (the loop device's
+// backing store is full): new files' data is lost, and after a remount
+// reads back as zeros, as ext4 leaves a file after an I/O error.
+func holedExt4(t *testing.T) (mnt string, punch func(), repair func()) {
+	t.Helper()
+	backing := mountTmpfs(t, "300m")
+	img := filepath.Join(backing, "fs.img")
+	mnt = filepath.Join(t.TempDir(), "mnt")
+	run := func(name string, args ...string) (string, error) {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s %v: %v %s", name, args, err, out)
+		}
+		return string(out), nil
+	}
+	_, e1 := run("truncate", "-s", "256M", img)
+	_, e2 := run("mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "nodiscard", img)
+	if err := errors.Join(os.Mkdir(mnt, 0o755), e1, e2); err != nil {
+		t.Skipf("no ext4 image here: %v", err)
+	}
+	mount := func() error { _, err := run("mount", "-o", "loop,errors=remount-ro", img, mnt); return err }
+	if err := mount(); err != nil {
+		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	punch = func() {
+		t.Helper()
+		if _, err := run("fsfreeze", "-f", mnt); err != nil {
+			t.Skipf("cannot freeze the file system: %v", err)
+		}
+		defer run("fsfreeze", "-u", mnt)
+		out, err := run("dumpe2fs", img)
+		if _, ferr := run("fallocate", "-l", "256M", img); err != nil || ferr != nil {
+			t.Fatal(errors.Join(err, ferr))
+		}
+		for _, line := range strings.Split(out, "\n") {
+			ranges, ok := strings.CutPrefix(line, "  Free blocks: ")
+			if !ok || ranges == "" {
+				continue
+			}
+			for _, r := range strings.Split(ranges, ", ") {
+				var a, b int64
+				if n, _ := fmt.Sscanf(r, "%d-%d", &a, &b); n == 1 {
+					b = a
+				}
+				if _, err := run("fallocate", "-p", "-o", fmt.Sprint(a*4096), "-l", fmt.Sprint((b-a+1)*4096), img); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fillUp(t, filepath.Join(backing, "filler"))
+	}
+	return mnt, punch, func() {
+		t.Helper()
+		os.Remove(filepath.Join(backing, "filler"))
+		_, e1 := run("umount", mnt)
+		_, e2 := run("e2fsck", "-fy", img)
+		if err := errors.Join(e1, e2); err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			t.Fatalf("repair the file system: %v", err)
+		}
+		if err := mount(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The campaign directory's device fails the writes of new data while the
+// database, rewriting blocks it already has, still commits: the issue of
+// an attempt whose client's output and results are lost while its records
+// are kept. The controller's fsync of the evidence meets the error: the
+// attempt fails harness-error naming the file, not client-failed, and the
+// campaign stops with the storage named in ctlq status. After a remount,
+// any evidence file that came back NUL-filled is reported as damaged by
+// ctlq show, with its path.
+func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
+	t.Parallel()
+	mnt, punch, repair := holedExt4(t)
+	c := newCampaign(t)
+	c.dir = filepath.Join(mnt, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "3"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	punch()
+	c.waitUnlocked("the controller to stop", 120*time.Second)
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	// the writes may all have landed in blocks ext4 held already (its
+	// preallocations): then nothing was lost and the campaign completes
+	cp := c.statusJSON().Campaign
+	stopped := cp.State == string(state.CampaignStopped)
+	if stopped && (cp.StopReason != state.StopForRun(state.ReasonHarnessError) || !strings.Contains(cp.StopDetail, c.dir) ||
+		!strings.Contains(cp.StopDetail, "no space left on device") && !strings.Contains(cp.StopDetail, "I/O error")) ||
+		!stopped && cp.State != string(state.CampaignComplete) {
+		t.Fatalf("ctlq status: %s (%s: %s); want stopped harness-error naming the storage, or complete", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	t.Logf("ctlq status: %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	repair()
+	s := c.store()
+	a := c.attempts(s, cur.Run)[cur.Attempt-1]
+	s.Close()
+	if a.State == state.Failed && a.Reason != state.ReasonHarnessError {
+		t.Fatalf("attempt %d failed %s: the disk's failure blamed on the run", a.N, a.Reason)
+	}
+	// what came back NUL-filled is named by ctlq show, with its path
+	out, err := exec.Command(ctlqBin, "show", "-d", c.dir, cur.Run, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("ctlq show: %v", err)
+	}
+	var d api.RunDetail
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	named := ""
+	for _, e := range d.Damage() {
+		named += e.Error + "\n"
+	}
+	for _, rel := range campaignfs.EvidenceChecked {
+		path := filepath.Join(a.Dir, rel)
+		if sum, err := safefile.SumFile(path); err == nil && sum.AllNUL && !strings.Contains(named, path) {
+			t.Errorf("%s came back NUL-filled, but ctlq show does not name it (damaged: %q)", path, named)
+		}
+	}
+	sum, err := safefile.SumFile(filepath.Join(a.Dir, state.StateFileName))
+	t.Logf("attempt %d: %s (%s); state.json NUL-filled: %v (%v); damaged evidence named: %q", a.N, a.State, a.Reason, sum.AllNUL, err, named)
+
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); stopped && code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	vs, err := crashcheck.Final(c.dir, nil) // state.json rewritten from the database
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		if !strings.Contains(v, "damaged evidence") || !strings.Contains(named, v[strings.Index(v, "damaged evidence"):]) {
+			t.Error(v)
+		}
 	}
 }
