@@ -21,17 +21,17 @@ const MaxEvidenceFiles = 256
 // transition, so that a reader can tell a file a failing disk damaged
 // (state.Attempt.CheckEvidence). The files are the processes' output,
 // environment.json, the GPU samples and every regular file of the client's
-// result directory (at most MaxEvidenceFiles); one that is not there, or
-// is not a regular file, is skipped. An error is the file system's: a file
-// or directory whose fsync failed (an I/O error, no space) cannot be kept
-// as evidence.
+// result directory (at most MaxEvidenceFiles); one that is not there, is
+// not a regular file, or that a child made unreadable, is skipped. An
+// error is the file system's: a file or directory whose fsync failed (an
+// I/O error, no space) cannot be kept as evidence.
 func (r *Record) Seal() error {
 	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
 	for _, rel := range names {
 		path := filepath.Join(r.dir, rel)
 		s, err := safefile.Seal(path)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, safefile.ErrNotRegular) {
-			continue
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, fs.ErrPermission) {
+			continue // nothing the controller can keep: not there, not a file, or made unreadable by a child
 		}
 		if err != nil {
 			return fmt.Errorf("the evidence %s could not be made durable: %w", path, err)

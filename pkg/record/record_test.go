@@ -207,7 +207,8 @@ func TestStoreWritesTheReport(t *testing.T) {
 
 // Seal notes a digest of each evidence file there is, for the next
 // transition: the processes' output and every regular file of the
-// client's result directory; a planted FIFO or link is skipped.
+// client's result directory; a planted FIFO or link, or a file a child
+// made unreadable, is skipped.
 func TestSealNotesTheEvidence(t *testing.T) {
 	m := &memory{}
 	r, adir := newRecord(t, m, nil)
@@ -224,6 +225,11 @@ func TestSealNotesTheEvidence(t *testing.T) {
 	}
 	if err := os.Symlink("/etc/passwd", filepath.Join(adir, "client.err")); err != nil {
 		t.Fatal(err)
+	}
+	if os.Getuid() != 0 { // root reads it anyway
+		if err := os.WriteFile(filepath.Join(adir, "server.out"), []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := r.Seal(); err != nil {
 		t.Fatal(err)
