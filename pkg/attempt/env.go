@@ -73,14 +73,11 @@ type Env struct {
 	// start to its charge. nil: nobody listens.
 	InFlight InFlight
 	// DiskFull is the count of the controller's writes to the campaign
-	// directory that the file system refused (no space, an I/O error, a
-	// read-only remount), and the last such cause and error. nil: none
-	// are counted.
+	// directory that the file system refused (no space, EIO, EROFS), and
+	// the last such cause and error. nil: none are counted.
 	DiskFull func() (count int64, last string)
-	// StorageFault hears of a write of the attempt's evidence that the
-	// campaign directory's file system refused (an fsync's I/O error, no
-	// space): a fault of the campaign's storage, not of the run. nil:
-	// nobody listens.
+	// StorageFault hears of an evidence file's fsync that failed
+	// (record.Config.StorageFault). nil: nobody listens.
 	StorageFault func(error)
 	// NeedDirs resolves the result directories of the runs a run needs, by
 	// the variable each is exported as, for an attempt whose Spec names
@@ -194,10 +191,3 @@ func ShellQuote(argv []string) string {
 // StopSlack is how much longer than its graces a shutdown may take before
 // it is abandoned (SIGKILL and the wait for the group).
 const StopSlack = 30 * time.Second
-
-// storageFault tells StorageFault, if set, of err.
-func (e *Env) storageFault(err error) {
-	if e.StorageFault != nil {
-		e.StorageFault(err)
-	}
-}

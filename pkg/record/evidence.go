@@ -24,7 +24,7 @@ const MaxEvidenceFiles = 256
 // result directory (at most MaxEvidenceFiles); one that is not there, is
 // not a regular file, or that a child made unreadable, is skipped. An
 // error is the file system's: a file or directory whose fsync failed (an
-// I/O error, no space) cannot be kept as evidence.
+// I/O error, no space) cannot be kept as evidence (Config.StorageFault).
 func (r *Record) Seal() error {
 	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
 	for _, rel := range names {
@@ -34,16 +34,24 @@ func (r *Record) Seal() error {
 			continue // nothing the controller can keep: not there, not a file, or made unreadable by a child
 		}
 		if err != nil {
-			return fmt.Errorf("the evidence %s could not be made durable: %w", path, err)
+			return r.storageFault(fmt.Errorf("the evidence %s could not be made durable: %w", path, err))
 		}
 		r.pendEvidence = append(r.pendEvidence, state.EvidenceFile{Path: rel, Size: s.Size, SHA256: s.SHA256})
 	}
 	for _, d := range []string{r.dir, filepath.Join(r.dir, campaignfs.ClientDir)} {
 		if err := atomicfile.SyncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("the evidence directory %s could not be made durable: %w", d, err)
+			return r.storageFault(fmt.Errorf("the evidence directory %s could not be made durable: %w", d, err))
 		}
 	}
 	return nil
+}
+
+// storageFault tells Config.StorageFault, if set, of err, and returns it.
+func (r *Record) storageFault(err error) error {
+	if r.cfg.StorageFault != nil {
+		r.cfg.StorageFault(err)
+	}
+	return err
 }
 
 // resultFiles lists the regular files under the client's result

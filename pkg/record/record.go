@@ -105,6 +105,10 @@ type Config struct {
 	// read-only remount), and the last such cause and error: a failure
 	// while the count grew is the harness's (End). nil: none are counted.
 	DiskFull func() (count int64, last string)
+	// StorageFault hears of an evidence file whose fsync failed (Seal): a
+	// fault of the campaign's storage, not of the run. nil: nobody
+	// listens.
+	StorageFault func(error)
 }
 
 // New starts the record of attempt n of run, whose directory is dir.

@@ -16,37 +16,27 @@ import (
 // nothing new starts, and resume continues once space is freed.
 //
 // A write error that is not transient (a file system remounted read-only,
-// an I/O error) cannot even record a stop: the runner ends the work
-// instead, its children stopped the usual way, and Run returns the error
-// (failStorage).
+// an I/O error) is recorded as a stop where the database still commits;
+// the runner ends the work, its children stopped the usual way, and Run
+// returns the error (failStorage). Either is counted (diskFullCount).
 func (c *Runner) stopIfDiskFull(err error) {
+	full := errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+	cause, then := "ran out of space (ENOSPC)", "free space"
 	switch {
-	case err == nil:
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		c.noteStorageFault("ran out of space (ENOSPC)", err)
-		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
-			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
-	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
-		cause := "could not be written (I/O error, EIO)"
-		if errors.Is(err, syscall.EROFS) {
-			cause = "could not be written (read-only file system, EROFS)"
-		}
-		c.noteStorageFault(cause, err)
-		// recorded where the database still commits (an I/O error on
-		// some writes only), so that ctlq status names the cause
-		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
-			"the campaign directory %s %s: %v; check the device and the file system, then resume", c.dir, cause, err)})
-		c.failStorage(err)
+	case err == nil || !full && !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EIO):
+		return
+	case errors.Is(err, syscall.EROFS):
+		cause, then = "could not be written (read-only file system, EROFS)", "check the device and the file system"
+	case !full:
+		cause, then = "could not be written (I/O error, EIO)", "check the device and the file system"
 	}
-}
-
-// noteStorageFault counts a write to the campaign directory that the file
-// system refused, with its cause ("ran out of space (ENOSPC)") and error,
-// for the attempts that end failed meanwhile (diskFullCount).
-func (c *Runner) noteStorageFault(cause string, err error) {
 	msg := cause + ": " + err.Error()
 	c.diskFullErr.Store(&msg)
 	c.diskFull.Add(1)
+	c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf("the campaign directory %s %s: %v; %s, then resume", c.dir, cause, err, then)})
+	if !full {
+		c.failStorage(err)
+	}
 }
 
 // diskFullCount is how many of the controller's writes to the campaign
