@@ -4,8 +4,8 @@
 # crash-consistent resume after each kill and at the end (bench/check):
 # the store's invariants, no complete attempt started again, no ended
 # attempt's directory written again, exactly one result per run, no process
-# of the campaign left, no fake GPU memory held, and a budget ledger never
-# below the GPU time really used. Campaigns are repeated until KILLS kills.
+# of the campaign left, no fake GPU memory held, no damaged evidence file,
+# and a budget ledger never below the GPU time really used. Campaigns are repeated until KILLS kills.
 #
 #   KILLS=500 PATTERNS=25 MAX_SLEEP=1.5 bench/torture.sh
 #
@@ -20,8 +20,17 @@
 # sleeps a random 0..MAX_SLEEP s, kills the pid in DIR/controller.lock and
 # resumes; after one kill in EARLY, a foreground resume is also killed
 # 0..0.3 s after its start, while it reconciles what was left. A kill is
-# survived when the checks after it pass. Output: kills, kills survived,
-# and invariant violations (target 0).
+# survived when the checks after it pass.
+#
+# Beside the kills, two faults come at random (1 in FAULTS of the moments
+# the script would kill, half each; FAULTS=0: none): a full disk and a
+# frozen controller. As root, each campaign directory lies on its own
+# tmpfs of FS_SIZE; a full disk fills it at that moment, frees it after a
+# random 0..MAX_SLEEP s, and resumes the campaign if the controller
+# stopped it meanwhile. A frozen controller gets SIGSTOP, then SIGCONT
+# after a random 0..MAX_SLEEP s. Without root there is no full disk.
+# Output: kills, faults of each kind, kills survived, and invariant
+# violations (target 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS=${KILLS:-500}
@@ -30,6 +39,8 @@ MAX_SLEEP=${MAX_SLEEP:-1.5}
 EARLY=${EARLY:-4} # 1 in EARLY kills is followed by one during the resume; 0: none
 KEEP=${KEEP:-0}   # 1: keep the work directory
 HOSTILE=${HOSTILE:-1}
+FAULTS=${FAULTS:-3}       # 1 in FAULTS moments is a fault instead of a kill; 0: none
+FS_SIZE=${FS_SIZE:-256m} # each campaign's tmpfs, for the full disk
 
 work=$(mktemp -d /tmp/torture.XXXXXX)
 bin=$work/bin
@@ -37,6 +48,8 @@ go build -o "$bin/" ./cmd/controller ./cmd/standin ./bench/check
 
 dir=""
 fg=""
+mnt=""     # the tmpfs of the campaign directory, when root
+frozen=""  # a controller the script stopped with SIGSTOP
 # held: a controller holds the campaign's lock.
 held() { [ -e "$1/controller.lock" ] && ! flock -n -s "$1/controller.lock" true; }
 # ours PID DIR: pid is this script's controller daemon for DIR.
@@ -51,6 +64,8 @@ campaign_pids() {
 	done
 }
 finish() {
+	if [ -n "$frozen" ]; then kill -CONT "$frozen" 2>/dev/null || true; fi
+	if [ -n "$mnt" ]; then rm -f "$mnt/filler"; fi
 	if [ -n "$fg" ]; then
 		kill -9 "$fg" 2>/dev/null || true
 		wait "$fg" 2>/dev/null || true
@@ -62,6 +77,7 @@ finish() {
 	if [ -n "$dir" ]; then
 		for p in $(campaign_pids "$dir"); do kill -9 "$p" 2>/dev/null || true; done
 	fi
+	if [ -n "$mnt" ] && [ "$KEEP" != 1 ]; then umount "$mnt" 2>/dev/null || umount -l "$mnt" || true; fi
 	if [ "$KEEP" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
 }
 trap finish EXIT
@@ -158,6 +174,52 @@ check() {
 	fi
 }
 
+# campaign_dir: the directory of the next campaign; as root (with faults),
+# on a tmpfs of its own, the previous one unmounted.
+campaign_dir() {
+	if [ "$(id -u)" != 0 ] || [ "$FAULTS" -le 0 ]; then
+		dir=$work/c$campaigns
+		return
+	fi
+	if [ -n "$mnt" ] && [ "$KEEP" != 1 ]; then umount "$mnt"; fi
+	mnt=$work/fs$campaigns
+	mkdir "$mnt"
+	mount -t tmpfs -o "size=$FS_SIZE,mode=0755" none "$mnt"
+	dir=$mnt/c$campaigns
+}
+
+# fill: the campaign's file system full for a random while, then freed.
+fills=0
+fullstops=0 # full disks after which the controller had stopped
+fill() {
+	cat /dev/zero >"$mnt/filler" 2>/dev/null || true # until ENOSPC
+	fills=$((fills + 1))
+	filled=1
+	sleep "$(rand_sleep)"
+	rm -f "$mnt/filler"
+}
+
+# freeze PID: the controller stopped (SIGSTOP) for a random while.
+freezes=0
+freeze() {
+	kill -STOP "$1"
+	frozen=$1
+	freezes=$((freezes + 1))
+	sleep "$(rand_sleep)"
+	kill -CONT "$1"
+	frozen=""
+}
+
+# fault PID: a full disk or a frozen controller, half each (a frozen one
+# only, without a tmpfs).
+fault() {
+	if [ -n "$mnt" ] && ((RANDOM % 2 == 0)); then
+		fill
+	else
+		freeze "$1"
+	fi
+}
+
 kills=0
 early=0
 survived=0
@@ -166,7 +228,7 @@ runs=0
 start=$(date +%s)
 while [ "$kills" -lt "$KILLS" ]; do
 	campaigns=$((campaigns + 1))
-	dir=$work/c$campaigns
+	campaign_dir
 	snap=$work/c$campaigns.snapshot
 	write_protocol "$work/torture-$campaigns.yaml"
 	if ! out=$("$bin/controller" start -f "$work/torture-$campaigns.yaml" -d "$dir" --gpu-backend fake 2>&1); then
@@ -174,11 +236,29 @@ while [ "$kills" -lt "$KILLS" ]; do
 		exit 2
 	fi
 	ckills=0
+	cfaults=$((fills + freezes))
+	filled=0 # the disk was full since the last resume
 	while :; do
 		sleep "$(rand_sleep)"
-		held "$dir" || break # the campaign ended on its own
+		if ! held "$dir"; then
+			# the campaign ended on its own, or stopped for the full
+			# disk: then it is resumed (nothing to do if it is complete)
+			[ "$filled" = 1 ] || break
+			filled=0
+			fullstops=$((fullstops + 1))
+			if ! out=$("$bin/controller" resume -d "$dir" 2>&1); then
+				echo "  c$campaigns: resume after a full disk failed: $out"
+				violations=$((violations + 1))
+				break
+			fi
+			continue
+		fi
 		pid=$(cat "$dir/controller.lock")
 		ours "$pid" "$dir" || break
+		if ((FAULTS > 0 && RANDOM % FAULTS == 0)); then
+			fault "$pid"
+			continue
+		fi
 		kill -9 "$pid"
 		while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
 		kills=$((kills + 1))
@@ -202,6 +282,7 @@ while [ "$kills" -lt "$KILLS" ]; do
 			check "$dir" "$snap" || ok=0
 			survived=$((survived + ok))
 		fi
+		filled=0
 		if ! out=$("$bin/controller" resume -d "$dir" 2>&1); then
 			echo "  c$campaigns: resume after kill $kills failed: $out"
 			violations=$((violations + 1))
@@ -215,10 +296,11 @@ while [ "$kills" -lt "$KILLS" ]; do
 	check "$dir" "$snap" -final || true
 	n=$(grep -c '"id": "p[0-9]*\.' "$dir/plan.json" || true)
 	runs=$((runs + n))
-	echo "campaign c$campaigns: $n runs, $ckills kills, $(ls -d "$dir"/runs/*/a* | wc -l) attempts"
+	echo "campaign c$campaigns: $n runs, $ckills kills, $((fills + freezes - cfaults)) faults, $(ls -d "$dir"/runs/*/a* | wc -l) attempts"
 done
 echo "campaigns: $campaigns ($runs runs), $(($(date +%s) - start)) s"
 echo "kills: $kills ($early of them during a resume)"
+echo "faults: $fills full disks ($fullstops of them stopped the campaign, resumed), $freezes frozen controllers"
 echo "kills survived: $survived"
 echo "invariant violations: $violations"
 [ "$violations" -eq 0 ]

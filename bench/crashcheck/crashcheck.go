@@ -194,7 +194,10 @@ type Expect struct {
 }
 
 // Final checks the campaign after its last resume ended, with the last
-// snapshot (compared and carried over) for the GPU time seen in use.
+// snapshot (compared and carried over) for the GPU time seen in use. Among
+// the end-state checks: every attempt's evidence files hold what their
+// recorded digests say, and no client result.json is all NUL bytes
+// (state.Attempt.DamagedEvidence).
 func Final(dir string, last *Snapshot) ([]string, error) {
 	return FinalExpect(dir, last, Expect{State: state.CampaignComplete})
 }
@@ -265,6 +268,9 @@ func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
 			}
 			if v := stateFileAgrees(a); v != "" {
 				vs = append(vs, v)
+			}
+			for _, err := range a.DamagedEvidence(campaignfs.EvidenceChecked...) {
+				vs = append(vs, fmt.Sprintf("run %s attempt %d: %v", r.ID, a.N, err))
 			}
 			k := key(r.ID, a.N)
 			var seen time.Time

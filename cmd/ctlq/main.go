@@ -325,7 +325,12 @@ func crashHint(exit error, dir string) string {
 	if !errors.As(exit, &ee) || ee.Code != exitControllerX {
 		return ""
 	}
-	return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
+	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
+	if ro := readOnlyStorage(dir); ro != "" {
+		// the controller could record neither the fault nor a stop
+		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + views.ShellQuote(dir)
+	}
+	return hint
 }
 
 func statusExit(st api.Status) error {
@@ -393,6 +398,7 @@ text (or when the private inputs cannot be read to tell): a note says why.`,
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
 			}
+			d.CheckEvidence() // here, where the files are read, not in the controller's answer
 			plan, _ := campaignfs.ReadPlan(src.dir)
 			tails := views.StderrTails(d, views.NewStderrGuard(src.dir, views.MinLeakOf(plan)))
 			if o.output == "json" {

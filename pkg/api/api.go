@@ -159,6 +159,52 @@ type RunDetail struct {
 	Attempts   []state.Attempt     `json:"attempts"`
 	Events     []state.Event       `json:"events"`
 	Gates      []state.GateVerdict `json:"gates"`
+	// DamagedEvidence are the attempts' evidence files that do not hold
+	// what was recorded of them (EvidenceDamage), once a reader of the
+	// campaign directory checked them (CheckEvidence): absent when the
+	// detail comes unchecked (the controller's socket answers without
+	// reading every file, within its deadline), empty when none is damaged.
+	DamagedEvidence *[]EvidenceDamage `json:"damaged_evidence,omitempty"`
+}
+
+// CheckEvidence checks the evidence files of every attempt of the run
+// (DamagedEvidence) and sets d.DamagedEvidence.
+func (d *RunDetail) CheckEvidence() {
+	out := []EvidenceDamage{}
+	for _, a := range d.Attempts {
+		out = append(out, DamagedEvidence(a)...)
+	}
+	d.DamagedEvidence = &out
+}
+
+// Damage is d.DamagedEvidence, none when unchecked.
+func (d RunDetail) Damage() []EvidenceDamage {
+	if d.DamagedEvidence == nil {
+		return nil
+	}
+	return *d.DamagedEvidence
+}
+
+// EvidenceDamage is one damaged evidence file of an attempt: its digest
+// recorded when the attempt's processes had ended no longer matches, or it
+// (or a client result.json that has no digest) holds only NUL bytes
+// (state.Attempt.CheckEvidence). Error names the file's path.
+type EvidenceDamage struct {
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error"`
+}
+
+// DamagedEvidence checks the attempt's evidence files: those with a
+// recorded digest, and in any case its client's result.json and the
+// other evidence files (campaignfs.EvidenceFiles), which without a digest
+// are damaged when they hold only NUL bytes.
+func DamagedEvidence(a state.Attempt) []EvidenceDamage {
+	out := []EvidenceDamage{}
+	errs := a.DamagedEvidence(campaignfs.EvidenceChecked...)
+	for _, err := range errs {
+		out = append(out, EvidenceDamage{Attempt: a.N, Error: err.Error()})
+	}
+	return out
 }
 
 // Events is the answer of GET /v1/events.

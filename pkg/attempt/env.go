@@ -73,9 +73,12 @@ type Env struct {
 	// start to its charge. nil: nobody listens.
 	InFlight InFlight
 	// DiskFull is the count of the controller's writes to the campaign
-	// directory that failed for want of space, and the last such error.
-	// nil: none are counted.
+	// directory that the file system refused (no space, EIO, EROFS), and
+	// the last such cause and error. nil: none are counted.
 	DiskFull func() (count int64, last string)
+	// StorageFault hears of an evidence file's fsync that failed
+	// (record.Config.StorageFault). nil: nobody listens.
+	StorageFault func(error)
 	// NeedDirs resolves the result directories of the runs a run needs, by
 	// the variable each is exported as, for an attempt whose Spec names
 	// none. nil: a need no Spec resolves fails the attempt.

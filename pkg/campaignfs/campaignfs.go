@@ -57,6 +57,19 @@ const (
 	ResultFile     = "result.json" // in ClientDir
 )
 
+// EvidenceFiles are the attempt directory's evidence files digested when
+// its processes have ended, beside every file of ClientDir: what the
+// processes wrote, and what the controller wrote of their launch and their
+// GPUs. ClientResultRel is the client's result.json relative to the
+// attempt directory. EvidenceChecked are the files a reader checks for
+// damage even without a digest (an attempt that ended before its
+// processes were proven gone has none): all NUL bytes is damage.
+var (
+	EvidenceFiles   = []string{"server.out", "server.err", "client.out", "client.err", "environment.json", GPUSamplesFile}
+	ClientResultRel = filepath.Join(ClientDir, ResultFile)
+	EvidenceChecked = append([]string{ClientResultRel}, EvidenceFiles...)
+)
+
 // State is the path of the campaign's state database.
 func State(dir string) string { return filepath.Join(dir, StateFile) }
 

@@ -43,8 +43,10 @@ type Report struct {
 	Ledger         []state.LedgerEntry `json:"ledger,omitempty"`
 	// EarlyBackground: a background load whose client ended before its
 	// target was done.
-	EarlyBackground bool      `json:"early_background,omitempty"`
-	At              time.Time `json:"at"`
+	EarlyBackground bool `json:"early_background,omitempty"`
+	// Evidence are digests of the attempt's evidence files (Seal).
+	Evidence []state.EvidenceFile `json:"evidence,omitempty"`
+	At       time.Time            `json:"at"`
 }
 
 // ReportSchema is the version of Report.
@@ -79,10 +81,11 @@ type Record struct {
 	pendExits []state.Exit
 	pendSigs  []state.Signal
 	// gate verdicts and ledger entries written with the next transition
-	pendGates  []state.GateVerdict
-	pendLedger []state.LedgerEntry
-	state      state.AttemptState
-	figures    map[string]float64 // the attempt's own figures, written with each transition
+	pendGates    []state.GateVerdict
+	pendLedger   []state.LedgerEntry
+	pendEvidence []state.EvidenceFile
+	state        state.AttemptState
+	figures      map[string]float64 // the attempt's own figures, written with each transition
 	// earlyBackground: this background load's client ended before its
 	// target was done
 	earlyBackground bool
@@ -98,10 +101,14 @@ type Config struct {
 	// Now is the clock (required).
 	Now func() time.Time
 	// DiskFull is the count of the controller's writes to the campaign
-	// directory that failed for want of space, and the last such error: a
-	// failure while the count grew is the harness's (End). nil: none are
-	// counted.
+	// directory that the file system refused (no space, an I/O error, a
+	// read-only remount), and the last such cause and error: a failure
+	// while the count grew is the harness's (End). nil: none are counted.
 	DiskFull func() (count int64, last string)
+	// StorageFault hears of an evidence file whose fsync failed (Seal): a
+	// fault of the campaign's storage, not of the run. nil: nobody
+	// listens.
+	StorageFault func(error)
 }
 
 // New starts the record of attempt n of run, whose directory is dir.
@@ -122,11 +129,11 @@ func (r *Record) diskFull() (int64, string) {
 // since the last one.
 func (r *Record) Transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64) error {
 	err := r.cfg.Recorder.Transition(r.runID, r.n, Report{To: to, Reason: reason, Message: msg, Figures: figures, EarlyBackground: r.earlyBackground,
-		Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger})
+		Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger, Evidence: r.pendEvidence})
 	if err != nil {
 		return err
 	}
-	r.pendExits, r.pendSigs, r.pendGates, r.pendLedger = nil, nil, nil, nil
+	r.pendExits, r.pendSigs, r.pendGates, r.pendLedger, r.pendEvidence = nil, nil, nil, nil, nil
 	r.state = to
 	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 	return nil
@@ -204,18 +211,20 @@ func (r *Record) SetEarlyBackground()   { r.earlyBackground = true }
 func (r *Record) EarlyBackground() bool { return r.earlyBackground }
 
 // diskFullClass classes a failure of an attempt as the harness's when the
-// controller's own writes to the campaign directory ran out of space
-// (ENOSPC, EDQUOT: blocks or inodes) while the attempt lived (seen is the
-// count when it was created): what the workload did then (a client that
-// could not create its result directory, a server that could not write its
-// log) says nothing about the workload. The original reason stays in the
-// detail.
+// file system refused the controller's own writes to the campaign
+// directory (no space: ENOSPC, EDQUOT, blocks or inodes; an I/O error; a
+// read-only remount) while the attempt lived (seen is the count when it
+// was created): what the workload did then (a client that could not
+// create its result directory or got an I/O error, a server that could not
+// write its log) says nothing about the workload. The original reason
+// stays in the detail; the last refused write's cause ("ran out of space
+// (ENOSPC): ...") comes first.
 func (r *Record) diskFullClass(reason state.Reason, detail string) (state.Reason, string) {
 	count, last := r.diskFull()
 	if reason == state.ReasonHarnessError || count == r.diskFullSeen {
 		return reason, detail
 	}
-	return state.ReasonHarnessError, fmt.Sprintf("the campaign directory ran out of space (ENOSPC) while the attempt ran (%s); its failure %s (%s) is the harness's, not the workload's", last, reason, detail)
+	return state.ReasonHarnessError, fmt.Sprintf("the campaign directory %s while the attempt ran; its failure %s (%s) is the harness's, not the workload's", last, reason, detail)
 }
 
 // Key names attempt n of run in the campaign's registries.
@@ -283,6 +292,7 @@ func Store(s *state.Store, run string, n int, rep Report) error {
 	_, err := s.TransitionWith(run, n, rep.To, rep.Reason, rep.Message, rep.Figures, func(at *state.Attempt) error {
 		at.Exits = append(at.Exits, rep.Exits...)
 		at.Signals = append(at.Signals, rep.Signals...)
+		at.Evidence = append(at.Evidence, rep.Evidence...)
 		if len(rep.AttemptFigures) > 0 && at.Figures == nil {
 			at.Figures = map[string]float64{}
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +49,9 @@ func newRecord(t *testing.T, m *memory, diskFull *int64) (*record.Record, string
 	}
 	cfg := record.Config{Recorder: m, Dir: dir, Log: zerolog.Nop(), Now: time.Now}
 	if diskFull != nil {
-		cfg.DiskFull = func() (int64, string) { return *diskFull, "write state.db: no space left on device" }
+		cfg.DiskFull = func() (int64, string) {
+			return *diskFull, "ran out of space (ENOSPC): write state.db: no space left on device"
+		}
 	}
 	return record.New(cfg, "p1", 1, adir), adir
 }
@@ -199,5 +202,51 @@ func TestStoreWritesTheReport(t *testing.T) {
 	}
 	if a.State != state.Reserved || a.Figures["gpu_seconds"] != 2 || len(a.Exits) != 1 || len(a.Procs) != 1 || len(a.Commands) != 1 || a.Commands[0][1] != "--x" {
 		t.Fatalf("attempt %+v", a)
+	}
+}
+
+// Seal notes a digest of each evidence file there is, for the next
+// transition: the processes' output and every regular file of the
+// client's result directory; a planted FIFO or link, or a file a child
+// made unreadable, is skipped.
+func TestSealNotesTheEvidence(t *testing.T) {
+	m := &memory{}
+	r, adir := newRecord(t, m, nil)
+	if err := os.MkdirAll(filepath.Join(adir, "client", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"client.out": "ok\n", "client/result.json": "{}", "client/sub/events.jsonl": "{}\n"} {
+		if err := os.WriteFile(filepath.Join(adir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(adir, "client", "planted.fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(adir, "client.err")); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getuid() != 0 { // root reads it anyway
+		if err := os.WriteFile(filepath.Join(adir, "server.out"), []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Transition(state.Cleanup, "", "proving cleanup", nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range m.reports[0].Evidence {
+		got = append(got, e.Path)
+	}
+	want := []string{"client.out", "client/result.json", "client/sub/events.jsonl"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("sealed %v, want %v", got, want)
+	}
+	a := state.Attempt{Dir: adir, Evidence: m.reports[0].Evidence}
+	if errs := a.DamagedEvidence(); len(errs) != 0 {
+		t.Fatalf("fresh evidence damaged: %v", errs)
 	}
 }

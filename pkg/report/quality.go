@@ -144,7 +144,7 @@ func qualityAndPerformance(rep api.Report, plan *protocols.Plan) (quality []Qual
 // perfRow reads a ranked run's figures from its client's result.
 func perfRow(rd api.RunDetail, r protocols.Run, systemAxes map[string]bool, system string) PerfRow {
 	a := countingAttempt(rd)
-	res := clientResult(a.Dir)
+	res := clientResult(a)
 	group := []string{rd.Run.Phase, rd.Run.Load}
 	var keys []string
 	for k := range r.Axes {

@@ -103,6 +103,11 @@ type Row struct {
 	OutputTokensPerS  *float64 `json:"output_tokens_per_s"`
 	EnergyPerRequestJ *float64 `json:"energy_per_request_j"`
 	GPUSeconds        *float64 `json:"gpu_seconds"`
+	// DamagedEvidence names that attempt's evidence files that do not hold
+	// what was recorded of them, or only NUL bytes (state.Attempt.
+	// CheckEvidence), each with its path; a damaged result.json gives no
+	// figures.
+	DamagedEvidence []string `json:"damaged_evidence"`
 }
 
 // Table is --table-json.
@@ -120,7 +125,7 @@ type Table struct {
 }
 
 var csvHeader = []string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
-	"gates_passed", "gates_not_passed", "duration_s", "throughput_rps", "output_tokens_per_s", "energy_per_request_j", "gpu_seconds"}
+	"gates_passed", "gates_not_passed", "duration_s", "throughput_rps", "output_tokens_per_s", "energy_per_request_j", "gpu_seconds", "damaged_evidence"}
 
 func WriteCSV(w io.Writer, rows []Row) error {
 	cw := csv.NewWriter(w)
@@ -134,7 +139,7 @@ func WriteCSV(w io.Writer, rows []Row) error {
 	for _, r := range rows {
 		cw.Write([]string{r.Run, r.Phase, r.Kind, r.Cell, r.Load, strconv.FormatBool(r.Measured), r.State, strconv.Itoa(r.Attempts),
 			strconv.Itoa(r.Attempt), r.Outcome, r.Reason, strconv.Itoa(r.GatesPassed), strings.Join(r.GatesNotPassed, "; "),
-			f(r.DurationS), f(r.ThroughputRPS), f(r.OutputTokensPerS), f(r.EnergyPerRequestJ), f(r.GPUSeconds)})
+			f(r.DurationS), f(r.ThroughputRPS), f(r.OutputTokensPerS), f(r.EnergyPerRequestJ), f(r.GPUSeconds), strings.Join(r.DamagedEvidence, "; ")})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -193,11 +198,16 @@ func fptr(m map[string]float64, k string) *float64 {
 	return nil
 }
 
-// clientResult reads the numeric figures of DIR/client/result.json,
-// nested objects flattened to dotted keys ("clean.completed_rps"); a
-// missing or unreadable file leaves them empty.
-func clientResult(dir string) map[string]float64 {
-	b, err := os.ReadFile(campaignfs.ClientResult(dir))
+// clientResult reads the numeric figures of the attempt's
+// client/result.json, nested objects flattened to dotted keys
+// ("clean.completed_rps"); a missing or unreadable file leaves them empty,
+// and so does a damaged one (state.Attempt.CheckEvidence: the row names
+// it).
+func clientResult(a *state.Attempt) map[string]float64 {
+	if a.CheckEvidence(campaignfs.ClientResultRel) != nil {
+		return nil
+	}
+	b, err := os.ReadFile(campaignfs.ClientResult(a.Dir))
 	if err != nil {
 		return nil
 	}
@@ -251,14 +261,22 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 	}
 	for _, rd := range rep.Runs {
 		row := Row{Run: rd.Run.ID, Phase: rd.Run.Phase, Kind: rd.Run.Kind, Cell: rd.Run.Cell, Load: rd.Run.Load,
-			Measured: measured[rd.Run.ID], State: rd.State, Attempts: len(rd.Attempts), GatesNotPassed: []string{}}
+			Measured: measured[rd.Run.ID], State: rd.State, Attempts: len(rd.Attempts), GatesNotPassed: []string{}, DamagedEvidence: []string{}}
 		if a := countingAttempt(rd); a != nil {
 			row.Attempt, row.Outcome, row.Reason = a.N, string(a.State), string(a.Reason)
 			if a.State.Terminal() {
 				dur := a.UpdatedAt.Sub(a.CreatedAt).Seconds()
 				row.DurationS = &dur
 			}
-			res := clientResult(a.Dir)
+			if rd.DamagedEvidence == nil {
+				rd.CheckEvidence() // unchecked: the report reads the files, so it checks them
+			}
+			for _, e := range *rd.DamagedEvidence {
+				if e.Attempt == a.N {
+					row.DamagedEvidence = append(row.DamagedEvidence, e.Error)
+				}
+			}
+			res := clientResult(a)
 			row.ThroughputRPS, row.OutputTokensPerS = firstFigure(res, throughputKeys), firstFigure(res, outputTokensKeys)
 			row.EnergyPerRequestJ, row.GPUSeconds = fptr(a.Figures, "energy_per_request_j"), fptr(a.Figures, "gpu_seconds")
 			for _, g := range rd.Gates {

@@ -134,9 +134,9 @@ func TestBuild(t *testing.T) {
 	want := []Row{
 		{Run: "c0.saturation", Phase: "matrix", Kind: "saturation", Cell: "c0", Load: "sat", Measured: true, State: "complete", Attempts: 1, Attempt: 1,
 			Outcome: "complete", GatesPassed: 2, GatesNotPassed: []string{"drain: fail"}, DurationS: fp(90), ThroughputRPS: fp(12.5),
-			OutputTokensPerS: fp(800), EnergyPerRequestJ: fp(4.5), GPUSeconds: fp(80)},
+			OutputTokensPerS: fp(800), EnergyPerRequestJ: fp(4.5), GPUSeconds: fp(80), DamagedEvidence: []string{}},
 		{Run: "c0.moderate", Phase: "matrix", Kind: "moderate", Cell: "c0", Load: "mod", State: "failed", Attempts: 1, Attempt: 1,
-			Outcome: "failed", Reason: "client-failed", GatesNotPassed: []string{}, DurationS: fp(80)},
+			Outcome: "failed", Reason: "client-failed", GatesNotPassed: []string{}, DurationS: fp(80), DamagedEvidence: []string{}},
 	}
 	if !reflect.DeepEqual(d.Rows, want) {
 		got, _ := json.Marshal(d.Rows)
@@ -194,9 +194,9 @@ func TestTable(t *testing.T) {
 	if err := WriteCSV(&csv, d.Rows); err != nil {
 		t.Fatal(err)
 	}
-	want := "run,phase,kind,cell,load,measured,state,attempts,attempt,outcome,reason,gates_passed,gates_not_passed,duration_s,throughput_rps,output_tokens_per_s,energy_per_request_j,gpu_seconds\n" +
-		"c0.saturation,matrix,saturation,c0,sat,true,complete,1,1,complete,,2,drain: fail,90,12.5,800,4.5,80\n" +
-		"c0.moderate,matrix,moderate,c0,mod,false,failed,1,1,failed,client-failed,0,,80,,,,\n"
+	want := "run,phase,kind,cell,load,measured,state,attempts,attempt,outcome,reason,gates_passed,gates_not_passed,duration_s,throughput_rps,output_tokens_per_s,energy_per_request_j,gpu_seconds,damaged_evidence\n" +
+		"c0.saturation,matrix,saturation,c0,sat,true,complete,1,1,complete,,2,drain: fail,90,12.5,800,4.5,80,\n" +
+		"c0.moderate,matrix,moderate,c0,mod,false,failed,1,1,failed,client-failed,0,,80,,,,,\n"
 	if csv.String() != want {
 		t.Fatalf("csv:\n%s\nwant:\n%s", csv.String(), want)
 	}

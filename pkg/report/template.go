@@ -114,7 +114,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 <tr data-run="{{.Run}}"><td class="mono">{{.Run}}{{if .Measured}} <span class="muted">measured</span>{{end}}</td><td>{{.Phase}}</td><td>{{.Kind}}</td><td>{{.Cell}}</td>
 <td><span class="dot" style="background:{{colour .State}}"></span>{{.State}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</td>
 <td class="num">{{.Attempts}}</td>
-<td class="wrap">{{if .Attempt}}{{.GatesPassed}} passed{{if .GatesNotPassed}}; <span class="bad">{{join .GatesNotPassed ", "}}</span>{{end}}{{else}}–{{end}}</td>
+<td class="wrap">{{if .Attempt}}{{.GatesPassed}} passed{{if .GatesNotPassed}}; <span class="bad">{{join .GatesNotPassed ", "}}</span>{{end}}{{if .DamagedEvidence}}; <span class="bad">{{join .DamagedEvidence ", "}}</span>{{end}}{{else}}–{{end}}</td>
 <td class="num">{{f3 .DurationS}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .OutputTokensPerS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td><td class="num">{{f3 .GPUSeconds}}</td></tr>
 {{- end}}
 </tbody>

@@ -16,27 +16,33 @@ import (
 // nothing new starts, and resume continues once space is freed.
 //
 // A write error that is not transient (a file system remounted read-only,
-// an I/O error) cannot even record a stop: the runner ends the work
-// instead, its children stopped the usual way, and Run returns the error
-// (failStorage).
+// an I/O error) is recorded as a stop where the database still commits;
+// the runner ends the work, its children stopped the usual way, and Run
+// returns the error (failStorage). Either is counted (diskFullCount).
 func (c *Runner) stopIfDiskFull(err error) {
+	full := errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+	cause, then := "ran out of space (ENOSPC)", "free space"
 	switch {
-	case err == nil:
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		msg := err.Error()
-		c.diskFullErr.Store(&msg)
-		c.diskFull.Add(1)
-		c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf(
-			"no space left on device (ENOSPC) for the campaign directory %s: %v; free space, then resume", c.dir, err)})
-	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EIO):
+	case err == nil || !full && !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EIO):
+		return
+	case errors.Is(err, syscall.EROFS):
+		cause, then = "could not be written (read-only file system, EROFS)", "check the device and the file system"
+	case !full:
+		cause, then = "could not be written (I/O error, EIO)", "check the device and the file system"
+	}
+	msg := cause + ": " + err.Error()
+	c.diskFullErr.Store(&msg)
+	c.diskFull.Add(1)
+	c.stopCampaign(schedule.Stop{Reason: state.StopHarnessError, Detail: fmt.Sprintf("the campaign directory %s %s: %v; %s, then resume", c.dir, cause, err, then)})
+	if !full {
 		c.failStorage(err)
 	}
 }
 
 // diskFullCount is how many of the controller's writes to the campaign
-// directory failed for want of space, and the last such error: an
-// attempt that ends failed while the count grew is classed as the
-// harness's (attempt.Env.DiskFull).
+// directory the file system refused (no space, an I/O error, read-only),
+// and the last such cause and error: an attempt that ends failed while the
+// count grew is classed as the harness's (attempt.Env.DiskFull).
 func (c *Runner) diskFullCount() (int64, string) {
 	n := c.diskFull.Load()
 	last := ""
@@ -73,6 +79,6 @@ func (c *Runner) repairStateFiles() {
 			c.log.Warn().Err(f.Err).Str("run", f.Run).Int("attempt", f.N).Msg("rewrite state.json")
 			continue
 		}
-		c.log.Info().Str("run", f.Run).Int("attempt", f.N).Msg("state.json lagged behind the database; rewritten")
+		c.log.Info().Str("run", f.Run).Int("attempt", f.N).Msg("state.json lagged behind the database or was damaged (not its JSON: NUL-filled, cut); rewritten")
 	}
 }

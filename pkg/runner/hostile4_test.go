@@ -1,8 +1,11 @@
 package runner_test
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,5 +66,28 @@ func TestResumeChargesToProvenEnd(t *testing.T) {
 	}
 	if a := c.attempts("p2.saturation")[0]; a.Figures["proven_gone_unix"] != 0 {
 		t.Errorf("p2: figures %v; want no proven end", a.Figures)
+	}
+}
+
+// A write the campaign directory's device failed (EIO) is the storage's:
+// it is counted for the attempts that end failed meanwhile (so they are
+// classed as the harness's, naming the I/O error), and the stop it causes
+// is recorded, naming the directory and the cause, wherever the database
+// still commits.
+func TestIOErrorIsCountedAndRecorded(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 1})
+	rn := c.newRunner()
+	rn.StopIfDiskFull(fmt.Errorf("fsync %s: %w", filepath.Join(c.dir, "runs", "p1.saturation", "a1", "client.out"), syscall.EIO))
+	n, last := rn.DiskFullCount()
+	if n != 1 || !strings.Contains(last, "I/O error, EIO") || !strings.Contains(last, "client.out") {
+		t.Fatalf("count %d, last %q", n, last)
+	}
+	cp, err := c.store.Campaign()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.State != state.CampaignStopped || cp.StopReason != state.StopHarnessError ||
+		!strings.Contains(cp.StopDetail, c.dir) || !strings.Contains(cp.StopDetail, "I/O error, EIO") {
+		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
 	}
 }

@@ -89,7 +89,7 @@ func (c *Runner) attemptEnv() *attempt.Env {
 		Dir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath, FakeGPUDir: c.fakeGPUDir,
 		GPUs: c.gpus, Launcher: c.starter, Cgroups: c.cgroups, Boot: c.boot, UID: c.uid, Now: c.now, Log: c.log,
 		Private: c.private, PrivCache: &c.privCache, Ends: c.ends, InFlight: &c.flights,
-		DiskFull: c.diskFullCount, NeedDirs: c.needDirs,
+		DiskFull: c.diskFullCount, StorageFault: c.stopIfDiskFull, NeedDirs: c.needDirs,
 	}
 }
 

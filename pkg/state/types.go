@@ -218,6 +218,9 @@ type Attempt struct {
 	// amendment (controller readjudicate); State and Reason stay as
 	// recorded.
 	Readjudicated *Readjudication `json:"readjudicated,omitempty"`
+	// Evidence are the digests of the attempt's evidence files, taken
+	// once its processes had ended (EvidenceFile).
+	Evidence []EvidenceFile `json:"evidence,omitempty"`
 }
 
 // usable reports whether the attempt is its run's result: complete or

@@ -3,6 +3,7 @@ package validator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,6 +49,14 @@ const (
 func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir, outDir string) ([]gates.Verdict, error) {
 	if len(run.Validators) == 0 {
 		return nil, nil
+	}
+	if damaged := a.DamagedEvidence(campaignfs.EvidenceChecked...); len(damaged) > 0 {
+		// what the validators would read is not what the attempt left
+		var out []gates.Verdict
+		for _, v := range run.Validators {
+			out = append(out, gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Error, Detail: errors.Join(damaged...).Error(), At: time.Now()})
+		}
+		return out, nil
 	}
 	b, err := safefile.ReadFile(filepath.Join(a.Dir, "environment.json"), safefile.ChildLimit)
 	if err != nil {

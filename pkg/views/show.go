@@ -26,6 +26,11 @@ func PrintRun(w io.Writer, d api.RunDetail) {
 	}
 	for _, a := range d.Attempts {
 		printAttemptHead(w, a)
+		for _, e := range d.Damage() {
+			if e.Attempt == a.N {
+				fmt.Fprintf(w, "  DAMAGED EVIDENCE: %s\n", e.Error)
+			}
+		}
 		printTransitions(w, a, d.Events)
 		printProcs(w, a)
 		printHappenings(w, a)

@@ -101,16 +101,20 @@ func StderrTails(d api.RunDetail, g *StderrGuard) []StderrTail {
 				continue
 			}
 			seen[x.Role] = true
-			out = append(out, g.tail(a.N, a.Dir, x.Role))
+			out = append(out, g.tail(a, x.Role))
 		}
 	}
 	return out
 }
 
-func (g *StderrGuard) tail(n int, attemptDir, role string) StderrTail {
-	path := campaignfs.Stderr(attemptDir, role)
-	t := StderrTail{Attempt: n, Role: role, File: path, Lines: []string{}}
-	if err := g.allowed(attemptDir, path); err != nil {
+func (g *StderrGuard) tail(a state.Attempt, role string) StderrTail {
+	path := campaignfs.Stderr(a.Dir, role)
+	t := StderrTail{Attempt: a.N, Role: role, File: path, Lines: []string{}}
+	if err := g.allowed(a.Dir, path); err != nil {
+		t.Note = "not shown: " + err.Error()
+		return t
+	}
+	if err := a.CheckEvidence(filepath.Base(path)); errors.Is(err, state.ErrDamagedEvidence) {
 		t.Note = "not shown: " + err.Error()
 		return t
 	}

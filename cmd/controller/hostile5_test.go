@@ -1,0 +1,436 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warden/bench/crashcheck"
+	"warden/pkg/api"
+	"warden/pkg/campaignfs"
+	"warden/pkg/record"
+	"warden/pkg/report"
+	"warden/pkg/safefile"
+	"warden/pkg/state"
+)
+
+// fillUp writes zeros to path until its file system is full.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", path, err)
+			}
+			return
+		}
+	}
+}
+
+// statusJSON is ctlq status -o json of the campaign, whatever its exit.
+func (c *campaign) statusJSON() api.Status {
+	c.t.Helper()
+	out, _ := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json").Output()
+	var st api.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		c.t.Fatalf("ctlq status -o json: %v\n%s", err, out)
+	}
+	return st
+}
+
+// The campaign's file system fills up while a run measures. The controller
+// ends the attempt's processes and stops; while it is down, ctlq status
+// shows no GPU time in flight growing for processes that are gone. Space is
+// freed and the campaign resumed: the attempt is charged no more than its
+// processes ran (from its server's start to when the controller was seen
+// gone, at the latest), not up to the resume; and never less than they
+// ran (crashcheck.Final).
+func TestFullDiskWhileMeasuringChargesWhatRan(t *testing.T) {
+	t.Parallel()
+	fs := mountTmpfs(t, "64m")
+	c := newCampaign(t)
+	c.dir = filepath.Join(fs, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	filler := filepath.Join(fs, "filler")
+	fillUp(t, filler)
+	c.waitUnlocked("the controller to stop for the full disk", 120*time.Second)
+	gone := time.Now() // the controller and, after it, nothing of the attempt ran past this
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+
+	first := c.statusJSON()
+	if first.Campaign.State == string(state.CampaignComplete) {
+		t.Fatalf("test bug: the campaign completed on a full disk")
+	}
+	waitFor(t, "time to pass with no controller", 30*time.Second, func() bool { return time.Since(gone) > 2*time.Second })
+	second := c.statusJSON()
+	if second.Budget.InFlightGPUHours > first.Budget.InFlightGPUHours {
+		t.Errorf("GPU time in flight grew from %.9f to %.9f GPU-h with no process left",
+			first.Budget.InFlightGPUHours, second.Budget.InFlightGPUHours)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	a := c.attempts(s, cur.Run)[cur.Attempt-1]
+	srv := record.ServerProc(a)
+	if srv == nil {
+		t.Fatalf("attempt %s/%d recorded no server", cur.Run, cur.Attempt)
+	}
+	ledger, err := s.Ledger()
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var charged float64
+	for _, e := range ledger {
+		if e.Kind == state.LedgerCharge && e.Run == cur.Run && e.Attempt == cur.Attempt {
+			charged += e.GPUSeconds
+		}
+	}
+	ran := gone.Sub(srv.StartedAt).Seconds() * float64(len(a.GPUIDs))
+	t.Logf("attempt %s/%d: %s (%s); charged %.3f GPU-s, at most %.3f ran; in flight while down %.9f then %.9f GPU-h",
+		cur.Run, cur.Attempt, a.State, a.Reason, charged, ran, first.Budget.InFlightGPUHours, second.Budget.InFlightGPUHours)
+	if charged > ran {
+		t.Errorf("charged %.3f GPU-s, but its processes ran at most %.3f GPU-s (server start to the controller's exit)", charged, ran)
+	}
+	vs, err := crashcheck.Final(c.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
+
+// tableRow is the report's table row of run, from ctlq report --table-json.
+func (c *campaign) tableRow(run string) report.Row {
+	c.t.Helper()
+	tmp := c.t.TempDir()
+	table := filepath.Join(tmp, "table.json")
+	if out, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", filepath.Join(tmp, "r.html"), "--table-json", table).CombinedOutput(); err != nil {
+		c.t.Fatalf("ctlq report: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(table)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var tb report.Table
+	if err := json.Unmarshal(b, &tb); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, r := range tb.Rows {
+		if r.Run == run {
+			return r
+		}
+	}
+	c.t.Fatalf("no row of %s in the report's table", run)
+	return report.Row{}
+}
+
+// An attempt's evidence files are made durable and digested when its
+// processes have ended; one that a failing disk left NUL-filled (here
+// zeroed after the fact, as a remount after an I/O error shows it) is
+// reported as damaged evidence with its path by ctlq show and ctlq report,
+// and never read as valid: the report takes no figure from it.
+func TestDamagedEvidenceIsReported(t *testing.T) {
+	t.Parallel()
+	c, s := ranScenario(t, scenario{patterns: 1})
+	a := c.soleAttempt(s, "p1.saturation", state.Complete)[0]
+	s.Close()
+	sealed := map[string]bool{}
+	for _, e := range a.Evidence {
+		sealed[e.Path] = e.Size > 0 && len(e.SHA256) == 64
+	}
+	for _, name := range []string{"client.out", "server.out", "environment.json", filepath.Join("client", "result.json")} {
+		if !sealed[name] {
+			t.Fatalf("no digest of %s recorded: %+v", name, a.Evidence)
+		}
+	}
+	if r := c.tableRow("p1.saturation"); r.ThroughputRPS == nil || len(r.DamagedEvidence) != 0 {
+		t.Fatalf("before any damage: throughput %v, damaged %v", r.ThroughputRPS, r.DamagedEvidence)
+	}
+	result := filepath.Join(a.Dir, "client", "result.json")
+	fi, err := os.Stat(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(result, make([]byte, fi.Size()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("ctlq show: %v", err)
+	}
+	var d api.RunDetail
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	if dmg := d.Damage(); len(dmg) != 1 || dmg[0].Attempt != 1 || !strings.Contains(dmg[0].Error, "damaged evidence: "+result) {
+		t.Fatalf("ctlq show -o json damaged_evidence: %+v", dmg)
+	}
+	text, _ := exec.Command(ctlqBin, "show", "-d", c.dir, "p1.saturation").CombinedOutput()
+	if !strings.Contains(string(text), "DAMAGED EVIDENCE: damaged evidence: "+result) {
+		t.Fatalf("ctlq show does not name the damaged file:\n%s", text)
+	}
+	r := c.tableRow("p1.saturation")
+	if r.ThroughputRPS != nil || len(r.DamagedEvidence) != 1 || !strings.Contains(r.DamagedEvidence[0], result) {
+		t.Fatalf("report row over damaged evidence: throughput %v, damaged %v", r.ThroughputRPS, r.DamagedEvidence)
+	}
+}
+
+// failingExt4 mounts an ext4 file system whose loop device is backed by a
+// sparse image on a small tmpfs, and returns its mount point and the
+// tmpfs: filling the tmpfs makes every write of a new block of the device
+// fail, so ext4 meets real I/O errors (its journal aborts, errors=remount-ro
+// remounts it read-only). repair unmounts it, frees the tmpfs, checks the
+// image and mounts it again.
+func failingExt4(t *testing.T) (mnt, backing string, repair func()) {
+	t.Helper()
+	backing = mountTmpfs(t, "48m")
+	img := filepath.Join(backing, "fs.img")
+	mnt = filepath.Join(t.TempDir(), "mnt")
+	run := func(name string, args ...string) error {
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %v: %v %s", name, args, err, out)
+		}
+		return nil
+	}
+	if err := errors.Join(os.Mkdir(mnt, 0o755), run("truncate", "-s", "512M", img), run("mkfs.ext4", "-q", "-F", img)); err != nil {
+		t.Skipf("no ext4 image here: %v", err)
+	}
+	mount := func() error { return run("mount", "-o", "loop,errors=remount-ro", img, mnt) }
+	if err := mount(); err != nil {
+		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return mnt, backing, func() {
+		t.Helper()
+		os.Remove(filepath.Join(backing, "filler"))
+		if err := run("umount", mnt); err != nil {
+			t.Fatal(err)
+		}
+		if err := run("e2fsck", "-fy", img); err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			t.Fatalf("repair the file system: %v", err)
+		}
+		if err := mount(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The campaign directory's block device fails its writes (real I/O
+// errors, from a loop device whose backing store is full) while a run
+// measures. The controller ends the work; nothing of the campaign is left
+// running; the run is not blamed (no client-failed or other workload
+// reason), and ctlq status names the storage as the cause. Once the file
+// system is repaired, resume completes the campaign with every evidence
+// file as recorded and the charges covering what ran (crashcheck.Final).
+func TestFailingDiskIsTheStorages(t *testing.T) {
+	t.Parallel()
+	mnt, backing, repair := failingExt4(t)
+	c := newCampaign(t)
+	c.dir = filepath.Join(mnt, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	fillUp(t, filepath.Join(backing, "filler"))
+	c.waitUnlocked("the controller to end the work", 120*time.Second)
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	st := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json")
+	out, _ := st.Output()
+	var doc struct {
+		api.Status
+		Hint string `json:"hint"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("ctlq status -o json: %v\n%s", err, out)
+	}
+	cause := doc.Hint + " " + doc.Campaign.StopDetail
+	if !strings.Contains(cause, "read-only") && !strings.Contains(cause, "EIO") && !strings.Contains(cause, "ENOSPC") {
+		log, _ := os.ReadFile(filepath.Join(c.dir, "controller.log"))
+		t.Fatalf("ctlq status (exit %d) does not name the storage: state %s, stop %s: %s, hint %q\ncontroller log:\n%s",
+			st.ProcessState.ExitCode(), doc.Campaign.State, doc.Campaign.StopReason, doc.Campaign.StopDetail, doc.Hint, tail(string(log), 4000))
+	}
+	t.Logf("ctlq status exit %d: state %s, stop %q, hint %q", st.ProcessState.ExitCode(), doc.Campaign.State, doc.Campaign.StopDetail, doc.Hint)
+
+	repair()
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	s := c.store()
+	as := c.attempts(s, cur.Run)
+	s.Close()
+	for _, a := range as {
+		t.Logf("attempt %d: %s (%s)", a.N, a.State, a.Reason)
+		if a.State == state.Failed && a.Reason != state.ReasonHarnessError {
+			t.Errorf("attempt %d failed %s: the disk's failure blamed on the run", a.N, a.Reason)
+		}
+	}
+	vs, err := crashcheck.Final(c.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
+
+// holedExt4 mounts an ext4 image on a tmpfs as failingExt4 does, and
+// returns punch: with the file system frozen (fsfreeze: everything on
+// disk), it allocates every block of the image in the tmpfs, then
+// punches out the blocks ext4 has free, and fills the tmpfs. From then on
+// rewriting a block in use succeeds (the database commits), while a
+// write to a newly allocated block fails at writeback (the loop device's
+// backing store is full): new files' data is lost, and after a remount
+// reads back as zeros, as ext4 leaves a file after an I/O error.
+func holedExt4(t *testing.T) (mnt string, punch func(), repair func()) {
+	t.Helper()
+	backing := mountTmpfs(t, "300m")
+	img := filepath.Join(backing, "fs.img")
+	mnt = filepath.Join(t.TempDir(), "mnt")
+	run := func(name string, args ...string) (string, error) {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s %v: %v %s", name, args, err, out)
+		}
+		return string(out), nil
+	}
+	_, e1 := run("truncate", "-s", "256M", img)
+	_, e2 := run("mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "nodiscard", img)
+	if err := errors.Join(os.Mkdir(mnt, 0o755), e1, e2); err != nil {
+		t.Skipf("no ext4 image here: %v", err)
+	}
+	mount := func() error { _, err := run("mount", "-o", "loop,errors=remount-ro", img, mnt); return err }
+	if err := mount(); err != nil {
+		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	punch = func() {
+		t.Helper()
+		if _, err := run("fsfreeze", "-f", mnt); err != nil {
+			t.Skipf("cannot freeze the file system: %v", err)
+		}
+		defer run("fsfreeze", "-u", mnt)
+		out, err := run("dumpe2fs", img)
+		if _, ferr := run("fallocate", "-l", "256M", img); err != nil || ferr != nil {
+			t.Fatal(errors.Join(err, ferr))
+		}
+		for _, line := range strings.Split(out, "\n") {
+			ranges, ok := strings.CutPrefix(line, "  Free blocks: ")
+			if !ok || ranges == "" {
+				continue
+			}
+			for _, r := range strings.Split(ranges, ", ") {
+				var a, b int64
+				if n, _ := fmt.Sscanf(r, "%d-%d", &a, &b); n == 1 {
+					b = a
+				}
+				if _, err := run("fallocate", "-p", "-o", fmt.Sprint(a*4096), "-l", fmt.Sprint((b-a+1)*4096), img); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fillUp(t, filepath.Join(backing, "filler"))
+	}
+	return mnt, punch, func() {
+		t.Helper()
+		os.Remove(filepath.Join(backing, "filler"))
+		_, e1 := run("umount", mnt)
+		_, e2 := run("e2fsck", "-fy", img)
+		if err := errors.Join(e1, e2); err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			t.Fatalf("repair the file system: %v", err)
+		}
+		if err := mount(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The campaign directory's device fails the writes of new data while the
+// database, rewriting blocks it already has, still commits: the issue of
+// an attempt whose client's output and results are lost while its records
+// are kept. The controller's fsync of the evidence meets the error: the
+// attempt fails harness-error naming the file, not client-failed, and the
+// campaign stops with the storage named in ctlq status. After a remount,
+// any evidence file that came back NUL-filled is reported as damaged by
+// ctlq show, with its path.
+func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
+	t.Parallel()
+	mnt, punch, repair := holedExt4(t)
+	c := newCampaign(t)
+	c.dir = filepath.Join(mnt, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "3"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	punch()
+	c.waitUnlocked("the controller to stop", 120*time.Second)
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	// the writes may all have landed in blocks ext4 held already (its
+	// preallocations): then nothing was lost and the campaign completes
+	cp := c.statusJSON().Campaign
+	stopped := cp.State == string(state.CampaignStopped)
+	if stopped && (cp.StopReason != state.StopForRun(state.ReasonHarnessError) || !strings.Contains(cp.StopDetail, c.dir) ||
+		!strings.Contains(cp.StopDetail, "no space left on device") && !strings.Contains(cp.StopDetail, "I/O error")) ||
+		!stopped && cp.State != string(state.CampaignComplete) {
+		t.Fatalf("ctlq status: %s (%s: %s); want stopped harness-error naming the storage, or complete", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	t.Logf("ctlq status: %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	repair()
+	s := c.store()
+	a := c.attempts(s, cur.Run)[cur.Attempt-1]
+	s.Close()
+	if a.State == state.Failed && a.Reason != state.ReasonHarnessError {
+		t.Fatalf("attempt %d failed %s: the disk's failure blamed on the run", a.N, a.Reason)
+	}
+	// what came back NUL-filled is named by ctlq show, with its path
+	out, err := exec.Command(ctlqBin, "show", "-d", c.dir, cur.Run, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("ctlq show: %v", err)
+	}
+	var d api.RunDetail
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	named := ""
+	for _, e := range d.Damage() {
+		named += e.Error + "\n"
+	}
+	for _, rel := range campaignfs.EvidenceChecked {
+		path := filepath.Join(a.Dir, rel)
+		if sum, err := safefile.SumFile(path); err == nil && sum.AllNUL && !strings.Contains(named, path) {
+			t.Errorf("%s came back NUL-filled, but ctlq show does not name it (damaged: %q)", path, named)
+		}
+	}
+	sum, err := safefile.SumFile(filepath.Join(a.Dir, state.StateFileName))
+	t.Logf("attempt %d: %s (%s); state.json NUL-filled: %v (%v); damaged evidence named: %q", a.N, a.State, a.Reason, sum.AllNUL, err, named)
+
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); stopped && code != 0 {
+		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
+	}
+	vs, err := crashcheck.Final(c.dir, nil) // state.json rewritten from the database
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		if !strings.Contains(v, "damaged evidence") || !strings.Contains(named, v[strings.Index(v, "damaged evidence"):]) {
+			t.Error(v)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"warden/pkg/atomicfile"
+	"warden/pkg/campaignfs"
+	"warden/pkg/safefile"
+	"warden/pkg/state"
+)
+
+// MaxEvidenceFiles bounds how many files of the client's result directory
+// Seal digests.
+const MaxEvidenceFiles = 256
+
+// Seal makes the attempt's evidence files durable once its processes have
+// ended, and notes their digests (state.EvidenceFile) for the next
+// transition, so that a reader can tell a file a failing disk damaged
+// (state.Attempt.CheckEvidence). The files are the processes' output,
+// environment.json, the GPU samples and every regular file of the client's
+// result directory (at most MaxEvidenceFiles); one that is not there, is
+// not a regular file, or that a child made unreadable, is skipped. An
+// error is the file system's: a file or directory whose fsync failed (an
+// I/O error, no space) cannot be kept as evidence (Config.StorageFault).
+func (r *Record) Seal() error {
+	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
+	for _, rel := range names {
+		path := filepath.Join(r.dir, rel)
+		s, err := safefile.Seal(path)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, fs.ErrPermission) {
+			continue // nothing the controller can keep: not there, not a file, or made unreadable by a child
+		}
+		if err != nil {
+			return r.storageFault(fmt.Errorf("the evidence %s could not be made durable: %w", path, err))
+		}
+		r.pendEvidence = append(r.pendEvidence, state.EvidenceFile{Path: rel, Size: s.Size, SHA256: s.SHA256})
+	}
+	for _, d := range []string{r.dir, filepath.Join(r.dir, campaignfs.ClientDir)} {
+		if err := atomicfile.SyncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return r.storageFault(fmt.Errorf("the evidence directory %s could not be made durable: %w", d, err))
+		}
+	}
+	return nil
+}
+
+// storageFault tells Config.StorageFault, if set, of err, and returns it.
+func (r *Record) storageFault(err error) error {
+	if r.cfg.StorageFault != nil {
+		r.cfg.StorageFault(err)
+	}
+	return err
+}
+
+// resultFiles lists the regular files under the client's result
+// directory of adir, relative to adir, links not followed, at most
+// MaxEvidenceFiles.
+func resultFiles(adir string) []string {
+	var out []string
+	filepath.WalkDir(filepath.Join(adir, campaignfs.ClientDir), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if len(out) == MaxEvidenceFiles {
+			return filepath.SkipAll
+		}
+		if rel, err := filepath.Rel(adir, path); err == nil {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	return out
+}

@@ -1,0 +1,63 @@
+package safefile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+)
+
+// Sum is what a file holds: its size, its SHA-256 and whether every byte
+// of it is NUL (what a file system that lost a file's data blocks after
+// an I/O error, but kept its size, shows in their place).
+type Sum struct {
+	Size   int64
+	SHA256 string
+	AllNUL bool
+}
+
+// Seal makes the regular file at path durable (fsync, its error
+// returned: an I/O error the file system met writing it back, or no space
+// to) and returns its Sum. It opens path as Open does.
+func Seal(path string) (Sum, error) {
+	return sum(path, true)
+}
+
+// SumFile returns the Sum of the regular file at path, opened as Open
+// does.
+func SumFile(path string) (Sum, error) {
+	return sum(path, false)
+}
+
+func sum(path string, sync bool) (Sum, error) {
+	f, err := Open(path)
+	if err != nil {
+		return Sum{}, err
+	}
+	defer f.Close()
+	if sync {
+		if err := f.Sync(); err != nil {
+			return Sum{}, fmt.Errorf("fsync %s: %w", path, err)
+		}
+	}
+	h := sha256.New()
+	nul := nulWriter{all: true}
+	n, err := io.Copy(io.MultiWriter(h, &nul), f)
+	if err != nil {
+		return Sum{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return Sum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), AllNUL: n > 0 && nul.all}, nil
+}
+
+// nulWriter notes whether every byte written to it was NUL.
+type nulWriter struct{ all bool }
+
+func (w *nulWriter) Write(p []byte) (int, error) {
+	for _, b := range p {
+		if b != 0 {
+			w.all = false
+			break
+		}
+	}
+	return len(p), nil
+}
