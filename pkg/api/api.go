@@ -9,6 +9,7 @@ package api
 import (
 	"time"
 
+	"warden/pkg/campaignfs"
 	"warden/pkg/endlog"
 	"warden/pkg/state"
 )
