@@ -225,9 +225,10 @@ func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
 }
 
 // probeReady polls the server's health until it answers the expected
-// status, the server exits, or the protocol's ready timeout passes. It
-// polls every 5 ms for the first second (a stand-in or a warm server is
-// ready at once) and every 250 ms after that (a real one loads for minutes).
+// status, the server exits, or the protocol's ready timeout passes. For
+// the first second it polls 1 ms after the start, the wait doubling up to
+// 5 ms (a stand-in or a warm server is ready at once), and every 250 ms
+// after that (a real one loads for minutes).
 func (a *Attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 	readyCtx, cancel := context.WithTimeout(ctx, time.Duration(a.run.Server.ReadyTimeoutS*float64(time.Second)))
 	defer cancel()
