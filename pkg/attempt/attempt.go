@@ -562,7 +562,9 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 	start := a.env.Now()
 	deadline := start.Add(time.Duration(a.plan.CleanupS * float64(time.Second)))
 	var v gates.Verdict
-	for {
+	// the world is looked at again after 1 ms, the wait doubling up to
+	// 100 ms: processes end and memory returns within milliseconds or seconds
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		a.killAdopted()
 		pids := a.livePIDs()
 		snap, err := a.env.GPUs.Snapshot(a.gpuIDs)
@@ -575,7 +577,7 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 		if v.Passed() || now.After(deadline) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond) // polling the world, not waiting for a test condition
+		time.Sleep(wait) // polling the world, not waiting for a test condition
 	}
 	a.Gate(v)
 	a.charge(a.env.Now())

@@ -235,7 +235,7 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	for u := range c.active {
 		v.Active[u] = true
 	}
-	if v.Awaiting, err = outcome.AwaitingAmendment(c.store); err != nil {
+	if v.Awaiting, err = outcome.AwaitingAmendment(passRuns{c.store, runs}); err != nil {
 		return schedule.View{}, err
 	}
 	v.CapacityPoints = c.capacityPoints(v.Plan, runs)
@@ -255,6 +255,15 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	}
 	return v, nil
 }
+
+// passRuns is the store with the runs this pass read: decoding them once
+// a pass, not twice.
+type passRuns struct {
+	*state.Store
+	runs []state.Run
+}
+
+func (p passRuns) Runs() ([]state.Run, error) { return p.runs, nil }
 
 // checkInFlight is the budget's hard stop while runs are in flight
 // (A-P3-4): when the GPU time charged plus the GPU time in flight would
