@@ -83,20 +83,7 @@ func childStats(keep func(procStat) bool) ([]procStat, error) {
 	if err1 != nil || err2 != nil || !slices.Equal(first, second) {
 		return scanProcs(keep)
 	}
-	var out []procStat
-	for _, pid := range first {
-		st, err := readStat(pid)
-		if errors.Is(err, errNoProcess) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read child %d: %w", pid, err)
-		}
-		if keep(st) {
-			out = append(out, st)
-		}
-	}
-	return out, nil
+	return statsOf(first, keep)
 }
 
 // readChildPIDs is childPIDs; a test replaces it.
