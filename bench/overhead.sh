@@ -3,7 +3,8 @@
 # client that exits at once, through the controller (every transition
 # fsynced), against a plain bash loop doing the same process work (start the
 # server in its own group, poll its health with curl, run the client, kill
-# the group, wait). Prints runs per second for both.
+# the group, wait). Prints runs per second for both and their ratio;
+# ROUNDS=3 times both three times in turn and prints each round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
@@ -37,25 +38,47 @@ YAML
 # every value of the axis
 sed -i "s/matrix: {run: all}/matrix: {run: [$(seq -f "r%03g" 1 "$N" | paste -sd, -)]}/" "$work/overhead.yaml"
 
-start=$(date +%s.%N)
-"$CONTROLLER" start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$work/camp" >/dev/null 2>"$work/controller.err"
-end=$(date +%s.%N)
-ctl=$(echo "$start $end" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}')
-complete=$(bin/ctlq runs -d "$work/camp" --state complete -o json | grep -c '"id"' || true)
+# ROUNDS: how many times to time both, in turn (controller, loop, ...), so
+# that a machine whose speed drifts is compared pair by pair.
+ROUNDS=${ROUNDS:-1}
+rate() { echo "$1 $2" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}'; }
 
-start=$(date +%s.%N)
-for i in $(seq 1 "$N"); do
-  setsid bin/standin server --port "$PORT" --load-s 0 --shutdown-timeout 0 >/dev/null 2>&1 &
-  pid=$!
-  until curl -fs "http://127.0.0.1:$PORT/health" >/dev/null; do sleep 0.01; done
-  WARDEN_PORT=$PORT bin/standin client --warmup-s 0 --measure-s 0.01 --drain-s 0 >/dev/null 2>&1 || true
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  while kill -0 -- "-$pid" 2>/dev/null; do sleep 0.01; done
+controller() {
+  rm -rf "$work/camp"
+  local start end
+  start=$(date +%s.%N)
+  "$CONTROLLER" start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$work/camp" >/dev/null 2>"$work/controller.err"
+  end=$(date +%s.%N)
+  ctl=$(rate "$start" "$end")
+  complete=$(bin/ctlq runs -d "$work/camp" --state complete -o json | grep -c '"id"' || true)
+}
+
+loop() {
+  local start end i pid
+  start=$(date +%s.%N)
+  for i in $(seq 1 "$N"); do
+    setsid bin/standin server --port "$PORT" --load-s 0 --shutdown-timeout 0 >/dev/null 2>&1 &
+    pid=$!
+    until curl -fs "http://127.0.0.1:$PORT/health" >/dev/null; do sleep 0.01; done
+    WARDEN_PORT=$PORT bin/standin client --warmup-s 0 --measure-s 0.01 --drain-s 0 >/dev/null 2>&1 || true
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    while kill -0 -- "-$pid" 2>/dev/null; do sleep 0.01; done
+  done
+  end=$(date +%s.%N)
+  loop=$(rate "$start" "$end")
+}
+
+ratios=""
+for r in $(seq 1 "$ROUNDS"); do
+  controller
+  loop
+  ratio=$(echo "$ctl $loop" | awk '{printf "%.2f", $1/$2}')
+  ratios="$ratios $ratio"
+  [ "$ROUNDS" -gt 1 ] && echo "round $r: controller $ctl runs/s, bash loop $loop runs/s, ratio $ratio"
 done
-end=$(date +%s.%N)
-loop=$(echo "$start $end" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}')
 
 echo "runs: $N (controller completed $complete)"
 echo "controller: $ctl runs/s (every transition fsynced)"
 echo "bash loop:  $loop runs/s"
+echo "controller/bash loop: $(echo $ratios | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {if (NR == 1) print v[1]; else printf "min %s median %s max %s over %d rounds\n", v[1], v[int((NR+1)/2)], v[NR], NR}')"

@@ -73,7 +73,8 @@ type Attempt struct {
 	// stopErr holds what went wrong ending the attempt's processes (a
 	// signal or cgroup operation that failed): a cleanup gate that then
 	// fails is cleanup-failed, not a timeout.
-	stopErr error
+	stopErr   error
+	recording chan struct{} // closed once the last process started is recorded
 }
 
 // New prepares attempt s to run in env, its records written to rec. The
@@ -117,11 +118,9 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 		return a.fail(reason, pv.Detail)
 	}
 	readings := a.recordHost("preflight")
-	if cl := a.checkCPULocal(readings); cl.Verdict == gates.Fail {
-		a.Gate(cl)
+	cl := a.checkCPULocal(readings)
+	if a.Gate(cl); cl.Verdict == gates.Fail {
 		return a.fail(state.ReasonHarnessError, "slot "+strings.Join(protocols.SlotNames(a.slots), "+")+": "+cl.Detail)
-	} else {
-		a.Gate(cl)
 	}
 	if pp := gates.PortFree(a.port, c.Now()); !pp.Passed() {
 		a.Gate(pp)
@@ -152,6 +151,7 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 		}
 	}
 	err = a.probeReady(ctx, srv)
+	a.recorded()
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -225,9 +225,9 @@ func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
 }
 
 // probeReady polls the server's health until it answers the expected
-// status, the server exits, or the protocol's ready timeout passes. It
-// polls every 5 ms for the first second (a stand-in or a warm server is
-// ready at once) and every 250 ms after that (a real one loads for minutes).
+// status, the server exits, or the protocol's ready timeout passes: for the
+// first second from 1 ms apart, doubling up to 5 ms (a stand-in or a warm
+// server is ready at once), then every 250 ms (a real one loads for minutes).
 func (a *Attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 	readyCtx, cancel := context.WithTimeout(ctx, time.Duration(a.run.Server.ReadyTimeoutS*float64(time.Second)))
 	defer cancel()
@@ -561,7 +561,8 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 	start := a.env.Now()
 	deadline := start.Add(time.Duration(a.plan.CleanupS * float64(time.Second)))
 	var v gates.Verdict
-	for {
+	// looked at again after 1 ms, the wait doubling up to 100 ms
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		a.killAdopted()
 		pids := a.livePIDs()
 		snap, err := a.env.GPUs.Snapshot(a.gpuIDs)
@@ -574,7 +575,7 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 		if v.Passed() || now.After(deadline) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond) // polling the world, not waiting for a test condition
+		time.Sleep(wait) // polling the world, not waiting for a test condition
 	}
 	a.Gate(v)
 	a.charge(a.env.Now())
@@ -903,9 +904,10 @@ func (a *Attempt) prepareCommands() error {
 }
 
 // start launches the server or the client in its own process group and
-// cgroup, pinned to the slot's CPUs from its first instruction, and
-// records its identity before anything else happens.
+// cgroup, pinned to the slot's CPUs from its first instruction, and records
+// its identity before anything acts on it (the server's while it is probed).
 func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[string]string) (*launch.Proc, error) {
+	a.recorded()
 	argv, err := cmd.Expand(a.vars)
 	if err != nil {
 		return nil, err
@@ -939,14 +941,25 @@ func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		return nil, err
 	}
 	failpoint.Hit(role + "-started-unrecorded")
-	err = a.rec.ProcStarted(a.run.ID, a.n, state.Proc{
-		Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID, PGID: p.PGID,
-		Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started,
-	})
-	if err != nil {
-		a.env.Log.Error().Err(err).Str("run", a.run.ID).Str("role", role).Msg("record a process started")
+	done, proc := make(chan struct{}), state.Proc{Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID,
+		PGID: p.PGID, Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started}
+	go func() {
+		defer close(done)
+		if err := a.rec.ProcStarted(a.run.ID, a.n, proc); err != nil {
+			a.env.Log.Error().Err(err).Str("run", a.run.ID).Str("role", role).Msg("record a process started")
+		}
+	}()
+	if a.recording = done; role != "server" {
+		a.recorded()
 	}
 	return p, nil
+}
+
+// recorded waits until the last process started is recorded.
+func (a *Attempt) recorded() {
+	if a.recording != nil {
+		<-a.recording
+	}
 }
 
 // stopOptions are the grace periods of the server (the protocol's) and

@@ -370,3 +370,46 @@ func TestPrivacyScanVanishedFile(t *testing.T) {
 		t.Fatalf("verdict %s %q, figures %v: want pass with one vanished and two scanned", v.Verdict, v.Detail, v.Figures)
 	}
 }
+
+// A file that changed since a clean cached scan has its changed and new
+// lines examined as in a full scan, wherever they are; its unchanged lines
+// were clean. A failed scan leaves the cache as it was.
+func TestPrivacyScanCachedChangedLines(t *testing.T) {
+	now := time.Date(2026, 7, 12, 0, 0, 0, 0, time.UTC)
+	const l1, l2, l3 = `{"level":"info","msg":"run complete"}`, `{"level":"info","figures":{"a":1}}`, "plain text line"
+	dir := tree(t, map[string][]byte{"controller.log": []byte(l1 + "\n" + l2 + "\n" + l3 + "\n")})
+	log := filepath.Join(dir, "controller.log")
+	var cache ScanCache
+	x := index(t, DefaultMinLeakBytes, []byte(secretASCII), []byte(secretQuote))
+	scan := func(content string) Verdict {
+		t.Helper()
+		if err := os.WriteFile(log, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return PrivacyScanCached(dir, forbidden, x, nil, 1<<20, &cache, now)
+	}
+	if v := scan(l1 + "\n" + l2 + "\n" + l3 + "\n"); v.Verdict != Pass || v.Figures["files_parsed"] != 1 {
+		t.Fatalf("the clean log: %s %s %v", v.Verdict, v.Detail, v.Figures)
+	}
+	for _, c := range []struct{ name, content, detail string }{
+		{"a line appended", l1 + "\n" + l2 + "\n" + l3 + "\n" + `{"prompt":"x"}` + "\n", `forbidden field "prompt" at line 4 $.prompt`},
+		{"a line changed in the middle, its key escaped", l1 + "\n" + `{"deep":{"pro\u006dpt":1}}` + "\n" + l3 + "\n", `forbidden field "prompt" at line 2 $.deep.prompt`},
+		{"a text line changed", l1 + "\n" + l2 + "\n" + `said "content": yes` + "\n", `forbidden field "content" (line 3, bytes)`},
+		{"private text in an appended line", l1 + "\n" + l2 + "\n" + l3 + "\nnote: " + secretASCII + "\n", "private text (48+ bytes"},
+	} {
+		if v := scan(c.content); v.Verdict != Fail || !strings.Contains(v.Detail, c.detail) {
+			t.Errorf("%s: %s %q, want fail naming %q", c.name, v.Verdict, v.Detail, c.detail)
+		}
+	}
+	if v := scan(l3 + "\n" + l1 + "\n" + l2 + "\n"); v.Verdict != Pass || v.Figures["files_parsed"] != 1 {
+		t.Errorf("the clean lines moved: %s %s %v", v.Verdict, v.Detail, v.Figures)
+	}
+	// the two lines of a private value, each clean alone, then side by side
+	qa, qb, _ := strings.Cut(secretQuote, "\n")
+	if v := scan(qa + "\n" + l1 + "\n" + qb + "\n"); v.Verdict != Pass {
+		t.Fatalf("the halves apart: %s %s", v.Verdict, v.Detail)
+	}
+	if v := scan(qa + "\n" + qb + "\n"); v.Verdict != Fail || !strings.Contains(v.Detail, "private text (48+ bytes") {
+		t.Errorf("the halves side by side, each line unchanged: %s %q, want the private text found", v.Verdict, v.Detail)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,7 +24,8 @@ const (
 )
 
 // Marked lists the live processes in scope whose environment holds marker,
-// a "KEY=value" entry: one scan of /proc, one read of each candidate's
+// a "KEY=value" entry: one scan of /proc (for Children, of this process's
+// children only: childStats), one read of each candidate's
 // /proc/PID/environ. The marker matches a whole entry only, never a prefix
 // of a longer value ("K=/a" does not match "K=/ab"). This process and
 // zombies are left out, and so are processes whose environment cannot be
@@ -43,9 +45,15 @@ func Marked(boot BootIDSource, marker string, scope Scope) ([]Identity, error) {
 		return nil, fmt.Errorf("find processes marked %q: %w", marker, err)
 	}
 	self := os.Getpid()
-	sts, err := scanProcs(func(s procStat) bool {
+	keep := func(s procStat) bool {
 		return s.PID != self && !s.dead() && (scope != Children || s.PPID == self)
-	})
+	}
+	var sts []procStat
+	if scope == Children {
+		sts, err = childStats(keep)
+	} else {
+		sts, err = scanProcs(keep)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("find processes marked %q: %w", marker, err)
 	}
@@ -60,6 +68,54 @@ func Marked(boot BootIDSource, marker string, scope Scope) ([]Identity, error) {
 		}
 	}
 	return out, nil
+}
+
+// childStats is scanProcs(keep) for the children of this process, read
+// from the kernel's lists of each thread's children
+// (/proc/self/task/TID/children) rather than from every process's stat.
+// A list read while a child is reaped or moves between threads may leave
+// one out, so the lists are read twice: two reads that name the same
+// children are taken, and where they differ, or a list cannot be read
+// (a kernel without CONFIG_PROC_CHILDREN), every process is scanned.
+func childStats(keep func(procStat) bool) ([]procStat, error) {
+	first, err1 := readChildPIDs()
+	second, err2 := readChildPIDs()
+	if err1 != nil || err2 != nil || !slices.Equal(first, second) {
+		return scanProcs(keep)
+	}
+	return statsOf(first, keep)
+}
+
+// readChildPIDs is childPIDs; a test replaces it.
+var readChildPIDs = childPIDs
+
+// childPIDs lists the children of every thread of this process, sorted.
+func childPIDs() ([]int, error) {
+	tasks, err := os.ReadDir(procRoot + "/self/task")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(procRoot + "/self/task/" + t.Name() + "/children")
+		if errors.Is(err, os.ErrNotExist) {
+			if _, serr := os.Stat(procRoot + "/self/task/" + t.Name()); errors.Is(serr, os.ErrNotExist) {
+				continue // the thread ended
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("children of task %s: %q: %w", t.Name(), f, err)
+			}
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids, nil
 }
 
 // stillMarked reports whether the process s was read as carries marker in

@@ -21,8 +21,12 @@ import (
 )
 
 // pollInterval is how often this package looks again at /proc and
-// cgroup.events while waiting for processes to go away.
+// cgroup.events while waiting for processes to go away, once a wait has
+// lasted (pollUntil starts at pollFirst).
 const pollInterval = 20 * time.Millisecond
+
+// pollFirst is the first wait of a poll (pollUntil).
+const pollFirst = time.Millisecond
 
 // Default locations of the files a Manager reads to find its hierarchy.
 const (
@@ -463,18 +467,20 @@ func (l Leaf) Remove(ctx context.Context) error {
 	return nil
 }
 
-// pollUntil calls done every pollInterval until it returns true, an error,
-// or ctx ends.
+// pollUntil calls done until it returns true, an error, or ctx ends: at
+// once, then after pollFirst, each wait twice the last up to pollInterval,
+// so what is over within a millisecond (a cgroup emptied by a kill) is
+// seen within about as long, and a long wait looks every pollInterval.
 func pollUntil(ctx context.Context, done func() (bool, error)) error {
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
-	for {
+	for wait := pollFirst; ; wait = min(2*wait, pollInterval) {
 		ok, err := done()
 		if err != nil || ok {
 			return err
 		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}

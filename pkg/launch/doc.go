@@ -85,7 +85,8 @@
 // Stop sends SIGTERM to the leader (the API parent) alone, waits up to
 // Grace for the reaper to report its exit, then SIGTERM to the group and
 // to each process of the leaf, waits up to GroupGrace polling /proc and
-// cgroup.events every 20 ms, then SIGKILL to the group and cgroup.kill,
+// cgroup.events (1 ms after the first look, the wait doubling up to
+// 20 ms), then SIGKILL to the group and cgroup.kill,
 // and waits until the leader is reaped and the group and leaf hold no live
 // process. Steps with nothing left to signal are skipped. Every signal is
 // returned as a SignalRecord with its time. The grace periods belong on

@@ -241,18 +241,30 @@ func scanProcs(keep func(procStat) bool) ([]procStat, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
-	var out []procStat
+	var pids []int
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
-			continue
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
 		}
+	}
+	out, err := statsOf(pids, keep)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
+	}
+	return out, nil
+}
+
+// statsOf reads the stat of each of pids and returns those keep accepts;
+// a process that exited meanwhile is skipped.
+func statsOf(pids []int, keep func(procStat) bool) ([]procStat, error) {
+	var out []procStat
+	for _, pid := range pids {
 		st, err := readStat(pid)
 		if errors.Is(err, errNoProcess) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("scan %s: %w", procRoot, err)
+			return nil, err
 		}
 		if keep(st) {
 			out = append(out, st)

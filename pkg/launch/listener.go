@@ -4,19 +4,22 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // A readiness probe only says that something answers on the port. The
 // listener check says who: the processes that hold the TCP socket
-// listening on it, read from the kernel's socket tables
-// (/proc/net/tcp, /proc/net/tcp6: the sockets in state LISTEN and their
-// inodes) and from every process's descriptors (/proc/PID/fd links
-// "socket:[INODE]"). A server that binds late leaves its port free for
+// listening on it, read from the kernel's listening sockets (a sock_diag
+// dump of the sockets in state LISTEN, sockdiag.go; where that fails, the
+// socket tables /proc/net/tcp and /proc/net/tcp6) and their inodes, and
+// from every process's descriptors (/proc/PID/fd links "socket:[INODE]"). A server that binds late leaves its port free for
 // another process to take after the preflight gate; the check tells the
 // campaign's server from that impostor.
 
@@ -33,8 +36,17 @@ const tcpListenState = "0A"
 // answer; ErrNoListener when nothing listens.
 func ListenerPIDs(port int) ([]int, error) {
 	inodes := map[uint64]bool{}
-	for _, table := range []string{"net/tcp", "net/tcp6"} {
-		if err := listeningInodes(filepath.Join(procRoot, table), port, inodes); err != nil {
+	for _, t := range []struct {
+		family uint8
+		table  string
+	}{{unix.AF_INET, "net/tcp"}, {unix.AF_INET6, "net/tcp6"}} {
+		// the kernel's listening sockets alone; the whole table where
+		// the dump fails (no sock_diag in this kernel or sandbox)
+		if found, err := diagListening(t.family, port); err == nil {
+			maps.Copy(inodes, found)
+			continue
+		}
+		if err := listeningInodes(filepath.Join(procRoot, t.table), port, inodes); err != nil {
 			return nil, err
 		}
 	}

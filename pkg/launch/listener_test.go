@@ -2,12 +2,16 @@ package launch
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func listenLoopback(t *testing.T, network, addr string) int {
@@ -68,6 +72,76 @@ func TestListenerPIDsIgnoresConnections(t *testing.T) {
 	ln.Close() // the accepted socket still has local port `port`, in state ESTABLISHED
 	if pids, err := ListenerPIDs(port); !errors.Is(err, ErrNoListener) {
 		t.Fatalf("ListenerPIDs with only connections on the port = %v, %v; want ErrNoListener", pids, err)
+	}
+}
+
+// The kernel's dump of its listening sockets and its socket tables name
+// the same sockets; where the dump fails, the tables answer.
+func TestListenerPIDsDumpAndTables(t *testing.T) {
+	for _, c := range []struct {
+		network, addr string
+		family        uint8
+		table         string
+	}{{"tcp4", "127.0.0.1:0", unix.AF_INET, "net/tcp"}, {"tcp6", "[::1]:0", unix.AF_INET6, "net/tcp6"}} {
+		t.Run(c.network, func(t *testing.T) {
+			port := listenLoopback(t, c.network, c.addr)
+			dumped, err := diagListening(c.family, port)
+			if err != nil {
+				t.Skipf("no sock_diag dump here: %v", err)
+			}
+			tables := map[uint64]bool{}
+			if err := listeningInodes(filepath.Join(procRoot, c.table), port, tables); err != nil {
+				t.Fatal(err)
+			}
+			if len(dumped) != 1 || !maps.Equal(dumped, tables) {
+				t.Fatalf("the dump names %v, the table %v: want the one listening socket in both", dumped, tables)
+			}
+			old := diagListening
+			diagListening = func(uint8, int) (map[uint64]bool, error) { return nil, errors.New("no sock_diag") }
+			defer func() { diagListening = old }()
+			pids, err := ListenerPIDs(port)
+			if err != nil || !slices.Equal(pids, []int{os.Getpid()}) {
+				t.Fatalf("ListenerPIDs(%d) without the dump = %v, %v; want this process %d from the tables", port, pids, err, os.Getpid())
+			}
+		})
+	}
+}
+
+// A dump whose answers are cut short or carry the kernel's error is an
+// error, never an empty (nothing listens) answer.
+func TestDiagMessagesBroken(t *testing.T) {
+	msg := func(typ uint16, seq uint32, body []byte) []byte {
+		b := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
+		binary.NativeEndian.PutUint32(b[0:], uint32(unix.SizeofNlMsghdr+len(body)))
+		binary.NativeEndian.PutUint16(b[4:], typ)
+		binary.NativeEndian.PutUint32(b[8:], seq)
+		return append(b, body...)
+	}
+	sock := make([]byte, diagMsgLen)
+	binary.BigEndian.PutUint16(sock[diagMsgPortOff:], 8080)
+	binary.NativeEndian.PutUint32(sock[diagMsgInoOff:], 4242)
+	errno := binary.NativeEndian.AppendUint32(nil, ^uint32(0)) // -EPERM, as the kernel writes it
+	for _, c := range []struct {
+		name    string
+		b       []byte
+		done    bool
+		inodes  int
+		wantErr bool
+	}{
+		{"a socket then done", append(msg(unix.SOCK_DIAG_BY_FAMILY, 7, sock), msg(unix.NLMSG_DONE, 7, make([]byte, 4))...), true, 1, false},
+		{"another request's answer", msg(unix.SOCK_DIAG_BY_FAMILY, 8, sock), false, 0, false},
+		{"the kernel's error", msg(unix.NLMSG_ERROR, 7, errno), false, 0, true},
+		{"a short socket", msg(unix.SOCK_DIAG_BY_FAMILY, 7, sock[:diagMsgLen-1]), false, 0, true},
+		{"a length past the datagram", msg(unix.SOCK_DIAG_BY_FAMILY, 7, sock)[:unix.SizeofNlMsghdr+8], false, 0, true},
+	} {
+		inodes := map[uint64]bool{}
+		done, err := diagMessages(c.b, 7, 8080, inodes)
+		if done != c.done || len(inodes) != c.inodes || (err != nil) != c.wantErr {
+			t.Errorf("%s: done %v, inodes %v, err %v; want done %v, %d inodes, error %v", c.name, done, inodes, err, c.done, c.inodes, c.wantErr)
+		}
+		if c.inodes == 1 && !inodes[4242] {
+			t.Errorf("%s: inodes %v, want 4242", c.name, inodes)
+		}
 	}
 }
 

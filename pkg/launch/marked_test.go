@@ -57,14 +57,34 @@ func TestMarked(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// the kernel's children lists name this process's children, as a scan
+	// of every process's parent does
+	listed, err := childPIDs()
+	scanned, serr := scanProcs(func(s procStat) bool { return s.PPID == os.Getpid() })
+	if err != nil || serr != nil || !slices.Equal(listed, pidsOf(scanned)) {
+		t.Errorf("children listed %v (%v), scanned %v (%v)", listed, err, pidsOf(scanned), serr)
+	}
+	unreadable := func() ([]int, error) { return nil, os.ErrPermission }
+	changing := func() func() ([]int, error) {
+		n := 0
+		return func() ([]int, error) { n++; return listed[:len(listed)-n%2], nil }
+	}()
 	for _, tc := range []struct {
-		scope Scope
-		want  []Identity
+		scope    Scope
+		want     []Identity
+		children func() ([]int, error) // nil: the kernel's lists
 	}{
-		{AllProcesses, []Identity{marked.Identity, parent.Identity, gid}},
-		{Children, []Identity{marked.Identity, parent.Identity}},
+		{AllProcesses, []Identity{marked.Identity, parent.Identity, gid}, nil},
+		{Children, []Identity{marked.Identity, parent.Identity}, nil},
+		// lists that cannot be read, or that change between two reads: the scan
+		{Children, []Identity{marked.Identity, parent.Identity}, unreadable},
+		{Children, []Identity{marked.Identity, parent.Identity}, changing},
 	} {
+		if tc.children != nil {
+			readChildPIDs = tc.children
+		}
 		got, err := Marked(nil, marker, tc.scope)
+		readChildPIDs = childPIDs
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,9 +20,16 @@ const ProbeRequestTimeout = 2 * time.Second
 // DefaultProbeInterval is used when Probe is given an interval <= 0.
 const DefaultProbeInterval = 250 * time.Millisecond
 
+// ProbeFirstWait is the wait after Probe's first failed attempt; each
+// wait after that is twice the last, up to the interval, so a server that
+// is ready within milliseconds is seen within about as long, and one that
+// loads for minutes is asked every interval.
+const ProbeFirstWait = time.Millisecond
+
 // Probe polls url with HTTP GET until it answers wantStatus. Each request
 // has its own deadline (ProbeRequestTimeout, or less if ctx ends sooner);
-// attempts are interval apart. It returns nil on the wanted status, an
+// attempts are ProbeFirstWait apart at first, the wait doubling up to
+// interval. It returns nil on the wanted status, an
 // error wrapping ErrExited as soon as exited is closed (a nil channel never
 // closes), and an error wrapping ctx.Err() when ctx ends; so it runs no
 // longer than ctx allows. The last failure seen is part of the error.
@@ -66,6 +73,7 @@ func Probe(ctx context.Context, url string, wantStatus int, interval time.Durati
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	wait := min(ProbeFirstWait, interval)
 	var last error
 	for {
 		select {
@@ -78,7 +86,8 @@ func Probe(ctx context.Context, url string, wantStatus int, interval time.Durati
 			return nil
 		}
 		last = err
-		timer.Reset(interval)
+		timer.Reset(wait)
+		wait = min(2*wait, interval)
 	}
 }
 

@@ -41,6 +41,20 @@ func TestProbeSucceedsOnWantedStatus(t *testing.T) {
 	}
 }
 
+// The waits start at ProbeFirstWait and double: four failures cost
+// 1+2+4+8 ms, never the hour-long interval, which only caps them.
+func TestProbeBacksOffFromFirstWait(t *testing.T) {
+	srv, hits := statusServer(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := Probe(ctx, srv.URL+"/health", http.StatusOK, time.Hour, nil); err != nil {
+		t.Fatalf("Probe with a one-hour interval: %v (it waited the interval, not the doubling waits)", err)
+	}
+	if n := hits.Load(); n != 5 {
+		t.Errorf("%d requests, want 5 (four 503s, then 200)", n)
+	}
+}
+
 func TestProbeRespectsDeadline(t *testing.T) {
 	unavailable, _ := statusServer(t, -1)
 	release := make(chan struct{})

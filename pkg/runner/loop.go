@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"time"
 
@@ -234,7 +235,7 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	for u := range c.active {
 		v.Active[u] = true
 	}
-	if v.Awaiting, err = outcome.AwaitingAmendment(c.store); err != nil {
+	if v.Awaiting, err = outcome.AwaitingAmendment(passRuns{c.store, runs}); err != nil {
 		return schedule.View{}, err
 	}
 	v.CapacityPoints = c.capacityPoints(v.Plan, runs)
@@ -254,6 +255,15 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	}
 	return v, nil
 }
+
+// passRuns is the store with the runs this pass read: decoding them once
+// a pass, not twice.
+type passRuns struct {
+	*state.Store
+	runs []state.Run
+}
+
+func (p passRuns) Runs() ([]state.Run, error) { return p.runs, nil }
 
 // checkInFlight is the budget's hard stop while runs are in flight
 // (A-P3-4): when the GPU time charged plus the GPU time in flight would
@@ -294,20 +304,13 @@ func (c *Runner) recordOverrun() {
 }
 
 // gateVerdicts is the last verdict of each campaign-level gate, its
-// detail, and how many error verdicts each gate had.
+// detail, and how many error verdicts each gate had. The verdicts are
+// append-only: only those recorded since the last pass are read.
 func (c *Runner) gateVerdicts() (verdicts, details map[string]string, errs map[string]int, err error) {
-	vs, err := c.store.GateVerdicts("")
-	if err != nil {
+	if err := c.store.ReadGates(&c.gatesRead); err != nil {
 		return nil, nil, nil, err
 	}
-	verdicts, details, errs = map[string]string{}, map[string]string{}, map[string]int{}
-	for _, v := range vs {
-		verdicts[v.Gate], details[v.Gate] = v.Verdict, v.Detail
-		if v.Verdict == gates.Error {
-			errs[v.Gate]++
-		}
-	}
-	return verdicts, details, errs, nil
+	return maps.Clone(c.gatesRead.Last), maps.Clone(c.gatesRead.Detail), maps.Clone(c.gatesRead.Errors), nil
 }
 
 // finishUnit frees a unit's slots and reservations and returns what the

@@ -92,6 +92,7 @@ type Runner struct {
 	// privCache holds the campaign's own files found clean and unchanged
 	// by the privacy scan after earlier attempts.
 	privCache gates.ScanCache
+	gatesRead state.GateIndex // the gate verdicts gateVerdicts read so far
 	// exec runs the attempts: on this host, or each as a Slurm step.
 	exec executor
 

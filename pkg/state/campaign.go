@@ -312,6 +312,55 @@ func (s *Store) GateVerdicts(runID string) ([]GateVerdict, error) {
 	return viewRecords[GateVerdict](s, "read gate verdicts", bucketGates, func(g GateVerdict) bool { return runID == "" || g.Run == runID })
 }
 
+// GateIndex is the last verdict of each gate (by name, over the campaign
+// and its runs), its detail, and how many error verdicts each gate had,
+// as of the verdict numbered Seq; ReadGates brings it up to date.
+type GateIndex struct {
+	Seq    uint64
+	Last   map[string]string
+	Detail map[string]string
+	Errors map[string]int
+}
+
+// ReadGates adds to ix the verdicts recorded after ix.Seq
+// (GateVerdictsAfter).
+func (s *Store) ReadGates(ix *GateIndex) error {
+	vs, err := s.GateVerdictsAfter(ix.Seq)
+	if err != nil {
+		return err
+	}
+	if ix.Last == nil {
+		ix.Last, ix.Detail, ix.Errors = map[string]string{}, map[string]string{}, map[string]int{}
+	}
+	for _, v := range vs {
+		ix.Last[v.Gate], ix.Detail[v.Gate], ix.Seq = v.Verdict, v.Detail, v.Seq
+		if v.Verdict == VerdictError {
+			ix.Errors[v.Gate]++
+		}
+	}
+	return nil
+}
+
+// GateVerdictsAfter returns the verdicts recorded after the one numbered
+// seq (0: all), in order. The gates bucket is append-only, so a reader
+// that keeps what it read needs only these: its cost does not grow with
+// the verdicts already read.
+func (s *Store) GateVerdictsAfter(seq uint64) ([]GateVerdict, error) {
+	var out []GateVerdict
+	err := s.view("read gate verdicts", func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketGates).Cursor()
+		for k, raw := c.Seek(seqKey(seq + 1)); k != nil; k, raw = c.Next() {
+			var g GateVerdict
+			if err := decode(k, raw, &g); err != nil {
+				return err
+			}
+			out = append(out, g)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // AddAmendment registers an amendment and appends a campaign note. It fails
 // with ErrExists if the id is already registered. A zero RegisteredAt is set
 // to now.

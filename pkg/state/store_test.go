@@ -333,6 +333,22 @@ func TestGatesAndAmendments(t *testing.T) {
 	if len(all) != 3 || len(one) != 1 || one[0].Seq != 3 || one[0].Detail != "nvml timeout" {
 		t.Errorf("verdicts all=%+v r001=%+v", all, one)
 	}
+	for seq, want := range []int{3, 2, 1, 0, 0} {
+		after, err := s.GateVerdictsAfter(uint64(seq))
+		if err != nil || len(after) != want || (want > 0 && after[0].Seq != uint64(seq+1)) {
+			t.Errorf("GateVerdictsAfter(%d) = %+v, %v; want the %d from %d on", seq, after, err, want, seq+1)
+		}
+	}
+	var ix state.GateIndex
+	if err := s.ReadGates(&ix); err != nil || ix.Seq != 3 || ix.Last["gpu-idle"] != state.VerdictError || ix.Detail["gpu-idle"] != "nvml timeout" || ix.Errors["gpu-idle"] != 1 || ix.Last["colocation"] != state.VerdictFail {
+		t.Errorf("ReadGates = %+v, %v; want the last of three", ix, err)
+	}
+	if _, err := s.AddGateVerdict(state.GateVerdict{Gate: "gpu-idle", Run: "r001", Attempt: 2, Verdict: state.VerdictError}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReadGates(&ix); err != nil || ix.Seq != 4 || ix.Detail["gpu-idle"] != "" || ix.Errors["gpu-idle"] != 2 || ix.Last["colocation"] != state.VerdictFail {
+		t.Errorf("ReadGates after a fourth = %+v, %v; want its verdict added to the three", ix, err)
+	}
 
 	a := state.Amendment{ID: "A-P3-1", Date: "2026-07-10", Title: "co-location", Text: "...", ProtocolSHA256: "abc123"}
 	if err := s.AddAmendment(a); err != nil {
