@@ -3,15 +3,20 @@
 package layout
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 type pkg struct {
 	ImportPath string
+	Dir        string
+	GoFiles    []string
 	Imports    []string
 	Deps       []string
 	Error      *struct{ Err string }
@@ -143,4 +148,28 @@ func allowed(d string, except []string) bool {
 // package under f, or, when f ends in "/", any path starting with f.
 func matches(d, f string) bool {
 	return d == f || (strings.HasSuffix(f, "/") && strings.HasPrefix(d, f)) || strings.HasPrefix(d, f+"/")
+}
+
+// The packages one attempt's life is split into stay small enough to
+// read: at most 2,000 lines of non-test Go each, comments included.
+func TestRunPackagesSize(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, name := range []string{"attempt", "record", "runner", "node", "slurmexec", "schedule", "outcome", "validator"} {
+		p, ok := pkgs["warden/pkg/"+name]
+		if !ok {
+			t.Errorf("warden/pkg/%s is not listed", name)
+			continue
+		}
+		lines := 0
+		for _, f := range p.GoFiles {
+			b, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines += bytes.Count(b, []byte("\n"))
+		}
+		if lines > 2000 {
+			t.Errorf("%s has %d lines of non-test Go, more than 2,000: split it by role", p.ImportPath, lines)
+		}
+	}
 }

@@ -380,7 +380,7 @@ func (a *Attempt) finalDrain(exited time.Time) (state.Reason, string) {
 	switch a.run.AdmissionEnd {
 	case "result-file":
 		path := filepath.Join(a.dir, a.run.ResultFile)
-		start, end, err := readDrainTimes(path)
+		start, end, err := gates.ReadDrainTimes(path)
 		if err != nil {
 			return a.drainUnseen(fmt.Sprintf("no drain times in the client's result %s: %v", a.run.ResultFile, err))
 		}
