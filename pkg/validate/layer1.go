@@ -1,7 +1,6 @@
 package validate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,12 +150,17 @@ func scanStream(r io.Reader) (streamScan, error) {
 	n := 0
 	for {
 		line, err := lr.next()
-		s.bytes += int64(len(line))
-		if len(line) > 0 && line[len(line)-1] == '\n' {
+		s.bytes += lr.n
+		switch {
+		case len(line) > 0 && line[len(line)-1] == '\n':
 			n++
 			s.lines++
-			s.addLine(n, bytes.TrimSpace(line), &l, &rec)
-		} else if len(bytes.TrimSpace(line)) > 0 {
+			if lr.over {
+				s.bad(n, fmt.Sprintf("does not decode: longer than the %d MiB a line may hold", maxLine>>20))
+			} else {
+				s.addLine(n, trimSpace(line), &l, &rec)
+			}
+		case len(trimSpace(line)) > 0:
 			s.partial = true
 		}
 		if errors.Is(err, io.EOF) {
