@@ -134,3 +134,12 @@ func TestLayer2StreamEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestLayer2StraySyntax: a byte that cannot begin a value where an event
+// should be is a syntax error at once, named by its offset.
+func TestLayer2StraySyntax(t *testing.T) {
+	r, _ := layer2Bounded(t, repeatGzip(t, `{"traceEvents":[`+"\n,", ' ', 2, `{}]}`))
+	if want := "parse: invalid JSON at byte 18 of the trace"; r.Verdict != "fail" || !strings.Contains(r.Detail, want) {
+		t.Fatalf("got %s %q, want a fail naming %q", r.Verdict, r.Detail, want)
+	}
+}

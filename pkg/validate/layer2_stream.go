@@ -113,7 +113,7 @@ func (w *traceWindow) scan(walk func(p []byte, i int) int) ([]byte, error) {
 			w.i = end
 			return v, nil
 		}
-		if end < 0 && w.eof {
+		if end < 0 && (w.eof || w.i < w.n && !startsValue(w.buf[w.i])) {
 			return nil, w.syntax()
 		}
 		if w.n-w.i > maxTraceValue {
@@ -126,6 +126,15 @@ func (w *traceWindow) scan(walk func(p []byte, i int) int) ([]byte, error) {
 			return nil, w.syntax()
 		}
 	}
+}
+
+// startsValue: c may begin a JSON value.
+func startsValue(c byte) bool {
+	switch c {
+	case '{', '[', '"', '-', 't', 'f', 'n':
+		return true
+	}
+	return c >= '0' && c <= '9'
 }
 
 // value consumes one JSON value.
