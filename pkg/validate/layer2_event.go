@@ -134,10 +134,20 @@ func (s *eventScan) argsMember(p, key []byte, v int) int {
 	case end < 0:
 	case string(key) == "correlation":
 		s.corr = p[v:end]
-	default:
+	case maybeCorrelation(key):
 		s.odd = s.odd || foldsTo(key, "correlation")
 	}
 	return end
+}
+
+// maybeCorrelation: key is as long as a spelling of "correlation" that
+// encoding/json could match: the name with k of its letters written as
+// \uXXXX escapes (11 + 5k bytes). No other byte may stand for one of its
+// letters: the only non-ASCII runes that fold to ASCII letters are
+// U+017F (s) and U+212A (k), neither in the name.
+func maybeCorrelation(key []byte) bool {
+	n := len(key) - len("correlation")
+	return n >= 0 && n%5 == 0 && n <= 5*len("correlation")
 }
 
 // foldsToAny: key could be one of eventKeys to encoding/json without being

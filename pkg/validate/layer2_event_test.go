@@ -31,6 +31,8 @@ var eventSamples = []string{
 	`{"ph":"X","args":{"Correlation":3}}`,
 	`{"ph":"X","args":{"correlation":3,"CORRELATION":4}}`,
 	`{"ph":"X","args":{"\u0063orrelation":3}}`,
+	`{"ph":"X","args":{"\u0063\u006Frrelatio\u006e":3,"correlation":4}}`,
+	"{\"ph\":\"X\",\"args\":{\"corr\u212aelation\":3,\"correlation\u017f\":4}}",
 	`{"ph":"X","args":5}`,
 	`{"ph":"X","args":[]}`,
 	`{"ph":"X","Args":{"correlation":3}}`,
