@@ -422,5 +422,11 @@ func FuzzLayer1Line(f *testing.F) {
 		if (why == "") != schemaOK || schemaOK && rec.Step != step {
 			t.Fatalf("%q: record says %q step %d, encoding/json schema-v1 %v step %d", line, why, rec.Step, schemaOK, step)
 		}
+		// the stream check's reading (strings, arrays and the number not
+		// kept) gives the same verdict
+		var quick Layer1Record
+		if qwhy := l.record(&quick, false); qwhy != why || quick.Step != rec.Step {
+			t.Fatalf("%q: the stream check says %q step %d, the full reading %q step %d", line, qwhy, quick.Step, why, rec.Step)
+		}
 	})
 }
