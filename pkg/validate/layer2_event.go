@@ -100,7 +100,8 @@ func (s *eventScan) object(p []byte, i int, inArgs bool) int {
 	}
 }
 
-var eventKeys = [evFields]string{"name", "cat", "ph", "ts", "dur", "pid", "tid"}
+// eventKeys are the keys of an event that rawEvent reads.
+var eventKeys = [...]string{"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"}
 
 // member keeps the value of a member of the event (not an object args).
 func (s *eventScan) member(key, val []byte) {
@@ -122,7 +123,7 @@ func (s *eventScan) member(key, val []byte) {
 	case "args":
 		s.odd = s.odd || val[0] != 'n' // args not an object: encoding/json refuses it unless null
 	default:
-		s.odd = s.odd || foldsTo(key, "args") || foldsToAny(key)
+		s.odd = s.odd || foldsToAny(key)
 	}
 }
 
@@ -150,15 +151,28 @@ func maybeCorrelation(key []byte) bool {
 	return n >= 0 && n%5 == 0 && n <= 5*len("correlation")
 }
 
-// foldsToAny: key could be one of eventKeys to encoding/json without being
-// it byte for byte.
+// foldsToAny: key, not one of eventKeys byte for byte, could be one to
+// encoding/json (escaped, folded).
 func foldsToAny(key []byte) bool {
+	if !plainASCII(key) {
+		return true
+	}
 	for _, k := range eventKeys {
-		if foldsTo(key, k) {
+		if len(key) == len(k) && bytes.EqualFold(key, []byte(k)) {
 			return true
 		}
 	}
 	return false
+}
+
+// plainASCII: key has no escape and no byte outside ASCII.
+func plainASCII(key []byte) bool {
+	for _, c := range key {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // foldsTo: encoding/json might match key to the field name (a lower-case
@@ -166,12 +180,7 @@ func foldsToAny(key []byte) bool {
 // non-ASCII bytes (which a fold or an escape may turn into name's
 // letters), or equals name but for case.
 func foldsTo(key []byte, name string) bool {
-	for _, c := range key {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return true
-		}
-	}
-	return len(key) == len(name) && bytes.EqualFold(key, []byte(name))
+	return !plainASCII(key) || len(key) == len(name) && bytes.EqualFold(key, []byte(name))
 }
 
 // plainString returns the text of a JSON string value that needs no
