@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -127,4 +128,72 @@ func TestLayer1ReorderedFooter(t *testing.T) {
 	if r := Layer1(&b, side, nil, false, DefaultLayer1); r.Verdict != "pass" || r.Figures["footer"] != 1 {
 		t.Fatalf("got %s %q", r.Verdict, r.Detail)
 	}
+}
+
+// serialScan is the stream read on one goroutine, line after line: what
+// the batched read must find.
+func serialScan(t *testing.T, st []byte) streamScan {
+	t.Helper()
+	var s streamScan
+	lr := newLineReader(bytes.NewReader(st))
+	var l layer1Line
+	var rec Layer1Record
+	for {
+		line, err := lr.next()
+		s.bytes += lr.n
+		switch {
+		case len(line) > 0 && line[len(line)-1] == '\n':
+			s.lines++
+			if lr.over {
+				s.apply(s.lines, lineResult{kind: lineBad, why: fmt.Sprintf("does not decode: longer than the %d MiB a line may hold", maxLine>>20)})
+			} else {
+				s.apply(s.lines, classify(trimSpace(line), &l, &rec))
+			}
+		case len(trimSpace(line)) > 0 || lr.tailText:
+			s.partial = true
+		}
+		if err != nil {
+			return s
+		}
+	}
+}
+
+// TestLayer1BatchedScan: the stream read in batches on several
+// goroutines finds what one pass line after line finds, with the lines
+// that matter (bad lines, footers, a line longer than a batch, blank
+// lines) on either side of batch boundaries.
+func TestLayer1BatchedScan(t *testing.T) {
+	long := strings.TrimSuffix(string(bytes.TrimSpace(l1Line(7, 7))), "}") + `,"pad":"` + strings.Repeat("y", 3*batchBytes) + `"}` + "\n"
+	footer := `{"footer":true,"encoded_records":9,"written_records":9,"dropped_records":0,"last_step_index":8,"step_count":9}` + "\n"
+	specials := []string{"{bad\n", "\n", footer, long, "[1]\n", footer, `{"schema":2}` + "\n"}
+	for seed := range 4 {
+		var b bytes.Buffer
+		step := int64(0)
+		for i := 0; b.Len() < 5*batchBytes; i++ {
+			if i%(600+seed*50) == 599 {
+				b.WriteString(specials[(i/600+seed)%len(specials)])
+				continue
+			}
+			b.Write(l1Line(step, 1000+step))
+			step++
+		}
+		if seed%2 == 1 {
+			b.WriteString(`{"step":12345,"sub`) // a partial last line
+		}
+		got, err := scanStream(bytes.NewReader(b.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := serialScan(t, b.Bytes()); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: batched %+v\nserial %+v", seed, summary(got), summary(want))
+		}
+		if got.lines < 3000 || got.badLines == 0 || got.footer == nil {
+			t.Fatalf("seed %d: %d lines, %d bad: the stream does not exercise the batches", seed, got.lines, got.badLines)
+		}
+	}
+}
+
+func summary(s streamScan) string {
+	return fmt.Sprintf("bytes %d lines %d data %d bad %d schema %d first %d %q partial %v footer %v at %d after %d last %d steps %d neg %d",
+		s.bytes, s.lines, s.data, s.badLines, s.schemaErrs, s.firstBad, s.firstBadWhy, s.partial, s.footer != nil, s.footerLine, s.afterFooter, s.lastStep, len(s.steps), s.negativeStep)
 }

@@ -417,7 +417,7 @@ func ReadLayer1Records(path string) ([]Layer1Record, error) {
 	var l layer1Line
 	for n := 1; ; n++ {
 		line, err := lr.next()
-		if len(line) > 0 && line[len(line)-1] != '\n' && len(trimSpace(line)) > 0 {
+		if len(line) > 0 && line[len(line)-1] != '\n' && (len(trimSpace(line)) > 0 || lr.tailText) {
 			return recs, fmt.Errorf("%s ends in a partial line", path)
 		}
 		if lr.over {
@@ -458,13 +458,16 @@ type lineReader struct {
 	long []byte
 	over bool  // the last line was longer than maxLine
 	n    int64 // the last line's length in bytes
+	// tailText: the part of an over-long line not held has a byte other
+	// than JSON whitespace
+	tailText bool
 }
 
 func newLineReader(r io.Reader) *lineReader { return &lineReader{br: bufio.NewReaderSize(r, 1<<20)} }
 
 func (lr *lineReader) next() ([]byte, error) {
 	line, err := lr.br.ReadSlice('\n')
-	lr.over, lr.n = false, int64(len(line))
+	lr.over, lr.tailText, lr.n = false, false, int64(len(line))
 	if err != bufio.ErrBufferFull {
 		return line, err
 	}
@@ -474,6 +477,7 @@ func (lr *lineReader) next() ([]byte, error) {
 		lr.n += int64(len(line))
 		if len(lr.long)+len(line) > maxLine {
 			lr.over = true
+			lr.tailText = lr.tailText || len(trimSpace(line)) > 0
 			continue
 		}
 		lr.long = append(lr.long, line...)
