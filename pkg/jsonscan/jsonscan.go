@@ -358,3 +358,29 @@ func Items(p []byte, i int, fn func(val []byte)) int {
 	}
 	return items(p, i, 1, fn)
 }
+
+// IntArray is Skip for the array that starts at p[i] (a '['), reporting
+// also whether every item is an integer literal within int64 (Number's
+// isInt): one pass where Skip and then Int on each item would take two.
+func IntArray(p []byte, i int) (end int, allInt bool) {
+	if i >= len(p) || p[i] != '[' {
+		return -1, false
+	}
+	i, more := open(p, i, ']')
+	allInt = true
+	for more {
+		if i < len(p) && (p[i] == '-' || isDigit(p[i])) {
+			var isInt bool
+			i, _, isInt = Number(p, i)
+			allInt = allInt && isInt
+		} else {
+			i = skip(p, i, 1)
+			allInt = false
+		}
+		if i < 0 {
+			return -1, false
+		}
+		i, more = next(p, i, ']')
+	}
+	return i, allInt
+}

@@ -108,3 +108,42 @@ func TestMembersItems(t *testing.T) {
 		}
 	}
 }
+
+// checkIntArray: IntArray ends where Skip does and says whether every item
+// is what Int accepts.
+func checkIntArray(t *testing.T, p []byte) {
+	t.Helper()
+	if len(p) == 0 || p[0] != '[' {
+		return
+	}
+	end, all := IntArray(p, 0)
+	if want := Skip(p, 0); end != want {
+		t.Fatalf("IntArray(%q) ends at %d, Skip at %d", p, end, want)
+	}
+	if end < 0 {
+		return
+	}
+	want := true
+	Items(p, 0, func(v []byte) {
+		if _, ok := Int(v); !ok {
+			want = false
+		}
+	})
+	if all != want {
+		t.Fatalf("IntArray(%q) all-integer %v, Int on each item says %v", p, all, want)
+	}
+}
+
+func TestIntArray(t *testing.T) {
+	for _, s := range []string{`[]`, `[ ]`, `[0]`, `[1, -2 ,3]`, `[1.0]`, `[1e3]`, `[9223372036854775808]`, `[-9223372036854775808]`,
+		`["1"]`, `[[1]]`, `[1,]`, `[,1]`, `[1 2]`, `[01]`, `[-]`, `[`, `[1`, `[1,`, `[null]`, `[true,1]`, `[1,{"a":[2]}]`} {
+		checkIntArray(t, []byte(s))
+	}
+}
+
+func FuzzIntArray(f *testing.F) {
+	for _, s := range []string{`[1,2]`, `[1.5]`, `[[1],2]`, `[-0, 9223372036854775807]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) { checkIntArray(t, p) })
+}

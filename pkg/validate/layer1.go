@@ -1,7 +1,6 @@
 package validate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,33 +140,6 @@ type streamScan struct {
 	negativeStep int
 }
 
-// scanStream reads the stream once: every complete line is parsed and,
-// unless it is the footer, checked against schema v1 (layer1schema.go).
-func scanStream(r io.Reader) (streamScan, error) {
-	var s streamScan
-	lr := newLineReader(r)
-	var l layer1Line
-	var rec Layer1Record
-	n := 0
-	for {
-		line, err := lr.next()
-		s.bytes += int64(len(line))
-		if len(line) > 0 && line[len(line)-1] == '\n' {
-			n++
-			s.lines++
-			s.addLine(n, bytes.TrimSpace(line), &l, &rec)
-		} else if len(bytes.TrimSpace(line)) > 0 {
-			s.partial = true
-		}
-		if errors.Is(err, io.EOF) {
-			return s, nil
-		}
-		if err != nil {
-			return s, err
-		}
-	}
-}
-
 func (s *streamScan) bad(n int, why string) {
 	s.badLines++
 	if s.firstBad == 0 {
@@ -175,38 +147,73 @@ func (s *streamScan) bad(n int, why string) {
 	}
 }
 
-func (s *streamScan) addLine(n int, line []byte, l *layer1Line, rec *Layer1Record) {
+// lineResult is what one complete line is, read apart from the others
+// (classify, on any goroutine); apply adds it to the scan in line order,
+// where the footer's place matters.
+type lineResult struct {
+	kind lineKind
+	step int64
+	why  string  // bad and schema-error lines; a footer that does not decode
+	ft   *Footer // a footer that decodes
+}
+
+type lineKind uint8
+
+const (
+	lineBad       lineKind = iota // not one JSON object
+	lineFooter                    // "footer": true
+	lineSchemaErr                 // a JSON object, not a schema-v1 data line
+	lineData
+)
+
+// classify reads one complete line, trimmed of JSON whitespace.
+func classify(line []byte, l *layer1Line, rec *Layer1Record) lineResult {
 	if why := l.parse(line); why != "" {
-		s.bad(n, why)
+		return lineResult{kind: lineBad, why: why}
+	}
+	if l.isFooter() {
+		var ft Footer
+		if err := json.Unmarshal(line, &ft); err != nil {
+			return lineResult{kind: lineFooter, why: "footer does not decode: " + err.Error()}
+		}
+		return lineResult{kind: lineFooter, ft: &ft}
+	}
+	if why := l.record(rec, false); why != "" {
+		return lineResult{kind: lineSchemaErr, why: "not a schema-v1 data line: " + why}
+	}
+	return lineResult{kind: lineData, step: rec.Step}
+}
+
+// apply adds line n's result.
+func (s *streamScan) apply(n int, r lineResult) {
+	if r.kind == lineBad {
+		s.bad(n, r.why)
 		return
 	}
 	if s.footer != nil {
 		s.afterFooter++
 	}
-	if l.isFooter() {
-		if s.footer != nil {
+	switch r.kind {
+	case lineFooter:
+		switch {
+		case s.footer != nil:
 			s.bad(n, "a second footer")
-			return
+		case r.ft == nil:
+			s.bad(n, r.why)
+		default:
+			s.footer, s.footerLine = r.ft, n
 		}
-		var ft Footer
-		if err := json.Unmarshal(line, &ft); err != nil {
-			s.bad(n, "footer does not decode: "+err.Error())
-			return
-		}
-		s.footer, s.footerLine = &ft, n
-		return
-	}
-	if why := l.record(rec, false); why != "" {
+	case lineSchemaErr:
 		s.schemaErrs++
-		s.bad(n, "not a schema-v1 data line: "+why)
-		return
+		s.bad(n, r.why)
+	case lineData:
+		if r.step < 0 {
+			s.negativeStep++
+		}
+		s.data++
+		s.lastStep = r.step
+		s.steps = append(s.steps, r.step)
 	}
-	if rec.Step < 0 {
-		s.negativeStep++
-	}
-	s.data++
-	s.lastStep = rec.Step
-	s.steps = append(s.steps, rec.Step)
 }
 
 // Layer1Dir checks the one Layer-1 stream (*.jsonl) in dir as

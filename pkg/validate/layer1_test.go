@@ -310,27 +310,33 @@ func TestLayer1LineSyntax(t *testing.T) {
 		{name: "integer out of range", line: strings.Replace(good, `"decode_tokens":2`, `"decode_tokens":9223372036854775808`, 1) + "}", detail: "field decode_tokens is the number"},
 		{name: "array", line: `[1]`, detail: "not a JSON object"},
 	}
-	sig := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var b bytes.Buffer
-			for i := int64(0); i < 5; i++ {
-				b.Write(l1Line(i, 1000+i))
-			}
-			b.WriteString(tc.line + "\n")
-			fmt.Fprintf(&b, `{"footer":true,"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"step_count":6}`+"\n")
-			side := fmt.Sprintf(`{"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"wall_time_unix_ns":%d,"flush_interval_s":1,"final":true}`, sig.UnixNano())
-			r := Layer1(bytes.NewReader(b.Bytes()), []byte(side), nil, false, DefaultLayer1)
-			if tc.detail == "" {
-				if r.Verdict != "pass" {
-					t.Fatalf("got %s %q", r.Verdict, r.Detail)
-				}
-				return
-			}
-			if r.Verdict != "fail" || !strings.Contains(r.Detail, "line 6") || !strings.Contains(r.Detail, tc.detail) {
-				t.Fatalf("got %s %q, want a fail at line 6 naming %q", r.Verdict, r.Detail, tc.detail)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkSixthLine(t, tc.line, tc.detail) })
+	}
+}
+
+// checkSixthLine checks a clean-closed stream of six steps whose sixth
+// line (step 5) is line: detail "" wants a pass, else a fail at line 6
+// whose detail names detail.
+func checkSixthLine(t *testing.T, line, detail string) {
+	t.Helper()
+	var b bytes.Buffer
+	for i := int64(0); i < 5; i++ {
+		b.Write(l1Line(i, 1000+i))
+	}
+	b.WriteString(line + "\n")
+	fmt.Fprintf(&b, `{"footer":true,"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"step_count":6}`+"\n")
+	sig := time.Date(2026, 7, 13, 10, 0, 0, 0, time.UTC)
+	side := fmt.Sprintf(`{"encoded_records":6,"written_records":6,"dropped_records":0,"last_step_index":5,"wall_time_unix_ns":%d,"flush_interval_s":1,"final":true}`, sig.UnixNano())
+	r := Layer1(bytes.NewReader(b.Bytes()), []byte(side), nil, false, DefaultLayer1)
+	if detail == "" {
+		if r.Verdict != "pass" {
+			t.Fatalf("got %s %q", r.Verdict, r.Detail)
+		}
+		return
+	}
+	if r.Verdict != "fail" || !strings.Contains(r.Detail, "line 6") || !strings.Contains(r.Detail, detail) {
+		t.Fatalf("got %s %q, want a fail at line 6 naming %q", r.Verdict, r.Detail, detail)
 	}
 }
 
@@ -401,7 +407,7 @@ func FuzzLayer1Line(f *testing.F) {
 	f.Add([]byte(strings.Replace(string(bytes.TrimSpace(good)), `"decode_tokens":2`, `"decode_tokens":-9223372036854775808`, 1)))
 	f.Add([]byte(`{"footer":true}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		line = bytes.TrimSpace(line)
+		line = trimSpace(line)
 		object, schemaOK, step := refLayer1(line)
 		var l layer1Line
 		why := l.parse(line)
@@ -415,6 +421,12 @@ func FuzzLayer1Line(f *testing.F) {
 		why = l.record(&rec, true)
 		if (why == "") != schemaOK || schemaOK && rec.Step != step {
 			t.Fatalf("%q: record says %q step %d, encoding/json schema-v1 %v step %d", line, why, rec.Step, schemaOK, step)
+		}
+		// the stream check's reading (strings, arrays and the number not
+		// kept) gives the same verdict
+		var quick Layer1Record
+		if qwhy := l.record(&quick, false); qwhy != why || quick.Step != rec.Step {
+			t.Fatalf("%q: the stream check says %q step %d, the full reading %q step %d", line, qwhy, quick.Step, why, rec.Step)
 		}
 	})
 }

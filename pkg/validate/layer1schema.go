@@ -138,7 +138,9 @@ type layer1Line struct {
 	// field's value in line; hi 0 when the key is absent.
 	at []byteSpan
 	// ints holds the value of each integer field whose value is an
-	// integer literal within int64 (isInt says which).
+	// integer literal within int64 (isInt says which); for an
+	// integer-array field isInt says that its value is an array of such
+	// literals.
 	ints  []int64
 	isInt []bool
 	next  int // the index the next key is expected to have
@@ -154,14 +156,17 @@ func (l *layer1Line) val(i int) []byte {
 	return l.line[l.at[i].lo:l.at[i].hi]
 }
 
-// layer1Integer marks the integer fields of Layer1Fields.
-var layer1Integer = func() []bool {
+// layer1Integer and layer1IntArray mark the integer and the
+// integer-array fields of Layer1Fields.
+var layer1Integer, layer1IntArray = layer1Typed("integer"), layer1Typed("integer-array")
+
+func layer1Typed(typ string) []bool {
 	out := make([]bool, len(Layer1Fields))
 	for i, f := range Layer1Fields {
-		out[i] = f.Type == "integer"
+		out[i] = f.Type == typ
 	}
 	return out
-}()
+}
 
 // parse reads line, already trimmed of surrounding whitespace. why says
 // why it is not one JSON object ("" when it is).
@@ -198,6 +203,8 @@ func (l *layer1Line) parse(line []byte) (why string) {
 			v := jsonscan.SkipSpace(line, i+1)
 			if known && idx < footerField && layer1Integer[idx] && v < len(line) && (line[v] == '-' || line[v] >= '0' && line[v] <= '9') {
 				i, l.ints[idx], l.isInt[idx] = jsonscan.Number(line, v)
+			} else if known && idx < footerField && layer1IntArray[idx] && v < len(line) && line[v] == '[' {
+				i, l.isInt[idx] = jsonscan.IntArray(line, v)
 			} else {
 				i = jsonscan.Skip(line, v)
 				if known && idx < footerField {
@@ -288,7 +295,8 @@ func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
 		if raw == nil {
 			return "lacks required field " + f.Name
 		}
-		if layer1Integer[i] && !l.isInt[i] || !layer1Integer[i] && !hasType(raw, f.Type) {
+		// integers and integer arrays were typed while scanning
+		if typed := layer1Integer[i] || layer1IntArray[i]; typed && !l.isInt[i] || !typed && !hasType(raw, f.Type) {
 			return fmt.Sprintf("field %s is %s, not %s", f.Name, describeJSON(raw), f.Type)
 		}
 	}
@@ -298,11 +306,15 @@ func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
 	rec.SubmitMonoNS, rec.CompleteMonoNS = in(3), in(4)
 	rec.NumScheduledReqs, rec.NumPrefillReqs, rec.NumDecodeReqs, rec.PrefillTokens, rec.DecodeTokens = in(5), in(6), in(7), in(8), in(9)
 	rec.NumWaitingReqs, rec.NumRunningReqs, rec.NumDeferredReqs, rec.NumPreemptions = in(13), in(14), in(15), in(16)
-	kv, err := strconv.ParseFloat(string(v(17)), 64)
-	if err != nil {
-		return fmt.Sprintf("does not decode: field kv_cache_usage: number %s out of range", v(17))
+	if kv := v(17); full || len(kv) > 300 || bytes.ContainsAny(kv, "eE") {
+		// a number without an exponent and of at most 300 digits is within
+		// float64's range: only others need parsing when the value is not kept
+		x, err := strconv.ParseFloat(string(kv), 64)
+		if err != nil {
+			return fmt.Sprintf("does not decode: field kv_cache_usage: number %s out of range", kv)
+		}
+		rec.KVCacheUsage = x
 	}
-	rec.KVCacheUsage = kv
 	rec.PrefixCacheQueries, rec.PrefixCacheHits, rec.CUDAGraphHit = in(18), in(19), v(20)[0] == 't'
 	rec.UnpaddedTokens, rec.BucketTokens, rec.PaddingTokens = in(22), in(23), in(24)
 	if full {
@@ -321,12 +333,10 @@ func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
 }
 
 // hasType reports whether raw, one valid JSON value, is of the schema
-// type typ.
+// type typ: number, boolean or string (integers and integer arrays are
+// typed while the line is scanned).
 func hasType(raw []byte, typ string) bool {
 	switch typ {
-	case "integer":
-		_, ok := jsonscan.Int(raw)
-		return ok
 	case "number":
 		c := raw[0]
 		return c == '-' || (c >= '0' && c <= '9')
@@ -334,14 +344,6 @@ func hasType(raw []byte, typ string) bool {
 		return string(raw) == "true" || string(raw) == "false"
 	case "string":
 		return raw[0] == '"'
-	case "integer-array":
-		ok := raw[0] == '['
-		for x := range arrayItems(raw) {
-			if _, isInt := jsonscan.Int(x); !isInt {
-				ok = false
-			}
-		}
-		return ok
 	}
 	return false
 }
@@ -415,10 +417,13 @@ func ReadLayer1Records(path string) ([]Layer1Record, error) {
 	var l layer1Line
 	for n := 1; ; n++ {
 		line, err := lr.next()
-		if len(line) > 0 && line[len(line)-1] != '\n' && len(bytes.TrimSpace(line)) > 0 {
+		if len(line) > 0 && line[len(line)-1] != '\n' && (len(trimSpace(line)) > 0 || lr.tailText) {
 			return recs, fmt.Errorf("%s ends in a partial line", path)
 		}
-		if t := bytes.TrimSpace(line); len(t) > 0 {
+		if lr.over {
+			return recs, fmt.Errorf("%s line %d: longer than the %d MiB a line may hold", path, n, maxLine>>20)
+		}
+		if t := trimSpace(line); len(t) > 0 {
 			if why := l.parse(t); why != "" {
 				return recs, fmt.Errorf("%s line %d: %s", path, n, why)
 			}
@@ -439,25 +444,62 @@ func ReadLayer1Records(path string) ([]Layer1Record, error) {
 	}
 }
 
+// maxLine bounds a Layer-1 line. A schema-v1 record is a few hundred
+// bytes; a longer line is not held in memory but counted as one that
+// does not decode (its bytes are read and dropped up to its newline).
+const maxLine = 64 << 20
+
 // lineReader yields a stream's lines, each with its newline (the last may
 // lack it), without copying a line that fits its 1 MiB buffer: a slice is
-// valid until the next call.
+// valid until the next call. A line over maxLine comes back as its first
+// bytes, with over set and n its whole length.
 type lineReader struct {
 	br   *bufio.Reader
 	long []byte
+	over bool  // the last line was longer than maxLine
+	n    int64 // the last line's length in bytes
+	// tailText: the part of an over-long line not held has a byte other
+	// than JSON whitespace
+	tailText bool
 }
 
 func newLineReader(r io.Reader) *lineReader { return &lineReader{br: bufio.NewReaderSize(r, 1<<20)} }
 
 func (lr *lineReader) next() ([]byte, error) {
 	line, err := lr.br.ReadSlice('\n')
+	lr.over, lr.tailText, lr.n = false, false, int64(len(line))
 	if err != bufio.ErrBufferFull {
 		return line, err
 	}
 	lr.long = append(lr.long[:0], line...)
 	for err == bufio.ErrBufferFull {
 		line, err = lr.br.ReadSlice('\n')
+		lr.n += int64(len(line))
+		if len(lr.long)+len(line) > maxLine {
+			lr.over = true
+			lr.tailText = lr.tailText || len(trimSpace(line)) > 0
+			continue
+		}
 		lr.long = append(lr.long, line...)
+	}
+	if lr.over && len(line) > 0 && line[len(line)-1] == '\n' {
+		lr.long = append(lr.long, '\n') // it ends: a complete line, too long to read
 	}
 	return lr.long, err
 }
+
+// trimSpace trims JSON's whitespace (space, tab, CR, LF) from both ends of
+// a line, and nothing else: a form feed or a no-break space is not JSON
+// whitespace, so a line holding one outside its object does not decode.
+func trimSpace(p []byte) []byte {
+	lo, hi := 0, len(p)
+	for lo < hi && isJSONSpace(p[lo]) {
+		lo++
+	}
+	for hi > lo && isJSONSpace(p[hi-1]) {
+		hi--
+	}
+	return p[lo:hi]
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -130,3 +130,22 @@ func BenchmarkLayer2_16MBTrace(b *testing.B) {
 	b.ReportMetric(float64(n), "events")
 	b.ReportMetric(float64(peak)/(1<<20), "peak_heap_MB")
 }
+
+// BenchmarkTraceParse: the JSON pass alone over the decompressed 16 MB
+// trace (about 190 MB of JSON), in memory: what the parser costs beside
+// the inflate.
+func BenchmarkTraceParse(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "rank0_w0.pt.trace.json.gz")
+	writeBigRealTrace(b, p, 16<<20)
+	raw := gunzipFile(b, p)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	o := realOpts("eager")
+	scopes := DefaultMapping().scopeMatchers()
+	for b.Loop() {
+		d := &traceData{scopes: map[string][]scopeSpan{}}
+		if err := parseTrace(d, bytes.NewReader(raw), o.ExecuteAnnotate, scopes); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

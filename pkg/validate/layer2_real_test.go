@@ -273,7 +273,7 @@ func TestLayer2RealTracesFail(t *testing.T) {
 	}
 }
 
-func gunzipFile(t *testing.T, p string) []byte {
+func gunzipFile(t testing.TB, p string) []byte {
 	t.Helper()
 	f, err := os.Open(p)
 	if err != nil {

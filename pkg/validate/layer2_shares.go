@@ -49,6 +49,20 @@ var (
 	graphCall  = regexp.MustCompile(`(?i)graphlaunch`)
 )
 
+// matchMemo is re's answer for each name, asked once per name: a trace's
+// hundreds of thousands of runtime calls have a few dozen names.
+func matchMemo(re *regexp.Regexp) func(string) bool {
+	seen := map[string]bool{}
+	return func(name string) bool {
+		m, ok := seen[name]
+		if !ok {
+			m = re.MatchString(name)
+			seen[name] = m
+		}
+		return m
+	}
+}
+
 // compose classifies every kernel of d with m.
 func compose(d *traceData, m *Mapping) Composition {
 	c := Composition{FamilyUS: map[string]float64{}, StepFamilyUS: make([]map[string]float64, len(d.steps))}
@@ -56,6 +70,7 @@ func compose(d *traceData, m *Mapping) Composition {
 		c.StepFamilyUS[i] = map[string]float64{}
 	}
 	byCorr := map[int64]*apiCall{}
+	isLaunch := matchMemo(launchCall)
 	for i := range d.calls {
 		call := &d.calls[i]
 		if call.hasC {
@@ -63,7 +78,7 @@ func compose(d *traceData, m *Mapping) Composition {
 		}
 		if call.step >= 0 {
 			c.RuntimeUS += call.dur
-			if launchCall.MatchString(call.name) {
+			if isLaunch(call.name) {
 				c.CPULaunchUS += call.dur
 			}
 		}
@@ -132,8 +147,9 @@ func (c *Composition) add(step int, family string, us float64) {
 // cannot be measured.
 func (c *Composition) opaque(d *traceData, byCorr map[int64]*apiCall, withGPU map[int64]bool) {
 	opaqueSteps := map[int]int{}
+	isGraph := matchMemo(graphCall)
 	for _, call := range d.calls {
-		if call.step < 0 || !graphCall.MatchString(call.name) {
+		if call.step < 0 || !isGraph(call.name) {
 			continue
 		}
 		c.GraphReplays++

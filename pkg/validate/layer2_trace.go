@@ -82,6 +82,7 @@ type rawEvent struct {
 	Args struct {
 		Correlation *int64 `json:"correlation"`
 	} `json:"args"`
+	name *eventName // Name interned, when read by the one-pass reader
 }
 
 // ReadTrace decompresses and parses one trace, streaming its events, and
@@ -91,8 +92,11 @@ func ReadTrace(r io.Reader, exec *regexp.Regexp) (TraceSummary, error) {
 	return d.summary, err
 }
 
-// readTraceData parses one trace. scopes are the mapping's scope patterns
-// (nil: no scopes are collected).
+// readTraceData parses one trace in one pass (layer2_stream.go): the gzip
+// is inflated a chunk ahead on its own goroutine, read to its end (its
+// checksum checked), and the JSON must be one object with only
+// whitespace after it. scopes are the mapping's scope patterns (nil: no
+// scopes are collected).
 func readTraceData(r io.Reader, exec *regexp.Regexp, scopes []*regexp.Regexp) (*traceData, error) {
 	d := &traceData{scopes: map[string][]scopeSpan{}}
 	d.summary.Rank = -1
@@ -100,53 +104,61 @@ func readTraceData(r io.Reader, exec *regexp.Regexp, scopes []*regexp.Regexp) (*
 	if err != nil {
 		return d, fmt.Errorf("gunzip: %w", err)
 	}
-	dec := json.NewDecoder(bufio.NewReaderSize(zr, 1<<20))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return d, fmt.Errorf("parse: not a JSON object (%v)", err)
-	}
+	src := newPrefetcher(zr)
+	defer src.Close()
+	return d, parseTrace(d, src, exec, scopes)
+}
+
+// parseTrace parses the JSON of one trace from src into d.
+func parseTrace(d *traceData, src io.Reader, exec *regexp.Regexp, scopes []*regexp.Regexp) error {
+	w := newTraceWindow(src)
 	sawEvents := false
-	rd := &eventReader{d: d, exec: exec, scopes: scopes, bits: map[string]uint64{}}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return d, fmt.Errorf("parse: %w", err)
-		}
-		key, _ := tok.(string)
+	rd := &eventReader{d: d, exec: exec, scopes: scopes, bits: map[string]uint64{}, names: eventNames{}}
+	err := w.members("the trace", func(key string) error {
 		switch key {
 		case "traceEvents":
 			sawEvents = true
-			if err := rd.events(dec); err != nil {
-				return d, err
-			}
+			return rd.events(w)
 		case "distributedInfo":
 			var di struct {
 				Rank *int `json:"rank"`
 			}
-			if err := dec.Decode(&di); err != nil {
-				return d, fmt.Errorf("parse distributedInfo: %w", err)
+			if err := decodeMember(w, key, &di); err != nil {
+				return err
 			}
 			if di.Rank != nil {
 				d.summary.Rank, d.summary.RankFrom = *di.Rank, "distributedInfo"
 			}
+			return nil
 		case "baseTimeNanoseconds":
-			if err := dec.Decode(&d.baseNS); err != nil {
-				return d, fmt.Errorf("parse baseTimeNanoseconds: %w", err)
-			}
-		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return d, fmt.Errorf("parse %s: %w", key, err)
-			}
+			return decodeMember(w, key, &d.baseNS)
 		}
+		_, err := w.value()
+		return err
+	})
+	if err == nil {
+		err = w.end()
 	}
-	if _, err := dec.Token(); err != nil {
-		return d, fmt.Errorf("parse: %w", err)
+	if err != nil {
+		return err
 	}
 	if !sawEvents {
-		return d, errors.New("parse: no traceEvents")
+		return errors.New("parse: no traceEvents")
 	}
 	d.finish()
-	return d, nil
+	return nil
+}
+
+// decodeMember decodes the value of the top-level member key into v.
+func decodeMember(w *traceWindow, key string, v any) error {
+	raw, err := w.value()
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("parse %s: %w", key, err)
+	}
+	return nil
 }
 
 type eventReader struct {
@@ -155,28 +167,30 @@ type eventReader struct {
 	scopes []*regexp.Regexp
 	bits   map[string]uint64 // scope bits by CPU event name
 	gpuEx  []execMark        // GPU-timeline copies of execute annotations
+	names  eventNames
+	scan   eventScan
 }
 
-func (rd *eventReader) events(dec *json.Decoder) error {
+func (rd *eventReader) events(w *traceWindow) error {
 	d := rd.d
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-		return fmt.Errorf("parse: traceEvents is not an array (%v)", err)
-	}
-	for dec.More() {
-		var e rawEvent
-		if err := dec.Decode(&e); err != nil {
+	var e rawEvent
+	walk := rd.scan.walk
+	err := w.items("traceEvents", func() error {
+		raw, err := w.scan(walk)
+		if err != nil {
+			return err
+		}
+		if err := rd.scan.decode(raw, &e, rd.names); err != nil {
 			return fmt.Errorf("parse event %d: %w", d.summary.Events, err)
 		}
 		d.summary.Events++
 		if e.Ph != "X" {
-			continue
+			return nil
 		}
-		if err := rd.event(&e); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return fmt.Errorf("parse: %w", err)
+		return rd.event(&e)
+	})
+	if err != nil {
+		return err
 	}
 	// pair each GPU copy with its CPU annotation: same name, in order
 	byName := map[string][]*execMark{}
@@ -235,14 +249,25 @@ func (rd *eventReader) event(e *rawEvent) error {
 		d.execs = append(d.execs, execMark{name: e.Name, span: sp, step: -1})
 	}
 	if len(rd.scopes) > 0 && (e.Cat == "cpu_op" || e.Cat == "python_function" || e.Cat == "user_annotation") {
-		b, ok := rd.bits[e.Name]
+		// the one-pass reader's interned name holds its bits
+		var b uint64
+		var ok bool
+		if e.name != nil {
+			b, ok = e.name.bits, e.name.known
+		} else {
+			b, ok = rd.bits[e.Name]
+		}
 		if !ok {
 			for i, re := range rd.scopes {
 				if re.MatchString(e.Name) {
 					b |= 1 << i
 				}
 			}
-			rd.bits[e.Name] = b
+			if e.name != nil {
+				e.name.bits, e.name.known = b, true
+			} else {
+				rd.bits[e.Name] = b
+			}
 		}
 		if b != 0 {
 			th := string(e.Pid) + "/" + string(e.Tid)
