@@ -253,6 +253,10 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
 		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
 	r.sender = &sender{client: newClient(tr), url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
+	if conns, ok := newH1Pool(r.sender.url, cfg.MaxConcurrency); ok {
+		r.sender.conns = conns
+		defer conns.closeIdle()
+	}
 	if cfg.Stress.active() {
 		r.sender.stress = &r.cfg.Stress
 	}
