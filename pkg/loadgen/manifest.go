@@ -96,8 +96,9 @@ func (m *Manifest) scan() error {
 	ids := map[string]int{}
 	var off int64
 	arrival := ""
+	var long []byte
 	for lineNo := 1; ; lineNo++ {
-		line, err := readLine(br)
+		line, err := readLine(br, &long)
 		if len(line) == 0 && err == io.EOF {
 			break
 		}
@@ -179,9 +180,16 @@ func promptSpan(body []byte, l manifestLine, tokenIDs bool) (int, int, error) {
 	}
 }
 
-// readLine reads one line of up to MaxLineBytes, with its newline.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var buf []byte
+// readLine reads one line of up to MaxLineBytes, with its newline. A line
+// that fits the reader's buffer is returned in place, valid until the next
+// read; a longer one is gathered in *long.
+func readLine(br *bufio.Reader, long *[]byte) ([]byte, error) {
+	chunk, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return chunk, err
+	}
+	buf := append((*long)[:0], chunk...)
+	defer func() { *long = buf[:0] }()
 	for {
 		chunk, err := br.ReadSlice('\n')
 		buf = append(buf, chunk...)

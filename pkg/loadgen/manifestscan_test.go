@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -79,4 +80,25 @@ func BenchmarkDecodeLine(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestManifestLongLines: lines longer than the reader's 1 MiB buffer,
+// between short ones, are read whole, and their prompts read back.
+func TestManifestLongLines(t *testing.T) {
+	long := strings.Repeat("7,", 700_000) + "7"
+	p := writeManifest(t,
+		`{"id":"a","prompt_token_ids":[1],"input_tokens":1,"output_tokens":1,"arrival":"steady"}`,
+		`{"id":"b","prompt_token_ids":[`+long+`],"input_tokens":700001,"output_tokens":1,"arrival":"steady"}`,
+		`{"id":"c","prompt_token_ids":[2,3],"input_tokens":2,"output_tokens":1,"arrival":"steady"}`,
+		`{"id":"d","prompt_token_ids":[`+long+`],"input_tokens":700001,"output_tokens":1,"arrival":"steady"}`)
+	m, err := OpenManifest(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for i, want := range []string{"[1]", "[" + long + "]", "[2,3]", "[" + long + "]"} {
+		if raw, err := m.prompt(i); err != nil || string(raw) != want {
+			t.Fatalf("prompt %d: %d bytes (%v), want %d", i, len(raw), err, len(want))
+		}
+	}
 }
