@@ -230,8 +230,8 @@ func (c *h1Conn) readHead() (int, error) {
 				te = true
 				c.chunked = hasToken(value, "chunked")
 			case asciiEqualFold(name, "content-length"):
-				n, err := strconv.ParseInt(string(value), 10, 64)
-				if err != nil || n < 0 || cl && n != c.remain {
+				n, ok := contentLength(value)
+				if !ok || cl && n != c.remain {
 					return 0, errMalformed
 				}
 				cl, c.remain = true, n
@@ -278,6 +278,21 @@ func (c *h1Conn) headLine(total *int) ([]byte, error) {
 		return nil, errHeadSize
 	}
 	return bytes.TrimRight(line, "\r\n"), nil
+}
+
+// contentLength reads a Content-Length value: digits only.
+func contentLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, d := range v {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(d-'0')
+	}
+	return n, true
 }
 
 // parseStatusLine reads "HTTP/1.x NNN reason".

@@ -131,6 +131,7 @@ func TestH1Malformed(t *testing.T) {
 		{"not HTTP", "SSH-2.0-x\r\n\r\n", "no response: malformed response"},
 		{"HTTP/2 status line", "HTTP/2 200\r\n\r\n", "no response: malformed response"},
 		{"a header without a colon", "HTTP/1.1 200 OK\r\nbroken\r\n\r\n", "no response: malformed response"},
+		{"a signed content length", "HTTP/1.1 200 OK\r\nContent-Length: +4\r\n\r\nabcd", "no response: malformed response"},
 		{"two content lengths", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", "no response: malformed response"},
 		{"switching protocols", "HTTP/1.1 101 Switching Protocols\r\n\r\n", "no response: malformed response"},
 		{"a head over its bound", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("p", 1000)+"\r\n", 1100) + "\r\n",
