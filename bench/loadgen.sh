@@ -7,7 +7,8 @@
 #
 # 1. Schedule error (sent - planned): steady and burst:8 at 100, 1,000 and
 #    10,000 requests/s against a loopback no-op server (bench/noopserver),
-#    DURATION_S seconds each; p50, p99, max in ms.
+#    DURATION_S seconds each; p50, p99, max in ms. Both clients run on
+#    OPEN_CPU (default CLIENT_CPU; OPEN_CPU=0,1 gives them two cores).
 # 2. Closed-loop capacity at 256 and 1,024 concurrent streams, the client on
 #    one core (taskset -c $CLIENT_CPU), the server on another: completed
 #    requests/s; each response is 16 token chunks 5 ms apart. Also the
@@ -19,7 +20,8 @@
 #
 # Needs go, taskset and /usr/bin/python3 with aiohttp (apt-get install
 # python3-aiohttp). Loopback only; everything it starts it stops.
-# Environment: SECTIONS (123: which to run), DURATION_S (5), CLIENT_CPU (0), SERVER_CPU (1; a list such as
+# Environment: SECTIONS (123: which to run), DURATION_S (5), CLIENT_CPU (0), OPEN_CPU
+# (CLIENT_CPU: section 1's client CPUs), SERVER_CPU (1; a list such as
 # 2-9 gives the server room, so that the client is what is measured), PY
 # (/usr/bin/python3), BIN (bin), SKIP_BUILD=1 to use binaries already in
 # BIN (static ones, for a machine without go).
@@ -28,6 +30,7 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 DURATION_S=${DURATION_S:-5}
 CLIENT_CPU=${CLIENT_CPU:-0}
+OPEN_CPU=${OPEN_CPU:-$CLIENT_CPU}
 SERVER_CPU=${SERVER_CPU:-1}
 PY=${PY:-/usr/bin/python3}
 BIN=${BIN:-bin}
@@ -55,10 +58,10 @@ start_server() {
 }
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; }
 
-# lg ARGS...: run loadgen on CLIENT_CPU into a fresh result directory.
+# lg ARGS...: run loadgen on OPEN_CPU into a fresh result directory.
 lg() {
 	local dir="$work/r$RANDOM$RANDOM"
-	taskset -c "$CLIENT_CPU" "$BIN"/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
+	taskset -c "$OPEN_CPU" "$BIN"/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
 		--warmup-seconds 0 --drain-timeout-seconds 30 --result-dir "$dir" "$@" >/dev/null
 	echo "$dir/result.json"
 }
@@ -67,10 +70,10 @@ SECTIONS=${SECTIONS:-123}
 cpu_of() { awk '{print $1 + $2}' "$1"; }
 field() { "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-echo "# $(uname -n): loadgen vs Python asyncio+aiohttp ($("$PY" -c 'import aiohttp,sys; print("aiohttp", aiohttp.__version__, "python", sys.version.split()[0])')), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), client on CPU $CLIENT_CPU, server on CPU $SERVER_CPU"
+echo "# $(uname -n): loadgen vs Python asyncio+aiohttp ($("$PY" -c 'import aiohttp,sys; print("aiohttp", aiohttp.__version__, "python", sys.version.split()[0])')), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), client on CPU $CLIENT_CPU (open loop: $OPEN_CPU), server on CPU $SERVER_CPU"
 if [[ $SECTIONS == *1* ]]; then
 echo
-echo "## 1. Schedule error, sent - planned (ms), ${DURATION_S} s per point"
+echo "## 1. Schedule error, sent - planned (ms), ${DURATION_S} s per point, clients on CPU $OPEN_CPU"
 printf "%-8s %7s | %9s %9s %9s | %9s %9s %9s | %s\n" arrival rps go_p50 go_p99 go_max py_p50 py_p99 py_max "p99 ratio py/go"
 start_server 1 0
 for arrival in steady burst:8; do
@@ -78,7 +81,7 @@ for arrival in steady burst:8; do
 		r=$(lg --load-point bench --request-rate "$rate" --arrival "$arrival" --max-concurrency 100000 \
 			--clean-segment-seconds "$DURATION_S" --num-clean-segments 1)
 		read -r g50 g99 gmax < <(field "$r" "'%.4f %.4f %.4f' % (r['lag']['all_ms']['p50'], r['lag']['all_ms']['p99'], r['lag']['all_ms']['max'])")
-		py=$(taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode open --rate "$rate" --arrival "$arrival" --duration "$DURATION_S")
+		py=$(taskset -c "$OPEN_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode open --rate "$rate" --arrival "$arrival" --duration "$DURATION_S")
 		read -r p50 p99 pmax < <("$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print('%.4f %.4f %.4f' % (r['lag_p50_ms'], r['lag_p99_ms'], r['lag_max_ms']))" "$py")
 		ratio=$("$PY" -c "import sys; g,p=float(sys.argv[1]),float(sys.argv[2]); print('%.1f' % (p/g) if g > 0 else 'inf')" "$g99" "$p99")
 		printf "%-8s %7s | %9s %9s %9s | %9s %9s %9s | %s\n" "$arrival" "$rate" "$g50" "$g99" "$gmax" "$p50" "$p99" "$pmax" "$ratio"

@@ -28,6 +28,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -300,6 +301,9 @@ func run(ctx context.Context, cmd *cobra.Command, f runFlags) error {
 	}
 	if _, err := cfg.Check(m); err != nil {
 		return refused("%v", err)
+	}
+	if n := cfg.SpareProcs(runtime.GOMAXPROCS(0)); n > 0 {
+		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + n)
 	}
 	res, err := loadgen.Run(ctx, cfg, m)
 	if res != nil {

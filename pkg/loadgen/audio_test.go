@@ -129,7 +129,8 @@ func TestSendAudio(t *testing.T) {
 			srv := httptest.NewServer(raw(tc.payloads...))
 			defer srv.Close()
 			clock, _ := NewClock()
-			s := &sender{client: srv.Client(), url: srv.URL, clock: clock, minAudioSamples: 1}
+			s := testSenders(t, srv.URL, clock)["h1"]
+			s.minAudioSamples = 1
 			o := s.send(context.Background(), []byte(`{}`), expect{output: 4})
 			if o.class != tc.class || !strings.Contains(o.reason, tc.reason) {
 				t.Fatalf("class %s (%s), want %s (%s)", o.class, o.reason, tc.class, tc.reason)

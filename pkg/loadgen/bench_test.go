@@ -106,20 +106,29 @@ func rawStreamServer(b *testing.B) (url string, stop func()) {
 }
 
 // BenchmarkSendRaw is BenchmarkSend against rawStreamServer: the client's
-// cost of one streamed request of 16 token chunks and a usage chunk.
+// cost of one streamed request of 16 token chunks and a usage chunk, on
+// the client's own HTTP/1.1 connections (h1) and through net/http.
 func BenchmarkSendRaw(b *testing.B) {
 	url, stop := rawStreamServer(b)
-	clock, _ := NewClock()
-	tr := newTransport(4)
-	s := &sender{client: &http.Client{Transport: tr}, url: url, clock: clock, itl: func(int64, int64) {}}
 	defer stop()
-	defer tr.CloseIdleConnections()
+	clock, _ := NewClock()
 	body := []byte(`{"model":"m","prompt":[1,2,3,4],"max_tokens":16,"stream":true}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if o := s.send(context.Background(), body, expect{output: 16, exact: true}); o.class != Success {
-			b.Fatalf("class %s: %s", o.class, o.reason)
-		}
+	for _, path := range []string{"h1", "net-http"} {
+		b.Run(path, func(b *testing.B) {
+			tr := newTransport(4)
+			defer tr.CloseIdleConnections()
+			s := &sender{client: &http.Client{Transport: tr}, url: url, clock: clock, itl: func(int64, int64) {}}
+			if path == "h1" {
+				s.conns, _ = newH1Pool(url, 4)
+				defer s.conns.closeIdle()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := s.send(context.Background(), body, expect{output: 16, exact: true}); o.class != Success {
+					b.Fatalf("class %s: %s", o.class, o.reason)
+				}
+			}
+		})
 	}
 }
 

@@ -96,8 +96,9 @@ func (m *Manifest) scan() error {
 	ids := map[string]int{}
 	var off int64
 	arrival := ""
+	var long []byte
 	for lineNo := 1; ; lineNo++ {
-		line, err := readLine(br)
+		line, err := readLine(br, &long)
 		if len(line) == 0 && err == io.EOF {
 			break
 		}
@@ -109,7 +110,7 @@ func (m *Manifest) scan() error {
 		if len(bytes.TrimSpace(body)) == 0 {
 			return fmt.Errorf("line %d is empty", lineNo)
 		}
-		l, tokenIDs, err := decodeLine(body)
+		l, poff, tokenIDs, err := decodeLine(body)
 		if err != nil {
 			return fmt.Errorf("line %d: %w", lineNo, err)
 		}
@@ -131,9 +132,14 @@ func (m *Manifest) scan() error {
 			return fmt.Errorf("line %d: id %q repeats line %d", lineNo, l.ID, prev)
 		}
 		ids[l.ID] = lineNo
-		poff, plen, err := promptSpan(body, l, tokenIDs)
-		if err != nil {
-			return fmt.Errorf("line %d: %w", lineNo, err)
+		plen := len(l.Prompt)
+		if tokenIDs {
+			plen = len(l.PromptTokenIDs)
+		}
+		if poff == 0 {
+			if poff, plen, err = promptSpan(body, l, tokenIDs); err != nil {
+				return fmt.Errorf("line %d: %w", lineNo, err)
+			}
 		}
 		m.rows = append(m.rows, row{off: off + int64(poff), n: int32(plen), inputTokens: int32(*l.InputTokens), outputTokens: int32(*l.OutputTokens), id: l.ID,
 			sum: sha256.Sum256(body[poff : poff+plen])})
@@ -174,9 +180,16 @@ func promptSpan(body []byte, l manifestLine, tokenIDs bool) (int, int, error) {
 	}
 }
 
-// readLine reads one line of up to MaxLineBytes, with its newline.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var buf []byte
+// readLine reads one line of up to MaxLineBytes, with its newline. A line
+// that fits the reader's buffer is returned in place, valid until the next
+// read; a longer one is gathered in *long.
+func readLine(br *bufio.Reader, long *[]byte) ([]byte, error) {
+	chunk, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return chunk, err
+	}
+	buf := append((*long)[:0], chunk...)
+	defer func() { *long = buf[:0] }()
 	for {
 		chunk, err := br.ReadSlice('\n')
 		buf = append(buf, chunk...)
@@ -190,36 +203,58 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// decodeLine checks one line; tokenIDs reports which prompt field it has.
-func decodeLine(body []byte) (manifestLine, bool, error) {
+// decodeLine reads and checks one line: through scanLine where it reads
+// the line, else encoding/json. promptOff is where the prompt's value
+// starts in body, 0 when not known (then promptSpan finds it); tokenIDs
+// reports which prompt field the line has.
+func decodeLine(body []byte) (l manifestLine, promptOff int, tokenIDs bool, err error) {
+	l, promptOff, ok := scanLine(body)
+	if !ok {
+		if l, err = decodeLineJSON(body); err != nil {
+			return l, 0, false, err
+		}
+		promptOff = 0
+	}
+	tokenIDs, err = checkLine(l)
+	return l, promptOff, tokenIDs, err
+}
+
+// decodeLineJSON decodes a line with encoding/json.
+func decodeLineJSON(body []byte) (manifestLine, error) {
 	var l manifestLine
 	if err := json.Unmarshal(body, &l); err != nil {
-		return l, false, errors.New("not a JSON object of a request")
+		return l, errors.New("not a JSON object of a request")
 	}
+	return l, nil
+}
+
+// checkLine checks a decoded line's fields; tokenIDs reports which prompt
+// field it has.
+func checkLine(l manifestLine) (bool, error) {
 	switch {
 	case l.ID == "":
-		return l, false, errors.New("no id")
+		return false, errors.New("no id")
 	case l.InputTokens == nil || *l.InputTokens < 0:
-		return l, false, errors.New("input_tokens missing or negative")
+		return false, errors.New("input_tokens missing or negative")
 	case l.OutputTokens == nil || *l.OutputTokens < 1:
-		return l, false, errors.New("output_tokens missing or below 1")
+		return false, errors.New("output_tokens missing or below 1")
 	case (len(l.Prompt) == 0) == (len(l.PromptTokenIDs) == 0):
-		return l, false, errors.New("want exactly one of prompt and prompt_token_ids")
+		return false, errors.New("want exactly one of prompt and prompt_token_ids")
 	}
 	if len(l.PromptTokenIDs) > 0 {
 		n, ok := countIDs(l.PromptTokenIDs)
 		if !ok {
-			return l, false, errors.New("prompt_token_ids is not an array of non-negative integers")
+			return false, errors.New("prompt_token_ids is not an array of non-negative integers")
 		}
 		if n != *l.InputTokens {
-			return l, false, fmt.Errorf("prompt_token_ids has %d ids, input_tokens says %d", n, *l.InputTokens)
+			return false, fmt.Errorf("prompt_token_ids has %d ids, input_tokens says %d", n, *l.InputTokens)
 		}
-		return l, true, nil
+		return true, nil
 	}
 	if len(l.Prompt) == 0 || l.Prompt[0] != '"' {
-		return l, false, errors.New("prompt is not a string")
+		return false, errors.New("prompt is not a string")
 	}
-	return l, false, nil
+	return false, nil
 }
 
 // countIDs counts the elements of a JSON array of non-negative integers

@@ -25,14 +25,14 @@ func TestSendNeverFollowsRedirect(t *testing.T) {
 	}))
 	defer srv.Close()
 	clock, _ := NewClock()
-	tr := newTransport(2)
-	defer tr.CloseIdleConnections()
-	s := &sender{client: newClient(tr), url: srv.URL, clock: clock}
-	o := s.send(context.Background(), []byte(`{"prompt":"private"}`), expect{output: 4, exact: true, input: 3})
-	if o.class != HarnessError || o.status != http.StatusTemporaryRedirect || o.reason != "status 307" {
-		t.Fatalf("outcome %+v, want harness-error with status 307", o)
-	}
-	if elsewhere.Load() != 0 || asked.Load() != 1 {
-		t.Fatalf("redirect target asked %d times, server %d times; want 0 and 1", elsewhere.Load(), asked.Load())
+	for name, s := range testSenders(t, srv.URL, clock) {
+		asked.Store(0)
+		o := s.send(context.Background(), []byte(`{"prompt":"private"}`), expect{output: 4, exact: true, input: 3})
+		if o.class != HarnessError || o.status != http.StatusTemporaryRedirect || o.reason != "status 307" {
+			t.Fatalf("%s: outcome %+v, want harness-error with status 307", name, o)
+		}
+		if elsewhere.Load() != 0 || asked.Load() != 1 {
+			t.Fatalf("%s: redirect target asked %d times, server %d times; want 0 and 1", name, elsewhere.Load(), asked.Load())
+		}
 	}
 }

@@ -166,6 +166,9 @@ type sender struct {
 	minAudioSamples int64
 	// stress is the run's stress options (stress.go); nil for none.
 	stress *Stress
+	// conns, when set, carries the streamed requests on the client's own
+	// HTTP/1.1 connections (h1.go); else client does.
+	conns *h1Pool
 }
 
 // streamHeader is every streamed request's header. It is shared and
@@ -188,6 +191,9 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 		o.class, o.reason = c, reason
 		return o
 	}
+	if s.conns != nil {
+		return s.sendH1(ctx, body, e, &o, finish)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return finish(HarnessError, "build request")
@@ -201,28 +207,74 @@ func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	// by its status, and no per-request header copy for redirects is made.
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return finish(ended(ctx, "before the response"))
-		}
-		return finish(TransportError, "no response: "+errKind(err))
+		return finish(noResponse(ctx, err))
 	}
 	defer resp.Body.Close()
 	o.status = resp.StatusCode
-	if resp.StatusCode != http.StatusOK {
-		// Read a bounded part to classify; it is never stored.
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		return finish(classifyStatus(resp.StatusCode, data), "status "+strconv.Itoa(resp.StatusCode))
+	out, _ := s.respond(ctx, resp.Body, e, &o, finish)
+	return out
+}
+
+// sendH1 is send on the run's own HTTP/1.1 connections (h1.go). A
+// connection is reused only when its stream ended with [DONE] and its body
+// ended within tailWait after; the request's end is taken before.
+func (s *sender) sendH1(ctx context.Context, body []byte, e expect, o *outcome, finish func(Class, string) outcome) outcome {
+	c, err := s.conns.get(ctx)
+	if err != nil {
+		return finish(noResponse(ctx, err))
+	}
+	// Ending ctx ends the request: its connection is closed, which is what
+	// the server sees of a client that gave up.
+	stop := context.AfterFunc(ctx, func() { c.nc.Close() })
+	done := false
+	defer func() {
+		if stop() && done && c.finishBody() {
+			s.conns.put(c)
+			return
+		}
+		c.nc.Close()
+	}()
+	if err := c.write(s.conns, body); err != nil {
+		return finish(noResponse(ctx, err))
+	}
+	status, err := c.readHead()
+	if err != nil {
+		return finish(noResponse(ctx, err))
+	}
+	o.status = status
+	var out outcome
+	out, done = s.respond(ctx, c, e, o, finish)
+	return out
+}
+
+// noResponse classes a request that got no response: ended by its
+// context, or a transport error.
+func noResponse(ctx context.Context, err error) (Class, string) {
+	if ctx.Err() != nil {
+		return ended(ctx, "before the response")
+	}
+	return TransportError, "no response: " + errKind(err)
+}
+
+// respond reads a response of status o.status with its body: a non-200 is
+// classed by its status (a bounded part of the body is read for that and
+// never stored), a 200's stream is read to its [DONE] and judged. done
+// says the stream reached its [DONE].
+func (s *sender) respond(ctx context.Context, body io.Reader, e expect, o *outcome, finish func(Class, string) outcome) (outcome, bool) {
+	if o.status != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(body, 1<<16))
+		return finish(classifyStatus(o.status, data), "status "+strconv.Itoa(o.status)), false
 	}
 	br := readers.Get().(*bufio.Reader)
-	br.Reset(resp.Body)
+	br.Reset(body)
 	defer func() { br.Reset(nil); readers.Put(br) }()
-	if c, why, done := s.readStream(ctx, br, &o); !done {
-		return finish(c, why)
+	if c, why, done := s.readStream(ctx, br, o); !done {
+		return finish(c, why), false
 	}
 	if reason := o.invalid(e); reason != "" {
-		return finish(InvalidOutput, reason)
+		return finish(InvalidOutput, reason), true
 	}
-	return finish(Success, "")
+	return finish(Success, ""), true
 }
 
 // readStream reads the event stream of a response into o up to its
@@ -388,6 +440,8 @@ func isOOM(b []byte) bool {
 func errKind(err error) string {
 	var ne net.Error
 	switch {
+	case errors.Is(err, errMalformed), errors.Is(err, errHeadSize):
+		return err.Error()
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return "connection closed"
 	case errors.As(err, &ne) && ne.Timeout():

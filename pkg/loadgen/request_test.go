@@ -26,6 +26,24 @@ func sse(w http.ResponseWriter, n, usageTokens int, done bool) {
 	}
 }
 
+// testSenders are the two ways a sender carries requests to url, by
+// name: "h1" on the client's own HTTP/1.1 connections (what a run against
+// an http:// server uses), "net-http" through net/http's transport (an
+// https server's).
+func testSenders(t *testing.T, url string, clock *Clock) map[string]*sender {
+	t.Helper()
+	conns, ok := newH1Pool(url, 4)
+	if !ok {
+		t.Fatalf("%s: not an http:// URL", url)
+	}
+	tr := newTransport(4)
+	t.Cleanup(func() { conns.closeIdle(); tr.CloseIdleConnections() })
+	return map[string]*sender{
+		"h1":       {client: newClient(tr), url: url, clock: clock, conns: conns},
+		"net-http": {client: newClient(tr), url: url, clock: clock},
+	}
+}
+
 const tokenChunk = `{"choices":[{"index":0,"text":" t","finish_reason":null}]}`
 
 func usage(prompt, completion int) string {
@@ -51,12 +69,13 @@ func TestSendTextPromptCountsOnly(t *testing.T) {
 	srv := httptest.NewServer(raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(9, 4)))
 	defer srv.Close()
 	clock, _ := NewClock()
-	s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
-	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3}); o.class != Success || o.promptTokens != 9 {
-		t.Fatalf("outcome %+v", o)
-	}
-	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != InvalidOutput {
-		t.Fatalf("token-id prompt: outcome %+v", o)
+	for name, s := range testSenders(t, srv.URL, clock) {
+		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3}); o.class != Success || o.promptTokens != 9 {
+			t.Fatalf("%s: outcome %+v", name, o)
+		}
+		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != InvalidOutput {
+			t.Fatalf("%s: token-id prompt: outcome %+v", name, o)
+		}
 	}
 }
 
@@ -99,16 +118,17 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			defer srv.Close()
 			clock, _ := NewClock()
-			s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
-			o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
-			if o.class != tc.want || o.status != tc.status {
-				t.Fatalf("class %s status %d (%s), want %s %d", o.class, o.status, o.reason, tc.want, tc.status)
-			}
-			if tc.want == Success && (o.outputTokens != 4 || o.promptTokens != 3 || o.chunks < 1 || o.chunks > 4 || o.firstToken == 0 || o.end < o.firstToken) {
-				t.Fatalf("outcome %+v", o)
-			}
-			if strings.Contains(o.reason, "engine died") || strings.Contains(o.reason, "CUDA") {
-				t.Fatalf("reason %q quotes the server", o.reason)
+			for name, s := range testSenders(t, srv.URL, clock) {
+				o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
+				if o.class != tc.want || o.status != tc.status {
+					t.Fatalf("%s: class %s status %d (%s), want %s %d", name, o.class, o.status, o.reason, tc.want, tc.status)
+				}
+				if tc.want == Success && (o.outputTokens != 4 || o.promptTokens != 3 || o.chunks < 1 || o.chunks > 4 || o.firstToken == 0 || o.end < o.firstToken) {
+					t.Fatalf("%s: outcome %+v", name, o)
+				}
+				if strings.Contains(o.reason, "engine died") || strings.Contains(o.reason, "CUDA") {
+					t.Fatalf("%s: reason %q quotes the server", name, o.reason)
+				}
 			}
 		})
 	}
@@ -117,9 +137,10 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 	url := srv.URL
 	srv.Close()
 	clock, _ := NewClock()
-	s := &sender{client: http.DefaultClient, url: url, clock: clock}
-	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != TransportError || o.status != 0 {
-		t.Fatalf("no server: %+v", o)
+	for name, s := range testSenders(t, url, clock) {
+		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != TransportError || o.status != 0 || o.reason != "no response: dial failed" {
+			t.Fatalf("%s: no server: %+v", name, o)
+		}
 	}
 }
 
@@ -146,10 +167,11 @@ func TestSendInvalidOutput(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			defer srv.Close()
 			clock, _ := NewClock()
-			s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
-			o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
-			if o.class != tc.want || !strings.Contains(o.reason, tc.reason) || o.status != 200 {
-				t.Fatalf("class %s (%s), want %s (%s)", o.class, o.reason, tc.want, tc.reason)
+			for name, s := range testSenders(t, srv.URL, clock) {
+				o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
+				if o.class != tc.want || !strings.Contains(o.reason, tc.reason) || o.status != 200 {
+					t.Fatalf("%s: class %s (%s), want %s (%s)", name, o.class, o.reason, tc.want, tc.reason)
+				}
 			}
 		})
 	}
@@ -215,8 +237,9 @@ func TestSendRedirectIsNotFollowed(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	clock, _ := NewClock()
-	s := &sender{client: srv.Client(), url: srv.URL, clock: clock}
-	if o := s.send(context.Background(), []byte(`{}`), expect{output: 4}); o.class != HarnessError || o.status != 307 || followed {
-		t.Fatalf("class %s status %d followed %v", o.class, o.status, followed)
+	for name, s := range testSenders(t, srv.URL, clock) {
+		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4}); o.class != HarnessError || o.status != 307 || followed {
+			t.Fatalf("%s: class %s status %d followed %v", name, o.class, o.status, followed)
+		}
 	}
 }

@@ -213,6 +213,9 @@ type run struct {
 	finalized bool    // guarded by mu: records no longer change
 
 	dispatchers int // open-loop dispatchers; 0 in a closed loop
+	// jobs hands admitted open-loop requests to idle senders (unbuffered:
+	// a request is handed only to a sender waiting for one).
+	jobs chan sendJob
 
 	itlMu sync.Mutex
 	itl   *logHist // guarded by itlMu
@@ -251,8 +254,13 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	defer tr.CloseIdleConnections()
 
 	r := &run{cfg: cfg, m: m, clock: clock, builder: builder, phases: phases,
-		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist()}
+		stopAdmit: make(chan struct{}), exhausted: make(chan struct{}), fatal: make(chan error, 1), itl: newLogHist(),
+		jobs: make(chan sendJob)}
 	r.sender = &sender{client: newClient(tr), url: cfg.BaseURL + cfg.Endpoint.path(), clock: clock, itl: r.addITL, kind: cfg.ServerKind}
+	if conns, ok := newH1Pool(r.sender.url, cfg.MaxConcurrency); ok {
+		r.sender.conns = conns
+		defer conns.closeIdle()
+	}
 	if cfg.Stress.active() {
 		r.sender.stress = &r.cfg.Stress
 	}
@@ -632,96 +640,6 @@ func (r *run) signalFatal(err error) {
 	case r.fatal <- err:
 	default:
 	}
-}
-
-// DispatcherRPS is the open-loop rate one dispatcher is given when
-// Config.Dispatchers is 0. A dispatcher spends a few microseconds a
-// request (the body, the admission, the sender's start); the senders run
-// on every core anyway. Each added dispatcher is one more locked thread
-// that must win a scheduler slot back from the senders at each wake-up:
-// at 10,000 requests/s on two cores two dispatchers had a 20-30x worse
-// p99 schedule error than one, so one carries any rate below this.
-const DispatcherRPS = 50000
-
-// dispatchers is the number of open-loop dispatchers: n when set, else
-// one per DispatcherRPS of rate, between 1 and procs.
-func dispatchers(n int, rate float64, procs int) int {
-	if n > 0 {
-		return n
-	}
-	return max(1, min(procs, int(math.Ceil(rate/DispatcherRPS))))
-}
-
-// dispatch admits dispatcher j's share of an open-loop schedule: every
-// request i with i mod k = j, each at its planned time, at most
-// MaxConcurrency outstanding over all dispatchers (sem). Each dispatcher
-// draws the whole schedule from its own planner of the same class, rate
-// and seed, so the k of them follow one sequence of planned times and
-// lag is measured against it. It runs on a locked OS thread and sleeps
-// with clock_nanosleep until each planned instant; the body of the next
-// request is built before its wait.
-func (r *run) dispatch(ctx, reqCtx context.Context, sem chan struct{}, j, k int) {
-	defer r.wg.Done()
-	var p pacer
-	p.lock()
-	defer p.unlock()
-	planner, err := NewPlanner(r.cfg.Arrival, r.cfg.Rate, r.cfg.Seed)
-	if err != nil {
-		r.signalFatal(err)
-		return
-	}
-	for i := 0; ; i++ {
-		planned := r.t0 + int64(planner.Next())
-		if i%k != j {
-			continue
-		}
-		if i >= r.m.Len() {
-			// Only a request planned before admission ends needs a row.
-			if p.waitUntil(ctx, r.stopAdmit, planned) {
-				r.signalExhausted()
-			}
-			return
-		}
-		if !r.dispatchOne(ctx, reqCtx, &p, sem, i, planned) {
-			return
-		}
-	}
-}
-
-// dispatchOne sends request i at planned; false when admission ended.
-func (r *run) dispatchOne(ctx, reqCtx context.Context, p *pacer, sem chan struct{}, i int, planned int64) bool {
-	body, err := r.body(i)
-	if err != nil {
-		r.signalFatal(err)
-		return false
-	}
-	if !p.waitUntil(ctx, r.stopAdmit, planned) {
-		return false
-	}
-	select {
-	case sem <- struct{}{}:
-	default:
-		select {
-		case sem <- struct{}{}:
-		case <-r.stopAdmit:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
-	s := r.admit(i, planned)
-	if s == nil {
-		<-sem
-		return false
-	}
-	e := r.expect(i)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		defer func() { <-sem }()
-		r.finish(s, r.sendBy(reqCtx, body, e, planned))
-	}()
-	return true
 }
 
 // worker is one of a closed loop's MaxConcurrency senders: it sends the

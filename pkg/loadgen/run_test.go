@@ -267,6 +267,21 @@ func TestDispatchers(t *testing.T) {
 	}
 }
 
+// TestSpareProcs: an open loop asks one spare P per dispatcher, a closed
+// loop none.
+func TestSpareProcs(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		procs int
+		want  int
+	}{{Config{}, 2, 0}, {Config{Dispatchers: 3}, 2, 0}, {Config{Rate: 10000}, 2, 1}, {Config{Rate: 3 * DispatcherRPS}, 2, 2},
+		{Config{Rate: 100, Dispatchers: 3}, 1, 3}} {
+		if got := tc.cfg.SpareProcs(tc.procs); got != tc.want {
+			t.Errorf("rate %v, %d dispatchers, %d procs: %d spare, want %d", tc.cfg.Rate, tc.cfg.Dispatchers, tc.procs, got, tc.want)
+		}
+	}
+}
+
 func TestSlotsCap(t *testing.T) {
 	for _, tc := range []struct {
 		need       int64

@@ -89,7 +89,7 @@ func TestDeadlinePassedBeforeSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &run{cfg: Config{RequestDeadline: time.Second}, clock: clock,
-		sender: &sender{client: newClient(newTransport(1)), url: srv.URL, clock: clock}}
+		sender: testSenders(t, srv.URL, clock)["h1"]}
 	o := r.sendBy(context.Background(), []byte("{}"), expect{}, clock.Now()-int64(2*time.Second))
 	if o.class != DeadlineExceeded || !o.unsent || o.end == 0 || hits.Load() != 0 {
 		t.Fatalf("outcome %+v, server hits %d", o, hits.Load())

@@ -35,7 +35,8 @@ func TestServerKindReasoning(t *testing.T) {
 	} {
 		srv := httptest.NewServer(stream(tc.field))
 		clock, _ := NewClock()
-		s := &sender{client: srv.Client(), url: srv.URL, clock: clock, kind: tc.kind}
+		s := testSenders(t, srv.URL, clock)["h1"]
+		s.kind = tc.kind
 		o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true})
 		srv.Close()
 		if o.class != Success || o.chunks != tc.chunks || o.firstChunk == 0 || o.firstToken < o.firstChunk {
