@@ -197,43 +197,59 @@ func TestDamagedEvidenceIsReported(t *testing.T) {
 	}
 }
 
-// failingExt4 mounts an ext4 file system whose loop device is backed by a
-// sparse image on a small tmpfs, and returns its mount point and the
-// tmpfs: filling the tmpfs makes every write of a new block of the device
-// fail, so ext4 meets real I/O errors (its journal aborts, errors=remount-ro
-// remounts it read-only). repair unmounts it, frees the tmpfs, checks the
-// image and mounts it again.
-func failingExt4(t *testing.T) (mnt, backing string, repair func()) {
+// loopExt4 is an ext4 image on a loop device whose backing file lies on
+// a small tmpfs of its own (backing), mounted at mnt with
+// errors=remount-ro: filling the tmpfs makes the device's writes of new
+// blocks fail, so ext4 meets real I/O errors.
+type loopExt4 struct {
+	mnt, backing, img string
+}
+
+// newLoopExt4 makes the tmpfs (tmpfsSize), a sparse image of imgSize in
+// it made with mkfs.ext4 and mkfsArgs, and mounts it; the test is skipped
+// where that cannot be done here.
+func newLoopExt4(t *testing.T, tmpfsSize, imgSize string, mkfsArgs ...string) *loopExt4 {
 	t.Helper()
-	backing = mountTmpfs(t, "48m")
-	img := filepath.Join(backing, "fs.img")
-	mnt = filepath.Join(t.TempDir(), "mnt")
-	run := func(name string, args ...string) error {
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s %v: %v %s", name, args, err, out)
-		}
-		return nil
-	}
-	if err := errors.Join(os.Mkdir(mnt, 0o755), run("truncate", "-s", "512M", img), run("mkfs.ext4", "-q", "-F", img)); err != nil {
+	fs := &loopExt4{backing: mountTmpfs(t, tmpfsSize), mnt: filepath.Join(t.TempDir(), "mnt")}
+	fs.img = filepath.Join(fs.backing, "fs.img")
+	_, e1 := fs.run("truncate", "-s", imgSize, fs.img)
+	_, e2 := fs.run("mkfs.ext4", append(append([]string{"-q", "-F"}, mkfsArgs...), fs.img)...)
+	if err := errors.Join(os.Mkdir(fs.mnt, 0o755), e1, e2); err != nil {
 		t.Skipf("no ext4 image here: %v", err)
 	}
-	mount := func() error { return run("mount", "-o", "loop,errors=remount-ro", img, mnt) }
-	if err := mount(); err != nil {
+	if err := fs.mount(); err != nil {
 		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
 	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
-	return mnt, backing, func() {
-		t.Helper()
-		os.Remove(filepath.Join(backing, "filler"))
-		if err := run("umount", mnt); err != nil {
-			t.Fatal(err)
-		}
-		if err := run("e2fsck", "-fy", img); err != nil && !strings.Contains(err.Error(), "exit status 1") {
-			t.Fatalf("repair the file system: %v", err)
-		}
-		if err := mount(); err != nil {
-			t.Fatal(err)
-		}
+	t.Cleanup(func() { exec.Command("umount", "-l", fs.mnt).Run() })
+	return fs
+}
+
+// run runs a command and returns its output, or an error that holds it.
+func (fs *loopExt4) run(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s %v: %v %s", name, args, err, out)
+	}
+	return string(out), nil
+}
+
+func (fs *loopExt4) mount() error {
+	_, err := fs.run("mount", "-o", "loop,errors=remount-ro", fs.img, fs.mnt)
+	return err
+}
+
+// repair unmounts the file system, frees the tmpfs, checks the image
+// (e2fsck's exit 1: errors corrected) and mounts it again.
+func (fs *loopExt4) repair(t *testing.T) {
+	t.Helper()
+	os.Remove(filepath.Join(fs.backing, "filler"))
+	_, e1 := fs.run("umount", fs.mnt)
+	_, e2 := fs.run("e2fsck", "-fy", fs.img)
+	if err := errors.Join(e1, e2); err != nil && !strings.Contains(err.Error(), "exit status 1") {
+		t.Fatalf("repair the file system: %v", err)
+	}
+	if err := fs.mount(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -246,12 +262,12 @@ func failingExt4(t *testing.T) (mnt, backing string, repair func()) {
 // file as recorded and the charges covering what ran (crashcheck.Final).
 func TestFailingDiskIsTheStorages(t *testing.T) {
 	t.Parallel()
-	mnt, backing, repair := failingExt4(t)
+	fs := newLoopExt4(t, "48m", "512M")
 	c := newCampaign(t)
-	c.dir = filepath.Join(mnt, "camp")
+	c.dir = filepath.Join(fs.mnt, "camp")
 	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
 	cur := c.waitMeasuring()
-	fillUp(t, filepath.Join(backing, "filler"))
+	fillUp(t, filepath.Join(fs.backing, "filler"))
 	c.waitUnlocked("the controller to end the work", 120*time.Second)
 	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
 	st := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json")
@@ -271,7 +287,7 @@ func TestFailingDiskIsTheStorages(t *testing.T) {
 	}
 	t.Logf("ctlq status exit %d: state %s, stop %q, hint %q", st.ProcessState.ExitCode(), doc.Campaign.State, doc.Campaign.StopDetail, doc.Hint)
 
-	repair()
+	fs.repair(t)
 	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
 		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
 	}
@@ -293,7 +309,7 @@ func TestFailingDiskIsTheStorages(t *testing.T) {
 	}
 }
 
-// holedExt4 mounts an ext4 image on a tmpfs as failingExt4 does, and
+// holedExt4 mounts an ext4 image on a tmpfs as newLoopExt4 does, and
 // returns punch: with the file system frozen (fsfreeze: everything on
 // disk), it allocates every block of the image in the tmpfs, then
 // punches out the blocks ext4 has free, and fills the tmpfs. From then on
@@ -301,28 +317,10 @@ func TestFailingDiskIsTheStorages(t *testing.T) {
 // write to a newly allocated block fails at writeback (the loop device's
 // backing store is full): new files' data is lost, and after a remount
 // reads back as zeros, as ext4 leaves a file after an I/O error.
-func holedExt4(t *testing.T) (mnt string, punch func(), repair func()) {
+func holedExt4(t *testing.T) (fs *loopExt4, punch func()) {
 	t.Helper()
-	backing := mountTmpfs(t, "300m")
-	img := filepath.Join(backing, "fs.img")
-	mnt = filepath.Join(t.TempDir(), "mnt")
-	run := func(name string, args ...string) (string, error) {
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("%s %v: %v %s", name, args, err, out)
-		}
-		return string(out), nil
-	}
-	_, e1 := run("truncate", "-s", "256M", img)
-	_, e2 := run("mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "nodiscard", img)
-	if err := errors.Join(os.Mkdir(mnt, 0o755), e1, e2); err != nil {
-		t.Skipf("no ext4 image here: %v", err)
-	}
-	mount := func() error { _, err := run("mount", "-o", "loop,errors=remount-ro", img, mnt); return err }
-	if err := mount(); err != nil {
-		t.Skipf("cannot loop-mount an ext4 image here: %v", err)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	fs = newLoopExt4(t, "300m", "256M", "-b", "4096", "-E", "nodiscard")
+	mnt, img, backing, run := fs.mnt, fs.img, fs.backing, fs.run
 	punch = func() {
 		t.Helper()
 		if _, err := run("fsfreeze", "-f", mnt); err != nil {
@@ -350,18 +348,7 @@ func holedExt4(t *testing.T) (mnt string, punch func(), repair func()) {
 		}
 		fillUp(t, filepath.Join(backing, "filler"))
 	}
-	return mnt, punch, func() {
-		t.Helper()
-		os.Remove(filepath.Join(backing, "filler"))
-		_, e1 := run("umount", mnt)
-		_, e2 := run("e2fsck", "-fy", img)
-		if err := errors.Join(e1, e2); err != nil && !strings.Contains(err.Error(), "exit status 1") {
-			t.Fatalf("repair the file system: %v", err)
-		}
-		if err := mount(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return fs, punch
 }
 
 // The campaign directory's device fails the writes of new data while the
@@ -374,9 +361,9 @@ func holedExt4(t *testing.T) (mnt string, punch func(), repair func()) {
 // ctlq show, with its path.
 func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 	t.Parallel()
-	mnt, punch, repair := holedExt4(t)
+	fs, punch := holedExt4(t)
 	c := newCampaign(t)
-	c.dir = filepath.Join(mnt, "camp")
+	c.dir = filepath.Join(fs.mnt, "camp")
 	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "3"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
 	cur := c.waitMeasuring()
 	punch()
@@ -392,7 +379,7 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 		t.Fatalf("ctlq status: %s (%s: %s); want stopped harness-error naming the storage, or complete", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	t.Logf("ctlq status: %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
-	repair()
+	fs.repair(t)
 	s := c.store()
 	a := c.attempts(s, cur.Run)[cur.Attempt-1]
 	s.Close()
