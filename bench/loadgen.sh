@@ -15,15 +15,19 @@
 #    client's CPU time (user + sys) per request, and the capacity of one
 #    whole core it implies (1 / CPU per request): on a shared machine the
 #    wall-clock rate measures the neighbours as much as the client.
-# 3. Memory per outstanding request: peak RSS with 1,024 streams held open
-#    (200 chunks 10 ms apart) minus peak RSS with 1, over 1,023.
+# 3. Memory per outstanding request: the client's resident memory while it
+#    holds HOLD_N streams open minus while it holds 1, over HOLD_N - 1. Each
+#    stream is 40 chunks 150 ms apart (6 s); once N connections to the
+#    server are open, the client's VmRSS (/proc/PID/status) is sampled every 0.1 s for 1 s and
+#    the median taken, the same for both clients (peak RSS would be the
+#    manifest read's garbage, not the streams).
 #
 # Needs go, taskset and /usr/bin/python3 with aiohttp (apt-get install
 # python3-aiohttp). Loopback only; everything it starts it stops.
 # Environment: SECTIONS (123: which to run), DURATION_S (5), CLIENT_CPU (0), OPEN_CPU
 # (CLIENT_CPU: section 1's client CPUs), SERVER_CPU (1; a list such as
 # 2-9 gives the server room, so that the client is what is measured), PY
-# (/usr/bin/python3), BIN (bin), SKIP_BUILD=1 to use binaries already in
+# (/usr/bin/python3), HOLD_N (4096: section 3's streams), BIN (bin), SKIP_BUILD=1 to use binaries already in
 # BIN (static ones, for a machine without go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +38,7 @@ OPEN_CPU=${OPEN_CPU:-$CLIENT_CPU}
 SERVER_CPU=${SERVER_CPU:-1}
 PY=${PY:-/usr/bin/python3}
 BIN=${BIN:-bin}
+HOLD_N=${HOLD_N:-4096}
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 work=$(mktemp -d)
 pids=()
@@ -117,25 +122,60 @@ fi
 
 if [[ $SECTIONS == *3* ]]; then
 echo
-echo "## 3. Memory per outstanding request (peak RSS, streams held open 2 s)"
-# peak_rss CMD...: runs CMD, prints its peak RSS in KiB.
-peak_rss() { /usr/bin/time -f "%M" "$@" 2>&1 >/dev/null | tail -1; }
-start_server 200 10
+echo "## 3. Memory per outstanding request: VmRSS held with $HOLD_N streams open minus with 1, over $((HOLD_N - 1))"
+echo "#    (each client on CPU $CLIENT_CPU against streams of 40 chunks 150 ms apart; once N connections are open,"
+echo "#    /proc/PID/status VmRSS sampled every 0.1 s for 1 s, the median taken; same method for both clients)"
+# conns_to_server: established loopback connections to the server's port
+# from the client side (one client runs at a time), from /proc/net/tcp.
+conns_to_server() {
+	awk -v port="$(printf ':%04X' "${url##*:}")" '$4 == "01" && substr($3, length($3) - 4) == port {n++} END {print n + 0}' /proc/net/tcp
+}
+# held_rss N CMD...: starts CMD in the background; once N connections to
+# the server are open, prints the median of 11 VmRSS samples (KiB) of CMD
+# 0.1 s apart, then waits for it. Prints "error" when CMD ends before N
+# are open, or when fewer stay open for the whole sampling.
+held_rss() {
+	local n=$1; shift
+	"$@" >/dev/null 2>&1 &
+	local pid=$! open=0 samples=()
+	for _ in $(seq 600); do
+		open=$(conns_to_server)
+		[ "$open" -ge "$n" ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	for _ in $(seq 11); do
+		[ "$open" -ge "$n" ] || break
+		samples+=("$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null)")
+		sleep 0.1
+		open=$(conns_to_server)
+	done
+	wait "$pid" 2>/dev/null || true
+	if [ "${#samples[@]}" -lt 11 ]; then echo error; return; fi
+	printf '%s\n' "${samples[@]}" | sort -n | sed -n 6p
+}
+"$BIN"/loadgen materialize --id M --input-fixed 4 --output-fixed 1 --arrival steady \
+	--num-requests $((HOLD_N * 2)) --workload-seed 1 --out "$work/m3.jsonl" >/dev/null
+start_server 40 150
 declare -A rss
-for c in 1 1024; do
-	rss[go$c]=$(peak_rss taskset -c "$CLIENT_CPU" "$BIN"/loadgen run --manifest "$work/m.jsonl" --base-url "$url" --model m \
+for c in 1 "$HOLD_N"; do
+	rss[go$c]=$(held_rss "$c" taskset -c "$CLIENT_CPU" "$BIN"/loadgen run --manifest "$work/m3.jsonl" --base-url "$url" --model m \
 		--load-point bench --request-rate inf --max-concurrency "$c" --warmup-seconds 0 --clean-segment-seconds 3 \
 		--num-clean-segments 1 --drain-timeout-seconds 30 --result-dir "$work/mem$c")
-	rss[py$c]=$(peak_rss taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode closed --concurrency "$c" --warmup 0 --duration 3)
+	rss[py$c]=$(held_rss "$c" taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode closed --concurrency "$c" --warmup 0 --duration 3)
 done
 stop_server
-"$PY" - "${rss[go1]}" "${rss[go1024]}" "${rss[py1]}" "${rss[py1024]}" <<'PYEOF'
+"$PY" - "$HOLD_N" "${rss[go1]}" "${rss[go$HOLD_N]}" "${rss[py1]}" "${rss[py$HOLD_N]}" <<'PYEOF'
 import sys
-g1, g1024, p1, p1024 = map(int, sys.argv[1:])
-gper, pper = (g1024 - g1) / 1023, (p1024 - p1) / 1023
-print("client  rss_1_KiB rss_1024_KiB KiB_per_outstanding")
-print("go      %9d %12d %19.1f" % (g1, g1024, gper))
-print("python  %9d %12d %19.1f" % (p1, p1024, pper))
+n = int(sys.argv[1])
+if "error" in sys.argv[2:]:
+    print("error: a client ended before holding %d streams for the whole sampling: %s" % (n, " ".join(sys.argv[2:])))
+    sys.exit(0)
+g1, gn, p1, pn = map(int, sys.argv[2:])
+gper, pper = (gn - g1) / (n - 1), (pn - p1) / (n - 1)
+print("client  rss_1_KiB rss_%d_KiB KiB_per_outstanding" % n)
+print("go      %9d %12d %19.1f" % (g1, gn, gper))
+print("python  %9d %12d %19.1f" % (p1, pn, pper))
 print("ratio python/go per outstanding request: %.1f" % (pper / gper if gper > 0 else float("inf")))
 PYEOF
 fi
