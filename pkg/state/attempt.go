@@ -24,7 +24,8 @@ const StateFileName = "state.json"
 // times and events are set by the store. An empty ProtocolSHA256 and a nil
 // Amendments are taken from the campaign. It fails with ErrRunDone for a
 // done run and ErrLiveAttempt while the previous attempt is live. When dir
-// is set, dir/state.json is written after the commit (see Transition).
+// is set, dir (and its parents) and dir/state.json are written after the
+// commit, before NewAttempt returns (see Transition).
 func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, error) {
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
@@ -105,9 +106,12 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 // with ErrInvalid, an illegal transition with a *TransitionError, and a
 // second result for the run with ErrRunDone.
 //
-// After the commit, if the attempt has a Dir, Dir/state.json is rewritten
-// atomically. If only that write fails, the committed attempt is returned
-// with an error matching ErrStateFile; RewriteStateFile retries it.
+// After the commit, if the attempt has a Dir, Dir/state.json is queued for
+// rewriting (see the package's Files section): a transition to a terminal
+// state returns once it is written, the others at once. If only a write
+// fails, the committed attempt is returned with an error matching
+// ErrStateFile (by this change when it waited, else by the attempt's next
+// change or FlushStateFiles); RewriteStateFile retries it.
 func (s *Store) Transition(runID string, n int, to AttemptState, reason Reason, msg string,
 	figures map[string]float64, mutate func(*Attempt) error) (Attempt, error) {
 	return s.TransitionWith(runID, n, to, reason, msg, figures, mutate, With{})
