@@ -82,7 +82,7 @@ type Attempt struct {
 func New(env *Env, rec record.Recorder, s Spec) *Attempt {
 	a := &Attempt{env: env, rec: rec, needDirs: s.NeedDirs, plan: s.Plan, run: s.Run, n: s.N, dir: s.Dir, slots: s.Slots,
 		gpuIDs: s.GPUIDs, cpus: s.CPUs, port: s.Port, opts: s.Options}
-	a.Record = record.New(record.Config{Recorder: rec, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull, StorageFault: env.StorageFault}, s.Run.ID, s.N, s.Dir)
+	a.Record = record.New(record.Config{Recorder: rec, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull, StorageFault: env.StorageFault, FlushFiles: env.FlushFiles}, s.Run.ID, s.N, s.Dir)
 	return a
 }
 

@@ -79,6 +79,9 @@ type Env struct {
 	// StorageFault hears of an evidence file's fsync that failed
 	// (record.Config.StorageFault). nil: nobody listens.
 	StorageFault func(error)
+	// FlushFiles writes the files derived from the database that are still
+	// queued (record.Config.FlushFiles). nil: none are queued.
+	FlushFiles func()
 	// NeedDirs resolves the result directories of the runs a run needs, by
 	// the variable each is exported as, for an attempt whose Spec names
 	// none. nil: a need no Spec resolves fails the attempt.

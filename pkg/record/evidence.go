@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"sync"
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/campaignfs"
@@ -27,16 +28,16 @@ const MaxEvidenceFiles = 256
 // I/O error, no space) cannot be kept as evidence (Config.StorageFault).
 func (r *Record) Seal() error {
 	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
-	for _, rel := range names {
-		path := filepath.Join(r.dir, rel)
-		s, err := safefile.Seal(path)
+	sums, errs := sealAll(r.dir, names)
+	for i, rel := range names {
+		err := errs[i]
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, fs.ErrPermission) {
 			continue // nothing the controller can keep: not there, not a file, or made unreadable by a child
 		}
 		if err != nil {
-			return r.storageFault(fmt.Errorf("the evidence %s could not be made durable: %w", path, err))
+			return r.storageFault(fmt.Errorf("the evidence %s could not be made durable: %w", filepath.Join(r.dir, rel), err))
 		}
-		r.pendEvidence = append(r.pendEvidence, state.EvidenceFile{Path: rel, Size: s.Size, SHA256: s.SHA256})
+		r.pendEvidence = append(r.pendEvidence, state.EvidenceFile{Path: rel, Size: sums[i].Size, SHA256: sums[i].SHA256})
 	}
 	for _, d := range []string{r.dir, filepath.Join(r.dir, campaignfs.ClientDir)} {
 		if err := atomicfile.SyncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -44,6 +45,32 @@ func (r *Record) Seal() error {
 		}
 	}
 	return nil
+}
+
+// sealWorkers bounds how many evidence files are fsynced at once.
+const sealWorkers = 8
+
+// sealAll seals the files names (relative to dir) concurrently, so that
+// the file system can make them durable in one journal commit instead of
+// one each, and returns each one's Sum and error, in the order of names.
+// Every goroutine it starts has ended when it returns.
+func sealAll(dir string, names []string) ([]safefile.Sum, []error) {
+	sums, errs := make([]safefile.Sum, len(names)), make([]error, len(names))
+	next := make(chan int, len(names))
+	for i := range names {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(sealWorkers, len(names)) {
+		wg.Go(func() {
+			for i := range next {
+				sums[i], errs[i] = safefile.Seal(filepath.Join(dir, names[i]))
+			}
+		})
+	}
+	wg.Wait()
+	return sums, errs
 }
 
 // storageFault tells Config.StorageFault, if set, of err, and returns it.

@@ -109,6 +109,12 @@ type Config struct {
 	// fault of the campaign's storage, not of the run. nil: nobody
 	// listens.
 	StorageFault func(error)
+	// FlushFiles writes the files derived from the database that are still
+	// queued (the attempts' state.json, state.Store.FlushStateFiles),
+	// counting a write the file system refused in DiskFull: End calls it
+	// before it classes a failure, so that a refused write queued while
+	// the attempt lived is counted. nil: none are queued.
+	FlushFiles func()
 }
 
 // New starts the record of attempt n of run, whose directory is dir.
@@ -181,6 +187,9 @@ func (r *Record) Key() string { return Key(r.runID, r.n) }
 // transition's: the caller ends the attempt as a harness failure.
 func (r *Record) End(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) (state.Reason, string, error) {
 	if to == state.Failed {
+		if r.cfg.FlushFiles != nil {
+			r.cfg.FlushFiles()
+		}
 		reason, detail = r.diskFullClass(reason, detail)
 	}
 	return reason, detail, r.Transition(to, reason, detail, figures)

@@ -148,6 +148,29 @@ func TestEndClassesAFailureInAFullDirectory(t *testing.T) {
 	}
 }
 
+// A refused write still queued when the attempt fails (a state.json
+// written in the background) is counted before the failure is classed:
+// End flushes the queued files first.
+func TestEndFlushesQueuedFilesBeforeClassing(t *testing.T) {
+	var full int64
+	m := &memory{}
+	dir := t.TempDir()
+	cfg := record.Config{Recorder: m, Dir: dir, Log: zerolog.Nop(), Now: time.Now,
+		DiskFull: func() (int64, string) {
+			return full, "ran out of space (ENOSPC): write state.json: no space left on device"
+		},
+		FlushFiles: func() { full++ }, // the queued write is refused as it is flushed
+	}
+	r := record.New(cfg, "p1", 1, filepath.Join(dir, "a1"))
+	reason, detail, err := r.End(state.Failed, state.ReasonClientFailed, "client exit code 1", nil)
+	if err != nil || reason != state.ReasonHarnessError || !strings.Contains(detail, "client-failed") {
+		t.Fatalf("a failure with a refused write queued: %s %q %v, want harness-error", reason, detail, err)
+	}
+	if reason, _, _ := r.End(state.Complete, "", "", nil); reason != "" || full != 1 {
+		t.Fatalf("an end that is no failure flushed (%d flushes) or got reason %q", full, reason)
+	}
+}
+
 // The readable logs are appended beneath the campaign directory only, and
 // never through a link a child planted.
 func TestAppendLineStaysBeneath(t *testing.T) {

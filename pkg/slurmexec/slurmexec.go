@@ -54,7 +54,7 @@ type Allocation struct {
 // when it is set) and records what its node-side runner reports to rec,
 // the campaign's database. env.NeedDirs and env.InFlight are required.
 func (x *Executor) Run(ctx context.Context, env *attempt.Env, rec record.Recorder, s attempt.Spec, alloc Allocation) attempt.Outcome {
-	r := record.New(record.Config{Recorder: rec, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull}, s.Run.ID, s.N, s.Dir)
+	r := record.New(record.Config{Recorder: rec, Dir: env.Dir, Log: env.Log, Now: env.Now, DiskFull: env.DiskFull, FlushFiles: env.FlushFiles}, s.Run.ID, s.N, s.Dir)
 	st := &step{Record: r, x: x, env: env, rec: rec, spec: s, alloc: alloc}
 	return st.execute(ctx)
 }

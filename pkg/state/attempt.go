@@ -24,7 +24,8 @@ const StateFileName = "state.json"
 // times and events are set by the store. An empty ProtocolSHA256 and a nil
 // Amendments are taken from the campaign. It fails with ErrRunDone for a
 // done run and ErrLiveAttempt while the previous attempt is live. When dir
-// is set, dir/state.json is written after the commit (see Transition).
+// is set, dir (and its parents) and dir/state.json are written after the
+// commit, before NewAttempt returns (see Transition).
 func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, error) {
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
@@ -87,7 +88,8 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, campaignDir, a, events, false)
+	// The attempt's directory is made here: written before NewAttempt returns.
+	return a, s.queueStateFile(stateJob{campaign, campaignDir, a, events, false}, true)
 }
 
 // Transition moves attempt n of runID to state to, in one transaction that
@@ -104,9 +106,12 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 // with ErrInvalid, an illegal transition with a *TransitionError, and a
 // second result for the run with ErrRunDone.
 //
-// After the commit, if the attempt has a Dir, Dir/state.json is rewritten
-// atomically. If only that write fails, the committed attempt is returned
-// with an error matching ErrStateFile; RewriteStateFile retries it.
+// After the commit, if the attempt has a Dir, Dir/state.json is queued for
+// rewriting (see the package's Files section): a transition to a terminal
+// state returns once it is written, the others at once. If only a write
+// fails, the committed attempt is returned with an error matching
+// ErrStateFile (by this change when it waited, else by the attempt's next
+// change or FlushStateFiles); RewriteStateFile retries it.
 func (s *Store) Transition(runID string, n int, to AttemptState, reason Reason, msg string,
 	figures map[string]float64, mutate func(*Attempt) error) (Attempt, error) {
 	return s.TransitionWith(runID, n, to, reason, msg, figures, mutate, With{})
@@ -278,7 +283,29 @@ func (s *Store) changeAttempt(op, runID string, n int,
 	if err != nil {
 		return Attempt{}, err
 	}
-	return a, s.writeStateFile(campaign, campaignDir, a, events, false)
+	return a, s.queueStateFile(stateJob{campaign, campaignDir, a, events, false}, !a.State.Live())
+}
+
+// queueStateFile hands job to the writer of state.json files; with wait it
+// returns once the file holds job's state or a later one.
+func (s *Store) queueStateFile(job stateJob, wait bool) error {
+	if job.a.Dir == "" {
+		return nil
+	}
+	if s.files == nil {
+		return s.writeStateFile(job)
+	}
+	return s.files.queue(job, wait)
+}
+
+// FlushStateFiles waits until every state.json queued so far is written
+// and returns the errors (matching ErrStateFile) of the writes that no
+// transition has returned.
+func (s *Store) FlushStateFiles() error {
+	if s.files == nil {
+		return nil
+	}
+	return s.files.flush()
 }
 
 // attemptEvents reads the events a lists.
@@ -319,7 +346,7 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 	if err != nil {
 		return err
 	}
-	return s.writeStateFile(campaign, campaignDir, a, events, true)
+	return s.queueStateFile(stateJob{campaign, campaignDir, a, events, true}, true)
 }
 
 // writeStateFile writes a.Dir/state.json atomically (temporary file in the
@@ -337,7 +364,8 @@ func (s *Store) RewriteStateFile(runID string, n int) error {
 // When the attempt directory is under the campaign directory (campaignDir),
 // the file is written beneath it (atomicfile.Beneath): a link a child
 // planted in the attempt's path is not followed out of the campaign.
-func (s *Store) writeStateFile(campaign, campaignDir string, a Attempt, events []Event, durable bool) error {
+func (s *Store) writeStateFile(job stateJob) error {
+	campaign, campaignDir, a, events, durable := job.campaign, job.campaignDir, job.a, job.events, job.durable
 	if a.Dir == "" {
 		return nil
 	}

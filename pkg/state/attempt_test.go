@@ -82,7 +82,13 @@ func TestHappyPath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// state.json follows every transition.
+		// state.json follows every transition once the queued writes are
+		// done; a terminal transition returns once its own is written.
+		if a.State.Live() {
+			if err := s.FlushStateFiles(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if got, want := readStateFile(t, dir), wantStateFile(t, s, "r000", 1); !reflect.DeepEqual(got, want) {
 			t.Fatalf("after %s state.json = %+v\nwant %+v", st.to, got, want)
 		}
@@ -244,6 +250,9 @@ func TestUpdateAttempt(t *testing.T) {
 	if len(a.Signals) != 1 || !a.Signals[0].At.Equal(sentAt) || a.State != state.Stopping {
 		t.Errorf("attempt after update: %+v", a)
 	}
+	if err := s.FlushStateFiles(); err != nil {
+		t.Fatal(err)
+	}
 	if sf := readStateFile(t, dir); len(sf.Attempt.Signals) != 1 || sf.Attempt.Signals[0].Signal != "SIGTERM" {
 		t.Errorf("state.json does not hold the signal: %+v", sf.Attempt.Signals)
 	}
@@ -266,7 +275,9 @@ func TestUpdateAttempt(t *testing.T) {
 }
 
 // TestStateFileError: when state.json cannot be written the transition is
-// still committed and the error says so.
+// still committed and the error says so: at once for NewAttempt and a
+// terminal transition, which wait for their file, and from FlushStateFiles
+// (or the attempt's next change) for the others.
 func TestStateFileError(t *testing.T) {
 	s, _ := newCampaign(t, 1)
 	blocker := filepath.Join(t.TempDir(), "file")
@@ -279,11 +290,18 @@ func TestStateFileError(t *testing.T) {
 		t.Fatalf("NewAttempt: %v, want ErrStateFile", err)
 	}
 	a, err := s.Transition("r000", 1, state.Reserved, "", "", nil, nil)
-	if !errors.Is(err, state.ErrStateFile) || a.State != state.Reserved {
-		t.Fatalf("Transition: %+v, %v; want the committed attempt and ErrStateFile", a, err)
+	if (err != nil && !errors.Is(err, state.ErrStateFile)) || a.State != state.Reserved {
+		t.Fatalf("Transition: %+v, %v; want the committed attempt", a, err)
+	}
+	if err := s.FlushStateFiles(); !errors.Is(err, state.ErrStateFile) {
+		t.Fatalf("FlushStateFiles: %v, want the queued write's ErrStateFile", err)
 	}
 	if got, _ := s.Attempt("r000", 1); got.State != state.Reserved {
 		t.Errorf("database holds %s, want reserved", got.State)
+	}
+	a, err = s.Transition("r000", 1, state.Interrupted, "", "", nil, nil)
+	if !errors.Is(err, state.ErrStateFile) || a.State != state.Interrupted {
+		t.Fatalf("terminal Transition: %+v, %v; want the committed attempt and ErrStateFile", a, err)
 	}
 }
 

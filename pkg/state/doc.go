@@ -107,11 +107,22 @@
 //
 // # Files
 //
-// Transition, NewAttempt and UpdateAttempt rewrite the attempt's
-// Dir/state.json (StateFile: the attempt and its events) after the commit:
-// a temporary file in the same directory, fsync, rename, fsync of the
-// directory, mode 0644. A crash between the commit and the rename leaves the
-// previous file; the database is the truth and RewriteStateFile redoes it.
+// Dir/state.json (StateFile: the attempt and its events, mode 0644) is a
+// view of the database, written by one background writer per Store after
+// the commits, in their order, each write a temporary file in the same
+// directory renamed into place (no fsync; RewriteStateFile fsyncs the file
+// and the directory). The writer keeps only the latest state of each
+// file: the changes of a live attempt that come within StateFileWindow of
+// the first one not yet written are written once, as the last of them.
+// NewAttempt (which makes the directory) and a transition to a terminal
+// state return only once the file holds their state, so an attempt
+// reported ended has its final state.json; Close and FlushStateFiles write
+// what is queued. So the file is always whole and, while the controller
+// runs, at most about StateFileWindow behind a live attempt's record. A
+// crash or power cut may leave it behind or empty; the database is the
+// truth and resume rewrites such files (RepairStateFiles). A write that
+// fails is returned, matching ErrStateFile, by the change that waited for
+// it, else by the attempt's next change or FlushStateFiles.
 //
 // # Caveats
 //

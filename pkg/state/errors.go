@@ -48,8 +48,9 @@ var (
 	// returns, and so by every write refused in strict mode.
 	ErrInvariant = errors.New("state invariant violated")
 
-	// ErrStateFile is returned by Transition and UpdateAttempt when the
-	// transaction committed but the attempt's state.json could not be
-	// written; RewriteStateFile writes it again.
+	// ErrStateFile is returned by Transition, UpdateAttempt,
+	// FlushStateFiles and Close when a transaction committed but the
+	// attempt's state.json could not be written; RewriteStateFile writes
+	// it again.
 	ErrStateFile = errors.New("committed, but state.json not written")
 )

@@ -22,6 +22,8 @@ type StateFileRepair struct {
 // looked at, so a resume stays quick on a large campaign. maxFile bounds
 // the read of each file.
 func (s *Store) RepairStateFiles(tail uint64, maxFile int64) ([]StateFileRepair, error) {
+	// A file whose queued write fails is stale and rewritten below.
+	_ = s.FlushStateFiles()
 	last, err := s.LastEventSeq()
 	if err != nil {
 		return nil, err

@@ -50,9 +50,11 @@ type Store struct {
 	strict bool
 	now    func() time.Time
 
-	// fileMu serializes the attempt methods that commit and then write
+	// fileMu serializes the attempt methods that commit and then queue
 	// state.json, so that a file is never replaced by an older record.
 	fileMu sync.Mutex
+	// files writes the state.json files (nil for a read-only handle).
+	files *fileWriter
 }
 
 // Open opens or creates the database at path for reading and writing,
@@ -148,15 +150,24 @@ func open(path string, opts Options, readOnly bool) (_ *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if !readOnly {
+		s.files = newFileWriter(s.writeStateFile, StateFileWindow)
+	}
 	return s, nil
 }
 
-// Close releases the database file and its lock.
+// Close writes the state.json files still queued, then releases the
+// database file and its lock. A state.json that could not be written is
+// returned matching ErrStateFile, after the database is closed.
 func (s *Store) Close() error {
+	var files error
+	if s.files != nil {
+		files = s.files.close()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close state %s: %w", s.path, err)
 	}
-	return nil
+	return files
 }
 
 // Path returns the database file's path.
