@@ -19,9 +19,10 @@ import (
 // listening on it, read from the kernel's listening sockets (a sock_diag
 // dump of the sockets in state LISTEN, sockdiag.go; where that fails, the
 // socket tables /proc/net/tcp and /proc/net/tcp6) and their inodes, and
-// from every process's descriptors (/proc/PID/fd links "socket:[INODE]"). A server that binds late leaves its port free for
-// another process to take after the preflight gate; the check tells the
-// campaign's server from that impostor.
+// from every process's descriptors (/proc/PID/fd links "socket:[INODE]").
+// A server that binds late leaves its port free for another process to
+// take after the preflight gate; the check tells the campaign's server
+// from that impostor.
 
 // ErrNoListener: no socket listens on the port.
 var ErrNoListener = errors.New("no socket listens on the port")
