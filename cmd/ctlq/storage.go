@@ -1,10 +1,10 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"warden/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,20 +24,14 @@ func readOnlyStorage(dir string) string {
 	if err != nil {
 		return ""
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return ""
 	}
 	best, opts := "", []string(nil)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if len(f) < 6 || sep < 0 || sep+3 >= len(f) {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if (real == mp || strings.HasPrefix(real, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(best) {
-			best, opts = mp, strings.Split(f[sep+3], ",")
+	for _, m := range mounts {
+		if (real == m.Point || strings.HasPrefix(real, strings.TrimSuffix(m.Point, "/")+"/")) && len(m.Point) >= len(best) {
+			best, opts = m.Point, m.SuperOptions
 		}
 	}
 	switch {
@@ -47,9 +41,4 @@ func readOnlyStorage(dir string) string {
 		return "read-only (its super block is ro: the kernel remounts ext4 so after an I/O error on its device)"
 	}
 	return ""
-}
-
-// unescapeMount undoes mountinfo's octal escapes of a path.
-func unescapeMount(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"warden/internal/mountinfo"
 
 	"github.com/spf13/cobra"
 )
@@ -197,22 +198,20 @@ func leaveCgroup() error {
 	if own == "" || own == "/" {
 		return fmt.Errorf("leave cgroup: no cgroup v2 path to leave (%q)", own)
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		if !ok || len(f) < 5 || !strings.HasPrefix(post, "cgroup2 ") {
+	for _, m := range mounts {
+		if m.FSType != "cgroup2" {
 			continue
 		}
-		// the path of own is relative to the mount's root (field 4)
-		rel, ok := strings.CutPrefix(own, strings.TrimSuffix(f[3], "/"))
+		// the path of own is relative to the mount's root
+		rel, ok := strings.CutPrefix(own, strings.TrimSuffix(m.Root, "/"))
 		if !ok {
 			continue
 		}
-		target := filepath.Join(f[4], filepath.Dir(filepath.Dir(rel)), "cgroup.procs")
+		target := filepath.Join(m.Point, filepath.Dir(filepath.Dir(rel)), "cgroup.procs")
 		if err := os.WriteFile(target, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
 			return fmt.Errorf("leave cgroup: %w", err)
 		}

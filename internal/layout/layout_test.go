@@ -88,6 +88,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/internal/testbin", direct: true, forbidden: []string{"warden/"}, why: "building the tests' binaries is a leaf: it runs the go command and knows no package of the product"},
 		{pkg: "warden/internal/testterm", direct: true, forbidden: []string{"warden/"}, why: "the tests' pseudo-terminal is a leaf: it runs a command and knows no package of the product"},
 		{pkg: "warden/internal/cli", direct: true, forbidden: []string{"warden/"}, why: "what the mains share is a leaf: it runs a root command and knows no package of the product"},
+		{pkg: "warden/internal/mountinfo", direct: true, forbidden: []string{"warden/"}, why: "the kernel's mount table is a leaf that the cgroup manager, ctlq's storage hint and the stand-in share"},
 		// The parts of a run's life, from the bottom up: the scheduling
 		// policy and the outcome policy decide; an attempt's record and the
 		// validators' bounds serve the attempt lifecycle; the node side and

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"warden/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +31,7 @@ const pollFirst = time.Millisecond
 
 // Default locations of the files a Manager reads to find its hierarchy.
 const (
-	selfMountInfo = "/proc/self/mountinfo"
+	selfMountInfo = mountinfo.Self
 	selfCgroup    = "/proc/self/cgroup"
 )
 
@@ -551,43 +552,16 @@ func dirExists(path string) bool {
 // findCgroup2 returns the mount point and mounted root of the first cgroup2
 // file system in a mountinfo file.
 func findCgroup2(mountInfoPath string) (mount, root string, err error) {
-	b, err := os.ReadFile(mountInfoPath)
+	mounts, err := mountinfo.Read(mountInfoPath)
 	if err != nil {
 		return "", "", fmt.Errorf("find cgroup2 mount: %w", err)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" {
+			return m.Point, m.Root, nil
 		}
-		f := strings.Fields(pre)
-		g := strings.Fields(post)
-		if len(f) < 5 || len(g) < 1 || g[0] != "cgroup2" {
-			continue
-		}
-		return unescapeMountInfo(f[4]), unescapeMountInfo(f[3]), nil
 	}
 	return "", "", fmt.Errorf("find cgroup2 mount: none in %s", mountInfoPath)
-}
-
-// unescapeMountInfo undoes the octal escapes (\040 for a space, ...) that
-// mountinfo uses in paths.
-func unescapeMountInfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // ownCgroup returns the cgroup v2 path ("0::<path>") of a /proc/PID/cgroup
