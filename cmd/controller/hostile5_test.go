@@ -15,6 +15,7 @@ import (
 	"warden/bench/crashcheck"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
+	"warden/pkg/lockfile"
 	"warden/pkg/record"
 	"warden/pkg/report"
 	"warden/pkg/safefile"
@@ -267,8 +268,14 @@ func TestFailingDiskIsTheStorages(t *testing.T) {
 	c.dir = filepath.Join(fs.mnt, "camp")
 	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
 	cur := c.waitMeasuring()
+	ctl := lockfile.Owner(campaignfs.Lock(c.dir))
+	if ctl <= 0 {
+		t.Fatal("no controller holds the lock while a run measures")
+	}
 	fillUp(t, filepath.Join(fs.backing, "filler"))
 	c.waitUnlocked("the controller to end the work", 120*time.Second)
+	// its lock gone, it may still hold files of the mount while it exits
+	waitFor(t, "the controller to exit", 60*time.Second, func() bool { return !running(ctl) })
 	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
 	st := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json")
 	out, _ := st.Output()
@@ -366,8 +373,14 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 	c.dir = filepath.Join(fs.mnt, "camp")
 	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "3"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
 	cur := c.waitMeasuring()
+	ctl := lockfile.Owner(campaignfs.Lock(c.dir))
+	if ctl <= 0 {
+		t.Fatal("no controller holds the lock while a run measures")
+	}
 	punch()
 	c.waitUnlocked("the controller to stop", 120*time.Second)
+	// its lock gone, it may still hold files of the mount while it exits
+	waitFor(t, "the controller to exit", 60*time.Second, func() bool { return !running(ctl) })
 	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
 	// the writes may all have landed in blocks ext4 held already (its
 	// preallocations): then nothing was lost and the campaign completes

@@ -14,6 +14,7 @@ import (
 
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/safefile"
 	"warden/pkg/state"
 )
 
@@ -189,6 +190,11 @@ func (r *Record) End(to state.AttemptState, reason state.Reason, detail string, 
 	if to == state.Failed {
 		if r.cfg.FlushFiles != nil {
 			r.cfg.FlushFiles()
+		}
+		// the workload may have met the storage's fault before any write
+		// of the controller's did: a new write tells
+		if err := safefile.ProbeWrite(r.dir); err != nil {
+			r.storageFault(fmt.Errorf("the attempt's directory could not take a write when it failed: %w", err))
 		}
 		reason, detail = r.diskFullClass(reason, detail)
 	}

@@ -1,10 +1,13 @@
 package safefile
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Sum is what a file holds: its size, its SHA-256 and whether every byte
@@ -60,4 +63,28 @@ func (w *nulWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// ProbeWrite says whether the file system of dir takes a write of new
+// data now: it writes a small file there, fsyncs it (the error of its
+// write-back returned: no space, an I/O error) and removes it. A writer
+// that met such an error on another file has seen it alone (the kernel
+// reports a write-back error to the descriptors open when it happened),
+// so a file opened later cannot tell; a new write can.
+func ProbeWrite(dir string) error {
+	if dir == "" {
+		return fmt.Errorf("probe a write: no directory")
+	}
+	f, err := os.CreateTemp(dir, ".storage-probe-*")
+	if err != nil {
+		return fmt.Errorf("probe a write in %s: %w", dir, err)
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(bytes.Repeat([]byte{'w'}, 4096))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("probe a write in %s: %w", dir, err)
+	}
+	return nil
 }

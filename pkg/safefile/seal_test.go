@@ -40,3 +40,21 @@ func TestSeal(t *testing.T) {
 		t.Fatalf("Seal of a FIFO: %v", err)
 	}
 }
+
+// A directory that takes writes passes and keeps nothing of the probe; one
+// that is not there fails.
+func TestProbeWrite(t *testing.T) {
+	dir := t.TempDir()
+	if err := ProbeWrite(dir); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("the probe left %v", ents)
+	}
+	if err := ProbeWrite(filepath.Join(dir, "absent")); err == nil {
+		t.Fatal("a probe in a missing directory passed")
+	}
+	if err := ProbeWrite(""); err == nil {
+		t.Fatal("a probe with no directory passed")
+	}
+}
