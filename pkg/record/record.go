@@ -111,10 +111,12 @@ type Config struct {
 	// listens.
 	StorageFault func(error)
 	// FlushFiles writes the files derived from the database that are still
-	// queued (the attempts' state.json, state.Store.FlushStateFiles),
-	// counting a write the file system refused in DiskFull: End calls it
-	// before it classes a failure, so that a refused write queued while
-	// the attempt lived is counted. nil: none are queued.
+	// queued (the attempts' state.json) and asks the file system for a
+	// write-back error that only another writer was told of
+	// (state.Store.Sync), counting either in DiskFull: End calls it before
+	// it classes a failure, so that a refused write queued while the
+	// attempt lived, or a client's output lost at write-back, is counted.
+	// nil: none are queued.
 	FlushFiles func()
 }
 

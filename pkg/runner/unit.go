@@ -90,7 +90,7 @@ func (c *Runner) attemptEnv() *attempt.Env {
 		GPUs: c.gpus, Launcher: c.starter, Cgroups: c.cgroups, Boot: c.boot, UID: c.uid, Now: c.now, Log: c.log,
 		Private: c.private, PrivCache: &c.privCache, Ends: c.ends, InFlight: &c.flights,
 		DiskFull: c.diskFullCount, StorageFault: c.stopIfDiskFull, NeedDirs: c.needDirs,
-		FlushFiles: func() { c.stopIfDiskFull(c.store.FlushStateFiles()) },
+		FlushFiles: func() { c.stopIfDiskFull(c.store.Sync()) },
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/failpoint"
@@ -306,6 +307,32 @@ func (s *Store) FlushStateFiles() error {
 		return nil
 	}
 	return s.files.flush()
+}
+
+// Sync writes the state.json files still queued (FlushStateFiles) and
+// returns their error; else the write-back error, if any, that the file
+// system of the campaign directory met since the store was opened or since
+// the last Sync (syncfs(2), Linux 5.8 and later: the file system's error
+// sequence, sampled when the database file was opened). The kernel tells
+// of a failed write-back those who had the failing file open, once: a
+// client that met an I/O error on its own results saw it alone, and a
+// write of the controller's, to blocks that do not fail, cannot tell.
+func (s *Store) Sync() error {
+	if err := s.FlushStateFiles(); err != nil || s.files == nil {
+		return err
+	}
+	rc, err := s.file.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("sync the file system of %s: %w", s.path, err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Syncfs(int(fd)) }); err != nil {
+		return fmt.Errorf("sync the file system of %s: %w", s.path, err)
+	}
+	if serr != nil {
+		return fmt.Errorf("the file system of the campaign directory %s failed a write-back since the database was opened (syncfs): %w", filepath.Dir(s.path), serr)
+	}
+	return nil
 }
 
 // attemptEvents reads the events a lists.

@@ -277,7 +277,9 @@ func TestUpdateAttempt(t *testing.T) {
 // TestStateFileError: when state.json cannot be written the transition is
 // still committed and the error says so: at once for NewAttempt and a
 // terminal transition, which wait for their file, and from FlushStateFiles
-// (or the attempt's next change) for the others.
+// or Sync (or the attempt's next change) for the others; the write-back
+// errors Sync reports besides are driven in cmd/controller
+// (TestEvidenceWriteErrorIsTheStorages).
 func TestStateFileError(t *testing.T) {
 	s, _ := newCampaign(t, 1)
 	blocker := filepath.Join(t.TempDir(), "file")
@@ -293,11 +295,17 @@ func TestStateFileError(t *testing.T) {
 	if (err != nil && !errors.Is(err, state.ErrStateFile)) || a.State != state.Reserved {
 		t.Fatalf("Transition: %+v, %v; want the committed attempt", a, err)
 	}
-	if err := s.FlushStateFiles(); !errors.Is(err, state.ErrStateFile) {
-		t.Fatalf("FlushStateFiles: %v, want the queued write's ErrStateFile", err)
+	if _, err := s.Transition("r000", 1, state.Preflight, "", "", nil, nil); err != nil && !errors.Is(err, state.ErrStateFile) {
+		t.Fatal(err)
 	}
-	if got, _ := s.Attempt("r000", 1); got.State != state.Reserved {
-		t.Errorf("database holds %s, want reserved", got.State)
+	if err := s.Sync(); !errors.Is(err, state.ErrStateFile) {
+		t.Fatalf("Sync: %v, want the queued write's ErrStateFile", err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatalf("Sync with nothing queued on a healthy file system: %v", err)
+	}
+	if got, _ := s.Attempt("r000", 1); got.State != state.Preflight {
+		t.Errorf("database holds %s, want preflight", got.State)
 	}
 	a, err = s.Transition("r000", 1, state.Interrupted, "", "", nil, nil)
 	if !errors.Is(err, state.ErrStateFile) || a.State != state.Interrupted {

@@ -55,6 +55,9 @@ type Store struct {
 	fileMu sync.Mutex
 	// files writes the state.json files (nil for a read-only handle).
 	files *fileWriter
+	// file is the database's open file, bbolt's: Sync asks the kernel
+	// through it for the file system's write-back errors.
+	file *os.File
 }
 
 // Open opens or creates the database at path for reading and writing,
@@ -135,7 +138,7 @@ func open(path string, opts Options, readOnly bool) (_ *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, strict: opts.Strict, now: now}
+	s := &Store{db: db, path: path, strict: opts.Strict, now: now, file: file}
 	if readOnly {
 		err = db.View(func(tx *bolt.Tx) error { return checkSchema(tx, true) })
 	} else {
