@@ -94,13 +94,14 @@ func PrivacyScan(dir string, forbiddenFields []string, private *PrivateIndex, sk
 
 // PrivacyScanCached is PrivacyScan that leaves out the files cache says
 // were found clean unchanged (same path, inode, size and modification
-// time) by an earlier scan with the same index and fields, and records
-// in cache the files this scan finds clean. Of a file that changed since
-// its last clean scan, the lines that scan examined are not parsed or
-// searched for forbidden fields again (each line's findings depend on its
-// bytes alone; a line is told by a 64-bit hash with a random seed);
-// private text is still searched in the whole file, across lines.
-// Figures: files_unchanged counts the files left out. Meant for a campaign's own files, scanned
+// time) by an earlier scan with the same index and fields (the cache's
+// keys hold both), and records in cache the files this scan finds clean.
+// Of a file that changed since its last clean scan with the same fields,
+// the lines that scan examined are not parsed or searched for forbidden
+// fields again (each line's findings depend on its bytes alone; a line is
+// told by a 64-bit hash with a random seed); private text is still
+// searched in the whole file, across lines. Figures: files_unchanged
+// counts the files left out. Meant for a campaign's own files, scanned
 // after every attempt, most of which (provenance copies) never change.
 // cache nil is PrivacyScan.
 func PrivacyScanCached(dir string, forbiddenFields []string, private *PrivateIndex, skip func(relPath string) bool, maxParseBytes int64, cache *ScanCache, now time.Time) Verdict {
@@ -200,6 +201,7 @@ func newPrivacyScan(forbiddenFields []string, private *PrivateIndex, maxParseByt
 		}
 	}
 	sort.Slice(s.fieldPats, func(i, j int) bool { return bytes.Compare(s.fieldPats[i], s.fieldPats[j]) < 0 })
+	s.ident = scanIdent{fields: string(bytes.Join(s.fieldPats, []byte{0})), private: private}
 	for _, p := range s.fieldPats {
 		s.overlap = max(s.overlap, len(p)+maxKeySpace+1)
 	}
@@ -239,6 +241,7 @@ type privacyScan struct {
 	seen map[string]bool // findings of the current file, to report each once
 
 	cache *ScanCache // nil: every file is scanned
+	ident scanIdent  // what this scan looks for: part of the cache's keys
 	seed  maphash.Seed
 	// known are the lines of the current file an earlier clean scan
 	// examined (ScanCache.lines); lines collects this scan's
@@ -253,31 +256,48 @@ type ScanCache struct {
 	// lines holds, by path, the hashes of the lines of the file's last
 	// clean scan (true: the line is a JSON value), so a file that changed
 	// has only its changed lines examined again (memory).
-	lines map[string]map[uint64]bool
+	lines map[linesKey]map[uint64]bool
 	seed  maphash.Seed
 }
 
 // linesOf returns the lines of path's last clean scan (nil: none) and the
 // seed they were hashed with.
-func (c *ScanCache) linesOf(path string) (map[uint64]bool, maphash.Seed) {
+func (c *ScanCache) linesOf(k linesKey) (map[uint64]bool, maphash.Seed) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lines == nil {
-		c.lines, c.seed = map[string]map[uint64]bool{}, maphash.MakeSeed()
+		c.lines, c.seed = map[linesKey]map[uint64]bool{}, maphash.MakeSeed()
 	}
-	return c.lines[path], c.seed
+	return c.lines[k], c.seed
 }
 
-func (c *ScanCache) setLines(path string, lines map[uint64]bool) {
+func (c *ScanCache) setLines(k linesKey, lines map[uint64]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lines[path] = lines
+	c.lines[k] = lines
 }
 
 type fileKey struct {
 	path       string
 	ino, size  uint64
 	mtimeNanos int64
+	scan       scanIdent
+}
+
+// scanIdent is what a scan looks for: the forbidden fields (sorted, as
+// their patterns) and the private index. A file found clean is clean for
+// that alone: after an amendment forbids another field, or with another
+// index, it is scanned again.
+type scanIdent struct {
+	fields  string
+	private *PrivateIndex
+}
+
+// linesKey names the lines of a file's last clean scan: which lines were
+// examined for forbidden fields depends on the fields (private text is
+// searched in the whole file every time).
+type linesKey struct {
+	path, fields string
 }
 
 func (c *ScanCache) has(k fileKey) bool {
@@ -295,8 +315,8 @@ func (c *ScanCache) add(k fileKey) {
 	c.clean[k] = true
 }
 
-func keyOf(path string, fi fs.FileInfo) fileKey {
-	k := fileKey{path: path, size: uint64(fi.Size()), mtimeNanos: fi.ModTime().UnixNano()}
+func (s *privacyScan) keyOf(path string, fi fs.FileInfo) fileKey {
+	k := fileKey{path: path, size: uint64(fi.Size()), mtimeNanos: fi.ModTime().UnixNano(), scan: s.ident}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		k.ino = st.Ino
 	}
@@ -360,18 +380,18 @@ func (s *privacyScan) file(path, rel string) (err error) {
 	}
 	var key fileKey
 	if s.cache != nil {
-		key = keyOf(path, fi)
+		key = s.keyOf(path, fi)
 		if s.cache.has(key) {
 			s.fig["files_unchanged"]++
 			return nil
 		}
 		before, errsBefore := len(s.findings), len(s.errs)
-		s.known, s.seed = s.cache.linesOf(path)
+		s.known, s.seed = s.cache.linesOf(linesKey{path, s.ident.fields})
 		s.lines = map[uint64]bool{}
 		defer func() {
 			if len(s.findings) == before && len(s.errs) == errsBefore && err == nil {
 				s.cache.add(key)
-				s.cache.setLines(path, s.lines)
+				s.cache.setLines(linesKey{path, s.ident.fields}, s.lines)
 			}
 			s.known, s.lines = nil, nil
 		}()

@@ -413,3 +413,26 @@ func TestPrivacyScanCachedChangedLines(t *testing.T) {
 		t.Errorf("the halves side by side, each line unchanged: %s %q, want the private text found", v.Verdict, v.Detail)
 	}
 }
+
+// A file found clean is clean for what that scan looked for: unchanged, it
+// is left out of a scan with the same fields and index, and scanned again
+// when an amendment forbids another field or the private index is another.
+func TestPrivacyScanCachedKnowsWhatItLookedFor(t *testing.T) {
+	now := time.Date(2026, 7, 12, 0, 0, 0, 0, time.UTC)
+	dir := tree(t, map[string][]byte{"result.json": []byte(`{"prompt":"x","note":"` + secretASCII + `"}` + "\n")})
+	var cache ScanCache
+	none := index(t, DefaultMinLeakBytes, []byte("a value that is nowhere in the file, long enough to index"))
+	if v := PrivacyScanCached(dir, []string{"content"}, none, nil, 1<<20, &cache, now); v.Verdict != Pass || v.Figures["files_scanned"] != 1 {
+		t.Fatalf("the first scan: %s %q %v, want pass", v.Verdict, v.Detail, v.Figures)
+	}
+	if v := PrivacyScanCached(dir, []string{"content"}, none, nil, 1<<20, &cache, now); v.Verdict != Pass || v.Figures["files_unchanged"] != 1 {
+		t.Fatalf("the same scan again: %s %q %v, want pass with the file left out", v.Verdict, v.Detail, v.Figures)
+	}
+	if v := PrivacyScanCached(dir, []string{"content", "prompt"}, none, nil, 1<<20, &cache, now); v.Verdict != Fail || !strings.Contains(v.Detail, `forbidden field "prompt"`) {
+		t.Errorf("a field forbidden since: %s %q %v, want fail naming prompt", v.Verdict, v.Detail, v.Figures)
+	}
+	x := index(t, DefaultMinLeakBytes, []byte(secretASCII))
+	if v := PrivacyScanCached(dir, []string{"content"}, x, nil, 1<<20, &cache, now); v.Verdict != Fail || !strings.Contains(v.Detail, "private text") {
+		t.Errorf("another private index: %s %q %v, want the private text found", v.Verdict, v.Detail, v.Figures)
+	}
+}
