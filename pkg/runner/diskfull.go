@@ -10,16 +10,17 @@ import (
 	"warden/pkg/state"
 )
 
-// stopIfDiskFull stops the campaign for review when err says that the
-// file system of the campaign directory is full: attempts can no longer
-// keep their records and artifacts. The runs in flight end as they can;
+// stopIfStorageFault stops the campaign for review when err says that the
+// file system of the campaign directory is full (ENOSPC, EDQUOT) or fails
+// writes (EIO, EROFS): attempts can no longer keep their records and
+// artifacts. The runs in flight end as they can;
 // nothing new starts, and resume continues once space is freed.
 //
 // A write error that is not transient (a file system remounted read-only,
 // an I/O error) is recorded as a stop where the database still commits;
 // the runner ends the work, its children stopped the usual way, and Run
 // returns the error (failStorage). Either is counted (diskFullCount).
-func (c *Runner) stopIfDiskFull(err error) {
+func (c *Runner) stopIfStorageFault(err error) {
 	full := errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 	cause, then := "ran out of space (ENOSPC)", "free space"
 	switch {

@@ -77,7 +77,7 @@ func TestResumeChargesToProvenEnd(t *testing.T) {
 func TestIOErrorIsCountedAndRecorded(t *testing.T) {
 	c := newCampaign(t, protocol{patterns: 1})
 	rn := c.newRunner()
-	rn.StopIfDiskFull(fmt.Errorf("fsync %s: %w", filepath.Join(c.dir, "runs", "p1.saturation", "a1", "client.out"), syscall.EIO))
+	rn.StopIfStorageFault(fmt.Errorf("fsync %s: %w", filepath.Join(c.dir, "runs", "p1.saturation", "a1", "client.out"), syscall.EIO))
 	n, last := rn.DiskFullCount()
 	if n != 1 || !strings.Contains(last, "I/O error, EIO") || !strings.Contains(last, "client.out") {
 		t.Fatalf("count %d, last %q", n, last)

@@ -17,7 +17,7 @@ func (r storeRecorder) Transition(run string, n int, rep record.Report) error {
 
 func (r storeRecorder) ProcStarted(run string, n int, p state.Proc) error {
 	err := record.StoreProc(r.c.store, run, n, p)
-	r.c.stopIfDiskFull(err)
+	r.c.stopIfStorageFault(err)
 	if err != nil && !errors.Is(err, state.ErrStateFile) {
 		return err
 	}
@@ -36,7 +36,7 @@ func (c *Runner) recordTransition(run string, n int, rep record.Report) error {
 	failpoint.Hit("before-transition:" + string(rep.To))
 	defer failpoint.Hit("after-transition:" + string(rep.To))
 	err := record.Store(c.store, run, n, rep)
-	c.stopIfDiskFull(err)
+	c.stopIfStorageFault(err)
 	if errors.Is(err, state.ErrStateFile) {
 		c.log.Error().Err(err).Str("run", run).Msg("state.json")
 		return nil

@@ -201,7 +201,7 @@ func (c *Runner) heartbeat() {
 	})
 	if err != nil {
 		c.log.Error().Err(err).Msg("heartbeat")
-		c.stopIfDiskFull(err)
+		c.stopIfStorageFault(err)
 	}
 }
 

@@ -89,8 +89,8 @@ func (c *Runner) attemptEnv() *attempt.Env {
 		Dir: c.dir, Workdir: c.workdir, ProtocolPath: c.protocolPath, FakeGPUDir: c.fakeGPUDir,
 		GPUs: c.gpus, Launcher: c.starter, Cgroups: c.cgroups, Boot: c.boot, UID: c.uid, Now: c.now, Log: c.log,
 		Private: c.private, PrivCache: &c.privCache, Ends: c.ends, InFlight: &c.flights,
-		DiskFull: c.diskFullCount, StorageFault: c.stopIfDiskFull, NeedDirs: c.needDirs,
-		FlushFiles: func() { c.stopIfDiskFull(c.store.Sync()) },
+		DiskFull: c.diskFullCount, StorageFault: c.stopIfStorageFault, NeedDirs: c.needDirs,
+		FlushFiles: func() { c.stopIfStorageFault(c.store.Sync()) },
 	}
 }
 
