@@ -146,6 +146,24 @@ func materialize(t *testing.T, dir string, args ...string) string {
 	return out
 }
 
+// steadyManifest materializes n steady requests of 8 input and 4 output
+// tokens, with the manifest id id, into dir.
+func steadyManifest(t *testing.T, dir, id, n string) string {
+	t.Helper()
+	return materialize(t, dir, "--id", id, "--input-fixed", "8", "--output-fixed", "4",
+		"--arrival", "steady", "--num-requests", n, "--workload-seed", "1")
+}
+
+// runClosedLoop runs the saturation closed loop of concurrency requests
+// over manifest against url into resDir, with the timeline's flags; it
+// returns loadgen's exit code and output.
+func runClosedLoop(t *testing.T, manifest, url, concurrency, resDir string, timeline []string) (int, string) {
+	t.Helper()
+	return loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
+		"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", concurrency, "--ignore-eos",
+		"--result-dir", resDir}, timeline...)...)
+}
+
 // The short timeline of the dry runs: 0.5 s warm-up, three 0.5 s clean
 // segments, two profile windows with 0.3 s recovery.
 var timeline = []string{"--warmup-seconds", "0.5", "--clean-segment-seconds", "0.5", "--num-clean-segments", "3",
@@ -529,12 +547,9 @@ func TestDryTextPromptsRedacted(t *testing.T) {
 func TestDryNoWrap(t *testing.T) {
 	url := startStandin(t, "1")
 	dir := t.TempDir()
-	manifest := materialize(t, dir, "--id", "W", "--input-fixed", "8", "--output-fixed", "4",
-		"--arrival", "steady", "--num-requests", "50", "--workload-seed", "1")
+	manifest := steadyManifest(t, dir, "W", "50")
 	resDir := filepath.Join(dir, "closed")
-	code, out := loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
-		"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", "4", "--ignore-eos",
-		"--result-dir", resDir}, timeline...)...)
+	code, out := runClosedLoop(t, manifest, url, "4", resDir, timeline)
 	if code != 3 || !strings.Contains(out, "ran out") {
 		t.Fatalf("exit %d, want 3 (manifest exhausted)\n%s", code, out)
 	}
