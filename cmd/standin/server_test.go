@@ -250,6 +250,18 @@ func engineOf(t *testing.T, s *testServer, b *fakegpu.Backend, gpu int) fakegpu.
 	return procs[0]
 }
 
+// engineServer starts a server whose engine holds 10 MiB of one fake
+// GPU, with the extra flags, and waits until it is healthy; it returns
+// the server, the GPUs and the engine.
+func engineServer(t *testing.T, args ...string) (*testServer, *fakegpu.Backend, fakegpu.Process) {
+	t.Helper()
+	h := newHarness(t)
+	dir, b := fakeGPUs(t, 1)
+	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, append([]string{"--load-s", "0", "--gpu-mem-mib", "10"}, args...)...)
+	s.waitHealthy(t)
+	return s, b, engineOf(t, s, b, 0)
+}
+
 func TestSIGTERMToParentStopsParentAndEngine(t *testing.T) {
 	h := newHarness(t)
 	dir, b := fakeGPUs(t, 2)
@@ -283,11 +295,7 @@ func TestSIGTERMToParentStopsParentAndEngine(t *testing.T) {
 }
 
 func TestEngineExitsWhenParentDies(t *testing.T) {
-	h := newHarness(t)
-	dir, b := fakeGPUs(t, 1)
-	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, "--load-s", "0", "--gpu-mem-mib", "10")
-	s.waitHealthy(t)
-	engine := engineOf(t, s, b, 0)
+	s, b, engine := engineServer(t)
 	// SIGKILL to the parent alone: it cannot tell the engine anything.
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -368,11 +376,7 @@ func ignoresSIGTERM(t *testing.T, pid int) bool {
 }
 
 func TestIgnoreSIGTERM(t *testing.T) {
-	h := newHarness(t)
-	dir, b := fakeGPUs(t, 1)
-	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, "--load-s", "0", "--gpu-mem-mib", "10", "--ignore-sigterm")
-	s.waitHealthy(t)
-	engine := engineOf(t, s, b, 0)
+	s, _, engine := engineServer(t, "--ignore-sigterm")
 	for _, pid := range []int{s.cmd.Process.Pid, engine.PID} {
 		if !ignoresSIGTERM(t, pid) {
 			t.Fatalf("process %d does not ignore SIGTERM", pid)
@@ -464,11 +468,7 @@ func TestCrashAfter(t *testing.T) {
 }
 
 func TestEngineSurvives(t *testing.T) {
-	h := newHarness(t)
-	dir, b := fakeGPUs(t, 1)
-	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, "--load-s", "0", "--gpu-mem-mib", "10", "--engine-survives")
-	s.waitHealthy(t)
-	engine := engineOf(t, s, b, 0)
+	s, b, engine := engineServer(t, "--engine-survives")
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
