@@ -25,31 +25,18 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
 	"warden/pkg/loadgen"
 )
 
 var loadgenBin, standinBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "loadgen-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	loadgenBin = filepath.Join(dir, "loadgen")
-	standinBin = filepath.Join(dir, "standin")
-	for bin, pkg := range map[string]string{loadgenBin: ".", standinBin: "../standin"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
-			return 1
-		}
-	}
-	return m.Run()
+	os.Exit(testbin.Run("loadgen-test-", []string{".", "../standin"}, func(dir string) int {
+		loadgenBin = filepath.Join(dir, "loadgen")
+		standinBin = filepath.Join(dir, "standin")
+		return m.Run()
+	}))
 }
 
 // tolerance for wall-clock assertions on seconds-scale intervals.
