@@ -27,6 +27,7 @@ import (
 
 	"warden/internal/testbin"
 	"warden/pkg/loadgen"
+	"warden/pkg/phasefile"
 )
 
 var loadgenBin, standinBin string
@@ -209,15 +210,11 @@ func readPhases(t *testing.T, path string) []loadgen.PhaseLine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []loadgen.PhaseLine
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var p loadgen.PhaseLine
-		if err := json.Unmarshal([]byte(l), &p); err != nil {
-			t.Fatalf("phase line %q: %v", l, err)
-		}
-		out = append(out, p)
+	lines, err := phasefile.Parse(data)
+	if err != nil || len(lines) == 0 {
+		t.Fatalf("%s: %d phase lines, %v", path, len(lines), err)
 	}
-	return out
+	return lines
 }
 
 func phaseNames(lines []loadgen.PhaseLine) string {

@@ -22,16 +22,9 @@ func readPhases(t *testing.T, path string) []phasefile.Line {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []phasefile.Line
-	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if l == "" {
-			continue
-		}
-		var p phasefile.Line
-		if err := json.Unmarshal([]byte(l), &p); err != nil {
-			t.Fatalf("phase line %q: %v", l, err)
-		}
-		lines = append(lines, p)
+	lines, err := phasefile.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 	return lines
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -80,5 +81,23 @@ func TestWriteAfterCloseFails(t *testing.T) {
 	w.Close()
 	if err := w.Write(Line{Phase: Drain}); err == nil {
 		t.Fatal("Write after Close succeeded")
+	}
+}
+
+// TestParse: blank lines are passed over; a line that is not a Line's
+// JSON fails the parse, named by its number.
+func TestParse(t *testing.T) {
+	got, err := Parse([]byte("{\"phase\":\"warmup\",\"t\":\"x\",\"mono_ns\":1}\n\n  \n{\"phase\":\"clean\",\"t\":\"y\",\"mono_ns\":2,\"index\":1}\n"))
+	want := []Line{{Phase: Warmup, T: "x", MonoNS: 1}, {Phase: Clean, T: "y", MonoNS: 2, Index: 1}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Parse = %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := Parse(nil); err != nil || len(got) != 0 {
+		t.Fatalf("Parse(nil) = %+v, %v; want no lines", got, err)
+	}
+	for _, bad := range []string{"{\"phase\":\"warmup\"}\n{\"phase\":\n", "{\"phase\":\"warmup\"}\n{\"mono_ns\":\"1\"}"} {
+		if _, err := Parse([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
+			t.Errorf("Parse(%q) error %v, want one naming line 2", bad, err)
+		}
 	}
 }
