@@ -206,11 +206,7 @@ func readRecords(t *testing.T, dir string, res loadgen.Result) []loadgen.Record 
 
 func readPhases(t *testing.T, path string) []loadgen.PhaseLine {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := phasefile.Parse(data)
+	lines, err := phasefile.ReadFile(path)
 	if err != nil || len(lines) == 0 {
 		t.Fatalf("%s: %d phase lines, %v", path, len(lines), err)
 	}

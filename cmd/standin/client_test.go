@@ -18,13 +18,9 @@ import (
 // readPhases reads a phase file.
 func readPhases(t *testing.T, path string) []phasefile.Line {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	lines, err := phasefile.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	lines, err := phasefile.Parse(data)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 	return lines
 }

@@ -56,6 +56,19 @@ func Parse(data []byte) ([]Line, error) {
 	return lines, nil
 }
 
+// ReadFile reads and parses the phase file at path.
+func ReadFile(path string) ([]Line, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return lines, nil
+}
+
 // Writer appends lines to a phase file. A nil *Writer writes nothing.
 type Writer struct {
 	f *os.File

@@ -3,6 +3,8 @@ package phasefile
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -99,5 +101,27 @@ func TestParse(t *testing.T) {
 		if _, err := Parse([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
 			t.Errorf("Parse(%q) error %v, want one naming line 2", bad, err)
 		}
+	}
+}
+
+// TestReadFile: a file's lines are read as Parse reads them; a file that
+// is not there, or holds a bad line, is an error naming the file.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "phases.jsonl")
+	if err := os.WriteFile(path, []byte("{\"phase\":\"warmup\",\"t\":\"x\",\"mono_ns\":1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, []Line{{Phase: Warmup, T: "x", MonoNS: 1}}) {
+		t.Fatalf("ReadFile = %+v, %v", got, err)
+	}
+	if _, err := ReadFile(filepath.Join(dir, "none")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("{\"phase\":1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(path); err == nil || !strings.HasPrefix(err.Error(), path+": line 1: ") {
+		t.Errorf("bad line: %v", err)
 	}
 }
