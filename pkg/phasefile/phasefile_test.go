@@ -104,19 +104,23 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// TestReadFile: a file's lines are read as Parse reads them; a file that
-// is not there, or holds a bad line, is an error naming the file.
+// TestReadFile: ReadFile reads back what a Writer wrote; a file that is
+// not there, or holds a bad line, is an error naming the file.
 func TestReadFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "phases.jsonl")
-	if err := os.WriteFile(path, []byte("{\"phase\":\"warmup\",\"t\":\"x\",\"mono_ns\":1}\n"), 0o644); err != nil {
+	path := filepath.Join(t.TempDir(), "phases.jsonl")
+	if _, err := ReadFile(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	w, err := Open(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, []Line{{Phase: Warmup, T: "x", MonoNS: 1}}) {
-		t.Fatalf("ReadFile = %+v, %v", got, err)
+	want := []Line{{Phase: Warmup, T: "x", MonoNS: 1}, {Phase: Clean, T: "y", MonoNS: 2, Index: 1}}
+	if err := errors.Join(w.Write(want[0]), w.Write(want[1]), w.Close()); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := ReadFile(filepath.Join(dir, "none")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("missing file: %v", err)
+	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadFile = %+v, %v; want %+v", got, err, want)
 	}
 	if err := os.WriteFile(path, []byte("{\"phase\":1}\n"), 0o644); err != nil {
 		t.Fatal(err)
