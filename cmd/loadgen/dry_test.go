@@ -8,7 +8,6 @@ package main
 // timestamps, with tolerances meant for a loaded two-core machine.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -180,16 +179,7 @@ func readRecords(t *testing.T, dir string, res loadgen.Result) []loadgen.Record 
 	t.Helper()
 	var recs []loadgen.Record
 	for _, f := range res.Files.Requests {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		for sc.Scan() {
-			var r loadgen.Record
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
+		for _, r := range readJSONL[loadgen.Record](t, filepath.Join(dir, f)) {
 			if r.Schema != loadgen.RecordSchema {
 				t.Fatalf("%s: record schema %q", f, r.Schema)
 			}
