@@ -1,7 +1,6 @@
 package phasefile
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -35,22 +34,24 @@ func TestWriteAppendsWholeLines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var got []Line
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var l Line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
+	// Whole lines and nothing else: each line's JSON and a newline.
+	var lines []byte
+	for _, l := range want {
+		b, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
 		}
-		got = append(got, l)
+		lines = append(append(lines, b...), '\n')
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("read back %+v, want %+v", got, want)
+	if string(data) != string(lines) {
+		t.Fatalf("file holds %q, want %q", data, lines)
+	}
+	if got, err := Parse(data); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, want)
 	}
 }
 
