@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"warden/internal/testcampaign"
+	"warden/internal/testgroup"
 	"warden/internal/testports"
 	"warden/pkg/loadgen"
 	"warden/pkg/state"
@@ -45,26 +45,13 @@ func startStandin(t *testing.T, args ...string) string {
 	t.Helper()
 	port := testports.Free(t, 1)[0]
 	cmd := exec.Command(standinBin, append([]string{"server", "--port", fmt.Sprint(port), "--load-s", "0", "--shutdown-timeout", "1"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	testgroup.Start(t, cmd, 30*time.Second)
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitFor(t, "the stand-in's health", 20*time.Second, func() bool {
 		resp, err := httpGet(url + "/health")

@@ -20,11 +20,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"warden/internal/testbin"
+	"warden/internal/testgroup"
 	"warden/pkg/loadgen"
 	"warden/pkg/phasefile"
 )
@@ -51,28 +51,13 @@ func startStandin(t *testing.T, tokenMS string, extra ...string) string {
 	portFile := filepath.Join(dir, "port")
 	cmd := exec.Command(standinBin, append([]string{"server", "--port", "0", "--port-file", portFile, "--load-s", "0",
 		"--token-ms", tokenMS, "--model", "m", "--shutdown-timeout", "1"}, extra...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	// Reaps the server; ends when it exits.
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	testgroup.Start(t, cmd, 10*time.Second)
 	var url string
 	waitFor(t, "the stand-in to listen and be healthy", func() bool {
 		if url == "" {
