@@ -2,50 +2,25 @@ package testgroup
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// childEnv, set in this test binary's environment, makes it the child:
-// "ignore" ignores SIGTERM, "default" keeps its default action; either
-// says "ready" on stdout and then sleeps.
-const childEnv = "WARDEN_TESTGROUP_CHILD"
-
-func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		if mode == "ignore" {
-			signal.Ignore(syscall.SIGTERM)
-		}
-		fmt.Println("ready")
-		for {
-			time.Sleep(time.Hour)
-		}
-	}
-	os.Exit(m.Run())
-}
-
-// startChild starts this binary as a child of the mode under Start in a
-// subtest, waits until it is ready and returns its command once the
-// subtest, and so its cleanup, has ended.
-func startChild(t *testing.T, mode string, grace time.Duration) *exec.Cmd {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+// startChild runs script (sh, ending in an exec of sleep, so one
+// process) under Start in a subtest, waits until it says ready and
+// returns its command once the subtest, and so its cleanup, has ended.
+func startChild(t *testing.T, script string, grace time.Duration) *exec.Cmd {
+	cmd := exec.Command("sh", "-c", script+"; echo ready; exec sleep 1000")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	cmd.Stdout = w
-	t.Run(mode, func(t *testing.T) {
+	t.Run("child", func(t *testing.T) {
 		Start(t, cmd, grace)
 		w.Close()
 		if line, err := bufio.NewReader(r).ReadString('\n'); line != "ready\n" {
@@ -60,7 +35,7 @@ func startChild(t *testing.T, mode string, grace time.Duration) *exec.Cmd {
 
 // A child that ends on SIGTERM is waited for when the test ends.
 func TestStopsWithSIGTERM(t *testing.T) {
-	cmd := startChild(t, "default", time.Hour)
+	cmd := startChild(t, "true", time.Hour)
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
 		t.Fatalf("child ended %v, want killed by SIGTERM", cmd.ProcessState)
@@ -69,7 +44,7 @@ func TestStopsWithSIGTERM(t *testing.T) {
 
 // A child that ignores SIGTERM is killed with its group past the grace.
 func TestKillsGroupPastGrace(t *testing.T) {
-	cmd := startChild(t, "ignore", 50*time.Millisecond)
+	cmd := startChild(t, "trap '' TERM", 50*time.Millisecond)
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child ended %v, want killed by SIGKILL", cmd.ProcessState)
