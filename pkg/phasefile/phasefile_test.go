@@ -1,7 +1,6 @@
 package phasefile
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -38,16 +37,12 @@ func TestWriteAppendsWholeLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Whole lines and nothing else: each line's JSON and a newline.
-	var lines []byte
-	for _, l := range want {
-		b, err := json.Marshal(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(append(lines, b...), '\n')
-	}
-	if string(data) != string(lines) {
+	// Whole lines and nothing else, in the format the controller reads.
+	lines := `{"phase":"warmup","t":"2026-01-01T00:00:00Z","mono_ns":1}
+{"phase":"clean","t":"2026-01-01T00:00:01Z","mono_ns":2,"index":1}
+{"phase":"done","t":"2026-01-01T00:00:02Z","mono_ns":3,"successes":7}
+`
+	if string(data) != lines {
 		t.Fatalf("file holds %q, want %q", data, lines)
 	}
 	if got, err := Parse(data); err != nil || !reflect.DeepEqual(got, want) {
