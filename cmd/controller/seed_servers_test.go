@@ -80,16 +80,23 @@ func runLoadgen(t *testing.T, bin, manifest, url, resultDir string, extra ...str
 	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 		t.Fatalf("loadgen %v: %v\n%s", extra, err, out)
 	}
-	data, err := os.ReadFile(filepath.Join(resultDir, "result.json"))
+	res := readLoadgenResult(t, resultDir)
+	if len(res.ProfileWindows) != 1 {
+		t.Fatalf("%d windows", len(res.ProfileWindows))
+	}
+	return res
+}
+
+// readLoadgenResult reads the result.json of loadgen's result directory.
+func readLoadgenResult(t *testing.T, dir string) loadgen.Result {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var res loadgen.Result
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatal(err)
-	}
-	if len(res.ProfileWindows) != 1 {
-		t.Fatalf("%d windows", len(res.ProfileWindows))
 	}
 	return res
 }
@@ -341,11 +348,7 @@ func TestLoadgenChatStreamsPerKind(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s read as %s: %v\n%s", tc.server, tc.client, err, out)
 		}
-		var res loadgen.Result
-		data, _ := os.ReadFile(filepath.Join(dir, "result.json"))
-		if err := json.Unmarshal(data, &res); err != nil {
-			t.Fatal(err)
-		}
+		res := readLoadgenResult(t, dir)
 		if !res.Complete || res.Clean.Completed == 0 || res.Clean.Failed != 0 || res.Totals.OutputMismatches != 0 || string(res.ServerKind) != tc.client {
 			t.Fatalf("%s read as %s: complete %v, clean %+v, totals %+v", tc.server, tc.client, res.Complete, res.Clean, res.Totals)
 		}
