@@ -58,10 +58,7 @@ func TestPreflightGPUNotIdle(t *testing.T) {
 				t.Fatalf("exit %d:\n%s", code, tail(out, 2000))
 			}
 			s := c.store()
-			cp, _ := s.Campaign()
-			if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(tc.reason) {
-				t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
-			}
+			c.stoppedFor(s, tc.reason)
 			as := c.attempts(s, "p1.saturation")
 			if len(as) != 1 || as[0].Reason != tc.reason || len(as[0].Procs) != 0 {
 				t.Fatalf("attempts %+v", as)

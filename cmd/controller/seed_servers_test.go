@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"warden/internal/testcampaign"
+	"warden/internal/testgroup"
 	"warden/internal/testports"
 	"warden/pkg/loadgen"
 	"warden/pkg/state"
@@ -45,26 +45,13 @@ func startStandin(t *testing.T, args ...string) string {
 	t.Helper()
 	port := testports.Free(t, 1)[0]
 	cmd := exec.Command(standinBin, append([]string{"server", "--port", fmt.Sprint(port), "--load-s", "0", "--shutdown-timeout", "1"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	testgroup.Start(t, cmd, 30*time.Second)
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitFor(t, "the stand-in's health", 20*time.Second, func() bool {
 		resp, err := httpGet(url + "/health")
@@ -93,16 +80,23 @@ func runLoadgen(t *testing.T, bin, manifest, url, resultDir string, extra ...str
 	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 		t.Fatalf("loadgen %v: %v\n%s", extra, err, out)
 	}
-	data, err := os.ReadFile(filepath.Join(resultDir, "result.json"))
+	res := readLoadgenResult(t, resultDir)
+	if len(res.ProfileWindows) != 1 {
+		t.Fatalf("%d windows", len(res.ProfileWindows))
+	}
+	return res
+}
+
+// readLoadgenResult reads the result.json of loadgen's result directory.
+func readLoadgenResult(t *testing.T, dir string) loadgen.Result {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var res loadgen.Result
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatal(err)
-	}
-	if len(res.ProfileWindows) != 1 {
-		t.Fatalf("%d windows", len(res.ProfileWindows))
 	}
 	return res
 }
@@ -354,11 +348,7 @@ func TestLoadgenChatStreamsPerKind(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s read as %s: %v\n%s", tc.server, tc.client, err, out)
 		}
-		var res loadgen.Result
-		data, _ := os.ReadFile(filepath.Join(dir, "result.json"))
-		if err := json.Unmarshal(data, &res); err != nil {
-			t.Fatal(err)
-		}
+		res := readLoadgenResult(t, dir)
 		if !res.Complete || res.Clean.Completed == 0 || res.Clean.Failed != 0 || res.Totals.OutputMismatches != 0 || string(res.ServerKind) != tc.client {
 			t.Fatalf("%s read as %s: complete %v, clean %+v, totals %+v", tc.server, tc.client, res.Complete, res.Clean, res.Totals)
 		}

@@ -8,7 +8,6 @@ package main
 // timestamps, with tolerances meant for a loaded two-core machine.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -21,35 +20,23 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
+	"warden/internal/testgroup"
 	"warden/pkg/loadgen"
+	"warden/pkg/phasefile"
 )
 
 var loadgenBin, standinBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "loadgen-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	loadgenBin = filepath.Join(dir, "loadgen")
-	standinBin = filepath.Join(dir, "standin")
-	for bin, pkg := range map[string]string{loadgenBin: ".", standinBin: "../standin"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
-			return 1
-		}
-	}
-	return m.Run()
+	os.Exit(testbin.Run("loadgen-test-", []string{".", "../standin"}, func(dir string) int {
+		loadgenBin = filepath.Join(dir, "loadgen")
+		standinBin = filepath.Join(dir, "standin")
+		return m.Run()
+	}))
 }
 
 // tolerance for wall-clock assertions on seconds-scale intervals.
@@ -64,28 +51,13 @@ func startStandin(t *testing.T, tokenMS string, extra ...string) string {
 	portFile := filepath.Join(dir, "port")
 	cmd := exec.Command(standinBin, append([]string{"server", "--port", "0", "--port-file", portFile, "--load-s", "0",
 		"--token-ms", tokenMS, "--model", "m", "--shutdown-timeout", "1"}, extra...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	// Reaps the server; ends when it exits.
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	testgroup.Start(t, cmd, 10*time.Second)
 	var url string
 	waitFor(t, "the stand-in to listen and be healthy", func() bool {
 		if url == "" {
@@ -146,6 +118,24 @@ func materialize(t *testing.T, dir string, args ...string) string {
 	return out
 }
 
+// steadyManifest materializes n steady requests of 8 input and 4 output
+// tokens, with the manifest id id, into dir.
+func steadyManifest(t *testing.T, dir, id, n string) string {
+	t.Helper()
+	return materialize(t, dir, "--id", id, "--input-fixed", "8", "--output-fixed", "4",
+		"--arrival", "steady", "--num-requests", n, "--workload-seed", "1")
+}
+
+// runClosedLoop runs the saturation closed loop of concurrency requests
+// over manifest against url into resDir, with the timeline's flags; it
+// returns loadgen's exit code and output.
+func runClosedLoop(t *testing.T, manifest, url, concurrency, resDir string, timeline []string) (int, string) {
+	t.Helper()
+	return loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
+		"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", concurrency, "--ignore-eos",
+		"--result-dir", resDir}, timeline...)...)
+}
+
 // The short timeline of the dry runs: 0.5 s warm-up, three 0.5 s clean
 // segments, two profile windows with 0.3 s recovery.
 var timeline = []string{"--warmup-seconds", "0.5", "--clean-segment-seconds", "0.5", "--num-clean-segments", "3",
@@ -174,16 +164,7 @@ func readRecords(t *testing.T, dir string, res loadgen.Result) []loadgen.Record 
 	t.Helper()
 	var recs []loadgen.Record
 	for _, f := range res.Files.Requests {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		for sc.Scan() {
-			var r loadgen.Record
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
+		for _, r := range readJSONL[loadgen.Record](t, filepath.Join(dir, f)) {
 			if r.Schema != loadgen.RecordSchema {
 				t.Fatalf("%s: record schema %q", f, r.Schema)
 			}
@@ -200,19 +181,11 @@ func readRecords(t *testing.T, dir string, res loadgen.Result) []loadgen.Record 
 
 func readPhases(t *testing.T, path string) []loadgen.PhaseLine {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	lines, err := phasefile.ReadFile(path)
+	if err != nil || len(lines) == 0 {
+		t.Fatalf("%s: %d phase lines, %v", path, len(lines), err)
 	}
-	var out []loadgen.PhaseLine
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var p loadgen.PhaseLine
-		if err := json.Unmarshal([]byte(l), &p); err != nil {
-			t.Fatalf("phase line %q: %v", l, err)
-		}
-		out = append(out, p)
-	}
-	return out
+	return lines
 }
 
 func phaseNames(lines []loadgen.PhaseLine) string {
@@ -529,12 +502,9 @@ func TestDryTextPromptsRedacted(t *testing.T) {
 func TestDryNoWrap(t *testing.T) {
 	url := startStandin(t, "1")
 	dir := t.TempDir()
-	manifest := materialize(t, dir, "--id", "W", "--input-fixed", "8", "--output-fixed", "4",
-		"--arrival", "steady", "--num-requests", "50", "--workload-seed", "1")
+	manifest := steadyManifest(t, dir, "W", "50")
 	resDir := filepath.Join(dir, "closed")
-	code, out := loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
-		"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", "4", "--ignore-eos",
-		"--result-dir", resDir}, timeline...)...)
+	code, out := runClosedLoop(t, manifest, url, "4", resDir, timeline)
 	if code != 3 || !strings.Contains(out, "ran out") {
 		t.Fatalf("exit %d, want 3 (manifest exhausted)\n%s", code, out)
 	}

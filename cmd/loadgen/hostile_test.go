@@ -65,12 +65,9 @@ func textManifest(t *testing.T, dir string, n int) string {
 func TestHostileEndlessStreams(t *testing.T) {
 	url := startStandin(t, "10", "--endless-streams")
 	dir := t.TempDir()
-	manifest := materialize(t, dir, "--id", "E", "--input-fixed", "8", "--output-fixed", "4",
-		"--arrival", "steady", "--num-requests", "100", "--workload-seed", "1")
+	manifest := steadyManifest(t, dir, "E", "100")
 	resDir := filepath.Join(dir, "client")
-	code, out := loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
-		"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", "4", "--ignore-eos",
-		"--result-dir", resDir}, shortTimeline("0.3")...)...)
+	code, out := runClosedLoop(t, manifest, url, "4", resDir, shortTimeline("0.3"))
 	if code != 4 || !strings.Contains(out, "drain bound reached") {
 		t.Fatalf("exit %d, want 4 (drain bound reached)\n%s", code, out)
 	}
@@ -112,13 +109,10 @@ func TestHostileStreamBreaks(t *testing.T) {
 			dir := t.TempDir()
 			manifest := textManifest(t, dir, 3000)
 			if tc.prompts == "ids" {
-				manifest = materialize(t, dir, "--id", "B", "--input-fixed", "8", "--output-fixed", "4",
-					"--arrival", "steady", "--num-requests", "3000", "--workload-seed", "1")
+				manifest = steadyManifest(t, dir, "B", "3000")
 			}
 			resDir := filepath.Join(dir, "client")
-			code, out := loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
-				"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", "2", "--ignore-eos",
-				"--result-dir", resDir}, shortTimeline("10")...)...)
+			code, out := runClosedLoop(t, manifest, url, "2", resDir, shortTimeline("10"))
 			if code != 0 {
 				t.Fatalf("exit %d\n%s", code, out)
 			}
@@ -160,8 +154,7 @@ func TestDrainAbandonsStalledRequests(t *testing.T) {
 	dir := t.TempDir()
 	stall := filepath.Join(dir, "stall")
 	url := startStandin(t, "1", "--endless-after-file", stall)
-	manifest := materialize(t, dir, "--id", "S", "--input-fixed", "8", "--output-fixed", "4",
-		"--arrival", "steady", "--num-requests", "20000", "--workload-seed", "1")
+	manifest := steadyManifest(t, dir, "S", "20000")
 	resDir := filepath.Join(dir, "client")
 	phases := filepath.Join(dir, "phases.jsonl")
 	cmd := exec.Command(loadgenBin, "run", "--manifest", manifest, "--base-url", url, "--model", "m",
@@ -231,12 +224,9 @@ func TestDrainAbandonsStalledRequests(t *testing.T) {
 func TestProfileCallsFail(t *testing.T) {
 	url := startStandin(t, "1", "--start-profile-status", "500", "--stop-profile-status", "503")
 	dir := t.TempDir()
-	manifest := materialize(t, dir, "--id", "F", "--input-fixed", "8", "--output-fixed", "4",
-		"--arrival", "steady", "--num-requests", "20000", "--workload-seed", "1")
+	manifest := steadyManifest(t, dir, "F", "20000")
 	resDir := filepath.Join(dir, "client")
-	code, out := loadgenRun(t, nil, append([]string{"run", "--manifest", manifest, "--base-url", url, "--model", "m",
-		"--load-point", "saturation", "--request-rate", "inf", "--max-concurrency", "2", "--ignore-eos",
-		"--result-dir", resDir}, timeline...)...)
+	code, out := runClosedLoop(t, manifest, url, "2", resDir, timeline)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, out)
 	}

@@ -18,20 +18,9 @@ import (
 // readPhases reads a phase file.
 func readPhases(t *testing.T, path string) []phasefile.Line {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	lines, err := phasefile.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var lines []phasefile.Line
-	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if l == "" {
-			continue
-		}
-		var p phasefile.Line
-		if err := json.Unmarshal([]byte(l), &p); err != nil {
-			t.Fatalf("phase line %q: %v", l, err)
-		}
-		lines = append(lines, p)
 	}
 	return lines
 }

@@ -311,6 +311,18 @@ func (h *harness) runClient(env []string, args ...string) {
 	}
 }
 
+// post sends the JSON body to the server's path and returns the
+// response; its body is closed when the test ends.
+func (s *testServer) post(t *testing.T, path, body string) *http.Response {
+	t.Helper()
+	resp, err := httpClient.Post(s.url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
 // profileWindow opens and closes a profile window on the server, as a
 // load client does: POST /start_profile, then /stop_profile, each 200.
 func (s *testServer) profileWindow(t *testing.T) {

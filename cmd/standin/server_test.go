@@ -123,12 +123,7 @@ func TestCompletions(t *testing.T) {
 	})
 
 	t.Run("stream", func(t *testing.T) {
-		resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
-			strings.NewReader(`{"prompt":"`+secret+`","max_tokens":4,"stream":true}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		resp := s.post(t, "/v1/completions", `{"prompt":"`+secret+`","max_tokens":4,"stream":true}`)
 		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 			t.Fatalf("status %d, content type %q", resp.StatusCode, ct)
 		}
@@ -148,12 +143,7 @@ func TestCompletions(t *testing.T) {
 	})
 
 	t.Run("stream usage", func(t *testing.T) {
-		resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
-			strings.NewReader(`{"prompt":[11,12,13],"max_tokens":6,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		resp := s.post(t, "/v1/completions", `{"prompt":[11,12,13],"max_tokens":6,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`)
 		chunks, done := readEvents[completionResponse](t, resp.Body)
 		if !done || len(chunks) != 7 {
 			t.Fatalf("%d chunks (done %v), want 6 tokens and a usage chunk", len(chunks), done)
@@ -165,12 +155,7 @@ func TestCompletions(t *testing.T) {
 	})
 
 	t.Run("chat stream", func(t *testing.T) {
-		resp, err := httpClient.Post(s.url+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m1","messages":[{"role":"user","content":"a `+secret+`"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		resp := s.post(t, "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"a `+secret+`"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`)
 		chunks, done := readEvents[chatResponse](t, resp.Body)
 		// a role chunk, three content chunks, a usage chunk
 		if !done || len(chunks) != 5 {
@@ -265,6 +250,18 @@ func engineOf(t *testing.T, s *testServer, b *fakegpu.Backend, gpu int) fakegpu.
 	return procs[0]
 }
 
+// engineServer starts a server whose engine holds 10 MiB of one fake
+// GPU, with the extra flags, and waits until it is healthy; it returns
+// the server, the GPUs and the engine.
+func engineServer(t *testing.T, args ...string) (*testServer, *fakegpu.Backend, fakegpu.Process) {
+	t.Helper()
+	h := newHarness(t)
+	dir, b := fakeGPUs(t, 1)
+	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, append([]string{"--load-s", "0", "--gpu-mem-mib", "10"}, args...)...)
+	s.waitHealthy(t)
+	return s, b, engineOf(t, s, b, 0)
+}
+
 func TestSIGTERMToParentStopsParentAndEngine(t *testing.T) {
 	h := newHarness(t)
 	dir, b := fakeGPUs(t, 2)
@@ -298,11 +295,7 @@ func TestSIGTERMToParentStopsParentAndEngine(t *testing.T) {
 }
 
 func TestEngineExitsWhenParentDies(t *testing.T) {
-	h := newHarness(t)
-	dir, b := fakeGPUs(t, 1)
-	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, "--load-s", "0", "--gpu-mem-mib", "10")
-	s.waitHealthy(t)
-	engine := engineOf(t, s, b, 0)
+	s, b, engine := engineServer(t)
 	// SIGKILL to the parent alone: it cannot tell the engine anything.
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -322,12 +315,7 @@ func TestEngineExitsWhenParentDies(t *testing.T) {
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	h := newHarness(t)
 	s := h.healthyServer("--load-s", "0", "--token-ms", "20", "--shutdown-timeout", "600")
-	resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt":"x","max_tokens":30,"stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := s.post(t, "/v1/completions", `{"prompt":"x","max_tokens":30,"stream":true}`)
 	br := bufio.NewReader(resp.Body)
 	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
 		t.Fatalf("first event %q, %v", line, err)
@@ -355,12 +343,7 @@ func TestShutdownTimeoutAbortsRequests(t *testing.T) {
 	h := newHarness(t)
 	// The request would take 10000 s; the drain allows 0.2 s.
 	s := h.healthyServer("--load-s", "0", "--token-ms", "1000", "--shutdown-timeout", "0.2")
-	resp, err := httpClient.Post(s.url+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt":"x","max_tokens":10000,"stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := s.post(t, "/v1/completions", `{"prompt":"x","max_tokens":10000,"stream":true}`)
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -393,11 +376,7 @@ func ignoresSIGTERM(t *testing.T, pid int) bool {
 }
 
 func TestIgnoreSIGTERM(t *testing.T) {
-	h := newHarness(t)
-	dir, b := fakeGPUs(t, 1)
-	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, "--load-s", "0", "--gpu-mem-mib", "10", "--ignore-sigterm")
-	s.waitHealthy(t)
-	engine := engineOf(t, s, b, 0)
+	s, _, engine := engineServer(t, "--ignore-sigterm")
 	for _, pid := range []int{s.cmd.Process.Pid, engine.PID} {
 		if !ignoresSIGTERM(t, pid) {
 			t.Fatalf("process %d does not ignore SIGTERM", pid)
@@ -489,11 +468,7 @@ func TestCrashAfter(t *testing.T) {
 }
 
 func TestEngineSurvives(t *testing.T) {
-	h := newHarness(t)
-	dir, b := fakeGPUs(t, 1)
-	s := h.startServer([]string{fakegpu.EnvDir + "=" + dir}, "--load-s", "0", "--gpu-mem-mib", "10", "--engine-survives")
-	s.waitHealthy(t)
-	engine := engineOf(t, s, b, 0)
+	s, b, engine := engineServer(t, "--engine-survives")
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

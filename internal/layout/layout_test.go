@@ -86,6 +86,7 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/internal/cpulist", direct: true, forbidden: []string{"warden/"}, why: "the CPU-list format is a leaf that the protocol package and the GPU backends share"},
 		{pkg: "warden/internal/testcampaign", direct: true, forbidden: []string{"warden/cmd/", "warden/internal/", "os/exec"}, why: "the tests' campaign fixtures are written with the product's writers; they run nothing and know no command"},
 		{pkg: "warden/internal/testbin", direct: true, forbidden: []string{"warden/"}, why: "building the tests' binaries is a leaf: it runs the go command and knows no package of the product"},
+		{pkg: "warden/internal/testgroup", direct: true, forbidden: []string{"warden/"}, why: "the tests' process-group starter is a leaf: it runs a command and knows no package of the product"},
 		{pkg: "warden/internal/testterm", direct: true, forbidden: []string{"warden/"}, why: "the tests' pseudo-terminal is a leaf: it runs a command and knows no package of the product"},
 		{pkg: "warden/internal/cli", direct: true, forbidden: []string{"warden/"}, why: "what the mains share is a leaf: it runs a root command and knows no package of the product"},
 		{pkg: "warden/internal/mountinfo", direct: true, forbidden: []string{"warden/"}, why: "the kernel's mount table is a leaf that the cgroup manager, ctlq's storage hint and the stand-in share"},

@@ -1,16 +1,12 @@
 package loadgen
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -45,72 +41,30 @@ func BenchmarkSend(b *testing.B) {
 // rawStreamServer is a loopback HTTP/1.1 server that answers every
 // request with pre-rendered bytes: the 16 token chunks and the usage
 // chunk of BenchmarkSend, each in its own chunked-encoding write, so
-// that nearly all the CPU a benchmark measures is the client's.
-func rawStreamServer(b *testing.B) (url string, stop func()) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-	chunk := func(s string) []byte { return fmt.Appendf(nil, "%x\r\n%s\r\n", len(s), s) }
-	tok := chunk("data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n")
-	tail := append(chunk("data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":16,\"total_tokens\":20}}\n\ndata: [DONE]\n\n"), "0\r\n\r\n"...)
-	var wg sync.WaitGroup
-	serve := func(c net.Conn) {
-		defer wg.Done()
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			n := -1
-			for { // the request head; its Content-Length
-				line, err := br.ReadSlice('\n')
-				if err != nil {
-					return
-				}
-				if v, ok := strings.CutPrefix(strings.ToLower(string(line)), "content-length:"); ok {
-					n, _ = strconv.Atoi(strings.TrimSpace(v))
-				}
-				if len(line) <= 2 {
-					break
-				}
-			}
-			if _, err := br.Discard(n); err != nil || n < 0 {
-				return
-			}
-			if _, err := c.Write(head); err != nil {
-				return
-			}
-			for range 16 {
-				if _, err := c.Write(tok); err != nil {
-					return
-				}
-			}
-			if _, err := c.Write(tail); err != nil {
-				return
+// that nearly all the CPU a benchmark measures is the client's. It
+// serves until the benchmark ends.
+func rawStreamServer(b *testing.B) (url string) {
+	head, tok, tail := streamWrites(16)
+	tail = append(tail, "0\r\n\r\n"...)
+	return newScriptServer(b, func(c net.Conn, _ int) bool {
+		if _, err := c.Write(head); err != nil {
+			return false
+		}
+		for range 16 {
+			if _, err := c.Write(tok); err != nil {
+				return false
 			}
 		}
-	}
-	wg.Add(1)
-	go func() { // ends when ln is closed
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go serve(c)
-		}
-	}()
-	return "http://" + ln.Addr().String(), func() { ln.Close(); wg.Wait() }
+		_, err := c.Write(tail)
+		return err == nil
+	}).url
 }
 
 // BenchmarkSendRaw is BenchmarkSend against rawStreamServer: the client's
 // cost of one streamed request of 16 token chunks and a usage chunk, on
 // the client's own HTTP/1.1 connections (h1) and through net/http.
 func BenchmarkSendRaw(b *testing.B) {
-	url, stop := rawStreamServer(b)
-	defer stop()
+	url := rawStreamServer(b)
 	clock, _ := NewClock()
 	body := []byte(`{"model":"m","prompt":[1,2,3,4],"max_tokens":16,"stream":true}`)
 	for _, path := range []string{"h1", "net-http"} {
@@ -136,8 +90,7 @@ func BenchmarkSendRaw(b *testing.B) {
 // per-request deadline and with one (its context and timer are the
 // request's, never a chunk's).
 func BenchmarkSendBy(b *testing.B) {
-	url, stop := rawStreamServer(b)
-	defer stop()
+	url := rawStreamServer(b)
 	clock, _ := NewClock()
 	tr := newTransport(4)
 	defer tr.CloseIdleConnections()

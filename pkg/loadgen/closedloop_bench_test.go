@@ -59,10 +59,7 @@ func pacedServe(spec string) error {
 		return err
 	}
 	interval := time.Duration(ms * float64(time.Millisecond))
-	chunk := func(s string) []byte { return fmt.Appendf(nil, "%x\r\n%s\r\n", len(s), s) }
-	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-	tok := chunk("data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n")
-	tail := chunk(fmt.Sprintf("data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", tokens, tokens+4))
+	head, tok, tail := streamWrites(tokens)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -84,6 +81,18 @@ func pacedServe(spec string) error {
 			}
 		}()
 	}
+}
+
+// streamWrites renders a streamed completion of tokens token chunks as
+// a benchmark's server writes it: the response head, one token chunk and
+// the usage chunk with [DONE], each in chunked coding (the last chunk
+// is the caller's).
+func streamWrites(tokens int) (head, tok, tail []byte) {
+	chunk := func(s string) []byte { return fmt.Appendf(nil, "%x\r\n%s\r\n", len(s), s) }
+	head = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+	tok = chunk("data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n")
+	tail = chunk(fmt.Sprintf("data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", tokens, tokens+4))
+	return head, tok, tail
 }
 
 func repeat(b []byte, n int) [][]byte {

@@ -44,6 +44,18 @@ func testSenders(t *testing.T, url string, clock *Clock) map[string]*sender {
 	}
 }
 
+// sendEach sends one request of fourTokens to url through each of
+// testSenders and returns the outcomes by sender.
+func sendEach(t *testing.T, url string) map[string]outcome {
+	t.Helper()
+	clock, _ := NewClock()
+	out := map[string]outcome{}
+	for name, s := range testSenders(t, url, clock) {
+		out[name] = s.send(context.Background(), []byte(`{}`), fourTokens)
+	}
+	return out
+}
+
 const tokenChunk = `{"choices":[{"index":0,"text":" t","finish_reason":null}]}`
 
 func usage(prompt, completion int) string {
@@ -73,7 +85,7 @@ func TestSendTextPromptCountsOnly(t *testing.T) {
 		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3}); o.class != Success || o.promptTokens != 9 {
 			t.Fatalf("%s: outcome %+v", name, o)
 		}
-		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != InvalidOutput {
+		if o := s.send(context.Background(), []byte(`{}`), fourTokens); o.class != InvalidOutput {
 			t.Fatalf("%s: token-id prompt: outcome %+v", name, o)
 		}
 	}
@@ -117,9 +129,7 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			defer srv.Close()
-			clock, _ := NewClock()
-			for name, s := range testSenders(t, srv.URL, clock) {
-				o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
+			for name, o := range sendEach(t, srv.URL) {
 				if o.class != tc.want || o.status != tc.status {
 					t.Fatalf("%s: class %s status %d (%s), want %s %d", name, o.class, o.status, o.reason, tc.want, tc.status)
 				}
@@ -136,9 +146,8 @@ func TestSendClassifiesEveryEnding(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	clock, _ := NewClock()
-	for name, s := range testSenders(t, url, clock) {
-		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true}); o.class != TransportError || o.status != 0 || o.reason != "no response: dial failed" {
+	for name, o := range sendEach(t, url) {
+		if o.class != TransportError || o.status != 0 || o.reason != "no response: dial failed" {
 			t.Fatalf("%s: no server: %+v", name, o)
 		}
 	}
@@ -166,9 +175,7 @@ func TestSendInvalidOutput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			defer srv.Close()
-			clock, _ := NewClock()
-			for name, s := range testSenders(t, srv.URL, clock) {
-				o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3, inputExact: true})
+			for name, o := range sendEach(t, srv.URL) {
 				if o.class != tc.want || !strings.Contains(o.reason, tc.reason) || o.status != 200 {
 					t.Fatalf("%s: class %s (%s), want %s (%s)", name, o.class, o.reason, tc.want, tc.reason)
 				}

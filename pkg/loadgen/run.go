@@ -397,6 +397,18 @@ type timeline struct {
 // closeSeg ends the open segment.
 func (tl *timeline) closeSeg() { tl.segs = append(tl.segs, tl.cur) }
 
+// open ends the open segment and opens seg, marking its phase in the
+// phase file; false when the mark failed and the run must stop.
+func (tl *timeline) open(seg segment) bool {
+	tl.closeSeg()
+	tl.cur = seg
+	if err := tl.r.phases.mark(seg.kind, seg.index, nil); err != nil {
+		tl.stopErr = err
+		return false
+	}
+	return true
+}
+
 // wait blocks until the monotonic instant; false when the run must stop
 // early (interruption, exhaustion, a fatal error).
 func (tl *timeline) wait(until int64) bool {
@@ -425,11 +437,8 @@ func (tl *timeline) cleanSegments() bool {
 	r, cfg := tl.r, tl.r.cfg
 	ok := true
 	for k := 1; ok && k <= cfg.NumClean; k++ {
-		tl.closeSeg()
 		start := r.cleanStart + int64(k-1)*int64(cfg.CleanSegment)
-		tl.cur = segment{name: "clean-" + strconv.Itoa(k), kind: PhaseClean, index: k, start: start, end: start + int64(cfg.CleanSegment)}
-		if err := r.phases.mark(PhaseClean, k, nil); err != nil {
-			tl.stopErr = err
+		if !tl.open(segment{name: "clean-" + strconv.Itoa(k), kind: PhaseClean, index: k, start: start, end: start + int64(cfg.CleanSegment)}) {
 			return false
 		}
 		ok = tl.wait(tl.cur.end)
@@ -443,10 +452,7 @@ func (tl *timeline) profileWindows() bool {
 	r, cfg := tl.r, tl.r.cfg
 	ok := true
 	for w := 1; ok && w <= cfg.ProfileWindows; w++ {
-		tl.closeSeg()
-		tl.cur = segment{name: "profile-" + strconv.Itoa(w), kind: PhaseProfile, index: w, start: tl.cur.end}
-		if err := r.phases.mark(PhaseProfile, w, nil); err != nil {
-			tl.stopErr = err
+		if !tl.open(segment{name: "profile-" + strconv.Itoa(w), kind: PhaseProfile, index: w, start: tl.cur.end}) {
 			return false
 		}
 		pw, more := r.profileWindow(tl.ctx, w, tl.wait)
@@ -455,10 +461,7 @@ func (tl *timeline) profileWindows() bool {
 			return false
 		}
 		tl.cur.end = pw.StopReturnMonoNS
-		tl.closeSeg()
-		tl.cur = segment{name: "recovery-" + strconv.Itoa(w), kind: PhaseRecovery, index: w, start: pw.StopReturnMonoNS, end: pw.StopReturnMonoNS + int64(cfg.Recovery)}
-		if err := r.phases.mark(PhaseRecovery, w, nil); err != nil {
-			tl.stopErr = err
+		if !tl.open(segment{name: "recovery-" + strconv.Itoa(w), kind: PhaseRecovery, index: w, start: pw.StopReturnMonoNS, end: pw.StopReturnMonoNS + int64(cfg.Recovery)}) {
 			return false
 		}
 		ok = tl.wait(tl.cur.end)

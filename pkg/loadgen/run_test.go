@@ -42,19 +42,13 @@ func TestDrainNeverCancels(t *testing.T) {
 	clock, _ := NewClock()
 	var mu sync.Mutex
 	var cancelledAt []int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(200)
-		w.Write([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"))
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
+	url := stalledServer(t, func() {
 		mu.Lock()
 		cancelledAt = append(cancelledAt, clock.Now())
 		mu.Unlock()
-	}))
-	defer srv.Close()
+	})
 	dir := t.TempDir()
-	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+	cfg := Config{BaseURL: url, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
 		IgnoreEOS: true, CleanSegment: 200 * time.Millisecond, NumClean: 1, DrainTimeout: 300 * time.Millisecond,
 		ResultDir: dir, PhaseFile: filepath.Join(dir, "phases.jsonl")}
 	res, err := Run(context.Background(), cfg, smallManifest(t, 10))

@@ -36,17 +36,10 @@ func TestSeedStatusTaxonomy(t *testing.T) {
 // at its deadline from the planned send, deadline-exceeded, and the
 // drain ends with nothing abandoned; the seed's records say so.
 func TestRequestDeadlineEndsStalledRequests(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(200)
-		w.Write([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"))
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	}))
-	defer srv.Close()
+	url := stalledServer(t, nil)
 	dir := t.TempDir()
 	const deadline = 150 * time.Millisecond
-	cfg := Config{BaseURL: srv.URL, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+	cfg := Config{BaseURL: url, Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
 		IgnoreEOS: true, CleanSegment: 200 * time.Millisecond, NumClean: 1, DrainTimeout: 20 * time.Second,
 		ResultDir: dir, RequestDeadline: deadline, SeedRecords: true, RunID: "run-1", RunAttempt: 3}
 	res, err := Run(context.Background(), cfg, smallManifest(t, 50))
@@ -135,14 +128,17 @@ func TestUnsentFromTheSchedule(t *testing.T) {
 }
 
 // stalledServer sends one token and holds every stream open until the
-// client ends it.
-func stalledServer(t *testing.T) string {
+// client ends it; ended, when not nil, is called as each stream ends.
+func stalledServer(t *testing.T, ended func()) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(200)
 		w.Write([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"))
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
+		if ended != nil {
+			ended()
+		}
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -154,7 +150,7 @@ func stalledServer(t *testing.T) string {
 // every other event of theirs.
 func TestSeedRecordsOfAbandonedRequests(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{BaseURL: stalledServer(t), Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+	cfg := Config{BaseURL: stalledServer(t, nil), Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
 		IgnoreEOS: true, CleanSegment: 100 * time.Millisecond, NumClean: 1, DrainTimeout: 100 * time.Millisecond,
 		ResultDir: dir, SeedRecords: true, RunID: "run-2"}
 	res, err := Run(context.Background(), cfg, smallManifest(t, 10))
@@ -204,7 +200,7 @@ func TestSeedRecordsWriteFails(t *testing.T) {
 // inconsistent is caught.
 func TestVerifySeedRecordsFaults(t *testing.T) {
 	src := t.TempDir()
-	cfg := Config{BaseURL: stalledServer(t), Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
+	cfg := Config{BaseURL: stalledServer(t, nil), Model: "m", Endpoint: Completions, LoadPoint: "saturation", MaxConcurrency: 2,
 		IgnoreEOS: true, CleanSegment: 100 * time.Millisecond, NumClean: 1, DrainTimeout: 10 * time.Second,
 		ResultDir: src, SeedRecords: true, RunID: "run-3", RequestDeadline: 30 * time.Millisecond}
 	res, err := Run(context.Background(), cfg, smallManifest(t, 200))

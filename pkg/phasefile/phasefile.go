@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // The phases a client reports, in order (clean, profile and recovery
@@ -35,6 +36,37 @@ type Line struct {
 	// Successes is reported with Done: requests completed successfully in
 	// the clean interval, for the controller's energy per request.
 	Successes *int `json:"successes,omitempty"`
+}
+
+// Parse reads the lines of a phase file's contents, passing over blank
+// lines; a line that does not decode as a Line is an error that names it
+// by its number, from 1.
+func Parse(data []byte) ([]Line, error) {
+	var lines []Line
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		var p Line
+		if err := json.Unmarshal([]byte(l), &p); err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		lines = append(lines, p)
+	}
+	return lines, nil
+}
+
+// ReadFile reads and parses the phase file at path.
+func ReadFile(path string) ([]Line, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return lines, nil
 }
 
 // Writer appends lines to a phase file. A nil *Writer writes nothing.

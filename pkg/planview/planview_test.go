@@ -20,20 +20,32 @@ func plan(t *testing.T, name string) *protocols.Plan {
 	return p
 }
 
-// TestWriteFits: the phase-3 table keeps to Width with every run id whole;
-// wide shows every column, however wide.
-func TestWriteFits(t *testing.T) {
-	p := plan(t, "opprof-phase3.yaml")
+// write renders the plan's table, wide or cut to Width.
+func write(t *testing.T, p *protocols.Plan, wide bool) string {
+	t.Helper()
 	var buf bytes.Buffer
-	if err := Write(&buf, p, false); err != nil {
+	if err := Write(&buf, p, wide); err != nil {
 		t.Fatal(err)
 	}
-	out := buf.String()
+	return buf.String()
+}
+
+// checkWidth fails the test for each line of out wider than Width.
+func checkWidth(t *testing.T, out string) {
+	t.Helper()
 	for _, line := range strings.Split(out, "\n") {
 		if n := utf8.RuneCountInString(line); n > Width {
 			t.Errorf("line of %d columns: %q", n, line)
 		}
 	}
+}
+
+// TestWriteFits: the phase-3 table keeps to Width with every run id whole;
+// wide shows every column, however wide.
+func TestWriteFits(t *testing.T) {
+	p := plan(t, "opprof-phase3.yaml")
+	out := write(t, p, false)
+	checkWidth(t, out)
 	for _, r := range p.Runs {
 		if !regexp.MustCompile(`(?m)^\d+ +` + regexp.QuoteMeta(r.ID) + ` `).MatchString(out) {
 			t.Errorf("run id %s is not whole in the table", r.ID)
@@ -42,11 +54,7 @@ func TestWriteFits(t *testing.T) {
 	if strings.Contains(out, "NEEDS") || !strings.Contains(out, "ON: the GPUs the estimate places it on") {
 		t.Errorf("narrow table:\n%s", out)
 	}
-	buf.Reset()
-	if err := Write(&buf, p, true); err != nil {
-		t.Fatal(err)
-	}
-	wide := buf.String()
+	wide := write(t, p, true)
 	if !strings.Contains(wide, "NEEDS") || !strings.Contains(wide, "if gate colocation/eight-way failed") {
 		t.Errorf("wide table:\n%s", wide)
 	}
@@ -63,11 +71,7 @@ func TestWriteFits(t *testing.T) {
 // protocol declares it.
 func TestWriteTotals(t *testing.T) {
 	p := plan(t, filepath.Join("testdata", "mini.yaml"))
-	var buf bytes.Buffer
-	if err := Write(&buf, p, false); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
+	out := write(t, p, false)
 	for _, want := range []string{
 		"protocol mini  sha256 " + p.Protocol.SHA256 + "\n",
 		"estimate assumes regime two\n",
@@ -134,43 +138,24 @@ func TestCounts(t *testing.T) {
 // plan says nothing of Slurm.
 func TestWriteSlurm(t *testing.T) {
 	p := plan(t, "omni-ab-slurm.yaml")
-	var buf bytes.Buffer
-	if err := Write(&buf, p, false); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
+	out := write(t, p, false)
 	for _, want := range []string{"96 run(s), each a step:", "--gres=gpu:2", "--cpus-per-task=32", "--exclusive", "--partition=gpu",
 		"expected wall time on 2 node(s):", "up to 2 step(s) at once, each on a node of its own"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
-	for _, line := range strings.Split(out, "\n") {
-		if n := utf8.RuneCountInString(line); n > Width {
-			t.Errorf("line of %d columns: %q", n, line)
-		}
-	}
-	buf.Reset()
-	if err := Write(&buf, plan(t, "omni-ab.yaml"), false); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(buf.String(), "Slurm") {
-		t.Errorf("a local plan speaks of Slurm:\n%s", buf.String())
+	checkWidth(t, out)
+	if local := write(t, plan(t, "omni-ab.yaml"), false); strings.Contains(local, "Slurm") {
+		t.Errorf("a local plan speaks of Slurm:\n%s", local)
 	}
 }
 
 // TestWriteCapacity: a capacity phase is shown as its bounded worst case,
 // with its cost and its SLO.
 func TestWriteCapacity(t *testing.T) {
-	p, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := Write(&buf, p, false); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
+	p := plan(t, filepath.Join("testdata", "capacity.yaml"))
+	out := write(t, p, false)
 	for _, want := range []string{
 		"capacity search cap: rate 1..17 requests/s to a resolution of 1\n",
 		"  at most 9 points per cell: 5 of the bisection, follow-ups at 0.5, 0.8, 0.95 of the found rate, overload at 1.2x\n",

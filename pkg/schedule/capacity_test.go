@@ -13,11 +13,7 @@ import (
 
 func capacityPlan(t *testing.T) *protocols.Plan {
 	t.Helper()
-	p, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return planFile(t, "../../protocols/testdata/capacity.yaml")
 }
 
 // simulate runs a search against a system whose SLO holds up to capacity

@@ -328,17 +328,7 @@ func colocationWave(v View, phase string, done map[string]bool) []Launch {
 		return nil
 	}
 	byName := slotsByName(v.Plan)
-	var blocks [][]protocols.Run
-	for _, r := range v.Plan.Runs {
-		if r.Phase != phase {
-			continue
-		}
-		if n := len(blocks); n > 0 && blocks[n-1][0].Regime == r.Regime {
-			blocks[n-1] = append(blocks[n-1], r)
-		} else {
-			blocks = append(blocks, []protocols.Run{r})
-		}
-	}
+	blocks := consecutive(v.Plan, phase, func(a, b protocols.Run) bool { return a.Regime == b.Regime })
 	for _, b := range blocks {
 		need, known := required(b[0], v)
 		if !known {
@@ -387,12 +377,18 @@ func colocationWave(v View, phase string, done map[string]bool) []Launch {
 
 // units returns the phase's units in plan order.
 func units(plan *protocols.Plan, phase string) [][]protocols.Run {
+	return consecutive(plan, phase, func(a, b protocols.Run) bool { return a.Unit == b.Unit })
+}
+
+// consecutive returns the phase's runs in plan order, grouped: a run
+// joins the group before it when same(the group's first run, it) holds.
+func consecutive(plan *protocols.Plan, phase string, same func(a, b protocols.Run) bool) [][]protocols.Run {
 	var out [][]protocols.Run
 	for _, r := range plan.Runs {
 		if r.Phase != phase {
 			continue
 		}
-		if n := len(out); n > 0 && out[n-1][0].Unit == r.Unit {
+		if n := len(out); n > 0 && same(out[n-1][0], r) {
 			out[n-1] = append(out[n-1], r)
 		} else {
 			out = append(out, []protocols.Run{r})

@@ -19,7 +19,13 @@ import (
 
 func phase3(t *testing.T) *protocols.Plan {
 	t.Helper()
-	p, err := protocols.PlanFile("../../protocols/opprof-phase3.yaml", protocols.Options{})
+	return planFile(t, "../../protocols/opprof-phase3.yaml")
+}
+
+// planFile plans the protocol at path, relative to this package.
+func planFile(t *testing.T, path string) *protocols.Plan {
+	t.Helper()
+	p, err := protocols.PlanFile(path, protocols.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,16 +135,9 @@ func readPhaseLines(path string) ([]phasefile.Line, error) {
 	if err != nil {
 		return nil, fmt.Errorf("phases: %w", err)
 	}
-	var lines []phasefile.Line
-	for i, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		var p phasefile.Line
-		if err := json.Unmarshal([]byte(l), &p); err != nil {
-			return nil, fmt.Errorf("phases line %d: %w", i+1, err)
-		}
-		lines = append(lines, p)
+	lines, err := phasefile.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("phases %w", err) // phases line N: ...
 	}
 	return lines, nil
 }

@@ -130,3 +130,19 @@ func TestLayer2PhaseWindows(t *testing.T) {
 		t.Fatalf("%s %q", r.Verdict, r.Detail)
 	}
 }
+
+// TestReadPhaseLinesFails: a phase file that cannot be read, or holds a
+// line that is not a phase line, is an error that says which.
+func TestReadPhaseLinesFails(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := readPhaseLines(filepath.Join(dir, "none.jsonl")); err == nil || !strings.HasPrefix(err.Error(), "phases: ") {
+		t.Errorf("missing file: %v", err)
+	}
+	bad := filepath.Join(dir, "phases.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"phase\":\"warmup\",\"t\":\"x\",\"mono_ns\":1}\n{\"phase\":\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readPhaseLines(bad); err == nil || !strings.HasPrefix(err.Error(), "phases line 2: ") {
+		t.Errorf("bad line: %v", err)
+	}
+}

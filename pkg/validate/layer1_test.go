@@ -58,6 +58,21 @@ func (c l1) build() (stream, sidecar []byte) {
 	return b.Bytes(), sb
 }
 
+// write writes the stream to dir/s.jsonl and its sidecar beside it; it
+// returns the stream's path and bytes.
+func (c l1) write(t *testing.T, dir string) (path string, stream []byte) {
+	t.Helper()
+	stream, side := c.build()
+	path = filepath.Join(dir, "s.jsonl")
+	if err := os.WriteFile(path, stream, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".footer.json", side, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, stream
+}
+
 // l1Record is a schema-v1 record of step i submitted at submit.
 func l1Record(i, submit int64) Layer1Record {
 	return Layer1Record{Schema: 1, Step: i, ModelExecuted: true, SubmitMonoNS: submit, CompleteMonoNS: submit + 1000,
@@ -159,10 +174,7 @@ func TestLayer1Figures(t *testing.T) {
 
 func TestLayer1Files(t *testing.T) {
 	dir := t.TempDir()
-	stream, side := l1{steps: steps(0, 9), footer: true, wall: time.Now()}.build()
-	p := filepath.Join(dir, "s.jsonl")
-	os.WriteFile(p, stream, 0o644)
-	os.WriteFile(p+".footer.json", side, 0o644)
+	p, _ := l1{steps: steps(0, 9), footer: true, wall: time.Now()}.write(t, dir)
 	r := Layer1Files(p, "", "", DefaultLayer1)
 	if r.Verdict != "pass" {
 		t.Fatal(r)

@@ -1,8 +1,6 @@
 package validate
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -52,11 +50,7 @@ func (tr trace) bytes() []byte {
 	if tr.corrupt {
 		js = js[:len(js)/2]
 	}
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	zw.Write(js)
-	zw.Close()
-	return b.Bytes()
+	return gzipBytes(js)
 }
 
 func good(rank int) trace {

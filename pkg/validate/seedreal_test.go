@@ -29,24 +29,12 @@ func TestWarmupRecoveryOnRealLoadgenFiles(t *testing.T) {
 	}
 	// a Layer-1 stream over the run's monotonic times, waiting queue 2
 	l1 := t.TempDir()
-	var stream []byte
-	last := res.Segments[len(res.Segments)-1].EndMonoNS
-	step := int64(0)
-	for sub := res.Clock.T0MonoNS; sub < last; sub += 1_000_000 {
-		r := l1Record(step, sub)
-		r.NumWaitingReqs = 2
-		line, _ := json.Marshal(r)
-		stream = append(append(stream, line...), '\n')
-		step++
-	}
-	os.WriteFile(filepath.Join(l1, "layer1.jsonl"), stream, 0o644)
-	o := DefaultRecovery()
-	o.Layer1Dir, o.WindowS, o.StepS, o.RecoveryS = l1, 0.05, 0.01, 0.1
+	writeLayer1Over(t, dir, l1)
 	// At these sizes a 50 ms window holds two or three successes, so
 	// whether each recovery is within 10% depends on the run: the check
 	// must read both recoveries and clean segment C from the real files and
 	// judge each by its own figures.
-	r := RecoveryDir(dir, o)
+	r := recoveryOver(dir, l1)
 	if r.Verdict == "error" || r.Figures["recoveries"] != 2 || r.Figures["recovery1_seconds"] != 0.1 || r.Figures["clean_c_waiting"] != 2 || r.Figures["clean_c_completion_rps"] <= 0 {
 		t.Fatalf("recovery on the real files: %+v", r)
 	}

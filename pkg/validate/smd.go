@@ -43,14 +43,7 @@ func stepFeatures(s L1Step) []float64 {
 func SMD(profile, clean []float64) float64 {
 	if cp, okp := constant(profile); okp {
 		if cc, okc := constant(clean); okc {
-			switch {
-			case cp == cc:
-				return 0
-			case cp > cc:
-				return math.Inf(1)
-			default:
-				return math.Inf(-1)
-			}
+			return signedInf(cp, cc)
 		}
 	}
 	mp, vp := meanVar(profile)
@@ -61,16 +54,22 @@ func SMD(profile, clean []float64) float64 {
 		pooled = math.Sqrt(((n1-1)*vp + (n2-1)*vc) / (n1 + n2 - 2))
 	}
 	if pooled == 0 {
-		switch {
-		case mp == mc:
-			return 0
-		case mp > mc:
-			return math.Inf(1)
-		default:
-			return math.Inf(-1)
-		}
+		return signedInf(mp, mc)
 	}
 	return (mp - mc) / pooled
+}
+
+// signedInf is the difference of two means over a spread of 0: 0 when
+// they are equal, else +Inf or -Inf by the sign of p - c.
+func signedInf(p, c float64) float64 {
+	switch {
+	case p == c:
+		return 0
+	case p > c:
+		return math.Inf(1)
+	default:
+		return math.Inf(-1)
+	}
 }
 
 // constant reports whether every value is the same one.

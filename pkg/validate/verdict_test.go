@@ -37,10 +37,7 @@ func TestWriteVerdict(t *testing.T) {
 // a directory that is not there give no pass.
 func TestLayer1Dir(t *testing.T) {
 	dir := t.TempDir()
-	stream, side := l1{steps: steps(0, 9), footer: true, wall: time.Now()}.build()
-	p := filepath.Join(dir, "s.jsonl")
-	os.WriteFile(p, stream, 0o644)
-	os.WriteFile(p+".footer.json", side, 0o644)
+	_, stream := l1{steps: steps(0, 9), footer: true, wall: time.Now()}.write(t, dir)
 	if r := Layer1Dir(dir, "", "", DefaultLayer1); r.Verdict != "pass" || r.Figures["records"] != 10 {
 		t.Fatalf("one stream: %+v", r)
 	}

@@ -482,53 +482,35 @@ func TestRealNVML(t *testing.T) {
 	}
 }
 
-func BenchmarkSampleMock(b *testing.B) {
-	be := openMock(b, newMockHost(8))
+// benchReads times read of indices on be, one call an iteration.
+func benchReads(b *testing.B, be *Backend, indices []int, read func(*Backend, []int) ([]gpu.Reading, error)) {
 	for b.Loop() {
-		if _, err := be.Sample(allIndices); err != nil {
+		if _, err := read(be, indices); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchReal times read of every GPU NVML sees.
+func benchReal(b *testing.B, read func(*Backend, []int) ([]gpu.Reading, error)) {
+	be, indices := openReal(b)
+	b.ReportMetric(float64(len(indices)), "gpus")
+	benchReads(b, be, indices, read)
+}
+
+func BenchmarkSampleMock(b *testing.B) {
+	benchReads(b, openMock(b, newMockHost(8)), allIndices, (*Backend).Sample)
 }
 
 func BenchmarkEnergyMock(b *testing.B) {
-	be := openMock(b, newMockHost(8))
-	for b.Loop() {
-		if _, err := be.Energy(allIndices); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchReads(b, openMock(b, newMockHost(8)), allIndices, (*Backend).Energy)
 }
 
-func BenchmarkSampleReal(b *testing.B) {
-	be, indices := openReal(b)
-	b.ReportMetric(float64(len(indices)), "gpus")
-	for b.Loop() {
-		if _, err := be.Sample(indices); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkSampleReal(b *testing.B) { benchReal(b, (*Backend).Sample) }
 
-func BenchmarkEnergyReal(b *testing.B) {
-	be, indices := openReal(b)
-	b.ReportMetric(float64(len(indices)), "gpus")
-	for b.Loop() {
-		if _, err := be.Energy(indices); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkEnergyReal(b *testing.B) { benchReal(b, (*Backend).Energy) }
 
-func BenchmarkInfoReal(b *testing.B) {
-	be, indices := openReal(b)
-	b.ReportMetric(float64(len(indices)), "gpus")
-	for b.Loop() {
-		if _, err := be.Info(indices); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkInfoReal(b *testing.B) { benchReal(b, (*Backend).Info) }
 
 // TestRealSampler samples every GPU every 10 ms through NVML and compares
 // the integrated power with the energy counters.
