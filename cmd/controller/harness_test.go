@@ -215,7 +215,24 @@ type campaign struct {
 func newCampaign(t *testing.T) *campaign {
 	c := &campaign{t: t, dir: filepath.Join(t.TempDir(), "camp")}
 	t.Cleanup(c.killLeftovers)
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.logTail(40)
+		}
+	})
 	return c
+}
+
+// logTail logs the last n lines of the controller's log, for a failed
+// test's reader.
+func (c *campaign) logTail(n int) {
+	b, err := os.ReadFile(campaignfs.Log(c.dir))
+	if err != nil {
+		c.t.Logf("controller.log: %v", err)
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	c.t.Logf("the last %d lines of %s:\n%s", min(n, len(lines)), campaignfs.Log(c.dir), strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }
 
 // controller runs the controller binary and waits for it.
