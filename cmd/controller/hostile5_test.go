@@ -254,6 +254,29 @@ func (fs *loopExt4) repair(t *testing.T) {
 	}
 }
 
+// faultWhileMeasuring starts a campaign of one pattern (its client
+// measuring measureS seconds) on fs, calls fault while its run measures,
+// and waits until the controller has released its lock and exited and
+// the campaign's processes have ended. It returns the campaign and the
+// attempt that was measuring.
+func faultWhileMeasuring(t *testing.T, fs *loopExt4, measureS string, fault func()) (*campaign, api.Current) {
+	t.Helper()
+	c := newCampaign(t)
+	c.dir = filepath.Join(fs.mnt, "camp")
+	c.start(writeProtocol(t, scenario{patterns: 1, measureS: measureS}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
+	cur := c.waitMeasuring()
+	ctl := lockfile.Owner(campaignfs.Lock(c.dir))
+	if ctl <= 0 {
+		t.Fatal("no controller holds the lock while a run measures")
+	}
+	fault()
+	c.waitUnlocked("the controller to end the work", 120*time.Second)
+	// its lock gone, it may still hold files of the mount while it exits
+	waitFor(t, "the controller to exit", 60*time.Second, func() bool { return !running(ctl) })
+	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	return c, cur
+}
+
 // storageStatus is ctlq status -o json on the campaign, with the storage
 // hint it gives when the controller is gone, and its exit code.
 func (c *campaign) storageStatus() (doc struct {
@@ -279,19 +302,7 @@ func (c *campaign) storageStatus() (doc struct {
 func TestFailingDiskIsTheStorages(t *testing.T) {
 	t.Parallel()
 	fs := newLoopExt4(t, "48m", "512M")
-	c := newCampaign(t)
-	c.dir = filepath.Join(fs.mnt, "camp")
-	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
-	cur := c.waitMeasuring()
-	ctl := lockfile.Owner(campaignfs.Lock(c.dir))
-	if ctl <= 0 {
-		t.Fatal("no controller holds the lock while a run measures")
-	}
-	fillUp(t, filepath.Join(fs.backing, "filler"))
-	c.waitUnlocked("the controller to end the work", 120*time.Second)
-	// its lock gone, it may still hold files of the mount while it exits
-	waitFor(t, "the controller to exit", 60*time.Second, func() bool { return !running(ctl) })
-	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	c, cur := faultWhileMeasuring(t, fs, "2", func() { fillUp(t, filepath.Join(fs.backing, "filler")) })
 	doc, code := c.storageStatus()
 	cause := doc.Hint + " " + doc.Campaign.StopDetail
 	if !strings.Contains(cause, "read-only") && !strings.Contains(cause, "EIO") && !strings.Contains(cause, "ENOSPC") {
@@ -375,19 +386,7 @@ func holedExt4(t *testing.T) (fs *loopExt4, punch func()) {
 func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 	t.Parallel()
 	fs, punch := holedExt4(t)
-	c := newCampaign(t)
-	c.dir = filepath.Join(fs.mnt, "camp")
-	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "3"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
-	cur := c.waitMeasuring()
-	ctl := lockfile.Owner(campaignfs.Lock(c.dir))
-	if ctl <= 0 {
-		t.Fatal("no controller holds the lock while a run measures")
-	}
-	punch()
-	c.waitUnlocked("the controller to stop", 120*time.Second)
-	// its lock gone, it may still hold files of the mount while it exits
-	waitFor(t, "the controller to exit", 60*time.Second, func() bool { return !running(ctl) })
-	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
+	c, cur := faultWhileMeasuring(t, fs, "3", punch)
 	// the writes may all have landed in blocks ext4 held already (its
 	// preallocations): then nothing was lost and the campaign completes;
 	// a write of the journal's may have failed too: then the kernel
