@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -310,17 +311,23 @@ func (s *Store) FlushStateFiles() error {
 }
 
 // Sync writes the state.json files still queued (FlushStateFiles) and
-// returns their error; else the write-back error, if any, that the file
-// system of the campaign directory met since the store was opened or since
-// the last Sync (syncfs(2), Linux 5.8 and later: the file system's error
-// sequence, sampled when the database file was opened). The kernel tells
-// of a failed write-back those who had the failing file open, once: a
-// client that met an I/O error on its own results saw it alone, and a
-// write of the controller's, to blocks that do not fail, cannot tell.
+// asks the kernel for the write-back error, if any, that the file system
+// of the campaign directory met since the store was opened or since the
+// last Sync (syncfs(2), Linux 5.8 and later: the file system's error
+// sequence, sampled when the database file was opened); it returns both
+// errors. The kernel tells of a failed write-back those who had the
+// failing file open, once: a client that met an I/O error on its own
+// results saw it alone, and a write of the controller's, to blocks that do
+// not fail, cannot tell. A read-only handle returns nil.
 func (s *Store) Sync() error {
-	if err := s.FlushStateFiles(); err != nil || s.files == nil {
-		return err
+	if s.files == nil {
+		return nil
 	}
+	return errors.Join(s.FlushStateFiles(), s.writeBackErr())
+}
+
+// writeBackErr is syncfs(2) through the database's open file.
+func (s *Store) writeBackErr() error {
 	rc, err := s.file.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("sync the file system of %s: %w", s.path, err)
