@@ -100,8 +100,12 @@ func PrivacyScan(dir string, forbiddenFields []string, private *PrivateIndex, sk
 // the lines that scan examined are not parsed or searched for forbidden
 // fields again (each line's findings depend on its bytes alone; a line is
 // told by a 64-bit hash with a random seed); private text is still
-// searched in the whole file, across lines. Figures: files_unchanged
-// counts the files left out. Meant for a campaign's own files, scanned
+// searched in the whole file, across lines. A file held in memory that is
+// the same file as at its last clean scan is compared with that scan in
+// blocks, and only the lines within reach of a changed block are examined
+// (privacyblocks.go). Figures: files_unchanged counts the files left out,
+// files_partial the files scanned by their changed lines, bytes_unchanged
+// the bytes those left out. Meant for a campaign's own files, scanned
 // after every attempt, most of which (provenance copies) never change.
 // cache nil is PrivacyScan.
 func PrivacyScanCached(dir string, forbiddenFields []string, private *PrivateIndex, skip func(relPath string) bool, maxParseBytes int64, cache *ScanCache, now time.Time) Verdict {
@@ -206,7 +210,8 @@ func newPrivacyScan(forbiddenFields []string, private *PrivateIndex, maxParseByt
 		s.overlap = max(s.overlap, len(p)+maxKeySpace+1)
 	}
 	for _, k := range []string{"files_scanned", "bytes_scanned", "files_parsed", "files_streamed", "files_gzip",
-		"files_gzip_truncated", "files_skipped", "files_unreadable", "files_vanished", "files_unchanged", "symlinks", "irregular", "findings",
+		"files_gzip_truncated", "files_skipped", "files_unreadable", "files_vanished", "files_unchanged", "files_partial", "bytes_unchanged",
+		"symlinks", "irregular", "findings",
 		"private_values", "private_values_short", "private_bytes", "min_leak_bytes"} {
 		s.fig[k] = 0
 	}
@@ -246,6 +251,12 @@ type privacyScan struct {
 	// known are the lines of the current file an earlier clean scan
 	// examined (ScanCache.lines); lines collects this scan's
 	known, lines map[uint64]bool
+	// cur and curIno name the current file's blocks; blocksNext are
+	// those a clean scan of it leaves (nil: none, it is scanned whole next
+	// time)
+	cur        blocksKey
+	curIno     uint64
+	blocksNext *fileBlocks
 }
 
 // ScanCache remembers files a privacy scan found clean; see
@@ -257,7 +268,10 @@ type ScanCache struct {
 	// clean scan (true: the line is a JSON value), so a file that changed
 	// has only its changed lines examined again (memory).
 	lines map[linesKey]map[uint64]bool
-	seed  maphash.Seed
+	// blocks holds, by path and scan, the block hashes of the file's last
+	// clean scan (privacyblocks.go)
+	blocks map[blocksKey]*fileBlocks
+	seed   maphash.Seed
 }
 
 // linesOf returns the lines of path's last clean scan (nil: none) and the
@@ -388,12 +402,16 @@ func (s *privacyScan) file(path, rel string) (err error) {
 		before, errsBefore := len(s.findings), len(s.errs)
 		s.known, s.seed = s.cache.linesOf(linesKey{path, s.ident.fields})
 		s.lines = map[uint64]bool{}
+		s.cur, s.curIno, s.blocksNext = blocksKey{path, s.ident}, key.ino, nil
 		defer func() {
 			if len(s.findings) == before && len(s.errs) == errsBefore && err == nil {
 				s.cache.add(key)
 				s.cache.setLines(linesKey{path, s.ident.fields}, s.lines)
+				s.cache.setBlocks(s.cur, s.blocksNext)
+			} else {
+				s.cache.setBlocks(s.cur, nil) // scanned whole next time
 			}
-			s.known, s.lines = nil, nil
+			s.known, s.lines, s.blocksNext = nil, nil, nil
 		}()
 	}
 	s.fig["files_scanned"]++
@@ -448,6 +466,9 @@ func (s *privacyScan) content(r io.Reader, rel string, size int64) error {
 // JSON keys and strings where the content parses, and the field bytes
 // where it does not.
 func (s *privacyScan) memory(data []byte, rel string) {
+	if s.cache != nil && s.memoryChanged(data, rel, s.cache.blocksOf(s.cur), s.curIno) {
+		return
+	}
 	s.fig["bytes_scanned"] += float64(len(data))
 	s.privateBoth(data, rel)
 	var whole any
