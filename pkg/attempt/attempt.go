@@ -178,7 +178,8 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 
 	// measuring
 	if a.client == nil {
-		cl, err := a.start("client", a.run.Client, a.run.Env)
+		// recorded with the transition to measuring, just below
+		cl, err := a.startNoted("client", a.run.Client, a.run.Env)
 		if err != nil {
 			return a.stopThenFail(state.ReasonHarnessError, "start client: "+err.Error())
 		}
@@ -907,16 +908,46 @@ func (a *Attempt) prepareCommands() error {
 // cgroup, pinned to the slot's CPUs from its first instruction, and records
 // its identity before anything acts on it (the server's while it is probed).
 func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[string]string) (*launch.Proc, error) {
+	p, proc, err := a.launch(role, cmd, extraEnv)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.rec.ProcStarted(a.run.ID, a.n, proc); err != nil {
+			a.env.Log.Error().Err(err).Str("run", a.run.ID).Str("role", role).Msg("record a process started")
+		}
+	}()
+	if a.recording = done; role != "server" {
+		a.recorded()
+	}
+	return p, nil
+}
+
+// startNoted is start for a process whose record goes with the transition
+// that follows at once: noted, not written alone.
+func (a *Attempt) startNoted(role string, cmd protocols.CommandSpec, extraEnv map[string]string) (*launch.Proc, error) {
+	p, proc, err := a.launch(role, cmd, extraEnv)
+	if err == nil {
+		a.NoteProc(proc)
+	}
+	return p, err
+}
+
+// launch starts a process of the attempt (start) and returns it with its
+// record.
+func (a *Attempt) launch(role string, cmd protocols.CommandSpec, extraEnv map[string]string) (*launch.Proc, state.Proc, error) {
 	a.recorded()
 	argv, err := cmd.Expand(a.vars)
 	if err != nil {
-		return nil, err
+		return nil, state.Proc{}, err
 	}
 	env := append([]string(nil), a.environ...)
 	for _, k := range slices.Sorted(maps.Keys(extraEnv)) {
 		v, err := protocols.Expand(extraEnv[k], a.vars)
 		if err != nil {
-			return nil, err
+			return nil, state.Proc{}, err
 		}
 		env = append(env, k+"="+v)
 	}
@@ -938,21 +969,11 @@ func (a *Attempt) start(role string, cmd protocols.CommandSpec, extraEnv map[str
 		a.own.unlockStart()
 	}
 	if err != nil {
-		return nil, err
+		return nil, state.Proc{}, err
 	}
 	failpoint.Hit(role + "-started-unrecorded")
-	done, proc := make(chan struct{}), state.Proc{Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID,
-		PGID: p.PGID, Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started}
-	go func() {
-		defer close(done)
-		if err := a.rec.ProcStarted(a.run.ID, a.n, proc); err != nil {
-			a.env.Log.Error().Err(err).Str("run", a.run.ID).Str("role", role).Msg("record a process started")
-		}
-	}()
-	if a.recording = done; role != "server" {
-		a.recorded()
-	}
-	return p, nil
+	return p, state.Proc{Role: role, PID: p.PID, StartTime: p.StartTime, BootID: p.BootID,
+		PGID: p.PGID, Cgroup: p.Cgroup, Argv: argv, StartedAt: p.Started}, nil
 }
 
 // recorded waits until the last process started is recorded.

@@ -41,8 +41,11 @@
 // # Invariants
 //
 //   - Every process it starts is started through Env.Launcher; the server
-//     and the client are recorded (Recorder.ProcStarted) before anything
-//     else happens, and the cleanup gate proves them gone.
+//     and the client are recorded before anything acts on them (the server
+//     by Recorder.ProcStarted while it is probed, a client started with it
+//     at once, a client started once the server is ready in the transition
+//     to measuring that follows its start), and the cleanup gate proves
+//     them gone.
 //   - The GPU time of an attempt is charged once, from its server's start;
 //     Env.InFlight holds it from that start until the charge.
 //   - A check that cannot tell fails closed: an unreadable drain, manifest

@@ -31,9 +31,10 @@ type Report struct {
 	Proc *state.Proc      `json:"proc,omitempty"`
 
 	// A transition: the state entered, why, and what was noted since the
-	// last one (exits, signals, the attempt's figures, gate verdicts,
-	// ledger entries), all recorded in its transaction.
+	// last one (processes started, exits, signals, the attempt's figures,
+	// gate verdicts, ledger entries), all recorded in its transaction.
 	To             state.AttemptState  `json:"to,omitempty"`
+	Procs          []state.Proc        `json:"procs,omitempty"`
 	Reason         state.Reason        `json:"reason,omitempty"`
 	Message        string              `json:"message,omitempty"`
 	Figures        map[string]float64  `json:"figures,omitempty"`
@@ -79,6 +80,7 @@ type Record struct {
 
 	// exits and signals not yet recorded: they are written with the next
 	// transition, in its transaction, rather than one transaction each
+	pendProcs []state.Proc
 	pendExits []state.Exit
 	pendSigs  []state.Signal
 	// gate verdicts and ledger entries written with the next transition
@@ -138,11 +140,11 @@ func (r *Record) diskFull() (int64, string) {
 // since the last one.
 func (r *Record) Transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64) error {
 	err := r.cfg.Recorder.Transition(r.runID, r.n, Report{To: to, Reason: reason, Message: msg, Figures: figures, EarlyBackground: r.earlyBackground,
-		Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger, Evidence: r.pendEvidence})
+		Procs: r.pendProcs, Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger, Evidence: r.pendEvidence})
 	if err != nil {
 		return err
 	}
-	r.pendExits, r.pendSigs, r.pendGates, r.pendLedger, r.pendEvidence = nil, nil, nil, nil, nil
+	r.pendProcs, r.pendExits, r.pendSigs, r.pendGates, r.pendLedger, r.pendEvidence = nil, nil, nil, nil, nil, nil
 	r.state = to
 	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 	return nil
@@ -205,6 +207,11 @@ func (r *Record) End(to state.AttemptState, reason state.Reason, detail string, 
 
 // Figure is one of the attempt's own figures noted so far (0 when none).
 func (r *Record) Figure(k string) float64 { return r.figures[k] }
+
+// NoteProc notes a process started, to be recorded with the next
+// transition: for one started just before it, with nothing acting on it
+// in between (one transaction, not two).
+func (r *Record) NoteProc(p state.Proc) { r.pendProcs = append(r.pendProcs, p) }
 
 // NoteExit notes a process's exit.
 func (r *Record) NoteExit(e state.Exit) { r.pendExits = append(r.pendExits, e) }
@@ -307,6 +314,10 @@ func ServerProc(a state.Attempt) *state.Proc {
 func Store(s *state.Store, run string, n int, rep Report) error {
 	with := state.With{Gates: rep.Gates, Ledger: rep.Ledger}
 	_, err := s.TransitionWith(run, n, rep.To, rep.Reason, rep.Message, rep.Figures, func(at *state.Attempt) error {
+		for _, p := range rep.Procs {
+			at.Procs = append(at.Procs, p)
+			at.Commands = append(at.Commands, p.Argv)
+		}
 		at.Exits = append(at.Exits, rep.Exits...)
 		at.Signals = append(at.Signals, rep.Signals...)
 		at.Evidence = append(at.Evidence, rep.Evidence...)

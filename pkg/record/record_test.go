@@ -61,6 +61,7 @@ func newRecord(t *testing.T, m *memory, diskFull *int64) (*record.Record, string
 func TestTransitionCarriesTheNotesOnce(t *testing.T) {
 	m := &memory{}
 	r, adir := newRecord(t, m, nil)
+	r.NoteProc(state.Proc{Role: "client", PID: 11, Argv: []string{"client"}})
 	r.NoteExit(state.Exit{Role: "server", PID: 10})
 	r.NoteSignals(launch.SignalRecord{Role: "server", PID: 10, Signal: "SIGTERM"})
 	r.Gate(gates.Verdict{Gate: "cleanup", Verdict: gates.Pass})
@@ -73,10 +74,10 @@ func TestTransitionCarriesTheNotesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, second := m.reports[0], m.reports[1]
-	if len(first.Exits) != 1 || len(first.Signals) != 1 || len(first.Gates) != 1 || len(first.Ledger) != 1 || first.Ledger[0].Kind != state.LedgerCharge {
-		t.Fatalf("first transition %+v: want the exit, signal, gate and charge noted", first)
+	if len(first.Procs) != 1 || len(first.Exits) != 1 || len(first.Signals) != 1 || len(first.Gates) != 1 || len(first.Ledger) != 1 || first.Ledger[0].Kind != state.LedgerCharge {
+		t.Fatalf("first transition %+v: want the process, exit, signal, gate and charge noted", first)
 	}
-	if len(second.Exits)+len(second.Signals)+len(second.Gates)+len(second.Ledger) != 0 {
+	if len(second.Procs)+len(second.Exits)+len(second.Signals)+len(second.Gates)+len(second.Ledger) != 0 {
 		t.Fatalf("second transition %+v carries notes written already", second)
 	}
 	if second.AttemptFigures["gpu_seconds"] != 12.5 || r.State() != state.Validating || r.PendingSignals() != 0 {
@@ -215,7 +216,7 @@ func TestStoreWritesTheReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := record.Report{To: state.Reserved, Message: "reserved", AttemptFigures: map[string]float64{"gpu_seconds": 2},
-		Exits: []state.Exit{{Role: "client", PID: 8, Code: 0}}}
+		Procs: []state.Proc{{Role: "client", PID: 8, Argv: []string{"cli", "--y"}}}, Exits: []state.Exit{{Role: "client", PID: 8, Code: 0}}}
 	if err := record.Store(s, "r", 1, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,8 @@ func TestStoreWritesTheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.State != state.Reserved || a.Figures["gpu_seconds"] != 2 || len(a.Exits) != 1 || len(a.Procs) != 1 || len(a.Commands) != 1 || a.Commands[0][1] != "--x" {
+	if a.State != state.Reserved || a.Figures["gpu_seconds"] != 2 || len(a.Exits) != 1 || len(a.Procs) != 2 || a.Procs[1].PID != 8 ||
+		len(a.Commands) != 2 || a.Commands[0][1] != "--x" || a.Commands[1][1] != "--y" {
 		t.Fatalf("attempt %+v", a)
 	}
 }
