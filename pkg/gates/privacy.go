@@ -271,7 +271,12 @@ type ScanCache struct {
 	// blocks holds, by path and scan, the block hashes of the file's last
 	// clean scan (privacyblocks.go)
 	blocks map[blocksKey]*fileBlocks
-	seed   maphash.Seed
+	// bufs holds, by path, the buffer the file was last read into
+	bufs map[string][]byte
+	// linesOnly leaves blocks uncompared: each changed file is read whole,
+	// its lines through lines (the scan before blocks, for benchmarks)
+	linesOnly bool
+	seed      maphash.Seed
 }
 
 // linesOf returns the lines of path's last clean scan (nil: none) and the
@@ -447,10 +452,17 @@ func (s *privacyScan) content(r io.Reader, rel string, size int64) error {
 		return s.stream(r, rel)
 	}
 	// sized to the file (when known), not grown from 512 bytes by
-	// doubling: most of reading a large file was allocating and zeroing
-	buf := bytes.NewBuffer(make([]byte, 0, max(size, 0)+bytes.MinRead))
+	// doubling: most of reading a large file was allocating and zeroing;
+	// a campaign file's buffer is kept for its next scan
+	want := int(max(size, 0)) + bytes.MinRead
+	b := s.cache.takeBuf(s.cur.path)
+	if cap(b) < want {
+		b = make([]byte, 0, want)
+	}
+	buf := bytes.NewBuffer(b[:0])
 	_, err := buf.ReadFrom(io.LimitReader(r, s.maxParse+1))
 	data := buf.Bytes()
+	defer func() { s.cache.putBuf(s.cur.path, data[:0]) }()
 	if int64(len(data)) > s.maxParse {
 		// Grew past the limit, or a gzip stream larger than it.
 		s.fig["files_streamed"]++
@@ -466,7 +478,7 @@ func (s *privacyScan) content(r io.Reader, rel string, size int64) error {
 // JSON keys and strings where the content parses, and the field bytes
 // where it does not.
 func (s *privacyScan) memory(data []byte, rel string) {
-	if s.cache != nil && s.memoryChanged(data, rel, s.cache.blocksOf(s.cur), s.curIno) {
+	if s.cache != nil && !s.cache.linesOnly && s.memoryChanged(data, rel, s.cache.blocksOf(s.cur), s.curIno) {
 		return
 	}
 	s.fig["bytes_scanned"] += float64(len(data))

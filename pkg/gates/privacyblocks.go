@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"hash/maphash"
+	"strconv"
+	"unicode"
 )
 
 // A campaign's own files (state.db, controller.log) are scanned after
@@ -12,22 +14,30 @@ import (
 // scan, and so each attempt's end, grow with the campaign. A file held in
 // memory whose last clean scan (same path, inode and scan) was of its
 // lines is compared with that scan block by block (64-bit hashes with the
-// cache's random seed); only the lines within reach of a changed block are
+// cache's random seed); only the bytes within reach of a changed block are
 // examined again.
 //
-// Why that finds all a whole scan finds:
-//   - Every line of the file was found clean by a scan before (the last
-//     one examined it, or it was unchanged since one that did).
-//   - A line break is never inside an escape (JSON strings hold no raw
-//     line break, and no escape consumes one), so the decoded view of a
-//     run of whole lines is that run's part of the whole file's decoded
-//     view, and the lines' numbers are counted from the file's start.
-//   - A finding is private text (a run of MinLen bytes in the raw view, of
-//     at most 6*MinLen+12 raw bytes in the decoded one) or a forbidden
-//     field in one line. One that lies in unchanged blocks alone was there,
-//     at the same place, when the file was found clean; so each lies within
-//     reach of a changed block: in the lines that hold the changed blocks,
-//     widened by that reach on both sides.
+// Why that finds all a whole scan finds. Every byte of the file was found
+// clean by a scan before (the last one examined it, or it was unchanged
+// since one that did), so a finding a scan of the unchanged file would
+// have made was not there; each finding now is one a change made:
+//   - Private text in the raw view is a run of MinLen bytes; a forbidden
+//     field in bytes is its pattern and the white space and colon after it
+//     (fieldBytes, overlap bytes): each depends on its bytes alone, so it
+//     holds a changed byte and lies within reach of it.
+//   - A key found by parsing a line depends on the whole line: a line that
+//     may be JSON (it begins with '{' or '[') is examined whole where the
+//     range cuts it.
+//   - Private text in the decoded view is decoded from at most 6*MinLen+12
+//     raw bytes, and depends on them and on where escapes begin, which a
+//     change alters from its place to the first place after it that follows
+//     11 bytes with no backslash (no escape is longer than 12; a run of
+//     backslashes, however long, carries the change through). So it lies
+//     within reach of the changed bytes and that run.
+//   - The range's decoded view, begun after 11 bytes with no backslash, is
+//     that range's part of the whole file's, but for an escape cut at its
+//     end, which reach leaves room for; a finding's line number is counted
+//     from the file's start.
 //
 // A file that is now, or was at its last clean scan, one JSON value is
 // scanned whole (its keys are found by parsing it whole).
@@ -68,6 +78,31 @@ func (c *ScanCache) setBlocks(k blocksKey, b *fileBlocks) {
 	c.blocks[k] = b
 }
 
+// takeBuf takes the buffer path was last read into (nil: none), and
+// putBuf gives it back for the next scan of path. A nil cache keeps none.
+func (c *ScanCache) takeBuf(path string) []byte {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.bufs[path]
+	delete(c.bufs, path)
+	return b
+}
+
+func (c *ScanCache) putBuf(path string, b []byte) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bufs == nil {
+		c.bufs = map[string][]byte{}
+	}
+	c.bufs[path] = b
+}
+
 // blockHashes hashes data in blockSize blocks.
 func blockHashes(seed maphash.Seed, data []byte) []uint64 {
 	hs := make([]uint64, 0, (len(data)+blockSize-1)/blockSize)
@@ -79,20 +114,64 @@ func blockHashes(seed maphash.Seed, data []byte) []uint64 {
 
 // reach is how far from a changed byte a finding that holds it can start
 // or end: a private run in the decoded view spans at most 6 raw bytes per
-// byte (\u00XX), and 12 for an escape cut at either end; a field pattern is
-// within its line, which is examined whole.
+// byte (\u00XX), and 12 for an escape cut at either end; a field pattern
+// with its white space and colon spans overlap bytes.
 func (s *privacyScan) reach() int {
-	if s.idx.empty() {
-		return 0
+	r := s.overlap
+	if !s.idx.empty() {
+		r = max(r, 6*s.idx.MinLen()+12)
 	}
-	return 6*s.idx.MinLen() + 12
+	return r
 }
 
-// changedLines returns the byte ranges [start, end) of data, each of whole
-// lines, that hold every block whose hash differs from prev (or that prev
-// did not have), widened by reach on both sides. Ranges do not overlap and
-// are in order.
-func changedLines(data []byte, hashes, prev []uint64, reach int) [][2]int {
+// syncBack moves p left until the maxEscape-1 bytes before it hold no
+// backslash: no escape runs across p, so the decoded view from p is the
+// whole view's from there.
+func syncBack(data []byte, p int) int {
+	for p > 0 {
+		i := bytes.LastIndexByte(data[max(0, p-(maxEscape-1)):p], '\\')
+		if i < 0 {
+			return p
+		}
+		p = max(0, p-(maxEscape-1)) + i
+	}
+	return 0
+}
+
+// syncForward moves p right until the maxEscape-1 bytes before it hold
+// no backslash: a change before p alters where escapes begin (through a run
+// of backslashes, however long) only up to such a place.
+func syncForward(data []byte, p int) int {
+	for p < len(data) {
+		i := bytes.LastIndexByte(data[max(0, p-(maxEscape-1)):p], '\\')
+		if i < 0 {
+			return p
+		}
+		p = min(len(data), max(0, p-(maxEscape-1))+i+maxEscape)
+	}
+	return len(data)
+}
+
+// jsonLineAt says whether the line that holds byte p is one a whole scan
+// may parse as JSON (it begins, after white space, with '{' or '['), and
+// returns its bounds.
+func jsonLineAt(data []byte, p int) (start, end int, json bool) {
+	start = bytes.LastIndexByte(data[:p], '\n') + 1
+	end = len(data)
+	if k := bytes.IndexByte(data[p:], '\n'); k >= 0 {
+		end = p + k + 1
+	}
+	t := bytes.TrimLeftFunc(data[start:end], unicode.IsSpace)
+	return start, end, len(t) > 0 && (t[0] == '{' || t[0] == '[')
+}
+
+// changedRanges returns the byte ranges [start, end) of data that hold
+// every block whose hash differs from prev (or that prev did not have),
+// widened: the start by reach, then back to where no escape runs across;
+// the end forward to where escapes are in step again, then by reach; both
+// out to the whole line where a line that may be JSON is cut. Ranges do not
+// overlap and are in order.
+func changedRanges(data []byte, hashes, prev []uint64, reach int) [][2]int {
 	var out [][2]int
 	for i := 0; i < len(hashes); {
 		if i < len(prev) && hashes[i] == prev[i] {
@@ -103,13 +182,15 @@ func changedLines(data []byte, hashes, prev []uint64, reach int) [][2]int {
 		for j < len(hashes) && (j >= len(prev) || hashes[j] != prev[j]) {
 			j++
 		}
-		lo, hi := max(i*blockSize-reach, 0), min(j*blockSize+reach, len(data))
-		// out to the line breaks before and after
-		lo = bytes.LastIndexByte(data[:lo], '\n') + 1
-		if k := bytes.IndexByte(data[hi:], '\n'); k >= 0 {
-			hi += k + 1
-		} else {
-			hi = len(data)
+		lo := syncBack(data, max(i*blockSize-reach, 0))
+		hi := min(syncForward(data, min(j*blockSize, len(data)))+reach, len(data))
+		if ls, _, js := jsonLineAt(data, lo); js {
+			lo = ls
+		}
+		if hi > lo {
+			if _, le, js := jsonLineAt(data, hi-1); js {
+				hi = le
+			}
 		}
 		if n := len(out); n > 0 && lo <= out[n-1][1] {
 			out[n-1][1] = max(out[n-1][1], hi)
@@ -137,21 +218,37 @@ func (s *privacyScan) memoryChanged(data []byte, rel string, prev *fileBlocks, i
 		return false
 	}
 	s.blocksNext.parsed = prev.parsed
-	ranges := changedLines(data, hashes, prev.hashes, s.reach())
+	ranges := changedRanges(data, hashes, prev.hashes, s.reach())
 	s.fig["files_partial"]++
-	s.lines = s.known         // the lines examined stay those of the last whole scan
-	n, at, scanned := 0, 0, 0 // n: lines before at, for the findings' line numbers
+	if s.known == nil {
+		s.known = map[uint64]bool{}
+	}
+	s.lines = s.known           // the lines examined clean: those before, and this scan's
+	pos, nl, scanned := 0, 0, 0 // nl: the line breaks before pos, for the findings' line numbers
 	for _, r := range ranges {
-		n += bytes.Count(data[at:r[0]], []byte{'\n'})
-		at = r[0]
+		nl += bytes.Count(data[pos:r[0]], []byte{'\n'})
+		pos = r[0]
 		part := data[r[0]:r[1]]
 		scanned += len(part)
 		s.privateBoth(part, rel)
 		for line := range bytes.Lines(part) {
-			n++
-			at += len(line)
-			if t := bytes.TrimSpace(line); len(t) > 0 && s.line(t, rel, n) {
-				s.blocksNext.parsed = true
+			start, num := pos, nl+1
+			if pos += len(line); line[len(line)-1] == '\n' {
+				nl++
+			}
+			if whole := (start == 0 || data[start-1] == '\n') && (pos == len(data) || data[pos-1] == '\n'); !whole {
+				// a piece of a line that is not JSON (changedRanges): its
+				// field patterns are where the whole line's are
+				s.fieldBytes(line, len(line), rel, "line "+strconv.Itoa(num))
+			} else if t := bytes.TrimSpace(line); len(t) > 0 {
+				// a line an earlier clean scan examined is clean (memory)
+				h := maphash.Bytes(s.seed, t)
+				js, ok := s.known[h]
+				if !ok {
+					js = s.line(t, rel, num)
+					s.lines[h] = js
+				}
+				s.blocksNext.parsed = s.blocksNext.parsed || js
 			}
 		}
 	}
