@@ -220,10 +220,9 @@ func (s *privacyScan) memoryChanged(data []byte, rel string, prev *fileBlocks, i
 	s.blocksNext.parsed = prev.parsed
 	ranges := changedRanges(data, hashes, prev.hashes, s.reach())
 	s.fig["files_partial"]++
-	if s.known == nil {
-		s.known = map[uint64]bool{}
-	}
-	s.lines = s.known           // the lines examined clean: those before, and this scan's
+	// The lines examined clean stay those of the last whole scan: the map
+	// is shared with any scan of the file at the same time, and only read.
+	s.lines = s.known
 	pos, nl, scanned := 0, 0, 0 // nl: the line breaks before pos, for the findings' line numbers
 	for _, r := range ranges {
 		nl += bytes.Count(data[pos:r[0]], []byte{'\n'})
@@ -242,11 +241,9 @@ func (s *privacyScan) memoryChanged(data []byte, rel string, prev *fileBlocks, i
 				s.fieldBytes(line, len(line), rel, "line "+strconv.Itoa(num))
 			} else if t := bytes.TrimSpace(line); len(t) > 0 {
 				// a line an earlier clean scan examined is clean (memory)
-				h := maphash.Bytes(s.seed, t)
-				js, ok := s.known[h]
+				js, ok := s.known[maphash.Bytes(s.seed, t)]
 				if !ok {
 					js = s.line(t, rel, num)
-					s.lines[h] = js
 				}
 				s.blocksNext.parsed = s.blocksNext.parsed || js
 			}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -456,5 +457,32 @@ func BenchmarkCampaignScan(b *testing.B) {
 			}
 			b.ReportMetric(scanned/float64(b.N), "bytes/op")
 		})
+	}
+}
+
+// Scans of the same files through one cache at the same time (attempts of
+// two slots ending together) agree, and share nothing they write (the race
+// detector watches).
+func TestPrivacyScanChangedLinesConcurrent(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	c := newCampaignFile(t, index(t, DefaultMinLeakBytes, secrets...))
+	data := jsonLines(r, 8*blockSize/100)
+	c.write(data)
+	c.scan()
+	for i := range 10 {
+		data = append(data, jsonLines(r, 20)...)
+		copy(data[r.IntN(len(data)-blockSize):], jsonLines(r, 5))
+		c.write(data)
+		verdicts := make([]Verdict, 4)
+		var wg sync.WaitGroup
+		for k := range verdicts {
+			wg.Go(func() { verdicts[k] = PrivacyScanCached(c.dir, c.fields, c.idx, nil, 1<<30, &c.cache, c.mtime) })
+		}
+		wg.Wait()
+		for k, v := range verdicts {
+			if v.Verdict != Pass {
+				t.Fatalf("edit %d, scan %d: %s %q", i, k, v.Verdict, v.Detail)
+			}
+		}
 	}
 }
