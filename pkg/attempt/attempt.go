@@ -225,34 +225,15 @@ func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
 	return v
 }
 
-// readyPhases are how often probeReady asks: every millisecond for the
-// first 50 ms (a stand-in or a warm server is ready within a few, and each
-// millisecond more is a millisecond of every run), then from 1 ms apart
-// doubling up to 5 ms until a second has passed, then every 250 ms (a real
-// server loads for minutes). A refused connection on loopback costs tens
-// of microseconds.
-var readyPhases = []struct{ until, interval time.Duration }{
-	{50 * time.Millisecond, time.Millisecond},
-	{time.Second, 5 * time.Millisecond},
-}
-
 // probeReady polls the server's health until it answers the expected
-// status, the server exits, or the protocol's ready timeout passes, as
-// often as readyPhases say.
+// status, the server exits, or the protocol's ready timeout passes: as
+// often as launch.ReadyPhases say, then every 250 ms (a real server loads
+// for minutes).
 func (a *Attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 	readyCtx, cancel := context.WithTimeout(ctx, time.Duration(a.run.Server.ReadyTimeoutS*float64(time.Second)))
 	defer cancel()
 	url := fmt.Sprintf("http://127.0.0.1:%d%s", a.port, a.run.Server.HealthPath)
-	start := time.Now()
-	for _, ph := range readyPhases {
-		phase, cancelPhase := context.WithDeadline(readyCtx, start.Add(ph.until))
-		err := launch.Probe(phase, url, a.run.Server.HealthStatus, ph.interval, srv.Done())
-		cancelPhase()
-		if err == nil || errors.Is(err, launch.ErrExited) || readyCtx.Err() != nil {
-			return err
-		}
-	}
-	return launch.Probe(readyCtx, url, a.run.Server.HealthStatus, 250*time.Millisecond, srv.Done())
+	return launch.ProbeReady(readyCtx, url, a.run.Server.HealthStatus, 250*time.Millisecond, srv.Done())
 }
 
 // supervise waits for the client while watching the server and the

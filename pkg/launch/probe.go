@@ -91,6 +91,31 @@ func Probe(ctx context.Context, url string, wantStatus int, interval time.Durati
 	}
 }
 
+// ReadyPhases are how often ProbeReady asks: every millisecond for the
+// first 50 ms (a stand-in or a warm server is ready within a few, and each
+// millisecond more is a millisecond of every run), then from 1 ms apart
+// doubling up to 5 ms until a second has passed. A refused connection on
+// loopback costs tens of microseconds.
+var ReadyPhases = []struct{ Until, Interval time.Duration }{
+	{50 * time.Millisecond, time.Millisecond},
+	{time.Second, 5 * time.Millisecond},
+}
+
+// ProbeReady is Probe as often as ReadyPhases say, from now, then every
+// slow apart until it answers wantStatus, exited closes or ctx ends.
+func ProbeReady(ctx context.Context, url string, wantStatus int, slow time.Duration, exited <-chan struct{}) error {
+	start := time.Now()
+	for _, ph := range ReadyPhases {
+		phase, cancel := context.WithDeadline(ctx, start.Add(ph.Until))
+		err := Probe(phase, url, wantStatus, ph.Interval, exited)
+		cancel()
+		if err == nil || errors.Is(err, ErrExited) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return Probe(ctx, url, wantStatus, slow, exited)
+}
+
 func probeOnce(ctx context.Context, client *http.Client, url string, want int) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, ProbeRequestTimeout)
 	defer cancel()

@@ -125,3 +125,23 @@ func TestProbeBadURL(t *testing.T) {
 		t.Fatalf("Probe of a malformed URL = %v; want an immediate error", err)
 	}
 }
+
+// ProbeReady asks as often as ReadyPhases say before the slow interval:
+// thirty failures are passed within the phases, never waiting the hour.
+func TestProbeReadyAsksOftenFirst(t *testing.T) {
+	srv, hits := statusServer(t, 30)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := ProbeReady(ctx, srv.URL+"/health", http.StatusOK, time.Hour, nil); err != nil {
+		t.Fatalf("ProbeReady with a one-hour slow interval: %v", err)
+	}
+	if n := hits.Load(); n != 31 {
+		t.Errorf("%d requests, want 31 (thirty 503s, then 200)", n)
+	}
+	exited := make(chan struct{})
+	close(exited)
+	unavailable, _ := statusServer(t, -1)
+	if err := ProbeReady(ctx, unavailable.URL+"/health", http.StatusOK, time.Hour, exited); !errors.Is(err, ErrExited) {
+		t.Errorf("a process that exited: %v, want ErrExited", err)
+	}
+}
