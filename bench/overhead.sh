@@ -4,7 +4,8 @@
 # fsynced), against a plain bash loop doing the same process work (start the
 # server in its own group, poll its health with curl, run the client, kill
 # the group, wait). Prints runs per second for both and their ratio;
-# ROUNDS=3 times both three times in turn and prints each round.
+# ROUNDS=3 times both three times in turn and prints each round; TIMELINE=1
+# prints, after each controller round, the median of each transition.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
@@ -51,6 +52,8 @@ controller() {
   end=$(date +%s.%N)
   ctl=$(rate "$start" "$end")
   complete=$(bin/ctlq runs -d "$work/camp" --state complete -o json | grep -c '"id"' || true)
+  # TIMELINE=1: where each round's runs spent their time (bench/timeline.py)
+  if [ -n "${TIMELINE:-}" ]; then python3 bench/timeline.py "$work/camp"; fi
 }
 
 loop() {
