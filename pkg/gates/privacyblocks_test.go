@@ -87,6 +87,16 @@ func jsonLines(r *rand.Rand, n int) []byte {
 	return b.Bytes()
 }
 
+// scannedJSONLines is a campaign file of n JSON lines (from seed), scanned
+// once through its cache, and its content.
+func scannedJSONLines(t *testing.T, seed uint64, n int) (*campaignFile, []byte) {
+	c := newCampaignFile(t, nil)
+	base := jsonLines(rand.New(rand.NewPCG(seed, seed+1)), n)
+	c.write(base)
+	c.scan()
+	return c, base
+}
+
 // The scan of changed lines finds what a whole scan finds, for leaks put
 // where the blocks meet, across them, in the decoded view and in a line
 // that begins in an unchanged block; and it is what scanned the file
@@ -157,11 +167,7 @@ func TestPrivacyScanChangedLines(t *testing.T) {
 // A line number in a finding is counted from the file's start, as a whole
 // scan counts it.
 func TestPrivacyScanChangedLinesNumbersLines(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	c := newCampaignFile(t, nil)
-	base := jsonLines(r, 3*blockSize/100)
-	c.write(base)
-	c.scan()
+	c, base := scannedJSONLines(t, 3, 3*blockSize/100)
 	c.write(append(slices.Clone(base), []byte("not json: \"generated_text\": here\n")...))
 	v, w := c.scan()
 	if v.Verdict != Fail || v.Detail != w.Detail || !strings.Contains(v.Detail, fmt.Sprintf("line %d,", bytes.Count(base, []byte("\n"))+1)) {
@@ -172,11 +178,7 @@ func TestPrivacyScanChangedLinesNumbersLines(t *testing.T) {
 // What is compared is the file it was: another inode, or a file that is
 // now one JSON value (parsed whole for its keys), is scanned whole.
 func TestPrivacyScanChangedLinesWholeWhenNotTheSame(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	c := newCampaignFile(t, nil)
-	base := jsonLines(r, 2*blockSize/100)
-	c.write(base)
-	c.scan()
+	c, base := scannedJSONLines(t, 5, 2*blockSize/100)
 	// replaced by another file with the same bytes but a leak at its end
 	tmp := c.path + ".new"
 	if err := os.WriteFile(tmp, append(slices.Clone(base), []byte("\"messages\": []\n")...), 0o600); err != nil {
