@@ -173,13 +173,18 @@ func jsonLineAt(data []byte, p int) (start, end int, json bool) {
 // overlap and are in order.
 func changedRanges(data []byte, hashes, prev []uint64, reach int) [][2]int {
 	var out [][2]int
+	// a file cut short at a block's end has its new last block examined:
+	// an escape the cut left unfinished is decoded otherwise than before
+	changed := func(i int) bool {
+		return i >= len(prev) || hashes[i] != prev[i] || (i == len(hashes)-1 && len(hashes) < len(prev))
+	}
 	for i := 0; i < len(hashes); {
-		if i < len(prev) && hashes[i] == prev[i] {
+		if !changed(i) {
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(hashes) && (j >= len(prev) || hashes[j] != prev[j]) {
+		for j < len(hashes) && changed(j) {
 			j++
 		}
 		lo := syncBack(data, max(i*blockSize-reach, 0))

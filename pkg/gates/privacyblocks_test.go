@@ -488,3 +488,31 @@ func TestPrivacyScanChangedLinesConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A file cut short at a block's end has its new last block examined: the
+// escape the cut leaves unfinished is decoded otherwise than before (here
+// it completes a private value whose start is escaped: found in neither
+// view before the cut).
+func TestPrivacyScanChangedLinesFileCutShort(t *testing.T) {
+	prefix := `4471: the patient said "stop" at noon, code ` // 44 bytes: short of a leak alone
+	value := prefix + `\u00`
+	raw, _ := json.Marshal(prefix) // "note 4471: the patient said \"stop\" ..."
+	raw = append(raw[1:len(raw)-1], `\u00`...)
+	c := newCampaignFile(t, index(t, DefaultMinLeakBytes, []byte(value)))
+	data := textLines(4 * blockSize / 60)
+	cut := 2 * blockSize
+	copy(data[cut-len(raw):], raw)
+	copy(data[cut:], "41 and the rest of the line")
+	c.write(data)
+	if v, w := c.scan(); v.Verdict != Pass || w.Verdict != Pass {
+		t.Fatalf("the base: %s %q, whole %s %q", v.Verdict, v.Detail, w.Verdict, w.Detail)
+	}
+	c.write(data[:cut])
+	v, w := c.scan()
+	if w.Verdict != Fail {
+		t.Fatalf("the whole scan of the cut file: %s %q, want the private value found (the case is wrong)", w.Verdict, w.Detail)
+	}
+	if v.Verdict != Fail || v.Figures["files_partial"] != 1 {
+		t.Errorf("cut short: %s %q %v, want the private value found", v.Verdict, v.Detail, v.Figures)
+	}
+}
