@@ -102,9 +102,9 @@ func PrivacyScan(dir string, forbiddenFields []string, private *PrivateIndex, sk
 // told by a 64-bit hash with a random seed); private text is still
 // searched in the whole file, across lines. A file held in memory that is
 // the same file as at its last clean scan is compared with that scan in
-// blocks, and only the lines within reach of a changed block are examined
+// blocks, and only the bytes within reach of a changed block are examined
 // (privacyblocks.go). Figures: files_unchanged counts the files left out,
-// files_partial the files scanned by their changed lines, bytes_unchanged
+// files_partial the files scanned by their changed blocks, bytes_unchanged
 // the bytes those left out. Meant for a campaign's own files, scanned
 // after every attempt, most of which (provenance copies) never change.
 // cache nil is PrivacyScan.

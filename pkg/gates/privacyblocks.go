@@ -207,7 +207,7 @@ func changedRanges(data []byte, hashes, prev []uint64, reach int) [][2]int {
 	return out
 }
 
-// memoryChanged scans only the lines within reach of the blocks of data
+// memoryChanged scans only the bytes within reach of the blocks of data
 // that changed since the file's last clean scan (prev), and reports
 // whether it could: false leaves the whole file to memory. It sets the
 // blocks the next scan compares with.
