@@ -493,29 +493,32 @@ func (s *privacyScan) memory(data []byte, rel string) {
 	n := 0
 	for line := range bytes.Lines(data) {
 		n++
-		t := bytes.TrimSpace(line)
-		if len(t) == 0 {
-			continue
-		}
-		var h uint64
-		if s.lines != nil {
-			// a line an earlier clean scan of this file examined is
-			// clean: what is found in a line depends on its bytes alone
-			h = maphash.Bytes(s.seed, t)
-			if js, ok := s.known[h]; ok {
-				s.lines[h], parsed = js, parsed || js
-				continue
-			}
-		}
-		js := s.line(t, rel, n)
-		parsed = parsed || js
-		if s.lines != nil {
-			s.lines[h] = js
+		if t := bytes.TrimSpace(line); len(t) > 0 {
+			parsed = s.lineOnce(t, rel, n, s.lines) || parsed
 		}
 	}
 	if parsed {
 		s.fig["files_parsed"]++
 	}
+}
+
+// lineOnce scans the line t (trimmed, line n) unless an earlier clean scan
+// of this file examined it (known: what is found in a line depends on its
+// bytes alone), notes it in into (nil: nowhere), and reports whether it is
+// a JSON value.
+func (s *privacyScan) lineOnce(t []byte, rel string, n int, into map[uint64]bool) bool {
+	if s.known == nil && into == nil {
+		return s.line(t, rel, n)
+	}
+	h := maphash.Bytes(s.seed, t)
+	js, ok := s.known[h]
+	if !ok {
+		js = s.line(t, rel, n)
+	}
+	if into != nil {
+		into[h] = js
+	}
+	return js
 }
 
 // line scans one line of a file that is not one JSON value: its keys

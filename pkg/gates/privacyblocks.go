@@ -124,30 +124,39 @@ func (s *privacyScan) reach() int {
 	return r
 }
 
-// syncBack moves p left until the maxEscape-1 bytes before it hold no
-// backslash: no escape runs across p, so the decoded view from p is the
-// whole view's from there.
+// backslashBefore is the last backslash among the maxEscape-1 bytes before
+// p, -1 when there is none: then no escape runs across p.
+func backslashBefore(data []byte, p int) int {
+	from := max(0, p-(maxEscape-1))
+	if i := bytes.LastIndexByte(data[from:p], '\\'); i >= 0 {
+		return from + i
+	}
+	return -1
+}
+
+// syncBack moves p left until no escape runs across it, so that the
+// decoded view from p is the whole view's from there.
 func syncBack(data []byte, p int) int {
 	for p > 0 {
-		i := bytes.LastIndexByte(data[max(0, p-(maxEscape-1)):p], '\\')
+		i := backslashBefore(data, p)
 		if i < 0 {
 			return p
 		}
-		p = max(0, p-(maxEscape-1)) + i
+		p = i
 	}
 	return 0
 }
 
-// syncForward moves p right until the maxEscape-1 bytes before it hold
-// no backslash: a change before p alters where escapes begin (through a run
-// of backslashes, however long) only up to such a place.
+// syncForward moves p right until no escape runs across it: a change
+// before p alters where escapes begin (through a run of backslashes,
+// however long) only up to such a place.
 func syncForward(data []byte, p int) int {
 	for p < len(data) {
-		i := bytes.LastIndexByte(data[max(0, p-(maxEscape-1)):p], '\\')
+		i := backslashBefore(data, p)
 		if i < 0 {
 			return p
 		}
-		p = min(len(data), max(0, p-(maxEscape-1))+i+maxEscape)
+		p = min(len(data), i+maxEscape)
 	}
 	return len(data)
 }
@@ -244,13 +253,8 @@ func (s *privacyScan) memoryChanged(data []byte, rel string, prev *fileBlocks, i
 				// a piece of a line that is not JSON (changedRanges): its
 				// field patterns are where the whole line's are
 				s.fieldBytes(line, len(line), rel, "line "+strconv.Itoa(num))
-			} else if t := bytes.TrimSpace(line); len(t) > 0 {
-				// a line an earlier clean scan examined is clean (memory)
-				js, ok := s.known[maphash.Bytes(s.seed, t)]
-				if !ok {
-					js = s.line(t, rel, num)
-				}
-				s.blocksNext.parsed = s.blocksNext.parsed || js
+			} else if t := bytes.TrimSpace(line); len(t) > 0 && s.lineOnce(t, rel, num, nil) {
+				s.blocksNext.parsed = true
 			}
 		}
 	}

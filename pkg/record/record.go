@@ -315,8 +315,7 @@ func Store(s *state.Store, run string, n int, rep Report) error {
 	with := state.With{Gates: rep.Gates, Ledger: rep.Ledger}
 	_, err := s.TransitionWith(run, n, rep.To, rep.Reason, rep.Message, rep.Figures, func(at *state.Attempt) error {
 		for _, p := range rep.Procs {
-			at.Procs = append(at.Procs, p)
-			at.Commands = append(at.Commands, p.Argv)
+			addProc(at, p)
 		}
 		at.Exits = append(at.Exits, rep.Exits...)
 		at.Signals = append(at.Signals, rep.Signals...)
@@ -335,9 +334,14 @@ func Store(s *state.Store, run string, n int, rep Report) error {
 // StoreProc records a started process of the attempt, and its command.
 func StoreProc(s *state.Store, run string, n int, p state.Proc) error {
 	_, err := s.UpdateAttempt(run, n, func(at *state.Attempt) error {
-		at.Procs = append(at.Procs, p)
-		at.Commands = append(at.Commands, p.Argv)
+		addProc(at, p)
 		return nil
 	})
 	return err
+}
+
+// addProc adds a started process and its command to the attempt's record.
+func addProc(at *state.Attempt, p state.Proc) {
+	at.Procs = append(at.Procs, p)
+	at.Commands = append(at.Commands, p.Argv)
 }
