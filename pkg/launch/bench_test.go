@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -44,6 +45,22 @@ func BenchmarkStartReap(b *testing.B) {
 		}
 		if p.Exit().Code != 3 {
 			b.Fatalf("exit %+v", p.Exit())
+		}
+	}
+}
+
+// BenchmarkListenerPIDs measures the listener gate's look for who holds
+// a port: the socket tables and every process's descriptors.
+func BenchmarkListenerPIDs(b *testing.B) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	for b.Loop() {
+		if _, err := ListenerPIDs(port); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

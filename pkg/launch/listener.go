@@ -2,14 +2,18 @@ package launch
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -131,42 +135,109 @@ func parseListenLine(line string, port int) (uint64, bool, error) {
 
 // socketHolders scans every process's descriptors for the inodes. A
 // process that ends during the scan, or whose descriptors cannot be read,
-// is passed over; what it held counts as not found.
+// is passed over; what it held counts as not found. The processes are
+// split among holderWorkers goroutines (a host runs thousands of
+// descriptors; each is a readlink), all ended when it returns.
 func socketHolders(inodes map[uint64]bool) ([]int, map[uint64]bool, error) {
-	procs, err := os.ReadDir(procRoot)
+	dir, err := os.Open(procRoot)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list processes: %w", err)
 	}
-	found := map[uint64]bool{}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list processes: %w", err)
+	}
 	var pids []int
-	for _, e := range procs {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
-		fdDir := filepath.Join(procRoot, e.Name(), "fd")
-		fds, err := os.ReadDir(fdDir)
-		if err != nil {
-			continue
-		}
-		holds := false
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
-			if err != nil || !strings.HasPrefix(link, "socket:[") {
-				continue
-			}
-			ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]"), 10, 64)
-			if err == nil && inodes[ino] {
-				found[ino], holds = true, true
-			}
-		}
-		if holds {
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil && pid > 0 {
 			pids = append(pids, pid)
 		}
 	}
-	slices.Sort(pids)
-	return pids, found, nil
+	type holder struct {
+		pid    int
+		inodes []uint64
+	}
+	workers := min(holderWorkers, runtime.GOMAXPROCS(0), len(pids)/holdersPerWorker+1)
+	held := make([][]holder, workers)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			buf := make([]byte, 64)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(pids) {
+					return
+				}
+				if found := heldInodes(pids[i], inodes, buf); len(found) > 0 {
+					held[w] = append(held[w], holder{pids[i], found})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	found := map[uint64]bool{}
+	var out []int
+	for _, hs := range held {
+		for _, h := range hs {
+			out = append(out, h.pid)
+			for _, ino := range h.inodes {
+				found[ino] = true
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, found, nil
 }
+
+// holderWorkers bounds the goroutines of a socket-holder scan;
+// holdersPerWorker is how many processes a further one must have to take.
+const (
+	holderWorkers    = 8
+	holdersPerWorker = 64
+)
+
+// heldInodes returns which of the inodes process pid holds a descriptor
+// of: its descriptors read as links "socket:[INODE]" through buf, without
+// building a path for each. A process whose descriptors cannot be read
+// holds none.
+func heldInodes(pid int, inodes map[uint64]bool, buf []byte) []uint64 {
+	// raw descriptors: an os.File would register each with the poller
+	dfd, err := unix.Open(procRoot+"/"+strconv.Itoa(pid)+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(dfd)
+	var found []uint64
+	dents := make([]byte, 8<<10)
+	var names []string
+	for {
+		n, err := unix.ReadDirent(dfd, dents)
+		if err != nil || n <= 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(dents[:n], -1, names[:0])
+		for _, fd := range names {
+			n, err := unix.Readlinkat(dfd, fd, buf)
+			if err != nil || n >= len(buf) {
+				continue // gone, or longer than any socket link
+			}
+			link := buf[:n]
+			if !bytes.HasPrefix(link, socketLink) || link[n-1] != ']' {
+				continue
+			}
+			ino, err := strconv.ParseUint(string(link[len(socketLink):n-1]), 10, 64)
+			if err == nil && inodes[ino] {
+				found = append(found, ino)
+			}
+		}
+	}
+	return found
+}
+
+// socketLink begins the link of a socket's descriptor.
+var socketLink = []byte("socket:[")
 
 // ImpostorError names a listener that does not belong to the attempt.
 type ImpostorError struct {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -36,6 +37,39 @@ func TestListenerPIDsFindsTheHolder(t *testing.T) {
 				t.Fatalf("ListenerPIDs(%d) = %v, want this process %d", port, pids, os.Getpid())
 			}
 		})
+	}
+}
+
+// A listening socket several processes hold (children that inherited
+// it) names every holder, however the scan splits the processes.
+func TestListenerPIDsFindsEveryHolder(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := []int{os.Getpid()}
+	for range 3 {
+		cmd := exec.Command("sleep", "60")
+		cmd.ExtraFiles = []*os.File{f}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		want = append(want, cmd.Process.Pid)
+	}
+	slices.Sort(want)
+	pids, err := ListenerPIDs(ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pids, want) {
+		t.Fatalf("ListenerPIDs = %v, want the test process and its three children %v", pids, want)
 	}
 }
 
