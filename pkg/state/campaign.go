@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
@@ -142,9 +143,42 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 
 // Runs returns every run, sorted by Order.
 func (s *Store) Runs() ([]Run, error) {
-	runs, err := viewRecords[Run](s, "read runs", bucketRuns, nil)
+	var runs []Run
+	err := s.view("read runs", func(tx *bolt.Tx) error {
+		s.runsMu.Lock()
+		defer s.runsMu.Unlock()
+		if s.runs == nil {
+			s.runs = map[string]decodedRun{}
+		}
+		runs = make([]Run, 0, len(s.runs))
+		return tx.Bucket(bucketRuns).ForEach(func(k, raw []byte) error {
+			d, ok := s.runs[string(k)]
+			if !ok || !bytes.Equal(d.raw, raw) {
+				d = decodedRun{raw: bytes.Clone(raw)}
+				if err := decode(k, raw, &d.run); err != nil {
+					return err
+				}
+				s.runs[string(k)] = d
+			}
+			r := d.run
+			r.Needs = slices.Clone(r.Needs)
+			runs = append(runs, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
 	slices.SortStableFunc(runs, func(a, b Run) int { return cmp.Compare(a.Order, b.Order) })
-	return runs, err
+	return runs, nil
+}
+
+// decodedRun is a run and the stored bytes it was decoded from: a pass
+// that reads every run (the runner reads them all before each decision)
+// decodes only those whose bytes changed since.
+type decodedRun struct {
+	raw []byte
+	run Run
 }
 
 // Run returns one run, or ErrNotFound.

@@ -58,6 +58,11 @@ type Store struct {
 	// file is the database's open file, bbolt's: Sync asks the kernel
 	// through it for the file system's write-back errors.
 	file *os.File
+
+	// runs holds each run as last decoded, with the bytes it was decoded
+	// from (Runs).
+	runsMu sync.Mutex
+	runs   map[string]decodedRun
 }
 
 // Open opens or creates the database at path for reading and writing,
