@@ -93,9 +93,8 @@ func New(env *Env, rec record.Recorder, s Spec) *Attempt {
 func (a *Attempt) Execute(ctx context.Context) Outcome {
 	c := a.env
 	a.ctx = ctx
-	if err := a.Transition(state.Reserved, "", "budget reserved for the wave", nil); err != nil {
-		return a.harness(err)
-	}
+	// reserved and preflight: one commit, nothing acts between them
+	a.Pass(state.Reserved, "budget reserved for the wave")
 	if ctx.Err() != nil {
 		return a.interrupt("stopped before preflight")
 	}

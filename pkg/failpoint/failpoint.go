@@ -20,8 +20,7 @@ const EnvVar = "WARDEN_FAILPOINT"
 var Names = []string{
 	"wave-reserved",
 	"attempt-created",
-	"before-transition:reserved", "after-transition:reserved",
-	"before-transition:preflight", "after-transition:preflight",
+	"before-transition:preflight", "after-transition:preflight", // with reserved, passed through
 	"before-transition:starting", "after-transition:starting",
 	"server-started-unrecorded",
 	"before-transition:ready", "after-transition:ready",

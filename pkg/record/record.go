@@ -48,7 +48,10 @@ type Report struct {
 	EarlyBackground bool `json:"early_background,omitempty"`
 	// Evidence are digests of the attempt's evidence files (Seal).
 	Evidence []state.EvidenceFile `json:"evidence,omitempty"`
-	At       time.Time            `json:"at"`
+	// Through are the states passed through on the way to To (Pass),
+	// each recorded with its event before To's.
+	Through []state.Hop `json:"through,omitempty"`
+	At      time.Time   `json:"at"`
 }
 
 // ReportSchema is the version of Report.
@@ -87,6 +90,7 @@ type Record struct {
 	pendGates    []state.GateVerdict
 	pendLedger   []state.LedgerEntry
 	pendEvidence []state.EvidenceFile
+	pendHops     []state.Hop
 	state        state.AttemptState
 	figures      map[string]float64 // the attempt's own figures, written with each transition
 	// earlyBackground: this background load's client ended before its
@@ -140,14 +144,27 @@ func (r *Record) diskFull() (int64, string) {
 // since the last one.
 func (r *Record) Transition(to state.AttemptState, reason state.Reason, msg string, figures map[string]float64) error {
 	err := r.cfg.Recorder.Transition(r.runID, r.n, Report{To: to, Reason: reason, Message: msg, Figures: figures, EarlyBackground: r.earlyBackground,
-		Procs: r.pendProcs, Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger, Evidence: r.pendEvidence})
+		Procs: r.pendProcs, Exits: r.pendExits, Signals: r.pendSigs, AttemptFigures: r.figures, Gates: r.pendGates, Ledger: r.pendLedger, Evidence: r.pendEvidence,
+		Through: r.pendHops})
 	if err != nil {
 		return err
 	}
-	r.pendProcs, r.pendExits, r.pendSigs, r.pendGates, r.pendLedger, r.pendEvidence = nil, nil, nil, nil, nil, nil
+	for _, h := range r.pendHops {
+		r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(h.To)).Str("reason", "").Msg(h.Message)
+	}
+	r.pendProcs, r.pendExits, r.pendSigs, r.pendGates, r.pendLedger, r.pendEvidence, r.pendHops = nil, nil, nil, nil, nil, nil, nil
 	r.state = to
 	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 	return nil
+}
+
+// Pass notes that the attempt is in the live state to, recorded with the
+// next transition, in its transaction, with an event of its own: for a
+// state after which nothing acts before the next (one commit, not two).
+// State says to from here.
+func (r *Record) Pass(to state.AttemptState, msg string) {
+	r.pendHops = append(r.pendHops, state.Hop{To: to, Message: msg})
+	r.state = to
 }
 
 // Gate notes a gate's verdict: gates.jsonl at once, the database with the
@@ -312,7 +329,7 @@ func ServerProc(a state.Attempt) *state.Proc {
 // transaction: the state entered, and the exits, signals, figures, gate
 // verdicts and ledger entries that came with it.
 func Store(s *state.Store, run string, n int, rep Report) error {
-	with := state.With{Gates: rep.Gates, Ledger: rep.Ledger}
+	with := state.With{Gates: rep.Gates, Ledger: rep.Ledger, Through: rep.Through}
 	_, err := s.TransitionWith(run, n, rep.To, rep.Reason, rep.Message, rep.Figures, func(at *state.Attempt) error {
 		for _, p := range rep.Procs {
 			addProc(at, p)

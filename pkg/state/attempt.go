@@ -125,6 +125,16 @@ func (s *Store) Transition(runID string, n int, to AttemptState, reason Reason, 
 type With struct {
 	Gates  []GateVerdict
 	Ledger []LedgerEntry
+	// Through are live states the attempt passes through, in order, on
+	// its way to the transition's state, each with its own event: one
+	// commit for steps between which nothing acts.
+	Through []Hop
+}
+
+// Hop is a state passed through on the way to a transition's (With).
+type Hop struct {
+	To      AttemptState `json:"to"`
+	Message string       `json:"message,omitempty"`
 }
 
 // TransitionWith is Transition that also records the gate verdicts and
@@ -140,6 +150,11 @@ func (s *Store) TransitionWith(runID string, n int, to AttemptState, reason Reas
 		}
 		for i := range with.Ledger {
 			if err := s.addLedgerTx(tx, &with.Ledger[i]); err != nil {
+				return nil, err
+			}
+		}
+		for _, h := range with.Through {
+			if err := s.passThrough(tx, a, r, h); err != nil {
 				return nil, err
 			}
 		}
@@ -167,6 +182,24 @@ func (s *Store) TransitionWith(runID string, n int, to AttemptState, reason Reas
 		return &Event{From: string(from), To: string(to), Reason: string(applied),
 			Message: msg, Figures: figures}, nil
 	})
+}
+
+// passThrough moves a to the live state h.To with its event, inside the
+// transaction of the transition it comes before.
+func (s *Store) passThrough(tx *bolt.Tx, a *Attempt, r *Run, h Hop) error {
+	if !h.To.Live() {
+		return fmt.Errorf("%w: state %q passed through is not a live one", ErrInvalid, h.To)
+	}
+	if err := checkTransition(a.State, h.To); err != nil {
+		return err
+	}
+	stored, err := s.appendEvent(tx, Event{Run: a.RunID, Attempt: a.N, From: string(a.State), To: string(h.To), Message: h.Message})
+	if err != nil {
+		return err
+	}
+	a.State, r.LastState = h.To, h.To
+	a.EventSeqs = append(a.EventSeqs, stored.Seq)
+	return nil
 }
 
 // applyReason checks reason against the transition to `to` and records it on
