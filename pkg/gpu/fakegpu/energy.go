@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,14 +49,19 @@ func (b *Backend) advanceEnergy(i int, mw int64) (uint64, error) {
 	}
 
 	path := filepath.Join(dir, strconv.Itoa(i)+".json")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("energy of fake GPU %d: %w", i, err)
+	}
+	defer f.Close()
 	now := b.now().UnixNano()
 	var rec energyRecord
-	data, err := os.ReadFile(path)
+	data, err := io.ReadAll(f)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		rec.AtUnixNS = now // the counter starts at this read
 	case err != nil:
 		return 0, fmt.Errorf("energy of fake GPU %d: %w", i, err)
+	case len(data) == 0:
+		rec.AtUnixNS = now // the counter starts at this read
 	default:
 		if err := json.Unmarshal(data, &rec); err != nil {
 			return 0, fmt.Errorf("energy of fake GPU %d: decode %s: %w", i, path, err)
@@ -73,10 +78,15 @@ func (b *Backend) advanceEnergy(i int, mw int64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("energy of fake GPU %d: %w", i, err)
 	}
-	// Renamed into place but not fsynced: the counter is a fake's, read
-	// under the lock; losing its last update in a power cut costs nothing,
-	// and an fsync on every read would dominate the controller's per-run cost.
-	if err := writeFileRenamed(path, append(out, '\n')); err != nil {
+	// Rewritten in place under the lock, which every reader takes, and
+	// not fsynced: the counter is a fake's; losing its last update in a
+	// power cut costs nothing, and a new file (or an fsync) on every read
+	// would weigh on the controller's per-run cost as no NVML read does.
+	out = append(out, '\n')
+	if _, err := f.WriteAt(out, 0); err != nil {
+		return 0, fmt.Errorf("energy of fake GPU %d: %w", i, err)
+	}
+	if err := f.Truncate(int64(len(out))); err != nil {
 		return 0, fmt.Errorf("energy of fake GPU %d: %w", i, err)
 	}
 	return rec.NJ / 1e6, nil

@@ -353,8 +353,8 @@ func BenchmarkSample(b *testing.B) {
 	}
 }
 
-// BenchmarkEnergy reads the energy counters of 8 fake GPUs: a locked,
-// fsynced update per GPU.
+// BenchmarkEnergy reads the energy counters of 8 fake GPUs: a locked
+// update in place per GPU.
 func BenchmarkEnergy(b *testing.B) {
 	_, be := newHost(b, 8)
 	indices := []int{0, 1, 2, 3, 4, 5, 6, 7}
