@@ -44,16 +44,22 @@ sed -i "s/matrix: {run: all}/matrix: {run: [$(seq -f "r%03g" 1 "$N" | paste -sd,
 ROUNDS=${ROUNDS:-1}
 rate() { echo "$1 $2" | awk -v n="$N" '{printf "%.2f", n/($2-$1)}'; }
 
+# Each round's campaign gets a directory of its own, all removed at exit:
+# removing the last one's thousands of files just before a round made the
+# file system's inode allocation slower for the next (ext4 passes over
+# recently freed inodes), so a round ran slower the more rounds came before.
+rounds_run=0
 controller() {
-  rm -rf "$work/camp"
+  rounds_run=$((rounds_run + 1))
+  camp="$work/camp.$rounds_run"
   local start end
   start=$(date +%s.%N)
-  "$CONTROLLER" start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$work/camp" >/dev/null 2>"$work/controller.err"
+  "$CONTROLLER" start --foreground --gpu-backend fake -f "$work/overhead.yaml" -d "$camp" >/dev/null 2>"$work/controller.err"
   end=$(date +%s.%N)
   ctl=$(rate "$start" "$end")
-  complete=$(bin/ctlq runs -d "$work/camp" --state complete -o json | grep -c '"id"' || true)
+  complete=$(bin/ctlq runs -d "$camp" --state complete -o json | grep -c '"id"' || true)
   # TIMELINE=1: where each round's runs spent their time (bench/timeline.py)
-  if [ -n "${TIMELINE:-}" ]; then python3 bench/timeline.py "$work/camp"; fi
+  if [ -n "${TIMELINE:-}" ]; then python3 bench/timeline.py "$camp"; fi
 }
 
 loop() {
