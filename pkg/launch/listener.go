@@ -164,13 +164,13 @@ func socketHolders(inodes map[uint64]bool) ([]int, map[uint64]bool, error) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			buf := make([]byte, 64)
+			buf, dents := make([]byte, 64), make([]byte, 8<<10)
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(pids) {
 					return
 				}
-				if found := heldInodes(pids[i], inodes, buf); len(found) > 0 {
+				if found := heldInodes(pids[i], inodes, buf, dents); len(found) > 0 {
 					held[w] = append(held[w], holder{pids[i], found})
 				}
 			}
@@ -199,10 +199,10 @@ const (
 )
 
 // heldInodes returns which of the inodes process pid holds a descriptor
-// of: its descriptors read as links "socket:[INODE]" through buf, without
-// building a path for each. A process whose descriptors cannot be read
-// holds none.
-func heldInodes(pid int, inodes map[uint64]bool, buf []byte) []uint64 {
+// of: its descriptors listed through dents and read as links
+// "socket:[INODE]" through buf, without building a path for each. A
+// process whose descriptors cannot be read holds none.
+func heldInodes(pid int, inodes map[uint64]bool, buf, dents []byte) []uint64 {
 	// raw descriptors: an os.File would register each with the poller
 	dfd, err := unix.Open(procRoot+"/"+strconv.Itoa(pid)+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -210,7 +210,6 @@ func heldInodes(pid int, inodes map[uint64]bool, buf []byte) []uint64 {
 	}
 	defer unix.Close(dfd)
 	var found []uint64
-	dents := make([]byte, 8<<10)
 	var names []string
 	for {
 		n, err := unix.ReadDirent(dfd, dents)
