@@ -1,6 +1,7 @@
 // Package record is an attempt's record in the making and where it goes.
 // A Record notes what happens to an attempt (process exits, signals sent,
-// gate verdicts, ledger entries, its own figures) and writes it with the
+// gate verdicts, ledger entries, its own figures, states passed through
+// with nothing acting in them) and writes it with the
 // attempt's next transition, in that transition's one write, through a
 // Recorder: the campaign's database when the controller runs the attempt,
 // JSON lines on the node-side runner's standard output when a Slurm node
@@ -12,8 +13,9 @@
 //
 // A node-side runner writes one Report per line: first Kind "step" (the
 // Slurm step's identity), then "proc" for each process started and
-// "transition" for each state entered, with what was noted since the last.
-// ReportSchema is its version. The controller applies each report as it
+// "transition" for each state entered, with what was noted since the last
+// (the states passed through on the way, Through, among it). ReportSchema
+// is its version. The controller applies each report as it
 // arrives, as it would its own attempt's record.
 //
 // # Readable logs
