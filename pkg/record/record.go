@@ -150,12 +150,17 @@ func (r *Record) Transition(to state.AttemptState, reason state.Reason, msg stri
 		return err
 	}
 	for _, h := range r.pendHops {
-		r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(h.To)).Str("reason", "").Msg(h.Message)
+		r.logEntered(h.To, "", h.Message)
 	}
 	r.pendProcs, r.pendExits, r.pendSigs, r.pendGates, r.pendLedger, r.pendEvidence, r.pendHops = nil, nil, nil, nil, nil, nil, nil
 	r.state = to
-	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
+	r.logEntered(to, reason, msg)
 	return nil
+}
+
+// logEntered logs the attempt's entry into state to.
+func (r *Record) logEntered(to state.AttemptState, reason state.Reason, msg string) {
+	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 }
 
 // Pass notes that the attempt is in the live state to, recorded with the

@@ -89,6 +89,28 @@ func TestTransitionCarriesTheNotesOnce(t *testing.T) {
 	}
 }
 
+// A state passed through goes with the next transition, once, and is
+// where the attempt is until then.
+func TestPassGoesWithTheNextTransition(t *testing.T) {
+	m := &memory{}
+	r, _ := newRecord(t, m, nil)
+	r.Pass(state.Reserved, "reserved")
+	if r.State() != state.Reserved || len(m.reports) != 0 {
+		t.Fatalf("after Pass: state %s, %d reports written", r.State(), len(m.reports))
+	}
+	for _, to := range []state.AttemptState{state.Preflight, state.Starting} {
+		if err := r.Transition(to, "", string(to), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if th := m.reports[0].Through; len(th) != 1 || th[0] != (state.Hop{To: state.Reserved, Message: "reserved"}) {
+		t.Fatalf("the first transition carries %+v, want the state passed through", th)
+	}
+	if th := m.reports[1].Through; len(th) != 0 {
+		t.Fatalf("the second transition carries %+v again", th)
+	}
+}
+
 // A transition that cannot be written keeps the notes for the next one and
 // the state where it was.
 func TestRefusedTransitionKeepsTheNotes(t *testing.T) {
