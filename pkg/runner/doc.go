@@ -16,6 +16,11 @@
 //   - The budget in flight: the reservations of the units started, and the
 //     GPU time of the attempts whose server holds GPUs (flights), checked
 //     against the cap each tick; at the cap the runs end budget-exhausted.
+//     A unit's reservations are released when it ends: left out of the
+//     next decision's account at once, and recorded in one commit with the
+//     next wave's reservations, or on their own when the next decision
+//     launches nothing, and always before Run returns. One lost to a crash
+//     is released at resume.
 //   - The campaign's storage health: a full file system stops the campaign
 //     for review; one that refuses writes for good ends the work and Run
 //     returns the error.

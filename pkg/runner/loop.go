@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -76,6 +77,7 @@ func (c *Runner) Run(ctx context.Context) error {
 	ended := ctx.Done() // the caller's context: its end is a stop
 	ctx, cancelRunners := context.WithCancelCause(ctx)
 	defer cancelRunners(nil)
+	defer c.flushReleases()
 	exhausted := false
 	storageFailed := c.storageFailed
 	stopping := false
@@ -105,6 +107,7 @@ func (c *Runner) Run(ctx context.Context) error {
 			}
 		}
 		if len(c.active) == 0 {
+			c.flushReleases()
 			cp, err := c.store.Campaign()
 			if err != nil {
 				return err
@@ -181,6 +184,9 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 		return false, nil
 	}
 	d := schedule.Decide(v)
+	if launching := d.Err == nil && d.Stop == nil && !d.Complete && len(d.Launch) > 0; !launching {
+		c.flushReleases() // else they go with the wave's reservations
+	}
 	if d.Regime != nil {
 		err := c.store.UpdateCampaign(func(cp *state.Campaign) error {
 			cp.Regime, cp.RegimeConcurrency = d.Regime.Name, d.Regime.Concurrency
@@ -205,6 +211,7 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 		return true, nil
 	case len(d.Launch) > 0:
 		if s := c.beforeWave(); s != nil {
+			c.flushReleases()
 			c.stopCampaign(*s)
 			return false, nil
 		}
@@ -230,7 +237,7 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	v := schedule.View{
 		Plan: c.currentPlan(), Running: cp.State == state.CampaignRunning, Runs: runs, Verdicts: verdicts, VerdictDetails: details, GateErrors: errs,
 		Active: make(map[int]bool, len(c.active)), Busy: make(map[string]bool, len(c.busy)),
-		Regime: c.regime.Name, Account: accountOf(cp), Ended: ended,
+		Regime: c.regime.Name, Account: c.accountOf(cp), Ended: ended,
 	}
 	for u := range c.active {
 		v.Active[u] = true
@@ -381,14 +388,21 @@ func (c *Runner) checkDisk() *schedule.Stop {
 }
 
 // launch reserves the wave's conservative cost before any of it starts,
-// then starts each unit in its own goroutine.
+// in one commit with the releases not yet recorded, then starts each unit
+// in its own goroutine.
 func (c *Runner) launch(ctx context.Context, d schedule.Decision) error {
+	entries := slices.Clone(c.releasing)
 	for _, it := range d.Reserve {
-		cost := float64(it.GPUs) * it.ExpectedS
-		if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: cost, Note: "wave reservation"}); err != nil {
+		entries = append(entries, state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: float64(it.GPUs) * it.ExpectedS, Note: "wave reservation"})
+	}
+	if len(entries) > 0 {
+		if _, err := c.store.AddLedgerEntries(entries); err != nil {
 			return err
 		}
-		c.reserved[it.Run] += cost
+	}
+	c.releasing = nil
+	for _, e := range entries[len(entries)-len(d.Reserve):] {
+		c.reserved[e.Run] += e.GPUSeconds
 	}
 	failpoint.Hit("wave-reserved")
 	c.log.Info().Int("units", len(d.Launch)).Int("runs", len(d.Reserve)).Float64("reserved_gpu_hours", budget.Hours(budget.Cost(d.Reserve))).Msg("launching wave")
@@ -412,17 +426,30 @@ func (c *Runner) launch(ctx context.Context, d schedule.Decision) error {
 	return nil
 }
 
-// release returns a run's outstanding reservation to the budget.
+// release returns a run's outstanding reservation to the budget: noted
+// at once (the decisions' account leaves it out), recorded with the next
+// wave's reservations or by flushReleases. A release lost to a crash
+// before it is recorded is made at resume (releaseOpen).
 func (c *Runner) release(run string, attempt int) {
 	amt := c.reserved[run]
 	if amt <= 0 {
 		return
 	}
-	if _, err := c.store.AddLedger(state.LedgerEntry{Kind: "release", Run: run, Attempt: attempt, GPUSeconds: amt, Note: "reservation released"}); err != nil {
-		c.log.Error().Err(err).Str("run", run).Msg("release reservation")
+	c.releasing = append(c.releasing, state.LedgerEntry{Kind: "release", Run: run, Attempt: attempt, GPUSeconds: amt, Note: "reservation released"})
+	delete(c.reserved, run)
+}
+
+// flushReleases records the releases not yet recorded, in one commit; on
+// an error they stay noted, for the next try.
+func (c *Runner) flushReleases() {
+	if len(c.releasing) == 0 {
 		return
 	}
-	delete(c.reserved, run)
+	if _, err := c.store.AddLedgerEntries(c.releasing); err != nil {
+		c.log.Error().Err(err).Int("releases", len(c.releasing)).Msg("release reservations")
+		return
+	}
+	c.releasing = nil
 }
 
 // checkInputs re-hashes every recorded input the runs read (the protocol

@@ -341,6 +341,7 @@ func (c *Runner) releaseOpen(ledger []state.LedgerEntry) {
 			c.release(run, 0)
 		}
 	}
+	c.flushReleases()
 }
 
 // foreign says why a recorded process must not be signalled by this

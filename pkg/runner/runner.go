@@ -126,8 +126,11 @@ type Runner struct {
 	busy     map[string]int   // slot name -> unit number using it
 	results  chan unitResult
 	reserved map[string]float64 // run id -> GPU-seconds reserved and not yet released
-	regime   protocols.RegimeInfo
-	judged   map[string]schedule.Point // capacity points judged, by run id and result attempt
+	// releasing are reservations released and not yet recorded: they go
+	// with the next wave's reservations, in one commit, or flushReleases.
+	releasing []state.LedgerEntry
+	regime    protocols.RegimeInfo
+	judged    map[string]schedule.Point // capacity points judged, by run id and result attempt
 }
 
 // New checks cfg and returns a Runner ready to Reconcile and Run.
@@ -205,20 +208,25 @@ func (c *Runner) heartbeat() {
 	}
 }
 
-// account is the budget as the ledger stands.
+// account is the budget as the ledger stands, with the releases not yet
+// recorded (releasing) taken off the reservations.
 func (c *Runner) account() (budget.Account, error) {
 	cp, err := c.store.Campaign()
 	if err != nil {
 		return budget.Account{}, err
 	}
-	return accountOf(cp), nil
+	return c.accountOf(cp), nil
 }
 
-func accountOf(cp state.Campaign) budget.Account {
+func (c *Runner) accountOf(cp state.Campaign) budget.Account {
+	reserved := cp.ReservedGPUSeconds
+	for _, e := range c.releasing {
+		reserved -= e.GPUSeconds
+	}
 	return budget.Account{
 		CapGPUSeconds:      budget.Seconds(cp.BudgetCapGPUHours),
 		ConsumedGPUSeconds: cp.ConsumedGPUSeconds,
-		ReservedGPUSeconds: cp.ReservedGPUSeconds,
+		ReservedGPUSeconds: max(reserved, 0),
 	}
 }
 

@@ -345,3 +345,34 @@ func TestContextCancelEndsRun(t *testing.T) {
 	c.wantLedgerSettled()
 	c.wantClean()
 }
+
+// TestReleaseGoesWithTheNextReservation: a run's reservation, released
+// when its unit ends, is recorded in one commit with the next wave's
+// reservation (the entries of one commit carry one time); three cells on
+// two slots make the third wave wait for a unit's end. Every reservation
+// is released.
+func TestReleaseGoesWithTheNextReservation(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 3})
+	c.run()
+	c.wantComplete()
+	l := c.wantLedgerSettled()
+	var kinds []string
+	together := 0
+	for i, e := range l.entries {
+		kinds = append(kinds, e.Kind+" "+e.Run)
+		if i == 0 || e.Kind != state.LedgerReserve || l.entries[i-1].Kind != state.LedgerRelease {
+			continue
+		}
+		if prev := l.entries[i-1]; prev.At.Equal(e.At) && e.Seq == prev.Seq+1 {
+			together++
+		}
+	}
+	if together != 1 {
+		t.Errorf("ledger %s: %d reservations recorded with a release before them; want the third wave's", strings.Join(kinds, ", "), together)
+	}
+	for i := 1; i < len(l.entries); i++ {
+		if a, b := l.entries[i-1], l.entries[i]; a.Kind == state.LedgerCharge && b.Kind == state.LedgerRelease && a.At.Equal(b.At) {
+			t.Errorf("a charge and a release carry one time %v: the test cannot tell commits apart", a.At)
+		}
+	}
+}

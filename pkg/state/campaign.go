@@ -263,6 +263,29 @@ func (s *Store) AddLedger(e LedgerEntry) (LedgerEntry, error) {
 	return e, err
 }
 
+// AddLedgerEntries appends entries, in order, as AddLedger does each, in
+// one transaction: all of them are recorded or none, and those with a
+// zero At carry one time, the commit's. The stored entries are returned.
+func (s *Store) AddLedgerEntries(entries []LedgerEntry) ([]LedgerEntry, error) {
+	out := slices.Clone(entries)
+	err := s.update(fmt.Sprintf("add %d ledger entries", len(out)), func(tx *bolt.Tx) error {
+		now := s.stamp()
+		for i := range out {
+			if out[i].At.IsZero() {
+				out[i].At = now
+			}
+			if err := s.addLedgerTx(tx, &out[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ledgerEpsilon absorbs floating-point rounding when totals are compared.
 const ledgerEpsilon = 1e-6
 
