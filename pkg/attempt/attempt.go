@@ -61,7 +61,7 @@ type Attempt struct {
 	// drainVerdict is the drain gate once the client reported done
 	drainVerdict *gates.Verdict
 	sampler      *sample.Sampler
-	post         chan map[string]float64 // the post-measure record's figures, when taken
+	hostRecs     []chan map[string]float64 // the figures of host records taken beside the attempt (beside)
 	// own judges the processes the sampler sees on the GPUs (nil when
 	// nothing samples); foreign is its verdict once taken, to fail the
 	// attempt with.
@@ -116,7 +116,7 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 		}
 		return a.fail(reason, pv.Detail)
 	}
-	readings := a.recordHost("preflight")
+	readings := a.recordPreflight()
 	cl := a.checkCPULocal(readings)
 	if a.Gate(cl); cl.Verdict == gates.Fail {
 		return a.fail(state.ReasonHarnessError, "slot "+strings.Join(protocols.SlotNames(a.slots), "+")+": "+cl.Detail)
@@ -129,10 +129,15 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	}
 
 	// starting
-	if err := a.prepareCommands(); err != nil {
+	envWritten, err := a.prepareCommands()
+	if err != nil {
 		return a.fail(state.ReasonHarnessError, err.Error())
 	}
-	if err := a.Transition(state.Starting, "", "starting server", nil); err != nil {
+	err = a.Transition(state.Starting, "", "starting server", nil)
+	if werr := <-envWritten; err == nil && werr != nil {
+		return a.fail(state.ReasonHarnessError, werr.Error())
+	}
+	if err != nil {
 		return a.harness(err)
 	}
 	a.startSampler(readings)
@@ -449,7 +454,7 @@ func (a *Attempt) stopThenInterrupt(detail string) Outcome {
 		a.charge(a.env.Now())
 	}
 	a.stopSampler()
-	a.joinPostMeasure()
+	a.joinHostRecords()
 	reason := state.ReasonInterrupted
 	if a.ctx != nil && errors.Is(context.Cause(a.ctx), ErrBudgetExhausted) {
 		reason, detail = state.ReasonBudgetExhausted, "the campaign's GPU time reached its cap: "+detail
@@ -474,6 +479,7 @@ func (a *Attempt) fail(reason state.Reason, detail string) Outcome {
 
 func (a *Attempt) harness(err error) Outcome {
 	a.env.Log.Error().Err(err).Str("run", a.run.ID).Msg("record transition")
+	a.joinHostRecords()
 	if a.server != nil || a.client != nil {
 		a.shutdown()
 		if a.stopErr == nil {
@@ -494,6 +500,7 @@ func (a *Attempt) terminal(to state.AttemptState, reason state.Reason, detail st
 }
 
 func (a *Attempt) terminalFig(to state.AttemptState, reason state.Reason, detail string, figures map[string]float64) Outcome {
+	a.joinHostRecords()
 	reason, detail, err := a.End(to, reason, detail, figures)
 	if err != nil {
 		return a.harness(err)
@@ -548,7 +555,7 @@ func (a *Attempt) shutdown() {
 // cleanup proves the attempt's processes are gone and its GPUs back to
 // baseline within the protocol's timeout, then charges the GPU time.
 func (a *Attempt) cleanup() (Outcome, bool) {
-	a.joinPostMeasure()
+	a.joinHostRecords()
 	if err := a.Transition(state.Cleanup, "", "proving cleanup", nil); err != nil {
 		return a.harness(err), false
 	}
@@ -725,14 +732,18 @@ func (a *Attempt) validate() (state.Reason, string) {
 			return reason, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}
 	}
+	// The campaign's own files are scanned beside the attempt's: both only
+	// read, and the attempt's verdict is judged first.
+	campaign := make(chan gates.Verdict, 1)
+	go func() { campaign <- a.env.campaignPrivacy(a.plan.Privacy) }()
 	pv := gates.PrivacyScan(a.dir, a.plan.Privacy, a.env.Private, func(rel string) bool {
 		return rel == "state.json" || rel == "gates.jsonl" // the controller's own records
 	}, 64<<20, a.env.Now())
+	cv := <-campaign
 	a.Gate(pv)
 	if !pv.Passed() {
 		return state.ReasonPrivacyViolation, "privacy scan: " + pv.Detail
 	}
-	cv := a.env.campaignPrivacy(a.plan.Privacy)
 	a.Gate(cv)
 	if !cv.Passed() {
 		return state.ReasonPrivacyViolation, "privacy scan of the campaign's own files: " + cv.Detail
@@ -822,8 +833,9 @@ func (a *Attempt) fetchConfig(ctx context.Context) ([]byte, error) {
 }
 
 // prepareCommands fixes the attempt's launch variables and environment
-// and writes commands.log and environment.json.
-func (a *Attempt) prepareCommands() error {
+// and starts writing environment.json: the channel it returns gives the
+// write's error once the file is durable.
+func (a *Attempt) prepareCommands() (<-chan error, error) {
 	c := a.env
 	gpuStrs := make([]string, len(a.gpuIDs))
 	for i, g := range a.gpuIDs {
@@ -852,20 +864,20 @@ func (a *Attempt) prepareCommands() error {
 	if a.needDirs == nil && c.NeedDirs != nil {
 		var err error
 		if a.needDirs, err = c.NeedDirs(a.run); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for as, run := range a.run.NeedVars {
 		res, ok := a.needDirs[as]
 		if !ok {
-			return fmt.Errorf("run %s needs %s: no result directory given", a.run.ID, run)
+			return nil, fmt.Errorf("run %s needs %s: no result directory given", a.run.ID, run)
 		}
 		a.vars[as] = res
 	}
 	if pt := a.run.Capacity; pt != nil {
 		rate, err := pt.LaunchRate()
 		if err != nil {
-			return fmt.Errorf("run %s: %w", a.run.ID, err)
+			return nil, fmt.Errorf("run %s: %w", a.run.ID, err)
 		}
 		a.vars[protocols.RateVar] = rate
 	}
@@ -891,10 +903,17 @@ func (a *Attempt) prepareCommands() error {
 		env = append(env, gpu.FakeDirEnv+"="+c.FakeGPUDir)
 	}
 	a.environ = env
-	return atomicfile.WriteJSON(filepath.Join(a.dir, "environment.json"), map[string]any{
-		"variables": a.vars, "gpu_backend": c.GPUs.Name(), "workdir": c.Workdir,
+	// environment.json is written beside the transition to starting; the
+	// channel gives the write's error once it is done.
+	rec := map[string]any{
+		"variables": maps.Clone(a.vars), "gpu_backend": c.GPUs.Name(), "workdir": c.Workdir,
 		"protocol_sha256": a.plan.Protocol.SHA256, "run": a.run.ID, "attempt": a.n,
-	}, 0o644, atomicfile.Beneath(c.Dir))
+	}
+	written := make(chan error, 1)
+	go func() {
+		written <- atomicfile.WriteJSON(filepath.Join(a.dir, "environment.json"), rec, 0o644, atomicfile.Beneath(c.Dir))
+	}()
+	return written, nil
 }
 
 // start launches the server or the client in its own process group and

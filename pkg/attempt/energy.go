@@ -27,26 +27,36 @@ type hostRecord struct {
 	Err  string        `json:"error,omitempty"`
 }
 
-// recordHost writes a hostRecord to name in the attempt directory and
-// returns the GPU readings.
-func (a *Attempt) recordHost(name string) []gpu.Reading {
-	readings, figs := a.readHost(name)
-	for k, v := range figs {
-		a.SetFigure(k, v)
-	}
+// recordPreflight reads the GPUs before the run and returns the readings;
+// the rest of the preflight record (the host's load and other users'
+// processes, and the file) is taken beside what follows, joinHostRecords
+// waits for it.
+func (a *Attempt) recordPreflight() []gpu.Reading {
+	at := a.env.Now()
+	readings, err := a.env.GPUs.Info(a.gpuIDs)
+	a.beside(func() map[string]float64 { return a.writeHost("preflight", at, readings, err) })
 	return readings
 }
 
-// readHost is recordHost without touching the attempt's figures, which it
-// returns: safe to run beside the attempt's own goroutine.
+// readHost takes a hostRecord named name, writes it to name.json in the
+// attempt directory and returns the GPU readings and the record's figures,
+// without touching the attempt's: safe to run beside the attempt's own
+// goroutine.
 func (a *Attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
-	rec := hostRecord{At: a.env.Now()}
-	figs := map[string]float64{}
+	at := a.env.Now()
 	readings, err := a.env.GPUs.Info(a.gpuIDs)
-	if err != nil {
-		rec.Err = err.Error()
+	return readings, a.writeHost(name, at, readings, err)
+}
+
+// writeHost completes a hostRecord taken at at with the GPUs' readings (or
+// the error reading them), writes it and returns its figures. readings is
+// only read.
+func (a *Attempt) writeHost(name string, at time.Time, readings []gpu.Reading, rerr error) map[string]float64 {
+	rec := hostRecord{At: at, GPUs: readings}
+	if rerr != nil {
+		rec.Err = rerr.Error()
 	}
-	rec.GPUs = readings
+	figs := map[string]float64{}
 	if h, err := gates.ReadHostRecord(a.env.UID); err == nil {
 		rec.Host = h
 		figs[name+"_load1"] = h.LoadAvg1
@@ -55,28 +65,37 @@ func (a *Attempt) readHost(name string) ([]gpu.Reading, map[string]float64) {
 	if err := atomicfile.WriteJSON(filepath.Join(a.dir, name+".json"), rec, 0o644, atomicfile.Beneath(a.env.Dir)); err != nil {
 		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("write " + name)
 	}
-	return readings, figs
+	return figs
 }
 
 // recordPostMeasure takes the record after the measured interval beside
-// the server's shutdown; joinPostMeasure waits for it.
+// the server's shutdown.
 func (a *Attempt) recordPostMeasure() {
-	ch := make(chan map[string]float64, 1)
-	a.post = ch
-	go func() {
+	a.beside(func() map[string]float64 {
 		_, figs := a.readHost("postmeasure")
-		ch <- figs
-	}()
+		return figs
+	})
 }
 
-func (a *Attempt) joinPostMeasure() {
-	if a.post == nil {
-		return
+// beside runs take on a goroutine of its own; joinHostRecords waits for
+// it and notes the figures it returns.
+func (a *Attempt) beside(take func() map[string]float64) {
+	ch := make(chan map[string]float64, 1)
+	a.hostRecs = append(a.hostRecs, ch)
+	go func() { ch <- take() }()
+}
+
+// joinHostRecords waits for every host record taken beside the attempt
+// (beside) and notes their figures. Every way out of Execute passes here
+// before its last transition, so no record is written after the attempt
+// ended and every figure goes with a transition.
+func (a *Attempt) joinHostRecords() {
+	for _, ch := range a.hostRecs {
+		for k, v := range <-ch {
+			a.SetFigure(k, v)
+		}
 	}
-	for k, v := range <-a.post {
-		a.SetFigure(k, v)
-	}
-	a.post = nil
+	a.hostRecs = nil
 }
 
 // checkCPULocal judges whether the slot's CPUs are local to its GPUs.

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -89,5 +90,40 @@ func TestIOErrorIsCountedAndRecorded(t *testing.T) {
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopHarnessError ||
 		!strings.Contains(cp.StopDetail, c.dir) || !strings.Contains(cp.StopDetail, "I/O error, EIO") {
 		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+}
+
+// TestEnvironmentWriteFailsTheAttempt: environment.json is written beside
+// the transition to starting; when the write fails (here a directory
+// stands at its name, so the rename cannot replace it) the attempt fails
+// harness-error naming the file, by the legal path from starting, before
+// any process is started, and the campaign stops for review.
+func TestEnvironmentWriteFailsTheAttempt(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 1})
+	blocker := filepath.Join(c.dir, "runs", "p1.saturation", "a1", "environment.json", "x")
+	if err := os.MkdirAll(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.run()
+	a := c.wantStoppedBy(state.ReasonHarnessError)
+	if len(a.Procs) != 0 {
+		t.Errorf("processes recorded %+v; want none started", a.Procs)
+	}
+	events, err := c.store.Events(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	last := ""
+	for _, e := range events {
+		if e.Run == "p1.saturation" && e.Attempt == 1 {
+			path, last = append(path, e.To), e.Message
+		}
+	}
+	if want := "planned reserved preflight starting stopping cleanup failed"; strings.Join(path, " ") != want {
+		t.Errorf("states %q; want %q", strings.Join(path, " "), want)
+	}
+	if !strings.Contains(last, "environment.json") {
+		t.Errorf("attempt failed %q; want the environment.json write named", last)
 	}
 }
