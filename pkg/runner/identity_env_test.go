@@ -1,10 +1,13 @@
 package runner
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"warden/pkg/launch"
 	"warden/pkg/state"
@@ -26,6 +29,21 @@ func startSleeper(t *testing.T, env []string, ownGroup bool) (state.Proc, launch
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+	// Start returns once the child is in execve, which sets the new
+	// program's arguments, then its environment, after that: until then
+	// /proc/PID/environ reads empty.
+	proc := fmt.Sprintf("/proc/%d/", cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		args, _ := os.ReadFile(proc + "cmdline")
+		environ, _ := os.ReadFile(proc + "environ")
+		if string(args) == "/bin/sleep\x0060\x00" && (len(env) == 0 || len(environ) > 0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child's arguments and environment are not sleep's after 10 s")
+		}
+		time.Sleep(time.Millisecond) // polling the kernel's view of the child
+	}
 	id, err := launch.Lookup(cmd.Process.Pid, nil)
 	if err != nil {
 		t.Fatal(err)
