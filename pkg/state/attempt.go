@@ -26,8 +26,9 @@ const StateFileName = "state.json"
 // times and events are set by the store. An empty ProtocolSHA256 and a nil
 // Amendments are taken from the campaign. It fails with ErrRunDone for a
 // done run and ErrLiveAttempt while the previous attempt is live. When dir
-// is set, dir (and its parents) and dir/state.json are written after the
-// commit, before NewAttempt returns (see Transition).
+// is set, dir (and its parents) and dir/state.json are queued for writing
+// after the commit, as a live transition's are (see Transition); a caller
+// that writes into dir at once makes it first.
 func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, error) {
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
@@ -90,8 +91,9 @@ func (s *Store) NewAttempt(runID, dir string, init func(*Attempt)) (Attempt, err
 	if err != nil {
 		return Attempt{}, err
 	}
-	// The attempt's directory is made here: written before NewAttempt returns.
-	return a, s.queueStateFile(stateJob{campaign, campaignDir, a, events, false}, true)
+	// queued as a live transition's: the directory and the file are made
+	// within StateFileWindow, or as the attempt's next state
+	return a, s.queueStateFile(stateJob{campaign, campaignDir, a, events, false}, false)
 }
 
 // Transition moves attempt n of runID to state to, in one transaction that

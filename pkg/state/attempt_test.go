@@ -66,6 +66,9 @@ func TestHappyPath(t *testing.T) {
 	if a.N != 1 || a.State != state.Planned || a.ProtocolSHA256 != "abc123" || a.Slot != "s0" {
 		t.Fatalf("new attempt %+v", a)
 	}
+	if err := s.FlushStateFiles(); err != nil { // the directory and the file are made by the writer
+		t.Fatal(err)
+	}
 	if !reflect.DeepEqual(readStateFile(t, dir), wantStateFile(t, s, "r000", 1)) {
 		t.Error("state.json of the planned attempt differs from the database")
 	}
@@ -231,6 +234,9 @@ func TestUpdateAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	drive(t, s, "r000", 1, pathTo(state.Stopping))
+	if err := s.FlushStateFiles(); err != nil {
+		t.Fatal(err)
+	}
 	// The file is rewritten with mode 0644 whatever the old one had.
 	if err := os.Chmod(filepath.Join(dir, state.StateFileName), 0o600); err != nil {
 		t.Fatal(err)
@@ -275,9 +281,9 @@ func TestUpdateAttempt(t *testing.T) {
 }
 
 // TestStateFileError: when state.json cannot be written the transition is
-// still committed and the error says so: at once for NewAttempt and a
-// terminal transition, which wait for their file, and from FlushStateFiles
-// or Sync (or the attempt's next change) for the others; the write-back
+// still committed and the error says so: at once for a terminal
+// transition, which waits for its file, and from FlushStateFiles or Sync
+// (or the attempt's next change) for the others; the write-back
 // errors Sync reports besides are driven in cmd/controller
 // (TestEvidenceWriteErrorIsTheStorages).
 func TestStateFileError(t *testing.T) {
@@ -287,9 +293,11 @@ func TestStateFileError(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(blocker, "a1") // under a regular file: cannot be created
-	_, err := s.NewAttempt("r000", dir, nil)
-	if !errors.Is(err, state.ErrStateFile) {
-		t.Fatalf("NewAttempt: %v, want ErrStateFile", err)
+	if _, err := s.NewAttempt("r000", dir, nil); err != nil {
+		t.Fatalf("NewAttempt: %v, want the attempt committed, its file queued", err)
+	}
+	if err := s.FlushStateFiles(); !errors.Is(err, state.ErrStateFile) {
+		t.Fatalf("FlushStateFiles after NewAttempt: %v, want ErrStateFile", err)
 	}
 	a, err := s.Transition("r000", 1, state.Reserved, "", "", nil, nil)
 	if (err != nil && !errors.Is(err, state.ErrStateFile)) || a.State != state.Reserved {

@@ -114,9 +114,8 @@
 // and the directory). The writer keeps only the latest state of each
 // file: the changes of a live attempt that come within StateFileWindow of
 // the first one not yet written are written once, as the last of them.
-// NewAttempt (which makes the directory) and a transition to a terminal
-// state return only once the file holds their state, so an attempt
-// reported ended has its final state.json; Close and FlushStateFiles write
+// A transition to a terminal state returns only once the file holds its
+// state, so an attempt reported ended has its final state.json; Close and FlushStateFiles write
 // what is queued. So the file is always whole and, while the controller
 // runs, at most about StateFileWindow behind a live attempt's record. A
 // crash or power cut may leave it behind or empty; the database is the
