@@ -44,8 +44,13 @@ func Acquire(path string) (*Lock, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			// The holder may have the lock but not yet its pid written:
-			// look again briefly rather than report pid 0.
+			// The kernel names the holder (/proc/locks); the pid in the
+			// file may still be the last owner's, its successor's not yet
+			// written. Failing that, the file: looked at again briefly
+			// rather than report pid 0.
+			if pid := lockHolder(path); pid > 0 {
+				return nil, &HeldError{Path: path, PID: pid}
+			}
 			pid := Owner(path)
 			for i := 0; pid == 0 && i < 50; i++ {
 				time.Sleep(10 * time.Millisecond)
@@ -128,4 +133,31 @@ func Wait(path string, timeout, every time.Duration, tick func()) bool {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return true
+}
+
+// lockHolder is the pid the kernel lists (/proc/locks) as holding an
+// exclusive flock on the file at path, or 0 when none is listed or it
+// cannot be read.
+func lockHolder(path string) int {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0
+	}
+	// "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; a blocked
+	// waiter's line starts "1: -> FLOCK"
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] != "FLOCK" || f[3] != "WRITE" || f[5] != id {
+			continue
+		}
+		if pid, err := strconv.Atoi(f[4]); err == nil && pid > 0 {
+			return pid
+		}
+	}
+	return 0
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestLock(t *testing.T) {
@@ -64,5 +66,28 @@ func TestWait(t *testing.T) {
 	}
 	if !Wait(path, time.Minute, 0, release) || !released {
 		t.Fatal("the lock released while waiting was not seen free")
+	}
+}
+
+// TestHeldNamesTheKernelsHolder: a holder that has the lock but not yet
+// its pid written (the file still names the last owner, here a pid no
+// process has) is named as the kernel lists it, not by the stale file.
+func TestHeldNamesTheKernelsHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "controller.lock")
+	if err := os.WriteFile(path, []byte("999999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Acquire(path)
+	var he *HeldError
+	if !errors.As(err, &he) || he.PID != os.Getpid() {
+		t.Fatalf("Acquire = %v; want held by pid %d (the file names 999999999)", err, os.Getpid())
 	}
 }
