@@ -40,7 +40,9 @@ type crashScenario struct {
 var happyPath = crashScenario{
 	name: "happy path",
 	protocol: func(t *testing.T) string {
-		return writeProtocol(t, scenario{patterns: 1, loadsModer: true, measureS: "0.3"})
+		// a validator, so that validating is a transition of its own
+		return writeProtocol(t, scenario{patterns: 1, loadsModer: true, measureS: "0.3",
+			validators: "  - {name: client-output, command: {shell: 'test -f \"${ATTEMPT_DIR}/client.out\"'}}\n"})
 	},
 	want: state.CampaignComplete,
 }

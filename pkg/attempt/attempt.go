@@ -93,16 +93,16 @@ func New(env *Env, rec record.Recorder, s Spec) *Attempt {
 func (a *Attempt) Execute(ctx context.Context) Outcome {
 	c := a.env
 	a.ctx = ctx
-	// reserved and preflight: one commit, nothing acts between them
-	a.Pass(state.Reserved, "budget reserved for the wave")
+	// Reserved, preflight and starting are one commit, before the server
+	// starts: preflight only reads (the GPUs, the host, the port) and
+	// writes the attempt's own files.
+	a.Pass(state.Reserved, "budget reserved for the wave", nil)
 	if ctx.Err() != nil {
 		return a.interrupt("stopped before preflight")
 	}
 
 	// preflight
-	if err := a.Transition(state.Preflight, "", "checking GPUs and port", nil); err != nil {
-		return a.harness(err)
-	}
+	a.Pass(state.Preflight, "checking GPUs and port", nil)
 	snap, err := c.GPUs.Snapshot(a.gpuIDs)
 	if err != nil {
 		return a.fail(state.ReasonHarnessError, "read GPUs: "+err.Error())
@@ -170,9 +170,10 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	if !lv.Passed() {
 		return a.stopThenFail(state.ReasonHarnessError, lv.Detail)
 	}
-	if err := a.Transition(state.Ready, "", "server healthy", map[string]float64{"startup_s": c.Now().Sub(a.started).Seconds()}); err != nil {
-		return a.harness(err)
-	}
+	// Ready goes with the next transition (measuring, or stopping when the
+	// configuration check fails): the client's start, which it allows, is
+	// recorded with measuring too.
+	a.Pass(state.Ready, "server healthy", map[string]float64{"startup_s": c.Now().Sub(a.started).Seconds()})
 	for _, cv := range a.effectiveConfig(ctx) {
 		a.Gate(cv)
 		if !cv.Passed() {
@@ -411,7 +412,11 @@ func (a *Attempt) stopThenValidate() Outcome {
 	if out, ok := a.cleanup(); !ok {
 		return out
 	}
-	if err := a.Transition(state.Validating, "", "validating artifacts", nil); err != nil {
+	if len(a.run.Validators) == 0 {
+		// nothing is started while it validates: recorded with the
+		// terminal state
+		a.Pass(state.Validating, "validating artifacts", nil)
+	} else if err := a.Transition(state.Validating, "", "validating artifacts", nil); err != nil {
 		return a.harness(err)
 	}
 	if a.drainVerdict != nil {

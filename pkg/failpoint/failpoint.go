@@ -20,10 +20,10 @@ const EnvVar = "WARDEN_FAILPOINT"
 var Names = []string{
 	"wave-reserved",
 	"attempt-created",
-	"before-transition:preflight", "after-transition:preflight", // with reserved, passed through
+	// reserved and preflight are passed through: recorded with starting
 	"before-transition:starting", "after-transition:starting",
 	"server-started-unrecorded",
-	"before-transition:ready", "after-transition:ready",
+	// ready is passed through: recorded with measuring
 	"client-started-unrecorded",
 	"before-transition:measuring", "after-transition:measuring",
 	"before-transition:stopping", "after-transition:stopping",

@@ -163,12 +163,13 @@ func (r *Record) logEntered(to state.AttemptState, reason state.Reason, msg stri
 	r.cfg.Log.Info().Str("run", r.runID).Int("attempt", r.n).Str("to", string(to)).Str("reason", string(reason)).Msg(msg)
 }
 
-// Pass notes that the attempt is in the live state to, recorded with the
-// next transition, in its transaction, with an event of its own: for a
-// state after which nothing acts before the next (one commit, not two).
-// State says to from here.
-func (r *Record) Pass(to state.AttemptState, msg string) {
-	r.pendHops = append(r.pendHops, state.Hop{To: to, Message: msg})
+// Pass notes that the attempt is in the live state to from now, recorded
+// with the next transition, in its transaction, with an event of its own
+// (its time now, its figures): for a state that authorizes nothing the
+// next transition does not (one commit, not two). State says to from
+// here.
+func (r *Record) Pass(to state.AttemptState, msg string, figures map[string]float64) {
+	r.pendHops = append(r.pendHops, state.Hop{To: to, Message: msg, At: r.cfg.Now(), Figures: figures})
 	r.state = to
 }
 

@@ -94,7 +94,9 @@ func TestTransitionCarriesTheNotesOnce(t *testing.T) {
 func TestPassGoesWithTheNextTransition(t *testing.T) {
 	m := &memory{}
 	r, _ := newRecord(t, m, nil)
-	r.Pass(state.Reserved, "reserved")
+	before := time.Now()
+	r.Pass(state.Reserved, "reserved", map[string]float64{"x": 1})
+	after := time.Now()
 	if r.State() != state.Reserved || len(m.reports) != 0 {
 		t.Fatalf("after Pass: state %s, %d reports written", r.State(), len(m.reports))
 	}
@@ -103,8 +105,9 @@ func TestPassGoesWithTheNextTransition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if th := m.reports[0].Through; len(th) != 1 || th[0] != (state.Hop{To: state.Reserved, Message: "reserved"}) {
-		t.Fatalf("the first transition carries %+v, want the state passed through", th)
+	if th := m.reports[0].Through; len(th) != 1 || th[0].To != state.Reserved || th[0].Message != "reserved" || th[0].Figures["x"] != 1 ||
+		th[0].At.Before(before) || th[0].At.After(after) {
+		t.Fatalf("the first transition carries %+v, want the state passed through, with its figures and the time it was passed", th)
 	}
 	if th := m.reports[1].Through; len(th) != 0 {
 		t.Fatalf("the second transition carries %+v again", th)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -137,6 +138,11 @@ type With struct {
 type Hop struct {
 	To      AttemptState `json:"to"`
 	Message string       `json:"message,omitempty"`
+	// At is when the attempt entered To: its event's time (zero: the
+	// commit's). An At after the commit's time is taken as the commit's.
+	At time.Time `json:"at,omitzero"`
+	// Figures go with its event, as a transition's figures do.
+	Figures map[string]float64 `json:"figures,omitempty"`
 }
 
 // TransitionWith is Transition that also records the gate verdicts and
@@ -195,7 +201,7 @@ func (s *Store) passThrough(tx *bolt.Tx, a *Attempt, r *Run, h Hop) error {
 	if err := checkTransition(a.State, h.To); err != nil {
 		return err
 	}
-	stored, err := s.appendEvent(tx, Event{Run: a.RunID, Attempt: a.N, From: string(a.State), To: string(h.To), Message: h.Message})
+	stored, err := s.appendEventAt(tx, Event{Run: a.RunID, Attempt: a.N, From: string(a.State), To: string(h.To), Message: h.Message, Figures: h.Figures}, h.At)
 	if err != nil {
 		return err
 	}

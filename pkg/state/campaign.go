@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -213,10 +214,21 @@ func (s *Store) AppendEvent(e Event) (Event, error) {
 
 // appendEvent assigns the next sequence number and the clocks and stores e.
 func (s *Store) appendEvent(tx *bolt.Tx, e Event) (Event, error) {
+	return s.appendEventAt(tx, e, time.Time{})
+}
+
+// appendEventAt is appendEvent for an event that happened at at, before
+// now (zero: now): its wall time is at and its monotonic time is moved
+// back by as much.
+func (s *Store) appendEventAt(tx *bolt.Tx, e Event, at time.Time) (Event, error) {
 	b := tx.Bucket(bucketEvents)
 	e.Seq = nextSeq(b)
 	e.Mono = monotonic()
 	e.Wall = s.stamp()
+	if at = at.UTC().Round(0); !at.IsZero() && at.Before(e.Wall) {
+		e.Mono -= e.Wall.Sub(at).Nanoseconds()
+		e.Wall = at
+	}
 	e.Figures = maps.Clone(e.Figures)
 	return e, put(b, seqKey(e.Seq), e)
 }

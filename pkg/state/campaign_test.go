@@ -3,6 +3,7 @@ package state_test
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"warden/pkg/state"
 )
@@ -70,8 +71,9 @@ func TestTransitionThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	entered := time.Now().Add(-3 * time.Millisecond).UTC() // the hop's own time, before the commit
 	a, err := s.TransitionWith("r000", 1, state.Preflight, "", "checking", nil, nil,
-		state.With{Through: []state.Hop{{To: state.Reserved, Message: "reserved"}}})
+		state.With{Through: []state.Hop{{To: state.Reserved, Message: "reserved", At: entered}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +90,15 @@ func TestTransitionThrough(t *testing.T) {
 	}
 	if want := []string{"planned>reserved:reserved", "reserved>preflight:checking"}; !slices.Equal(got, want) {
 		t.Fatalf("events = %v, want %v", got, want)
+	}
+	// the hop's event carries its own time; its monotonic time is as far
+	// before the transition's
+	hop, to := evs[0], evs[1]
+	if !hop.Wall.Equal(entered) || !to.Wall.After(entered) {
+		t.Errorf("hop at %v, transition at %v; want the hop at %v", hop.Wall, to.Wall, entered)
+	}
+	if d := time.Duration(to.Mono - hop.Mono); d < to.Wall.Sub(hop.Wall)-time.Millisecond || d > to.Wall.Sub(hop.Wall)+time.Millisecond {
+		t.Errorf("monotonic %v apart, wall %v", d, to.Wall.Sub(hop.Wall))
 	}
 	for _, c := range []struct {
 		name string
