@@ -420,6 +420,9 @@ func (s *privacyScan) file(path, rel string) (err error) {
 		}()
 	}
 	s.fig["files_scanned"]++
+	if done, err := s.largeFile(f, rel, fi.Size()); done {
+		return err
+	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	var r io.Reader = br
 	size := fi.Size()
@@ -443,6 +446,49 @@ func (s *privacyScan) file(path, rel string) (err error) {
 		return nil
 	}
 	return err
+}
+
+// largeFile scans a file of at least parallelMin bytes that is not a gzip
+// stream and fits maxParse as content does, its first size bytes read in
+// parts at once (readAtParallel), the rest, if it grew, after them. It
+// reports whether it scanned the file; one it did not is left for the
+// stream path as it was (its offset at 0).
+func (s *privacyScan) largeFile(f *os.File, rel string, size int64) (bool, error) {
+	if size < parallelMin || s.maxParse <= 0 || size > s.maxParse || partsOf(int(size)) == 1 {
+		return false, nil
+	}
+	var magic [2]byte
+	if n, _ := f.ReadAt(magic[:], 0); n == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		return false, nil // a gzip stream: decompressed on the way
+	}
+	want := int(size) + bytes.MinRead
+	b := s.cache.takeBuf(s.cur.path)
+	if cap(b) < want {
+		b = make([]byte, 0, want)
+	}
+	data := b[:size]
+	defer func() { s.cache.putBuf(s.cur.path, data[:0]) }()
+	whole, err := readAtParallel(f, data)
+	if err != nil {
+		return true, err
+	}
+	if !whole { // cut meanwhile: read as it is now, from its start
+		data = data[:0]
+		return false, nil
+	}
+	// what was appended since the size was taken, up to the limit
+	if _, err := f.Seek(size, io.SeekStart); err != nil {
+		return true, err
+	}
+	buf := bytes.NewBuffer(data)
+	_, err = buf.ReadFrom(io.LimitReader(f, s.maxParse+1-size))
+	data = buf.Bytes()
+	if int64(len(data)) > s.maxParse {
+		s.fig["files_streamed"]++
+		return true, s.stream(io.MultiReader(bytes.NewReader(data), f), rel)
+	}
+	s.memory(data, rel)
+	return true, err
 }
 
 // content scans a file's (decompressed) content; size is -1 when unknown.

@@ -3,8 +3,12 @@ package gates
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"hash/maphash"
+	"io"
+	"runtime"
 	"strconv"
+	"sync"
 	"unicode"
 )
 
@@ -103,13 +107,76 @@ func (c *ScanCache) putBuf(path string, b []byte) {
 	c.bufs[path] = b
 }
 
-// blockHashes hashes data in blockSize blocks.
+// blockHashes hashes data in blockSize blocks: a large file's on up to
+// parallelParts goroutines, each its own run of blocks.
 func blockHashes(seed maphash.Seed, data []byte) []uint64 {
-	hs := make([]uint64, 0, (len(data)+blockSize-1)/blockSize)
-	for off := 0; off < len(data); off += blockSize {
-		hs = append(hs, maphash.Bytes(seed, data[off:min(off+blockSize, len(data))]))
+	hs := make([]uint64, (len(data)+blockSize-1)/blockSize)
+	hash := func(from, to int) {
+		for i := from; i < to; i++ {
+			off := i * blockSize
+			hs[i] = maphash.Bytes(seed, data[off:min(off+blockSize, len(data))])
+		}
 	}
+	parts := partsOf(len(data))
+	if parts == 1 {
+		hash(0, len(hs))
+		return hs
+	}
+	per := (len(hs) + parts - 1) / parts
+	var wg sync.WaitGroup
+	for from := 0; from < len(hs); from += per {
+		wg.Go(func() { hash(from, min(from+per, len(hs))) })
+	}
+	wg.Wait()
 	return hs
+}
+
+// A file of at least parallelMin bytes is read (readAtParallel) and hashed
+// (blockHashes) in up to parallelParts parts at once, at least parallelMin
+// bytes each: copying and hashing a campaign's database of megabytes is
+// most of its scan after each attempt.
+const (
+	parallelMin   = 1 << 20
+	parallelParts = 8
+)
+
+// partsOf is how many parts n bytes are read and hashed in.
+func partsOf(n int) int {
+	return max(1, min(parallelParts, runtime.GOMAXPROCS(0), n/parallelMin))
+}
+
+// readAtParallel reads the first len(buf) bytes of f into buf, in partsOf
+// parts at once. It reports false when any part came back short (the file
+// was cut meanwhile): the caller reads the file again from its start.
+func readAtParallel(f io.ReaderAt, buf []byte) (bool, error) {
+	parts := partsOf(len(buf))
+	per := (len(buf) + parts - 1) / parts
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		from := i * per
+		to := min(from+per, len(buf))
+		if from >= to {
+			continue
+		}
+		wg.Go(func() {
+			n, err := f.ReadAt(buf[from:to], int64(from))
+			if n < to-from && err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // reach is how far from a changed byte a finding that holds it can start

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -514,5 +516,86 @@ func TestPrivacyScanChangedLinesFileCutShort(t *testing.T) {
 	}
 	if v.Verdict != Fail || v.Figures["files_partial"] != 1 {
 		t.Errorf("cut short: %s %q %v, want the private value found", v.Verdict, v.Detail, v.Figures)
+	}
+}
+
+// A file of megabytes is read and hashed in parts at once: its verdict,
+// findings and figures are those of the same scan read whole on one
+// goroutine (GOMAXPROCS 1), with leaks in every part; a leak alone across
+// a boundary of the parts is found; and its cached scan after an edit in
+// its last part finds the leak the edit made.
+func TestPrivacyScanLargeFileInParts(t *testing.T) {
+	data := textLines(3*parallelMin/56 + 1000) // 3.2 MiB: three parts
+	for off := 200 << 10; off+len(secretASCII) < len(data); off += 300 << 10 {
+		copy(data[off:], secretASCII)
+	}
+	c := newCampaignFile(t, index(t, DefaultMinLeakBytes, secrets...))
+	c.write(data)
+	scan := func(procs int) Verdict {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		return PrivacyScan(c.dir, c.fields, c.idx, nil, 1<<30, c.mtime)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	parts, whole := scan(8), scan(1)
+	if runtime.GOMAXPROCS(0) != procs {
+		t.Fatal("test bug: GOMAXPROCS was not restored")
+	}
+	if parts.Verdict != Fail || parts.Detail != whole.Detail || !maps.Equal(parts.Figures, whole.Figures) {
+		t.Fatalf("in parts: %s %v %q\nwhole: %s %v %q", parts.Verdict, parts.Figures, parts.Detail, whole.Verdict, whole.Figures, whole.Detail)
+	}
+	// one leak alone across each boundary of the parts read
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+		n := partsOf(len(data))
+		per := (len(data) + n - 1) / n
+		for b := per; b < len(data); b += per {
+			one := textLines(3*parallelMin/56 + 1000)
+			copy(one[b-len(secretASCII)/2:], secretASCII)
+			c.write(one)
+			if v := PrivacyScan(c.dir, c.fields, c.idx, nil, 1<<30, c.mtime); v.Verdict != Fail {
+				t.Errorf("a leak across byte %d of %d (%d parts): %s %q", b, len(one), n, v.Verdict, v.Detail)
+			}
+		}
+	}()
+
+	clean := textLines(3*parallelMin/56 + 1000)
+	c.write(clean)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	if v, w := c.scan(); v.Verdict != Pass || w.Verdict != Pass {
+		t.Fatalf("clean: %s %q, whole %s %q", v.Verdict, v.Detail, w.Verdict, w.Detail)
+	}
+	copy(clean[len(clean)-100<<10:], secretASCII)
+	c.write(clean)
+	v, w := c.scan()
+	if v.Verdict != Fail || !slices.Equal(found(v), found(w)) || v.Figures["files_partial"] != 1 {
+		t.Errorf("after an edit in the last part: %s %q %v; whole %s %q", v.Verdict, v.Detail, v.Figures, w.Verdict, w.Detail)
+	}
+}
+
+// readAtParallel reads what a plain read does, in every part count, and
+// reports a file cut short.
+func TestReadAtParallel(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	data := make([]byte, 5*parallelMin+123)
+	for i := range data {
+		data[i] = byte(i * 7 / 13)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range []int{parallelMin, 2*parallelMin + 1, len(data)} {
+		buf := make([]byte, n)
+		if whole, err := readAtParallel(f, buf); !whole || err != nil || !bytes.Equal(buf, data[:n]) {
+			t.Fatalf("%d bytes: whole %v, %v, equal %v", n, whole, err, bytes.Equal(buf, data[:n]))
+		}
+	}
+	if whole, err := readAtParallel(f, make([]byte, len(data)+1)); whole || err != nil {
+		t.Fatalf("past the end: whole %v, %v; want a short read reported", whole, err)
 	}
 }
