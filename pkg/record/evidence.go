@@ -28,7 +28,16 @@ const MaxEvidenceFiles = 256
 // I/O error, no space) cannot be kept as evidence (Config.StorageFault).
 func (r *Record) Seal() error {
 	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
+	// the directories are made durable beside the files: both are done
+	// before Seal returns, whichever ends first
+	dirs := []string{r.dir, filepath.Join(r.dir, campaignfs.ClientDir)}
+	dirErrs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Go(func() { dirErrs[i] = atomicfile.SyncDir(d) })
+	}
 	sums, errs := sealAll(r.dir, names)
+	wg.Wait()
 	for i, rel := range names {
 		err := errs[i]
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, fs.ErrPermission) {
@@ -39,8 +48,8 @@ func (r *Record) Seal() error {
 		}
 		r.pendEvidence = append(r.pendEvidence, state.EvidenceFile{Path: rel, Size: sums[i].Size, SHA256: sums[i].SHA256})
 	}
-	for _, d := range []string{r.dir, filepath.Join(r.dir, campaignfs.ClientDir)} {
-		if err := atomicfile.SyncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for i, d := range dirs {
+		if err := dirErrs[i]; err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return r.storageFault(fmt.Errorf("the evidence directory %s could not be made durable: %w", d, err))
 		}
 	}
