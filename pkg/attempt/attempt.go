@@ -585,7 +585,11 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 	}
 	a.Gate(v)
 	a.charge(a.env.Now())
-	a.stopSampler()
+	if v.Passed() {
+		a.stopSamplerForSeal() // sealed just below
+	} else {
+		a.stopSampler()
+	}
 	if !v.Passed() {
 		reason := state.ReasonCleanupTimeout
 		if a.stopErr != nil {

@@ -141,11 +141,21 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 // stopSampler ends the sampler and records its figures: energy per GPU
 // from the counters and from the samples, the sampler's own cost, and the
 // dynamic energy per successful request over the clean interval.
-func (a *Attempt) stopSampler() {
+func (a *Attempt) stopSampler() { a.endSampler(false) }
+
+// stopSamplerForSeal is stopSampler when Seal follows: the samples file is
+// made durable there, with the other evidence, not once more here.
+func (a *Attempt) stopSamplerForSeal() { a.endSampler(true) }
+
+func (a *Attempt) endSampler(sealed bool) {
 	if a.sampler == nil {
 		return
 	}
-	sum, err := a.sampler.Stop()
+	stop := a.sampler.Stop
+	if sealed {
+		stop = a.sampler.StopUnsynced
+	}
+	sum, err := stop()
 	a.sampler = nil
 	if err != nil {
 		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")

@@ -203,10 +203,16 @@ func (s *Sampler) Start(ctx context.Context) error {
 }
 
 // Stop ends sampling (after one last sample), waits for the goroutine,
-// closes the file and returns the summary. The error is the first failure
-// to write the file, or ErrState when the sampler was not started or is
-// already stopped.
-func (s *Sampler) Stop() (Summary, error) {
+// fsyncs and closes the file and returns the summary. The error is the
+// first failure to write the file, or ErrState when the sampler was not
+// started or is already stopped.
+func (s *Sampler) Stop() (Summary, error) { return s.stop(true) }
+
+// StopUnsynced is Stop without the file's fsync, for a caller that makes
+// the file durable itself next (with the attempt's other evidence).
+func (s *Sampler) StopUnsynced() (Summary, error) { return s.stop(false) }
+
+func (s *Sampler) stop(sync bool) (Summary, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel == nil || s.stopped {
@@ -220,8 +226,10 @@ func (s *Sampler) Stop() (Summary, error) {
 	if ferr := s.w.Flush(); err == nil && ferr != nil {
 		err = fmt.Errorf("flush samples %s: %w", s.cfg.Path, ferr)
 	}
-	if serr := s.file.Sync(); err == nil && serr != nil {
-		err = fmt.Errorf("sync samples %s: %w", s.cfg.Path, serr)
+	if sync {
+		if serr := s.file.Sync(); err == nil && serr != nil {
+			err = fmt.Errorf("sync samples %s: %w", s.cfg.Path, serr)
+		}
 	}
 	if cerr := s.file.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close samples %s: %w", s.cfg.Path, cerr)
