@@ -24,6 +24,7 @@ import (
 	"warden/pkg/campaigndir"
 	"warden/pkg/campaignfs"
 	"warden/pkg/connlimit"
+	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/metrics"
 	"warden/pkg/runner"
@@ -255,7 +256,7 @@ func newCampaignRunner(dir string, c campaigndir.Opened, camp state.Campaign, gp
 	if boot == nil {
 		boot = launch.BootIDFromEnv()
 	}
-	private, err := attempt.PrivateIndex(dir, plan.PrivacyMinLeakBytes)
+	private, err := gates.CampaignPrivateIndex(dir, plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // DefaultBootIDPath is where the kernel publishes the current boot id.
@@ -310,4 +312,29 @@ func groupMembers(leader Identity) ([]procStat, error) {
 	return scanProcs(func(st procStat) bool {
 		return st.PGRP == leader.PID && st.StartTime >= leader.StartTime && !st.dead()
 	})
+}
+
+// WaitGone waits until every process of ids is gone (a zombie counts as
+// gone), polling /proc every 20 ms, for at most bound or until ctx ends.
+func WaitGone(ctx context.Context, boot BootIDSource, ids []Identity, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var left []int
+		for _, id := range ids {
+			if alive, _ := id.Alive(boot); alive {
+				left = append(left, id.PID)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("processes %v still alive after SIGKILL: %w", left, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }

@@ -132,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (state.AttemptState, error) {
 	if err := rec.send(record.Report{Kind: "step", Step: step}); err != nil {
 		return "", fmt.Errorf("report the step: %w", err)
 	}
-	private, err := attempt.PrivateIndex(sp.CampaignDir, sp.Plan.PrivacyMinLeakBytes)
+	private, err := gates.CampaignPrivateIndex(sp.CampaignDir, sp.Plan.PrivacyMinLeakBytes)
 	if err != nil {
 		return "", err
 	}

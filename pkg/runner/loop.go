@@ -283,7 +283,7 @@ func (c *Runner) checkInFlight() *schedule.Stop {
 		return nil
 	}
 	capS := budget.Seconds(cp.BudgetCapGPUHours)
-	inFlight, gpus := c.flights.gpuSeconds(c.now())
+	inFlight, gpus := c.flights.GPUSeconds(c.now())
 	if cp.ConsumedGPUSeconds+inFlight+float64(gpus)*budgetEvery.Seconds() <= capS {
 		return nil
 	}

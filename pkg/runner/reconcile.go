@@ -66,7 +66,7 @@ func (c *Runner) reclaimUnrecorded(ctx context.Context, a state.Attempt, sameBoo
 		killed = append(killed, id)
 		c.log.Warn().Str("run", a.RunID).Int("attempt", a.N).Int("pid", id.PID).Msg("killed a process of the attempt that was never recorded")
 	}
-	if err := waitGone(ctx, c.boot, killed); err != nil {
+	if err := launch.WaitGone(ctx, c.boot, killed, 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	return sigs, errors.Join(errs...)
@@ -130,31 +130,6 @@ func recordedCgroup(a state.Attempt, path string) bool {
 func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()
-}
-
-// waitGone waits until every process named is gone (a zombie counts as
-// gone), polling /proc, for at most 30 s.
-func waitGone(ctx context.Context, boot launch.BootIDSource, ids []launch.Identity) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var left []int
-		for _, id := range ids {
-			if alive, _ := id.Alive(boot); alive {
-				left = append(left, id.PID)
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("processes %v still alive after SIGKILL: %w", left, ctx.Err())
-		case <-tick.C:
-		}
-	}
 }
 
 // reclaimGrace is what a left-over's API parent, then its group, get

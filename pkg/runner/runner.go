@@ -96,7 +96,7 @@ type Runner struct {
 	// exec runs the attempts: on this host, or each as a Slurm step.
 	exec executor
 
-	flights flights // attempts whose server holds GPUs, not yet charged
+	flights budget.Flights // attempts whose server holds GPUs, not yet charged
 
 	// storageFailed is closed, and storageErr set, when the campaign
 	// directory refuses writes for good (failStorage).
@@ -280,45 +280,3 @@ func (c *Runner) Claim(pid int) error {
 
 // bootID is the host's boot id, as the runner's source tells it.
 func (c *Runner) bootID() (string, error) { return c.boot.Read() }
-
-// flights are the attempts whose server holds its GPUs and that are not
-// charged yet: the GPU time in flight, which the loop checks against the
-// cap each budget tick. Attempt goroutines add and remove; the loop sums.
-type flights struct {
-	mu sync.Mutex        // guards m
-	m  map[string]flight // attempt key -> what it holds
-}
-
-type flight struct {
-	gpus  int
-	since time.Time
-}
-
-func (f *flights) Add(key string, gpus int, since time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m == nil {
-		f.m = map[string]flight{}
-	}
-	f.m[key] = flight{gpus, since}
-}
-
-func (f *flights) Remove(key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.m, key)
-}
-
-// gpuSeconds is the GPU time in flight at now, and how many GPUs are
-// held.
-func (f *flights) gpuSeconds(now time.Time) (s float64, gpus int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, x := range f.m {
-		gpus += x.gpus
-		if now.After(x.since) {
-			s += float64(x.gpus) * now.Sub(x.since).Seconds()
-		}
-	}
-	return s, gpus
-}
