@@ -435,21 +435,30 @@ func checkSchema(tx *bolt.Tx, readOnly bool) error {
 }
 
 // update runs fn in one write transaction, verifying the invariants before
-// commit in strict mode. op names the operation in errors.
+// commit in strict mode. op names the operation in errors; an error of the
+// commit itself (a write or fsync the file system refused) names the
+// database file too.
 func (s *Store) update(op string, fn func(tx *bolt.Tx) error) error {
+	committing := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
 		if s.strict {
-			return check(tx)
+			if err := check(tx); err != nil {
+				return err
+			}
 		}
+		committing = true
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+	switch {
+	case err == nil:
+		return nil
+	case committing:
+		return fmt.Errorf("%s: commit to %s: %w", op, s.path, err)
 	}
-	return nil
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // view runs fn in one read transaction. op names the operation in errors.

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -451,5 +453,54 @@ func TestCheckDetectsCorruption(t *testing.T) {
 			}
 			wantStrictRefusal(t, s)
 		})
+	}
+}
+
+// A commit the file system refuses names the database file in its error,
+// beside the operation; an operation the store refuses does not blame it.
+func TestCommitErrorNamesTheDatabase(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	path := filepath.Join(dir, "state.db")
+	s, err := state.Open(path, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateCampaign(state.Campaign{ID: "c", BudgetCapGPUHours: 1}, testRuns(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddLedger(state.LedgerEntry{Kind: "reserve", GPUSeconds: -1}); err == nil || strings.Contains(err.Error(), path) {
+		t.Fatalf("a refused entry: %v; want an error that does not name the database", err)
+	}
+	// fill the file system, then write until a commit needs a block
+	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 4<<20), 0o644); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
+	}
+	note := strings.Repeat("n", 64<<10)
+	for i := range 200 {
+		_, err = s.AddLedger(state.LedgerEntry{Kind: "prior", GPUSeconds: 1, Note: note})
+		if err != nil {
+			break
+		}
+		if i == 199 {
+			t.Fatal("200 commits of 64 KiB each on a full file system: none failed")
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "commit to "+path) || !strings.HasPrefix(err.Error(), "add ledger entry prior: ") {
+		t.Fatalf("commit on a full file system: %v; want ENOSPC naming %s", err, path)
 	}
 }
