@@ -461,34 +461,17 @@ func (s *privacyScan) largeFile(f *os.File, rel string, size int64) (bool, error
 	if n, _ := f.ReadAt(magic[:], 0); n == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		return false, nil // a gzip stream: decompressed on the way
 	}
-	want := int(size) + bytes.MinRead
-	b := s.cache.takeBuf(s.cur.path)
-	if cap(b) < want {
-		b = make([]byte, 0, want)
-	}
-	data := b[:size]
-	defer func() { s.cache.putBuf(s.cur.path, data[:0]) }()
+	data := s.fileBuf(size)[:size]
 	whole, err := readAtParallel(f, data)
-	if err != nil {
-		return true, err
+	if err == nil && whole {
+		// what was appended since the size was taken comes after it
+		_, err = f.Seek(size, io.SeekStart)
 	}
-	if !whole { // cut meanwhile: read as it is now, from its start
-		data = data[:0]
-		return false, nil
+	if err != nil || !whole { // !whole: cut meanwhile, read as it is now, from its start
+		s.cache.putBuf(s.cur.path, data[:0])
+		return err != nil, err
 	}
-	// what was appended since the size was taken, up to the limit
-	if _, err := f.Seek(size, io.SeekStart); err != nil {
-		return true, err
-	}
-	buf := bytes.NewBuffer(data)
-	_, err = buf.ReadFrom(io.LimitReader(f, s.maxParse+1-size))
-	data = buf.Bytes()
-	if int64(len(data)) > s.maxParse {
-		s.fig["files_streamed"]++
-		return true, s.stream(io.MultiReader(bytes.NewReader(data), f), rel)
-	}
-	s.memory(data, rel)
-	return true, err
+	return true, s.inMemory(data, f, rel)
 }
 
 // content scans a file's (decompressed) content; size is -1 when unknown.
@@ -497,17 +480,29 @@ func (s *privacyScan) content(r io.Reader, rel string, size int64) error {
 		s.fig["files_streamed"]++
 		return s.stream(r, rel)
 	}
-	// sized to the file (when known), not grown from 512 bytes by
-	// doubling: most of reading a large file was allocating and zeroing;
-	// a campaign file's buffer is kept for its next scan
+	return s.inMemory(s.fileBuf(size), r, rel)
+}
+
+// fileBuf is an empty buffer for the current file's content of size bytes
+// (-1: unknown) and a read's slack: sized to the file, not grown from 512
+// bytes by doubling (most of reading a large file was allocating and
+// zeroing), and the one its last scan read into where the cache kept it.
+func (s *privacyScan) fileBuf(size int64) []byte {
 	want := int(max(size, 0)) + bytes.MinRead
 	b := s.cache.takeBuf(s.cur.path)
 	if cap(b) < want {
 		b = make([]byte, 0, want)
 	}
-	buf := bytes.NewBuffer(b[:0])
-	_, err := buf.ReadFrom(io.LimitReader(r, s.maxParse+1))
-	data := buf.Bytes()
+	return b[:0]
+}
+
+// inMemory reads what r holds after data, up to maxParse+1 bytes in all,
+// and scans the whole in memory, or as a stream when it is larger than
+// maxParse; the buffer goes back to the cache for the file's next scan.
+func (s *privacyScan) inMemory(data []byte, r io.Reader, rel string) error {
+	buf := bytes.NewBuffer(data)
+	_, err := buf.ReadFrom(io.LimitReader(r, s.maxParse+1-int64(len(data))))
+	data = buf.Bytes()
 	defer func() { s.cache.putBuf(s.cur.path, data[:0]) }()
 	if int64(len(data)) > s.maxParse {
 		// Grew past the limit, or a gzip stream larger than it.
