@@ -585,12 +585,8 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 	}
 	a.Gate(v)
 	a.charge(a.env.Now())
-	if v.Passed() {
-		a.stopSamplerForSeal() // sealed just below
-	} else {
-		a.stopSampler()
-	}
 	if !v.Passed() {
+		a.stopSampler()
 		reason := state.ReasonCleanupTimeout
 		if a.stopErr != nil {
 			reason = state.ReasonCleanupFailed
@@ -606,6 +602,8 @@ func (a *Attempt) cleanup() (Outcome, bool) {
 		}
 		return a.terminal(state.Failed, reason, "cleanup gate: "+v.Detail), false
 	}
+	// the samples file is made durable by Seal, just below
+	a.stopSamplerForSeal()
 	if err := a.Seal(); err != nil { // the evidence is final: made durable, its digests noted
 		return a.terminal(state.Failed, state.ReasonHarnessError, err.Error()), false
 	}

@@ -391,17 +391,17 @@ func (c *Runner) checkDisk() *schedule.Stop {
 // in one commit with the releases not yet recorded, then starts each unit
 // in its own goroutine.
 func (c *Runner) launch(ctx context.Context, d schedule.Decision) error {
-	entries := slices.Clone(c.releasing)
-	for _, it := range d.Reserve {
-		entries = append(entries, state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: float64(it.GPUs) * it.ExpectedS, Note: "wave reservation"})
+	reserves := make([]state.LedgerEntry, len(d.Reserve))
+	for i, it := range d.Reserve {
+		reserves[i] = state.LedgerEntry{Kind: "reserve", Run: it.Run, GPUSeconds: float64(it.GPUs) * it.ExpectedS, Note: "wave reservation"}
 	}
-	if len(entries) > 0 {
+	if entries := append(slices.Clone(c.releasing), reserves...); len(entries) > 0 {
 		if _, err := c.store.AddLedgerEntries(entries); err != nil {
 			return err
 		}
 	}
 	c.releasing = nil
-	for _, e := range entries[len(entries)-len(d.Reserve):] {
+	for _, e := range reserves {
 		c.reserved[e.Run] += e.GPUSeconds
 	}
 	failpoint.Hit("wave-reserved")

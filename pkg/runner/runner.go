@@ -208,16 +208,8 @@ func (c *Runner) heartbeat() {
 	}
 }
 
-// account is the budget as the ledger stands, with the releases not yet
-// recorded (releasing) taken off the reservations.
-func (c *Runner) account() (budget.Account, error) {
-	cp, err := c.store.Campaign()
-	if err != nil {
-		return budget.Account{}, err
-	}
-	return c.accountOf(cp), nil
-}
-
+// accountOf is the budget as the ledger cp holds stands, with the
+// releases not yet recorded (releasing) taken off the reservations.
 func (c *Runner) accountOf(cp state.Campaign) budget.Account {
 	reserved := cp.ReservedGPUSeconds
 	for _, e := range c.releasing {
