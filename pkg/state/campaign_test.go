@@ -61,8 +61,8 @@ func TestRunsAfterChanges(t *testing.T) {
 // order, in its one commit; a hop that is not legal from where the
 // attempt is, or is not a live state, records nothing.
 func TestTransitionThrough(t *testing.T) {
-	s, _ := newCampaign(t, 2)
-	for _, id := range []string{"r000", "r001"} {
+	s, _ := newCampaign(t, 3)
+	for _, id := range []string{"r000", "r001", "r002"} {
 		if _, err := s.NewAttempt(id, "", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -99,6 +99,19 @@ func TestTransitionThrough(t *testing.T) {
 	}
 	if d := time.Duration(to.Mono - hop.Mono); d < to.Wall.Sub(hop.Wall)-time.Millisecond || d > to.Wall.Sub(hop.Wall)+time.Millisecond {
 		t.Errorf("monotonic %v apart, wall %v", d, to.Wall.Sub(hop.Wall))
+	}
+	// a hop's time after the commit's (a clock stepped back) is the commit's
+	late, err := s.TransitionWith("r002", 1, state.Preflight, "", "checking", nil, nil,
+		state.With{Through: []state.Hop{{To: state.Reserved, At: time.Now().Add(time.Hour)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateEvs, err := s.Events(late.EventSeqs[len(late.EventSeqs)-2]-1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lateEvs) != 2 || lateEvs[0].Wall.After(lateEvs[1].Wall) || lateEvs[0].Mono > lateEvs[1].Mono {
+		t.Fatalf("a hop entered after its commit: %+v", lateEvs)
 	}
 	for _, c := range []struct {
 		name string
