@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
+	"warden/internal/testcampaign"
 	"warden/pkg/campaigndir"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
@@ -73,8 +74,16 @@ func requireSlurm(t *testing.T) {
 // slurmProtocol is the e2e protocol with four one-GPU, one-CPU slots and
 // a regime of four: each node of the test cluster has two CPUs, so four
 // steps at once need both nodes.
+//
+// No Slurm test is about the drain gate, so its allowance (and the
+// watchdog above it) is one no client of these tests reaches: four steps
+// pinned two to a CPU of a 2-core machine, beside the rest of make test,
+// took 6.5 s between the stand-in client's drain and done lines once in
+// CI (its 2 s drain and its result's write and fsyncs), which the
+// e2e default of 5 s quarantined.
 func slurmProtocol(t *testing.T, sc scenario) string {
 	t.Helper()
+	sc.drainS, sc.watchdogS = testcampaign.Or(sc.drainS, "60"), testcampaign.Or(sc.watchdogS, "120")
 	path := writeProtocol(t, sc)
 	b, err := os.ReadFile(path)
 	if err != nil {
