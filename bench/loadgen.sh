@@ -15,6 +15,11 @@
 #    client's CPU time (user + sys) per request, and the capacity of one
 #    whole core it implies (1 / CPU per request): on a shared machine the
 #    wall-clock rate measures the neighbours as much as the client.
+#    Beside them, the floor: bench/readfloor/readfloor.c, a C client that
+#    only writes each request and reads its response (one read(2) per epoll
+#    readiness, no parsing, no timestamps), on the same core against the
+#    same server: what the kernel alone costs a request of this shape
+#    (needs cc; "-" without it).
 # 3. Memory per outstanding request: the client's resident memory while it
 #    holds HOLD_N streams open minus while it holds 1, over HOLD_N - 1. Each
 #    stream is 40 chunks 150 ms apart (6 s); once N connections to the
@@ -98,7 +103,9 @@ fi
 if [[ $SECTIONS == *2* ]]; then
 echo
 echo "## 2. Closed-loop capacity, client on one core (completed requests/s over ${DURATION_S} s; 16 chunks 5 ms apart)"
-printf "%8s | %10s %10s %11s | %10s %10s %11s | %s\n" streams go_rps go_cpu_us go_core_rps py_rps py_cpu_us py_core_rps "ratios go/py: rps, core_rps"
+printf "%8s | %10s %10s %11s | %10s %10s %11s | %s | %s\n" streams go_rps go_cpu_us go_core_rps py_rps py_cpu_us py_core_rps "ratios go/py: rps, core_rps" "floor_cpu_us go/floor"
+floor=""
+if command -v cc >/dev/null && cc -O2 -o "$work/readfloor" bench/readfloor/readfloor.c; then floor="$work/readfloor"; fi
 start_server 16 5
 for c in 256 1024; do
 	dir="$work/cap$c"
@@ -110,11 +117,16 @@ for c in 256 1024; do
 	py=$(/usr/bin/time -f "%U %S" -o "$work/pytime" taskset -c "$CLIENT_CPU" "$PY" bench/pyclient.py --base-url "$url" --mode closed --concurrency "$c" --warmup 1 --duration "$DURATION_S")
 	read -r p pn < <("$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print('%.1f %d' % (r['completed_rps'], r['total_completed']))" "$py")
 	pcpu=$(cpu_of "$work/pytime")
-	"$PY" - "$c" "$g" "$gn" "$gcpu" "$p" "$pn" "$pcpu" <<'PYEOF'
+	fus=-
+	if [ -n "$floor" ]; then
+		fus=$(field <(taskset -c "$CLIENT_CPU" "$floor" "${url##*:}" "$c" 1 "$DURATION_S") "'%.1f' % r['cpu_us_per_request']")
+	fi
+	"$PY" - "$c" "$g" "$gn" "$gcpu" "$p" "$pn" "$pcpu" "$fus" <<'PYEOF'
 import sys
 c, g, gn, gcpu, p, pn, pcpu = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
 gus, pus = gcpu / gn * 1e6, pcpu / pn * 1e6
-print("%8s | %10.1f %10.1f %11.0f | %10.1f %10.1f %11.0f | %.1f, %.1f" % (c, g, gus, 1e6 / gus, p, pus, 1e6 / pus, g / p, pus / gus))
+floor = "%s %s" % (sys.argv[8], "-" if sys.argv[8] == "-" else "%.2f" % (gus / float(sys.argv[8])))
+print("%8s | %10.1f %10.1f %11.0f | %10.1f %10.1f %11.0f | %.1f, %.1f | %s" % (c, g, gus, 1e6 / gus, p, pus, 1e6 / pus, g / p, pus / gus, floor))
 PYEOF
 done
 stop_server
