@@ -18,6 +18,7 @@ import (
 	"warden/bench/crashcheck"
 	"warden/internal/testcampaign"
 	"warden/pkg/campaigndir"
+	"warden/pkg/record"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
 )
@@ -556,8 +557,9 @@ func TestSlurmStopWhileQueued(t *testing.T) {
 // The node-side runner's failures as the controller sees them: the binary
 // is not on the node (srun cannot exec it), or what runs there does not
 // speak the report protocol (lines that are not reports; a report the
-// records refuse). Each attempt fails, its one exact rerun fails the
-// same way, the campaign stops for review, and nothing is left in Slurm.
+// records refuse; a report of another schema, another build's). Each
+// attempt fails, its one exact rerun fails the same way, the campaign
+// stops for review, and nothing is left in Slurm.
 func TestSlurmNodeRunnerFailures(t *testing.T) {
 	requireSlurm(t)
 	script := func(t *testing.T, body string) string {
@@ -576,8 +578,11 @@ func TestSlurmNodeRunnerFailures(t *testing.T) {
 		{"not on the node", func(t *testing.T) string { return filepath.Join(t.TempDir(), "no-such-controller") }, state.ReasonStepLost, "srun exit code"},
 		{"not reports", func(*testing.T) string { return "/bin/echo" }, state.ReasonStepLost, "its output: invalid character"},
 		{"a report the records refuse", func(t *testing.T) string {
-			return script(t, `echo '{"schema":1,"kind":"transition","to":"complete"}'; exec sleep 600`)
+			return script(t, fmt.Sprintf(`echo '{"schema":%d,"kind":"transition","to":"complete"}'; exec sleep 600`, record.ReportSchema))
 		}, state.ReasonHarnessError, "illegal transition"},
+		{"another build's reports", func(t *testing.T) string {
+			return script(t, fmt.Sprintf(`echo '{"schema":%d,"kind":"step","step":{"job_id":"1"}}'; exec sleep 600`, record.ReportSchema+1))
+		}, state.ReasonHarnessError, fmt.Sprintf("a report of schema %d, where this controller reads schema %d", record.ReportSchema+1, record.ReportSchema)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newSlurmCampaign(t)

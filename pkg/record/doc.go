@@ -15,8 +15,9 @@
 // Slurm step's identity), then "proc" for each process started and
 // "transition" for each state entered, with what was noted since the last
 // (the states passed through on the way, Through, among it). ReportSchema
-// is its version. The controller applies each report as it
-// arrives, as it would its own attempt's record.
+// is its version: the controller refuses a report of another, as one the
+// records refuse. The controller applies each report as it arrives, as it
+// would its own attempt's record.
 //
 // # Readable logs
 //

@@ -54,8 +54,10 @@ type Report struct {
 	At      time.Time   `json:"at"`
 }
 
-// ReportSchema is the version of Report.
-const ReportSchema = 1
+// ReportSchema is the version of Report; the controller refuses a report
+// of any other. 2: a transition carries the states passed through
+// (Through).
+const ReportSchema = 2
 
 // Recorder is where an attempt's records go: the campaign's database when
 // the controller runs the attempt itself, the controller's standard input

@@ -1,6 +1,8 @@
 package slurmexec
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +39,22 @@ func TestChargeToReceipt(t *testing.T) {
 	none.chargeToReceipt(&rep2)
 	if rep2.Ledger[0].GPUSeconds != 1 {
 		t.Fatal("without a reported server start the charge must stay the node's")
+	}
+}
+
+// A report of another schema is another build's: refused before anything
+// of it is recorded, with both versions named. The executor then ends the
+// step and fails the attempt harness-error (TestSlurmNodeRunnerFailures).
+func TestReportOfAnotherSchemaRefused(t *testing.T) {
+	a := &step{env: &attempt.Env{Now: time.Now}}
+	for _, schema := range []int{0, record.ReportSchema - 1, record.ReportSchema + 1} {
+		err := a.applyReport(record.Report{Schema: schema, Kind: "transition", To: state.Complete})
+		if err == nil {
+			t.Fatalf("a report of schema %d was applied", schema)
+		}
+		want := fmt.Sprintf("a report of schema %d, where this controller reads schema %d", schema, record.ReportSchema)
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
 	}
 }

@@ -271,6 +271,11 @@ func charged(at state.Attempt) bool {
 // applyReport records one report of the node-side runner.
 func (a *step) applyReport(rep record.Report) error {
 	env := a.env
+	if rep.Schema != record.ReportSchema {
+		// another build of the controller on the node: what its reports
+		// carry (the states passed through, say) this one may not read
+		return fmt.Errorf("a report of schema %d, where this controller reads schema %d: the node-side runner (--slurm-node-controller) is another build of the controller", rep.Schema, record.ReportSchema)
+	}
 	switch rep.Kind {
 	case "step":
 		if rep.Step == nil {
