@@ -47,7 +47,12 @@ func TestServerForksAHundred(t *testing.T) {
 		t.Run("cgroups="+cg, func(t *testing.T) {
 			t.Parallel()
 			c := newCampaign(t)
-			c.startDetached(writeProtocol(t, scenario{serverArgs: `, --fork, "100"`, measureS: "3"}), cg)
+			// The engine execs its hundred children before it is ready:
+			// built with -race, beside other tests on two cores, that
+			// took more than the e2e default of 10 s once. The ready
+			// timeout is not what this test is about: 50 s, within
+			// waitMeasuring's 60.
+			c.startDetached(writeProtocol(t, scenario{serverArgs: `, --fork, "100"`, measureS: "3", readyS: "50"}), cg)
 			c.waitMeasuring()
 			n := 0
 			waitFor(t, "the engine's hundred children", 60*time.Second, func() bool {
