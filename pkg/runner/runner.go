@@ -121,6 +121,8 @@ type Runner struct {
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed when an operator asks the runner to stop
 
+	stops stopRecorder // the campaign's stop for review, the first one asked for kept
+
 	// Owned by the loop goroutine.
 	active   map[int]*unitRun // unit number -> its runner
 	busy     map[string]int   // slot name -> unit number using it
@@ -224,14 +226,18 @@ func (c *Runner) accountOf(cp state.Campaign) budget.Account {
 
 // stopCampaign records a stop for review: nothing new is launched. A
 // campaign that is not running (stopped already, or complete) keeps its
-// first reason.
+// first reason; so does one whose first stop could not be written: the
+// next stop records that one instead (stopRecorder).
 func (c *Runner) stopCampaign(s schedule.Stop) {
-	cp, err := c.store.Campaign()
-	if err == nil && cp.State != state.CampaignRunning {
-		return
+	running := func() bool {
+		cp, err := c.store.Campaign()
+		return err != nil || cp.State == state.CampaignRunning
 	}
-	c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
-	if err := c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures); err != nil {
+	put := func(s schedule.Stop) error {
+		c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
+		return c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures)
+	}
+	if _, err := c.stops.record(s, running, put); err != nil {
 		c.log.Error().Err(err).Msg("record stop")
 		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO) {
 			c.failStorage(err)

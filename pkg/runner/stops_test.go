@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+
+	"warden/pkg/schedule"
+	"warden/pkg/state"
+)
+
+// stopsDisk is a database for stopRecorder: put refuses every stop while
+// full, and refuses those in refuse always; it keeps what it wrote, and
+// the campaign runs until something is written.
+type stopsDisk struct {
+	full    bool
+	refuse  map[string]bool
+	tried   []string
+	written []string
+}
+
+func (d *stopsDisk) running() bool { return len(d.written) == 0 }
+
+func (d *stopsDisk) put(s schedule.Stop) error {
+	d.tried = append(d.tried, s.Detail)
+	if d.full || d.refuse[s.Detail] {
+		return syscall.ENOSPC
+	}
+	d.written = append(d.written, s.Detail)
+	return nil
+}
+
+var (
+	storageStop = schedule.Stop{Reason: state.StopHarnessError, Detail: "the campaign directory ran out of space (ENOSPC)"}
+	laterStop   = schedule.Stop{Reason: state.StopHarnessError, Detail: "run p1.saturation failed: commit: no space left on device"}
+)
+
+// The first stop asked for is the one written, also when the database
+// refused it at first: the next stop writes it in its place. Once one is
+// written, the campaign no longer runs and nothing more is written.
+func TestFirstStopKeptWhenItsWriteFailed(t *testing.T) {
+	d := &stopsDisk{full: true}
+	var r stopRecorder
+	if got, err := r.record(storageStop, d.running, d.put); !errors.Is(err, syscall.ENOSPC) || got.Detail != storageStop.Detail {
+		t.Fatalf("first stop: %q, %v; want the storage stop refused", got.Detail, err)
+	}
+	// still full: both are refused, the first stays held
+	if _, err := r.record(laterStop, d.running, d.put); err == nil {
+		t.Fatal("a stop was written on a full disk")
+	}
+	d.full = false
+	if got, err := r.record(laterStop, d.running, d.put); err != nil || got.Detail != storageStop.Detail {
+		t.Fatalf("third stop: %q, %v; want the storage stop written", got.Detail, err)
+	}
+	if len(d.written) != 1 || d.written[0] != storageStop.Detail {
+		t.Fatalf("written %q, want only the storage stop", d.written)
+	}
+	if got, err := r.record(laterStop, d.running, d.put); err != nil || got.Detail != "" || len(d.written) != 1 {
+		t.Fatalf("a stop after the campaign stopped: %q, %v, written %q", got.Detail, err, d.written)
+	}
+}
+
+// Where the held stop is refused again but the later one fits, the later
+// one is written: the campaign is recorded stopped rather than running on.
+func TestLaterStopWrittenWhereTheHeldOneNeverFits(t *testing.T) {
+	d := &stopsDisk{refuse: map[string]bool{storageStop.Detail: true}}
+	var r stopRecorder
+	r.record(storageStop, d.running, d.put)
+	if got, err := r.record(laterStop, d.running, d.put); err != nil || got.Detail != laterStop.Detail {
+		t.Fatalf("later stop: %q, %v; want it written", got.Detail, err)
+	}
+	want := []string{storageStop.Detail, storageStop.Detail, laterStop.Detail}
+	if len(d.tried) != 3 || d.tried[0] != want[0] || d.tried[1] != want[1] || d.tried[2] != want[2] {
+		t.Fatalf("tried %q, want %q: the held stop first, then the later one", d.tried, want)
+	}
+}
+
+// A stop written at once leaves nothing held: a later stop, while the
+// campaign runs again, is written as itself.
+func TestWrittenStopLeavesNothingPending(t *testing.T) {
+	d := &stopsDisk{}
+	var r stopRecorder
+	always := func() bool { return true }
+	r.record(storageStop, always, d.put)
+	r.record(laterStop, always, d.put)
+	if len(d.written) != 2 || d.written[0] != storageStop.Detail || d.written[1] != laterStop.Detail {
+		t.Fatalf("written %q, want each stop as itself", d.written)
+	}
+}
