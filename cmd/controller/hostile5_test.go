@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"warden/bench/crashcheck"
 	"warden/pkg/api"
+	"warden/pkg/campaigndir"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
 	"warden/pkg/record"
@@ -304,8 +306,11 @@ func TestFailingDiskIsTheStorages(t *testing.T) {
 	fs := newLoopExt4(t, "48m", "512M")
 	c, cur := faultWhileMeasuring(t, fs, "2", func() { fillUp(t, filepath.Join(fs.backing, "filler")) })
 	doc, code := c.storageStatus()
-	cause := doc.Hint + " " + doc.Campaign.StopDetail
-	if !strings.Contains(cause, "read-only") && !strings.Contains(cause, "EIO") && !strings.Contains(cause, "ENOSPC") {
+	// the controller's own words (read-only, EIO, ENOSPC), or the
+	// database's error where the stop that named the disk could not be
+	// written and a later one was (docs/outcomes.md)
+	cause := strings.ToLower(doc.Hint + " " + doc.Campaign.StopDetail)
+	if !slices.ContainsFunc([]string{"read-only", "eio", "enospc", "no space left on device", "input/output error"}, func(s string) bool { return strings.Contains(cause, s) }) {
 		t.Fatalf("ctlq status (exit %d) does not name the storage: state %s, stop %s: %s, hint %q",
 			code, doc.Campaign.State, doc.Campaign.StopReason, doc.Campaign.StopDetail, doc.Hint)
 	}
@@ -407,6 +412,30 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 	}
 	t.Logf("ctlq status (exit %d): %s (%s: %s), hint %q", code, cp.State, cp.StopReason, cp.StopDetail, doc.Hint)
 	fs.repair(t)
+	ro, err := state.OpenReadOnly(campaignfs.State(c.dir), 5*time.Second)
+	if err == nil {
+		ro.Close()
+	}
+	if errors.Is(err, state.ErrCorrupt) {
+		// The device lost a page of a commit whose fdatasync it had
+		// reported done (about 1 run in 12 here, the database then found
+		// damaged before e2fsck runs: the lost write-back of a block
+		// allocated after the punch). No program can keep a record the
+		// device drops after saying it is written; what is asked then is
+		// that nothing goes on from it: ctlq and resume refuse it (exit
+		// 6) and resume keeps a copy, as for any damaged database.
+		out, err := exec.Command(ctlqBin, "status", "-d", c.dir).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 6 {
+			t.Fatalf("ctlq status on the damaged database: %v, want exit 6:\n%s", err, out)
+		}
+		rout, rcode := c.controller("resume", "-d", c.dir, "--foreground")
+		kept, _ := filepath.Glob(campaignfs.State(c.dir) + campaigndir.DamagedSuffix + "*")
+		if rcode != 6 || len(kept) == 0 {
+			t.Fatalf("resume on the damaged database exited %d, copies kept %q; want exit 6 and a copy:\n%s", rcode, kept, tail(rout, 2000))
+		}
+		t.Logf("the device lost a committed page: the database is damaged; ctlq and resume refuse it (exit 6), copy kept %s", filepath.Base(kept[0]))
+		return
+	}
 	s := c.store()
 	a := c.attempts(s, cur.Run)[cur.Attempt-1]
 	s.Close()
