@@ -121,7 +121,7 @@ type Runner struct {
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed when an operator asks the runner to stop
 
-	stops stopRecorder // the campaign's stop for review, the first one asked for kept
+	stops schedule.StopKeeper // the campaign's stop for review, the first one asked for kept
 
 	// Owned by the loop goroutine.
 	active   map[int]*unitRun // unit number -> its runner
@@ -227,7 +227,7 @@ func (c *Runner) accountOf(cp state.Campaign) budget.Account {
 // stopCampaign records a stop for review: nothing new is launched. A
 // campaign that is not running (stopped already, or complete) keeps its
 // first reason; so does one whose first stop could not be written: the
-// next stop records that one instead (stopRecorder).
+// next stop records that one instead (schedule.StopKeeper).
 func (c *Runner) stopCampaign(s schedule.Stop) {
 	running := func() bool {
 		cp, err := c.store.Campaign()
@@ -237,7 +237,7 @@ func (c *Runner) stopCampaign(s schedule.Stop) {
 		c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
 		return c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures)
 	}
-	if _, err := c.stops.record(s, running, put); err != nil {
+	if _, err := c.stops.Record(s, running, put); err != nil {
 		c.log.Error().Err(err).Msg("record stop")
 		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO) {
 			c.failStorage(err)

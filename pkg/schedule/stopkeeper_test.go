@@ -1,15 +1,13 @@
-package runner
+package schedule
 
 import (
 	"errors"
-	"syscall"
 	"testing"
 
-	"warden/pkg/schedule"
 	"warden/pkg/state"
 )
 
-// stopsDisk is a database for stopRecorder: put refuses every stop while
+// stopsDisk is a database for StopKeeper: put refuses every stop while
 // full, and refuses those in refuse always; it keeps what it wrote, and
 // the campaign runs until something is written.
 type stopsDisk struct {
@@ -21,18 +19,21 @@ type stopsDisk struct {
 
 func (d *stopsDisk) running() bool { return len(d.written) == 0 }
 
-func (d *stopsDisk) put(s schedule.Stop) error {
+func (d *stopsDisk) put(s Stop) error {
 	d.tried = append(d.tried, s.Detail)
 	if d.full || d.refuse[s.Detail] {
-		return syscall.ENOSPC
+		return errNoSpace
 	}
 	d.written = append(d.written, s.Detail)
 	return nil
 }
 
+// errNoSpace is the refusal of a full disk.
+var errNoSpace = errors.New("no space left on device")
+
 var (
-	storageStop = schedule.Stop{Reason: state.StopHarnessError, Detail: "the campaign directory ran out of space (ENOSPC)"}
-	laterStop   = schedule.Stop{Reason: state.StopHarnessError, Detail: "run p1.saturation failed: commit: no space left on device"}
+	storageStop = Stop{Reason: state.StopHarnessError, Detail: "the campaign directory ran out of space (ENOSPC)"}
+	laterStop   = Stop{Reason: state.StopHarnessError, Detail: "run p1.saturation failed: commit: no space left on device"}
 )
 
 // The first stop asked for is the one written, also when the database
@@ -40,22 +41,22 @@ var (
 // written, the campaign no longer runs and nothing more is written.
 func TestFirstStopKeptWhenItsWriteFailed(t *testing.T) {
 	d := &stopsDisk{full: true}
-	var r stopRecorder
-	if got, err := r.record(storageStop, d.running, d.put); !errors.Is(err, syscall.ENOSPC) || got.Detail != storageStop.Detail {
+	var r StopKeeper
+	if got, err := r.Record(storageStop, d.running, d.put); !errors.Is(err, errNoSpace) || got.Detail != storageStop.Detail {
 		t.Fatalf("first stop: %q, %v; want the storage stop refused", got.Detail, err)
 	}
 	// still full: both are refused, the first stays held
-	if _, err := r.record(laterStop, d.running, d.put); err == nil {
+	if _, err := r.Record(laterStop, d.running, d.put); err == nil {
 		t.Fatal("a stop was written on a full disk")
 	}
 	d.full = false
-	if got, err := r.record(laterStop, d.running, d.put); err != nil || got.Detail != storageStop.Detail {
+	if got, err := r.Record(laterStop, d.running, d.put); err != nil || got.Detail != storageStop.Detail {
 		t.Fatalf("third stop: %q, %v; want the storage stop written", got.Detail, err)
 	}
 	if len(d.written) != 1 || d.written[0] != storageStop.Detail {
 		t.Fatalf("written %q, want only the storage stop", d.written)
 	}
-	if got, err := r.record(laterStop, d.running, d.put); err != nil || got.Detail != "" || len(d.written) != 1 {
+	if got, err := r.Record(laterStop, d.running, d.put); err != nil || got.Detail != "" || len(d.written) != 1 {
 		t.Fatalf("a stop after the campaign stopped: %q, %v, written %q", got.Detail, err, d.written)
 	}
 }
@@ -64,9 +65,9 @@ func TestFirstStopKeptWhenItsWriteFailed(t *testing.T) {
 // one is written: the campaign is recorded stopped rather than running on.
 func TestLaterStopWrittenWhereTheHeldOneNeverFits(t *testing.T) {
 	d := &stopsDisk{refuse: map[string]bool{storageStop.Detail: true}}
-	var r stopRecorder
-	r.record(storageStop, d.running, d.put)
-	if got, err := r.record(laterStop, d.running, d.put); err != nil || got.Detail != laterStop.Detail {
+	var r StopKeeper
+	r.Record(storageStop, d.running, d.put)
+	if got, err := r.Record(laterStop, d.running, d.put); err != nil || got.Detail != laterStop.Detail {
 		t.Fatalf("later stop: %q, %v; want it written", got.Detail, err)
 	}
 	want := []string{storageStop.Detail, storageStop.Detail, laterStop.Detail}
@@ -79,10 +80,10 @@ func TestLaterStopWrittenWhereTheHeldOneNeverFits(t *testing.T) {
 // campaign runs again, is written as itself.
 func TestWrittenStopLeavesNothingPending(t *testing.T) {
 	d := &stopsDisk{}
-	var r stopRecorder
+	var r StopKeeper
 	always := func() bool { return true }
-	r.record(storageStop, always, d.put)
-	r.record(laterStop, always, d.put)
+	r.Record(storageStop, always, d.put)
+	r.Record(laterStop, always, d.put)
 	if len(d.written) != 2 || d.written[0] != storageStop.Detail || d.written[1] != laterStop.Detail {
 		t.Fatalf("written %q, want each stop as itself", d.written)
 	}

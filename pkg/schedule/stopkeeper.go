@@ -1,12 +1,8 @@
-package runner
+package schedule
 
-import (
-	"sync"
+import "sync"
 
-	"warden/pkg/schedule"
-)
-
-// stopRecorder records the campaign's stop for review so that the first
+// StopKeeper records the campaign's stop for review so that the first
 // stop asked for is the one kept where the database allows. A stop whose
 // write the database refused (the campaign directory's disk full, say) is
 // held, and the next stop asked for writes the held one first: the later
@@ -15,22 +11,22 @@ import (
 // Where the held stop is refused again, the later one is written if it
 // can be: a write of another size can fit where the first did not, and a
 // campaign recorded stopped for a consequence is better than one that
-// runs on.
-type stopRecorder struct {
-	mu      sync.Mutex     // serializes record: one stop is read, decided and written at a time
-	pending *schedule.Stop // the first stop not yet written; guarded by mu
+// runs on. The zero StopKeeper holds nothing.
+type StopKeeper struct {
+	mu      sync.Mutex // serializes Record: one stop is read, decided and written at a time
+	pending *Stop      // the first stop not yet written; guarded by mu
 }
 
-// record writes a stop through put when running says the campaign still
+// Record writes a stop through put when running says the campaign still
 // runs: the held stop if one is and put takes it, else s. A refused s is
 // held unless a stop is held already. It returns the stop written, or the
 // last one tried and put's error; a zero Stop when the campaign no longer
 // runs.
-func (r *stopRecorder) record(s schedule.Stop, running func() bool, put func(schedule.Stop) error) (schedule.Stop, error) {
+func (r *StopKeeper) Record(s Stop, running func() bool, put func(Stop) error) (Stop, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !running() {
-		return schedule.Stop{}, nil
+		return Stop{}, nil
 	}
 	if held := r.pending; held != nil {
 		if put(*held) == nil {
