@@ -33,7 +33,7 @@
 # (CLIENT_CPU: section 1's client CPUs), SERVER_CPU (1; a list such as
 # 2-9 gives the server room, so that the client is what is measured), PY
 # (/usr/bin/python3), HOLD_N (4096: section 3's streams), BIN (bin), SKIP_BUILD=1 to use binaries already in
-# BIN (static ones, for a machine without go).
+# BIN (static ones, for a machine without go; BIN/readfloor too, where it is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -105,7 +105,8 @@ echo
 echo "## 2. Closed-loop capacity, client on one core (completed requests/s over ${DURATION_S} s; 16 chunks 5 ms apart)"
 printf "%8s | %10s %10s %11s | %10s %10s %11s | %s | %s\n" streams go_rps go_cpu_us go_core_rps py_rps py_cpu_us py_core_rps "ratios go/py: rps, core_rps" "floor_cpu_us go/floor"
 floor=""
-if command -v cc >/dev/null && cc -O2 -o "$work/readfloor" bench/readfloor/readfloor.c; then floor="$work/readfloor"; fi
+if [ -n "${SKIP_BUILD:-}" ] && [ -x "$BIN/readfloor" ]; then floor="$BIN/readfloor"
+elif command -v cc >/dev/null && cc -O2 -o "$work/readfloor" bench/readfloor/readfloor.c; then floor="$work/readfloor"; fi
 start_server 16 5
 for c in 256 1024; do
 	dir="$work/cap$c"

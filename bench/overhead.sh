@@ -13,7 +13,8 @@ N=${N:-200}
 # e.g. an older build to compare with.
 CONTROLLER=${CONTROLLER:-bin/controller}
 PORT=${PORT:-18590}
-make -s build
+# SKIP_BUILD=1: use the binaries already in bin/ (for a machine without go).
+[ -n "${SKIP_BUILD:-}" ] || make -s build
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT; [ -n "${KEEP:-}" ] && trap - EXIT
 
