@@ -424,14 +424,11 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 		// device drops after saying it is written; what is asked then is
 		// that nothing goes on from it: ctlq and resume refuse it (exit
 		// 6) and resume keeps a copy, as for any damaged database.
-		out, err := exec.Command(ctlqBin, "status", "-d", c.dir).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 6 {
-			t.Fatalf("ctlq status on the damaged database: %v, want exit 6:\n%s", err, out)
-		}
+		c.ctlqStatusExits(exitDamaged)
 		rout, rcode := c.controller("resume", "-d", c.dir, "--foreground")
 		kept, _ := filepath.Glob(campaignfs.State(c.dir) + campaigndir.DamagedSuffix + "*")
-		if rcode != 6 || len(kept) == 0 {
-			t.Fatalf("resume on the damaged database exited %d, copies kept %q; want exit 6 and a copy:\n%s", rcode, kept, tail(rout, 2000))
+		if rcode != exitDamaged || len(kept) == 0 {
+			t.Fatalf("resume on the damaged database exited %d, copies kept %q; want exit %d and a copy:\n%s", rcode, kept, exitDamaged, tail(rout, 2000))
 		}
 		t.Logf("the device lost a committed page: the database is damaged; ctlq and resume refuse it (exit 6), copy kept %s", filepath.Base(kept[0]))
 		return
