@@ -81,15 +81,21 @@ func (l *Log) Record(run string, n int, t time.Time) error {
 	if l == nil {
 		return errors.New("no end log")
 	}
+	if strings.ContainsAny(run, " \n\x00") {
+		return fmt.Errorf("run id %q does not fit an end record", run)
+	}
+	// the sequence is read, written and advanced under mu: attempts end
+	// at once, and two records of one sequence would make the next open
+	// reuse the later one's slot
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	line := fmt.Sprintf("%d %s %d %d", l.next, run, n, t.UnixNano())
-	if len(line) >= endSlot || strings.ContainsAny(run, " \n\x00") {
+	if len(line) >= endSlot {
 		return fmt.Errorf("run id %q does not fit an end record", run)
 	}
 	buf := bytes.Repeat([]byte{' '}, endSlot)
 	copy(buf, line)
 	buf[endSlot-1] = '\n'
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if _, err := l.f.WriteAt(buf, int64(l.next%Slots)*endSlot); err != nil {
 		return err
 	}
@@ -99,7 +105,11 @@ func (l *Log) Record(run string, n int, t time.Time) error {
 
 // SetNext makes seq the sequence of the next record (as after seq
 // records): a test reaches the log's wrap with it.
-func (l *Log) SetNext(seq uint64) { l.next = seq }
+func (l *Log) SetNext(seq uint64) {
+	l.mu.Lock()
+	l.next = seq
+	l.mu.Unlock()
+}
 
 // Close closes the file; a nil Log has none.
 func (l *Log) Close() {

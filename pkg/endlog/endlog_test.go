@@ -1,8 +1,11 @@
 package endlog_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,5 +60,61 @@ func TestLog(t *testing.T) {
 	}
 	if _, err := endlog.Read(dir); err == nil {
 		t.Fatal("a damaged end log was read without an error")
+	}
+}
+
+// Attempts end at once: every record of concurrent Records keeps its own
+// sequence number and slot, so a later open's next record reuses none.
+func TestConcurrentRecords(t *testing.T) {
+	dir := t.TempDir()
+	l, err := endlog.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 16
+	t0 := time.Unix(1_700_000_000, 0)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				errs <- l.Record(fmt.Sprintf("p%d.saturation", w), i+1, t0.Add(time.Duration(i)*time.Second))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	raw, err := os.ReadFile(filepath.Join(dir, endlog.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := map[string]bool{}
+	for i := 0; i+256 <= len(raw); i += 256 {
+		if f := strings.Fields(string(raw[i : i+256])); len(f) == 4 {
+			if seqs[f[0]] {
+				t.Fatalf("sequence %s written twice", f[0])
+			}
+			seqs[f[0]] = true
+		}
+	}
+	if len(seqs) != writers*each {
+		t.Fatalf("%d records, want %d", len(seqs), writers*each)
+	}
+	// a later open appends after them all
+	if err := recordErr(t, dir, 0, "late.saturation", 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	ends, err := endlog.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ends) != writers*each+1 {
+		t.Fatalf("%d attempts with an end after one more open, want %d", len(ends), writers*each+1)
 	}
 }
