@@ -113,7 +113,7 @@ func (c *Runner) Run(ctx context.Context) error {
 				return err
 			}
 			switch {
-			case c.storageErr != nil && isClosed(c.storageFailed):
+			case isClosed(c.storageFailed): // closed after storageErr is set: read it after
 				return c.storageErr
 			case exhausted:
 				c.recordOverrun()
