@@ -386,11 +386,27 @@ func (c *campaign) killController() {
 }
 
 func tail(s string, n int) string {
+	if i := strings.Index(s, raceWarning); i >= 0 && len(s)-i > n {
+		// a race-built binary's report is read from its start: its
+		// stacks are what a failure is about
+		end := min(len(s), i+raceReportMax)
+		if end == len(s) {
+			return s[i:]
+		}
+		return s[i:end] + "\n[...]\n" + s[max(end, len(s)-n):]
+	}
 	if len(s) > n {
 		return s[len(s)-n:]
 	}
 	return s
 }
+
+// raceWarning begins each report of the race detector; raceReportMax is
+// how much of one tail keeps.
+const (
+	raceWarning   = "WARNING: DATA RACE"
+	raceReportMax = 20000
+)
 
 // What the campaign recorded.
 
@@ -681,4 +697,22 @@ func (c *campaign) waitUnlocked(what string, within time.Duration) {
 	c.t.Helper()
 	lock := campaignfs.Lock(c.dir)
 	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
+}
+
+// A failing controller's output is shown from its race report on, where
+// it has one, and its last bytes otherwise.
+func TestTailKeepsTheRaceReport(t *testing.T) {
+	logs := strings.Repeat("a log line\n", 1000)
+	report := "==================\n" + raceWarning + "\nWrite at 0x1 by goroutine 7:\n  main.f()\n"
+	for _, after := range []string{logs, strings.Repeat(logs, 3)} { // within raceReportMax and past it
+		if got := tail(logs+report+after, 3000); !strings.HasPrefix(got, raceWarning) || !strings.HasSuffix(got, logs[len(logs)-3000:]) || len(got) > raceReportMax+3010 {
+			t.Fatalf("tail of a race report and %d bytes of logs after it (%d bytes): %.80q ... %.80q", len(after), len(got), got, got[max(0, len(got)-80):])
+		}
+	}
+	if got := tail(logs, 3000); got != logs[len(logs)-3000:] {
+		t.Fatalf("tail without a race report is %d bytes, not the last 3000", len(got))
+	}
+	if got := tail(logs+report, 3000); !strings.HasSuffix(got, report) {
+		t.Fatalf("a report among the last bytes is kept as it is: %q", got)
+	}
 }
