@@ -262,7 +262,7 @@ type privacyScan struct {
 // ScanCache remembers files a privacy scan found clean; see
 // PrivacyScanCached. It is safe for concurrent use.
 type ScanCache struct {
-	mu    sync.Mutex // guards clean, lines and seed
+	mu    sync.Mutex // guards the maps below (clean, lines, blocks, bufs) and seed
 	clean map[fileKey]bool
 	// lines holds, by path, the hashes of the lines of the file's last
 	// clean scan (true: the line is a JSON value), so a file that changed
