@@ -254,9 +254,10 @@ type Load struct {
 	// Default: expected_s plus the class's drain watchdog.
 	DeadlineS float64 `yaml:"deadline_s"`
 	// AdmissionEnd says where the end of admission (the start of drain)
-	// is read: "phase-file" (default: the client's drain and done lines in
-	// $WARDEN_PHASE_FILE) or "result-file" (ResultFile's drain.start_mono_ns
-	// and drain.end_mono_ns, CLOCK_MONOTONIC nanoseconds).
+	// is read: "phase-file" (default: the client's drain line, and its
+	// drained line, else its done line, in $WARDEN_PHASE_FILE) or
+	// "result-file" (ResultFile's drain.start_mono_ns and drain.end_mono_ns,
+	// CLOCK_MONOTONIC nanoseconds).
 	AdmissionEnd string `yaml:"admission_end"`
 	// ResultFile is the client's result, relative to the attempt
 	// directory; default client/result.json.

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"warden/pkg/phasefile"
 	"warden/pkg/state"
 )
 
@@ -49,6 +51,53 @@ func TestServerStallPastWatchdogFails(t *testing.T) {
 	t.Parallel()
 	c, s := ranScenario(t, scenario{serverArgs: `, --stall-after-s, "0", --stall-s, "120"`,
 		client: stallClient, drainS: "1", watchdogS: "2"})
+	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
+	c.stoppedFor(s, state.ReasonDrainWatchdog)
+	c.assertNoProcesses()
+}
+
+// slowResultClient drains at once, then takes 6 s before it writes its
+// results and its done line: past the 4 s allowance and the 5 s watchdog
+// the tests below give its class. EXTRA is its extra flags.
+const slowResultClient = `["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "${DRAIN_WATCHDOG_S}", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --result-delay-s, "6" EXTRA]`
+
+// The drain ends when every admitted request has ended (the client's
+// drained line), not when the client has written its results (done):
+// seed 002 times the drain from the end of admission until the
+// outstanding requests are in (A-P3-3). A client that spends longer than
+// the watchdog writing its results after a short drain completes, and
+// drain_s is the time between its drain and drained lines.
+func TestDrainEndsAtTheDrainedLine(t *testing.T) {
+	t.Parallel()
+	c, s := ranScenario(t, scenario{client: strings.Replace(slowResultClient, " EXTRA", "", 1), drainS: "4", watchdogS: "5"})
+	as := c.soleAttempt(s, "p1.saturation", state.Complete)
+	lines, err := phasefile.ReadFile(filepath.Join(as[0].Dir, "phases.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]time.Time{}
+	for _, l := range lines {
+		if _, seen := at[l.Phase]; !seen {
+			at[l.Phase], err = time.Parse(time.RFC3339Nano, l.T)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	drain, drained, done := at[phasefile.Drain], at[phasefile.Drained], at[phasefile.Done]
+	if drained.IsZero() || done.Sub(drained) < 6*time.Second {
+		t.Fatalf("phases %+v: want a drained line at least 6 s before done", lines)
+	}
+	if got, want := as[0].Figures["drain_s"], drained.Sub(drain).Seconds(); got != want {
+		t.Fatalf("drain_s %v, want the %v s from the drain line to the drained line", got, want)
+	}
+}
+
+// A client that writes no drained line has its drain timed to its done
+// line: its result write counts, and here runs past the watchdog.
+func TestDrainWithoutDrainedLineEndsAtDone(t *testing.T) {
+	t.Parallel()
+	c, s := ranScenario(t, scenario{client: strings.Replace(slowResultClient, " EXTRA", `, --no-drained-line`, 1), drainS: "4", watchdogS: "5"})
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonDrainWatchdog)
 	c.stoppedFor(s, state.ReasonDrainWatchdog)
 	c.assertNoProcesses()

@@ -207,7 +207,7 @@ func near(got, want, tol time.Duration) bool { return got >= want-tol && got <= 
 // their windows, the drain after admission.
 func checkTimeline(t *testing.T, res loadgen.Result, phases []loadgen.PhaseLine) {
 	t.Helper()
-	if got, want := phaseNames(phases), "warmup clean1 clean2 clean3 profile1 recovery1 profile2 recovery2 drain done"; got != want {
+	if got, want := phaseNames(phases), "warmup clean1 clean2 clean3 profile1 recovery1 profile2 recovery2 drain drained done"; got != want {
 		t.Fatalf("phases %q, want %q", got, want)
 	}
 	if *phases[len(phases)-1].Successes != res.Clean.Completed {
@@ -217,6 +217,10 @@ func checkTimeline(t *testing.T, res loadgen.Result, phases []loadgen.PhaseLine)
 		if phases[i].MonoNS < phases[i-1].MonoNS {
 			t.Fatalf("phase %d goes back in time", i)
 		}
+	}
+	// drained is stamped once the drain is over, before the results
+	if drained := phases[len(phases)-2]; drained.MonoNS < res.Drain.EndMonoNS {
+		t.Fatalf("drained line at %d, before the drain's end %d", drained.MonoNS, res.Drain.EndMonoNS)
 	}
 	// Clean segments: nominally exactly 0.5 s each, contiguous; the phase
 	// lines within the tolerance of the nominal boundaries.
@@ -484,7 +488,7 @@ func TestDryTextPromptsRedacted(t *testing.T) {
 	if drained == 0 || res.Drain.OutstandingAtStart == 0 || res.Drain.OutstandingAtStart > drained || res.Drain.TimedOut {
 		t.Fatalf("%d requests ended in the drain, drain %+v", drained, res.Drain)
 	}
-	if got := phaseNames(readPhases(t, phases)); got != "warmup clean1 drain done" {
+	if got := phaseNames(readPhases(t, phases)); got != "warmup clean1 drain drained done" {
 		t.Fatalf("phases %q", got)
 	}
 	if !strings.Contains(out, "load_point=closed") {

@@ -51,6 +51,11 @@ type clientConfig struct {
 	profiles int
 	loadgen  loadgenFmtConfig
 	seed     seedClientConfig
+	// resultDelayS: seconds between the drain's end and the results (a
+	// slow result write); noDrained: no drained line (a client that
+	// writes none, whose drain is timed to done)
+	resultDelayS float64
+	noDrained    bool
 }
 
 // result is DIR/result.json. It holds counts and rates only: never prompts
@@ -81,8 +86,10 @@ It sends completions in a closed loop (--concurrency requests at a time): a
 warm-up, a clean (measured) interval, then a drain in which it waits up to
 --drain-s for the requests still in flight. Requests started in the clean
 interval are counted. It appends {"phase","t","mono_ns"} JSON lines to the phase
-file at each phase change (warmup, clean, drain, done) and writes
-DIR/result.json, with counts and rates only, before "done".
+file at each phase change (warmup, clean, drain, drained, done) and writes
+DIR/result.json, with counts and rates only, before "done". "drained" is
+written when every request in flight at the drain's start ended, none when
+the drain was cut at --drain-s.
 
 Exit codes: 0 done (even if requests failed: see result.json); 1 error or
 interrupted; 2 --fail.`,
@@ -117,6 +124,8 @@ interrupted; 2 --fail.`,
 	f.BoolVar(&cfg.hang, "hang", false, "misbehave: never leave the drain phase; wait until killed")
 	f.BoolVar(&cfg.fail, "fail", false, "misbehave: exit with code 2 after the warm-up")
 	f.Float64Var(&cfg.drainExtraS, "drain-extra-s", 0, "misbehave: stay in the drain phase this many seconds longer than needed")
+	f.Float64Var(&cfg.resultDelayS, "result-delay-s", 0, "misbehave: wait this many seconds after the drain before writing the results (a slow result write)")
+	f.BoolVar(&cfg.noDrained, "no-drained-line", false, "write no drained phase line, as a client that does not report the drain's end")
 	// Seed 002's artifacts.
 	f.IntVar(&cfg.profiles, "profile-windows", 0, "after the clean interval, call POST /start_profile and /stop_profile this many times")
 	f.StringVar(&cfg.loadgen.dir, "loadgen-dir", "", "also write a SYNTHETIC result in loadgen's format (result.json, segments.jsonl, requests/) here")
@@ -138,8 +147,8 @@ func (c *clientConfig) validate() error {
 		return errors.New("--max-requests must be at least 1")
 	case c.measureS <= 0:
 		return errors.New("--measure-s must be positive")
-	case c.warmupS < 0 || c.drainS < 0 || c.drainExtraS < 0:
-		return errors.New("--warmup-s, --drain-s and --drain-extra-s must not be negative")
+	case c.warmupS < 0 || c.drainS < 0 || c.drainExtraS < 0 || c.resultDelayS < 0:
+		return errors.New("--warmup-s, --drain-s, --drain-extra-s and --result-delay-s must not be negative")
 	case c.promptWords < 0:
 		return errors.New("--prompt-words must not be negative")
 	case c.profiles < 0:
@@ -217,11 +226,22 @@ func runClient(ctx context.Context, cfg clientConfig) error {
 		return fmt.Errorf("client: interrupted while hanging in drain: %w", ctx.Err())
 	}
 
-	if err := drain(ctx, &wg, abandon, seconds(cfg.drainS)); err != nil {
+	abandoned, err := drain(ctx, &wg, abandon, seconds(cfg.drainS))
+	if err != nil {
 		return fmt.Errorf("client: interrupted in drain: %w", err)
 	}
 	if err := sleepCtx(ctx, seconds(cfg.drainExtraS)); err != nil {
 		return fmt.Errorf("client: interrupted in drain: %w", err)
+	}
+	// as Warden's load client: drained once every request ended, none
+	// after a drain cut at the bound
+	if !abandoned && !cfg.noDrained {
+		if err := phases.mark(phaseDrained); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+	}
+	if err := sleepCtx(ctx, seconds(cfg.resultDelayS)); err != nil {
+		return fmt.Errorf("client: interrupted before writing its results: %w", err)
 	}
 
 	res := g.tally.result(cleanStart, cleanEnd)
@@ -258,7 +278,9 @@ func writeResults(cfg clientConfig, res result, windows []map[string]any) error 
 // drain waits for the workers to finish their last requests, for up to
 // allowance; then it abandons the requests still in flight (they count as
 // failed) and waits for the workers to notice.
-func drain(ctx context.Context, wg *sync.WaitGroup, abandon context.CancelFunc, allowance time.Duration) error {
+// drain waits for the requests in flight up to allowance, then abandons
+// the rest; it says whether it did.
+func drain(ctx context.Context, wg *sync.WaitGroup, abandon context.CancelFunc, allowance time.Duration) (abandoned bool, err error) {
 	drained := make(chan struct{})
 	// Ends when every worker has returned, which abandon guarantees.
 	go func() {
@@ -269,15 +291,15 @@ func drain(ctx context.Context, wg *sync.WaitGroup, abandon context.CancelFunc, 
 	defer t.Stop()
 	select {
 	case <-drained:
-		return nil
+		return false, nil
 	case <-t.C:
 		abandon()
 		<-drained
-		return nil
+		return true, nil
 	case <-ctx.Done():
 		abandon()
 		<-drained
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 }
 

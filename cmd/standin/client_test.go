@@ -92,8 +92,8 @@ func TestClientAgainstServer(t *testing.T) {
 			}
 
 			lines := readPhases(t, phaseFile)
-			if got := phaseNames(lines); !reflect.DeepEqual(got, []string{"warmup", "clean", "drain", "done"}) {
-				t.Fatalf("phases %v, want warmup, clean, drain, done", got)
+			if got := phaseNames(lines); !reflect.DeepEqual(got, []string{"warmup", "clean", "drain", "drained", "done"}) {
+				t.Fatalf("phases %v, want warmup, clean, drain, drained, done", got)
 			}
 			for i := 1; i < len(lines); i++ {
 				prev, err1 := time.Parse(time.RFC3339Nano, lines[i-1].T)
@@ -166,11 +166,43 @@ func TestClientDrainExtra(t *testing.T) {
 	h.runClient(nil, "--url", s.url, "--warmup-s", "0", "--measure-s", "0.2",
 		"--drain-extra-s", "0.5", "--phase-file", phaseFile)
 	lines := readPhases(t, phaseFile)
-	if got := phaseNames(lines); !reflect.DeepEqual(got, []string{"warmup", "clean", "drain", "done"}) {
+	if got := phaseNames(lines); !reflect.DeepEqual(got, []string{"warmup", "clean", "drain", "drained", "done"}) {
 		t.Fatalf("phases %v", got)
 	}
 	if d := lines[3].MonoNS - lines[2].MonoNS; d < int64(500*time.Millisecond) {
 		t.Fatalf("drain lasted %v, want at least the extra 0.5 s", time.Duration(d))
+	}
+}
+
+// --result-delay-s comes between the drained line and the done line;
+// --no-drained-line writes none.
+func TestClientResultDelay(t *testing.T) {
+	h := newHarness(t)
+	s := h.healthyServer("--load-s", "0")
+	for _, tc := range []struct {
+		flags []string
+		want  []string
+	}{
+		{nil, []string{"warmup", "clean", "drain", "drained", "done"}},
+		{[]string{"--no-drained-line"}, []string{"warmup", "clean", "drain", "done"}},
+	} {
+		phaseFile := filepath.Join(t.TempDir(), "phases.jsonl")
+		h.runClient(nil, append([]string{"--url", s.url, "--warmup-s", "0", "--measure-s", "0.2",
+			"--result-delay-s", "0.5", "--phase-file", phaseFile}, tc.flags...)...)
+		lines := readPhases(t, phaseFile)
+		if got := phaseNames(lines); !reflect.DeepEqual(got, tc.want) {
+			t.Fatalf("%v: phases %v, want %v", tc.flags, got, tc.want)
+		}
+		if d := lines[len(lines)-1].MonoNS - lines[len(lines)-2].MonoNS; d < int64(500*time.Millisecond) {
+			t.Fatalf("%v: %s to done %v, want at least the 0.5 s result delay", tc.flags, tc.want[len(tc.want)-2], time.Duration(d))
+		}
+	}
+	// a drain cut at --drain-s (requests abandoned) has no drained line
+	stalled := h.healthyServer("--load-s", "0", "--stall-after-s", "0", "--stall-s", "30")
+	phaseFile := filepath.Join(t.TempDir(), "phases.jsonl")
+	h.runClient(nil, "--url", stalled.url, "--warmup-s", "0", "--measure-s", "0.2", "--drain-s", "0.2", "--phase-file", phaseFile)
+	if got := phaseNames(readPhases(t, phaseFile)); !reflect.DeepEqual(got, []string{"warmup", "clean", "drain", "done"}) {
+		t.Fatalf("an abandoning drain's phases %v, want no drained line", got)
 	}
 }
 

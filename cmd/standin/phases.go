@@ -11,10 +11,11 @@ import (
 
 // The client's phases, in the order it reports them.
 const (
-	phaseWarmup = phasefile.Warmup
-	phaseClean  = phasefile.Clean
-	phaseDrain  = phasefile.Drain
-	phaseDone   = phasefile.Done
+	phaseWarmup  = phasefile.Warmup
+	phaseClean   = phasefile.Clean
+	phaseDrain   = phasefile.Drain
+	phaseDrained = phasefile.Drained
+	phaseDone    = phasefile.Done
 )
 
 // phaseLog appends phase changes to the phase file. A nil *phaseLog

@@ -25,6 +25,7 @@ import (
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/launch"
+	"warden/pkg/phasefile"
 	"warden/pkg/record"
 	"warden/pkg/safefile"
 	"warden/pkg/state"
@@ -333,20 +334,25 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 
 // checkDrain reads the client's phases: past the class allowance the run
 // is quarantined; past the watchdog the client is ended and the run fails.
+// The drain runs from the drain line to the drained line (every request
+// ended), or to the done line from a client that writes no drained line;
 // end, when set, is when the client exited: the drain ended then at the
-// latest.
+// latest. Without either line, it is still running.
 func (a *Attempt) checkDrain(end time.Time) (state.Reason, string) {
 	a.phases.poll()
-	drainAt := a.phases.at("drain")
+	drainAt := a.phases.at(phasefile.Drain)
 	if drainAt.IsZero() {
 		return "", ""
 	}
-	if t := a.phases.at("done"); !t.IsZero() {
+	final := true
+	if t := a.phases.at(phasefile.Drained); !t.IsZero() {
+		end = t
+	} else if t := a.phases.at(phasefile.Done); !t.IsZero() {
 		end = t
 	} else if end.IsZero() {
-		end = a.env.Now()
+		end, final = a.env.Now(), false
 	}
-	return a.judgeDrain(end.Sub(drainAt).Seconds(), !a.phases.at("done").IsZero() || !end.IsZero())
+	return a.judgeDrain(end.Sub(drainAt).Seconds(), final)
 }
 
 // judgeDrain applies the class's allowance and watchdog to a drain of

@@ -56,6 +56,7 @@ const (
 	PhaseProfile  = phasefile.Profile
 	PhaseRecovery = phasefile.Recovery
 	PhaseDrain    = phasefile.Drain
+	PhaseDrained  = phasefile.Drained
 	PhaseDone     = phasefile.Done
 )
 

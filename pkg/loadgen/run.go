@@ -350,6 +350,13 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 		stopErr = ErrInterrupted
 	}
 	drain.Seconds = float64(drain.EndMonoNS-drain.StartMonoNS) / 1e9
+	if !errors.Is(stopErr, ErrInterrupted) && !drain.TimedOut && ctx.Err() == nil {
+		// every admitted request ended: the drain gate stops here, not
+		// at done, which follows the release poll and the results
+		if err := r.phases.mark(PhaseDrained, 0, nil); err != nil && stopErr == nil {
+			stopErr = err
+		}
+	}
 	segs = append(segs, segment{name: PhaseDrain, kind: PhaseDrain, start: drainStart, end: drain.EndMonoNS})
 
 	// Freeze the records: requests still outstanding keep running until

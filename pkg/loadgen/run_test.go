@@ -59,8 +59,8 @@ func TestDrainNeverCancels(t *testing.T) {
 		t.Fatalf("complete %v, drain %+v, classes %v", res.Complete, res.Drain, res.Totals.ByClass)
 	}
 	data, _ := os.ReadFile(cfg.PhaseFile)
-	if strings.Contains(string(data), `"done"`) || !strings.Contains(string(data), `"drain"`) {
-		t.Fatalf("an abandoning run's phases: %s", data)
+	if strings.Contains(string(data), `"done"`) || strings.Contains(string(data), `"drained"`) || !strings.Contains(string(data), `"drain"`) {
+		t.Fatalf("an abandoning run's phases (a drain line, no drained or done): %s", data)
 	}
 	if d := time.Duration(res.Drain.EndMonoNS - res.Drain.StartMonoNS); d < 300*time.Millisecond {
 		t.Fatalf("drain lasted %v, less than its timeout", d)
@@ -112,8 +112,8 @@ func TestInterruptCancelsAndRecords(t *testing.T) {
 		t.Fatalf("complete %v interrupted %v classes %v", res.Complete, res.Interrupted, res.Totals.ByClass)
 	}
 	data, _ := os.ReadFile(phases)
-	if strings.Contains(string(data), `"done"`) || !strings.Contains(string(data), `"warmup"`) {
-		t.Fatalf("phases %s", data)
+	if strings.Contains(string(data), `"done"`) || strings.Contains(string(data), `"drained"`) || !strings.Contains(string(data), `"warmup"`) {
+		t.Fatalf("an interrupted run's phases (no drained or done): %s", data)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "result.json")); err != nil {
 		t.Fatal(err)

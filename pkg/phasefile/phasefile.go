@@ -13,13 +13,18 @@ import (
 )
 
 // The phases a client reports, in order (clean, profile and recovery
-// repeat with an Index).
+// repeat with an Index). Drain is the end of admission; Drained, the end
+// of the drain: every admitted request has ended (a drain cut at the
+// client's bound has none). Done follows once the results are written.
+// The controller's drain gate times Drain to Drained, or to Done from a
+// client that writes no Drained line.
 const (
 	Warmup   = "warmup"
 	Clean    = "clean"
 	Profile  = "profile"
 	Recovery = "recovery"
 	Drain    = "drain"
+	Drained  = "drained"
 	Done     = "done"
 )
 
