@@ -277,9 +277,8 @@ func writeResults(cfg clientConfig, res result, windows []map[string]any) error 
 
 // drain waits for the workers to finish their last requests, for up to
 // allowance; then it abandons the requests still in flight (they count as
-// failed) and waits for the workers to notice.
-// drain waits for the requests in flight up to allowance, then abandons
-// the rest; it says whether it did.
+// failed) and waits for the workers to notice. It says whether it
+// abandoned any.
 func drain(ctx context.Context, wg *sync.WaitGroup, abandon context.CancelFunc, allowance time.Duration) (abandoned bool, err error) {
 	drained := make(chan struct{})
 	// Ends when every worker has returned, which abandon guarantees.

@@ -81,16 +81,13 @@ func (l *Log) Record(run string, n int, t time.Time) error {
 	if l == nil {
 		return errors.New("no end log")
 	}
-	if strings.ContainsAny(run, " \n\x00") {
-		return fmt.Errorf("run id %q does not fit an end record", run)
-	}
 	// the sequence is read, written and advanced under mu: attempts end
 	// at once, and two records of one sequence would make the next open
 	// reuse the later one's slot
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	line := fmt.Sprintf("%d %s %d %d", l.next, run, n, t.UnixNano())
-	if len(line) >= endSlot {
+	if len(line) >= endSlot || strings.ContainsAny(run, " \n\x00") {
 		return fmt.Errorf("run id %q does not fit an end record", run)
 	}
 	buf := bytes.Repeat([]byte{' '}, endSlot)
