@@ -103,6 +103,20 @@ func TestDrainWithoutDrainedLineEndsAtDone(t *testing.T) {
 	c.assertNoProcesses()
 }
 
+// A drained line earlier than the drain line is a drain nobody can time:
+// the gate says so (error) and the run fails harness-error, never passes.
+func TestDrainedBeforeDrainFailsClosed(t *testing.T) {
+	t.Parallel()
+	c, s := ranScenario(t, scenario{client: `{shell: 'd() { date -u -d "$1" +%Y-%m-%dT%H:%M:%S.%NZ; }; printf "{\"phase\":\"drain\",\"t\":\"%s\"}\n{\"phase\":\"drained\",\"t\":\"%s\"}\n" "$(d now)" "$(d "2 seconds ago")" >> "$WARDEN_PHASE_FILE"'}`})
+	as := c.attempts(s, "p1.saturation")
+	if len(as) == 0 || as[0].State != state.Failed || as[0].Reason != state.ReasonHarnessError {
+		t.Fatalf("attempts %+v; want the first failed harness-error", as)
+	}
+	if v := c.gateVerdict(s, "p1.saturation", "drain"); v.Verdict != state.VerdictError || !strings.Contains(v.Detail, "invalid drain time") {
+		t.Fatalf("drain gate %+v; want an error naming the invalid drain time", v)
+	}
+}
+
 // A client that exits 4 (Warden's load client: it abandoned requests at
 // its drain bound) fails its run with reason drain-abandoned: a cut drain
 // is never complete.
