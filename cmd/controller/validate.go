@@ -282,13 +282,21 @@ rolling completion rate (successes of requests/*.jsonl by end_mono_ns in
 num_waiting_reqs of the records submitted in [end-W, end)) are within
 --tolerance of their medians over clean segment C (the last clean
 segment, sampled every --step-s from its start + W to its end). A median
-of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
+of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.
+With --rule calibrated (a dated amendment's rule), each series' band is
+the wider of --tolerance and the deviation within which the clean
+segments' own samples stay jointly with probability --calibration-quantile.
+Either way the verdict reports how often the clean segments' own samples
+leave the band (recovery.self.*): the rule's false-failure rate.`,
 		func() (validate.Result, error) {
 			if dir == "" || o.Layer1Dir == "" {
 				return validate.Result{}, usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
 			}
 			if o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 || o.RecoveryS <= 0 || o.RecoveryTol < 0 {
 				return validate.Result{}, usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
+			}
+			if err := checkRule("recovery: --rule", o.Rule, o.Quantile); err != nil {
+				return validate.Result{}, err
 			}
 			return validate.RecoveryDir(dir, o), nil
 		})
@@ -300,6 +308,7 @@ of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
 	f.Float64Var(&o.Tolerance, "tolerance", o.Tolerance, "relative tolerance around clean segment C's medians")
 	f.Float64Var(&o.RecoveryS, "recovery-s", o.RecoveryS, "each recovery's fixed length, seconds")
 	f.Float64Var(&o.RecoveryTol, "recovery-tolerance-s", o.RecoveryTol, "how far a recovery's length may be from --recovery-s")
+	ruleFlags(f, "rule", &o.Rule, &o.Quantile)
 	return cmd
 }
 
