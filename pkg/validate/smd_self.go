@@ -265,7 +265,7 @@ type RepresentativenessOptions struct {
 // thresholds when the calibrated rule judges.
 type selfCheck struct {
 	self    SelfSMD
-	windows int // windows a run holds
+	windows int       // windows a run holds
 	thr     []float64 // per feature: the limit the window's |SMD| is held to
 	ok      bool      // the thresholds could be told
 	problem string    // why not
