@@ -105,6 +105,7 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 		"recovery":        {recoveryOver(dir, l1)},
 		"profile-windows": {ProfileWindowsDir(dir, ProfileWindowOptions{Windows: 2})},
 		"layer1":          {Layer1Dir(l1, "", "", DefaultLayer1)},
+		"power":           {PowerDir(dir, PowerOptions{Layer1Dir: l1, BlockSteps: 8, Windows: 2, ReferenceTailS: 30, MaxSMD: 0.25, WindowS: 1, StepS: 0.25, Tolerance: 0.1})},
 	}
 	emitted["waveform"] = waveformFigures(t)
 	_, san := Sanity([]string{dir}, dir, DefaultSanity())

@@ -107,7 +107,7 @@ func analyzeWindows(f *l2findings, wins map[int][]rankWindow, opts Layer2Options
 				windows = max(windows, len(ws))
 			}
 		}
-		c := recordSelfCheck(f.findings, cleanSteps(recs, pb), opts.ActiveIters, windows, opts.MaxSMD, opts.Representativeness)
+		c := recordSelfCheck(f.findings, "clean segment C", cleanSteps(recs, pb), opts.ActiveIters, windows, opts.MaxSMD, opts.Representativeness)
 		sc = &c
 		an.Representativeness = representativenessReport(c, opts)
 	}

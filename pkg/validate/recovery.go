@@ -289,6 +289,12 @@ func recoverySegments(f *findings, res seedResult, opts RecoveryOptions) (*seedS
 
 // cleanMedians samples the two series in clean segment C.
 func cleanMedians(f *findings, roll *rolling, c seedSegment, step int64) (rate, wait float64, ok bool) {
+	return referenceMedians(f, roll, c, step, "clean segment C")
+}
+
+// referenceMedians samples the two series in the reference segment c,
+// named what in the findings.
+func referenceMedians(f *findings, roll *rolling, c seedSegment, step int64, what string) (rate, wait float64, ok bool) {
 	var rates, waits []float64
 	for t := c.StartMonoNS + roll.window; t <= c.EndMonoNS; t += step {
 		rates = append(rates, roll.rate(t))
@@ -301,13 +307,13 @@ func cleanMedians(f *findings, roll *rolling, c seedSegment, step int64) (rate, 
 	rate = median(rates)
 	f.fig("clean_c_completion_rps", rate)
 	if len(waits) == 0 {
-		f.failf("no Layer-1 record in clean segment C (%s): no waiting-queue median", c.Name)
+		f.failf("no Layer-1 record in %s (%s): no waiting-queue median", what, c.Name)
 		return rate, 0, false
 	}
 	wait = median(waits)
 	f.fig("clean_c_waiting", wait)
 	if rate <= 0 {
-		f.failf("clean segment C's median completion rate is 0: nothing to recover to")
+		f.failf("%s's median completion rate is 0: nothing to recover to", what)
 		return rate, wait, false
 	}
 	return rate, wait, true

@@ -279,7 +279,7 @@ type selfCheck struct {
 // calibrated rule smd.calibrated.quantile, .level, .FEATURE.threshold and
 // .window_pass_fraction; and the power check's power.representativeness.
 // unit_pass_fraction and .samples (docs/validators.md).
-func recordSelfCheck(f *findings, clean []L1Step, block, windows int, limit float64, o RepresentativenessOptions) selfCheck {
+func recordSelfCheck(f *findings, what string, clean []L1Step, block, windows int, limit float64, o RepresentativenessOptions) selfCheck {
 	sc := selfCheck{self: selfSMD(clean, block), windows: windows}
 	s := sc.self
 	f.fig("smd.self.block_steps", float64(block))
@@ -290,8 +290,8 @@ func recordSelfCheck(f *findings, clean []L1Step, block, windows int, limit floa
 		limits[i] = limit
 	}
 	if s.Blocks == 0 {
-		f.notef("representativeness: clean segment C has %d model-executed step(s), fewer than a %d-step block and a rest: its own false-failure rate cannot be told", len(clean), block)
-		sc.problem = fmt.Sprintf("clean segment C has %d step(s): no %d-step blocks to calibrate on", len(clean), block)
+		f.notef("representativeness: %s has %d model-executed step(s), fewer than a %d-step block and a rest: the rule's own false-failure rate cannot be told", what, len(clean), block)
+		sc.problem = fmt.Sprintf("%s has %d step(s): no %d-step blocks to calibrate on", what, len(clean), block)
 	} else {
 		for i, name := range smdFeatures {
 			f.fig("smd.self."+name+".pass_fraction", s.passFraction(i, limit))
@@ -303,8 +303,8 @@ func recordSelfCheck(f *findings, clean []L1Step, block, windows int, limit floa
 		f.fig("smd.self.run_pass_fraction", rp)
 		f.fig("smd.self.false_failure_rate", 1-rp)
 		f.fig("power.representativeness.unit_pass_fraction", wp)
-		f.notef("representativeness: on clean segment C's own %d blocks of %d steps the literal rule passes %.1f%% of windows, so a representative run of %d window(s) fails it %.1f%% of the time",
-			s.Blocks, block, 100*wp, windows, 100*(1-rp))
+		f.notef("representativeness: on %s's own %d blocks of %d steps the literal rule passes %.1f%% of windows, so a representative run of %d window(s) fails it %.1f%% of the time",
+			what, s.Blocks, block, 100*wp, windows, 100*(1-rp))
 	}
 	sc.thr, sc.ok = limits, true
 	if o.Rule != RuleCalibrated {
@@ -314,7 +314,7 @@ func recordSelfCheck(f *findings, clean []L1Step, block, windows int, limit floa
 	if need := MinCalibrationBlocks(o.Quantile); s.Blocks < need {
 		sc.ok = false
 		if sc.problem == "" {
-			sc.problem = fmt.Sprintf("clean segment C gives %d blocks of %d steps, fewer than the %d the %g quantile needs", s.Blocks, block, need, o.Quantile)
+			sc.problem = fmt.Sprintf("%s gives %d blocks of %d steps, fewer than the %d the %g quantile needs", what, s.Blocks, block, need, o.Quantile)
 		}
 		return sc
 	}
