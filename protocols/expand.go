@@ -66,6 +66,7 @@ func (b *builder) expand() *Plan {
 	}
 	plan.Runs = b.runs
 	plan.Gates = b.gates
+	b.powerCheck(plan)
 	b.regimeInfo(plan)
 	for i := range plan.Runs {
 		if r := &plan.Runs[i]; r.Regime == "" {

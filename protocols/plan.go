@@ -22,6 +22,8 @@ type Plan struct {
 	Runs       []Run            `json:"runs"`
 	Stop       StopInfo         `json:"stop"`
 	Retries    int              `json:"retries_infrastructure"`
+	// PowerCheck is the protocol's power check, with the runs it judges.
+	PowerCheck *PowerCheckInfo `json:"power_check,omitempty"`
 	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
 	CleanupS   float64          `json:"cleanup_timeout_s"`
 	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling

@@ -53,6 +53,42 @@ type Protocol struct {
 	Retries    Retries     `yaml:"retries"`
 	Privacy    Privacy     `yaml:"privacy"`
 	Validators []Validator `yaml:"validators"`
+	// PowerCheck, when set, stops the campaign for review before the
+	// first run of its first primary phase launches when the campaign
+	// cannot be expected to complete under its gates that judge a sample
+	// (docs/protocol.md, "The power check"). Warden's own stop, not a
+	// seed's rule; it changes no verdict.
+	PowerCheck *PowerCheck `yaml:"power_check"`
+}
+
+// PowerCheck is the check, before a campaign's matrix, that the gates
+// that judge a sample (representativeness, recovery) pass representative
+// runs often enough for the campaign to complete: from the false-failure
+// rates measured on the runs before the matrix (validate power, or the
+// judging validators' own figures), the probability that every judged run
+// passes, with the exact reruns the outcome policy allows.
+type PowerCheck struct {
+	Meta Meta `yaml:"-"`
+	// MinCompletionProbability is the least expected completion
+	// probability the campaign goes on with, in (0, 1].
+	MinCompletionProbability float64 `yaml:"min_completion_probability" warden:"required"`
+	// Amendment names, in the stop, the dated amendment that would fix a
+	// gate the check finds too strict (its id and file).
+	Amendment string      `yaml:"amendment"`
+	Gates     []PowerGate `yaml:"gates" warden:"required"`
+}
+
+// PowerGate is one gate the power check judges.
+type PowerGate struct {
+	Meta Meta `yaml:"-"`
+	// Measure is representativeness (layer2's SMD rule) or recovery.
+	Measure string `yaml:"measure" warden:"required"`
+	// JudgedBy names the validator that applies the gate's rule: a
+	// `controller validate layer2` (representativeness) or `validate
+	// recovery` command, whose --representativeness / --rule and
+	// --calibration-quantile say the rule in force; its runs are the
+	// judged ones.
+	JudgedBy string `yaml:"judged_by" warden:"required"`
 }
 
 // Host is the machine the protocol was frozen for.

@@ -31,6 +31,7 @@ func (b *builder) validate() {
 	b.validatePhases()
 	b.validateStop()
 	b.validateValidators()
+	b.validatePowerCheck()
 	b.validateProvenance()
 }
 

@@ -64,13 +64,18 @@ const (
 	// StopAwaitingAmendment: nothing more can run while runs whose
 	// failure allows no rerun wait for an amendment; the detail names them.
 	StopAwaitingAmendment StopReason = "awaiting-amendment"
+	// StopPowerCheck: before the matrix, the campaign's expected
+	// completion probability under its gates that judge a sample is below
+	// the protocol's power_check threshold, or cannot be told; the detail
+	// names the gate, the figure and the amendment that would fix it.
+	StopPowerCheck StopReason = "power-check"
 )
 
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
 	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
-	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment,
+	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment, StopPowerCheck,
 }
 
 // StopForRun is the campaign's stop reason when a run's failure stops it:
