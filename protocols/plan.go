@@ -24,9 +24,9 @@ type Plan struct {
 	Retries    int              `json:"retries_infrastructure"`
 	// PowerCheck is the protocol's power check, with the runs it judges.
 	PowerCheck *PowerCheckInfo `json:"power_check,omitempty"`
-	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
-	CleanupS   float64          `json:"cleanup_timeout_s"`
-	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling
+	Privacy    []string        `json:"privacy_forbidden_fields,omitempty"`
+	CleanupS   float64         `json:"cleanup_timeout_s"`
+	SampleS    float64         `json:"sample_interval_s"` // 0: no GPU sampling
 
 	// PrivacyMinLeakBytes is privacy.min_leak_bytes (0 in plans written
 	// before it existed: read as DefaultMinLeakBytes).

@@ -52,7 +52,7 @@ type PowerResult struct {
 	// Completion is the campaign's expected completion probability under
 	// the rules in force; Min the protocol's threshold.
 	Completion, Min float64
-	Gates       []PowerGate
+	Gates           []PowerGate
 	// CannotTell says why the check cannot tell ("" when it can): a gate
 	// no run measured.
 	CannotTell string
