@@ -118,6 +118,7 @@ GET /metrics (the running-requests gauge of the server kind).`,
 	f.Float64Var(&cfg.layer1.flushS, "flush-interval-s", 1, "Layer-1 flush interval: records are appended and the sidecar replaced this often")
 	f.StringVar(&cfg.layer1.brk, "layer1-break", "", "misbehave: break the Layer-1 stream: drop, gap, partial, no-sidecar, stale; no-footer ends without a footer but with a fresh sidecar")
 	addLayer1MisbehaveFlags(f, &cfg.layer1.misbehave)
+	f.Uint64Var(&cfg.layer1.vary, "layer1-vary", 0, "when not 0, the seed of steps whose shapes vary as a saturated short-prompt pattern's do (200-256 decodes, 0-4 prefills of 128-512 tokens), instead of the real traces' three in turn")
 	f.StringVar(&cfg.layer2.dir, "traces-dir", "", "write Layer-2 traces here on /stop_profile (none written if empty)")
 	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
 	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: "+strings.Join(layer2Breaks, ", "))
