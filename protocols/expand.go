@@ -47,12 +47,19 @@ func (b *builder) expand() *Plan {
 		cells := 0
 		if ph.Kind == "colocation" && ph.Colocation != nil {
 			cells = b.expandColocation(ph, i)
+			if ph.Prior != nil {
+				b.runs = b.runs[:before] // the check ran before: no run of it
+				cells = 0
+			}
 		} else if ph.Kind == "capacity" && ph.Capacity != nil && ph.Matrix != nil && len(ph.Loads) > 0 {
 			cells = b.expandCapacityPhase(ph, i)
 		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
 			cells = b.expandMatrixPhase(ph, i)
 		}
 		info := PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells}
+		if ph.Prior != nil && ph.Kind == "colocation" {
+			info.Prior = b.prior(ph, plan)
+		}
 		if ph.Kind == "capacity" && ph.Capacity != nil {
 			info.Capacity = capacitySpec(ph.Capacity)
 		}
@@ -473,6 +480,9 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	if s := b.servers[server]; s != nil {
 		r.Server = b.serverSpec(s, ch, vars, needAs)
+		if load.ReadyTimeoutS > 0 {
+			r.Server.ReadyTimeoutS = load.ReadyTimeoutS
+		}
 	}
 	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
 	b.checkClientDrain(&r, load)

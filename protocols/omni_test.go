@@ -92,7 +92,7 @@ func TestSlurmRequests(t *testing.T) {
 	if len(reqs) != 1 || reqs[0] != (SlurmRequest{GPUs: 2, CPUs: 32, Runs: len(p.Runs)}) {
 		t.Errorf("omni-ab-slurm requests %+v, want one shape for its %d runs", reqs, len(p.Runs))
 	}
-	p3, err := PlanFile("opprof-phase3.yaml", Options{})
+	p3, err := PlanFile("testdata/opprof-phase3-check-again.yaml", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,6 +289,9 @@ type Load struct {
 	// to its exit, past which the run is ended (reason measure-deadline).
 	// Default: expected_s plus the class's drain watchdog.
 	DeadlineS float64 `yaml:"deadline_s"`
+	// ReadyTimeoutS replaces the server's ready_timeout_s for this load's
+	// runs (a burn-in's cold compile takes longer than a warm start).
+	ReadyTimeoutS float64 `yaml:"ready_timeout_s"`
 	// AdmissionEnd says where the end of admission (the start of drain)
 	// is read: "phase-file" (default: the client's drain line, and its
 	// drained line, else its done line, in $WARDEN_PHASE_FILE) or
@@ -364,7 +367,13 @@ type Phase struct {
 	Repeats    int         `yaml:"repeats"` // process-level repeats of every cell; default 1
 	Regime     string      `yaml:"regime"`  // pin the phase to a regime instead of the campaign's
 	Colocation *Colocation `yaml:"colocation"`
-	Capacity   *Capacity   `yaml:"capacity"` // the search of a phase of kind capacity
+	// Prior, on a colocation phase, is the check's verdict from when it
+	// ran before this campaign (seed 002, A-P3-4: "E-a consumed 3.964
+	// H20-hours"): the phase then plans no runs, and its gates' verdicts
+	// are read from the file (docs/protocol.md, "A co-location check that
+	// already ran").
+	Prior    *ColocPrior `yaml:"prior"`
+	Capacity *Capacity   `yaml:"capacity"` // the search of a phase of kind capacity
 	// Vars are variables of this phase's runs: they override the
 	// protocol's vars (e.g. one profile window for the co-location check's
 	// target); an axis value may not set them again.
@@ -434,6 +443,16 @@ type Colocation struct {
 	BackgroundLoad string            `yaml:"background_load" warden:"required"` // load run by each background
 	Checks         []ColocCheck      `yaml:"checks" warden:"required"`
 	Gate           ColocGate         `yaml:"gate" warden:"required"`
+}
+
+// ColocPrior is a co-location check's verdict from an earlier run of it.
+type ColocPrior struct {
+	Meta Meta `yaml:"-"`
+	// Verdict is the verdict file (JSON, schema
+	// warden.colocation-verdict/1): relative to the workdir, a literal
+	// path. It is read and checked by plan (with its inputs) and start,
+	// hashed into provenance, and checked again at every resume.
+	Verdict string `yaml:"verdict" warden:"required"`
 }
 
 // ColocCheck validates one regime.

@@ -211,14 +211,18 @@ func writeCosts(w io.Writer, t protocols.Totals, unit string) {
 	fmt.Fprintf(tw, "conditional runs, if they execute\t%d\t+%.3f\t+%.3f\n", t.Conditional, t.ConditionalGPUHours, t.BoundsGPUHours-t.ConservativeGPUHours)
 	tw.Flush()
 	io.WriteString(w, buf.String())
-	verdict := "within the cap"
+	verdict := "within the cap: every wave fits"
 	if !t.ReservationFits {
-		verdict = "OVER the cap: refused, stop reason budget"
+		verdict = "OVER the cap: a wave would be refused, stop reason budget"
 	}
-	fmt.Fprintf(w, "peak wave reservation (charged + reserved + launch): %.3f of the %.3f cap, %s\n",
-		t.PeakReservationGPUHours, t.BudgetCapGPUHours, verdict)
+	wrapTo(w, fmt.Sprintf("peak wave reservation (charged + reserved + launch): %.3f of the %.3f cap, %s",
+		t.PeakReservationGPUHours, t.BudgetCapGPUHours, verdict), "  ")
 	if t.PeakReservationRun != "" {
 		fmt.Fprintf(w, "  at the launch of %s on the estimate's timeline\n", t.PeakReservationRun)
+	}
+	if r := t.FirstRefused; r != nil {
+		wrapTo(w, fmt.Sprintf("first wave refused: the launch of %s, after %d runs (%.0f s): consumed %.3f + in flight %.3f + its own %.3f = %.3f, over the cap %.3f (%s)",
+			r.Run, r.RunsBefore, r.StartS, r.ChargedGPUH, r.InFlightGPUH, r.LaunchGPUH, r.TotalGPUH, r.CapGPUH, r.Budget), "  ")
 	}
 }
 

@@ -13,13 +13,14 @@ import (
 )
 
 // The scheduling decisions are table-tested on the seed's own plan
-// (protocols/opprof-phase3.yaml: a co-location check with its fallback,
+// (protocols/opprof-phase3.yaml with its co-location check run again,
+// testdata/opprof-phase3-check-again.yaml: the check with its fallback,
 // burn-ins, 24 cells of saturation then moderate, confirmations, one TP2
 // cell on two GPUs) and on the demo's. No process is started.
 
 func phase3(t *testing.T) *protocols.Plan {
 	t.Helper()
-	return planFile(t, "../../protocols/opprof-phase3.yaml")
+	return planFile(t, "../../protocols/testdata/opprof-phase3-check-again.yaml")
 }
 
 // planFile plans the protocol at path, relative to this package.
