@@ -1,7 +1,6 @@
 package runner_test
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +23,8 @@ import (
 // and a window made unrepresentative on purpose (its steps all prefill)
 // fails the calibrated rule on both attempts.
 
-// powerProtocol writes the protocol: rule is the rule of layer2 and
-// recovery, serverExtra extra stand-in flags (YAML flow items).
+// powerProtocol writes the power-check protocol (testcampaign.Power)
+// and its manifest in dir.
 func powerProtocol(t *testing.T, dir, rule, serverExtra string) string {
 	t.Helper()
 	manifest := filepath.Join(dir, "manifest.jsonl")
@@ -34,66 +33,8 @@ func powerProtocol(t *testing.T, dir, rule, serverExtra string) string {
 	if err != nil {
 		t.Fatalf("materialize: %v\n%s", err, out)
 	}
-	vars := fmt.Sprintf("STANDIN: %q, WARDEN: %q, LOADGEN: %q, MANIFEST: %q, RULE: %s", standinBin, controllerBin, loadgenBin, manifest, rule)
-	client := func(extra string) string {
-		return `["${LOADGEN}", run, --manifest, "${MANIFEST}", --base-url, "http://127.0.0.1:${PORT}", --model, standin,
-             --load-point, saturation, --request-rate, inf, --max-concurrency, "8", --ignore-eos, --temperature, "0",
-             --drain-timeout-seconds, "10", --workload-seed, "20260712", --result-dir, "${ATTEMPT_DIR}/client", ` + extra + `]`
-	}
-	y := testcampaign.Head("power-test", "1.0", vars, freePorts(t, 1)) + `regimes:
-  - {name: solo, concurrency: 1}
-classes:
-  - {name: c, drain_allowance_s: 10, watchdog_s: 30}
-cleanup: {timeout_s: 10}
-servers:
-  - name: standin
-    kind: standin
-    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.1", --shutdown-timeout, "1", --gpu-mem-mib, "512", --token-ms, "1",
-              --effective-config, "enable_chunked_prefill=True", --layer1-dir, "${ATTEMPT_DIR}/opprof", --steps-per-s, "200",
-              --layer1-vary, "7", --traces-dir, "${ATTEMPT_DIR}/traces", --profiler-step-s, "0.005"` + serverExtra + `]
-    ready_timeout_s: 10
-    shutdown_grace_s: 2
-    group_grace_s: 1
-    expect: [{name: chunked, pattern: 'enable_chunked_prefill=True'}]
-loads:
-  - name: burnin
-    kind: burn-in
-    measured: false
-    expected_s: 10
-    client: ` + client(`--warmup-seconds, "3", --num-clean-segments, "0"`) + `
-  - name: saturation
-    kind: saturation
-    expected_s: 20
-    client: ` + client(`--warmup-seconds, "1", --clean-segment-seconds, "2", --num-clean-segments, "3",
-             --profile-after-clean, --num-profile-windows, "2", --profile-warmup-iterations, "2", --profile-active-iterations, "8",
-             --profile-traces-dir, "${ATTEMPT_DIR}/traces", --profile-ranks, "1", --profile-window-budget-seconds, "5", --recovery-seconds, "2"`) + `
-axes:
-  - name: pattern
-    values: [{id: p1}]
-phases:
-  - {name: burn-in, kind: burn-in, matrix: {pattern: p1}, loads: [burnin], id: burnin}
-  - {name: matrix, kind: primary, matrix: {pattern: [p1]}, loads: [saturation]}
-retries: {infrastructure: 1}
-validators:
-  - name: power
-    loads: [burnin]
-    command: ["${WARDEN}", validate, power, --result-dir, "${ATTEMPT_DIR}/client", --layer1-dir, "${ATTEMPT_DIR}/opprof",
-              --reference-tail-s, "2", --window-s, "0.5", --step-s, "0.02", -o, json]
-  - name: layer2
-    loads: [saturation]
-    command: ["${WARDEN}", validate, layer2, --traces, "${ATTEMPT_DIR}/traces", --layer1, "${ATTEMPT_DIR}/opprof", --phases, "${PHASE_FILE}",
-              --windows, "2", --representativeness, "${RULE}", -o, json]
-  - name: recovery
-    loads: [saturation]
-    command: ["${WARDEN}", validate, recovery, --result-dir, "${ATTEMPT_DIR}/client", --layer1-dir, "${ATTEMPT_DIR}/opprof",
-              --window-s, "0.5", --step-s, "0.02", --recovery-s, "2", --rule, "${RULE}", -o, json]
-power_check:
-  min_completion_probability: 0.5
-  amendment: "A-TEST (the calibrated rules): protocol-calibrated.yaml"
-  gates:
-    - {measure: representativeness, judged_by: layer2}
-    - {measure: recovery, judged_by: recovery}
-`
+	y := testcampaign.Power(testcampaign.PowerBins{Standin: standinBin, Controller: controllerBin, Loadgen: loadgenBin, Manifest: manifest},
+		freePorts(t, 1)[0], rule, serverExtra)
 	path := filepath.Join(dir, "protocol.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
