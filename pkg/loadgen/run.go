@@ -107,6 +107,10 @@ type Config struct {
 	// needs to be the first playable one (0: DefaultMinAudioSamples).
 	Modalities      []string
 	MinAudioSamples int64
+	// AudioFormat is the format the server declares for its audio: every
+	// audio chunk must be of it, else the request is invalid-output
+	// (declared_format). Zero fields: DefaultAudioFormat's.
+	AudioFormat AudioFormat
 	// RequestDeadline, when positive, is each request's deadline from its
 	// planned send, the common entry (seedrecords.go): a request still
 	// outstanding then is ended and recorded deadline-exceeded.
@@ -592,7 +596,7 @@ func (r *run) finish(s *slot, o outcome) {
 	rec := &s.rec
 	rec.Stress = o.stress.record(&o)
 	rec.FirstTokenNS, rec.FirstChunkNS, rec.EndNS = o.firstToken, o.firstChunk, o.end
-	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
+	rec.PromptTokens, rec.OutputTokens, rec.UsageSource = o.promptTokens, o.outputTokens, o.usageSource
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
 	rec.Class, rec.Reason, rec.Unsent = o.class, o.reason, o.unsent
 	if o.audio != nil {
