@@ -28,6 +28,10 @@ type Result struct {
 	Model       string `json:"model"`
 	// ServerKind is the stream read (serverkind.go).
 	ServerKind ServerKind `json:"server_kind"`
+	// ServedModels are the model ids the server's /v1/models listed before
+	// the run, Model among them (Config.CheckServedModel); absent when not
+	// checked.
+	ServedModels []string `json:"served_models,omitempty"`
 
 	Load           LoadInfo         `json:"load"`
 	Manifest       ManifestInfo     `json:"manifest"`

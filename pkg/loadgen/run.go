@@ -39,6 +39,12 @@ var (
 	// ErrResultExists: the result directory already holds a result.json;
 	// a finished run's directory is never overwritten.
 	ErrResultExists = errors.New("the result directory already holds a result.json")
+	// ErrModelNotServed: with CheckServedModel, the server's /v1/models
+	// does not list the model the run would send (or cannot be read);
+	// nothing was sent or written. SGLang-Omni answers 404 model_not_found
+	// to any other name than the one it serves, so every request would
+	// fail.
+	ErrModelNotServed = errors.New("the server does not serve the model the run sends")
 )
 
 // Config is one run. Durations of zero are allowed except where said.
@@ -122,6 +128,10 @@ type Config struct {
 	RunAttempt  int
 	// Stress is the stress loads' options (stress.go); zero for none.
 	Stress Stress
+	// CheckServedModel reads the server's GET /v1/models before the run
+	// and refuses it (ErrModelNotServed) unless Model is among the ids
+	// listed; the ids are recorded in result.json (served_models).
+	CheckServedModel bool
 }
 
 // admissionEstimate is how long admission is expected to last: warm-up,
@@ -223,6 +233,10 @@ type run struct {
 
 	itlMu sync.Mutex
 	itl   *logHist // guarded by itlMu
+
+	// servedModels are the ids the server's /v1/models listed
+	// (CheckServedModel); nil when not asked.
+	servedModels []string
 }
 
 // Run executes the timeline of cfg against the server with manifest m and
@@ -270,6 +284,11 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	}
 	if err := r.configureAudio(); err != nil {
 		return nil, err
+	}
+	if cfg.CheckServedModel {
+		if r.servedModels, err = r.checkServedModel(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.slots = make([]*slot, 0, slotsCap(need, m.Len()))
 	return r.execute(ctx, tr, need)
@@ -375,6 +394,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	frozenAt := r.clock.Now()
 
 	res := r.summarize(segs, windows, slots, drain, need)
+	res.ServedModels = r.servedModels
 	res.Complete = stopErr == nil
 	res.Interrupted = errors.Is(stopErr, ErrInterrupted)
 	res.Manifest.Exhausted = errors.Is(stopErr, ErrManifestExhausted)
