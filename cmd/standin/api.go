@@ -467,7 +467,7 @@ func (k kindConfig) modelNotFound(w http.ResponseWriter, model string) {
 		return
 	}
 	writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
-		"message": fmt.Sprintf("The model `%s` does not exist.", model), "type": "NotFoundError", "param": nil, "code": http.StatusNotFound,
+		"message": fmt.Sprintf("The model `%s` does not exist.", model), "type": "NotFoundError", "param": "model", "code": http.StatusNotFound,
 	}})
 }
 

@@ -236,7 +236,7 @@ func TestLaggingGauge(t *testing.T) {
 		}
 		rc := res.Stress.Release
 		if rc.Verdict != loadgen.ReleaseReleased || (rc.Probe != nil) != tc.probed || tc.probed && rc.Probe.Class != loadgen.Success ||
-			!tc.probed && (rc.WaitedS < 5 || rc.GaugeLagS != 32 || rc.BoundS != 37) {
+			!tc.probed && (rc.WaitedS < 5 || rc.GaugeLagS != 33 || rc.BoundS != 38) {
 			t.Fatalf("%s: release %+v (probe %+v)", tc.kind, rc, rc.Probe)
 		}
 	}

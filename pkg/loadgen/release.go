@@ -31,14 +31,14 @@ var RunningGauges = []string{"vllm:num_requests_running", "sglang:num_running_re
 //     itself: one probe request of one token (StepGauges), whose step
 //     drops it from the running set before the stats are made.
 //   - SGLang: the tokenizer aborts a disconnected request 2 s after the
-//     disconnect (create_abort_task), and before #31517 an idle scheduler
-//     published its gauge at most once per 30 s idle-log window (#26495):
-//     32 s.
+//     disconnect (create_abort_task; 3 s in older versions), and before
+//     #31517 an idle scheduler published its gauge at most once per 30 s
+//     idle-log window (#26495): 33 s.
 //   - SGLang-Omni: the gauge is rendered from the coordinator's health
 //     snapshot at each scrape: no lag.
 var GaugeLag = map[string]time.Duration{
 	"vllm:num_requests_running":             0,
-	"sglang:num_running_reqs":               32 * time.Second,
+	"sglang:num_running_reqs":               33 * time.Second,
 	"sglang_omni_pipeline_tracked_requests": 0,
 }
 

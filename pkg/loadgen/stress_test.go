@@ -139,7 +139,7 @@ func TestReleaseProbeMakesAStep(t *testing.T) {
 	}{
 		{"vllm, released at the step", "vllm:num_requests_running", 0, ReleaseReleased, true, 5},
 		{"vllm, still running at the step", "vllm:num_requests_running", 3, ReleaseUnreleased, true, 0.2},
-		{"sglang, no step", "sglang:num_running_reqs", 0, ReleaseReleased, false, 37},
+		{"sglang, no step", "sglang:num_running_reqs", 0, ReleaseReleased, false, 38},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			published := 4.0 // the last step before the cancellations
