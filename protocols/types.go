@@ -190,20 +190,37 @@ var serverKinds = map[string]Health{
 }
 
 // configEndpoints is where each server kind reports its effective
-// configuration as JSON, when it does:
+// configuration as JSON, when it does (docs/servers.md, "Effective
+// configuration"):
 //   - vLLM: GET /server_info?config_format=json, served with
 //     VLLM_SERVER_DEV_MODE=1 ({"vllm_config": ..., "vllm_env": ...,
 //     "system_env": ...}; vllm/entrypoints/serve/instrumentator/server_info.py);
+//     vLLM-Omni builds vLLM's app (build_app), so the same;
 //   - SGLang: GET /get_server_info (the server arguments and scheduler
 //     info at the top level; python/sglang/srt/entrypoints/http_server.py).
 //
-// The stand-in serves both shapes.
+// SGLang-Omni has none: its routes (sglang_omni/serve/openai_api.py) report
+// no server arguments, so its effective configuration is checked by its
+// launch arguments and by patterns on its startup log, and an expectation
+// with a path on it is a plan error (checkConfigPaths). The stand-in
+// serves the shapes of the kinds that have one.
 var configEndpoints = map[string]string{
-	"vllm":        "/server_info?config_format=json",
-	"vllm-omni":   "/server_info?config_format=json",
-	"sglang":      "/get_server_info",
-	"sglang-omni": "/get_server_info",
-	"standin":     "/server_info?config_format=json",
+	"vllm":      "/server_info?config_format=json",
+	"vllm-omni": "/server_info?config_format=json",
+	"sglang":    "/get_server_info",
+	"standin":   "/server_info?config_format=json",
+}
+
+// kindEnv is the environment each server kind gets unless the protocol's
+// server sets the variable itself:
+//   - SGLang-Omni: SGLANG_OMNI_STRICT_PORT=1. Its launcher checks its port
+//     before loading the model and, when the port is busy, serves on
+//     another one found free with only a warning in its log
+//     (sglang_omni/serve/launcher.py, _find_available_port); the variable
+//     makes a busy port an error, so that the server fails at once instead
+//     of serving where the controller does not look.
+var kindEnv = map[string]map[string]string{
+	"sglang-omni": {"SGLANG_OMNI_STRICT_PORT": "1"},
 }
 
 // Server is an inference-server template.
@@ -212,7 +229,7 @@ type Server struct {
 	Name           string            `yaml:"name" warden:"required"`
 	Kind           string            `yaml:"kind" warden:"required"` // vllm, sglang, vllm-omni, sglang-omni, standin, custom
 	Command        Command           `yaml:"command" warden:"required"`
-	Env            map[string]string `yaml:"env"`
+	Env            map[string]string `yaml:"env"`              // plus the kind's own unless set here: sglang-omni SGLANG_OMNI_STRICT_PORT=1
 	Health         *Health           `yaml:"health"`           // default per kind; required for custom
 	ReadyTimeoutS  float64           `yaml:"ready_timeout_s"`  // default 900
 	ShutdownGraceS float64           `yaml:"shutdown_grace_s"` // after SIGTERM to the API parent; default 60
@@ -220,7 +237,9 @@ type Server struct {
 	Expect         []Expect          `yaml:"expect"`           // effective values the server must show
 	// ConfigEndpoint is the path the server reports its effective
 	// configuration at as JSON, for expectations with a path. Default per
-	// kind (configEndpoints); a custom server has none unless given.
+	// kind (configEndpoints); sglang-omni and custom servers have none
+	// unless given, and an expectation with a path on a server without
+	// one is a plan error.
 	ConfigEndpoint string `yaml:"config_endpoint"`
 }
 

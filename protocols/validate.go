@@ -185,6 +185,14 @@ func (b *builder) validateServer(f string, s *Server) {
 	}
 	b.checkExpects(s.Expect, f+".expect")
 	b.checkEnvNames(s.Env, s.Meta.At("env"), f+".env")
+	for k, v := range kindEnv[s.Kind] {
+		if _, set := s.Env[k]; !set {
+			if s.Env == nil {
+				s.Env = map[string]string{}
+			}
+			s.Env[k] = v
+		}
+	}
 }
 
 // validateHealth checks a server's kind and its health probe, giving it

@@ -182,7 +182,7 @@ func runServer(cfg serverConfig) error {
 			return nil
 		}
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
+	ln, err := listen(cfg, log)
 	if err != nil {
 		return fmt.Errorf("server: listen: %w", err)
 	}
@@ -238,6 +238,7 @@ func runServer(cfg serverConfig) error {
 		profiler: &profiler{cfg: cfg.layer2, l1: l1},
 		kind:     cfg.kind,
 	}
+	s.api.running.lag = cfg.kind.gauge
 	s.http = &http.Server{
 		Handler:           cfg.misbehave.wrap(s.api, l1.watchProfile(s.api.handler())),
 		BaseContext:       func(net.Listener) context.Context { return hard },
@@ -315,6 +316,23 @@ func (s *server) shutdown() error {
 	}
 	s.log.Info("engine exited; bye")
 	return nil
+}
+
+// listen binds the server's port. With --port-fallback a busy port is
+// replaced by a free one, as SGLang-Omni's launcher does
+// (_find_available_port: a warning, then another port), unless
+// $SGLANG_OMNI_STRICT_PORT is "1", which makes the busy port an error.
+func listen(cfg serverConfig, log *slog.Logger) (net.Listener, error) {
+	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
+	ln, err := net.Listen("tcp", addr)
+	if err == nil || !cfg.kind.portFallback || !errors.Is(err, syscall.EADDRINUSE) {
+		return ln, err
+	}
+	if strings.TrimSpace(os.Getenv("SGLANG_OMNI_STRICT_PORT")) == "1" {
+		return nil, fmt.Errorf("port %d is already in use on %s and SGLANG_OMNI_STRICT_PORT=1 forbids falling back: %w", cfg.port, cfg.host, err)
+	}
+	log.Warn("port already in use; using another (--port-fallback)", "port", cfg.port)
+	return net.Listen("tcp", net.JoinHostPort(cfg.host, "0"))
 }
 
 // holdListener starts a sleeping child that inherits the listening socket,
