@@ -429,16 +429,31 @@ func TestPhase3Validators(t *testing.T) {
 		return out
 	}
 	for id, want := range map[string]string{
-		"P05.C00.saturation":      "layer1 layer2 profile-windows client sanity warmup recovery",
-		"P05.C00.moderate":        "layer1 layer2 profile-windows client-moderate sanity warmup recovery",
-		"confirm.P10.C00.confirm": "",
+		"P05.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix",
+		"P05.C00.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix",
+		// the prefix rule is the "prefix none" cells': not P08 (high
+		// sharing) nor P10 (natural prefix)
+		"P08.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery",
+		"P10.C01.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery",
+		"P11.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix",
+		"P03.C00.confirm":    "layer1 client-moderate sanity warmup prefix",
+		"P10.C00.confirm":    "layer1 client-moderate sanity warmup",
 	} {
 		r, ok := p.RunByID(id)
 		if !ok {
+			t.Errorf("no run %s", id)
 			continue
 		}
-		if got := strings.Join(names(r), " "); want != "" && got != want {
+		if got := strings.Join(names(r), " "); got != want {
 			t.Errorf("%s validators %q, want %q", id, got, want)
+		}
+	}
+	for _, r := range p.Runs {
+		if i := slices.IndexFunc(r.Validators, func(v ValidatorSpec) bool { return v.Name == "prefix" }); i >= 0 {
+			if argv := strings.Join(r.Validators[i].Command.Argv, " "); !strings.Contains(argv, "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/"+r.Axes["pattern"]+".jsonl") ||
+				!strings.Contains(argv, "--max-common-prefix 16") || !strings.Contains(argv, "--max-hit-ratio 0.01") {
+				t.Errorf("%s: prefix validator %q", r.ID, argv)
+			}
 		}
 	}
 	windows := func(id string) string {

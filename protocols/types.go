@@ -3,6 +3,7 @@ package protocols
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -590,6 +591,45 @@ type Validator struct {
 	// allocation past it fails inside the validator. Default: half of the
 	// host's memory (MemTotal), read when the validator starts.
 	MemoryMiB float64 `yaml:"memory_mib"`
+	// Cells, when given, names the cells the validator judges: a run is
+	// judged when its cell has, on every axis named, one of the values
+	// listed (a run without that axis is not). Default: every cell.
+	Cells CellFilter `yaml:"cells"`
+}
+
+// CellFilter selects cells by axis values: {AXIS: value or [values], ...}.
+type CellFilter struct {
+	Pos  Pos
+	Axes map[string]Selection
+}
+
+// IsZero reports whether no filter was given.
+func (c CellFilter) IsZero() bool { return len(c.Axes) == 0 }
+
+// Selects reports whether a run with these axis values is selected.
+func (c CellFilter) Selects(axes map[string]string) bool {
+	for name, sel := range c.Axes {
+		v, ok := axes[name]
+		if !ok || !slices.Contains(sel.Values, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *CellFilter) decodeNode(d *decoder, n *yaml.Node, path string) {
+	c.Pos = posOf(n)
+	c.Axes = map[string]Selection{}
+	if n.Kind != yaml.MappingNode {
+		d.c.add(posOf(n), path, "expected a mapping of axis names to values, got %s", kindName(n))
+		return
+	}
+	for _, kv := range d.pairs(n, path) {
+		c.Axes[kv[0].Value] = d.selection(kv[1], join(path, kv[0].Value))
+	}
+	if len(c.Axes) == 0 {
+		d.c.add(posOf(n), path, "selects no axis: leave cells out to judge every cell")
+	}
 }
 
 // Command is an argument vector, or {shell: "..."} run by /bin/sh -c. Each

@@ -541,7 +541,28 @@ func (b *builder) validateValidators() {
 			c.add(v.Meta.At("memory_mib"), f+".memory_mib", "must be at least 1, got %v", v.MemoryMiB)
 		}
 		b.checkLoadNames(v.Loads, v.Meta.At("loads"), f)
+		b.checkCellFilter(v.Cells, f+".cells")
 	})
+}
+
+// checkCellFilter: every axis a filter names exists, and every value it
+// lists is one of the axis's.
+func (b *builder) checkCellFilter(cf CellFilter, f string) {
+	for _, name := range slices.Sorted(maps.Keys(cf.Axes)) {
+		sel := cf.Axes[name]
+		if b.axes[name] == nil {
+			b.c.add(sel.Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
+			continue
+		}
+		if len(sel.Values) == 0 {
+			b.c.add(sel.Pos, f+"."+name, "no values selected for axis %q", name)
+		}
+		for _, id := range sel.Values {
+			if b.values[name][id] == nil {
+				b.c.add(sel.Pos, f+"."+name, "axis %q has no value %q", name, id)
+			}
+		}
+	}
 }
 
 func (b *builder) validateProvenance() {
