@@ -137,7 +137,11 @@ func (b *builder) planHeader() *Plan {
 		plan.Slots = append(plan.Slots, info)
 	}
 	for _, pf := range p.Provenance {
-		plan.Provenance = append(plan.Provenance, ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private})
+		pi := ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private, SHA256: pf.SHA256}
+		if pf.SHA256 != "" {
+			pi.SHA256At = Problem{File: b.c.file, Pos: pf.Meta.At("sha256")}.Where()
+		}
+		plan.Provenance = append(plan.Provenance, pi)
 	}
 	return plan
 }

@@ -96,6 +96,10 @@ type ProvenanceInfo struct {
 	Path    string `json:"path"`
 	Role    string `json:"role"`
 	Private bool   `json:"private"`
+	// SHA256 is the hash the protocol freezes for the file, SHA256At where
+	// (FILE:LINE:COL of its sha256 field); empty when none is frozen.
+	SHA256   string `json:"sha256,omitempty"`
+	SHA256At string `json:"sha256_at,omitempty"`
 }
 
 // PriorInfo is a prior verdict as the plan read it: Read is false when

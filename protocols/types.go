@@ -125,6 +125,11 @@ type ProvenanceFile struct {
 	Role    string `yaml:"role" warden:"required"` // client, helper, mapping, manifest, config, ...
 	Private bool   `yaml:"private"`                // hashed only, never copied; must be 0600 in a 0700 directory
 	Note    string `yaml:"note"`
+	// SHA256 is the hash the protocol freezes for the file (64 lower-case
+	// hex digits): a file with another hash refuses controller plan (when
+	// it looks at its inputs), start and amend, naming this field and both
+	// hashes. Default: none, the file's hash at start is recorded.
+	SHA256 string `yaml:"sha256"`
 }
 
 // Slot is a set of GPUs with its CPU mask, NUMA node and port.

@@ -578,5 +578,21 @@ func (b *builder) validateProvenance() {
 		if strings.Contains(pf.Path, "${") {
 			b.c.add(pf.Meta.At("path"), f+".path", "provenance paths are literal; variables are not expanded here")
 		}
+		if _, given := pf.Meta.Fields["sha256"]; given && !isSHA256(pf.SHA256) {
+			b.c.add(pf.Meta.At("sha256"), f+".sha256", "a SHA-256 is 64 lower-case hex digits, got %q", pf.SHA256)
+		}
 	})
+}
+
+// isSHA256 reports whether s is a hex SHA-256 in lower case.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -286,7 +286,7 @@ func install(c Campaign, id string) error {
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(c.Workdir, path)
 		}
-		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
+		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
 	}
 	hashed, err := provenance.Hash(entries, provenance.Options{})
 	if err != nil {

@@ -168,7 +168,7 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(workdir, path)
 		}
-		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
+		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
 	}
 	// The limit is the default until the protocol carries one
 	// (provenance_max_file_gb); then: MaxFileBytes from the plan.

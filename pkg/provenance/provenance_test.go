@@ -327,7 +327,7 @@ func TestSumsFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantOld := []Entry{{"/x/a/b_c", "client", false, a}, {"/x/a_b/c", "helper", false, b}, {`/p/secret\name.jsonl`, "manifest", true, b}}
+	wantOld := []Entry{{Path: "/x/a/b_c", Role: "client", SHA256: a}, {Path: "/x/a_b/c", Role: "helper", SHA256: b}, {Path: `/p/secret\name.jsonl`, Role: "manifest", Private: true, SHA256: b}}
 	if !slices.Equal(es, wantOld) {
 		t.Fatalf("old index read as %+v; want %+v", es, wantOld)
 	}
@@ -338,7 +338,7 @@ func TestSumsFormat(t *testing.T) {
 		t.Fatalf("old copy of %s: %q %v", es[1].Path, cp, ok)
 	}
 
-	odd := []Entry{{"/x/tab\there", "client", false, a}, {"/x/new\nline\\back", "a role", true, b}, {"/x/plain", "helper", false, b}}
+	odd := []Entry{{Path: "/x/tab\there", Role: "client", SHA256: a}, {Path: "/x/new\nline\\back", Role: "a role", Private: true, SHA256: b}, {Path: "/x/plain", Role: "helper", SHA256: b}}
 	var buf bytes.Buffer
 	for _, e := range odd {
 		writeSumLine(&buf, e)
@@ -454,5 +454,29 @@ func TestVerifyOnly(t *testing.T) {
 	}
 	if err := Verify(camp); err == nil || !strings.Contains(err.Error(), a+" changed") {
 		t.Fatalf("Verify: %v", err)
+	}
+}
+
+// A file whose hash the protocol freezes: Hash (and so Record, at start
+// and amend) refuses another hash, naming where it is frozen and both
+// hashes, before anything is written; the frozen file is recorded.
+func TestFrozenHash(t *testing.T) {
+	src := t.TempDir()
+	client, _ := clientAndSecret(t, src)
+	want := sum([]byte("print('v1')\n"))
+	other := strings.Repeat("ab", 32)
+	camp := t.TempDir()
+	_, err := Record(camp, []Entry{{Path: client, Role: "client", Frozen: other, FrozenAt: "p.yaml:8:50"}}, Options{})
+	var fe *FrozenError
+	if !errors.Is(err, ErrFrozen) || !errors.As(err, &fe) || fe.Now != want || fe.Frozen != other ||
+		err.Error() != "provenance: p.yaml:8:50: "+client+" has sha256 "+want+"; the protocol freezes "+other {
+		t.Fatalf("another hash: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(camp, SubDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused record wrote %v", err)
+	}
+	entries, err := Record(camp, []Entry{{Path: client, Role: "client", Frozen: want, FrozenAt: "p.yaml:8:50"}}, Options{})
+	if err != nil || entries[0].SHA256 != want {
+		t.Fatalf("the frozen hash: %v %+v", err, entries)
 	}
 }
