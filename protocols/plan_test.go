@@ -429,15 +429,15 @@ func TestPhase3Validators(t *testing.T) {
 		return out
 	}
 	for id, want := range map[string]string{
-		"P05.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix",
-		"P05.C00.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix",
+		"P05.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load",
+		"P05.C00.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix clock-load",
 		// the prefix rule is the "prefix none" cells': not P08 (high
 		// sharing) nor P10 (natural prefix)
-		"P08.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery",
-		"P10.C01.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery",
-		"P11.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix",
-		"P03.C00.confirm":    "layer1 client-moderate sanity warmup prefix",
-		"P10.C00.confirm":    "layer1 client-moderate sanity warmup",
+		"P08.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery clock-load",
+		"P10.C01.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery clock-load",
+		"P11.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load",
+		"P03.C00.confirm":    "layer1 client-moderate sanity warmup prefix clock-load",
+		"P10.C00.confirm":    "layer1 client-moderate sanity warmup clock-load",
 	} {
 		r, ok := p.RunByID(id)
 		if !ok {

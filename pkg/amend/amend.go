@@ -22,6 +22,7 @@ import (
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/outcome"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 	"warden/pkg/validator"
@@ -410,12 +411,9 @@ func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []str
 				for _, vd := range vs {
 					notes = append(notes, fmt.Sprintf("%s %s", vd.Gate, vd.Verdict))
 					if !vd.Passed() && next != state.Failed {
-						next, reason = state.Failed, state.ReasonValidatorFailed
-						switch vd.Class {
-						case gates.ClassProfileArtifact:
-							reason = state.ReasonProfileArtifact
-						case gates.ClassQuality:
-							next, reason = state.Quarantined, state.ReasonQualityFailed
+						next, reason = state.Failed, outcome.ValidatorReason(vd.Class)
+						if reason == state.ReasonQualityFailed {
+							next = state.Quarantined
 						}
 					}
 				}

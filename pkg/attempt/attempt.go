@@ -25,6 +25,7 @@ import (
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/launch"
+	"warden/pkg/outcome"
 	"warden/pkg/phasefile"
 	"warden/pkg/record"
 	"warden/pkg/safefile"
@@ -735,14 +736,7 @@ func (a *Attempt) validate() (state.Reason, string) {
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.env.Now())
 		a.Gate(vd)
 		if !vd.Passed() {
-			reason := state.ReasonValidatorFailed
-			switch vd.Class {
-			case gates.ClassProfileArtifact:
-				reason = state.ReasonProfileArtifact
-			case gates.ClassQuality:
-				reason = state.ReasonQualityFailed
-			}
-			return reason, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
+			return outcome.ValidatorReason(vd.Class), fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}
 	}
 	// The campaign's own files are scanned beside the attempt's: both only

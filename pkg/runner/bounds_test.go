@@ -310,3 +310,17 @@ func TestQualityFailedIsKeptNotAStop(t *testing.T) {
 	}
 	c.wantClean()
 }
+
+// A clock and load check that fails (class infrastructure: a throttled GPU
+// or a loaded host) fails the run clock-load: the seed's one exact rerun
+// for an infrastructure failure, then the campaign stops with both
+// attempts kept.
+func TestClockLoadIsRerunOnce(t *testing.T) {
+	c := newCampaign(t, protocol{retries: 1, extra: `validators:
+  - name: clock-load
+    command: {shell: 'echo ''{"verdict": "fail", "class": "infrastructure", "detail": "clock_reasons: GPU 0 hw_thermal_slowdown"}'''}`})
+	c.run()
+	c.wantStopped(state.StopForRun(state.ReasonClockLoad))
+	c.wantAttempts("p1.saturation", failed(state.ReasonClockLoad), failed(state.ReasonClockLoad))
+	c.wantClean()
+}

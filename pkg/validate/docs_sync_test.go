@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/pkg/gpu"
 	"warden/pkg/loadgen"
 )
 
@@ -107,6 +108,8 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 		"layer1":          {Layer1Dir(l1, "", "", DefaultLayer1)},
 		"power":           {PowerDir(dir, PowerOptions{Layer1Dir: l1, BlockSteps: 8, Windows: 2, ReferenceTailS: 30, MaxSMD: 0.25, WindowS: 1, StepS: 0.25, Tolerance: 0.1})},
 	}
+	cl, clPhases := clockLoadDir(t, gpu.ReasonHwSlowdown, [2]float64{1, 2})
+	emitted["clock-load"] = []Result{ClockLoad(ClockLoadOptions{AttemptDir: cl, Phases: clPhases, ForbiddenReasons: DefaultForbiddenReasons, MaxLoad1: 1})}
 	emitted["waveform"] = waveformFigures(t)
 	_, san := Sanity([]string{dir}, dir, DefaultSanity())
 	emitted["sanity"] = []Result{san}
