@@ -119,6 +119,7 @@ func (b *builder) planHeader() *Plan {
 	if p.SampleIntervalS != nil {
 		plan.SampleS = *p.SampleIntervalS
 	}
+	plan.IdleSettleS = p.IdleSettleS
 	if _, given := p.Privacy.Meta.Fields["forbidden_fields"]; !given {
 		plan.Privacy = DefaultForbiddenFields
 	}

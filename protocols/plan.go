@@ -27,6 +27,9 @@ type Plan struct {
 	Privacy    []string        `json:"privacy_forbidden_fields,omitempty"`
 	CleanupS   float64         `json:"cleanup_timeout_s"`
 	SampleS    float64         `json:"sample_interval_s"` // 0: no GPU sampling
+	// IdleSettleS is the settle period of the idle power reading (0: the
+	// preflight reading alone).
+	IdleSettleS float64 `json:"idle_settle_s,omitempty"`
 
 	// PrivacyMinLeakBytes is privacy.min_leak_bytes (0 in plans written
 	// before it existed: read as DefaultMinLeakBytes).

@@ -47,6 +47,11 @@ type Protocol struct {
 	// and the mid-run process check with it (energy counters are still
 	// read at each attempt's ends).
 	SampleIntervalS *float64 `yaml:"sample_interval_s"`
+	// IdleSettleS is how long, before each server starts, the GPUs' power
+	// is read every second for its idle level, the lowest reading kept (a
+	// GPU warm from the run before draws more: the energy per request
+	// subtracts this level); default 0: the preflight reading alone.
+	IdleSettleS float64 `yaml:"idle_settle_s"`
 
 	Cleanup    Cleanup     `yaml:"cleanup"`
 	Executor   Executor    `yaml:"executor"`

@@ -529,6 +529,9 @@ func (b *builder) validateStop() {
 	if v := p.SampleIntervalS; v != nil && (*v < 0 || (*v > 0 && *v < 0.01)) {
 		c.add(p.Meta.At("sample_interval_s"), "sample_interval_s", "a sampling interval is 0 (off) or at least 0.01 s, got %v", *v)
 	}
+	if p.IdleSettleS < 0 || p.IdleSettleS > 600 {
+		c.add(p.Meta.At("idle_settle_s"), "idle_settle_s", "a settle period is 0 to 600 s, got %v", p.IdleSettleS)
+	}
 }
 
 func (b *builder) validateValidators() {
