@@ -551,7 +551,7 @@ type StopRules struct {
 	QuarantinedFractionGT *float64 `yaml:"quarantined_fraction_gt"`
 	FailedFractionGT      *float64 `yaml:"failed_fraction_gt"`
 	MinFreeGB             *float64 `yaml:"min_free_gb"`      // stop when the campaign's file system has less free
-	MaxArtifactsGB        *float64 `yaml:"max_artifacts_gb"` // stop when the runs' artifacts grow past this
+	MaxArtifactsGB        *float64 `yaml:"max_artifacts_gb"` // stop when the public artifacts (the runs and the provenance copies) grow past this
 }
 
 // Retries says how many exact retries an infrastructure failure gets.
