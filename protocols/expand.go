@@ -138,7 +138,7 @@ func (b *builder) planHeader() *Plan {
 		plan.Slots = append(plan.Slots, info)
 	}
 	for _, pf := range p.Provenance {
-		pi := ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private, SHA256: pf.SHA256}
+		pi := ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private, SHA256: pf.SHA256, Shards: pf.Shards}
 		if pf.SHA256 != "" {
 			pi.SHA256At = Problem{File: b.c.file, Pos: pf.Meta.At("sha256")}.Where()
 		}

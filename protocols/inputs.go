@@ -61,6 +61,11 @@ func checkInputs(c *collector, p *Protocol, plan *Plan, protocolFile string) {
 		if isSHA256(pf.SHA256) {
 			checkFrozenHash(c, pf, fmt.Sprintf("provenance[%d].sha256", i), path)
 		}
+		if pf.Shards != "" {
+			if ms, err := filepath.Glob(filepath.Join(path, pf.Shards)); err == nil && len(ms) == 0 {
+				c.add(pf.Meta.At("shards"), fmt.Sprintf("provenance[%d].shards", i), "no file of %s matches %q", pf.Path, pf.Shards)
+			}
+		}
 	}
 	// the ledger runs at start, where the controller runs
 	for i, cmd := range p.Ledger {

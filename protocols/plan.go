@@ -103,6 +103,8 @@ type ProvenanceInfo struct {
 	// (FILE:LINE:COL of its sha256 field); empty when none is frozen.
 	SHA256   string `json:"sha256,omitempty"`
 	SHA256At string `json:"sha256_at,omitempty"`
+	// Shards is the glob of a model directory's files to record.
+	Shards string `json:"shards,omitempty"`
 }
 
 // PriorInfo is a prior verdict as the plan read it: Read is false when

@@ -429,15 +429,17 @@ func TestPhase3Validators(t *testing.T) {
 		return out
 	}
 	for id, want := range map[string]string{
-		"P05.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load",
-		"P05.C00.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix clock-load",
+		"P05.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load records",
+		"P05.C00.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix clock-load records",
 		// the prefix rule is the "prefix none" cells': not P08 (high
 		// sharing) nor P10 (natural prefix)
-		"P08.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery clock-load",
-		"P10.C01.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery clock-load",
-		"P11.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load",
-		"P03.C00.confirm":    "layer1 client-moderate sanity warmup prefix clock-load",
-		"P10.C00.confirm":    "layer1 client-moderate sanity warmup clock-load",
+		"P08.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery clock-load records",
+		"P10.C01.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery clock-load records",
+		"P11.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load records",
+		"P03.C00.confirm":    "layer1 client-moderate sanity warmup prefix clock-load records",
+		"P10.C00.confirm":    "layer1 client-moderate sanity warmup clock-load records",
+		// every run has a clock/load verdict (A-P3-2) and its records, the burn-ins too
+		"burnin.C00": "clock-load records power",
 	} {
 		r, ok := p.RunByID(id)
 		if !ok {

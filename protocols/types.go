@@ -135,6 +135,11 @@ type ProvenanceFile struct {
 	// it looks at its inputs), start and amend, naming this field and both
 	// hashes. Default: none, the file's hash at start is recorded.
 	SHA256 string `yaml:"sha256"`
+	// Shards, when given, is a glob (filepath.Match): path is then a
+	// directory, and each of its files that matches is recorded, hashed
+	// once at start, never copied, and re-checked by its size and
+	// modification time (seed 002: "model path and shard hashes").
+	Shards string `yaml:"shards"`
 }
 
 // Slot is a set of GPUs with its CPU mask, NUMA node and port.

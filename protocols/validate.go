@@ -584,6 +584,17 @@ func (b *builder) validateProvenance() {
 		if _, given := pf.Meta.Fields["sha256"]; given && !isSHA256(pf.SHA256) {
 			b.c.add(pf.Meta.At("sha256"), f+".sha256", "a SHA-256 is 64 lower-case hex digits, got %q", pf.SHA256)
 		}
+		if _, given := pf.Meta.Fields["shards"]; given {
+			if _, err := filepath.Match(pf.Shards, ""); err != nil || pf.Shards == "" || strings.Contains(pf.Shards, "/") {
+				b.c.add(pf.Meta.At("shards"), f+".shards", "a glob of the directory's file names (no /), got %q", pf.Shards)
+			}
+			if pf.SHA256 != "" {
+				b.c.add(pf.Meta.At("sha256"), f+".sha256", "a directory of shards has no one hash: freeze none, or list the files")
+			}
+			if pf.Private {
+				b.c.add(pf.Meta.At("private"), f+".private", "model shards are hashed, never copied, and hold no private text to scan for: leave private out")
+			}
+		}
 	})
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -41,5 +42,36 @@ clock-event reasons, or a missing host record: error.`,
 	f.StringVar(&o.Phases, "phases", os.Getenv("WARDEN_PHASE_FILE"), "the load client's phase file (default $WARDEN_PHASE_FILE)")
 	f.StringVar(&reasons, "forbid-reasons", reasons, "comma-separated NVML clock-event reasons that fail the run")
 	f.Float64Var(&o.MaxLoad1, "max-load1", o.MaxLoad1, "the host's 1-minute load average may not exceed this (default: this host's CPU count)")
+	return cmd
+}
+
+func newValidateRecordsCmd() *cobra.Command {
+	o := validate.RecordsOptions{AttemptDir: os.Getenv("WARDEN_ATTEMPT_DIR")}
+	cmd := verdictCmd("records", "Record the compile-cache key and directory, MoE backend, server source commit and model shards of a run",
+		`records keeps what seed 002 asks recorded of every run ("source/patched
+commit, ... model path and shard hashes, ... MoE backend, compile cache
+key"), read from where the server exposes it: vLLM's startup lines (the
+attempt's server.out and server.err), /server_info's system_env.vllm_version
+(server-config.json), and the campaign's provenance index (model shards, a
+provenance entry with shards:). It writes --out (default
+$WARDEN_ATTEMPT_DIR/records.json); a record the server did not expose is
+"unknown" and named in "unknown". With --compile-key-of RUN_DIR (the burn-in
+of the same configuration) the run's compile-cache key must be that run's:
+another key fails ("a per-run output directory changes the compile-cache
+key", stop condition 1), a key unknown on either side is an error.`,
+		func() (validate.Result, error) {
+			if o.AttemptDir == "" {
+				return validate.Result{}, usage("records: --attempt-dir is required (or $WARDEN_ATTEMPT_DIR)")
+			}
+			if o.Out == "" {
+				o.Out = filepath.Join(o.AttemptDir, "records.json")
+			}
+			return validate.Records(o), nil
+		})
+	f := cmd.Flags()
+	f.StringVar(&o.AttemptDir, "attempt-dir", o.AttemptDir, "the attempt directory (default $WARDEN_ATTEMPT_DIR)")
+	f.StringVar(&o.CampaignDir, "campaign-dir", "", "the campaign directory, whose provenance index holds the model's shards")
+	f.StringVar(&o.Out, "out", "", "where to write records.json (default ATTEMPT_DIR/records.json; - for none)")
+	f.StringVar(&o.CompileKeyOf, "compile-key-of", "", "a run directory whose latest records.json holds the compile-cache key this run must share")
 	return cmd
 }

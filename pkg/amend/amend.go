@@ -287,9 +287,19 @@ func install(c Campaign, id string) error {
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(c.Workdir, path)
 		}
+		if p.Shards != "" {
+			shards, err := provenance.Shards(path, p.Shards, p.Role, p.Private)
+			if err != nil {
+				return fmt.Errorf("install amendment %s: %w", id, err)
+			}
+			entries = append(entries, shards...)
+			continue
+		}
 		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
 	}
-	hashed, err := provenance.Hash(entries, provenance.Options{})
+	// the campaign's record is the shards' cache: unchanged weights are not read again
+	recorded, _ := provenance.Read(dir)
+	hashed, err := provenance.Hash(entries, provenance.Options{Cache: recorded})
 	if err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}

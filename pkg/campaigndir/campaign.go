@@ -168,6 +168,14 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(workdir, path)
 		}
+		if p.Shards != "" {
+			shards, err := provenance.Shards(path, p.Shards, p.Role, p.Private)
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, shards...)
+			continue
+		}
 		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
 	}
 	// The limit is the default until the protocol carries one

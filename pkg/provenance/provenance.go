@@ -50,6 +50,11 @@ type Entry struct {
 	// and FrozenAt where (FILE:LINE:COL): Hash refuses a file with
 	// another hash (*FrozenError). Neither is recorded in the index.
 	Frozen, FrozenAt string
+	// Shard marks a model shard (shards.go): hashed once, never copied,
+	// recorded with its Size and MTimeNS, re-verified by them.
+	Shard   bool
+	Size    int64
+	MTimeNS int64
 }
 
 // Dir and file names under the campaign directory.
@@ -131,6 +136,10 @@ type Options struct {
 	// is refused with a *TooLargeError naming the limit. 0 means
 	// DefaultMaxFileBytes; a negative value means no limit.
 	MaxFileBytes int64
+	// Cache holds entries recorded before (an amendment's record of the
+	// campaign's): a shard whose path, size and modification time match
+	// one of them takes its hash without being read.
+	Cache []Entry
 }
 
 func (o Options) limit() int64 {
@@ -155,6 +164,14 @@ func Hash(entries []Entry, opts Options) ([]Entry, error) {
 			if err := CheckPrivate(e.Path); err != nil {
 				return nil, fmt.Errorf("provenance: %w", err)
 			}
+		}
+		if e.Shard {
+			se, err := hashShard(e, opts.Cache)
+			if err != nil {
+				return nil, fmt.Errorf("provenance: %w", err)
+			}
+			out[i] = se
+			continue
 		}
 		sum, _, err := hashRegular(e.Path, opts.limit())
 		if err != nil {
@@ -181,7 +198,7 @@ func Write(campaignDir string, hashed []Entry, opts Options) error {
 		return fmt.Errorf("provenance: %w", err)
 	}
 	for _, e := range hashed {
-		if e.Private {
+		if e.Private || e.Shard {
 			continue // hash only, never copied
 		}
 		if err := copyInto(files, e, opts.limit()); err != nil {
@@ -282,6 +299,12 @@ func VerifyOnly(campaignDir string, keep func(Entry) bool) error {
 	var errs []error
 	for _, e := range entries {
 		if keep != nil && !keep(e) {
+			continue
+		}
+		if e.Shard {
+			if err := verifyShard(e); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		now, err := HashFile(e.Path)

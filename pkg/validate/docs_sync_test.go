@@ -110,6 +110,9 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 	}
 	cl, clPhases := clockLoadDir(t, gpu.ReasonHwSlowdown, [2]float64{1, 2})
 	emitted["clock-load"] = []Result{ClockLoad(ClockLoadOptions{AttemptDir: cl, Phases: clPhases, ForbiddenReasons: DefaultForbiddenReasons, MaxLoad1: 1})}
+	recRoot := t.TempDir()
+	recRun := recordsRun(t, recRoot, "burnin.C00", vllmCacheLine+"\n", serverInfo)
+	emitted["records"] = []Result{Records(RecordsOptions{AttemptDir: recRun, Out: filepath.Join(recRun, "records.json"), CompileKeyOf: filepath.Dir(recRun)})}
 	emitted["waveform"] = waveformFigures(t)
 	_, san := Sanity([]string{dir}, dir, DefaultSanity())
 	emitted["sanity"] = []Result{san}
