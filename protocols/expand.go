@@ -507,7 +507,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 // measured.
 func runKind(ph *Phase, load *Load) (string, bool) {
 	kind := ph.Kind
-	if ph.Kind == "primary" || ph.Kind == "steady-state" {
+	if ph.Kind == "primary" || ph.Kind == "steady-state" || ph.Kind == "stress" {
 		kind = load.Kind
 	}
 	if load.Kind == "background" {

@@ -357,6 +357,7 @@ var loadKinds = map[string]bool{
 	"open-loop":    true,
 	"aa":           true,
 	"smoke":        false,
+	"stress":       true,
 }
 
 // Need is a run this load needs: its result directory is given to the
@@ -425,6 +426,7 @@ var phaseKinds = map[string]bool{
 	"steady-state": true,
 	"smoke":        true,
 	"capacity":     true,
+	"stress":       true,
 }
 
 // Capacity is a capacity search, seed 000 section 13 (translated): "capacity is not
