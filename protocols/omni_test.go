@@ -160,6 +160,17 @@ func TestOmniABQualityGates(t *testing.T) {
 			if audio != (r.Load != "cold") {
 				t.Fatalf("%s: %s streams audio %v: %v", file, r.ID, audio, r.Client.Argv)
 			}
+			// §4: the quality set's outputs kept privately, outside the
+			// campaign, where the evaluators read them
+			out := "/srv/omni-bench-private/quality-outputs/" + r.ID + ".a${ATTEMPT}"
+			if audio && !strings.Contains(strings.Join(r.Client.Argv, " "), "--quality-rows 16 --quality-dir "+out) {
+				t.Fatalf("%s: %s keeps no quality outputs: %v", file, r.ID, r.Client.Argv)
+			}
+			for _, v := range r.Validators {
+				if strings.HasPrefix(v.Name, "quality-") && !strings.Contains(strings.Join(v.Command.Argv, " "), "--outputs "+out) {
+					t.Fatalf("%s: %s: %s does not read the kept outputs: %v", file, r.ID, v.Name, v.Command.Argv)
+				}
+			}
 		}
 	}
 }
