@@ -103,6 +103,7 @@ func (b *builder) planHeader() *Plan {
 			Workdir: p.Workdir, Unit: p.Budget.Unit,
 		},
 		Classes:  p.Classes,
+		Seeds:    p.Seeds,
 		Retries:  p.Retries.Infrastructure,
 		Privacy:  p.Privacy.ForbiddenFields,
 		CleanupS: p.Cleanup.TimeoutS,

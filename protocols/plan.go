@@ -16,12 +16,15 @@ type Plan struct {
 	Slots      []SlotInfo       `json:"slots"`
 	Classes    []Class          `json:"classes"`
 	Provenance []ProvenanceInfo `json:"provenance"`
-	Ledger     []CommandSpec    `json:"ledger,omitempty"`
-	Gates      []GateInfo       `json:"gates,omitempty"`
-	Phases     []PhaseInfo      `json:"phases"`
-	Runs       []Run            `json:"runs"`
-	Stop       StopInfo         `json:"stop"`
-	Retries    int              `json:"retries_infrastructure"`
+	// Seeds are the protocol's named seeds (workload, order, analysis),
+	// recorded at start in DIR/provenance/seeds.json.
+	Seeds   map[string]int64 `json:"seeds,omitempty"`
+	Ledger  []CommandSpec    `json:"ledger,omitempty"`
+	Gates   []GateInfo       `json:"gates,omitempty"`
+	Phases  []PhaseInfo      `json:"phases"`
+	Runs    []Run            `json:"runs"`
+	Stop    StopInfo         `json:"stop"`
+	Retries int              `json:"retries_infrastructure"`
 	// PowerCheck is the protocol's power check, with the runs it judges.
 	PowerCheck *PowerCheckInfo `json:"power_check,omitempty"`
 	Privacy    []string        `json:"privacy_forbidden_fields,omitempty"`

@@ -309,6 +309,9 @@ func install(c Campaign, id string) error {
 	if err := provenance.Write(dir, hashed, provenance.Options{}); err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
+	if err := provenance.WriteSeeds(dir, plan.Protocol.SHA256, plan.Seeds); err != nil {
+		return fmt.Errorf("install amendment %s: %w", id, err)
+	}
 	failpoint.Hit("amend-provenance-installed")
 	if err := atomicfile.WriteFile(campaignfs.Plan(dir), pb, 0o444); err != nil {
 		return err

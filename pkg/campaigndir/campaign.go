@@ -248,6 +248,9 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	if err := provenance.Write(dir, hashed, provOpts); err != nil {
 		return err
 	}
+	if err := provenance.WriteSeeds(dir, plan.Protocol.SHA256, plan.Seeds); err != nil {
+		return err
+	}
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
 	if err := runLedger(dir, workdir, plan.Ledger, ledgerVars); err != nil {
 		return fmt.Errorf("ledger: %w", err)
