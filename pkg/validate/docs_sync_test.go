@@ -261,3 +261,27 @@ func TestWaveformRulesDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestStopConditionsNameRules: every rule this round added is named in
+// docs/stop-conditions.md beside the condition it serves, and in
+// docs/validators.md.
+func TestStopConditionsNameRules(t *testing.T) {
+	stops, err := os.ReadFile("../../docs/stop-conditions.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := os.ReadFile(validatorsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := append(append(slices.Clone(Layer1WasteRules), ClockLoadRules...), "stream_matches_full", "compile_cache_key",
+		"cleanK_completed", "prefix", "energy.json", "provenance_gb")
+	for _, r := range rules {
+		if !strings.Contains(string(stops), "`"+r+"`") && !strings.Contains(string(stops), "`"+r+"` ") {
+			t.Errorf("docs/stop-conditions.md does not name %s", r)
+		}
+		if r != "provenance_gb" && !strings.Contains(string(vals), r) {
+			t.Errorf("docs/validators.md does not name %s", r)
+		}
+	}
+}
