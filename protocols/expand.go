@@ -495,7 +495,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	b.runManifest(&r, load, vars)
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
-		if (len(v.Loads) == 0 || slices.Contains(v.Loads, load.Name)) && v.Cells.Selects(axes) {
+		if (len(v.Loads) == 0 || slices.Contains(v.Loads, load.Name)) && v.Cells.Selects(axes) && (len(v.Phases) == 0 || slices.Contains(v.Phases, ph.Name)) {
 			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
 				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
 		}

@@ -440,6 +440,9 @@ func TestPhase3Validators(t *testing.T) {
 		"P10.C00.confirm":    "layer1 client-moderate sanity warmup clock-load records",
 		// every run has a clock/load verdict (A-P3-2) and its records, the burn-ins too
 		"burnin.C00": "clock-load records power",
+		// the co-location check runs before the burn-ins: recorded, with no
+		// burn-in key to share
+		"coloc.solo.P05.C00.moderate": "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix clock-load records-colocation",
 	} {
 		r, ok := p.RunByID(id)
 		if !ok {

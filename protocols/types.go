@@ -612,6 +612,9 @@ type Validator struct {
 	// judged when its cell has, on every axis named, one of the values
 	// listed (a run without that axis is not). Default: every cell.
 	Cells CellFilter `yaml:"cells"`
+	// Phases, when given, names the phases whose runs the validator
+	// judges. Default: every phase.
+	Phases []string `yaml:"phases"`
 }
 
 // CellFilter selects cells by axis values: {AXIS: value or [values], ...}.

@@ -545,6 +545,11 @@ func (b *builder) validateValidators() {
 		}
 		b.checkLoadNames(v.Loads, v.Meta.At("loads"), f)
 		b.checkCellFilter(v.Cells, f+".cells")
+		for j, name := range v.Phases {
+			if !slices.ContainsFunc(b.p.Phases, func(ph Phase) bool { return ph.Name == name }) {
+				b.c.add(v.Meta.At("phases"), fmt.Sprintf("%s.phases[%d]", f, j), "unknown phase %q", name)
+			}
+		}
 	})
 }
 
