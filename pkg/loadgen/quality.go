@@ -53,8 +53,18 @@ type Quality struct {
 // DefaultMaxRelRMS is the default relative RMS difference allowed.
 const DefaultMaxRelRMS = 0.01
 
-// qualityTimeout bounds each request of the pass.
+// qualityTimeout bounds each request of the pass when the run has no
+// drain bound; with one, each request has that bound (the pass runs
+// after the drain, within the client's measuring deadline).
 const qualityTimeout = 10 * time.Minute
+
+// qualityBound is how long one request of the pass may take.
+func (r *run) qualityBound() time.Duration {
+	if r.cfg.DrainTimeout > 0 {
+		return r.cfg.DrainTimeout
+	}
+	return qualityTimeout
+}
 
 // QualityRequest is one request of the pass, as result.json records it.
 type QualityRequest struct {
@@ -285,12 +295,12 @@ func (r *run) qualityRequest(ctx context.Context, i int) QualityRequest {
 	body := r.builder.build(prompt, r.m.OutputTokens(i))
 	seed := []byte(`,"seed":` + strconv.FormatUint(r.cfg.Seed, 10) + `}`)
 	body = append(body[:len(body)-1], seed...)
-	ctx, cancel := context.WithTimeout(ctx, 2*qualityTimeout)
+	sctx, cancel := context.WithTimeout(ctx, r.qualityBound())
 	defer cancel()
 
 	s := *r.sender
 	s.stress, s.itl, s.conns, s.capture = nil, func(int64, int64) {}, nil, true
-	o := s.send(ctx, body, expect{output: r.m.OutputTokens(i), exact: r.cfg.IgnoreEOS})
+	o := s.send(sctx, body, expect{output: r.m.OutputTokens(i), exact: r.cfg.IgnoreEOS})
 	qr.StreamClass = o.class
 	full := bytes.Replace(body, []byte(`,"stream":true,"stream_options":{"include_usage":true}`), []byte(`,"stream":false`), 1)
 	text, fullPCM, fullFormat, status, why := r.sendFull(ctx, full)
@@ -354,7 +364,7 @@ func abs64(x int64) int64 {
 // sendFull posts a request that is not streamed and reads its complete
 // output: choices[0].message's content and audio.data.
 func (r *run) sendFull(ctx context.Context, body []byte) (text string, pcm []byte, f AudioFormat, status int, why string) {
-	ctx, cancel := context.WithTimeout(ctx, qualityTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.qualityBound())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.sender.url, bytes.NewReader(body))
 	if err != nil {
