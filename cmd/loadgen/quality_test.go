@@ -10,9 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"warden/pkg/gates"
 	"warden/pkg/loadgen"
 	"warden/pkg/validate"
+	"warden/protocols"
 )
 
 // qualityRun runs bin/loadgen with a quality pass of two rows against a
@@ -70,6 +73,15 @@ func TestQualityPassKeepsOutputsPrivately(t *testing.T) {
 			}
 			if v := validate.WaveformDir(resDir); v.Verdict != "pass" || v.Figures["compared_requests"] != 2 {
 				t.Fatalf("waveform %s %q %v", v.Verdict, v.Detail, v.Figures)
+			}
+			// the attempt's privacy scan under omni-ab's forbidden fields
+			// finds nothing in the client's files
+			p, err := protocols.PlanFile("../../protocols/omni-ab.yaml", protocols.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := gates.PrivacyScan(resDir, p.Privacy, nil, nil, 64<<20, time.Now()); v.Verdict != "pass" {
+				t.Fatalf("privacy scan under %v: %s %s", p.Privacy, v.Verdict, v.Detail)
 			}
 		})
 	}
