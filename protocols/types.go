@@ -81,14 +81,20 @@ type PowerCheck struct {
 // PowerGate is one gate the power check judges.
 type PowerGate struct {
 	Meta Meta `yaml:"-"`
-	// Measure is representativeness (layer2's SMD rule) or recovery.
+	// Measure is representativeness (layer2's SMD rule), recovery, or
+	// profile_window (a window's traces complete within the judged runs'
+	// budget, judged by validate profile-windows).
 	Measure string `yaml:"measure" warden:"required"`
 	// JudgedBy names the validator that applies the gate's rule: a
-	// `controller validate layer2` (representativeness) or `validate
-	// recovery` command, whose --representativeness / --rule and
-	// --calibration-quantile say the rule in force; its runs are the
-	// judged ones.
+	// `controller validate layer2` (representativeness), `validate
+	// recovery` or `validate profile-windows` (profile_window) command,
+	// whose --representativeness / --rule and --calibration-quantile say
+	// the rule in force; its runs are the judged ones.
 	JudgedBy string `yaml:"judged_by" warden:"required"`
+	// Headroom (profile_window only; default 1.25) is how much longer
+	// than the slowest measured window a judged run's window budget must
+	// be.
+	Headroom float64 `yaml:"headroom"`
 }
 
 // Host is the machine the protocol was frozen for.
