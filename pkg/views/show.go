@@ -45,6 +45,7 @@ func PrintRun(w io.Writer, d api.RunDetail) {
 			printWindows(w, g.Attempt, g)
 		}
 	}
+	printSelfChecks(w, d.Gates)
 	blocks := SanityBlocks(d)
 	for _, a := range d.Attempts {
 		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
