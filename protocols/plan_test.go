@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -138,7 +139,7 @@ func TestPhase3Order(t *testing.T) {
 	if tot.Reserve != "bounds" || tot.ReservationFits || tot.FirstRefused == nil || tot.FirstRefused.Run != "P10.C00-TP2.saturation" ||
 		tot.FirstRefused.TotalGPUH <= 16 || tot.FirstRefused.Budget != "testdata/opprof-phase3-check-again.yaml:52:18" ||
 		tot.Colocation.Runs != 11 || tot.Colocation.NominalGPUHours <= 0 || tot.Colocation.ConservativeGPUHours <= tot.Colocation.NominalGPUHours ||
-		tot.Colocation.NominalGPUHours+tot.Matrix.NominalGPUHours != tot.GPUHoursEstimate || tot.ConservativeGPUHours <= tot.GPUHoursEstimate {
+		math.Abs(tot.Colocation.NominalGPUHours+tot.Matrix.NominalGPUHours-tot.GPUHoursEstimate) > 1e-9 || tot.ConservativeGPUHours <= tot.GPUHoursEstimate {
 		t.Fatalf("totals %+v, first refused %+v", tot, tot.FirstRefused)
 	}
 }

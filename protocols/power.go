@@ -48,7 +48,20 @@ const (
 	RuleCalibrated = "calibrated"
 	// DefaultCalibrationQuantile is validate's --calibration-quantile default.
 	DefaultCalibrationQuantile = 0.99
+	// RecoveryCalibrationQuantile is validate recovery's: a recovery
+	// failure gets no rerun, so the calibrated recovery rule needs a higher
+	// quantile for a campaign to complete (docs/validators.md).
+	RecoveryCalibrationQuantile = 0.995
 )
+
+// CalibrationQuantile is the calibrated rule's default quantile of a
+// measure.
+func CalibrationQuantile(measure string) float64 {
+	if measure == MeasureRecovery {
+		return RecoveryCalibrationQuantile
+	}
+	return DefaultCalibrationQuantile
+}
 
 // PowerCheckInfo is the power check of a plan.
 type PowerCheckInfo struct {
@@ -78,6 +91,8 @@ type PowerGateInfo struct {
 	// Headroom is a profile window bound's over the slowest measured
 	// window (profile_window only).
 	Headroom float64 `json:"headroom,omitempty"`
+	// Amendment would fix the gate (the gate's, else the check's).
+	Amendment string `json:"amendment,omitempty"`
 }
 
 // PowerJudged is a judged run: its rule, the calibrated rule's quantile,
@@ -146,7 +161,10 @@ func (b *builder) powerCheck(plan *Plan) {
 	}
 	for gi, g := range pc.Gates {
 		f := fmt.Sprintf("power_check.gates[%d]", gi)
-		gate := PowerGateInfo{Measure: g.Measure, JudgedBy: g.JudgedBy}
+		gate := PowerGateInfo{Measure: g.Measure, JudgedBy: g.JudgedBy, Amendment: g.Amendment}
+		if gate.Amendment == "" {
+			gate.Amendment = pc.Amendment
+		}
 		switch g.Measure {
 		case MeasureRepresentativeness, MeasureProfileWindow:
 			gate.Retries = plan.Retries // profile-artifact failures
@@ -212,7 +230,7 @@ func judgedRun(r Run, argv []string, measure string) (PowerJudged, string) {
 	if sub := validateSubcommand(argv); sub != want.subcommand {
 		return j, fmt.Sprintf("the judging validator is not `controller validate %s`, so the %s rule it applies cannot be told", want.subcommand, measure)
 	}
-	quantile := DefaultCalibrationQuantile
+	quantile := CalibrationQuantile(measure)
 	for i := 3; i < len(argv) && want.ruleFlag != ""; i++ {
 		name, val, eq := cutFlag(argv[i])
 		if !eq && i+1 < len(argv) {

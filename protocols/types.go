@@ -95,6 +95,9 @@ type PowerGate struct {
 	// than the slowest measured window a judged run's window budget must
 	// be.
 	Headroom float64 `yaml:"headroom"`
+	// Amendment names the dated amendment that would fix this gate, in a
+	// stop it causes; default the power check's own amendment.
+	Amendment string `yaml:"amendment"`
 }
 
 // Host is the machine the protocol was frozen for.

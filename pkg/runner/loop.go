@@ -222,9 +222,11 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 		}
 		if d.Power != nil {
 			pc := c.currentPlan().PowerCheck
-			if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: PowerCheckGate, Verdict: gates.Pass, Figures: d.Power.Figures(), Detail: d.Power.Detail(pc.Amendment)}); err != nil {
+			detail := d.Power.Detail(pc.Amendment)
+			if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: PowerCheckGate, Verdict: gates.Pass, Figures: d.Power.Figures(), Detail: detail}); err != nil {
 				return false, err
 			}
+			c.log.Info().Float64("completion_probability", d.Power.Completion).Str("detail", detail).Msg("power check passed: the matrix starts")
 		}
 		return false, c.launch(ctx, d)
 	}

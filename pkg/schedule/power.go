@@ -82,9 +82,11 @@ type PowerGate struct {
 	// counted); Completion the product over the judged runs.
 	RunPass, Completion float64
 	// Calibrated is Completion under the calibrated rule at
-	// protocols.DefaultCalibrationQuantile, when the rule in force is the
+	// protocols.CalibrationQuantile, when the rule in force is the
 	// literal one (else NaN): what adopting it would give.
 	Calibrated float64
+	// Amendment would fix the gate.
+	Amendment string
 }
 
 // Passed says whether the campaign may go on.
@@ -99,7 +101,7 @@ func Power(plan *protocols.Plan, pc *protocols.PowerCheckInfo, ms []Measurement,
 		runs[r.ID] = r
 	}
 	for _, g := range pc.Gates {
-		pg := PowerGate{Measure: g.Measure, JudgedBy: g.JudgedBy, Retries: g.Retries, Completion: 1, RunPass: 1, Calibrated: math.NaN()}
+		pg := PowerGate{Measure: g.Measure, JudgedBy: g.JudgedBy, Retries: g.Retries, Completion: 1, RunPass: 1, Calibrated: math.NaN(), Amendment: g.Amendment}
 		var mine []Measurement
 		for _, m := range ms {
 			if m.Measure == g.Measure {
@@ -147,7 +149,7 @@ func Power(plan *protocols.Plan, pc *protocols.PowerCheckInfo, ms []Measurement,
 			if j.Rule != protocols.RuleLiteral {
 				literal = false
 			}
-			calibrated *= runPass(unitPass(protocols.RuleCalibrated, protocols.DefaultCalibrationQuantile, basis), j.Units, g.Retries)
+			calibrated *= runPass(unitPass(protocols.RuleCalibrated, protocols.CalibrationQuantile(g.Measure), basis), j.Units, g.Retries)
 		}
 		if literal && pg.Judged > 0 {
 			pg.Calibrated = calibrated
@@ -277,12 +279,24 @@ func (r PowerResult) Detail(amendment string) string {
 		parts = append(parts, fmt.Sprintf("gate %s (%s, %s): a representative run passes with probability %s (%d exact rerun(s) counted), so its %d judged run(s) pass with %s; measured on %s: the literal rule passes %.1f%% of units over %d samples",
 			g.JudgedBy, g.Measure, rule, prob(g.RunPass), g.Retries, g.Judged, prob(g.Completion), strings.Join(g.Measured, ", "), 100*g.UnitPass, g.Samples))
 		if !math.IsNaN(g.Calibrated) && g.Calibrated > g.Completion {
-			fix = append(fix, fmt.Sprintf("under the calibrated rule at quantile %g gate %s's runs would pass with %s", protocols.DefaultCalibrationQuantile, g.JudgedBy, prob(g.Calibrated)))
+			fix = append(fix, fmt.Sprintf("under the calibrated rule at quantile %g gate %s's runs would pass with %s", protocols.CalibrationQuantile(g.Measure), g.JudgedBy, prob(g.Calibrated)))
 		}
 	}
 	parts = append(parts, fix...)
-	if amendment != "" && r.CannotTell == "" && !r.Passed() {
-		parts = append(parts, "the dated amendment that would fix it: "+amendment+" (controller amend -d DIR -f FILE --id ID --reason TEXT --yes, then resume)")
+	if r.CannotTell == "" && !r.Passed() {
+		// the amendments of the gates that fall short, else the check's
+		var names []string
+		for _, g := range r.Gates {
+			if g.Amendment != "" && g.Completion < r.Min && !slices.Contains(names, g.Amendment) {
+				names = append(names, g.Amendment)
+			}
+		}
+		if len(names) == 0 && amendment != "" {
+			names = append(names, amendment)
+		}
+		if len(names) > 0 {
+			parts = append(parts, "the dated amendment that would fix it: "+strings.Join(names, "; ")+" (controller amend -d DIR -f FILE --id ID --reason TEXT --yes, then resume)")
+		}
 	}
 	return strings.Join(parts, "; ")
 }
