@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -137,7 +138,7 @@ func TestPhase3Order(t *testing.T) {
 	// A-P3-4: conservative reservations; A-P3-1: the co-location check's
 	// cost apart
 	if tot.Reserve != "bounds" || tot.ReservationFits || tot.FirstRefused == nil || tot.FirstRefused.Run != "P10.C00-TP2.saturation" ||
-		tot.FirstRefused.TotalGPUH <= 16 || tot.FirstRefused.Budget != "testdata/opprof-phase3-check-again.yaml:52:18" ||
+		tot.FirstRefused.TotalGPUH <= 16 || tot.FirstRefused.Budget != budgetLine(t, "testdata/opprof-phase3-check-again.yaml") ||
 		tot.Colocation.Runs != 11 || tot.Colocation.NominalGPUHours <= 0 || tot.Colocation.ConservativeGPUHours <= tot.Colocation.NominalGPUHours ||
 		math.Abs(tot.Colocation.NominalGPUHours+tot.Matrix.NominalGPUHours-tot.GPUHoursEstimate) > 1e-9 || tot.ConservativeGPUHours <= tot.GPUHoursEstimate {
 		t.Fatalf("totals %+v, first refused %+v", tot, tot.FirstRefused)
@@ -475,4 +476,21 @@ func TestExecutorDefaults(t *testing.T) {
 	if s := p.Executor.Slurm; p.Executor.Kind != "slurm" || s == nil || s.Partition != "gpu" || !s.Exclusive || s.Nodes != 2 || s.QueueTimeoutS != DefaultQueueTimeoutS {
 		t.Errorf("slurm executor %+v %+v", p.Executor, p.Executor.Slurm)
 	}
+}
+
+// budgetLine is where file's budget cap is written, file:line:col, as a
+// refused wave cites it.
+func budgetLine(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if c := strings.Index(line, "cap_gpu_hours:"); c >= 0 && strings.HasPrefix(line, "  cap_gpu_hours:") {
+			return fmt.Sprintf("%s:%d:%d", file, i+1, c+len("cap_gpu_hours:")+2)
+		}
+	}
+	t.Fatalf("%s has no budget cap", file)
+	return ""
 }
