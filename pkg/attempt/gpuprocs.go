@@ -139,7 +139,7 @@ func (a *Attempt) ownFound() <-chan gates.Verdict {
 // the attempt foreign-gpu-process: the campaign stops (stop condition 2).
 func (a *Attempt) foreignProcess(v gates.Verdict) (state.Reason, string) {
 	a.foreign = &v
-	a.Gate(v)
+	a.rec.Gate(v)
 	return state.ReasonForeignGPUProcess, v.Detail
 }
 
@@ -153,7 +153,7 @@ func (a *Attempt) gpuProcsGate(sum sample.Summary) {
 	select {
 	case v := <-a.own.found:
 		a.foreign = &v
-		a.Gate(v)
+		a.rec.Gate(v)
 		return
 	default:
 	}
@@ -166,5 +166,5 @@ func (a *Attempt) gpuProcsGate(sum sample.Summary) {
 		v.Detail = fmt.Sprintf("no sample of the GPUs' processes could be read (%d failed; see gpu-samples.jsonl)", sum.Failed)
 		a.foreign = &v
 	}
-	a.Gate(v)
+	a.rec.Gate(v)
 }
