@@ -233,7 +233,7 @@ func runServer(cfg serverConfig) error {
 		tokenInterval: time.Duration(cfg.tokenMS * float64(time.Millisecond)),
 		slots:         runningSlots(cfg.maxRunning),
 		healthy: func() bool {
-			return !cfg.neverHealthy && isClosed(eng.ready)
+			return !cfg.neverHealthy && eng.loaded.Load()
 		},
 		profiler: &profiler{cfg: cfg.layer2, l1: l1},
 		kind:     cfg.kind,
@@ -361,15 +361,6 @@ func holdListener(ln *net.TCPListener) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("hold port: restore non-blocking mode: %w", err)
 	}
 	return cmd, nil
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // waitForFile polls for path until it exists (true) or a signal arrives
