@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
+	"warden/internal/cli"
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/attempt"
@@ -335,16 +335,10 @@ func stopOnSignal(ctx context.Context, rn *runner.Runner, log zerolog.Logger) (w
 // lines for a person at a terminal; JSON lines, with no escape sequences,
 // for anything else (systemd's journal, a pipe, a file).
 func stderrLog(f *os.File) io.Writer {
-	if isTerminal(f) {
+	if cli.IsTerminal(f) {
 		return zerolog.ConsoleWriter{Out: f, TimeFormat: time.TimeOnly, NoColor: os.Getenv("NO_COLOR") != ""}
 	}
 	return f
-}
-
-// isTerminal says whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // bootIDFileEnv names a file whose content replaces the kernel's boot id.

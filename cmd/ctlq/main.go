@@ -18,6 +18,7 @@ import (
 
 	"warden/internal/cli"
 	"warden/internal/mancmd"
+	"warden/internal/shellquote"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
@@ -325,10 +326,10 @@ func crashHint(exit error, dir string) string {
 	if !errors.As(exit, &ee) || ee.Code != exitControllerX {
 		return ""
 	}
-	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
+	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + shellquote.Word(dir)
 	if ro := readOnlyStorage(dir); ro != "" {
 		// the controller could record neither the fault nor a stop
-		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + views.ShellQuote(dir)
+		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + shellquote.Word(dir)
 	}
 	return hint
 }
