@@ -362,13 +362,8 @@ type Readjudicated struct {
 // artifacts (validator.Revalidate, through l; their output under outDir); nil
 // l skips those attempts.
 func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []string, l *launch.Launcher, outDir string) ([]Readjudicated, error) {
-	store, workdir := c.Store, c.Workdir
-	type change struct {
-		Readjudicated
-		rj state.Readjudication
-		g  state.GateVerdict
-	}
-	var changes []change
+	store := c.Store
+	var changes []readjudication
 	var touched []string
 	for _, r := range plan.Runs {
 		if len(only) > 0 && !contains(only, r.ID) {
@@ -389,73 +384,16 @@ func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []str
 			if run.Done && run.Result != a.N {
 				continue // the run has another result; this attempt stays as it was
 			}
-			cur, curReason := a.State, a.Reason
-			if a.Readjudicated != nil {
-				cur, curReason = a.Readjudicated.State, a.Readjudicated.Reason
+			ch, changed, err := rejudge(r, a, amendment, l, c.Workdir, outDir)
+			if err != nil {
+				return nil, err
 			}
-			validated := curReason == state.ReasonValidatorFailed || curReason == state.ReasonProfileArtifact || curReason == state.ReasonQualityFailed
-			drained, timed := a.Figures["drain_s"]
-			drainDecides := cur != state.Failed || curReason == state.ReasonDrainWatchdog
-			if !(timed && drainDecides) && !validated {
-				continue // neither the drain nor a validator decided it
-			}
-			next, reason := state.Complete, state.Reason("")
-			var notes []string
-			// the validators again, over the recorded artifacts
-			if validated && l != nil {
-				vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, campaignfs.AttemptRel(r.ID, a.N)))
-				if err != nil {
-					return nil, err
-				}
-				for _, vd := range vs {
-					notes = append(notes, fmt.Sprintf("%s %s", vd.Gate, vd.Verdict))
-					if !vd.Passed() && next != state.Failed {
-						next, reason = state.Failed, state.ReasonValidatorFailed
-						switch vd.Class {
-						case gates.ClassProfileArtifact:
-							reason = state.ReasonProfileArtifact
-						case gates.ClassQuality:
-							next, reason = state.Quarantined, state.ReasonQualityFailed
-						}
-					}
-				}
-			}
-			var v gates.Verdict
-			if timed && next != state.Failed {
-				var outcome gates.DrainOutcome
-				v, outcome = gates.Drain(drained, r.DrainS, r.WatchdogS, time.Now())
-				switch outcome {
-				case gates.DrainQuarantine:
-					if next == state.Complete {
-						next, reason = state.Quarantined, state.ReasonDrainQuarantine
-					}
-				case gates.DrainWatchdog:
-					next, reason = state.Failed, state.ReasonDrainWatchdog
-				case gates.DrainUnknown:
-					continue
-				}
-				notes = append(notes, fmt.Sprintf("drain %.3f s against the amended allowance %.0f s (watchdog %.0f s) of class %s", drained, r.DrainS, r.WatchdogS, r.Class))
-			} else {
-				v = gates.Verdict{Gate: "readjudication", Verdict: gates.Pass, At: time.Now()}
-				if next == state.Failed {
-					v.Verdict = gates.Fail
-				}
-			}
-			if validated && l == nil {
+			if !changed {
 				continue
 			}
-			if next == cur && reason == curReason {
-				continue
-			}
-			detail := strings.Join(notes, "; ")
-			v.Detail = "re-adjudicated under amendment " + amendment + ": " + detail
-			changes = append(changes, change{
-				Readjudicated: Readjudicated{Run: r.ID, Attempt: a.N, Old: string(cur), OldReason: string(curReason), New: string(next), NewReason: string(reason), Detail: detail},
-				rj:            state.Readjudication{Amendment: amendment, State: next, Reason: reason, Detail: detail},
-				g:             state.GateVerdict{Gate: v.Gate, Verdict: v.Verdict, Detail: v.Detail, Figures: v.Figures, At: v.At},
-			})
+			changes = append(changes, ch)
 			touched = append(touched, r.ID)
-			if next.Terminal() && (next == state.Complete || next == state.Quarantined) {
+			if next := ch.rj.State; next == state.Complete || next == state.Quarantined {
 				run.Done, run.Result = true, a.N // a later attempt of the run is not made a second result
 			}
 		}
@@ -463,6 +401,97 @@ func Readjudicate(c Campaign, plan *protocols.Plan, amendment string, only []str
 	if len(changes) == 0 {
 		return nil, nil
 	}
+	return recordReadjudications(store, amendment, changes, touched)
+}
+
+// readjudication is one attempt's new verdict under an amendment, as
+// Readjudicate reports it and as the store records it.
+type readjudication struct {
+	Readjudicated
+	rj state.Readjudication
+	g  state.GateVerdict
+}
+
+// rejudge judges attempt a of run r again under amendment: its
+// validators (through l, over its artifacts, their output under outDir),
+// then its drain under the plan's class. changed false: the attempt's
+// verdict stands (neither the drain nor a validator decided it, it cannot
+// be judged again here, or the new verdict is the old one).
+func rejudge(r protocols.Run, a state.Attempt, amendment string, l *launch.Launcher, workdir, outDir string) (readjudication, bool, error) {
+	cur, curReason := a.State, a.Reason
+	if a.Readjudicated != nil {
+		cur, curReason = a.Readjudicated.State, a.Readjudicated.Reason
+	}
+	validated := curReason == state.ReasonValidatorFailed || curReason == state.ReasonProfileArtifact || curReason == state.ReasonQualityFailed
+	drained, timed := a.Figures["drain_s"]
+	drainDecides := cur != state.Failed || curReason == state.ReasonDrainWatchdog
+	if !(timed && drainDecides) && !validated {
+		return readjudication{}, false, nil // neither the drain nor a validator decided it
+	}
+	if validated && l == nil {
+		return readjudication{}, false, nil
+	}
+	next, reason := state.Complete, state.Reason("")
+	var notes []string
+
+	// The validators again, over the recorded artifacts.
+	if validated {
+		vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, campaignfs.AttemptRel(r.ID, a.N)))
+		if err != nil {
+			return readjudication{}, false, err
+		}
+		for _, vd := range vs {
+			notes = append(notes, fmt.Sprintf("%s %s", vd.Gate, vd.Verdict))
+			if !vd.Passed() && next != state.Failed {
+				next, reason = state.Failed, state.ReasonValidatorFailed
+				switch vd.Class {
+				case gates.ClassProfileArtifact:
+					reason = state.ReasonProfileArtifact
+				case gates.ClassQuality:
+					next, reason = state.Quarantined, state.ReasonQualityFailed
+				}
+			}
+		}
+	}
+
+	// The drain, under the amended class.
+	var v gates.Verdict
+	if timed && next != state.Failed {
+		var outcome gates.DrainOutcome
+		v, outcome = gates.Drain(drained, r.DrainS, r.WatchdogS, time.Now())
+		switch outcome {
+		case gates.DrainQuarantine:
+			if next == state.Complete {
+				next, reason = state.Quarantined, state.ReasonDrainQuarantine
+			}
+		case gates.DrainWatchdog:
+			next, reason = state.Failed, state.ReasonDrainWatchdog
+		case gates.DrainUnknown:
+			return readjudication{}, false, nil
+		}
+		notes = append(notes, fmt.Sprintf("drain %.3f s against the amended allowance %.0f s (watchdog %.0f s) of class %s", drained, r.DrainS, r.WatchdogS, r.Class))
+	} else {
+		v = gates.Verdict{Gate: "readjudication", Verdict: gates.Pass, At: time.Now()}
+		if next == state.Failed {
+			v.Verdict = gates.Fail
+		}
+	}
+	if next == cur && reason == curReason {
+		return readjudication{}, false, nil
+	}
+	detail := strings.Join(notes, "; ")
+	v.Detail = "re-adjudicated under amendment " + amendment + ": " + detail
+	return readjudication{
+		Readjudicated: Readjudicated{Run: r.ID, Attempt: a.N, Old: string(cur), OldReason: string(curReason), New: string(next), NewReason: string(reason), Detail: detail},
+		rj:            state.Readjudication{Amendment: amendment, State: next, Reason: reason, Detail: detail},
+		g:             state.GateVerdict{Gate: v.Gate, Verdict: v.Verdict, Detail: v.Detail, Figures: v.Figures, At: v.At},
+	}, true, nil
+}
+
+// recordReadjudications records the re-adjudication (an amendment of kind
+// readjudicate citing amendment, naming the runs touched) and then each
+// new verdict.
+func recordReadjudications(store *state.Store, amendment string, changes []readjudication, touched []string) ([]Readjudicated, error) {
 	as, err := store.Amendments()
 	if err != nil {
 		return nil, err
