@@ -30,6 +30,9 @@ import (
 // refusal is the exit error for err: 2 (usage) for a directory that is
 // no campaign directory, 1 otherwise.
 func refusal(err error) error {
+	if err := notOwnedExit(err); isNotOwned(err) {
+		return err
+	}
 	var se *campaigndir.SettingsError
 	if errors.As(err, &se) {
 		return &cli.ExitError{Code: 2, Err: err}
@@ -129,7 +132,9 @@ the run usable. It starts no server and touches no GPU. A run whose new
 verdict makes it usable counts as such for the stop thresholds and ctlq; the
 old verdict stays visible (ctlq show). With RUN arguments only those runs.
 
-Exit status: 0 done; 1 refused; 2 usage.`,
+Exit status: 0 done; 1 refused; 2 usage; 7 the campaign directory (or its
+settings, plan, database or provenance) is another user's or writable by
+others: the validators it would run are read from it.`,
 		RunE: func(cmd *cobra.Command, runs []string) error {
 			if dir == "" || amendment == "" {
 				return &cli.ExitError{Code: 2, Err: errors.New("readjudicate: -d DIR and --amendment ID are required")}

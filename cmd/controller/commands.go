@@ -70,7 +70,9 @@ goes to DIR/controller.log and to stderr: readable lines when stderr is a
 terminal, JSON lines otherwise (a journal, a pipe).
 
 start refuses a protocol whose GPU-hour estimate, or worst case, passes the
-budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
+budget cap (exit 3, as controller plan) unless --allow-over-budget, and an
+existing directory that another user owns (exit 7: the campaign would be
+theirs to change).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" || dir == "" {
@@ -106,6 +108,9 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			so.Backend = resolved
 			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
 			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
+				if isNotOwned(notOwnedExit(err)) {
+					return notOwnedExit(err)
+				}
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
 					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
@@ -122,7 +127,7 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if so.Metrics != nil {
 				mo.Textfile = so.Metrics.Textfile // absolute: the daemon runs in /
 			}
-			return launchController(cmd, "start", abs, foreground, "", output, mo, nil)
+			return notOwnedExit(launchController(cmd, "start", abs, foreground, "", output, mo, nil))
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
@@ -192,7 +197,10 @@ kept beside it as state.db.damaged-<UTC time> (one per distinct content),
 and resume exits 6, naming both. Exit status: 0 running (or nothing to
 resume); 1 refused or failed; 2 usage or not a campaign; 5 the campaign's
 NVML GPUs cannot be opened here; 6 the state database is damaged or
-empty.`,
+empty; 7 the campaign directory, its settings, plan, database or
+provenance index (or an amendment recorded under it) is another user's
+or writable by its group or others: what resume runs is read from them,
+so it refuses, naming the file and how to fix it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return resume(cmd, dir, backend, foreground, output, mo)
@@ -225,6 +233,9 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	abs, err := checkRunFlags(output, mo, dir)
 	if err != nil {
 		return err
+	}
+	if err := notOwnedExit(campaigndir.CheckOwned(abs, os.Geteuid())); isNotOwned(err) {
+		return err // what it would run is another user's to choose
 	}
 	set, err := campaigndir.ReadSettings(abs)
 	if err != nil {
@@ -264,7 +275,28 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 			return &cli.ExitError{Code: 1, Err: err}
 		}
 	}
-	return damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting))
+	return notOwnedExit(damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting)))
+}
+
+// exitNotOwned is the exit status of every command that would run what a
+// campaign directory records (resume, start --foreground on it,
+// readjudicate) when the directory, or a file in it that decides what
+// runs, is another user's or writable by others (campaigndir.CheckOwned).
+const exitNotOwned = 7
+
+// notOwnedExit gives a *campaigndir.NotOwnedError its own exit status.
+func notOwnedExit(err error) error {
+	var no *campaigndir.NotOwnedError
+	if errors.As(err, &no) {
+		return &cli.ExitError{Code: exitNotOwned, Err: err}
+	}
+	return err
+}
+
+// isNotOwned says whether err is notOwnedExit's.
+func isNotOwned(err error) bool {
+	var ee *cli.ExitError
+	return errors.As(err, &ee) && ee.Code == exitNotOwned
 }
 
 // awaitingAmendment reads, before a resume, the runs that wait for an
