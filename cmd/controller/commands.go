@@ -19,6 +19,7 @@ import (
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
+	"warden/pkg/notify"
 	"warden/pkg/outcome"
 	"warden/protocols"
 )
@@ -50,7 +51,7 @@ func checkTableOrJSON(output string) error {
 }
 
 func newStartCmd() *cobra.Command {
-	var file, dir, backend, fakeDir, cgroups, output, notify string
+	var file, dir, backend, fakeDir, cgroups, output, notifyCmd string
 	var notifyTimeoutS float64
 	var foreground, allowOver bool
 	var mo metricsOptions
@@ -85,15 +86,15 @@ theirs to change).`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			if notify == "" && cmd.Flags().Changed("notify-timeout-s") {
+			if notifyCmd == "" && cmd.Flags().Changed("notify-timeout-s") {
 				return &cli.ExitError{Code: 2, Err: errors.New("--notify-timeout-s goes with --notify")}
 			}
-			if notify != "" && !(notifyTimeoutS > 0) {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s must be positive, not %g", notifyTimeoutS)}
+			if _, err := notify.CheckTimeout(notifyTimeoutS); notifyCmd != "" && err != nil {
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s: %w", err)}
 			}
 			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver, Metrics: mo.settings()}
-			if notify != "" {
-				so.Notify = &campaigndir.NotifySettings{Command: notify, TimeoutS: notifyTimeoutS}
+			if notifyCmd != "" {
+				so.Notify = &campaigndir.NotifySettings{Command: notifyCmd, TimeoutS: notifyTimeoutS}
 			}
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &cli.ExitError{Code: 2, Err: err}
@@ -132,8 +133,8 @@ theirs to change).`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
-	cmd.Flags().StringVar(&notify, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
-	cmd.Flags().Float64Var(&notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds")
+	cmd.Flags().StringVar(&notifyCmd, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
+	cmd.Flags().Float64Var(&notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds (at most 86400, a day)")
 	mo.flags(cmd)
 	eo.flags(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")

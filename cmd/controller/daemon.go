@@ -27,6 +27,7 @@ import (
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/metrics"
+	"warden/pkg/notify"
 	"warden/pkg/runner"
 	"warden/pkg/state"
 )
@@ -104,18 +105,22 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", c.Plan.Protocol.Name).Msg("controller starting")
 
-	var notify *notifier
-	if c.Settings.Notify != nil {
-		notify = &notifier{set: c.Settings.Notify, dir: dir, launcher: &launch.Launcher{Reaper: reaper, Boot: opts.boot}, store: c.Store, log: log}
+	var notifier *notify.Notifier
+	if ns := c.Settings.Notify; ns != nil {
+		notifier, err = notify.New(notify.Config{Command: ns.Command, TimeoutS: ns.TimeoutS, Dir: dir, Store: c.Store, Log: log,
+			Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: opts.boot}})
+		if err != nil {
+			return fmt.Errorf("%s: notify: %w", campaignfs.Settings(dir), err)
+		}
 	}
 	deadBefore := camp.ControllerDied() // Reconcile records it
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
 	if deadBefore {
-		notify.deadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+		notifier.DeadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
 	}
-	defer notify.wait()
+	defer notifier.Wait()
 	if err := rn.Claim(os.Getpid()); err != nil {
 		return err
 	}
@@ -138,15 +143,16 @@ func runDaemon(opts daemonOptions) (err error) {
 	defer cancel()
 
 	ready.OK(os.Getpid())
-	err = runCampaign(ctx, rn, cg, log)
-	notify.atEnd()
-	return err
+	return runCampaign(ctx, rn, cg, notifier, log)
 }
 
-// runCampaign runs the campaign until it ends, then removes the campaign's
-// empty cgroups.
-func runCampaign(ctx context.Context, rn *runner.Runner, cg *launch.Manager, log zerolog.Logger) error {
+// runCampaign runs the campaign until it ends, notifies its end (a nil
+// notifier does nothing) and waits for the notifications beside it, then
+// removes the campaign's empty cgroups, the notifications' among them.
+func runCampaign(ctx context.Context, rn *runner.Runner, cg *launch.Manager, notifier *notify.Notifier, log zerolog.Logger) error {
 	err := rn.Run(ctx)
+	notifier.AtEnd()
+	notifier.Wait()
 	if cg != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = cg.Cleanup(cctx)
