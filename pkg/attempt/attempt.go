@@ -1,7 +1,6 @@
 package attempt
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,7 +165,7 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	default:
 		return a.stopThenFail(state.ReasonServerNotReady, fmt.Sprintf("server not ready within %.0f s: %v", a.run.Server.ReadyTimeoutS, err))
 	}
-	lv := a.checkListener(srv)
+	lv := a.checkListener(srv, "it answered the readiness probe")
 	a.Gate(lv)
 	if !lv.Passed() {
 		return a.stopThenFail(state.ReasonHarnessError, lv.Detail)
@@ -199,7 +198,7 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	if a.opts.Measuring != nil {
 		a.opts.Measuring <- a.run.ID
 	}
-	reason, detail := a.supervise(ctx)
+	reason, detail := a.measure(ctx)
 	a.recordPostMeasure()
 	if reason == state.ReasonInterrupted {
 		return a.stopThenInterrupt(detail)
@@ -213,15 +212,16 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 // checkListener is the listener gate: what answered the readiness probe
 // holds the port as the attempt's own process (the server's group or
 // session, a descendant, or one its cgroup holds), not another process
-// that took the port while a late-binding server loaded. A port whose
-// owner cannot be told fails closed, as an error.
-func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
+// that took the port while a late-binding server loaded; when says when
+// a foreign holder was found. A port whose owner cannot be told fails
+// closed, as an error.
+func (a *Attempt) checkListener(srv *launch.Proc, when string) gates.Verdict {
 	v := gates.Verdict{Gate: "listener", Verdict: gates.Pass, Figures: map[string]float64{"port": float64(a.port)}, At: a.env.Now()}
 	owners, err := launch.CheckListener(a.port, launch.InAttempt(srv.Identity, srv.Leaf()))
 	var imp *launch.ImpostorError
 	switch {
 	case errors.As(err, &imp):
-		v.Verdict, v.Detail = gates.Fail, err.Error()
+		v.Verdict, v.Detail = gates.Fail, err.Error()+": "+when
 		v.Figures["impostor_pid"] = float64(imp.PID)
 	case err != nil:
 		v.Verdict, v.Detail = gates.Error, "who holds the port cannot be told: "+err.Error()
@@ -229,6 +229,20 @@ func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
 		v.Figures["listeners"] = float64(len(owners))
 	}
 	return v
+}
+
+// listenerAgain is the listener gate again while the client measures (at
+// each profile window, and at the end of measuring): a server that binds
+// with SO_REUSEPORT, as vLLM does, lets any process of its user join the
+// port later and answer part of the requests. A foreign holder, or one
+// that cannot be told, fails the run; a pass is counted, not recorded.
+func (a *Attempt) listenerAgain(when string) (state.Reason, string) {
+	v := a.checkListener(a.server, "it joined the port after readiness, found "+when)
+	if a.SetFigure("listener_checks", a.Figure("listener_checks")+1); v.Passed() {
+		return "", ""
+	}
+	a.Gate(v)
+	return state.ReasonHarnessError, "listener gate " + when + ": " + v.Detail
 }
 
 // probeReady polls the server's health until it answers the expected
@@ -242,12 +256,22 @@ func (a *Attempt) probeReady(ctx context.Context, srv *launch.Proc) error {
 	return launch.ProbeReady(readyCtx, url, a.run.Server.HealthStatus, 250*time.Millisecond, srv.Done())
 }
 
+// measure supervises the client to its end, then checks the port's
+// holders once more.
+func (a *Attempt) measure(ctx context.Context) (state.Reason, string) {
+	if reason, detail := a.supervise(ctx); reason != "" {
+		return reason, detail
+	}
+	return a.listenerAgain("at the end of measuring")
+}
+
 // supervise waits for the client while watching the server and the
 // client's drain. It wakes once a second to read what the client appended
 // to its phase file; nothing else runs while a benchmark measures.
 func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	checked := 0 // profile windows whose listener was checked
 	// The measuring deadline, from the client's start. A background load
 	// has none of its own: it ends when its target is done, and the
 	// target's deadline bounds it.
@@ -288,6 +312,12 @@ func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 			}
 			if a.run.AdmissionEnd == "phase-file" {
 				if r, d := a.checkDrain(time.Time{}); r != "" {
+					return r, d
+				}
+			}
+			if a.phases.poll(); a.phases.profiles > checked {
+				checked = a.phases.profiles
+				if r, d := a.listenerAgain(fmt.Sprintf("at profile window %d", checked)); r != "" {
 					return r, d
 				}
 			}
@@ -1038,47 +1068,18 @@ func (a *Attempt) recordExit(p *launch.Proc) {
 	a.NoteExit(state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
 }
 
-// oomMarkers are what PyTorch and the CUDA runtime print when a server runs
-// out of GPU memory (torch.OutOfMemoryError's message begins "CUDA out of
-// memory"; the CUDA runtime's error string is "out of memory").
-var oomMarkers = [][]byte{
-	[]byte("CUDA out of memory"),
-	[]byte("OutOfMemoryError"),
-	[]byte("CUDA error: out of memory"),
-}
-
-// oomTail is how much of the end of the server's output is searched.
-const oomTail = 256 << 10
-
-// serverOOM returns the marker found when the end of the server's output
-// says it ran out of GPU memory ("" otherwise).
-func (a *Attempt) serverOOM() string {
-	for _, name := range []string{"server.err", "server.out"} {
-		tail, err := safefile.ReadTail(filepath.Join(a.dir, name), oomTail)
-		if err != nil {
-			continue
-		}
-		for _, m := range oomMarkers {
-			if bytes.Contains(tail, m) {
-				return string(m)
-			}
-		}
-	}
-	return ""
-}
-
 // serverExitReason is why an attempt whose server exited failed: oom when
 // its output says it ran out of GPU memory (seed 002 stop condition 2,
 // "GPU OOM"), server-exit otherwise.
 func (a *Attempt) serverExitReason() state.Reason {
-	if a.serverOOM() != "" {
+	if gates.ServerOOM(a.dir) != "" {
 		return state.ReasonOOM
 	}
 	return state.ReasonServerExit
 }
 
 func (a *Attempt) oomNote() string {
-	if m := a.serverOOM(); m != "" {
+	if m := gates.ServerOOM(a.dir); m != "" {
 		return "; its output says " + strconv.Quote(m)
 	}
 	return ""
