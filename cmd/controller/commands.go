@@ -439,7 +439,13 @@ func newStopCmd() *cobra.Command {
 		Long: `stop asks the controller to end its in-flight runs (servers through their
 API parent, then cleanup), record them interrupted and exit. It returns when
 the controller has exited. The campaign is left stopped (stop reason
-operator-stop) and resumable.
+operator-stop) and resumable. A controller that holds the campaign but
+does not answer on its socket yet (a resume still ending what the
+controller before it left) is asked again every 100 ms until it answers
+or exits, within --timeout; it is sent SIGTERM at once (the kernel's holder of
+DIR/controller.lock, which must be the pid the lock file names), which a
+starting controller takes as a stop: it ends its start-up and stops
+before it launches anything.
 
 Exit status: 0 when the controller stopped and nothing of the campaign is
 left live (or none ran and the campaign is stopped or complete); 1 when the
@@ -469,11 +475,24 @@ left live (it died, before or during the stop): resume reclaims them.`,
 				return afterStop(cmd, abs, 0, human)
 			}
 			pid := lockfile.Owner(lock)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err = api.NewClient(abs, 10*time.Second).Stop(ctx)
-			cancel()
+			asked, err := askStop(abs, timeout, func() {
+				// a controller starting up (a resume ending what the one
+				// before it left) serves no socket yet: it takes SIGTERM
+				// as a stop, before it launches anything
+				holder := lockfile.Holder(lock)
+				if holder > 0 {
+					err := syscall.Kill(holder, syscall.SIGTERM)
+					if human && err == nil {
+						fmt.Fprintf(out, "controller pid %d holds the campaign and is starting: sent it SIGTERM; waiting for it\n", holder)
+					}
+				}
+			})
 			if err != nil {
 				return &cli.ExitError{Code: 1, Err: fmt.Errorf("ask controller pid %d to stop: %w", pid, err)}
+			}
+			if !asked {
+				// it exited while starting: what its records say
+				return afterStop(cmd, abs, pid, human)
 			}
 			if human {
 				fmt.Fprintf(out, "stopping controller pid %d", pid)
@@ -496,6 +515,39 @@ left live (it died, before or during the stop): resume reclaims them.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the controller to exit")
 	return cmd
+}
+
+// askStop asks the controller holding the campaign in dir to stop. A
+// controller that holds the lock but serves no socket yet is starting (a
+// resume that reconciles what its predecessor left): starting is called
+// once, and the request is sent again, every 100 ms, until its socket
+// answers or the lock is let go, within bound. asked is false when the
+// lock was let go before any controller answered. A stop asked twice is
+// one stop.
+func askStop(dir string, bound time.Duration, starting func()) (asked bool, err error) {
+	lock := campaignfs.Lock(dir)
+	deadline := time.Now().Add(bound)
+	waiting := false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = api.NewClient(dir, 10*time.Second).Stop(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, api.ErrNoController):
+			return false, err
+		case !lockfile.Held(lock):
+			return false, nil
+		case time.Now().After(deadline):
+			return false, fmt.Errorf("its socket did not answer within %s: %w", bound, err)
+		}
+		if !waiting {
+			waiting = true
+			starting()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // metricsOptions are the opt-in Prometheus outputs of a controller, as

@@ -62,6 +62,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	// a stop signal from the start: one that comes while the controller
+	// starts up (controller stop of a resume that reconciles) stops it
+	// before it launches anything
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	lock, err := campaigndir.Lock(dir)
 	if err != nil {
 		return err
@@ -139,7 +145,7 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	defer stopMetrics()
 
-	defer stopOnSignal(ctx, rn, log)()
+	defer stopOnSignal(ctx, rn, sigs, log)()
 	defer cancel()
 
 	ready.OK(os.Getpid())
@@ -315,11 +321,18 @@ func serveAPI(dir string, c campaigndir.Opened, rn *runner.Runner, maxConns int,
 	return sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
 }
 
-// stopOnSignal stops the runner on SIGTERM, SIGINT or SIGHUP until ctx
-// ends; the function it returns stops listening and waits for the watcher.
-func stopOnSignal(ctx context.Context, rn *runner.Runner, log zerolog.Logger) (wait func()) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+// stopOnSignal stops the runner on the first signal of sigs (SIGTERM,
+// SIGINT or SIGHUP, notified since the controller began) until ctx ends:
+// one that came during start-up stops it at once, before the runner
+// launches anything. The function it returns waits for the watcher.
+func stopOnSignal(ctx context.Context, rn *runner.Runner, sigs <-chan os.Signal, log zerolog.Logger) (wait func()) {
+	select {
+	case s := <-sigs:
+		log.Info().Str("signal", s.String()).Msg("stopping on a signal that came while starting")
+		rn.Stop()
+		return func() {}
+	default:
+	}
 	var sigWG sync.WaitGroup
 	sigWG.Add(1)
 	go func() {
@@ -331,10 +344,7 @@ func stopOnSignal(ctx context.Context, rn *runner.Runner, log zerolog.Logger) (w
 		case <-ctx.Done():
 		}
 	}()
-	return func() {
-		sigWG.Wait()
-		signal.Stop(sigs)
-	}
+	return sigWG.Wait
 }
 
 // stderrLog is where a foreground controller also logs: readable, coloured

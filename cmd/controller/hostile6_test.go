@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"warden/pkg/api"
 	"warden/pkg/campaignfs"
+	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
 
@@ -81,6 +86,54 @@ func TestResumeRefusesAForeignCampaign(t *testing.T) {
 	}
 	if _, err := os.Stat(mark); err != nil {
 		t.Fatalf("the notify command of the campaign put right did not run: %v", err)
+	}
+	c.assertNoProcesses()
+}
+
+// TestStopReachesAStartingController: 50 ms after --resume the lock was
+// held but the socket not open yet; controller stop exited 1 and the
+// campaign went on. A resume whose start-up ends a server that ignores
+// SIGTERM holds the lock for seconds with no socket: stop waits for the
+// socket, the resume stops before it launches anything, and the campaign
+// is stopped by the operator, resumable.
+func TestStopReachesAStartingController(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	c.start(writeProtocol(t, scenario{serverArgs: `, "--ignore-sigterm"`, measureS: "60"}))
+	c.waitMeasuring()
+	c.killController()
+	s := c.store()
+	before := len(c.attempts(s, "p1.saturation"))
+	s.Close()
+
+	resume := exec.Command(controllerBin, "resume", "-d", c.dir)
+	var rout bytes.Buffer
+	resume.Stdout, resume.Stderr = &rout, &rout
+	if err := resume.Start(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan error, 1)
+	go func() { resumed <- resume.Wait() }()
+	lock := campaignfs.Lock(c.dir)
+	waitFor(t, "the resume to take the lock", 60*time.Second, func() bool { return lockfile.Held(lock) })
+	if _, err := api.NewClient(c.dir, time.Second).Status(t.Context()); err == nil {
+		t.Fatal("the resume answers on its socket already: its start-up is not what this test stops")
+	}
+	out, code := c.controller("stop", "-d", c.dir)
+	if code != 0 || !strings.Contains(out, "is starting: sent it SIGTERM; waiting for it") {
+		t.Fatalf("stop of a starting controller: exit %d:\n%s", code, out)
+	}
+	if err := <-resumed; err != nil {
+		t.Fatalf("resume: %v\n%s", err, rout.String())
+	}
+	s = c.store()
+	defer s.Close()
+	cp, err := s.Campaign()
+	if err != nil || cp.State != state.CampaignStopped || cp.StopReason != state.StopOperator {
+		t.Fatalf("campaign %s %s (%v), want stopped by the operator", cp.State, cp.StopReason, err)
+	}
+	if as := c.attempts(s, "p1.saturation"); len(as) != before || as[len(as)-1].State != state.Interrupted {
+		t.Fatalf("attempts %v: the stopped resume launched one, or left one live", attemptStates(as))
 	}
 	c.assertNoProcesses()
 }

@@ -93,6 +93,10 @@ func (c *Runner) Run(ctx context.Context) error {
 		c.stopCampaign(schedule.Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
 		cancelRunners(nil)
 	}
+	if isClosed(c.stopReq) {
+		// asked while the controller was starting: nothing is launched
+		stop("stopped by an operator (controller stop or SIGTERM)")
+	}
 	for {
 		if look && !stopping {
 			look, lastLook = false, c.now()
