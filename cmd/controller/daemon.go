@@ -30,6 +30,7 @@ import (
 	"warden/pkg/notify"
 	"warden/pkg/runner"
 	"warden/pkg/state"
+	"warden/pkg/views"
 )
 
 // daemonOptions come from the command line.
@@ -348,11 +349,11 @@ func stopOnSignal(ctx context.Context, rn *runner.Runner, sigs <-chan os.Signal,
 }
 
 // stderrLog is where a foreground controller also logs: readable, coloured
-// lines for a person at a terminal; JSON lines, with no escape sequences,
+// lines for a person at a terminal, recorded text in them escaped; JSON lines, with no escape sequences,
 // for anything else (systemd's journal, a pipe, a file).
 func stderrLog(f *os.File) io.Writer {
 	if isTerminal(f) {
-		return zerolog.ConsoleWriter{Out: f, TimeFormat: time.TimeOnly, NoColor: os.Getenv("NO_COLOR") != ""}
+		return views.ConsoleLog(f, time.TimeOnly, os.Getenv("NO_COLOR") != "")
 	}
 	return f
 }

@@ -18,7 +18,7 @@ func PrintAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
 	if aw == nil {
 		return
 	}
-	for _, a := range *aw {
+	for _, a := range Escaped(*aw) {
 		fmt.Fprintf(w, "awaiting   %s: attempt %d failed (%s); no further attempt without an amendment\n", a.Run, a.Attempt, a.Reason)
 	}
 }
@@ -36,6 +36,7 @@ func backendLine(backend string, fake bool) string {
 
 // PrintStatus is ctlq status's text.
 func PrintStatus(w io.Writer, st api.Status) {
+	st = Escaped(st)
 	c := st.Campaign
 	fmt.Fprintf(w, "campaign   %s (protocol %s, sha256 %.12s)\n", c.ID, c.Protocol, c.SHA256)
 	fmt.Fprintf(w, "state      %s", c.State)
