@@ -137,3 +137,45 @@ func TestStopReachesAStartingController(t *testing.T) {
 	}
 	c.assertNoProcesses()
 }
+
+// TestCapacityNoPointMeetsTheSLO: with an SLO that no point met the
+// campaign was complete while six points stayed pending for ever. Once
+// rate_min fails (30 requests/s against a stand-in that sustains 24), the
+// search's other points are not run, with the reason, and ctlq status
+// says where the search ended.
+func TestCapacityNoPointMeetsTheSLO(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	proto := editProtocol(t, capacityProtocol(t, writeTokenManifest(t, 3000)), "rate_min: 4", "rate_min: 30", "resolution: 8", "resolution: 2")
+	c.runForeground(proto)
+	s := c.store()
+	defer s.Close()
+	cp, err := s.Campaign()
+	if err != nil || cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s (%v)", cp.State, err)
+	}
+	runs, err := s.Runs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	notRun := 0
+	for _, r := range runs {
+		switch {
+		case r.ID == "s.open.b1":
+			if r.State() != state.RunComplete || c.gateVerdict(s, r.ID, "capacity-slo").Verdict != state.VerdictFail {
+				t.Fatalf("b1 %s, want complete and failing the SLO", r.State())
+			}
+		case r.State() == state.RunNotRun && strings.Contains(r.NotRunReason, "capacity search search/s ended below range: its first point s.open.b1, at rate_min 30 requests/s, failed the SLO"):
+			notRun++
+		default:
+			t.Fatalf("run %s is %s (%q), want not run with the reason", r.ID, r.State(), r.NotRunReason)
+		}
+	}
+	if notRun != 6 {
+		t.Fatalf("%d runs not run, want the search's 6 other points", notRun)
+	}
+	out, _ := c.run(ctlqBin, nil, "status", "-d", c.dir)
+	if !strings.Contains(out, "not-run 6") || !strings.Contains(out, "capacity   search/s: ended below-range, nothing found (1 points judged, done)") || strings.Contains(out, "pending") {
+		t.Fatalf("ctlq status:\n%s", out)
+	}
+}

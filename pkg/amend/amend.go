@@ -152,7 +152,58 @@ func PlanDiff(old, new *protocols.Plan) Diff {
 		}
 	}
 	d.Totals = diffFields("totals.", jsonFields(old.Totals), jsonFields(new.Totals), []string{"budget_cap_gpu_hours", "gpu_hours_estimate", "bounds_gpu_hours", "expected_wall_s", "reserve"})
+	for _, ph := range old.Phases {
+		ns, _ := new.CapacitySearch(ph.Name)
+		if ph.Capacity == nil && ns == nil {
+			continue
+		}
+		ob, _ := json.Marshal(ph.Capacity)
+		nb, _ := json.Marshal(ns)
+		if string(ob) != string(nb) {
+			d.Fields = append(d.Fields, FieldDiff{Field: capacityField + ph.Name, Old: ob, New: nb})
+		}
+	}
 	return d
+}
+
+// capacityField begins the diff's field of a phase's capacity search.
+const capacityField = "capacity."
+
+// searchesRun refuses an amendment of a capacity search any of whose
+// points has run: its recorded verdicts were judged under the old search
+// (its SLO, its rates) and the points after them would be judged under
+// the new one, so that "found" would mix both. A change of
+// on_non_monotonic alone, which judges nothing, is allowed.
+func searchesRun(id string, store *state.Store, old, plan *protocols.Plan, d Diff) error {
+	for _, f := range d.Fields {
+		phase, ok := strings.CutPrefix(f.Field, capacityField)
+		if !ok {
+			continue
+		}
+		was, now := old.CapacitySearch(phase)
+		is, _ := plan.CapacitySearch(phase)
+		if now && is != nil {
+			a, b := *was, *is
+			a.OnNonMonotonic, b.OnNonMonotonic = "", ""
+			if ab, bb := jsonFields(a), jsonFields(b); reflect.DeepEqual(ab, bb) {
+				continue // as the plan records them (no source positions)
+			}
+		}
+		var ran []string
+		for _, r := range old.Runs {
+			if r.Capacity == nil || r.Phase != phase {
+				continue
+			}
+			if rec, err := store.Run(r.ID); err == nil && (rec.Done || rec.Attempts > 0) {
+				ran = append(ran, r.ID)
+			}
+		}
+		if len(ran) > 0 {
+			return fmt.Errorf("amend %s changes capacity search %s (%s) after %d of its points ran (%s): their verdicts were judged under the old search and the next points would be judged under the new, so its found rate would mix both; this amendment would change\n  %s: %s\n  to %s",
+				id, phase, f.Field, len(ran), strings.Join(ran, ", "), f.Field, f.Old, f.New)
+		}
+	}
+	return nil
 }
 
 // Result is the outcome of an amendment, as -o json prints it.
@@ -191,6 +242,9 @@ func Amend(c Campaign, req Request) (Result, *protocols.Plan, error) {
 		if err == nil && r.Done {
 			d.Done = append(d.Done, c.Run)
 		}
+	}
+	if err := searchesRun(req.ID, store, old, plan, d); err != nil {
+		return res, nil, err
 	}
 	if len(d.Done) > 0 && !req.Readjudicate {
 		return res, nil, fmt.Errorf("amend %s would change runs that already have a result: %v; an amendment may change them only to re-adjudicate them: add --readjudicate, then run controller readjudicate -d %s --amendment %s",

@@ -67,7 +67,25 @@ func (c *Runner) recordedPoint(p *protocols.Plan, r protocols.Run, rec state.Run
 	if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: CapacityGate, Run: r.ID, Attempt: rec.Result, Verdict: pt.Verdict, Figures: pt.Figures, Detail: pt.Detail}); err != nil {
 		c.log.Error().Err(err).Str("run", r.ID).Msg("record the capacity point's verdict")
 	}
+	if spec, ok := p.CapacitySearch(r.Phase); ok {
+		c.noteSearch(r.Capacity.Search, spec, append(append([]schedule.Point(nil), before...), pt))
+	}
 	return pt
+}
+
+// noteSearch records where a search stands now that the last of points
+// is judged (schedule.Standing: ctlq status reads it), with the event of
+// a point that shows its verdicts not monotonic.
+func (c *Runner) noteSearch(search string, spec *protocols.CapacitySpec, points []schedule.Point) {
+	cs, ev := schedule.Standing(search, spec, points)
+	err := c.store.SetCapacitySearch(cs)
+	if ev != nil && err == nil {
+		c.log.Warn().Str("search", search).Msg(ev.Message)
+		_, err = c.store.AppendEvent(*ev)
+	}
+	if err != nil {
+		c.log.Error().Err(err).Str("search", search).Msg("record where the capacity search stands")
+	}
 }
 
 // judgePoint judges one done point from its result attempt's client

@@ -202,6 +202,9 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 		c.regime = *d.Regime
 		c.log.Info().Str("regime", d.Regime.Name).Int("concurrency", d.Regime.Concurrency).Msg("regime in force")
 	}
+	if err := c.store.MarkNotRun(schedule.NotRunReasons(d.NotRun)); err != nil {
+		return false, err
+	}
 	switch {
 	case d.Err != nil:
 		c.log.Error().Err(d.Err).Msg("schedule")

@@ -64,13 +64,19 @@ const (
 	// StopAwaitingAmendment: nothing more can run while runs whose
 	// failure allows no rerun wait for an amendment; the detail names them.
 	StopAwaitingAmendment StopReason = "awaiting-amendment"
+	// StopCapacityNotMonotonic: a capacity search's point failed its SLO
+	// at a rate no higher than one that passed it (or passed above one
+	// that failed): the found rate is not a capacity, and the protocol
+	// (on_non_monotonic: stop) stops for review; the detail names both
+	// points and their rates.
+	StopCapacityNotMonotonic StopReason = "capacity-not-monotonic"
 )
 
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
 	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
-	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment,
+	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment, StopCapacityNotMonotonic,
 }
 
 // StopForRun is the campaign's stop reason when a run's failure stops it:
@@ -115,6 +121,25 @@ type Campaign struct {
 	// campaigns recorded before the field existed, until their next
 	// controller records it.
 	GPUBackend string `json:"gpu_backend,omitempty"`
+	// Capacity is where each capacity search stands, as its controller
+	// last judged one of its points (SetCapacitySearch); in plan order.
+	Capacity []CapacitySearch `json:"capacity_searches,omitempty"`
+}
+
+// CapacitySearch is where one capacity search stands: what ctlq status and
+// its events say of it.
+type CapacitySearch struct {
+	Search string `json:"search"`
+	// Judged is how many of its points are judged; Done says none is left
+	// to run; Stop why it ended early (below-range, error).
+	Judged int    `json:"judged"`
+	Done   bool   `json:"done"`
+	Stop   string `json:"stop,omitempty"`
+	// FoundRPS is the bisection's λ* (requests/s), 0 until it ended.
+	FoundRPS float64 `json:"found_rps,omitempty"`
+	// NotMonotonic, when set, says why FoundRPS is not a capacity (the
+	// points whose verdicts contradict each other).
+	NotMonotonic string `json:"not_monotonic,omitempty"`
 }
 
 // RunState is the state of a run, derived from its fields (see Run.State).
@@ -132,8 +157,8 @@ const (
 	RunQuarantined RunState = "quarantined"
 	// RunFailed: the last attempt failed and the run is not done.
 	RunFailed RunState = "failed"
-	// RunNotRun: a freeze left the run without a result for good; never
-	// imputed.
+	// RunNotRun: a freeze, or a capacity search that ended before it, left
+	// the run without a result for good; never imputed.
 	RunNotRun RunState = "not-run"
 )
 
@@ -162,7 +187,13 @@ type Run struct {
 	// NotRun is the amendment that froze the matrix with the run
 	// unfinished; "" else.
 	NotRun string `json:"not_run,omitempty"`
+	// NotRunReason says why a run no amendment froze will never run (a
+	// capacity search that ended before its point; MarkNotRun); "" else.
+	NotRunReason string `json:"not_run_reason,omitempty"`
 }
+
+// Closed says the run has no result and never will: frozen, or not run.
+func (r Run) Closed() bool { return !r.Done && (r.NotRun != "" || r.NotRunReason != "") }
 
 // State derives the run's state from its fields.
 func (r Run) State() RunState {
@@ -171,7 +202,7 @@ func (r Run) State() RunState {
 		return RunQuarantined
 	case r.Done && r.ResultState != "":
 		return RunComplete
-	case r.NotRun != "" && !r.Done:
+	case r.Closed():
 		return RunNotRun
 	case r.Done && r.LastState == Quarantined:
 		return RunQuarantined

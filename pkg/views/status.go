@@ -49,6 +49,9 @@ func PrintStatus(w io.Writer, st api.Status) {
 	for _, a := range st.Amendments {
 		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
 	}
+	for _, cs := range c.CapacitySearches {
+		fmt.Fprintf(w, "capacity   %s\n", CapacityText(cs))
+	}
 	var states []string
 	for k := range st.Runs.ByState {
 		states = append(states, k)
@@ -72,6 +75,29 @@ func PrintStatus(w io.Writer, st api.Status) {
 	if st.ETAS != nil && c.State == string(state.CampaignRunning) && st.Controller.Alive {
 		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
 	}
+}
+
+// CapacityText is what a capacity search has found, for a person: its
+// found rate, NOT A CAPACITY and why when its verdicts are not monotonic.
+func CapacityText(cs state.CapacitySearch) string {
+	var what string
+	switch {
+	case cs.FoundRPS > 0:
+		what = fmt.Sprintf("found %.4g requests/s", cs.FoundRPS)
+	case cs.Stop != "":
+		what = "ended " + cs.Stop + ", nothing found"
+	default:
+		what = "searching"
+	}
+	what = fmt.Sprintf("%s: %s (%d points judged", cs.Search, what, cs.Judged)
+	if cs.Done {
+		what += ", done"
+	}
+	what += ")"
+	if cs.NotMonotonic != "" {
+		what += "; NOT A CAPACITY: " + cs.NotMonotonic
+	}
+	return what
 }
 
 // Liveness is the controller's line of ctlq status.
