@@ -120,6 +120,11 @@ func runDaemon(opts daemonOptions) (err error) {
 			return fmt.Errorf("%s: notify: %w", campaignfs.Settings(dir), err)
 		}
 	}
+	if n, err := notify.EndLeftovers(dir, opts.boot); err != nil {
+		return fmt.Errorf("end the notifications a dead controller left: %w", err)
+	} else if n > 0 {
+		log.Warn().Int("processes", n).Msg("ended what a dead controller's notification left running")
+	}
 	deadBefore := camp.ControllerDied() // Reconcile records it
 	if err := rn.Reconcile(ctx); err != nil {
 		return err

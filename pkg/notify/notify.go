@@ -21,6 +21,9 @@
 //     among the controller's children: a setsid daemon the hook left is
 //     reparented to the controller, its subreaper. (A daemon that also
 //     clears its environment escapes where cgroups are off.)
+//   - A hook the controller could not end, because it died first, is
+//     ended by the next controller of the campaign before it runs one
+//     (EndLeftovers, by the campaign directory in its environment).
 package notify
 
 import (
@@ -69,6 +72,11 @@ const OutputCap = 1 << 20
 // started with, set to a value of its own: what the run left behind is
 // found by it.
 const MarkerEnv = "WARDEN_NOTIFY_RUN"
+
+// DirEnv names the environment variable every run of the command is
+// started with, set to the campaign directory: what a controller that
+// died left running of its notifications is found by it (EndLeftovers).
+const DirEnv = "WARDEN_NOTIFY_DIR"
 
 // Event is what the command reads on its standard input.
 type Event struct {
@@ -282,7 +290,7 @@ func (n *Notifier) exec(ev Event) Result {
 	run := n.runs.Add(1)
 	marker := fmt.Sprintf("%s=%d.%d.%d", MarkerEnv, os.Getpid(), time.Now().UnixNano(), run)
 	p, err := n.cfg.Launcher.Start(launch.Spec{Role: "notify", Argv: []string{"/bin/sh", "-c", n.cfg.Command}, Dir: n.cfg.Dir,
-		Env: append(os.Environ(), marker), Stdin: stdin, Stdout: w, Stderr: w,
+		Env: append(os.Environ(), marker, DirEnv+"="+n.cfg.Dir), Stdin: stdin, Stdout: w, Stderr: w,
 		Cgroup: "notify-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(run, 10),
 		Stop:   launch.StopOptions{Grace: time.Second, GroupGrace: time.Second}})
 	w.Close() // the hook's copies are its own
@@ -329,6 +337,28 @@ func (n *Notifier) exec(ev Event) Result {
 		fmt.Fprintf(logf, "[warden] notify: %d bytes of output past the %d-byte cap were dropped\n", res.Dropped, OutputCap)
 	}
 	return res
+}
+
+// EndLeftovers kills what notifications of the campaign in dir a
+// controller that died left running (every process of the host carrying
+// DirEnv=dir: one controller runs a campaign at a time, so none is this
+// one's) and waits until they are gone; it returns how many there were.
+// Call it once the campaign's lock is held, before any notification runs.
+func EndLeftovers(dir string, boot launch.BootIDSource) (int, error) {
+	ids, err := launch.Marked(boot, DirEnv+"="+dir, launch.AllProcesses)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	var errs []error
+	for _, id := range ids {
+		if _, err := launch.Signal(boot, id, "notify (left over)", syscall.SIGKILL); err != nil && !errors.Is(err, launch.ErrGone) && !errors.Is(err, launch.ErrNotOurs) {
+			errs = append(errs, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs = append(errs, launch.WaitGone(ctx, boot, ids, 30*time.Second))
+	return len(ids), errors.Join(errs...)
 }
 
 // groupSignalled counts the processes the group and cgroup signals of a

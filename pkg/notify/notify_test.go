@@ -258,3 +258,39 @@ func TestCut(t *testing.T) {
 		}
 	}
 }
+
+// TestEndLeftovers: a hook whose controller died first survived it (a
+// notification has no bound of its own once its controller is gone); the
+// next controller of the campaign ends every process carrying the
+// campaign's notify marker, and no other.
+func TestEndLeftovers(t *testing.T) {
+	t.Parallel()
+	dir, other := t.TempDir(), t.TempDir()
+	l := &launch.Launcher{Reaper: testReaper}
+	start := func(d string) *launch.Proc {
+		p, err := l.Start(launch.Spec{Role: "left", Argv: []string{"sleep", "600"}, Env: append(os.Environ(), notify.DirEnv+"="+d)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if alive(p.PID) {
+				syscall.Kill(p.PID, syscall.SIGKILL)
+				<-p.Done()
+			}
+		})
+		return p
+	}
+	mine, theirs := start(dir), start(other)
+	n, err := notify.EndLeftovers(dir, nil)
+	if err != nil || n != 1 {
+		t.Fatalf("EndLeftovers = %d, %v; want the one process of this campaign", n, err)
+	}
+	select {
+	case <-mine.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the left-over notification was not ended")
+	}
+	if !alive(theirs.PID) {
+		t.Fatal("another campaign's notification was ended")
+	}
+}
