@@ -77,3 +77,23 @@ func TestSetCapacitySearch(t *testing.T) {
 		t.Fatalf("recorded %+v (%v)", c.Capacity, err)
 	}
 }
+
+// TestAmendUnstarted: an amendment whose runs must not have started is
+// refused in its own transaction when one has (a capacity point started
+// between the amendment's check and its record).
+func TestAmendUnstarted(t *testing.T) {
+	s, _ := newCampaign(t, 2)
+	if _, err := s.NewAttempt("r001", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Amend(state.Amendment{ID: "A-1", Text: "x", Unstarted: []string{"r000", "r001"}}, nil)
+	if !errors.Is(err, state.ErrStarted) || !strings.Contains(err.Error(), "run r001") {
+		t.Fatalf("amend with r001 started: %v", err)
+	}
+	if as, _ := s.Amendments(); len(as) != 0 {
+		t.Fatalf("recorded %v", as)
+	}
+	if err := s.Amend(state.Amendment{ID: "A-1", Text: "x", Unstarted: []string{"r000"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+}

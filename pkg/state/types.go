@@ -411,6 +411,10 @@ type Amendment struct {
 	// Diff is the plan diff of an amend, as JSON.
 	Diff         json.RawMessage `json:"diff,omitempty"`
 	RegisteredAt time.Time       `json:"registered_at"`
+	// Unstarted are runs that must have no attempt when the amendment is
+	// recorded (checked in the same transaction, not stored): the points
+	// of a capacity search it changes.
+	Unstarted []string `json:"-"`
 }
 
 // Readjudication is a new verdict on a recorded attempt under an
