@@ -60,7 +60,10 @@ func newAmendCmd() *cobra.Command {
 (runs added, removed and changed field by field; classes, gates, stop rules,
 budget; the totals). It refuses to change a run that already has a result
 unless --readjudicate says the amendment re-adjudicates it (controller
-readjudicate). With --yes it records the amendment: id, time, reason, the
+readjudicate), and to change a capacity search (capacity.<phase> in the
+diff: its rates, follow-ups or SLO; its on_non_monotonic may change) once
+any of its points has run: the points judged under the old SLO and those
+after them under the new would make one found rate of both. With --yes it records the amendment: id, time, reason, the
 operator's uid, the old and new protocol hashes and the diff, in the state
 database and under provenance/amendments/ID, with the new protocol's files
 hashed and copied; resume then accepts the amended inputs. Without --yes it

@@ -64,9 +64,16 @@ const MaxTimeout = 24 * time.Hour
 const DetailCap = 4 << 10
 
 // OutputCap is how many bytes of the command's output, stdout and stderr
-// together, one run appends to notify.log; the rest is counted and
-// dropped.
+// together, one run appends to notify.log (after its RunHeader line); the
+// rest is counted and dropped, and a DroppedNote line says how much.
 const OutputCap = 1 << 20
+
+// RunHeader begins the line notify.log holds before each run's output;
+// DroppedNote the line after it when output passed OutputCap.
+const (
+	RunHeader   = "[warden] notification "
+	DroppedNote = "[warden] notify: "
+)
 
 // MarkerEnv names the environment variable each run of the command is
 // started with, set to a value of its own: what the run left behind is
@@ -287,6 +294,9 @@ func (n *Notifier) exec(ev Event) Result {
 		return res
 	}
 	defer r.Close()
+	// each run's output follows a line of its own, so that one run's can be
+	// told from the next's
+	fmt.Fprintf(logf, "%s%s at %s\n", RunHeader, ev.Event, time.Now().UTC().Format(time.RFC3339Nano))
 	run := n.runs.Add(1)
 	marker := fmt.Sprintf("%s=%d.%d.%d", MarkerEnv, os.Getpid(), time.Now().UnixNano(), run)
 	p, err := n.cfg.Launcher.Start(launch.Spec{Role: "notify", Argv: []string{"/bin/sh", "-c", n.cfg.Command}, Dir: n.cfg.Dir,
@@ -334,7 +344,7 @@ func (n *Notifier) exec(ev Event) Result {
 	_ = r.SetReadDeadline(time.Now().Add(time.Second))
 	<-drained
 	if res.Dropped > 0 {
-		fmt.Fprintf(logf, "[warden] notify: %d bytes of output past the %d-byte cap were dropped\n", res.Dropped, OutputCap)
+		fmt.Fprintf(logf, "%s%d bytes of output past the %d-byte cap were dropped\n", DroppedNote, res.Dropped, OutputCap)
 	}
 	return res
 }

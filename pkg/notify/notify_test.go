@@ -188,8 +188,9 @@ func TestHookOutputIsCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 		note := "[warden] notify: " + strconv.Itoa(wrote-notify.OutputCap) + " bytes of output past the 1048576-byte cap were dropped\n"
-		if len(b) != notify.OutputCap+len(note) || !strings.HasSuffix(string(b), note) {
-			t.Fatalf("notify.log holds %d bytes ending %q, want %d and the note %q", len(b), b[max(0, len(b)-100):], notify.OutputCap+len(note), note)
+		head, out, _ := strings.Cut(string(b), "\n")
+		if !strings.HasPrefix(head, "[warden] notification complete at ") || len(out) != notify.OutputCap+len(note) || !strings.HasSuffix(out, note) {
+			t.Fatalf("notify.log holds %q, then %d bytes ending %q; want the run's line, %d bytes and the note %q", head, len(out), out[max(0, len(out)-100):], notify.OutputCap, note)
 		}
 		if f := st.got[0].Figures; f["output_bytes"] != notify.OutputCap || f["output_dropped_bytes"] != wrote-notify.OutputCap {
 			t.Fatalf("recorded figures %v", f)
