@@ -62,9 +62,18 @@ func TestLayer2KernelsInTheirWindow(t *testing.T) {
 		{"a kernel before the window", "fail", "lies outside the profile window", func(ev []map[string]any) []map[string]any {
 			return append(ev, kernel(10, 1, 900))
 		}},
-		// launched in the first step (100000..109000 µs), run in the third
-		{"a kernel outside its step", "fail", "launched in ProfilerStep#2, lies outside that step's 1100000..1109000", func(ev []map[string]any) []map[string]any {
-			return append(ev, launch(100_500, 900), kernel(120_100, 10, 900))
+		// launched in the third step (120000..129000 µs), run in the first
+		{"a kernel before its step", "fail", "starts before ProfilerStep#4 (1120000..1129000 µs), whose CUDA call launched it", func(ev []map[string]any) []map[string]any {
+			return append(ev, launch(120_500, 900), kernel(100_100, 10, 900))
+		}},
+		// the window is 100000..179000 µs: 79000 µs
+		{"a kernel far past the window", "fail", "lies outside the profile window", func(ev []map[string]any) []map[string]any {
+			return append(ev, kernel(178_000, 80_001, 900))
+		}},
+		// a GPU running behind: launched in the first step, run in the
+		// second, and the last step's work ending just past the window
+		{"a kernel behind its step", "pass", "", func(ev []map[string]any) []map[string]any {
+			return append(ev, launch(100_500, 900), kernel(110_100, 10, 900), kernel(178_900, 8000, 901))
 		}},
 		{"a negative duration", "fail", "a span ends before it starts", func(ev []map[string]any) []map[string]any {
 			return append(ev, kernel(100_200, -50, 900))
