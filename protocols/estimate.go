@@ -193,9 +193,31 @@ func (b *builder) totals(plan *Plan, wall float64) Totals {
 	tot.RemainingAfterWorstCase = tot.RemainingAfterEstimate - tot.ConditionalGPUHours
 	tot.Unit = bu.Unit
 	tot.Reserve = bu.Reserve
-	tot.PeakReservationGPUHours, tot.PeakReservationRun = peakReservation(runs, bu.ConsumedGPUHours*3600, bu.Reserve)
-	tot.ReservationFits = tot.PeakReservationGPUHours <= bu.CapGPUHours
+	var refused *RefusedLaunch
+	tot.PeakReservationGPUHours, tot.PeakReservationRun, refused = peakReservation(runs, bu.ConsumedGPUHours*3600, bu.Reserve, bu.CapGPUHours*3600)
+	tot.ReservationFits = refused == nil
+	if refused != nil {
+		refused.Budget = fmt.Sprintf("%s:%d:%d", b.c.file, bu.Meta.At("cap_gpu_hours").Line, bu.Meta.At("cap_gpu_hours").Column)
+		tot.FirstRefused = refused
+	}
 	return tot
+}
+
+// RefusedLaunch is the first launch on the estimate's timeline whose
+// conservative reservation would not fit under the cap (A-P3-4: the
+// controller "refuses to launch if the wave's conservative reservation
+// would exceed" it), with its figures in GPU-hours.
+type RefusedLaunch struct {
+	Run          string  `json:"run"`                          // the launch's first run
+	StartS       float64 `json:"planned_start_s"`              // when, on the estimate's timeline
+	ChargedGPUH  float64 `json:"charged_gpu_hours"`            // consumed before the campaign plus charged by then (nominal)
+	InFlightGPUH float64 `json:"in_flight_reserved_gpu_hours"` // reservations of the launches in flight
+	LaunchGPUH   float64 `json:"launch_gpu_hours"`             // its own reservation
+	TotalGPUH    float64 `json:"total_gpu_hours"`
+	CapGPUH      float64 `json:"cap_gpu_hours"`
+	// RunsBefore are the runs launched before it on the timeline.
+	RunsBefore int    `json:"runs_before"`
+	Budget     string `json:"budget"` // file:line:col of budget.cap_gpu_hours
 }
 
 // peakReservation walks the estimate's timeline as the controller's budget
@@ -207,11 +229,12 @@ func (b *builder) totals(plan *Plan, wall float64) Totals {
 // is a unit of runs, or a co-location block (all its runs reserve at
 // once). It returns the largest such total, in GPU-hours, and the first
 // run of the launch where it falls. Conditional runs are not placed.
-func peakReservation(runs []Run, consumedS float64, reserve string) (float64, string) {
+func peakReservation(runs []Run, consumedS float64, reserve string, capS float64) (float64, string, *RefusedLaunch) {
 	type launch struct {
 		first      string
 		start, end float64
 		reserveS   float64
+		runs       int
 	}
 	var order []string
 	launches := map[string]*launch{}
@@ -232,6 +255,7 @@ func peakReservation(runs []Run, consumedS float64, reserve string) (float64, st
 		}
 		l.start = min(l.start, r.StartS)
 		l.end = max(l.end, r.StartS+r.ExpectedS)
+		l.runs++
 		s := r.ExpectedS
 		if reserve == "bounds" && r.BoundS > 0 {
 			s = r.BoundS
@@ -239,24 +263,34 @@ func peakReservation(runs []Run, consumedS float64, reserve string) (float64, st
 		l.reserveS += s * float64(r.GPUs)
 	}
 	peak, at := 0.0, ""
+	var refused *RefusedLaunch
 	for li, k := range order {
 		l := launches[k]
-		total := consumedS + l.reserveS
+		charged, inFlight := consumedS, 0.0
 		for i := range runs {
 			r := &runs[i]
 			if r.Condition == "" && len(r.PlannedSlots) > 0 && r.StartS+r.ExpectedS <= l.start {
-				total += r.ExpectedS * float64(r.GPUs)
+				charged += r.ExpectedS * float64(r.GPUs)
 			}
 		}
+		before := 0
 		for oi, k2 := range order {
 			o := launches[k2]
 			if o != l && o.start <= l.start && o.end > l.start && (o.start < l.start || oi < li) {
-				total += o.reserveS
+				inFlight += o.reserveS
+			}
+			if o.start < l.start || (o.start == l.start && oi < li) {
+				before += o.runs
 			}
 		}
+		total := charged + inFlight + l.reserveS
 		if total > peak {
 			peak, at = total, l.first
 		}
+		if refused == nil && total > capS {
+			refused = &RefusedLaunch{Run: l.first, StartS: l.start, ChargedGPUH: charged / 3600, InFlightGPUH: inFlight / 3600,
+				LaunchGPUH: l.reserveS / 3600, TotalGPUH: total / 3600, CapGPUH: capS / 3600, RunsBefore: before}
+		}
 	}
-	return peak / 3600, at
+	return peak / 3600, at, refused
 }

@@ -47,12 +47,19 @@ func (b *builder) expand() *Plan {
 		cells := 0
 		if ph.Kind == "colocation" && ph.Colocation != nil {
 			cells = b.expandColocation(ph, i)
+			if ph.Prior != nil {
+				b.runs = b.runs[:before] // the check ran before: no run of it
+				cells = 0
+			}
 		} else if ph.Kind == "capacity" && ph.Capacity != nil && ph.Matrix != nil && len(ph.Loads) > 0 {
 			cells = b.expandCapacityPhase(ph, i)
 		} else if ph.Matrix != nil && len(ph.Loads) > 0 {
 			cells = b.expandMatrixPhase(ph, i)
 		}
 		info := PhaseInfo{Name: ph.Name, Kind: ph.Kind, Order: ph.Order.By, Runs: len(b.runs) - before, Cells: cells}
+		if ph.Prior != nil && ph.Kind == "colocation" {
+			info.Prior = b.prior(ph, plan)
+		}
 		if ph.Kind == "capacity" && ph.Capacity != nil {
 			info.Capacity = capacitySpec(ph.Capacity)
 		}
@@ -66,6 +73,7 @@ func (b *builder) expand() *Plan {
 	}
 	plan.Runs = b.runs
 	plan.Gates = b.gates
+	b.powerCheck(plan)
 	b.regimeInfo(plan)
 	for i := range plan.Runs {
 		if r := &plan.Runs[i]; r.Regime == "" {
@@ -472,6 +480,9 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	}
 	if s := b.servers[server]; s != nil {
 		r.Server = b.serverSpec(s, ch, vars, needAs)
+		if load.ReadyTimeoutS > 0 {
+			r.Server.ReadyTimeoutS = load.ReadyTimeoutS
+		}
 	}
 	r.Client = b.command(load.Client, "loads."+load.Name+".client", vars, needAs)
 	b.checkClientDrain(&r, load)
@@ -513,6 +524,8 @@ type choices struct {
 	class, server string
 	serverArgs    []string
 	expects       []ExpectSpec
+	// expectFrom is each of expects as written, for its position.
+	expectFrom []Expect
 }
 
 // cellChoices reads the class, GPUs and server that the axis values of cl
@@ -536,6 +549,7 @@ func (b *builder) cellChoices(cl cell, load *Load, r *Run) choices {
 		ch.serverArgs = append(ch.serverArgs, v.ServerArgs...)
 		for _, e := range v.Expect {
 			ch.expects = append(ch.expects, expectSpec(e))
+			ch.expectFrom = append(ch.expectFrom, e)
 		}
 	}
 	return ch
@@ -580,7 +594,28 @@ func (b *builder) serverSpec(s *Server, ch choices, vars map[string]string, need
 		spec.Expect = append(spec.Expect, expectSpec(e))
 	}
 	spec.Expect = append(spec.Expect, ch.expects...)
+	b.checkConfigPaths(s, append(slices.Clone(s.Expect), ch.expectFrom...))
 	return spec
+}
+
+// checkConfigPaths refuses an expectation with a path on a server that
+// reports no configuration: its kind has no config endpoint
+// (configEndpoints; SGLang-Omni's routes have none) and the protocol gives
+// none. On a real server it could only error at every run; the effective
+// configuration of such a server is checked by its launch arguments and
+// by patterns on its startup log.
+func (b *builder) checkConfigPaths(s *Server, es []Expect) {
+	if s.ConfigEndpoint != "" {
+		return
+	}
+	for _, e := range es {
+		if e.Path == "" {
+			continue
+		}
+		b.c.add(e.Meta.At("path"), "servers."+s.Name+".expect."+e.Name,
+			"expectation %q reads path %q of the server's reported configuration, but a server of kind %s reports none (no config endpoint): check it by a pattern on the startup log, or give config_endpoint",
+			e.Name, e.Path, s.Kind)
+	}
 }
 
 // runNeeds gives r the runs load needs: a load of the same cell (same

@@ -161,7 +161,7 @@ func TestPlanChecksLedgerAndGateValidator(t *testing.T) {
 		t.Fatalf("a ledger command not on PATH: %v", err)
 	}
 
-	b, err := os.ReadFile("opprof-phase3.yaml")
+	b, err := os.ReadFile("testdata/opprof-phase3-check-again.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

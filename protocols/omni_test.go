@@ -92,7 +92,7 @@ func TestSlurmRequests(t *testing.T) {
 	if len(reqs) != 1 || reqs[0] != (SlurmRequest{GPUs: 2, CPUs: 32, Runs: len(p.Runs)}) {
 		t.Errorf("omni-ab-slurm requests %+v, want one shape for its %d runs", reqs, len(p.Runs))
 	}
-	p3, err := PlanFile("opprof-phase3.yaml", Options{})
+	p3, err := PlanFile("testdata/opprof-phase3-check-again.yaml", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +157,44 @@ func TestOmniABQualityGates(t *testing.T) {
 			if audio != (r.Load != "cold") {
 				t.Fatalf("%s: %s streams audio %v: %v", file, r.ID, audio, r.Client.Argv)
 			}
+		}
+	}
+}
+
+// TestOmniABServedNameAndStrictPort: both systems serve the name loadgen
+// sends (SGLang-Omni's --model-name, vLLM's --served-model-name), loadgen
+// checks it against /v1/models first, and SGLang-Omni's environment holds
+// SGLANG_OMNI_STRICT_PORT=1 from its kind, so a busy port fails it rather
+// than moving it; SGLang-Omni has no config endpoint. On one host and on
+// Slurm alike.
+func TestOmniABServedNameAndStrictPort(t *testing.T) {
+	for _, file := range []string{"omni-ab.yaml", "omni-ab-slurm.yaml"} {
+		p, err := PlanFile(file, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, r := range p.Runs {
+			s := r.Server
+			argv := strings.Join(s.Command.Argv, " ")
+			switch s.Kind {
+			case "sglang-omni":
+				if !strings.Contains(argv, "--model-name qwen2.5-omni-7b") || s.Env["SGLANG_OMNI_STRICT_PORT"] != "1" || s.ConfigEndpoint != "" {
+					t.Fatalf("%s %s: server %q, env %v, config endpoint %q", file, r.ID, argv, s.Env, s.ConfigEndpoint)
+				}
+			case "vllm-omni":
+				if !strings.Contains(argv, "--served-model-name qwen2.5-omni-7b") || s.Env["SGLANG_OMNI_STRICT_PORT"] != "" {
+					t.Fatalf("%s %s: server %q, env %v", file, r.ID, argv, s.Env)
+				}
+			}
+			seen[s.Kind] = true
+			if client := strings.Join(r.Client.Argv, " "); strings.HasPrefix(client, "bin/loadgen") &&
+				!strings.Contains(client, "--model qwen2.5-omni-7b --check-served-model") {
+				t.Fatalf("%s %s: client %q", file, r.ID, client)
+			}
+		}
+		if !seen["sglang-omni"] || !seen["vllm-omni"] {
+			t.Fatalf("%s: kinds %v", file, seen)
 		}
 	}
 }

@@ -22,9 +22,11 @@ type Plan struct {
 	Runs       []Run            `json:"runs"`
 	Stop       StopInfo         `json:"stop"`
 	Retries    int              `json:"retries_infrastructure"`
-	Privacy    []string         `json:"privacy_forbidden_fields,omitempty"`
-	CleanupS   float64          `json:"cleanup_timeout_s"`
-	SampleS    float64          `json:"sample_interval_s"` // 0: no GPU sampling
+	// PowerCheck is the protocol's power check, with the runs it judges.
+	PowerCheck *PowerCheckInfo `json:"power_check,omitempty"`
+	Privacy    []string        `json:"privacy_forbidden_fields,omitempty"`
+	CleanupS   float64         `json:"cleanup_timeout_s"`
+	SampleS    float64         `json:"sample_interval_s"` // 0: no GPU sampling
 
 	// PrivacyMinLeakBytes is privacy.min_leak_bytes (0 in plans written
 	// before it existed: read as DefaultMinLeakBytes).
@@ -96,6 +98,18 @@ type ProvenanceInfo struct {
 	Private bool   `json:"private"`
 }
 
+// PriorInfo is a prior verdict as the plan read it: Read is false when
+// the plan did not look at its inputs (the file is read at start then).
+type PriorInfo struct {
+	File       string      `json:"file"`
+	Read       bool        `json:"read"`
+	SHA256     string      `json:"sha256,omitempty"`
+	Check      string      `json:"check,omitempty"`
+	GPUHours   float64     `json:"gpu_hours,omitempty"`
+	Authorized string      `json:"authorized_regime,omitempty"`
+	Gates      []PriorGate `json:"gates,omitempty"`
+}
+
 // GateInfo is a gate the plan will evaluate, with its rule.
 type GateInfo struct {
 	Name                string       `json:"name"`
@@ -110,6 +124,9 @@ type GateInfo struct {
 	FigureTolerance     float64      `json:"figure_tolerance,omitempty"`
 	ProfileWindows      int          `json:"profile_windows,omitempty"`
 	Condition           string       `json:"condition,omitempty"`
+	// Prior is the verdict file the gate's verdict is read from, when the
+	// check ran before the campaign (no run of the plan judges it).
+	Prior string `json:"prior,omitempty"`
 }
 
 // PhaseInfo summarizes a phase.
@@ -118,7 +135,9 @@ type PhaseInfo struct {
 	Kind  string `json:"kind"`
 	Order string `json:"order"`
 	Runs  int    `json:"runs"`
-	Cells int    `json:"cells"`
+	// Prior is a colocation phase's verdict from before the campaign.
+	Prior *PriorInfo `json:"prior,omitempty"`
+	Cells int        `json:"cells"`
 	// Capacity is a capacity phase's search: Runs counts its worst case,
 	// MaxPoints per cell.
 	Capacity *CapacitySpec `json:"capacity,omitempty"`
@@ -267,13 +286,16 @@ type Totals struct {
 	PeakReservationGPUHours float64 `json:"peak_reservation_gpu_hours"`
 	PeakReservationRun      string  `json:"peak_reservation_run,omitempty"`
 	ReservationFits         bool    `json:"reservation_fits"`
-	ConditionalGPUHours     float64 `json:"conditional_gpu_hours"`
-	BudgetCapGPUHours       float64 `json:"budget_cap_gpu_hours"`
-	BudgetConsumedGPUHours  float64 `json:"budget_consumed_gpu_hours"`
-	BudgetRemainingGPUHours float64 `json:"budget_remaining_gpu_hours"`
-	RemainingAfterEstimate  float64 `json:"budget_remaining_after_estimate_gpu_hours"`
-	RemainingAfterWorstCase float64 `json:"budget_remaining_after_worst_case_gpu_hours"`
-	Unit                    string  `json:"unit,omitempty"`
+	// FirstRefused is the first launch whose reservation would not fit,
+	// when one would not (ReservationFits false).
+	FirstRefused            *RefusedLaunch `json:"first_refused,omitempty"`
+	ConditionalGPUHours     float64        `json:"conditional_gpu_hours"`
+	BudgetCapGPUHours       float64        `json:"budget_cap_gpu_hours"`
+	BudgetConsumedGPUHours  float64        `json:"budget_consumed_gpu_hours"`
+	BudgetRemainingGPUHours float64        `json:"budget_remaining_gpu_hours"`
+	RemainingAfterEstimate  float64        `json:"budget_remaining_after_estimate_gpu_hours"`
+	RemainingAfterWorstCase float64        `json:"budget_remaining_after_worst_case_gpu_hours"`
+	Unit                    string         `json:"unit,omitempty"`
 }
 
 // CostInfo is a part of the plan's cost: its runs (not conditional), what

@@ -5,16 +5,31 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 )
 
+// planPhase3 plans the seed's protocol with its co-location check run
+// again (testdata/opprof-phase3-check-again.yaml): every phase of the seed.
 func planPhase3(t testing.TB) *Plan {
 	t.Helper()
-	p, err := PlanFile("opprof-phase3.yaml", Options{})
+	return planFile(t, "testdata/opprof-phase3-check-again.yaml")
+}
+
+// planShippedPhase3 plans protocols/opprof-phase3.yaml as shipped: E-a's
+// verdict taken as an input.
+func planShippedPhase3(t testing.TB) *Plan {
+	t.Helper()
+	return planFile(t, "opprof-phase3.yaml")
+}
+
+func planFile(t testing.TB, path string) *Plan {
+	t.Helper()
+	p, err := PlanFile(path, Options{})
 	if err != nil {
-		t.Fatalf("plan opprof-phase3.yaml: %v", err)
+		t.Fatalf("plan %s: %v", path, err)
 	}
 	return p
 }
@@ -110,28 +125,57 @@ func TestPhase3Order(t *testing.T) {
 		t.Fatalf("confirmations %v", conf)
 	}
 
-	// budget
+	// budget: A-P3-4 counts E-a's 3.964 in the cap whether or not the
+	// check runs again; run again, it costs 2.6 more and the conservative
+	// reservations no longer fit (the shipped protocol takes E-a's verdict
+	// instead: TestPhase3PriorVerdict)
 	tot := p.Totals
-	// E-a is the colocation phase, charged as it runs: not also consumed
-	if tot.BudgetCapGPUHours != 16.0 || tot.BudgetConsumedGPUHours != 0 {
+	if tot.BudgetCapGPUHours != 16.0 || tot.BudgetConsumedGPUHours != 3.964 {
 		t.Fatalf("budget cap %v consumed %v", tot.BudgetCapGPUHours, tot.BudgetConsumedGPUHours)
 	}
-	// A-P3-4: conservative reservations, and they fit the cap; A-P3-1: the
-	// co-location check's cost apart
-	if tot.Reserve != "bounds" || !tot.ReservationFits || tot.PeakReservationGPUHours <= tot.GPUHoursEstimate ||
+	// A-P3-4: conservative reservations; A-P3-1: the co-location check's
+	// cost apart
+	if tot.Reserve != "bounds" || tot.ReservationFits || tot.FirstRefused == nil || tot.FirstRefused.Run != "P10.C00-TP2.saturation" ||
+		tot.FirstRefused.TotalGPUH <= 16 || tot.FirstRefused.Budget != "testdata/opprof-phase3-check-again.yaml:52:18" ||
 		tot.Colocation.Runs != 11 || tot.Colocation.NominalGPUHours <= 0 || tot.Colocation.ConservativeGPUHours <= tot.Colocation.NominalGPUHours ||
 		tot.Colocation.NominalGPUHours+tot.Matrix.NominalGPUHours != tot.GPUHoursEstimate || tot.ConservativeGPUHours <= tot.GPUHoursEstimate {
+		t.Fatalf("totals %+v, first refused %+v", tot, tot.FirstRefused)
+	}
+}
+
+// The shipped protocol takes the co-location check's verdict from E-a
+// (A-P3-4): no co-location run; the gates read from the verdict file at
+// start (a plan without its inputs says so); E-a's 3.964 consumed; every
+// wave's conservative reservation fits the 16.0.
+func TestPhase3PriorVerdict(t *testing.T) {
+	p := planShippedPhase3(t)
+	tot := p.Totals
+	if tot.ByPhase["colocation"] != 0 || tot.Colocation.Runs != 0 || tot.BudgetConsumedGPUHours != 3.964 || !tot.ReservationFits ||
+		tot.FirstRefused != nil || tot.PeakReservationGPUHours > 16 {
 		t.Fatalf("totals %+v", tot)
+	}
+	if ph := p.Phases[0]; ph.Name != "colocation" || ph.Runs != 0 || ph.Prior == nil || ph.Prior.File != "phase3/E-a/colocation-verdict.json" || ph.Prior.Read {
+		t.Fatalf("phase %+v", p.Phases[0])
+	}
+	for _, g := range p.Gates {
+		if g.Prior != "phase3/E-a/colocation-verdict.json" || g.Solo != "" || g.Target != "" {
+			t.Fatalf("gate %+v", g)
+		}
+	}
+	if !slices.ContainsFunc(p.Provenance, func(pi ProvenanceInfo) bool {
+		return pi.Path == "phase3/E-a/colocation-verdict.json" && pi.Role == "verdict"
+	}) {
+		t.Fatalf("provenance %+v", p.Provenance)
+	}
+	if len(p.InputsUnchecked) != 1 || !strings.Contains(p.InputsUnchecked[0], "prior verdict phase3/E-a/colocation-verdict.json: read and checked at start") {
+		t.Fatalf("inputs unchecked %v", p.InputsUnchecked)
 	}
 }
 
 // Every phase-3 client drains as long as its class's watchdog (A-P3-3 and
 // A-P3-5: the client never cancels; the watchdog ends a hang).
 func TestPhase3DrainBounds(t *testing.T) {
-	p, err := PlanFile("opprof-phase3.yaml", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planPhase3(t)
 	want := map[string]float64{"standard": 240, "burst-512": 480, "p10": 1200}
 	for _, r := range p.Runs {
 		if r.ClientDrainS == nil || *r.ClientDrainS != r.WatchdogS || r.WatchdogS != want[r.Class] || *r.ClientDrainS < r.DrainS {
@@ -204,7 +248,7 @@ func TestPhase3Colocation(t *testing.T) {
 }
 
 func TestPlanJSONFields(t *testing.T) {
-	p := planPhase3(t)
+	p := planShippedPhase3(t)
 	b, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +285,7 @@ func TestPlanJSONFields(t *testing.T) {
 			t.Fatalf("run missing fields: %+v", r)
 		}
 	}
-	if m.Totals.Estimate == nil || *m.Totals.Cap != 16 || *m.Totals.Consumed != 0 || m.Totals.ByKind["saturation"] != 24 {
+	if m.Totals.Estimate == nil || *m.Totals.Cap != 16 || *m.Totals.Consumed != 3.964 || m.Totals.ByKind["saturation"] != 24 {
 		t.Fatalf("totals %+v", m.Totals)
 	}
 }

@@ -53,6 +53,48 @@ type Protocol struct {
 	Retries    Retries     `yaml:"retries"`
 	Privacy    Privacy     `yaml:"privacy"`
 	Validators []Validator `yaml:"validators"`
+	// PowerCheck, when set, stops the campaign for review before the
+	// first run of its first primary phase launches when the campaign
+	// cannot be expected to complete under its gates that judge a sample
+	// (docs/protocol.md, "The power check"). Warden's own stop, not a
+	// seed's rule; it changes no verdict.
+	PowerCheck *PowerCheck `yaml:"power_check"`
+}
+
+// PowerCheck is the check, before a campaign's matrix, that the gates
+// that judge a sample (representativeness, recovery) pass representative
+// runs often enough for the campaign to complete: from the false-failure
+// rates measured on the runs before the matrix (validate power, or the
+// judging validators' own figures), the probability that every judged run
+// passes, with the exact reruns the outcome policy allows.
+type PowerCheck struct {
+	Meta Meta `yaml:"-"`
+	// MinCompletionProbability is the least expected completion
+	// probability the campaign goes on with, in (0, 1].
+	MinCompletionProbability float64 `yaml:"min_completion_probability" warden:"required"`
+	// Amendment names, in the stop, the dated amendment that would fix a
+	// gate the check finds too strict (its id and file).
+	Amendment string      `yaml:"amendment"`
+	Gates     []PowerGate `yaml:"gates" warden:"required"`
+}
+
+// PowerGate is one gate the power check judges.
+type PowerGate struct {
+	Meta Meta `yaml:"-"`
+	// Measure is representativeness (layer2's SMD rule), recovery, or
+	// profile_window (a window's traces complete within the judged runs'
+	// budget, judged by validate profile-windows).
+	Measure string `yaml:"measure" warden:"required"`
+	// JudgedBy names the validator that applies the gate's rule: a
+	// `controller validate layer2` (representativeness), `validate
+	// recovery` or `validate profile-windows` (profile_window) command,
+	// whose --representativeness / --rule and --calibration-quantile say
+	// the rule in force; its runs are the judged ones.
+	JudgedBy string `yaml:"judged_by" warden:"required"`
+	// Headroom (profile_window only; default 1.25) is how much longer
+	// than the slowest measured window a judged run's window budget must
+	// be.
+	Headroom float64 `yaml:"headroom"`
 }
 
 // Host is the machine the protocol was frozen for.
@@ -154,20 +196,37 @@ var serverKinds = map[string]Health{
 }
 
 // configEndpoints is where each server kind reports its effective
-// configuration as JSON, when it does:
+// configuration as JSON, when it does (docs/servers.md, "Effective
+// configuration"):
 //   - vLLM: GET /server_info?config_format=json, served with
 //     VLLM_SERVER_DEV_MODE=1 ({"vllm_config": ..., "vllm_env": ...,
 //     "system_env": ...}; vllm/entrypoints/serve/instrumentator/server_info.py);
+//     vLLM-Omni builds vLLM's app (build_app), so the same;
 //   - SGLang: GET /get_server_info (the server arguments and scheduler
 //     info at the top level; python/sglang/srt/entrypoints/http_server.py).
 //
-// The stand-in serves both shapes.
+// SGLang-Omni has none: its routes (sglang_omni/serve/openai_api.py) report
+// no server arguments, so its effective configuration is checked by its
+// launch arguments and by patterns on its startup log, and an expectation
+// with a path on it is a plan error (checkConfigPaths). The stand-in
+// serves the shapes of the kinds that have one.
 var configEndpoints = map[string]string{
-	"vllm":        "/server_info?config_format=json",
-	"vllm-omni":   "/server_info?config_format=json",
-	"sglang":      "/get_server_info",
-	"sglang-omni": "/get_server_info",
-	"standin":     "/server_info?config_format=json",
+	"vllm":      "/server_info?config_format=json",
+	"vllm-omni": "/server_info?config_format=json",
+	"sglang":    "/get_server_info",
+	"standin":   "/server_info?config_format=json",
+}
+
+// kindEnv is the environment each server kind gets unless the protocol's
+// server sets the variable itself:
+//   - SGLang-Omni: SGLANG_OMNI_STRICT_PORT=1. Its launcher checks its port
+//     before loading the model and, when the port is busy, serves on
+//     another one found free with only a warning in its log
+//     (sglang_omni/serve/launcher.py, _find_available_port); the variable
+//     makes a busy port an error, so that the server fails at once instead
+//     of serving where the controller does not look.
+var kindEnv = map[string]map[string]string{
+	"sglang-omni": {"SGLANG_OMNI_STRICT_PORT": "1"},
 }
 
 // Server is an inference-server template.
@@ -176,7 +235,7 @@ type Server struct {
 	Name           string            `yaml:"name" warden:"required"`
 	Kind           string            `yaml:"kind" warden:"required"` // vllm, sglang, vllm-omni, sglang-omni, standin, custom
 	Command        Command           `yaml:"command" warden:"required"`
-	Env            map[string]string `yaml:"env"`
+	Env            map[string]string `yaml:"env"`              // plus the kind's own unless set here: sglang-omni SGLANG_OMNI_STRICT_PORT=1
 	Health         *Health           `yaml:"health"`           // default per kind; required for custom
 	ReadyTimeoutS  float64           `yaml:"ready_timeout_s"`  // default 900
 	ShutdownGraceS float64           `yaml:"shutdown_grace_s"` // after SIGTERM to the API parent; default 60
@@ -184,7 +243,9 @@ type Server struct {
 	Expect         []Expect          `yaml:"expect"`           // effective values the server must show
 	// ConfigEndpoint is the path the server reports its effective
 	// configuration at as JSON, for expectations with a path. Default per
-	// kind (configEndpoints); a custom server has none unless given.
+	// kind (configEndpoints); sglang-omni and custom servers have none
+	// unless given, and an expectation with a path on a server without
+	// one is a plan error.
 	ConfigEndpoint string `yaml:"config_endpoint"`
 }
 
@@ -253,6 +314,9 @@ type Load struct {
 	// to its exit, past which the run is ended (reason measure-deadline).
 	// Default: expected_s plus the class's drain watchdog.
 	DeadlineS float64 `yaml:"deadline_s"`
+	// ReadyTimeoutS replaces the server's ready_timeout_s for this load's
+	// runs (a burn-in's cold compile takes longer than a warm start).
+	ReadyTimeoutS float64 `yaml:"ready_timeout_s"`
 	// AdmissionEnd says where the end of admission (the start of drain)
 	// is read: "phase-file" (default: the client's drain line, and its
 	// drained line, else its done line, in $WARDEN_PHASE_FILE) or
@@ -328,7 +392,13 @@ type Phase struct {
 	Repeats    int         `yaml:"repeats"` // process-level repeats of every cell; default 1
 	Regime     string      `yaml:"regime"`  // pin the phase to a regime instead of the campaign's
 	Colocation *Colocation `yaml:"colocation"`
-	Capacity   *Capacity   `yaml:"capacity"` // the search of a phase of kind capacity
+	// Prior, on a colocation phase, is the check's verdict from when it
+	// ran before this campaign (seed 002, A-P3-4: "E-a consumed 3.964
+	// H20-hours"): the phase then plans no runs, and its gates' verdicts
+	// are read from the file (docs/protocol.md, "A co-location check that
+	// already ran").
+	Prior    *ColocPrior `yaml:"prior"`
+	Capacity *Capacity   `yaml:"capacity"` // the search of a phase of kind capacity
 	// Vars are variables of this phase's runs: they override the
 	// protocol's vars (e.g. one profile window for the co-location check's
 	// target); an axis value may not set them again.
@@ -405,6 +475,16 @@ type Colocation struct {
 	BackgroundLoad string            `yaml:"background_load" warden:"required"` // load run by each background
 	Checks         []ColocCheck      `yaml:"checks" warden:"required"`
 	Gate           ColocGate         `yaml:"gate" warden:"required"`
+}
+
+// ColocPrior is a co-location check's verdict from an earlier run of it.
+type ColocPrior struct {
+	Meta Meta `yaml:"-"`
+	// Verdict is the verdict file (JSON, schema
+	// warden.colocation-verdict/1): relative to the workdir, a literal
+	// path. It is read and checked by plan (with its inputs) and start,
+	// hashed into provenance, and checked again at every resume.
+	Verdict string `yaml:"verdict" warden:"required"`
 }
 
 // ColocCheck validates one regime.

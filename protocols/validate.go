@@ -31,6 +31,7 @@ func (b *builder) validate() {
 	b.validatePhases()
 	b.validateStop()
 	b.validateValidators()
+	b.validatePowerCheck()
 	b.validateProvenance()
 }
 
@@ -184,6 +185,14 @@ func (b *builder) validateServer(f string, s *Server) {
 	}
 	b.checkExpects(s.Expect, f+".expect")
 	b.checkEnvNames(s.Env, s.Meta.At("env"), f+".env")
+	for k, v := range kindEnv[s.Kind] {
+		if _, set := s.Env[k]; !set {
+			if s.Env == nil {
+				s.Env = map[string]string{}
+			}
+			s.Env[k] = v
+		}
+	}
 }
 
 // validateHealth checks a server's kind and its health probe, giving it
@@ -248,6 +257,9 @@ func (b *builder) validateLoad(f string, l *Load) {
 	}
 	if _, ok := l.Meta.Fields["deadline_s"]; ok && l.DeadlineS <= 0 {
 		c.add(l.Meta.At("deadline_s"), f+".deadline_s", "the measuring deadline must be positive, got %v", l.DeadlineS)
+	}
+	if _, ok := l.Meta.Fields["ready_timeout_s"]; ok && l.ReadyTimeoutS <= 0 {
+		c.add(l.Meta.At("ready_timeout_s"), f+".ready_timeout_s", "a ready timeout must be positive, got %v", l.ReadyTimeoutS)
 	}
 	oneOf(c, &l.AdmissionEnd, "phase-file", l.Meta, f+".admission_end", "admission_end", "phase-file", "result-file")
 	if l.ResultFile == "" {
@@ -357,6 +369,12 @@ func (b *builder) validatePhase(f string, ph *Phase) {
 	}
 	if ph.Repeats == 0 {
 		ph.Repeats = 1
+	}
+	if ph.Prior != nil && ph.Kind != "colocation" {
+		c.add(ph.Meta.At("prior"), f+".prior", "only a phase of kind colocation takes a prior verdict")
+	}
+	if pr := ph.Prior; pr != nil && strings.Contains(pr.Verdict, "${") {
+		c.add(pr.Meta.At("verdict"), f+".prior.verdict", "a prior verdict's path is literal; variables are not expanded here")
 	}
 	if ph.Kind == "colocation" {
 		if ph.Colocation == nil {

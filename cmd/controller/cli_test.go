@@ -75,14 +75,40 @@ func TestPlanOverBudgetNamesTheFlag(t *testing.T) {
 	}
 }
 
+// TestPlanExitMatchesVerdict: plan's exit status and its printed budget
+// verdict say the same, on the seed's protocol as shipped (E-a's verdict
+// an input: every wave fits) and with its co-location check run again
+// (its first wave past the cap named, with its figures and the budget's
+// line).
+func TestPlanExitMatchesVerdict(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	shipped := filepath.Join("..", "..", "protocols", "opprof-phase3.yaml")
+	out, code := c.controller("plan", "-f", shipped, "--check-inputs=false")
+	if code != 0 || !strings.Contains(out, "of the 16.000 cap, within the cap: every wave fits") || strings.Contains(out, "first wave refused") ||
+		!strings.Contains(out, "already consumed 3.964, remaining 12.036") {
+		t.Fatalf("shipped: exit %d:\n%s", code, tail(out, 3000))
+	}
+	again := filepath.Join("..", "..", "protocols", "testdata", "opprof-phase3-check-again.yaml")
+	out, code = c.controller("plan", "-f", again, "--check-inputs=false")
+	if code != exitOverBudget || !strings.Contains(out, "OVER the cap: a wave would be refused") ||
+		!strings.Contains(out, "first wave refused: the launch of P10.C00-TP2.saturation, after 58 runs") ||
+		!strings.Contains(out, "opprof-phase3-check-again.yaml:52:18: over budget: the wave launching P10.C00-TP2.saturation") {
+		t.Fatalf("check run again: exit %d:\n%s", code, tail(out, 3000))
+	}
+}
+
 // TestPlanTableFits: the phase-3 plan table keeps to 120 columns with
-// every run id whole; --wide shows every column.
+// every run id whole; --wide shows every column. The protocol is the
+// seed's with its co-location check run again: every phase, conditional
+// runs too.
 func TestPlanTableFits(t *testing.T) {
 	t.Parallel()
-	proto := filepath.Join("..", "..", "protocols", "opprof-phase3.yaml")
+	proto := filepath.Join("..", "..", "protocols", "testdata", "opprof-phase3-check-again.yaml")
 	c := newCampaign(t)
 	js, code := c.controller("plan", "-f", proto, "-o", "json", "--check-inputs=false")
-	if code != 0 {
+	js = js[:strings.LastIndex(js, "}")+1] // the plan, before the over-budget line
+	if code != exitOverBudget {
 		t.Fatalf("plan -o json: exit %d:\n%s", code, tail(js, 2000))
 	}
 	var plan struct {
@@ -94,10 +120,13 @@ func TestPlanTableFits(t *testing.T) {
 		t.Fatalf("plan JSON: %v", err)
 	}
 	out, code := c.controller("plan", "-f", proto, "--check-inputs=false")
-	if code != 0 {
+	if code != exitOverBudget {
 		t.Fatalf("plan: exit %d:\n%s", code, out)
 	}
 	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, ": over budget: ") {
+			continue // the refusal, one line on stderr
+		}
 		if n := utf8.RuneCountInString(line); n > tableWidth {
 			t.Errorf("line of %d columns: %q", n, line)
 		}
@@ -111,7 +140,7 @@ func TestPlanTableFits(t *testing.T) {
 		t.Errorf("the GPUS notation is not explained:\n%s", out)
 	}
 	wide, code := c.controller("plan", "-f", proto, "--wide", "--check-inputs=false")
-	if code != 0 || !strings.Contains(wide, "NEEDS") || !strings.Contains(wide, "if gate colocation/eight-way failed") {
+	if code != exitOverBudget || !strings.Contains(wide, "NEEDS") || !strings.Contains(wide, "if gate colocation/eight-way failed") {
 		t.Fatalf("plan --wide: exit %d:\n%s", code, tail(wide, 2000))
 	}
 }

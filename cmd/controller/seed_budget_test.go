@@ -20,10 +20,13 @@ func TestConservativeReservationRefusedWhereNominalFits(t *testing.T) {
 	// 10 s watchdog) + 2 + 1 (graces) + 10 (cleanup) = 43 GPU-s; the cap
 	// 0.005 GPU-hours = 18 GPU-s
 	proto := writeProtocol(t, scenario{capGPUHours: "0.005"})
+	// plan says so with its exit code (and start refuses it): the first
+	// wave would be refused
 	out, code := c.controller("plan", "-f", proto, "-o", "json")
-	if code != 0 {
-		t.Fatalf("plan exit %d:\n%s", code, out)
+	if code != exitOverBudget {
+		t.Fatalf("plan exit %d, want %d:\n%s", code, exitOverBudget, out)
 	}
+	out = out[:strings.LastIndex(out, "}")+1] // the plan, before the refusal's line
 	var p struct {
 		Totals struct {
 			Reserve              string  `json:"reserve"`
@@ -38,7 +41,9 @@ func TestConservativeReservationRefusedWhereNominalFits(t *testing.T) {
 	if p.Totals.Reserve != "bounds" || math.Round(p.Totals.GPUHoursEstimate*3600) != 10 || math.Round(p.Totals.ConservativeGPUHours*3600) != 43 || p.Totals.ReservationFits {
 		t.Fatalf("totals %+v", p.Totals)
 	}
-	c.runForeground(proto)
+	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground", "--allow-over-budget"); code != 0 {
+		t.Fatalf("start --allow-over-budget: exit %d:\n%s", code, tail(out, 3000))
+	}
 	s := c.store()
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopBudget || !strings.Contains(cp.StopDetail, "budget refused") {

@@ -44,6 +44,7 @@ validator, whose verdict the controller records as the gate
   controller validate recovery --result-dir ${ATTEMPT_DIR}/client --layer1-dir ${ATTEMPT_DIR}/opprof
   controller validate profile-windows --result-dir ${ATTEMPT_DIR}/client --windows 2
   controller validate waveform --result-dir ${ATTEMPT_DIR}/client
+  controller validate power --result-dir ${ATTEMPT_DIR}/client --layer1-dir ${ATTEMPT_DIR}/opprof   (the power check's measurements)
 ` + validateExit,
 		Args: cobra.NoArgs,
 	}
@@ -54,7 +55,7 @@ validator, whose verdict the controller records as the gate
 	})
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
 		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd(),
-		newValidateWaveformCmd())
+		newValidateWaveformCmd(), newValidatePowerCmd())
 	return cmd
 }
 
@@ -282,13 +283,21 @@ rolling completion rate (successes of requests/*.jsonl by end_mono_ns in
 num_waiting_reqs of the records submitted in [end-W, end)) are within
 --tolerance of their medians over clean segment C (the last clean
 segment, sampled every --step-s from its start + W to its end). A median
-of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
+of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.
+With --rule calibrated (a dated amendment's rule), each series' band is
+the wider of --tolerance and the deviation within which the clean
+segments' own samples stay jointly with probability --calibration-quantile.
+Either way the verdict reports how often the clean segments' own samples
+leave the band (recovery.self.*): the rule's false-failure rate.`,
 		func() (validate.Result, error) {
 			if dir == "" || o.Layer1Dir == "" {
 				return validate.Result{}, usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
 			}
 			if o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 || o.RecoveryS <= 0 || o.RecoveryTol < 0 {
 				return validate.Result{}, usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
+			}
+			if err := checkRule("recovery: --rule", o.Rule, o.Quantile); err != nil {
+				return validate.Result{}, err
 			}
 			return validate.RecoveryDir(dir, o), nil
 		})
@@ -300,6 +309,44 @@ of 0 waiting needs exactly 0; a clean median completion rate of 0 fails.`,
 	f.Float64Var(&o.Tolerance, "tolerance", o.Tolerance, "relative tolerance around clean segment C's medians")
 	f.Float64Var(&o.RecoveryS, "recovery-s", o.RecoveryS, "each recovery's fixed length, seconds")
 	f.Float64Var(&o.RecoveryTol, "recovery-tolerance-s", o.RecoveryTol, "how far a recovery's length may be from --recovery-s")
+	ruleFlags(f, "rule", &o.Rule, &o.Quantile)
+	return cmd
+}
+
+func newValidatePowerCmd() *cobra.Command {
+	var dir string
+	o := validate.DefaultPower()
+	cmd := verdictCmd("power", "Measure how often the literal representativeness and recovery rules fail this run's own steady data",
+		`power measures, on a run that judges no sample itself (a burn-in), the
+false-failure rates the power check (docs/protocol.md, power_check) needs
+before a campaign's matrix: on the run's reference (its last clean segment,
+else the last --reference-tail-s of its warm-up) every block of
+--block-steps consecutive model-executed Layer-1 steps against the rest
+(the literal representativeness rule, --max-smd), and the rolling
+completion rate and waiting queue (--window-s, every --step-s) against the
+reference's medians (the literal recovery rule, --tolerance), for runs of
+--windows windows and recoveries. The figures are the ones layer2 and
+recovery report on their own runs (smd.self.*, recovery.self.*,
+power.*). Pass when both were measured; error when either could not be.`,
+		func() (validate.Result, error) {
+			if dir == "" || o.Layer1Dir == "" {
+				return validate.Result{}, usage("power: --result-dir DIR and --layer1-dir DIR are required")
+			}
+			if o.BlockSteps < 1 || o.Windows < 1 || o.ReferenceTailS < 0 || o.MaxSMD <= 0 || o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 {
+				return validate.Result{}, usage("power: --block-steps, --windows, --max-smd, --window-s and --step-s must be positive, --reference-tail-s and --tolerance not negative")
+			}
+			return validate.PowerDir(dir, o), nil
+		})
+	f := cmd.Flags()
+	resultDirFlag(f, &dir)
+	f.StringVar(&o.Layer1Dir, "layer1-dir", "", "directory holding the run's one Layer-1 stream (*.jsonl)")
+	f.IntVar(&o.BlockSteps, "block-steps", o.BlockSteps, "a profile window's active steps: the blocks' length")
+	f.IntVar(&o.Windows, "windows", o.Windows, "profile windows (and recoveries) of a judged run")
+	f.Float64Var(&o.ReferenceTailS, "reference-tail-s", o.ReferenceTailS, "without a clean segment, the last this many seconds of the warm-up are the reference")
+	f.Float64Var(&o.MaxSMD, "max-smd", o.MaxSMD, "the representativeness limit")
+	f.Float64Var(&o.WindowS, "window-s", o.WindowS, "the recovery rule's rolling window, seconds")
+	f.Float64Var(&o.StepS, "step-s", o.StepS, "spacing of the rolling samples, seconds")
+	f.Float64Var(&o.Tolerance, "tolerance", o.Tolerance, "the recovery rule's relative band")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"warden/pkg/validate"
 )
@@ -34,7 +35,12 @@ by seed 002's Layer-2 rules (docs/validators.md):
   - CUDA-graph modes: each joined step's runtime_mode is FULL, PIECEWISE or
     NONE; a --require-mode segment needs eight active steps;
   - representativeness: |SMD| <= --max-smd (0.25) against the clean segment
-    before the first window.
+    before the first window (--representativeness literal, the seed's); with
+    --representativeness calibrated (a dated amendment's rule), a feature
+    fails a window only when its |SMD| is also over its threshold at the
+    --calibration-quantile of clean segment C's own --active-iters-step
+    blocks (docs/validators.md). Either way the verdict reports the literal
+    rule's false-failure rate on C's own blocks (smd.self.*).
 
 A failing or erroring verdict carries "class":"profile-artifact" (the seed's
 one exact rerun) unless a failure is stop condition 7 (not classifiable, too
@@ -51,6 +57,9 @@ writes the per-window shares, join and SMD as JSON.`,
 			o.ExecuteAnnotate = re
 			if o.TP < 1 || o.Windows < 0 || o.ActiveIters < 1 || o.WarmupIters < 0 || tolMS <= 0 || o.MaxOtherOpaque < 0 || o.MaxSMD <= 0 {
 				return validate.Result{}, usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative, tolerances positive")
+			}
+			if err := checkRule("layer2: --representativeness", o.Representativeness.Rule, o.Representativeness.Quantile); err != nil {
+				return validate.Result{}, err
 			}
 			for _, m := range o.RequireModes {
 				if m != "FULL" && m != "PIECEWISE" && m != "NONE" {
@@ -86,7 +95,26 @@ writes the per-window shares, join and SMD as JSON.`,
 	f.Float64Var(&o.MaxSMD, "max-smd", o.MaxSMD, "largest |SMD| of a representative window")
 	f.StringSliceVar(&o.RequireModes, "require-mode", nil, "CUDA-graph mode segments that need eight active steps (FULL, PIECEWISE, NONE)")
 	f.StringVar(&o.AnalysisOut, "analysis-out", "", "write the per-window analysis (JSON) here")
+	ruleFlags(f, "representativeness", &o.Representativeness.Rule, &o.Representativeness.Quantile)
 	return cmd
+}
+
+// ruleFlags defines a statistical gate's rule and the calibrated rule's
+// quantile.
+func ruleFlags(f *pflag.FlagSet, name string, rule *string, q *float64) {
+	f.StringVar(rule, name, *rule, "the rule: literal (the seed's) or calibrated (an amendment's: the limit widened to the quantile of the run's own clean data)")
+	f.Float64Var(q, "calibration-quantile", *q, "the calibrated rule's quantile: the clean data's own samples pass jointly with at least this probability")
+}
+
+// checkRule refuses an unknown rule or a quantile outside (0, 1).
+func checkRule(what, rule string, q float64) error {
+	if rule != validate.RuleLiteral && rule != validate.RuleCalibrated {
+		return usage("%s %q: literal or calibrated", what, rule)
+	}
+	if !(q > 0 && q < 1) {
+		return usage("%s: --calibration-quantile %g: must be in (0, 1)", what, q)
+	}
+	return nil
 }
 
 // layer1Stream: a directory names its one *.jsonl; anything else is used

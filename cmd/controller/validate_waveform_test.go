@@ -18,7 +18,7 @@ func TestValidateWaveformCommand(t *testing.T) {
 	write := func(offset int) string {
 		dir := t.TempDir()
 		os.MkdirAll(filepath.Join(dir, "requests"), 0o755)
-		os.WriteFile(filepath.Join(dir, "result.json"), []byte(`{"modalities":["text","audio"],"files":{"requests":["requests/clean-1.jsonl"]}}`), 0o644)
+		os.WriteFile(filepath.Join(dir, "result.json"), []byte(`{"modalities":["text","audio"],"audio_format":{"sample_rate":24000,"channels":1,"bits_per_sample":16},"files":{"requests":["requests/clean-1.jsonl"]}}`), 0o644)
 		chunk := func(off int) string {
 			return `{"samples":10,"header_samples":10,"sample_rate":24000,"channels":1,"bits_per_sample":16,"offset":` + strconv.Itoa(off) + `}`
 		}

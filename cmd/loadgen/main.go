@@ -320,7 +320,7 @@ func run(ctx context.Context, cmd *cobra.Command, f runFlags) error {
 		return &cli.ExitError{Code: 4, Err: err}
 	case errors.Is(err, loadgen.ErrManifestExhausted):
 		return &cli.ExitError{Code: 3, Err: err}
-	case errors.Is(err, loadgen.ErrResultExists), errors.Is(err, loadgen.ErrManifestTooShort):
+	case errors.Is(err, loadgen.ErrResultExists), errors.Is(err, loadgen.ErrManifestTooShort), errors.Is(err, loadgen.ErrModelNotServed):
 		return &cli.ExitError{Code: 2, Err: err}
 	}
 	return err

@@ -25,7 +25,7 @@ func bindStressFlags(cmd *cobra.Command, f *stressFlags) {
 	fl.Float64Var(&f.pauseAfterS, "pause-after-s", 0, "pause: the first chunk read this many seconds or more after the send starts the pause (needs --pause-s)")
 	fl.Float64Var(&f.pauseS, "pause-s", 0, "pause: seconds the client reads nothing from each stream, then resumes (0: no pause)")
 	fl.Float64Var(&f.cancelShare, "cancel-after-first-chunk", 0, "share of requests, chosen from --workload-seed, the client cancels after their first output chunk (client-cancelled); then the server's /metrics must show them released")
-	fl.Float64Var(&f.releaseBoundS, "cancel-release-bound-s", loadgen.DefaultReleaseBound.Seconds(), "seconds after the drain within which the server's running-requests gauge must read 0")
+	fl.Float64Var(&f.releaseBoundS, "cancel-release-bound-s", 0, fmt.Sprintf("seconds after the drain within which the server's running-requests gauge must read 0 (0: %.0f plus the lag of the gauge read: vLLM's is refreshed by a probe request, SGLang's lags 33 s)", loadgen.DefaultReleaseBound.Seconds()))
 }
 
 // apply puts the flags into the run's configuration.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -234,6 +235,9 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	onFinish := a.kind.usageOnFinish()
 	err := a.generate(r.Context(), gen.max, func(i int) error {
+		if err := a.midstreamError(i, send); err != nil {
+			return err
+		}
 		c := chunk([]chatChoice{{Delta: a.kind.delta(i)}})
 		if i == gen.max-1 && !onFinish {
 			reason := "length"
@@ -241,20 +245,25 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		return send(c)
 	})
+	if errors.Is(err, errMidstream) {
+		_ = send(nil)
+		return
+	}
 	if err != nil {
 		return
 	}
 	if onFinish {
 		// SGLang-Omni: a finish chunk of its own, an empty delta with the
-		// finish reason and the usage, whatever stream_options said
+		// finish reason and the usage (where the pipeline gave one),
+		// whatever stream_options said
 		reason := "length"
 		last := chunk([]chatChoice{{Delta: &chatDelta{}, FinishReason: &reason}})
-		last.Usage = gen.usage()
+		last.Usage = a.kind.usage(gen)
 		if send(last) != nil {
 			return
 		}
 	}
-	if includeUsage && !onFinish {
+	if includeUsage && !onFinish && !a.kind.noUsage {
 		last := chunk([]chatChoice{})
 		last.Usage = gen.usage()
 		if send(last) != nil {
@@ -303,13 +312,22 @@ func (a *api) stream(ctx context.Context, w http.ResponseWriter, gen generation,
 		return rc.Flush()
 	}
 	err := a.generate(ctx, gen.max, func(i int) error {
+		if err := a.midstreamError(i, send); err != nil {
+			return err
+		}
 		resp := gen.response(token(i), i == gen.max-1, false)
 		return send(resp)
 	})
+	if errors.Is(err, errMidstream) {
+		if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err == nil {
+			_ = rc.Flush()
+		}
+		return
+	}
 	if err != nil {
 		return
 	}
-	if includeUsage {
+	if includeUsage && !a.kind.noUsage {
 		resp := gen.response("", false, true)
 		resp.Choices = []completionChoice{}
 		if err := send(resp); err != nil {
@@ -354,6 +372,7 @@ func (a *api) generate(ctx context.Context, n int, emit func(i int) error) error
 		if err := emit(i); err != nil {
 			return err
 		}
+		a.running.step()
 	}
 	return nil
 }
@@ -429,11 +448,52 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request, req any, model *stri
 		writeError(w, http.StatusBadRequest, bad)
 		return false
 	}
-	if *model != "" && *model != a.model {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("the model %q does not exist", *model))
+	if *model != "" && *model != a.model && a.kind.servedModelCheck {
+		a.kind.modelNotFound(w, *model)
 		return false
 	}
 	return true
+}
+
+// modelNotFound answers a request for a model the server does not serve,
+// in the kind's shape: SGLang-Omni's resolve_served_model (404,
+// invalid_request_error, param model, code model_not_found), else vLLM's
+// _check_model (404 NotFoundError). Never the prompt.
+func (k kindConfig) modelNotFound(w http.ResponseWriter, model string) {
+	if k.kind == kindSGLangOmni {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("The model %q does not exist.", model), "type": "invalid_request_error", "param": "model", "code": "model_not_found",
+		}})
+		return
+	}
+	writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
+		"message": fmt.Sprintf("The model `%s` does not exist.", model), "type": "NotFoundError", "param": "model", "code": http.StatusNotFound,
+	}})
+}
+
+// errMidstream ends a stream's generation after its error event.
+var errMidstream = errors.New("stream ended by its error event")
+
+// midstreamError sends, once a stream has sent --midstream-error-after
+// tokens, vLLM's in-stream error event: the error response's JSON with
+// the HTTP status as its code (create_streaming_error_response), and
+// returns errMidstream; nil before then or without the switch.
+func (a *api) midstreamError(i int, send func(any) error) error {
+	k := a.kind
+	if k.midstreamStatus == 0 || i < k.midstreamAfter {
+		return nil
+	}
+	typ := "BadRequestError"
+	if k.midstreamStatus >= 500 {
+		typ = "InternalServerError"
+	}
+	ev := map[string]any{"error": map[string]any{
+		"message": "This model's maximum context length is exceeded (stand-in)", "type": typ, "param": nil, "code": k.midstreamStatus,
+	}}
+	if err := send(ev); err != nil {
+		return err
+	}
+	return errMidstream
 }
 
 // askedTokens is the number of tokens a request asks for: the first of

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -38,6 +39,9 @@ type audioConfig struct {
 	drop, dup, truncate, rateChange     int
 	headerOnlyFirst                     bool
 	stallS                              float64
+	// emptyDelta: an empty audio delta (no data at all) before the fault
+	// chunk, as vLLM-Omni sends for a talker segment without waveform.
+	emptyDelta bool
 }
 
 func addAudioFlags(f *pflag.FlagSet, a *audioConfig) {
@@ -52,6 +56,7 @@ func addAudioFlags(f *pflag.FlagSet, a *audioConfig) {
 	f.IntVar(&a.rateChange, "audio-rate-change", 0, "misbehave: the fault chunk and those after it declare this sample rate (0: no change)")
 	f.BoolVar(&a.headerOnlyFirst, "audio-header-only-first", false, "misbehave: the first audio chunk is a WAV header with no samples")
 	f.Float64Var(&a.stallS, "audio-stall-s", 0, "misbehave: seconds of silence before the fault chunk is sent")
+	f.BoolVar(&a.emptyDelta, "audio-empty-delta", false, "an empty audio delta (vllm-omni: modality audio, content \"\"; sglang-omni: audio data \"\") before the fault chunk, as vLLM-Omni sends for an empty speech segment")
 }
 
 func (a audioConfig) validate() error {
@@ -135,12 +140,15 @@ func wavFile(samples []int16, rate, declared int) []byte {
 	return b.Bytes()
 }
 
-// omniDelta is a chat delta of an Omni stream.
+// omniDelta is a chat delta of an Omni stream; a Content of "" is sent
+// as such (vLLM-Omni's role chunk, its empty audio delta).
 type omniDelta struct {
 	Role    string     `json:"role,omitempty"`
-	Content string     `json:"content,omitempty"`
+	Content *string    `json:"content,omitempty"`
 	Audio   *omniAudio `json:"audio,omitempty"`
 }
+
+func text(s string) *string { return &s }
 
 type omniAudio struct {
 	ID   string `json:"id"`
@@ -182,9 +190,15 @@ func (a *api) chatAudioStream(w http.ResponseWriter, r *http.Request, gen genera
 	if send(chunk("text", &omniDelta{Role: "assistant"}, nil)) != nil {
 		return
 	}
-	if a.generate(r.Context(), gen.max, func(i int) error {
-		return send(chunk("text", &omniDelta{Content: token(i)}, nil))
-	}) != nil {
+	if err := a.generate(r.Context(), gen.max, func(i int) error {
+		if err := a.midstreamError(i, send); err != nil {
+			return err
+		}
+		return send(chunk("text", &omniDelta{Content: text(token(i))}, nil))
+	}); err != nil {
+		if errors.Is(err, errMidstream) {
+			_ = send(nil)
+		}
 		return
 	}
 	if a.sendAudio(r, gen, send, chunk) != nil {
@@ -195,11 +209,11 @@ func (a *api) chatAudioStream(w http.ResponseWriter, r *http.Request, gen genera
 	case !vllm:
 		// SGLang-Omni: the finish chunk, whatever stream_options says.
 		last := chunk("", &omniDelta{}, &stop)
-		last.Usage = gen.usage()
+		last.Usage = a.kind.usage(gen)
 		if send(last) != nil {
 			return
 		}
-	case includeUsage:
+	case includeUsage && !a.kind.noUsage:
 		last := omniChunk{response: respond(gen, "chat.completion.chunk", []omniChoice{})}
 		last.Usage = gen.usage()
 		if send(last) != nil {
@@ -219,6 +233,11 @@ func (a *api) sendAudio(r *http.Request, gen generation, send func(any) error, c
 		fault++
 	}
 	for i, p := range pieces {
+		if i == fault && cfg.emptyDelta {
+			if err := send(a.emptyAudioDelta(gen, chunk)); err != nil {
+				return err
+			}
+		}
 		wait := a.tokenInterval
 		if i == fault && cfg.stallS > 0 {
 			wait += seconds(cfg.stallS)
@@ -236,8 +255,10 @@ func (a *api) sendAudio(r *http.Request, gen generation, send func(any) error, c
 		var c omniChunk
 		if a.kind.kind == kindVLLMOmni {
 			stop := "stop"
-			c = chunk("audio", &omniDelta{Role: "assistant", Content: data}, &stop)
-			c.Usage = &usage{PromptTokens: gen.prompt, TotalTokens: gen.prompt}
+			c = chunk("audio", &omniDelta{Role: "assistant", Content: &data}, &stop)
+			if !a.kind.noUsage {
+				c.Usage = &usage{PromptTokens: gen.prompt, TotalTokens: gen.prompt}
+			}
 		} else {
 			c = chunk("audio", &omniDelta{Audio: &omniAudio{ID: "audio-" + gen.id, Data: data}}, nil)
 		}
@@ -250,4 +271,20 @@ func (a *api) sendAudio(r *http.Request, gen generation, send func(any) error, c
 		}
 	}
 	return nil
+}
+
+// emptyAudioDelta is an audio chunk without data: vLLM-Omni's
+// _create_audio_choice, when the talker's segment has no waveform, sends
+// the role and content "" under modality audio (with the usage of 0
+// completion tokens of every audio chunk); SGLang-Omni's shape carries
+// audio data "".
+func (a *api) emptyAudioDelta(gen generation, chunk func(string, *omniDelta, *string) omniChunk) omniChunk {
+	if a.kind.kind == kindVLLMOmni {
+		c := chunk("audio", &omniDelta{Role: "assistant", Content: text("")}, nil)
+		if !a.kind.noUsage {
+			c.Usage = &usage{PromptTokens: gen.prompt, TotalTokens: gen.prompt}
+		}
+		return c
+	}
+	return chunk("audio", &omniDelta{Audio: &omniAudio{ID: "audio-" + gen.id, Data: ""}}, nil)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,9 @@ type layer1Config struct {
 	flushS    float64
 	brk       string
 	misbehave layer1Misbehave
+	// vary, when not 0, seeds steps whose shapes vary (layer2.go's
+	// l1Shapes.vary) instead of the cycle of the real traces' three.
+	vary uint64
 }
 
 func (c layer1Config) validate() error {
@@ -125,6 +129,9 @@ func startLayer1(cfg layer1Config) (*layer1Writer, error) {
 	}
 	w := &layer1Writer{cfg: cfg, path: path, f: f, clock: clock, start: clock.Now(), period: max(1, int64(1e9/cfg.stepsPerS)),
 		stop: make(chan struct{}), done: make(chan struct{}), last: -1}
+	if cfg.vary != 0 {
+		w.l2.vary = rand.New(rand.NewPCG(cfg.vary, 20260714))
+	}
 	go w.loop()
 	return w, nil
 }

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,7 +158,12 @@ func shapeKind(sh [4]int) string {
 type l1Shapes struct {
 	recent    []validate.Layer1Record
 	profiling bool // a window is open
-	unrepr    bool // --layer2-break unrepresentative: steps in a window are all prefill
+	unrepr    bool // --layer2-break unrepresentative: steps in a window are all prefill (with vary: 8-40 decodes, a stall)
+	// vary (--layer1-vary) draws each step's shape: 200-256 decoding
+	// requests and 0-4 prefills of 128-512 tokens each, as the steps of a
+	// saturated short-prompt pattern (seed 002's P01) vary; nil: the
+	// cycle of the real traces' three shapes.
+	vary *rand.Rand
 }
 
 const keepRecent = 4096
@@ -175,9 +181,19 @@ func monoNow() int64 {
 // and its runtime mode (NONE: eager), and keeps it for the profiler. The
 // record's CLOCK_MONOTONIC times are the writer's (layer1.go).
 func (s *l1Shapes) shape(r *validate.Layer1Record) {
-	sh := stepShapes[r.Step%3]
-	if s.unrepr && s.profiling {
+	var sh [4]int
+	switch {
+	case s.unrepr && s.profiling && s.vary != nil:
+		// a stall during the window only: few requests decode
+		sh = s.varied()
+		sh[2] = 8 + s.vary.IntN(33)
+		sh[3] = sh[2]
+	case s.unrepr && s.profiling:
 		sh = stepShapes[0]
+	case s.vary != nil:
+		sh = s.varied()
+	default:
+		sh = stepShapes[r.Step%3]
 	}
 	r.NumPrefillReqs, r.PrefillTokens, r.NumDecodeReqs, r.DecodeTokens = int64(sh[0]), int64(sh[1]), int64(sh[2]), int64(sh[3])
 	r.NumScheduledReqs = r.NumPrefillReqs + r.NumDecodeReqs
@@ -187,6 +203,16 @@ func (s *l1Shapes) shape(r *validate.Layer1Record) {
 	if len(s.recent) > keepRecent {
 		s.recent = s.recent[len(s.recent)-keepRecent:]
 	}
+}
+
+// varied draws a step's shape (--layer1-vary).
+func (s *l1Shapes) varied() [4]int {
+	decodes, prefills := 200+s.vary.IntN(57), s.vary.IntN(5)
+	tokens := 0
+	for range prefills {
+		tokens += 128 + s.vary.IntN(385)
+	}
+	return [4]int{prefills, tokens, decodes, decodes}
 }
 
 // windowSteps gives a window's first n steps (the warm-up, then the
@@ -215,7 +241,7 @@ func (p *profiler) windowSteps(n int) ([]validate.Layer1Record, error) {
 		for _, r := range p.l1.l2.recent {
 			// the window starts on a step whose active steps begin with
 			// a prefill: every window has the same mix of shapes
-			if r.SubmitMonoNS >= p.startNS && len(got) < n && (len(got) > 0 || r.Step%3 == 1) {
+			if r.SubmitMonoNS >= p.startNS && len(got) < n && (len(got) > 0 || r.Step%3 == 1 || p.l1.l2.vary != nil) {
 				got = append(got, r)
 			}
 		}

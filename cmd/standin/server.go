@@ -120,6 +120,7 @@ GET /metrics (the running-requests gauge of the server kind).`,
 	f.Float64Var(&cfg.layer1.flushS, "flush-interval-s", 1, "Layer-1 flush interval: records are appended and the sidecar replaced this often")
 	f.StringVar(&cfg.layer1.brk, "layer1-break", "", "misbehave: break the Layer-1 stream: drop, gap, partial, no-sidecar, stale; no-footer ends without a footer but with a fresh sidecar")
 	addLayer1MisbehaveFlags(f, &cfg.layer1.misbehave)
+	f.Uint64Var(&cfg.layer1.vary, "layer1-vary", 0, "when not 0, the seed of steps whose shapes vary as a saturated short-prompt pattern's do (200-256 decodes, 0-4 prefills of 128-512 tokens), instead of the real traces' three in turn")
 	f.StringVar(&cfg.layer2.dir, "traces-dir", "", "write Layer-2 traces here on /stop_profile (none written if empty)")
 	f.IntVar(&cfg.layer2.tp, "tp", 1, "TP ranks: trace files written per profile window")
 	f.StringVar(&cfg.layer2.brk, "layer2-break", "", "misbehave: break every Layer-2 window: "+strings.Join(layer2Breaks, ", "))
@@ -183,7 +184,7 @@ func runServer(cfg serverConfig) error {
 			return nil
 		}
 	}
-	ln, err := listenTCP(net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)), cfg.reusePort)
+	ln, err := listen(cfg, log)
 	if err != nil {
 		return fmt.Errorf("server: listen: %w", err)
 	}
@@ -239,6 +240,7 @@ func runServer(cfg serverConfig) error {
 		profiler: &profiler{cfg: cfg.layer2, l1: l1},
 		kind:     cfg.kind,
 	}
+	s.api.running.lag = cfg.kind.gauge
 	s.http = &http.Server{
 		Handler:           cfg.misbehave.wrap(s.api, l1.watchProfile(s.api.handler())),
 		BaseContext:       func(net.Listener) context.Context { return hard },
@@ -316,6 +318,23 @@ func (s *server) shutdown() error {
 	}
 	s.log.Info("engine exited; bye")
 	return nil
+}
+
+// listen binds the server's port. With --port-fallback a busy port is
+// replaced by a free one, as SGLang-Omni's launcher does
+// (_find_available_port: a warning, then another port), unless
+// $SGLANG_OMNI_STRICT_PORT is "1", which makes the busy port an error.
+func listen(cfg serverConfig, log *slog.Logger) (net.Listener, error) {
+	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
+	ln, err := listenTCP(addr, cfg.reusePort)
+	if err == nil || !cfg.kind.portFallback || !errors.Is(err, syscall.EADDRINUSE) {
+		return ln, err
+	}
+	if strings.TrimSpace(os.Getenv("SGLANG_OMNI_STRICT_PORT")) == "1" {
+		return nil, fmt.Errorf("port %d is already in use on %s and SGLANG_OMNI_STRICT_PORT=1 forbids falling back: %w", cfg.port, cfg.host, err)
+	}
+	log.Warn("port already in use; using another (--port-fallback)", "port", cfg.port)
+	return listenTCP(net.JoinHostPort(cfg.host, "0"), cfg.reusePort)
 }
 
 // holdListener starts a sleeping child that inherits the listening socket,

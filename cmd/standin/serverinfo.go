@@ -40,6 +40,12 @@ func (si serverInfo) tp() int {
 }
 
 func (si serverInfo) register(mux *http.ServeMux, model string, kind kindConfig) {
+	if kind.kind == kindSGLangOmni {
+		// SGLang-Omni's routes (openai_api.py) report no server
+		// configuration: its effective configuration is its launch
+		// arguments and startup log.
+		return
+	}
 	if kind.sglang() {
 		h := func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, si.sglang(model, kind)) }
 		mux.HandleFunc("GET /server_info", h)

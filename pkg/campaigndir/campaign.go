@@ -317,7 +317,44 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		RegimeConcurrency: regimeConcurrency(plan, plan.Regime),
 		GPUBackend:        so.Backend,
 	}
-	return store.CreateCampaign(c, runs)
+	if err := store.CreateCampaign(c, runs); err != nil {
+		return err
+	}
+	return recordPriors(store, plan, hashed, workdir)
+}
+
+// recordPriors records the gate verdicts of every co-location check that
+// ran before the campaign (a phase with a prior verdict), as the plan
+// read them; the file's hash in provenance must be the one the plan read.
+func recordPriors(store *state.Store, plan *protocols.Plan, hashed []provenance.Entry, workdir string) error {
+	for _, ph := range plan.Phases {
+		pr := ph.Prior
+		if pr == nil {
+			continue
+		}
+		if !pr.Read {
+			return fmt.Errorf("phase %s: the prior verdict %s was not read", ph.Name, pr.File)
+		}
+		path := pr.File
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(workdir, path)
+		}
+		for _, e := range hashed {
+			if e.Path == path && e.SHA256 != pr.SHA256 {
+				return fmt.Errorf("phase %s: the prior verdict %s changed while the campaign started (sha256 %s, then %s)", ph.Name, pr.File, pr.SHA256, e.SHA256)
+			}
+		}
+		for _, g := range pr.Gates {
+			detail := fmt.Sprintf("prior verdict of %s (%s, sha256 %s), not run in this campaign", pr.Check, pr.File, pr.SHA256)
+			if g.Detail != "" {
+				detail += ": " + g.Detail
+			}
+			if _, err := store.AddGateVerdict(state.GateVerdict{Gate: g.Gate, Verdict: g.Verdict, Figures: g.Figures, Detail: detail}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // checkEmptyDir refuses a directory that holds another campaign or other
@@ -452,6 +489,10 @@ func OverBudget(p *protocols.Plan) error {
 	case t.RemainingAfterWorstCase < 0:
 		return fmt.Errorf("over budget in the worst case: the estimate of %.3f %s plus %.3f if every conditional run executes passes the %.3f remaining of the cap %.3f by %.3f",
 			t.GPUHoursEstimate, unit, t.ConditionalGPUHours, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterWorstCase)
+	case t.FirstRefused != nil:
+		r := t.FirstRefused
+		return fmt.Errorf("%s: over budget: the wave launching %s (after %d runs, at %.0f s on the estimate's timeline) would be refused: consumed %.3f + in flight %.3f + its own %.3f = %.3f %s, over the cap of %.3f (A-P3-4: a wave is refused when its conservative reservation would pass the cap)",
+			r.Budget, r.Run, r.RunsBefore, r.StartS, r.ChargedGPUH, r.InFlightGPUH, r.LaunchGPUH, r.TotalGPUH, unit, r.CapGPUH)
 	}
 	return nil
 }

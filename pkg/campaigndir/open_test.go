@@ -1,6 +1,7 @@
 package campaigndir
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,10 @@ func created(t *testing.T) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// its two runs launch at once and reserve 0.622 GPU-hours each at
+	// their bounds: a cap of 1.0 would refuse the first wave, and start
+	// with it
+	b = bytes.Replace(b, []byte("cap_gpu_hours: 1.0"), []byte("cap_gpu_hours: 2.0"), 1)
 	proto := filepath.Join(t.TempDir(), "mini.yaml")
 	if err := os.WriteFile(proto, b, 0o644); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -50,6 +51,35 @@ type AudioChunk struct {
 	// Offset is the stream's "audio_offset" for the chunk; absent when
 	// the stream carries none.
 	Offset *int64 `json:"offset,omitempty"`
+	// Empty: the chunk's audio data was empty, no WAV at all (vLLM-Omni
+	// sends an empty audio delta for an empty speech segment, so that
+	// its stream ends normally). It carries no samples and no format, is
+	// never playable, and the waveform rules pass over it.
+	Empty bool `json:"empty,omitempty"`
+}
+
+// AudioFormat is the sample format a server declares for its streamed
+// audio: every chunk must be of it.
+type AudioFormat struct {
+	SampleRate    int `json:"sample_rate"`
+	Channels      int `json:"channels"`
+	BitsPerSample int `json:"bits_per_sample"`
+}
+
+// DefaultAudioFormat is what both Omni servers declare unless a model's
+// talker says otherwise (docs/servers.md, "Streamed audio"): 24 kHz, mono,
+// 16-bit PCM. vLLM-Omni's _create_audio_choice takes 24000 Hz where the
+// talker reports no rate and flattens the waveform to one channel;
+// soundfile writes WAV as 16-bit PCM by default. SGLang-Omni's
+// audio.DEFAULT_SAMPLE_RATE is 24000 and encode_wav writes mono 16-bit.
+var DefaultAudioFormat = AudioFormat{SampleRate: 24000, Channels: 1, BitsPerSample: 16}
+
+func (f AudioFormat) String() string {
+	return fmt.Sprintf("%d Hz x %d ch x %d bit", f.SampleRate, f.Channels, f.BitsPerSample)
+}
+
+func (c AudioChunk) format() AudioFormat {
+	return AudioFormat{SampleRate: c.SampleRate, Channels: c.Channels, BitsPerSample: c.BitsPerSample}
 }
 
 // AudioRecord is a request's audio: its chunks and the figures derived
@@ -123,6 +153,9 @@ func readAudio(payload []byte, at int64) (AudioChunk, string) {
 	}
 	if data == nil {
 		return AudioChunk{}, "an audio chunk without audio data"
+	}
+	if *data == "" {
+		return AudioChunk{AtNS: at, Offset: c.AudioOffset, Empty: true}, ""
 	}
 	wav, err := base64.StdEncoding.DecodeString(*data)
 	if err != nil {
@@ -205,7 +238,7 @@ func (s *sender) addAudio(o *outcome, payload []byte) string {
 		return why
 	}
 	if o.audio == nil {
-		o.audio = &audioTrack{rec: AudioRecord{MinSamples: s.minAudioSamples}}
+		o.audio = &audioTrack{rec: AudioRecord{MinSamples: s.minAudioSamples}, declared: s.audioFormat}
 	}
 	o.audio.add(c)
 	return ""
@@ -214,6 +247,56 @@ func (s *sender) addAudio(o *outcome, payload []byte) string {
 // audioTrack gathers one request's audio chunks while it streams.
 type audioTrack struct {
 	rec AudioRecord
+	// declared is the format every chunk must be of (the zero value:
+	// DefaultAudioFormat).
+	declared AudioFormat
+}
+
+// carried reports whether the stream carried audio: a chunk that is not
+// empty (nil carries none).
+func (t *audioTrack) carried() bool {
+	if t == nil {
+		return false
+	}
+	for _, c := range t.rec.Chunks {
+		if !c.Empty {
+			return true
+		}
+	}
+	return false
+}
+
+// violations are the waveform rules the chunks break, then the declared
+// format's.
+func (t *audioTrack) violations() []string {
+	return append(WaveformViolations(t.rec.Chunks), DeclaredFormatViolations(t.rec.Chunks, t.declared)...)
+}
+
+// DeclaredFormatViolations is the declared_format rule: every chunk that
+// is not empty has the sample rate, channels and bits per sample the
+// server declares (the zero value: DefaultAudioFormat). A server that
+// sends another format than it declares, a 1 Hz WAV say, would make every
+// duration-based figure (D_audio, RTF, x_RT) wrong by the ratio; it is
+// reported once, with the first chunk that breaks it and their count.
+func DeclaredFormatViolations(chunks []AudioChunk, declared AudioFormat) []string {
+	if declared == (AudioFormat{}) {
+		declared = DefaultAudioFormat
+	}
+	first, n := -1, 0
+	for i, c := range chunks {
+		if c.Empty || c.format() == declared {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("declared_format: %d chunk(s) of another format than the server declares, the first (chunk %d) %s, declared %s",
+		n, first, chunks[first].format(), declared)}
 }
 
 // add records one chunk.
@@ -255,7 +338,7 @@ func (t *audioTrack) finish(sent, end int64) *AudioRecord {
 		a.XRT = a.DurationS / jctS
 	}
 	a.Gaps = gapStats(gaps)
-	a.Violations = WaveformViolations(a.Chunks)
+	a.Violations = t.violations()
 	return a
 }
 
@@ -295,19 +378,28 @@ func gapStats(gaps []int64) GapStats {
 func WaveformViolations(chunks []AudioChunk) []string {
 	var out []string
 	var sum int64
-	withOffset := 0
-	for _, c := range chunks {
+	withOffset, first := 0, -1
+	for i, c := range chunks {
+		if c.Empty {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
 		if c.Offset != nil {
 			withOffset++
 		}
 	}
 	for i, c := range chunks {
+		if c.Empty {
+			continue // no samples, no format: nothing to keep
+		}
 		if c.Samples != c.HeaderSamples {
 			out = append(out, fmt.Sprintf("header_length: chunk %d carries %d samples, its WAV header declares %d", i, c.Samples, c.HeaderSamples))
 		}
-		if f := chunks[0]; c.SampleRate != f.SampleRate || c.Channels != f.Channels || c.BitsPerSample != f.BitsPerSample {
-			out = append(out, fmt.Sprintf("format_constant: chunk %d is %d Hz x %d ch x %d bit, chunk 0 %d Hz x %d ch x %d bit",
-				i, c.SampleRate, c.Channels, c.BitsPerSample, f.SampleRate, f.Channels, f.BitsPerSample))
+		if f := chunks[first]; c.SampleRate != f.SampleRate || c.Channels != f.Channels || c.BitsPerSample != f.BitsPerSample {
+			out = append(out, fmt.Sprintf("format_constant: chunk %d is %d Hz x %d ch x %d bit, chunk %d %d Hz x %d ch x %d bit",
+				i, c.SampleRate, c.Channels, c.BitsPerSample, first, f.SampleRate, f.Channels, f.BitsPerSample))
 		}
 		switch {
 		case withOffset == 0:
@@ -413,6 +505,20 @@ func (r *run) configureAudio() error {
 		r.cfg.MinAudioSamples = DefaultMinAudioSamples
 	}
 	r.sender.minAudioSamples = r.cfg.MinAudioSamples
+	f := &r.cfg.AudioFormat
+	if f.SampleRate < 0 || f.Channels < 0 || f.BitsPerSample < 0 || f.BitsPerSample%8 != 0 {
+		return fmt.Errorf("audio format %s: want positive values, bits a multiple of 8 (0: the default %s)", *f, DefaultAudioFormat)
+	}
+	if f.SampleRate == 0 {
+		f.SampleRate = DefaultAudioFormat.SampleRate
+	}
+	if f.Channels == 0 {
+		f.Channels = DefaultAudioFormat.Channels
+	}
+	if f.BitsPerSample == 0 {
+		f.BitsPerSample = DefaultAudioFormat.BitsPerSample
+	}
+	r.sender.audioFormat = *f
 	if len(r.cfg.Modalities) == 0 {
 		return nil
 	}
@@ -434,6 +540,10 @@ func (r *run) summarizeAudio(res *Result, slots []*slot) {
 		return
 	}
 	res.Modalities = r.cfg.Modalities
+	if slices.Contains(r.cfg.Modalities, "audio") {
+		f := r.cfg.AudioFormat
+		res.AudioFormat = &f
+	}
 	var recs []*Record
 	for _, s := range slots {
 		rec := &s.rec

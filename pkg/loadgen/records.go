@@ -72,6 +72,11 @@ type Record struct {
 	PromptTokens          int `json:"prompt_tokens"`
 	RequestedOutputTokens int `json:"requested_output_tokens"`
 	OutputTokens          int `json:"output_tokens"`
+	// UsageSource is "client" when the server sent no usage and its kind
+	// may send none (SGLang-Omni): OutputTokens are then the token chunks
+	// the client counted, a lower bound, and PromptTokens 0. Absent when
+	// the counts are the server's.
+	UsageSource string `json:"usage_source,omitempty"`
 	// Chunks counts stream chunks that carried a token; ITLMaxNS is the
 	// largest gap between two of them.
 	Chunks     int   `json:"token_chunks"`

@@ -6,14 +6,45 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
 
 // RunningGauges are the servers' gauges of running requests on /metrics,
-// read in this order: vLLM's (and vLLM-Omni's) and SGLang's (served with
-// --enable-metrics). The value is the sum over every label set.
-var RunningGauges = []string{"vllm:num_requests_running", "sglang:num_running_reqs"}
+// read in this order: vLLM's (and vLLM-Omni's), SGLang's (served with
+// --enable-metrics) and SGLang-Omni's (the requests its coordinator
+// tracks, from the health snapshot it renders at each scrape, where its
+// server serves /metrics at all). The value is the sum over every label
+// set.
+var RunningGauges = []string{"vllm:num_requests_running", "sglang:num_running_reqs", "sglang_omni_pipeline_tracked_requests"}
+
+// GaugeLag is how long past a request's release a server's running gauge
+// may still count it, by gauge (docs/servers.md, "Running and waiting
+// gauges"); the release bound is DefaultReleaseBound plus the lag of the
+// gauge read, unless the run gives its own.
+//
+//   - vLLM: the scheduler's stats, which set the gauge, are made only by an
+//     engine step (Scheduler.update_from_output), so after every running
+//     request was aborted the gauge keeps its last value until a step runs
+//     (vLLM #29928, #22545): no wait ends that. The check makes the step
+//     itself: one probe request of one token (StepGauges), whose step
+//     drops it from the running set before the stats are made.
+//   - SGLang: the tokenizer aborts a disconnected request 2 s after the
+//     disconnect (create_abort_task; 3 s in older versions), and before
+//     #31517 an idle scheduler published its gauge at most once per 30 s
+//     idle-log window (#26495): 33 s.
+//   - SGLang-Omni: the gauge is rendered from the coordinator's health
+//     snapshot at each scrape: no lag.
+var GaugeLag = map[string]time.Duration{
+	"vllm:num_requests_running":             0,
+	"sglang:num_running_reqs":               33 * time.Second,
+	"sglang_omni_pipeline_tracked_requests": 0,
+}
+
+// StepGauges are the gauges refreshed only by an engine step: while one
+// reads above 0, the check sends one probe request to make a step.
+var StepGauges = []string{"vllm:num_requests_running"}
 
 // WaitingGauges are the same servers' gauges of waiting requests: where
 // the server serves one, it must read 0 too (section 12: "队列引用清除").
@@ -45,9 +76,22 @@ type ReleaseCheck struct {
 	// WaitingMetric and Waiting are the waiting gauge's, when served.
 	WaitingMetric string   `json:"waiting_metric,omitempty"`
 	Waiting       *float64 `json:"waiting,omitempty"`
-	BoundS        float64  `json:"bound_s"`
-	WaitedS       float64  `json:"waited_s"`
-	Reason        string   `json:"reason,omitempty"`
+	// BoundS is the bound applied: the run's, else DefaultReleaseBound
+	// plus GaugeLagS, the lag of the gauge read (GaugeLag).
+	BoundS    float64 `json:"bound_s"`
+	GaugeLagS float64 `json:"gauge_lag_s"`
+	WaitedS   float64 `json:"waited_s"`
+	// Probe is the request sent to make an engine step (StepGauges);
+	// absent when none was sent.
+	Probe  *ReleaseProbe `json:"probe,omitempty"`
+	Reason string        `json:"reason,omitempty"`
+}
+
+// ReleaseProbe is the one-token request the check sent.
+type ReleaseProbe struct {
+	Class      Class   `json:"class"`
+	HTTPStatus int     `json:"http_status"`
+	Seconds    float64 `json:"seconds"`
 }
 
 // StressSummary is result.json's stress block (stress.go).
@@ -116,12 +160,12 @@ func (r *run) summarizeStress(ctx context.Context, res *Result, slots []*slot) {
 }
 
 // checkRelease polls the server's running gauge until it reads 0 or the
-// bound passes.
+// bound passes. A gauge refreshed only by an engine step (StepGauges) that
+// reads above 0 gets one probe request first, so that the reading is the
+// server's state after the cancellations and not the last step's before
+// them.
 func (r *run) checkRelease(ctx context.Context, drain DrainInfo) *ReleaseCheck {
 	bound := r.cfg.Stress.ReleaseBound
-	if bound == 0 {
-		bound = DefaultReleaseBound
-	}
 	c := &ReleaseCheck{Verdict: ReleaseUnknown, BoundS: bound.Seconds()}
 	if drain.Unfinished > 0 {
 		c.Reason = "requests were still outstanding at the client when the records froze"
@@ -135,12 +179,28 @@ func (r *run) checkRelease(ctx context.Context, drain DrainInfo) *ReleaseCheck {
 			c.Verdict, c.Running, c.Metric, c.Waiting, c.WaitingMetric, c.Reason = ReleaseUnknown, nil, "", nil, "", why
 		} else {
 			c.Metric, c.Running, c.WaitingMetric, c.Waiting, c.Reason = g.running, &g.runningV, g.waiting, g.waitingV, ""
+			if r.cfg.Stress.ReleaseBound == 0 {
+				lag := GaugeLag[g.running]
+				bound, c.GaugeLagS = DefaultReleaseBound+lag, lag.Seconds()
+			}
 			if g.runningV <= 0 && (g.waitingV == nil || *g.waitingV <= 0) {
 				c.Verdict, c.Released = ReleaseReleased, true
+				c.BoundS = bound.Seconds()
 				return c
 			}
 			c.Verdict, c.Reason = ReleaseUnreleased, "the server's running or waiting gauge stayed above 0 past the bound"
+			if c.Probe == nil && slices.Contains(StepGauges, g.running) {
+				c.Probe = r.probe(ctx, bound)
+				if c.Probe.Class != Success {
+					c.Reason += "; the probe request that would make an engine step was " + string(c.Probe.Class)
+				}
+				continue
+			}
 		}
+		if bound == 0 {
+			bound = DefaultReleaseBound // no gauge read: nothing says its lag
+		}
+		c.BoundS = bound.Seconds()
 		if time.Since(start) >= bound || ctx.Err() != nil {
 			return c
 		}
@@ -151,6 +211,31 @@ func (r *run) checkRelease(ctx context.Context, drain DrainInfo) *ReleaseCheck {
 			t.Stop()
 		}
 	}
+}
+
+// probe sends one request of the manifest's first prompt for one output
+// token, within bound, outside the run's records and stress: its step
+// refreshes the server's stats.
+func (r *run) probe(ctx context.Context, bound time.Duration) *ReleaseProbe {
+	if bound == 0 {
+		bound = DefaultReleaseBound
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	start := time.Now()
+	p := &ReleaseProbe{Class: HarnessError}
+	if r.m == nil || r.builder == nil || r.m.Len() == 0 {
+		return p
+	}
+	prompt, err := r.m.prompt(0)
+	if err != nil {
+		return p
+	}
+	s := *r.sender
+	s.stress, s.itl = nil, nil
+	o := s.send(ctx, r.builder.build(prompt, 1), expect{output: 1})
+	p.Class, p.HTTPStatus, p.Seconds = o.class, o.status, time.Since(start).Seconds()
+	return p
 }
 
 // gauges are the values read from /metrics.

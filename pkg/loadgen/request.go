@@ -125,6 +125,10 @@ type outcome struct {
 	usage        bool
 	chunks       int
 	itlMax       int64
+	// usageSource is UsageClient when the output was counted from the
+	// stream (clientCount); countable says the kind may do so.
+	usageSource string
+	countable   bool
 	// audio is the request's audio; nil until a chunk carries some.
 	audio  *audioTrack
 	class  Class
@@ -162,8 +166,10 @@ type sender struct {
 	itl func(at, gapNS int64)
 	// kind says which fields carry tokens (serverkind.go).
 	kind ServerKind
-	// minAudioSamples is the playable minimum of an audio chunk (audio.go).
+	// minAudioSamples is the playable minimum of an audio chunk, and
+	// audioFormat the format the server declares (audio.go).
 	minAudioSamples int64
+	audioFormat     AudioFormat
 	// stress is the run's stress options (stress.go); nil for none.
 	stress *Stress
 	// conns, when set, carries the streamed requests on the client's own
@@ -183,7 +189,7 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1<<10)
 // its own: only ctx ends a request early (then the class is
 // client-cancelled, or deadline-exceeded when ctx's deadline passed).
 func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
-	var o outcome
+	o := outcome{countable: s.kind.countsWithoutUsage()}
 	ctx, endStress := s.startStress(ctx, &o, e)
 	defer endStress()
 	finish := func(c Class, reason string) outcome {
@@ -309,10 +315,8 @@ func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (
 			return InvalidOutput, why, false
 		}
 		if ch.errorEvent {
-			if isOOM(payload) {
-				return OOM, "error event in the stream: out of memory", false
-			}
-			return WorkerLost, "error event in the stream", false
+			c, why := streamError(payload)
+			return c, why, false
 		}
 		if ch.audio {
 			if why := s.addAudio(o, payload); why != "" {
@@ -365,29 +369,113 @@ func (s *sender) tokenAt(o *outcome, last int64) int64 {
 	return now
 }
 
+// TextPromptTolerance is how far a text prompt's prompt_tokens may be from
+// the manifest's input_tokens and still be the prompt that was sent: the
+// seed's tokenizer parity bound ("absolute error at most one token for
+// every row", seeds/002, the private materialization). A token-id
+// prompt's count must be exact.
+const TextPromptTolerance = 1
+
 // invalid says why a stream that ended with [DONE] is not a success ("" if
 // it is). Every chunk carries at least one token, so the token chunks
 // counted are at least one and at most usage's completion_tokens; they
 // may be fewer (a server may put several tokens in one chunk, as with
-// speculative decoding), so equality is not asked.
+// speculative decoding), so equality is not asked. A usage the request
+// could not have produced (more output tokens than its max_tokens, a
+// prompt of another length than the manifest's) is refused whatever the
+// protocol validates later.
 func (o *outcome) invalid(e expect) string {
-	switch {
-	case !o.usage:
+	if !o.usage && !o.clientCount(e) {
+		if e.exact && o.countable {
+			return "no usage in the stream: the exact output count (--ignore-eos) cannot be checked without it"
+		}
 		return "no usage in the stream"
+	}
+	switch {
 	case o.promptTokens < 0 || o.outputTokens < 0:
 		return fmt.Sprintf("negative token count in usage (%d prompt, %d output)", o.promptTokens, o.outputTokens)
-	case o.chunks == 0 && o.audio == nil:
+	case o.chunks == 0 && !o.audio.carried():
 		return fmt.Sprintf("no token chunk in the stream, usage reports %d output tokens", o.outputTokens)
 	case o.chunks > o.outputTokens:
 		return fmt.Sprintf("%d token chunks, usage reports %d output tokens", o.chunks, o.outputTokens)
-	case o.audio != nil && len(WaveformViolations(o.audio.rec.Chunks)) > 0:
-		return "waveform: " + WaveformViolations(o.audio.rec.Chunks)[0]
+	case e.output > 0 && o.outputTokens > e.output:
+		return fmt.Sprintf("usage reports %d output tokens, above the request's max_tokens %d", o.outputTokens, e.output)
+	case o.audio != nil && len(o.audio.violations()) > 0:
+		return "waveform: " + o.audio.violations()[0]
 	case e.exact && o.outputTokens != e.output:
 		return fmt.Sprintf("%d output tokens, %d requested", o.outputTokens, e.output)
+	case o.usageSource == UsageClient:
+		// the prompt was not counted by the server: nothing to compare
 	case e.inputExact && o.promptTokens != e.input:
 		return fmt.Sprintf("%d prompt tokens, the manifest's token ids are %d", o.promptTokens, e.input)
+	case !e.inputExact && e.input > 0 && abs(o.promptTokens-e.input) > TextPromptTolerance:
+		return fmt.Sprintf("usage reports %d prompt tokens, the manifest's input_tokens is %d (more than %d apart)", o.promptTokens, e.input, TextPromptTolerance)
 	}
 	return ""
+}
+
+// clientCount counts the output from the stream when the server sent no
+// usage and its kind sends none for some pipelines (SGLang-Omni: usage
+// only where the pipeline's decode result carries it), unless the count
+// must be exact: the token chunks, a lower bound of the tokens, become
+// the output tokens, marked as the client's (UsageClient). It reports
+// whether it counted.
+func (o *outcome) clientCount(e expect) bool {
+	if !o.countable || e.exact {
+		return false
+	}
+	o.usageSource, o.outputTokens, o.promptTokens = UsageClient, o.chunks, 0
+	return true
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// Usage sources of a request record.
+const (
+	// UsageServer: the counts are the server's usage (the default, not
+	// written).
+	UsageServer = ""
+	// UsageClient: the server sent no usage; the output tokens are the
+	// token chunks the client counted and the prompt is not counted.
+	UsageClient = "client"
+)
+
+// streamError classes an error event in a stream by the status it carries,
+// as a non-streamed error response is classed by its HTTP status
+// (classifyStatus): vLLM's create_streaming_error_response sends
+// {"error": {"message", "type", "param", "code"}} with the HTTP status as
+// code (older versions the same members at the top level); a 400 (a prompt
+// over the context) is the harness's, a 5xx worker-lost, a message of
+// running out of memory OOM. An event without a status is worker-lost.
+// The reason names the status, never the server's text.
+func streamError(payload []byte) (Class, string) {
+	var ev struct {
+		Error json.RawMessage `json:"error"`
+		Code  json.RawMessage `json:"code"`
+	}
+	_ = json.Unmarshal(payload, &ev)
+	code := ev.Code
+	if len(ev.Error) > 0 && ev.Error[0] == '{' {
+		var inner struct {
+			Code json.RawMessage `json:"code"`
+		}
+		if json.Unmarshal(ev.Error, &inner) == nil && len(inner.Code) > 0 {
+			code = inner.Code
+		}
+	}
+	status, err := strconv.Atoi(string(code))
+	switch {
+	case isOOM(payload):
+		return OOM, "error event in the stream: out of memory"
+	case err != nil || status < 100 || status > 599:
+		return WorkerLost, "error event in the stream"
+	}
+	return classifyStatus(status, payload), "error event in the stream: status " + strconv.Itoa(status)
 }
 
 // nextLine returns the stream's next line without copying it: the slice

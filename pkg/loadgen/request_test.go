@@ -74,19 +74,49 @@ func raw(payloads ...string) http.HandlerFunc {
 	}
 }
 
-// TestSendTextPromptCountsOnly: a text prompt's token count is the
-// server's tokenizer's; a count other than the manifest's is recorded,
-// never a failure of the request.
-func TestSendTextPromptCountsOnly(t *testing.T) {
-	srv := httptest.NewServer(raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(9, 4)))
+// TestSendTextPromptWithinParity: a text prompt's token count is the
+// server's tokenizer's; within the seed's parity bound of one token of
+// the manifest's it is recorded, never a failure; further apart the
+// prompt cannot be the one sent, and the request is invalid-output with
+// both counts. A token-id prompt's count must be exact.
+func TestSendTextPromptWithinParity(t *testing.T) {
+	for _, tc := range []struct {
+		prompt int
+		want   Class
+		reason string
+	}{
+		{3, Success, ""}, {4, Success, ""}, {2, Success, ""},
+		{5, InvalidOutput, "usage reports 5 prompt tokens, the manifest's input_tokens is 3 (more than 1 apart)"},
+		{1, InvalidOutput, "usage reports 1 prompt tokens, the manifest's input_tokens is 3"},
+	} {
+		srv := httptest.NewServer(raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(tc.prompt, 4)))
+		clock, _ := NewClock()
+		for name, s := range testSenders(t, srv.URL, clock) {
+			if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3}); o.class != tc.want || o.promptTokens != tc.prompt || !strings.Contains(o.reason, tc.reason) {
+				t.Fatalf("%s: %d prompt tokens: outcome %+v, want %s (%s)", name, tc.prompt, o, tc.want, tc.reason)
+			}
+			if o := s.send(context.Background(), []byte(`{}`), fourTokens); (o.class == Success) != (tc.prompt == 3) {
+				t.Fatalf("%s: token-id prompt, %d prompt tokens: outcome %+v", name, tc.prompt, o)
+			}
+		}
+		srv.Close()
+	}
+}
+
+// TestSendImpossibleUsage: a usage claiming more output tokens than the
+// request's max_tokens (10^12 for a 4-token request, 5x10^14 tokens/s)
+// is invalid-output at the source, with or without --ignore-eos, and the
+// reason gives both figures.
+func TestSendImpossibleUsage(t *testing.T) {
+	srv := httptest.NewServer(raw(tokenChunk, tokenChunk, tokenChunk, tokenChunk, usage(3, 1_000_000_000_000)))
 	defer srv.Close()
 	clock, _ := NewClock()
 	for name, s := range testSenders(t, srv.URL, clock) {
-		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4, exact: true, input: 3}); o.class != Success || o.promptTokens != 9 {
-			t.Fatalf("%s: outcome %+v", name, o)
-		}
-		if o := s.send(context.Background(), []byte(`{}`), fourTokens); o.class != InvalidOutput {
-			t.Fatalf("%s: token-id prompt: outcome %+v", name, o)
+		for _, e := range []expect{fourTokens, {output: 4, input: 3, inputExact: true}, {output: 4}} {
+			o := s.send(context.Background(), []byte(`{}`), e)
+			if o.class != InvalidOutput || o.reason != "usage reports 1000000000000 output tokens, above the request's max_tokens 4" {
+				t.Fatalf("%s %+v: outcome %s %q", name, e, o.class, o.reason)
+			}
 		}
 	}
 }
@@ -248,5 +278,45 @@ func TestSendRedirectIsNotFollowed(t *testing.T) {
 		if o := s.send(context.Background(), []byte(`{}`), expect{output: 4}); o.class != HarnessError || o.status != 307 || followed {
 			t.Fatalf("%s: class %s status %d followed %v", name, o.class, o.status, followed)
 		}
+	}
+}
+
+// TestSendStreamErrorByStatus: an error event in a 200 stream is classed
+// by the status it carries, as the same error answered as a status is:
+// vLLM's create_streaming_error_response (docs/servers.md, "In-stream
+// errors") sends the error response's JSON, {"error": {"message",
+// "type", "param", "code"}}, the HTTP status as code, then [DONE]; older
+// vLLM the same members at the top level. A prompt over the context is a
+// 400, the harness's; a 5xx worker-lost; out of memory OOM; an event
+// without a status worker-lost. The reason names the status, never the
+// server's message.
+func TestSendStreamErrorByStatus(t *testing.T) {
+	over := `This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages.`
+	for _, tc := range []struct {
+		name, event string
+		want        Class
+		reason      string
+	}{
+		{"400, nested", `{"error": {"message": "` + over + `", "type": "BadRequestError", "param": "input_tokens", "code": 400}}`, HarnessError, "error event in the stream: status 400"},
+		{"400, top level", `{"object": "error", "message": "` + over + `", "type": "BadRequestError", "param": null, "code": 400}`, HarnessError, "error event in the stream: status 400"},
+		{"404", `{"error": {"message": "The model ` + "`x`" + ` does not exist.", "type": "NotFoundError", "param": null, "code": 404}}`, HarnessError, "status 404"},
+		{"429", `{"error": {"message": "busy", "type": "TooManyRequests", "param": null, "code": 429}}`, AdmissionRejected, "status 429"},
+		{"500", `{"error": {"message": "engine step failed", "type": "InternalServerError", "param": null, "code": 500}}`, WorkerLost, "status 500"},
+		{"500, out of memory", `{"error": {"message": "CUDA out of memory", "type": "InternalServerError", "param": null, "code": 500}}`, OOM, "out of memory"},
+		{"no status", `{"error": {"message": "something"}}`, WorkerLost, "error event in the stream"},
+		{"a string code", `{"error": {"message": "something", "code": "model_not_found"}}`, WorkerLost, "error event in the stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(raw(tokenChunk, tc.event))
+			defer srv.Close()
+			for name, o := range sendEach(t, srv.URL) {
+				if o.class != tc.want || o.reason != tc.reason && !strings.HasSuffix(o.reason, tc.reason) || o.status != 200 {
+					t.Fatalf("%s: %s %q (status %d), want %s %q", name, o.class, o.reason, o.status, tc.want, tc.reason)
+				}
+				if strings.Contains(o.reason, "context length") || strings.Contains(o.reason, "engine step") {
+					t.Fatalf("%s: reason %q quotes the server", name, o.reason)
+				}
+			}
+		})
 	}
 }

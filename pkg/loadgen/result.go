@@ -28,6 +28,10 @@ type Result struct {
 	Model       string `json:"model"`
 	// ServerKind is the stream read (serverkind.go).
 	ServerKind ServerKind `json:"server_kind"`
+	// ServedModels are the model ids the server's /v1/models listed before
+	// the run, Model among them (Config.CheckServedModel); absent when not
+	// checked.
+	ServedModels []string `json:"served_models,omitempty"`
 
 	Load           LoadInfo         `json:"load"`
 	Manifest       ManifestInfo     `json:"manifest"`
@@ -45,6 +49,9 @@ type Result struct {
 	// when no modalities were asked for.
 	Modalities []string      `json:"modalities,omitempty"`
 	Audio      *AudioSummary `json:"audio,omitempty"`
+	// AudioFormat is the format the server declares, which every audio
+	// chunk was held to (audio.go); absent when no audio was asked for.
+	AudioFormat *AudioFormat `json:"audio_format,omitempty"`
 	// SeedRecords describes requests.jsonl and events.jsonl
 	// (seedrecords.go); absent when they were not asked for.
 	SeedRecords *SeedRecordsInfo `json:"seed_records,omitempty"`
@@ -229,6 +236,10 @@ type Totals struct {
 	// its template too).
 	OutputMismatches int `json:"output_mismatches"`
 	InputMismatches  int `json:"input_mismatches"`
+	// ClientCounted counts the requests whose server sent no usage and
+	// whose output tokens the client counted from the stream
+	// (Record.UsageSource "client"); they are in neither mismatch count.
+	ClientCounted int `json:"client_counted"`
 }
 
 // Files lists what the run wrote, relative to the result directory.

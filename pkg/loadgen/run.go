@@ -39,6 +39,12 @@ var (
 	// ErrResultExists: the result directory already holds a result.json;
 	// a finished run's directory is never overwritten.
 	ErrResultExists = errors.New("the result directory already holds a result.json")
+	// ErrModelNotServed: with CheckServedModel, the server's /v1/models
+	// does not list the model the run would send (or cannot be read);
+	// nothing was sent or written. SGLang-Omni answers 404 model_not_found
+	// to any other name than the one it serves, so every request would
+	// fail.
+	ErrModelNotServed = errors.New("the server does not serve the model the run sends")
 )
 
 // Config is one run. Durations of zero are allowed except where said.
@@ -107,6 +113,10 @@ type Config struct {
 	// needs to be the first playable one (0: DefaultMinAudioSamples).
 	Modalities      []string
 	MinAudioSamples int64
+	// AudioFormat is the format the server declares for its audio: every
+	// audio chunk must be of it, else the request is invalid-output
+	// (declared_format). Zero fields: DefaultAudioFormat's.
+	AudioFormat AudioFormat
 	// RequestDeadline, when positive, is each request's deadline from its
 	// planned send, the common entry (seedrecords.go): a request still
 	// outstanding then is ended and recorded deadline-exceeded.
@@ -118,6 +128,10 @@ type Config struct {
 	RunAttempt  int
 	// Stress is the stress loads' options (stress.go); zero for none.
 	Stress Stress
+	// CheckServedModel reads the server's GET /v1/models before the run
+	// and refuses it (ErrModelNotServed) unless Model is among the ids
+	// listed; the ids are recorded in result.json (served_models).
+	CheckServedModel bool
 }
 
 // admissionEstimate is how long admission is expected to last: warm-up,
@@ -219,6 +233,10 @@ type run struct {
 
 	itlMu sync.Mutex
 	itl   *logHist // guarded by itlMu
+
+	// servedModels are the ids the server's /v1/models listed
+	// (CheckServedModel); nil when not asked.
+	servedModels []string
 }
 
 // Run executes the timeline of cfg against the server with manifest m and
@@ -266,6 +284,11 @@ func Run(ctx context.Context, cfg Config, m *Manifest) (*Result, error) {
 	}
 	if err := r.configureAudio(); err != nil {
 		return nil, err
+	}
+	if cfg.CheckServedModel {
+		if r.servedModels, err = r.checkServedModel(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.slots = make([]*slot, 0, slotsCap(need, m.Len()))
 	return r.execute(ctx, tr, need)
@@ -371,6 +394,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	frozenAt := r.clock.Now()
 
 	res := r.summarize(segs, windows, slots, drain, need)
+	res.ServedModels = r.servedModels
 	res.Complete = stopErr == nil
 	res.Interrupted = errors.Is(stopErr, ErrInterrupted)
 	res.Manifest.Exhausted = errors.Is(stopErr, ErrManifestExhausted)
@@ -592,7 +616,7 @@ func (r *run) finish(s *slot, o outcome) {
 	rec := &s.rec
 	rec.Stress = o.stress.record(&o)
 	rec.FirstTokenNS, rec.FirstChunkNS, rec.EndNS = o.firstToken, o.firstChunk, o.end
-	rec.PromptTokens, rec.OutputTokens = o.promptTokens, o.outputTokens
+	rec.PromptTokens, rec.OutputTokens, rec.UsageSource = o.promptTokens, o.outputTokens, o.usageSource
 	rec.Chunks, rec.ITLMaxNS, rec.HTTPStatus = o.chunks, o.itlMax, o.status
 	rec.Class, rec.Reason, rec.Unsent = o.class, o.reason, o.unsent
 	if o.audio != nil {

@@ -44,6 +44,14 @@ func (k ServerKind) carriesReasoning(key string) bool {
 	return key == "reasoning" || key == "reasoning_content"
 }
 
+// countsWithoutUsage reports whether a stream of this kind may come
+// without usage and its output is then counted from the stream: SGLang-Omni
+// sends usage only where its pipeline's decode result carries one
+// (docs/servers.md, "SGLang-Omni, usage"). Every other kind sends usage
+// when asked (stream_options.include_usage), and a stream without it is
+// invalid-output.
+func (k ServerKind) countsWithoutUsage() bool { return k == ServerSGLangOmni }
+
 // IdleKeepAlive is how long an idle connection is kept for the next
 // request. It is shorter than the servers' own idle timeout (uvicorn's
 // timeout_keep_alive, 5 s, which vLLM and SGLang keep), so the client

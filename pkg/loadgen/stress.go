@@ -39,12 +39,12 @@ type Stress struct {
 	// CancelAfterFirstChunk is the share of requests cancelled.
 	CancelAfterFirstChunk float64
 	// ReleaseBound is how long after the drain the server's gauge may take
-	// to reach 0 (0: DefaultReleaseBound).
+	// to reach 0 (0: DefaultReleaseBound plus the gauge's GaugeLag).
 	ReleaseBound time.Duration
 }
 
 // DefaultReleaseBound bounds the wait for the server to release the
-// cancelled requests.
+// cancelled requests, past the lag of its gauge (GaugeLag).
 const DefaultReleaseBound = 5 * time.Second
 
 // active says whether any stress option is on.

@@ -3,8 +3,11 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -116,5 +119,79 @@ func TestStressCheck(t *testing.T) {
 	}
 	if (Stress{}).active() || (Stress{}).Check() != nil {
 		t.Fatal("the zero value is not none")
+	}
+}
+
+// TestReleaseProbeMakesAStep: vLLM refreshes its running gauge only at an
+// engine step (#29928), so a gauge that last counted the cancelled
+// requests keeps counting them while nothing runs. The check sends one
+// one-token probe, whose step publishes the real count: released. A
+// server whose step still counts them is unreleased, the probe recorded;
+// a gauge that needs no step (SGLang's) gets no probe, and its bound is
+// DefaultReleaseBound plus its lag.
+func TestReleaseProbeMakesAStep(t *testing.T) {
+	for _, tc := range []struct {
+		name, gauge string
+		stuck       float64 // what a step publishes
+		verdict     string
+		probed      bool
+		boundS      float64
+	}{
+		{"vllm, released at the step", "vllm:num_requests_running", 0, ReleaseReleased, true, 5},
+		{"vllm, still running at the step", "vllm:num_requests_running", 3, ReleaseUnreleased, true, 0.2},
+		{"sglang, no step", "sglang:num_running_reqs", 0, ReleaseReleased, false, 38},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			published := 4.0 // the last step before the cancellations
+			var mu sync.Mutex
+			var steps int
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				v := published
+				if tc.gauge != "vllm:num_requests_running" {
+					v = tc.stuck
+				}
+				fmt.Fprintf(w, "# TYPE %s gauge\n%s{model_name=\"m\",engine=\"0\"} %g\n", tc.gauge, tc.gauge, v)
+			})
+			mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				if !strings.Contains(string(body), `"max_tokens":1,`) {
+					t.Errorf("probe body %s", body)
+				}
+				mu.Lock()
+				steps++
+				published = tc.stuck
+				mu.Unlock()
+				sse(w, 1, 1, true)
+			})
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			tr := newTransport(2)
+			defer tr.CloseIdleConnections()
+			m := smallManifest(t, 2)
+			b, err := newBodyBuilder(Completions, "m", 0, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock, _ := NewClock()
+			bound := time.Duration(0)
+			if tc.verdict == ReleaseUnreleased {
+				bound = 200 * time.Millisecond
+			}
+			r := &run{cfg: Config{BaseURL: srv.URL, Stress: Stress{CancelAfterFirstChunk: 0.5, ReleaseBound: bound}}, m: m, builder: b,
+				sender: &sender{client: newClient(tr), url: srv.URL + Completions.path(), clock: clock, stress: &Stress{CancelAfterFirstChunk: 1}}}
+			got := r.checkRelease(context.Background(), DrainInfo{})
+			if got.Verdict != tc.verdict || (got.Probe != nil) != tc.probed || got.BoundS != tc.boundS {
+				t.Fatalf("%+v (probe %+v), want %s, probed %v, bound %v s", got, got.Probe, tc.verdict, tc.probed, tc.boundS)
+			}
+			if tc.probed && (got.Probe.Class != Success || got.Probe.HTTPStatus != 200 || steps != 1) {
+				t.Fatalf("probe %+v, %d steps", got.Probe, steps)
+			}
+			if !tc.probed && steps != 0 {
+				t.Fatalf("%d probes for a gauge that needs no step", steps)
+			}
+		})
 	}
 }

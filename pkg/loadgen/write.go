@@ -74,7 +74,10 @@ func attribute(res *Result, segs []segment, slots []*slot) {
 			rec.Segment = PhaseDrain
 		}
 		res.Totals.ByClass[rec.Class]++
-		if rec.HTTPStatus == 200 && (rec.Class == Success || rec.Class == InvalidOutput) {
+		switch {
+		case rec.UsageSource == UsageClient:
+			res.Totals.ClientCounted++
+		case rec.HTTPStatus == 200 && (rec.Class == Success || rec.Class == InvalidOutput):
 			if rec.OutputTokens != rec.RequestedOutputTokens {
 				res.Totals.OutputMismatches++
 			}

@@ -96,11 +96,69 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 	writeCosts(w, t, unit)
 	writeCapacity(w, p, unit)
 	writeBounds(w, p, wide)
+	writePowerCheck(w, p)
 	writeSlurm(w, p)
 	if len(p.Provenance) > 0 {
 		fmt.Fprintf(w, "provenance files hashed at start and again before every wave: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
 	return nil
+}
+
+// writePowerCheck says which runs' gates the power check judges, under
+// which rule, and which runs before the matrix measure them.
+func writePowerCheck(w io.Writer, p *protocols.Plan) {
+	pc := p.PowerCheck
+	if pc == nil {
+		return
+	}
+	wrapTo(w, fmt.Sprintf("power check: before phase %s starts (and at a launch before it once every gate was measured), stop for review when the campaign's expected completion probability under these gates is below %g:",
+		pc.Before, pc.MinCompletionProbability), "  ")
+	for _, g := range pc.Gates {
+		rules := map[string]int{}
+		var order []string
+		for _, j := range g.Judged {
+			r := j.Rule
+			switch {
+			case g.Measure == protocols.MeasureProfileWindow:
+				r = fmt.Sprintf("with a %g s budget and headroom %g", j.BudgetS, g.Headroom)
+			case j.Rule == protocols.RuleCalibrated:
+				r = fmt.Sprintf("calibrated at %g", j.Quantile)
+			}
+			if rules[r] == 0 {
+				order = append(order, r)
+			}
+			rules[r]++
+		}
+		var rs []string
+		for _, r := range order {
+			rs = append(rs, fmt.Sprintf("%d %s", rules[r], r))
+		}
+		wrapTo(w, fmt.Sprintf("  %s, judged by validator %s (%d exact rerun(s)) on %d run(s) (%s); measured by %s",
+			g.Measure, g.JudgedBy, g.Retries, len(g.Judged), strings.Join(rs, ", "), strings.Join(g.MeasuredBy, ", ")), "    ")
+	}
+	if pc.Amendment != "" {
+		wrapTo(w, "  a stop names the amendment "+pc.Amendment, "    ")
+	}
+}
+
+// wrapTo writes text cut at spaces into lines of at most Width columns,
+// the first keeping text's own indent, the others indented by indent.
+func wrapTo(w io.Writer, text, indent string) {
+	line := text[:len(text)-len(strings.TrimLeft(text, " "))]
+	first := true
+	for _, word := range strings.Fields(text) {
+		switch {
+		case first:
+			line += word
+			first = false
+		case len(line)+1+len(word) > Width:
+			fmt.Fprintln(w, line)
+			line = indent + word
+		default:
+			line += " " + word
+		}
+	}
+	fmt.Fprintln(w, line)
 }
 
 // writeCapacity lays out each capacity search's bounded worst case: the
@@ -156,14 +214,18 @@ func writeCosts(w io.Writer, t protocols.Totals, unit string) {
 	fmt.Fprintf(tw, "conditional runs, if they execute\t%d\t+%.3f\t+%.3f\n", t.Conditional, t.ConditionalGPUHours, t.BoundsGPUHours-t.ConservativeGPUHours)
 	tw.Flush()
 	io.WriteString(w, buf.String())
-	verdict := "within the cap"
+	verdict := "within the cap: every wave fits"
 	if !t.ReservationFits {
-		verdict = "OVER the cap: refused, stop reason budget"
+		verdict = "OVER the cap: a wave would be refused, stop reason budget"
 	}
-	fmt.Fprintf(w, "peak wave reservation (charged + reserved + launch): %.3f of the %.3f cap, %s\n",
-		t.PeakReservationGPUHours, t.BudgetCapGPUHours, verdict)
+	wrapTo(w, fmt.Sprintf("peak wave reservation (charged + reserved + launch): %.3f of the %.3f cap, %s",
+		t.PeakReservationGPUHours, t.BudgetCapGPUHours, verdict), "  ")
 	if t.PeakReservationRun != "" {
 		fmt.Fprintf(w, "  at the launch of %s on the estimate's timeline\n", t.PeakReservationRun)
+	}
+	if r := t.FirstRefused; r != nil {
+		wrapTo(w, fmt.Sprintf("first wave refused: the launch of %s, after %d runs (%.0f s): consumed %.3f + in flight %.3f + its own %.3f = %.3f, over the cap %.3f (%s)",
+			r.Run, r.RunsBefore, r.StartS, r.ChargedGPUH, r.InFlightGPUH, r.LaunchGPUH, r.TotalGPUH, r.CapGPUH, r.Budget), "  ")
 	}
 }
 

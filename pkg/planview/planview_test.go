@@ -41,9 +41,10 @@ func checkWidth(t *testing.T, out string) {
 }
 
 // TestWriteFits: the phase-3 table keeps to Width with every run id whole;
-// wide shows every column, however wide.
+// wide shows every column, however wide. The seed's protocol with its
+// co-location check run again: every phase, conditional runs too.
 func TestWriteFits(t *testing.T) {
-	p := plan(t, "opprof-phase3.yaml")
+	p := plan(t, filepath.Join("testdata", "opprof-phase3-check-again.yaml"))
 	out := write(t, p, false)
 	checkWidth(t, out)
 	for _, r := range p.Runs {

@@ -204,6 +204,10 @@ func (c *Runner) judgeColocation(g protocols.GateInfo) {
 		record(gates.Verdict{Verdict: gates.Error, Detail: "co-located throughput: " + err.Error(), At: now})
 		return
 	}
+	// the clean segments' own throughputs, for the criterion's noise
+	// (none when the result does not give them)
+	solo.Segments, _ = gates.ReadSegmentThroughputs(filepath.Join(soloDir, g.ThroughputFile))
+	coloc.Segments, _ = gates.ReadSegmentThroughputs(filepath.Join(targetDir, g.ThroughputFile))
 	var vv *gates.Verdict
 	if g.Validator != nil {
 		v := c.runGateValidator(g, soloDir, targetDir)
@@ -218,6 +222,14 @@ func (c *Runner) judgeColocation(g protocols.GateInfo) {
 		}
 	}
 	v := gates.Colocation(solo, coloc, g.ThroughputTolerance, g.FigureTolerance, c.now())
+	if vv != nil {
+		// the F3 criterion's own false-failure rate, beside the verdict
+		for k, x := range vv.Figures {
+			if strings.HasPrefix(k, "f3.self.") {
+				v.Figures[k] = x
+			}
+		}
+	}
 	if vv != nil && !vv.Passed() && v.Verdict == gates.Pass {
 		v.Verdict = vv.Verdict
 		v.Detail = "validator: " + vv.Detail

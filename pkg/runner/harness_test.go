@@ -34,8 +34,10 @@ import (
 // that nothing of the campaign is left: no process, no fake GPU memory.
 
 var (
-	// standinBin is the stand-in server and client, built in TestMain.
-	standinBin string
+	// standinBin is the stand-in server and client, controllerBin the
+	// controller (its validators) and loadgenBin the load client, built in
+	// TestMain.
+	standinBin, controllerBin, loadgenBin string
 	// testReaper is the one reaper of the test process: it owns every
 	// child's exit status, so nothing else may wait for children once it
 	// runs (see launch.Reaper).
@@ -54,8 +56,9 @@ func TestMain(m *testing.M) {
 func runTests(m *testing.M) int {
 	// Built before the reaper starts: os/exec waits for the go command
 	// itself, which it must not do beside a reaper.
-	return testbin.Run("runner-test-", []string{"../../cmd/standin"}, func(dir string) int {
+	return testbin.Run("runner-test-", []string{"../../cmd/standin", "../../cmd/controller", "../../cmd/loadgen"}, func(dir string) int {
 		standinBin = filepath.Join(dir, "standin")
+		controllerBin, loadgenBin = filepath.Join(dir, "controller"), filepath.Join(dir, "loadgen")
 		return testreaper.Run(m, &testReaper)
 	})
 }
@@ -151,11 +154,16 @@ type campaign struct {
 func newCampaign(t *testing.T, p protocol) *campaign {
 	t.Helper()
 	tmp := t.TempDir()
+	return newCampaignOf(t, tmp, p.write(t, tmp))
+}
+
+// newCampaignOf is newCampaign of the protocol file at path, in tmp.
+func newCampaignOf(t *testing.T, tmp, path string) *campaign {
+	t.Helper()
 	c := &campaign{
 		t: t, dir: filepath.Join(tmp, "camp"), gpuDir: filepath.Join(tmp, "fake-gpus"),
-		logPath: filepath.Join(tmp, "controller.log"),
+		logPath: filepath.Join(tmp, "controller.log"), protocol: path,
 	}
-	c.protocol = p.write(t, tmp)
 	plan, err := protocols.PlanFile(c.protocol, protocols.Options{})
 	if err != nil {
 		t.Fatal(err)

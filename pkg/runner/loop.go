@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,6 +61,10 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// PowerCheckGate is the campaign-level gate the power check's passing
+// judgement is recorded as (a failing one is the campaign's stop).
+const PowerCheckGate = "power-check"
 
 // budgetEvery is how often the loop sums the GPU time in flight against
 // the cap while runs are in flight: the most a budget stop can overrun is
@@ -222,6 +227,12 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 			c.stopCampaign(*s)
 			return false, nil
 		}
+		if d.Power != nil {
+			pc := c.currentPlan().PowerCheck
+			if _, err := c.store.AddGateVerdict(state.GateVerdict{Gate: PowerCheckGate, Verdict: gates.Pass, Figures: d.Power.Figures(), Detail: d.Power.Detail(pc.Amendment)}); err != nil {
+				return false, err
+			}
+		}
 		return false, c.launch(ctx, d)
 	}
 	return false, nil
@@ -253,6 +264,11 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 		return schedule.View{}, err
 	}
 	v.CapacityPoints = c.capacityPoints(v.Plan, runs)
+	if v.Plan.PowerCheck != nil {
+		if v.Measurements, err = c.measurements(); err != nil {
+			return schedule.View{}, err
+		}
+	}
 	if len(ended) > 0 {
 		// the thresholds are judged now: the reasons of quarantined runs
 		v.QuarantineReasons = map[string]state.Reason{}
@@ -268,6 +284,30 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 		v.Busy[s] = true
 	}
 	return v, nil
+}
+
+// measurements reads the power figures of the gate verdicts recorded
+// since the last read, and returns every one read so far, the latest per
+// run, attempt and measure, in the order of their runs and attempts.
+func (c *Runner) measurements() ([]schedule.Measurement, error) {
+	vs, err := c.store.GateVerdictsAfter(c.measuredSeq)
+	if err != nil {
+		return nil, err
+	}
+	if c.measured == nil {
+		c.measured = map[string]schedule.Measurement{}
+	}
+	for _, v := range vs {
+		c.measuredSeq = max(c.measuredSeq, v.Seq)
+		for _, m := range schedule.MeasurementsOf(v) {
+			c.measured[fmt.Sprintf("%s\x00%d\x00%s", m.Run, m.Attempt, m.Measure)] = m
+		}
+	}
+	out := slices.Collect(maps.Values(c.measured))
+	slices.SortFunc(out, func(a, b schedule.Measurement) int {
+		return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.Attempt, b.Attempt), cmp.Compare(a.Measure, b.Measure))
+	})
+	return out, nil
 }
 
 // passRuns is the store with the runs this pass read: decoding them once

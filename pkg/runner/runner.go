@@ -133,6 +133,10 @@ type Runner struct {
 	releasing []state.LedgerEntry
 	regime    protocols.RegimeInfo
 	judged    map[string]schedule.Point // capacity points judged, by run id and result attempt
+	// measured are the power check's measurements read so far (the latest
+	// per run, attempt and measure), up to the verdict numbered measuredSeq.
+	measured    map[string]schedule.Measurement
+	measuredSeq uint64
 }
 
 // New checks cfg and returns a Runner ready to Reconcile and Run.

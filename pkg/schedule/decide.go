@@ -51,6 +51,9 @@ type View struct {
 	// CapacityPoints are the verdicts of each capacity search's done
 	// points (JudgePoint on their results), by search, in plan order.
 	CapacityPoints map[string][]Point
+	// Measurements are the recorded false-failure figures of the gates
+	// that judge a sample (MeasurementsOf), for the power check.
+	Measurements []Measurement
 }
 
 // waiting says whether run id waits for an amendment.
@@ -98,6 +101,9 @@ type Decision struct {
 	Stop *Stop
 	// Complete says every run that must execute is done and nothing runs.
 	Complete bool
+	// Power is the power check's judgement when this decision launches
+	// the first runs of the phase it guards and the check passed.
+	Power *PowerResult
 	// Err is a scheduling error (the records do not match the plan); the
 	// campaign stops as a harness error.
 	Err error
@@ -182,6 +188,19 @@ func decide(v View) Decision {
 			return Decision{Err: err}
 		}
 	}
+	if pc := v.Plan.PowerCheck; pc != nil && len(d.Launch) > 0 && !started(v, pc.Before) {
+		// before the matrix: at its first launch always, and at a launch
+		// before it once every gate was measured
+		res := Power(v.Plan, pc, v.Measurements, pendingRuns(v, done))
+		if phase == pc.Before || res.CannotTell == "" {
+			if !res.Passed() {
+				return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopPowerCheck, Detail: res.Detail(pc.Amendment), Figures: res.Figures()}}
+			}
+			if phase == pc.Before {
+				d.Power = &res
+			}
+		}
+	}
 	if len(d.Launch) == 0 {
 		if len(v.Active) == 0 && len(v.Awaiting) > 0 {
 			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopAwaitingAmendment,
@@ -202,6 +221,28 @@ func decide(v View) Decision {
 		return Decision{Err: err}
 	}
 	return d
+}
+
+// pendingRuns says which runs are still to run: not done, and required
+// (a conditional run whose condition is not known yet is not counted).
+func pendingRuns(v View, done map[string]bool) func(string) bool {
+	pending := map[string]bool{}
+	for _, r := range v.Plan.Runs {
+		if need, known := required(r, v); need && known && !done[r.ID] {
+			pending[r.ID] = true
+		}
+	}
+	return func(id string) bool { return pending[id] }
+}
+
+// started says whether a run of phase has had an attempt.
+func started(v View, phase string) bool {
+	for i, r := range v.Runs { // in plan order, one per plan run
+		if v.Plan.Runs[i].Phase == phase && r.Attempts > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // doneRuns says which runs are done, by id.

@@ -13,13 +13,14 @@ import (
 )
 
 // The scheduling decisions are table-tested on the seed's own plan
-// (protocols/opprof-phase3.yaml: a co-location check with its fallback,
+// (protocols/opprof-phase3.yaml with its co-location check run again,
+// testdata/opprof-phase3-check-again.yaml: the check with its fallback,
 // burn-ins, 24 cells of saturation then moderate, confirmations, one TP2
 // cell on two GPUs) and on the demo's. No process is started.
 
 func phase3(t *testing.T) *protocols.Plan {
 	t.Helper()
-	return planFile(t, "../../protocols/opprof-phase3.yaml")
+	return planFile(t, "../../protocols/testdata/opprof-phase3-check-again.yaml")
 }
 
 // planFile plans the protocol at path, relative to this package.
@@ -47,6 +48,13 @@ func newWorld(p *protocols.Plan) *world {
 	for i, r := range p.Runs {
 		w.Runs = append(w.Runs, state.Run{ID: r.ID, Order: i})
 		w.byID[r.ID] = i
+	}
+	if pc := p.PowerCheck; pc != nil {
+		// gates that pass every representative window: the power check
+		// lets the matrix start (its own tests give other figures)
+		for _, g := range pc.Gates {
+			w.Measurements = append(w.Measurements, Measurement{Run: g.MeasuredBy[0], Attempt: 1, Measure: g.Measure, UnitPass: 1, Samples: 1000})
+		}
 	}
 	return w
 }

@@ -64,6 +64,11 @@ const (
 	// StopAwaitingAmendment: nothing more can run while runs whose
 	// failure allows no rerun wait for an amendment; the detail names them.
 	StopAwaitingAmendment StopReason = "awaiting-amendment"
+	// StopPowerCheck: before the matrix, the campaign's expected
+	// completion probability under its gates that judge a sample is below
+	// the protocol's power_check threshold, or cannot be told; the detail
+	// names the gate, the figure and the amendment that would fix it.
+	StopPowerCheck StopReason = "power-check"
 	// StopCapacityNotMonotonic: a capacity search's point failed its SLO
 	// at a rate no higher than one that passed it (or passed above one
 	// that failed): the found rate is not a capacity, and the protocol
@@ -76,7 +81,7 @@ const (
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
 	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
-	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment, StopCapacityNotMonotonic,
+	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment, StopPowerCheck, StopCapacityNotMonotonic,
 }
 
 // StopForRun is the campaign's stop reason when a run's failure stops it:

@@ -56,7 +56,7 @@ func documentedFigures(section string) []string {
 			text += " " + next
 		}
 		for _, m := range backticked.FindAllStringSubmatch(text, -1) {
-			if regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]*$`).MatchString(m[1]) {
+			if regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_.]*[a-zA-Z0-9_]$`).MatchString(m[1]) {
 				names = append(names, m[1])
 			}
 		}
@@ -66,7 +66,8 @@ func documentedFigures(section string) []string {
 
 // figurePattern matches an emitted figure name against a documented one.
 func figurePattern(doc string) *regexp.Regexp {
-	return regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(doc), "K", `[0-9]+`) + "$")
+	q := strings.ReplaceAll(regexp.QuoteMeta(doc), "FEATURE", `[a-zA-Z_]+`)
+	return regexp.MustCompile("^" + strings.ReplaceAll(q, "K", `[0-9]+`) + "$")
 }
 
 // sourceLiterals is the non-test Go source of this package.
@@ -104,6 +105,7 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 		"recovery":        {recoveryOver(dir, l1)},
 		"profile-windows": {ProfileWindowsDir(dir, ProfileWindowOptions{Windows: 2})},
 		"layer1":          {Layer1Dir(l1, "", "", DefaultLayer1)},
+		"power":           {PowerDir(dir, PowerOptions{Layer1Dir: l1, BlockSteps: 8, Windows: 2, ReferenceTailS: 30, MaxSMD: 0.25, WindowS: 1, StepS: 0.25, Tolerance: 0.1})},
 	}
 	emitted["waveform"] = waveformFigures(t)
 	_, san := Sanity([]string{dir}, dir, DefaultSanity())
@@ -132,6 +134,13 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 			lit := `"` + d + `"`
 			if strings.Contains(d, "K") {
 				lit = `"` + strings.ReplaceAll(d, "K", "%d") + `"`
+			}
+			if pre, post, ok := strings.Cut(d, "FEATURE"); ok {
+				// written as "pre"+name+"post"
+				if !strings.Contains(src, `"`+pre+`"+`) || !strings.Contains(src, `+"`+post+`"`) {
+					t.Errorf("docs/validators.md section %q names figure %q, which no code of pkg/validate writes (looked for %q+name+%q)", name, d, pre, post)
+				}
+				continue
 			}
 			if !strings.Contains(src, lit) {
 				t.Errorf("docs/validators.md section %q names figure %q, which no code of pkg/validate writes (looked for %s)", name, d, lit)

@@ -57,6 +57,9 @@ type Layer2Options struct {
 	MaxOtherOpaque float64
 	// MaxSMD: the seed's 0.25 representativeness limit.
 	MaxSMD float64
+	// Representativeness selects the rule windows are judged by: the
+	// seed's literal one unless an amendment chose the calibrated one.
+	Representativeness RepresentativenessOptions
 	// RequireModes: CUDA-graph mode segments that need at least eight
 	// active steps (stop condition 7).
 	RequireModes []string
@@ -69,7 +72,8 @@ type Layer2Options struct {
 func DefaultLayer2() Layer2Options {
 	return Layer2Options{TP: 1, Windows: 2, WarmupIters: 2, ActiveIters: 8, Pattern: "*.pt.trace.json.gz",
 		ExecuteAnnotate: regexp.MustCompile(`^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$`),
-		JoinTolerance:   5 * time.Millisecond, ClockTolerance: 10 * time.Millisecond, MaxOtherOpaque: 0.30, MaxSMD: 0.25}
+		JoinTolerance:   5 * time.Millisecond, ClockTolerance: 10 * time.Millisecond, MaxOtherOpaque: 0.30, MaxSMD: 0.25,
+		Representativeness: RepresentativenessOptions{Rule: RuleLiteral, Quantile: DefaultCalibrationQuantile}}
 }
 
 // TraceSummary is what one trace file holds.

@@ -26,6 +26,9 @@ type Analysis struct {
 	Mapping MappingRef     `json:"mapping"`
 	Windows []WindowReport `json:"windows"`
 	Modes   []ModeReport   `json:"modes"`
+	// Representativeness is the rule the windows were judged by and its
+	// false-failure rate on the run's clean segment C.
+	Representativeness *RepresentativenessReport `json:"representativeness,omitempty"`
 }
 
 // MappingRef names the mapping table the shares were computed with.
@@ -58,6 +61,9 @@ type WindowReport struct {
 	JoinProblems []string           `json:"join_problems,omitempty"`
 	StepModes    []string           `json:"step_modes"`
 	SMD          map[string]float64 `json:"smd,omitempty"`
+	// StepShares are each active step's family shares of its own kernel
+	// time (the co-location check's noise is read from them).
+	StepShares []map[string]float64 `json:"step_shares,omitempty"`
 }
 
 // ModeReport is one CUDA-graph mode segment of one rank across windows.
@@ -96,12 +102,24 @@ func analyzeWindows(f *l2findings, wins map[int][]rankWindow, opts Layer2Options
 	f.fig("classifiable_min", 1)
 	f.fig("other_opaque_max", 0)
 	modes := map[int]map[string]*modeAcc{}
+	var sc *selfCheck
+	if ok && pb != nil && pb.lastClean != nil {
+		windows := opts.Windows
+		if windows <= 0 {
+			for _, ws := range wins {
+				windows = max(windows, len(ws))
+			}
+		}
+		c := recordSelfCheck(f.findings, "clean segment C", cleanSteps(recs, pb), opts.ActiveIters, windows, opts.MaxSMD, opts.Representativeness)
+		sc = &c
+		an.Representativeness = representativenessReport(c, opts)
+	}
 	for _, r := range sortedRanks(wins) {
 		ws := wins[r]
 		sort.Slice(ws, func(i, j int) bool { return firstStep(ws[i].d) < firstStep(ws[j].d) })
 		modes[r] = map[string]*modeAcc{}
 		for k, w := range ws {
-			rep := analyzeWindow(f, w, r, k, m.clone(), recs, pb, ok, opts, modes[r])
+			rep := analyzeWindow(f, w, r, k, m.clone(), recs, pb, ok, sc, opts, modes[r])
 			an.Windows = append(an.Windows, rep)
 		}
 	}
@@ -150,7 +168,7 @@ func readJoinInputs(f *l2findings, opts Layer2Options) ([]L1Step, *phaseBounds, 
 	return recs, &pb, true
 }
 
-func analyzeWindow(f *l2findings, w rankWindow, r, k int, m *Mapping, recs []L1Step, pb *phaseBounds, haveL1 bool, opts Layer2Options, modes map[string]*modeAcc) WindowReport {
+func analyzeWindow(f *l2findings, w rankWindow, r, k int, m *Mapping, recs []L1Step, pb *phaseBounds, haveL1 bool, sc *selfCheck, opts Layer2Options, modes map[string]*modeAcc) WindowReport {
 	pre := fmt.Sprintf("w%d.r%d.", k, r)
 	name := fmt.Sprintf("%s (rank %d, window %d)", w.file, r, k+1)
 	c := compose(w.d, m)
@@ -161,7 +179,7 @@ func analyzeWindow(f *l2findings, w rankWindow, r, k int, m *Mapping, recs []L1S
 		rep.Unmatched = []NameUS{}
 	}
 	kinds := make([]string, len(w.d.steps))
-	joined := joinOne(f, name, w.d, k, recs, pb, haveL1, opts, &rep)
+	joined := joinOne(f, name, w.d, k, recs, pb, haveL1, sc, opts, &rep)
 	for i, ex := range w.d.execs {
 		if ex.step < 0 {
 			continue
@@ -191,6 +209,19 @@ func analyzeWindow(f *l2findings, w rankWindow, r, k int, m *Mapping, recs []L1S
 		}
 	}
 	rep.Shares = c.Shares(kinds)
+	for _, fam := range c.StepFamilyUS {
+		tot := 0.0
+		for _, us := range fam {
+			tot += us
+		}
+		sh := map[string]float64{}
+		for f, us := range fam {
+			if tot > 0 {
+				sh[f] = us / tot
+			}
+		}
+		rep.StepShares = append(rep.StepShares, sh)
+	}
 	rep.OtherOpaque = c.OtherOpaque()
 	rep.Classifiable = 1 - rep.OtherOpaque
 	judgeComposition(f, name, pre, c, rep, opts)
@@ -245,7 +276,7 @@ func judgeComposition(f *l2findings, name, pre string, c Composition, rep Window
 
 // joinOne joins a window's annotations; it returns, per annotation, the
 // index of its Layer-1 record (-1: none) and records the SMD test.
-func joinOne(f *l2findings, name string, d *traceData, k int, recs []L1Step, pb *phaseBounds, haveL1 bool, opts Layer2Options, rep *WindowReport) []int {
+func joinOne(f *l2findings, name string, d *traceData, k int, recs []L1Step, pb *phaseBounds, haveL1 bool, sc *selfCheck, opts Layer2Options, rep *WindowReport) []int {
 	none := make([]int, len(d.execs))
 	for i := range none {
 		none[i] = -1
@@ -299,42 +330,60 @@ func joinOne(f *l2findings, name string, d *traceData, k int, recs []L1Step, pb 
 	}
 	f.fig(fmt.Sprintf("w%d.join_placements", k), float64(j.placements))
 	if pb != nil {
-		checkSMD(f, name, k, recs, j.recs, pb, opts, rep)
+		checkSMD(f, name, k, recs, j.recs, pb, sc, opts, rep)
 	}
 	return j.recs
 }
 
-// checkSMD compares the window's joined steps with the clean segment
-// before the first window.
-func checkSMD(f *l2findings, name string, k int, recs []L1Step, joined []int, pb *phaseBounds, opts Layer2Options, rep *WindowReport) {
-	if pb.lastClean == nil {
-		f.errorf("%s: the phase file has no clean segment before the profile windows: SMD cannot be told", name)
-		return
-	}
-	var prof, clean []L1Step
-	for _, ri := range joined {
-		prof = append(prof, recs[ri])
-	}
+// cleanSteps are the model-executed Layer-1 steps submitted in the clean
+// segment before the first window (pb.lastClean must be set).
+func cleanSteps(recs []L1Step, pb *phaseBounds) []L1Step {
+	var clean []L1Step
 	for _, r := range recs {
 		if s := *r.SubmitMonoNS; s >= pb.lastClean.lo && s < pb.lastClean.hi && (r.ModelExecuted == nil || *r.ModelExecuted) {
 			clean = append(clean, r)
 		}
 	}
+	return clean
+}
+
+// checkSMD compares the window's joined steps with the clean segment
+// before the first window, under the rule sc was computed for.
+func checkSMD(f *l2findings, name string, k int, recs []L1Step, joined []int, pb *phaseBounds, sc *selfCheck, opts Layer2Options, rep *WindowReport) {
+	if pb.lastClean == nil || sc == nil {
+		f.errorf("%s: the phase file has no clean segment before the profile windows: SMD cannot be told", name)
+		return
+	}
+	var prof []L1Step
+	for _, ri := range joined {
+		prof = append(prof, recs[ri])
+	}
+	clean := cleanSteps(recs, pb)
 	if len(clean) < 2 {
 		f.errorf("%s: %d Layer-1 step(s) in the adjacent clean segment: SMD cannot be told", name, len(clean))
 		return
 	}
-	smd, over := windowSMD(prof, clean, opts.MaxSMD)
+	if !sc.ok {
+		f.errorf("%s: the calibrated representativeness rule cannot be applied: %s", name, sc.problem)
+		return
+	}
+	smd, over := windowSMD(prof, clean, sc.thr)
 	rep.SMD = smd
 	worst := 0.0
 	for _, v := range smd {
 		worst = math.Max(worst, math.Abs(v))
 	}
 	f.fig(fmt.Sprintf("w%d.smd_max", k), math.Min(worst, math.MaxFloat64))
-	if len(over) > 0 {
-		f.failf("%s: not representative of the adjacent clean segment (%s, limit %.2f): the load point's operator breakdown is invalid; one exact rerun, a second failure is Layer-2-inconclusive",
-			name, strings.Join(over, ", "), opts.MaxSMD)
+	if len(over) == 0 {
+		return
 	}
+	if opts.Representativeness.Rule == RuleCalibrated {
+		f.failf("%s: not representative of the adjacent clean segment under the calibrated rule (%s, each over both the seed's %.2f and the %g quantile of clean segment C's own %d-step blocks): the load point's operator breakdown is invalid; one exact rerun, a second failure is Layer-2-inconclusive",
+			name, strings.Join(over, ", "), opts.MaxSMD, opts.Representativeness.Quantile, opts.ActiveIters)
+		return
+	}
+	f.failf("%s: not representative of the adjacent clean segment (%s, limit %.2f): the load point's operator breakdown is invalid; one exact rerun, a second failure is Layer-2-inconclusive",
+		name, strings.Join(over, ", "), opts.MaxSMD)
 }
 
 // checkModes reports the mode segments and fails a required one with

@@ -63,6 +63,13 @@ func shapeLine(step, submit int64, sh [4]int64, graphDecode bool) l2TraceLine {
 // annotation, its eight active steps, and five recovery steps after it.
 func makeL1(t testing.TB, dir string, graphDecode bool) (stream, phases []byte) {
 	t.Helper()
+	return makeL1With(t, dir, graphDecode, 60, func(i int) [4]int64 { return stepShapes[i%3] })
+}
+
+// makeL1With is makeL1 with a clean segment of cleanN steps, step i of
+// shape cleanShape(i).
+func makeL1With(t testing.TB, dir string, graphDecode bool, cleanN int, cleanShape func(int) [4]int64) (stream, phases []byte) {
+	t.Helper()
 	paths, _ := filepath.Glob(filepath.Join(dir, "*.pt.trace.json.gz"))
 	type win struct{ execs []execMark }
 	var wins []win
@@ -90,11 +97,11 @@ func makeL1(t testing.TB, dir string, graphDecode bool) (stream, phases []byte) 
 	}
 	mono := func(us float64) int64 { return int64(math.Round(us*1000)) - monoShift - 150_000 }
 	first := mono(wins[0].execs[0].lo)
-	cleanStart := first - 2*20_000_000 - 61*20_000_000
+	cleanStart := first - 2*20_000_000 - int64(cleanN+1)*20_000_000
 	phase("warmup", 0, cleanStart-1_000_000_000)
 	phase("clean", 3, cleanStart-1_000_000)
-	for i := range 60 {
-		add(cleanStart+int64(i)*20_000_000, stepShapes[i%3])
+	for i := range cleanN {
+		add(cleanStart+int64(i)*20_000_000, cleanShape(i))
 	}
 	for k, w := range wins {
 		a0 := mono(w.execs[0].lo)
@@ -467,6 +474,14 @@ func TestLayer2RealJoinedRun(t *testing.T) {
 	}
 	if a, b := an.Windows[0].JoinedSteps, an.Windows[1].JoinedSteps; len(a) != 8 || len(b) != 8 || a[0] != 68 || b[0] != 88 {
 		t.Fatalf("joined steps %v %v", a, b)
+	}
+	// the literal rule's own false-failure rate on this run's clean
+	// segment: its 60 steps cycle the engine's three shapes, so every
+	// 8-step block holds the segment's mix and passes (the rule is only
+	// tried where steps vary: TestRepresentativenessRulesOnRealTraces)
+	if r.Figures["smd.self.blocks"] != 53 || r.Figures["smd.self.window_pass_fraction"] != 1 || r.Figures["smd.self.false_failure_rate"] != 0 ||
+		an.Representativeness == nil || an.Representativeness.Rule != RuleLiteral || an.Representativeness.Blocks != 53 || len(an.Representativeness.Features) != 6 {
+		t.Fatalf("false-failure figures %v, analysis %+v", r.Figures, an.Representativeness)
 	}
 	// the phase file's wall clock 50 ms off: no record is where the mapped
 	// clock puts the annotations

@@ -89,3 +89,54 @@ func TestRecovery(t *testing.T) {
 		t.Fatalf("no result.json: %+v", r)
 	}
 }
+
+// The recovery rule's own false-failure rate: the clean segments' samples
+// (every second from each segment's start + 10 s to its end: 3 x 71)
+// against clean segment C's medians. The waiting queue is 6 in [60, 100)
+// s and 4 elsewhere (C's median): the samples of segment A at t = 70..107
+// s hold more than 20% of records at 6 (mean over 4.4), 38 of 213 out of
+// the 10% band; the rate (5 req/s) never leaves it. The calibrated rule
+// (quantile 0.99) widens the waiting band to 50%, where those samples lie.
+func TestRecoverySelfCheck(t *testing.T) {
+	last := func(s float64) bool { return s >= 398 && s < 408 }
+	unit := 175.0 / 213
+	for _, tc := range []struct {
+		name    string
+		atEnd   int64
+		rule    string
+		verdict string
+		detail  string
+	}{
+		{"literal, queue 5.8 at the end", 58, RuleLiteral, "fail", "waiting queue 5.8 at its end, not within 10% of clean segment C's median 4"},
+		{"calibrated, queue 5.8 at the end", 58, RuleCalibrated, "pass", "within 50.0% of clean segment C's medians"},
+		{"calibrated, queue 6.5 at the end", 65, RuleCalibrated, "fail", "waiting queue 6.5 at its end, not within 50% of clean segment C's median 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// the last window's records average atEnd/10
+			rd, ld := seedRun{step: func(s float64, r *Layer1Record) {
+				r.NumWaitingReqs = 4
+				if s >= 60 && s < 100 {
+					r.NumWaitingReqs = 6
+				}
+				if last(s) {
+					r.NumWaitingReqs = tc.atEnd / 10
+					if r.Step%10 < tc.atEnd%10 {
+						r.NumWaitingReqs++
+					}
+				}
+			}}.write(t)
+			o := DefaultRecovery()
+			o.Layer1Dir, o.Rule = ld, tc.rule
+			r := RecoveryDir(rd, o)
+			figs := map[string]float64{"recovery.self.samples": 213, "recovery.self.rate_in_band_fraction": 1,
+				"recovery.self.waiting_in_band_fraction": unit, "recovery.self.unit_pass_fraction": unit,
+				"recovery.self.run_pass_fraction": unit * unit, "recovery.self.waiting_dev_p95": 0.5,
+				"power.recovery.unit_pass_fraction": unit, "power.recovery.samples": 213}
+			if tc.rule == RuleCalibrated {
+				figs["recovery.calibrated.waiting_tolerance"] = 0.5
+				figs["recovery.calibrated.rate_tolerance"] = 0.1
+			}
+			wantResult(t, r, tc.verdict, tc.detail, figs)
+		})
+	}
+}

@@ -102,8 +102,9 @@ func meanVar(x []float64) (float64, float64) {
 }
 
 // windowSMD gives each feature's SMD between the window's joined steps
-// and the clean segment's steps, and the features over the limit.
-func windowSMD(profile, clean []L1Step, limit float64) (map[string]float64, []string) {
+// and the clean segment's steps, and the features over their limits (one
+// per feature, in smdFeatures' order).
+func windowSMD(profile, clean []L1Step, limits []float64) (map[string]float64, []string) {
 	cols := func(ss []L1Step) [][]float64 {
 		out := make([][]float64, len(smdFeatures))
 		for _, s := range ss {
@@ -119,7 +120,7 @@ func windowSMD(profile, clean []L1Step, limit float64) (map[string]float64, []st
 	for i, name := range smdFeatures {
 		v := SMD(p[i], c[i])
 		smd[name] = v
-		if !(math.Abs(v) <= limit) {
+		if !(math.Abs(v) <= limits[i]) {
 			over = append(over, fmt.Sprintf("%s SMD %.3g", name, v))
 		}
 	}

@@ -22,8 +22,9 @@ import (
 
 // WaveformRules are the rules of the waveform check, in the order of
 // docs/validators.md's table: the three of loadgen.WaveformViolations,
-// then the two of the run.
-var WaveformRules = []string{"header_length", "format_constant", "offsets", "chunks_present", "marked_invalid"}
+// loadgen.DeclaredFormatViolations' against the format result.json says
+// the server declares, then the two of the run.
+var WaveformRules = []string{"header_length", "format_constant", "offsets", "declared_format", "chunks_present", "marked_invalid"}
 
 // waveformRequest is the part of a request record the check reads.
 type waveformRequest struct {
@@ -34,8 +35,9 @@ type waveformRequest struct {
 
 // waveformResult is the part of result.json the check reads.
 type waveformResult struct {
-	Modalities []string `json:"modalities"`
-	Files      struct {
+	Modalities  []string             `json:"modalities"`
+	AudioFormat *loadgen.AudioFormat `json:"audio_format"`
+	Files       struct {
 		Requests []string `json:"requests"`
 	} `json:"files"`
 }
@@ -66,14 +68,18 @@ func WaveformDir(dir string) Result {
 		f.errorf("request records: %v", err)
 		return f.result("")
 	}
-	checkWaveforms(f, reqs)
+	if res.AudioFormat == nil {
+		f.errorf("declared_format: result.json names no declared audio format (audio_format): the chunks' format cannot be checked")
+	}
+	checkWaveforms(f, reqs, res.AudioFormat)
 	return f.result(fmt.Sprintf("%d requests' audio chunks keep the waveform invariants", int(f.figs["audio_requests"])))
 }
 
 // checkWaveforms applies the rules to every successful or invalid-output
 // request (the ones whose stream ended): the other classes ended before
-// their audio did.
-func checkWaveforms(f *findings, reqs []waveformRequest) {
+// their audio did. declared is the format the server declares (nil: not
+// known, the declared_format rule is not applied).
+func checkWaveforms(f *findings, reqs []waveformRequest, declared *loadgen.AudioFormat) {
 	var audio, chunks, violating, unmarked, missing int
 	for _, q := range reqs {
 		if q.Class != string(loadgen.Success) && q.Class != string(loadgen.InvalidOutput) {
@@ -88,6 +94,9 @@ func checkWaveforms(f *findings, reqs []waveformRequest) {
 		audio++
 		chunks += len(q.Audio.Chunks)
 		v := loadgen.WaveformViolations(q.Audio.Chunks)
+		if declared != nil {
+			v = append(v, loadgen.DeclaredFormatViolations(q.Audio.Chunks, *declared)...)
+		}
 		if len(v) == 0 {
 			continue
 		}

@@ -12,12 +12,23 @@ import (
 )
 
 // waveformDir writes a loadgen result directory: result.json with
-// modalities and the records, one file.
+// modalities, the default declared audio format, and the records, one
+// file.
 func waveformDir(t *testing.T, modalities []string, recs ...loadgen.Record) string {
+	t.Helper()
+	return waveformDirFormat(t, &loadgen.DefaultAudioFormat, modalities, recs...)
+}
+
+// waveformDirFormat is waveformDir with the declared format given (nil:
+// none in result.json).
+func waveformDirFormat(t *testing.T, declared *loadgen.AudioFormat, modalities []string, recs ...loadgen.Record) string {
 	t.Helper()
 	dir := t.TempDir()
 	res := map[string]any{"schema": loadgen.ResultSchema, "modalities": modalities,
 		"files": map[string]any{"segments": "segments.jsonl", "requests": []string{"requests/clean-1.jsonl"}}}
+	if declared != nil {
+		res["audio_format"] = declared
+	}
 	b, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +89,14 @@ func TestWaveform(t *testing.T) {
 		{"no chunk records", waveformDir(t, audio, audioRec("none", loadgen.Success)), gates.Error, "chunks_present"},
 		{"no request ended", waveformDir(t, audio, audioRec("cut off", loadgen.TransportError)), gates.Error, "chunks_present"},
 		{"no audio asked", waveformDir(t, []string{"text"}, sound), gates.Error, "asked for no audio"},
+		// a WAV at 1 Hz, consistent in itself, is not what the server declares
+		{"1 Hz", waveformDir(t, audio, audioRec("1hz", loadgen.InvalidOutput, wchunk(100000, 100000, 1, nil), wchunk(100000, 100000, 1, nil))), gates.Fail,
+			"declared_format: 2 chunk(s) of another format than the server declares, the first (chunk 0) 1 Hz x 1 ch x 16 bit, declared 24000 Hz x 1 ch x 16 bit"},
+		{"1 Hz, unmarked", waveformDir(t, audio, audioRec("1hz", loadgen.Success, wchunk(100000, 100000, 1, nil))), gates.Fail, "marked_invalid"},
+		{"44.1 kHz declared", waveformDirFormat(t, &loadgen.AudioFormat{SampleRate: 44100, Channels: 1, BitsPerSample: 16}, audio,
+			audioRec("ming", loadgen.Success, wchunk(4410, 4410, 44100, nil))), gates.Pass, "keep the waveform invariants"},
+		{"no declared format", waveformDirFormat(t, nil, audio, sound), gates.Error, "declared_format: result.json names no declared audio format"},
+		{"empty chunk", waveformDir(t, audio, audioRec("empty", loadgen.Success, wchunk(10, 10, 24000, nil), loadgen.AudioChunk{Empty: true}, wchunk(10, 10, 24000, nil))), gates.Pass, "keep the waveform invariants"},
 		{"no result", t.TempDir(), gates.Error, "result.json"},
 	} {
 		r := WaveformDir(tc.dir)

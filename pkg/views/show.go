@@ -47,6 +47,7 @@ func PrintRun(w io.Writer, d api.RunDetail) {
 			printWindows(w, g.Attempt, g)
 		}
 	}
+	printSelfChecks(w, d.Gates)
 	for _, a := range d.Attempts {
 		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
 			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, campaignfs.Sanity(a.Dir))
