@@ -263,7 +263,7 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	if v.Awaiting, err = outcome.AwaitingAmendment(passRuns{c.store, runs}); err != nil {
 		return schedule.View{}, err
 	}
-	v.CapacityPoints = c.capacityPoints(v.Plan, runs)
+	v.CapacityPoints = c.capacity.Points(v.Plan, runs)
 	if v.Plan.PowerCheck != nil {
 		if v.Measurements, err = c.measurements(); err != nil {
 			return schedule.View{}, err
