@@ -145,7 +145,7 @@ func TestCreateRefusesAForeignDirectory(t *testing.T) {
 	if err := os.Chown(dir, 65534, -1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now())
+	_, err = Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off", AllowOverBudget: true}, time.Now())
 	notOwned(t, err, dir, "owned by uid 65534", "chown -R 0 "+dir)
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
 		t.Fatalf("the refused directory holds %v (%v)", ents, err)
