@@ -114,8 +114,14 @@ func runDaemon(opts daemonOptions) (err error) {
 
 	var notifier *notify.Notifier
 	if ns := c.Settings.Notify; ns != nil {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		// a supervisor of its own runs each notification: a controller
+		// killed meanwhile leaves none unbounded
 		notifier, err = notify.New(notify.Config{Command: ns.Command, TimeoutS: ns.TimeoutS, Dir: dir, Store: c.Store, Log: log,
-			Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: opts.boot}})
+			Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: opts.boot}, Supervisor: []string{self, "notify-run"}})
 		if err != nil {
 			return fmt.Errorf("%s: notify: %w", campaignfs.Settings(dir), err)
 		}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,5 +179,40 @@ func TestCapacityNoPointMeetsTheSLO(t *testing.T) {
 	out, _ := c.run(ctlqBin, nil, "status", "-d", c.dir)
 	if !strings.Contains(out, "not-run 6") || !strings.Contains(out, "capacity   search/s: ended below-range, nothing found (1 points judged, done)") || strings.Contains(out, "pending") {
 		t.Fatalf("ctlq status:\n%s", out)
+	}
+}
+
+// TestNotifyOutlivesNoController: a controller killed while its end
+// notification runs left the hook running for ever (a complete campaign
+// has no next controller to end it). Each notification runs under a
+// supervisor of its own, which ends the hook at its bound, and the child
+// it left, however its controller died.
+func TestNotifyOutlivesNoController(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	pids := t.TempDir()
+	hook, child := filepath.Join(pids, "hook"), filepath.Join(pids, "child")
+	c.start(writeProtocol(t, scenario{}), "--notify", "sleep 600 & echo $! > "+child+"; echo $$ > "+hook+"; exec sleep 600", "--notify-timeout-s", "2")
+	waitFor(t, "the end notification to start", 120*time.Second, func() bool {
+		_, err1 := os.Stat(hook)
+		_, err2 := os.Stat(child)
+		return err1 == nil && err2 == nil
+	})
+	c.killController()
+	for _, p := range []string{hook, child} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if running(pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+		waitFor(t, "the notification's "+filepath.Base(p)+" to be ended without its controller", 90*time.Second, func() bool { return !running(pid) })
 	}
 }

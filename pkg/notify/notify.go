@@ -21,6 +21,11 @@
 //     among the controller's children: a setsid daemon the hook left is
 //     reparented to the controller, its subreaper. (A daemon that also
 //     clears its environment escapes where cgroups are off.)
+//   - Each run has a supervisor process of its own (Config.Supervisor,
+//     Supervise: controller notify-run), which does all of the above
+//     and reports the result: a controller killed while a hook runs
+//     leaves it bounded all the same. The controller ends the supervisor
+//     and its leaf cgroup once it reported, or past the bound.
 //   - A hook the controller could not end, because it died first, is
 //     ended by the next controller of the campaign before it runs one
 //     (EndLeftovers, by the campaign directory in its environment).
@@ -115,6 +120,14 @@ type Config struct {
 	Launcher *launch.Launcher
 	Store    Store
 	Log      zerolog.Logger
+	// Supervisor, when set, is the program and arguments of a process
+	// that runs one notification to its end on its own (Supervise), so
+	// that a controller killed meanwhile leaves nothing unbounded: the
+	// supervisor still ends the hook at its bound, and what the hook left.
+	// It gets the flags --dir, --timeout-s and --command, the event on
+	// its standard input, and writes its Result as JSON on its standard
+	// output. nil: the controller's own process runs it.
+	Supervisor []string
 }
 
 // Notifier runs the campaign's notification command.
@@ -265,11 +278,20 @@ func document(ev Event) ([]byte, error) {
 	return append(doc, '\n'), nil
 }
 
-// exec starts /bin/sh -c COMMAND in a process group (and cgroup) of its
-// own, the event in memory as its standard input, its output drained
+// exec runs one notification: through the supervisor when there is one,
+// here otherwise.
+func (n *Notifier) exec(ev Event) Result {
+	if n.cfg.Supervisor != nil {
+		return n.supervised(ev)
+	}
+	return n.execHere(ev)
+}
+
+// execHere starts /bin/sh -c COMMAND in a process group (and cgroup) of
+// its own, the event in memory as its standard input, its output drained
 // into notify.log, waits for it up to the bound, and then ends its group,
 // its cgroup and its marked orphans.
-func (n *Notifier) exec(ev Event) Result {
+func (n *Notifier) execHere(ev Event) Result {
 	res := Result{Code: -1}
 	doc, err := document(ev)
 	if err != nil {
@@ -450,4 +472,107 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// supervisorSlack is how long past the command's bound the supervisor has
+// to end the command and what it left (Stop's 30 s, the orphans' 10 s)
+// and to report, before the controller ends the supervisor itself.
+const supervisorSlack = 60 * time.Second
+
+// resultDoc is a Result as the supervisor reports it.
+type resultDoc struct {
+	Code       int     `json:"exit_code"`
+	TimedOut   bool    `json:"timed_out"`
+	Seconds    float64 `json:"seconds"`
+	Output     int64   `json:"output_bytes"`
+	Dropped    int64   `json:"output_dropped_bytes"`
+	LeftBehind int     `json:"left_behind"`
+	Err        string  `json:"error,omitempty"`
+}
+
+// supervised runs the notification through the supervisor process, in
+// the notification's leaf cgroup where cgroups are on (what escapes the
+// supervisor's cleanup there is ended with the leaf), and reads its
+// report; the supervisor gets the command's bound and supervisorSlack.
+func (n *Notifier) supervised(ev Event) Result {
+	res := Result{Code: -1}
+	doc, err := document(ev)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	stdin, err := memFile(doc)
+	if err != nil {
+		res.Err = fmt.Errorf("hand over the event: %w", err)
+		return res
+	}
+	defer stdin.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer r.Close()
+	run := n.runs.Add(1)
+	argv := append(append([]string(nil), n.cfg.Supervisor...), "--dir", n.cfg.Dir,
+		"--timeout-s", strconv.FormatFloat(n.cfg.TimeoutS, 'g', -1, 64), "--command", n.cfg.Command)
+	p, err := n.cfg.Launcher.Start(launch.Spec{Role: "notify-supervisor", Argv: argv, Dir: n.cfg.Dir,
+		Env: append(os.Environ(), DirEnv+"="+n.cfg.Dir), Stdin: stdin, Stdout: w,
+		Cgroup: "notify-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(run, 10),
+		Stop:   launch.StopOptions{Grace: time.Second, GroupGrace: time.Second}})
+	w.Close()
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	report := make(chan resultDoc, 1)
+	go func() {
+		var d resultDoc
+		if err := json.NewDecoder(io.LimitReader(r, 64<<10)).Decode(&d); err != nil {
+			d = resultDoc{Code: -1, Err: "the supervisor reported nothing: " + err.Error()}
+		}
+		report <- d
+	}()
+	bound := time.NewTimer(n.timeout + supervisorSlack)
+	defer bound.Stop()
+	select {
+	case <-p.Done():
+	case <-bound.C:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, serr := p.Shutdown(ctx) // the supervisor, and its leaf: all the notification left
+	if err := p.Leaf().Remove(ctx); err != nil && serr == nil {
+		serr = err
+	}
+	_ = r.SetReadDeadline(time.Now().Add(time.Second))
+	d := <-report
+	res = Result{Code: d.Code, TimedOut: d.TimedOut, Seconds: d.Seconds, Output: d.Output, Dropped: d.Dropped, LeftBehind: d.LeftBehind}
+	if d.Err != "" {
+		res.Err = errors.New(d.Err)
+	}
+	res.Err = errors.Join(res.Err, serr)
+	return res
+}
+
+// Supervise is the supervisor's work (Config.Supervisor): it runs the
+// notification whose event it reads from in as this process would
+// (cfg's Launcher is this process's, its reaper running, the process a
+// subreaper), and writes its Result to out as one JSON line.
+func Supervise(cfg Config, in io.Reader, out io.Writer) error {
+	n, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	var ev Event
+	if err := json.NewDecoder(io.LimitReader(in, 64<<10)).Decode(&ev); err != nil {
+		return fmt.Errorf("notify: read the event: %w", err)
+	}
+	start := time.Now()
+	res := n.execHere(ev)
+	d := resultDoc{Code: res.Code, TimedOut: res.TimedOut, Seconds: time.Since(start).Seconds(), Output: res.Output, Dropped: res.Dropped, LeftBehind: res.LeftBehind}
+	if res.Err != nil {
+		d.Err = res.Err.Error()
+	}
+	return json.NewEncoder(out).Encode(d)
 }

@@ -295,3 +295,25 @@ func TestEndLeftovers(t *testing.T) {
 		t.Fatal("another campaign's notification was ended")
 	}
 }
+
+// TestSupervise: the supervisor's side runs one notification from the
+// event on its input and reports the result as one JSON line.
+func TestSupervise(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	got := filepath.Join(t.TempDir(), "event.json")
+	var out strings.Builder
+	in := strings.NewReader(`{"schema":1,"event":"complete","campaign_id":"c-1","detail":"x"}` + "\n")
+	err := notify.Supervise(notify.Config{Command: "cat > " + got + "; exit 4", TimeoutS: 30, Dir: dir, Log: zerolog.Nop(),
+		Launcher: &launch.Launcher{Reaper: testReaper}}, in, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &res); err != nil || res["exit_code"] != 4.0 || res["timed_out"] != false {
+		t.Fatalf("report %q (%v)", out.String(), err)
+	}
+	if b, err := os.ReadFile(got); err != nil || !strings.Contains(string(b), `"campaign_id":"c-1"`) {
+		t.Fatalf("the hook read %q (%v)", b, err)
+	}
+}
