@@ -252,7 +252,7 @@ campaign_dir() {
 		dir=$work/c$campaigns
 		return
 	fi
-	if [ -n "$mnt" ] && [ "$KEEP" != 1 ]; then umount "$mnt"; fi
+	if [ -n "$mnt" ] && [ "$KEEP" != 1 ]; then umount "$mnt" 2>/dev/null || umount -l "$mnt"; fi
 	mnt=$work/fs$campaigns
 	mkdir "$mnt"
 	mount -t tmpfs -o "size=$FS_SIZE,mode=0755" none "$mnt"
