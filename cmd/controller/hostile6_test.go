@@ -190,8 +190,8 @@ func TestCapacityNoPointMeetsTheSLO(t *testing.T) {
 func TestNotifyOutlivesNoController(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	pids := t.TempDir()
-	hook, child := filepath.Join(pids, "hook"), filepath.Join(pids, "child")
+	files := t.TempDir()
+	hook, child := filepath.Join(files, "hook"), filepath.Join(files, "child")
 	c.start(writeProtocol(t, scenario{}), "--notify", "sleep 600 & echo $! > "+child+"; echo $$ > "+hook+"; exec sleep 600", "--notify-timeout-s", "2")
 	waitFor(t, "the end notification to start", 120*time.Second, func() bool {
 		_, err1 := os.Stat(hook)
@@ -199,6 +199,7 @@ func TestNotifyOutlivesNoController(t *testing.T) {
 		return err1 == nil && err2 == nil
 	})
 	c.killController()
+	pids := map[string]int{}
 	for _, p := range []string{hook, child} {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -208,11 +209,14 @@ func TestNotifyOutlivesNoController(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		pids[filepath.Base(p)] = pid
 		t.Cleanup(func() {
 			if running(pid) {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		})
-		waitFor(t, "the notification's "+filepath.Base(p)+" to be ended without its controller", 90*time.Second, func() bool { return !running(pid) })
+	}
+	for what, pid := range pids {
+		waitFor(t, "the notification's "+what+" to be ended without its controller", 90*time.Second, func() bool { return !running(pid) })
 	}
 }
