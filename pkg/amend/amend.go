@@ -152,7 +152,61 @@ func PlanDiff(old, new *protocols.Plan) Diff {
 		}
 	}
 	d.Totals = diffFields("totals.", jsonFields(old.Totals), jsonFields(new.Totals), []string{"budget_cap_gpu_hours", "gpu_hours_estimate", "bounds_gpu_hours", "expected_wall_s", "reserve"})
+	for _, ph := range old.Phases {
+		ns, _ := new.CapacitySearch(ph.Name)
+		if ph.Capacity == nil && ns == nil {
+			continue
+		}
+		ob, _ := json.Marshal(ph.Capacity)
+		nb, _ := json.Marshal(ns)
+		if string(ob) != string(nb) {
+			d.Fields = append(d.Fields, FieldDiff{Field: capacityField + ph.Name, Old: ob, New: nb})
+		}
+	}
 	return d
+}
+
+// capacityField begins the diff's field of a phase's capacity search.
+const capacityField = "capacity."
+
+// searchesRun refuses an amendment of a capacity search any of whose
+// points has run: its recorded verdicts were judged under the old search
+// (its SLO, its rates) and the points after them would be judged under
+// the new one, so that "found" would mix both. A change of
+// on_non_monotonic alone, which judges nothing, is allowed. unstarted are
+// the points of the searches it changes, which the amendment's record
+// checks again, in its own transaction, against a point started meanwhile.
+func searchesRun(id string, store *state.Store, old, plan *protocols.Plan, d Diff) (unstarted []string, err error) {
+	for _, f := range d.Fields {
+		phase, ok := strings.CutPrefix(f.Field, capacityField)
+		if !ok {
+			continue
+		}
+		was, now := old.CapacitySearch(phase)
+		is, _ := plan.CapacitySearch(phase)
+		if now && is != nil {
+			a, b := *was, *is
+			a.OnNonMonotonic, b.OnNonMonotonic = "", ""
+			if ab, bb := jsonFields(a), jsonFields(b); reflect.DeepEqual(ab, bb) {
+				continue // as the plan records them (no source positions)
+			}
+		}
+		var ran []string
+		for _, r := range old.Runs {
+			if r.Capacity == nil || r.Phase != phase {
+				continue
+			}
+			unstarted = append(unstarted, r.ID)
+			if rec, err := store.Run(r.ID); err == nil && (rec.Done || rec.Attempts > 0) {
+				ran = append(ran, r.ID)
+			}
+		}
+		if len(ran) > 0 {
+			return nil, fmt.Errorf("amend %s changes capacity search %s (%s) after %d of its points ran (%s): their verdicts were judged under the old search and the next points would be judged under the new, so its found rate would mix both; this amendment would change\n  %s: %s\n  to %s",
+				id, phase, f.Field, len(ran), strings.Join(ran, ", "), f.Field, f.Old, f.New)
+		}
+	}
+	return unstarted, nil
 }
 
 // Result is the outcome of an amendment, as -o json prints it.
@@ -192,6 +246,10 @@ func Amend(c Campaign, req Request) (Result, *protocols.Plan, error) {
 			d.Done = append(d.Done, c.Run)
 		}
 	}
+	unstarted, err := searchesRun(req.ID, store, old, plan, d)
+	if err != nil {
+		return res, nil, err
+	}
 	if len(d.Done) > 0 && !req.Readjudicate {
 		return res, nil, fmt.Errorf("amend %s would change runs that already have a result: %v; an amendment may change them only to re-adjudicate them: add --readjudicate, then run controller readjudicate -d %s --amendment %s",
 			req.ID, d.Done, dir, req.ID)
@@ -201,7 +259,7 @@ func Amend(c Campaign, req Request) (Result, *protocols.Plan, error) {
 		res.Status = "shown, not recorded (add --yes to record it)"
 		return res, nil, nil
 	}
-	if err := record(c, plan, req.Protocol, req.ID, req.Reason, req.UID, d); err != nil {
+	if err := record(c, plan, req.Protocol, req.ID, req.Reason, req.UID, d, unstarted); err != nil {
 		return res, nil, err
 	}
 	res.Recorded, res.Status = true, "recorded"
@@ -213,7 +271,7 @@ func Amend(c Campaign, req Request) (Result, *protocols.Plan, error) {
 // then installs it: the new inputs' hashes and copies, plan.json and
 // controller.json. A controller that dies after the commit and before the
 // install is finished at resume (installAmendment).
-func record(c Campaign, plan *protocols.Plan, newPath, id, reason string, uid int, d Diff) error {
+func record(c Campaign, plan *protocols.Plan, newPath, id, reason string, uid int, d Diff, unstarted []string) error {
 	dir, store := c.Dir, c.Store
 	adir := filepath.Join(dir, provenance.SubDir, "amendments", id)
 	if err := atomicfile.MkdirAll(adir, 0o700); err != nil {
@@ -234,7 +292,7 @@ func record(c Campaign, plan *protocols.Plan, newPath, id, reason string, uid in
 	}
 	failpoint.Hit("amend-files-written")
 	a := state.Amendment{ID: id, Kind: "amend", Date: time.Now().UTC().Format("2006-01-02"), Title: reason, Text: reason,
-		OperatorUID: uid, OldSHA256: d.Before, ProtocolSHA256: d.After, Diff: diff}
+		OperatorUID: uid, OldSHA256: d.Before, ProtocolSHA256: d.After, Diff: diff, Unstarted: unstarted}
 	for _, c := range d.Changed {
 		a.Runs = append(a.Runs, c.Run)
 	}
@@ -243,6 +301,9 @@ func record(c Campaign, plan *protocols.Plan, newPath, id, reason string, uid in
 		c.BudgetCapGPUHours = plan.Totals.BudgetCapGPUHours
 		return nil
 	})
+	if errors.Is(err, state.ErrStarted) {
+		return fmt.Errorf("record amendment %s: it changes a capacity search: %w", id, err)
+	}
 	if errors.Is(err, state.ErrExists) {
 		// recorded by an amend that died before it installed it: the same
 		// amendment (same new protocol) is installed now; another is refused

@@ -90,11 +90,11 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	if out, ok := a.startServer(ctx, readings); !ok {
 		return out
 	}
-	if out, ok := a.measure(); !ok {
+	if out, ok := a.startClient(); !ok {
 		return out
 	}
 	defer a.phases.close()
-	reason, detail := a.supervise(ctx)
+	reason, detail := a.measure(ctx)
 	a.recordPostMeasure()
 	if reason == state.ReasonInterrupted {
 		return a.stopThenInterrupt(detail)

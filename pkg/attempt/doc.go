@@ -24,7 +24,8 @@
 //	preflight.go  preflight: GPUs idle and ours, CPUs local, port free
 //	start.go      startServer: launch, readiness, listener, effective config
 //	launch.go     the launch variables and environment, starting a process
-//	drain.go      measure and supervise: the client's run, the drain judgement
+//	drain.go      startClient, measure and supervise: the client's run, the
+//	              listener re-checks, the drain judgement
 //	stop.go       stopping and cleanup: shutdown, the cleanup gate, the charge,
 //	              adopted escapees
 //	validate.go   validating: the validators, the privacy scans, the end states

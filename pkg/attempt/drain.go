@@ -11,10 +11,10 @@ import (
 	"warden/pkg/state"
 )
 
-// measure starts the client, unless it started with the server, and
+// startClient starts the client, unless it started with the server, and
 // records the transition to measuring; the caller closes a.phases once
-// supervise returns.
-func (a *Attempt) measure() (Outcome, bool) {
+// measure returns.
+func (a *Attempt) startClient() (Outcome, bool) {
 	if a.client == nil {
 		// recorded with the transition to measuring, just below
 		cl, err := a.startNoted("client", a.run.Client, a.run.Env)
@@ -34,12 +34,22 @@ func (a *Attempt) measure() (Outcome, bool) {
 	return Outcome{}, true
 }
 
+// measure supervises the client to its end, then checks the port's
+// holders once more.
+func (a *Attempt) measure(ctx context.Context) (state.Reason, string) {
+	if reason, detail := a.supervise(ctx); reason != "" {
+		return reason, detail
+	}
+	return a.listenerAgain("at the end of measuring")
+}
+
 // supervise waits for the client while watching the server and the
 // client's drain. It wakes once a second to read what the client appended
 // to its phase file; nothing else runs while a benchmark measures.
 func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	checked := 0 // profile windows whose listener was checked
 	// The measuring deadline, from the client's start. A background load
 	// has none of its own: it ends when its target is done, and the
 	// target's deadline bounds it.
@@ -80,6 +90,12 @@ func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 			}
 			if a.run.AdmissionEnd == "phase-file" {
 				if r, d := a.checkDrain(time.Time{}); r != "" {
+					return r, d
+				}
+			}
+			if a.phases.poll(); a.phases.profiles > checked {
+				checked = a.phases.profiles
+				if r, d := a.listenerAgain(fmt.Sprintf("at profile window %d", checked)); r != "" {
 					return r, d
 				}
 			}

@@ -22,6 +22,8 @@ type phaseWatcher struct {
 	first   map[string]time.Time // phase -> time first reported
 	// successes is the count the client reported with "done", if any
 	successes *int
+	// profiles counts the profile lines: one per profile window begun
+	profiles int
 }
 
 func newPhaseWatcher(path string) *phaseWatcher {
@@ -54,6 +56,9 @@ func (w *phaseWatcher) poll() {
 		if json.Unmarshal(w.partial[:i], &p) == nil && p.Phase != "" {
 			// A line whose time does not parse is not a phase seen.
 			if t, err := time.Parse(time.RFC3339Nano, p.T); err == nil {
+				if p.Phase == phasefile.Profile {
+					w.profiles++
+				}
 				if _, seen := w.first[p.Phase]; !seen {
 					w.first[p.Phase] = t
 				}
