@@ -32,8 +32,10 @@
 //	              of a run that measured
 //	exit.go       terminal states, exit records, OOM, the terminal classes
 //	energy.go     host records before and after, the GPU sampler, energy
-//	gpuprocs.go   the gpu-processes gate over the sampler's readings
-//	inputs.go     the manifest hash; phases.go the phase file watcher
+//	gpuprocs.go   the gpu-processes gate over the sampler's readings (which
+//	              processes are the attempt's: package ownprocs; the client's
+//	              phase file: phasefile.Watcher)
+//	inputs.go     the manifest hash
 //
 // An operator's stop or the budget's cap (ctx's end, its cause
 // ErrBudgetExhausted) ends it interrupted from wherever it is, its

@@ -23,9 +23,9 @@ func (a *Attempt) startClient() (Outcome, bool) {
 		}
 		a.client = cl
 	}
-	a.phases = newPhaseWatcher(a.vars["PHASE_FILE"])
+	a.phases = phasefile.NewWatcher(a.vars["PHASE_FILE"])
 	if err := a.rec.Transition(state.Measuring, "", "client running", nil); err != nil {
-		a.phases.close()
+		a.phases.Close()
 		return a.harness(err), false
 	}
 	if a.opts.Measuring != nil {
@@ -93,8 +93,8 @@ func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 					return r, d
 				}
 			}
-			if a.phases.poll(); a.phases.profiles > checked {
-				checked = a.phases.profiles
+			if a.phases.Poll(); a.phases.Profiles() > checked {
+				checked = a.phases.Profiles()
 				if r, d := a.listenerAgain(fmt.Sprintf("at profile window %d", checked)); r != "" {
 					return r, d
 				}
@@ -147,15 +147,15 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // end, when set, is when the client exited: the drain ended then at the
 // latest. Without either line, it is still running.
 func (a *Attempt) checkDrain(end time.Time) (state.Reason, string) {
-	a.phases.poll()
-	drainAt := a.phases.at(phasefile.Drain)
+	a.phases.Poll()
+	drainAt := a.phases.At(phasefile.Drain)
 	if drainAt.IsZero() {
 		return "", ""
 	}
 	final := true
-	if t := a.phases.at(phasefile.Drained); !t.IsZero() {
+	if t := a.phases.At(phasefile.Drained); !t.IsZero() {
 		end = t
-	} else if t := a.phases.at(phasefile.Done); !t.IsZero() {
+	} else if t := a.phases.At(phasefile.Done); !t.IsZero() {
 		end = t
 	} else if end.IsZero() {
 		end, final = a.env.Now(), false
@@ -203,7 +203,7 @@ func (a *Attempt) finalDrain(exited time.Time) (state.Reason, string) {
 		if r, d := a.checkDrain(exited); r != "" {
 			return r, d
 		}
-		if a.phases.at("drain").IsZero() {
+		if a.phases.At("drain").IsZero() {
 			return a.drainUnseen("the client never said when admission stopped: no drain line in its phase file " + filepath.Base(a.vars["PHASE_FILE"]))
 		}
 		return "", ""

@@ -11,6 +11,7 @@ import (
 
 	"warden/pkg/endlog"
 	"warden/pkg/launch"
+	"warden/pkg/phasefile"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -66,8 +67,8 @@ func MeasuredOf(l *launch.Launcher, dir string, port int, server, client []strin
 		return "", "", 0, err
 	}
 	defer stop(a.client)
-	a.phases = newPhaseWatcher(phases)
-	defer a.phases.close()
+	a.phases = phasefile.NewWatcher(phases)
+	defer a.phases.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // interrupted past it
 	defer cancel()
 	reason, detail := a.measure(ctx)
