@@ -14,6 +14,12 @@
 #   bench/gpu-check.sh broken   on the GPU machine: a broken variant of it (a 1 s
 #                               window budget for ten 400 ms steps, so no
 #                               window completes) that profile-windows must fail
+#   bench/gpu-check.sh power    on the GPU machine: protocols/gpu-power.yaml
+#                               (varying patterns, unpadded steps): the power
+#                               check's prediction from the burn-in, the
+#                               calibrated rule on representative windows and
+#                               on a window stalled on purpose, every window
+#                               re-judged by the literal rules, trace save times
 #   bench/gpu-check.sh smoke    on the GPU machine: protocols/gpu-smoke.yaml
 #                               (three stand-in runs through NVML), a foreign
 #                               process stopping preflight, NVML read costs
@@ -221,6 +227,66 @@ broken() {
   campaign $w/broken.yaml $w/runs/broken broken
 }
 
+power() {
+  local w=/tmp/warden-gpu-power m=/tmp/warden-gpu-power/manifests
+  rm -rf $w/runs/power; mkdir -p $w/runs $m
+  nvidia-smi --query-gpu=name,uuid,memory.used,power.draw,power.limit --format=csv | tee "$out/nvidia-smi.txt"
+  # uniform lengths: at saturation the steps' mix varies from step to step
+  bin/loadgen materialize --id U1 --kind synthetic --input-uniform 128:512 --output-fixed 16 --prefix none \
+    --arrival steady --num-requests 30000 --workload-seed 20261203 --out $m/U1.jsonl || exit 1
+  bin/loadgen materialize --id U2 --kind synthetic --input-uniform 256:1024 --output-fixed 16 --prefix none \
+    --arrival burst:8 --num-requests 30000 --workload-seed 20261203 --out $m/U2.jsonl || exit 1
+  campaign protocols/gpu-power.yaml $w/runs/power power
+  # every window again, by the literal rules and by the calibrated one; the
+  # burn-in's prediction and its trace's save
+  $PY - $w/runs/power <<'PY' 2>&1 | tee "$out/power-judged.txt"
+import glob, json, os, subprocess, sys
+d = sys.argv[1]
+def v(*args):
+    out = subprocess.run(["bin/controller", "validate"] + list(args) + ["-o", "json"], capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+for sd in sorted(glob.glob(d + "/runs/*/a*")):
+    run = os.path.basename(os.path.dirname(sd))
+    if run.startswith("burnin"):
+        r = v("power", "--result-dir", sd + "/client", "--layer1-dir", sd + "/opprof", "--reference-tail-s", "5", "--window-s", "2", "--step-s", "0.1")
+        f = r["figures"]
+        print("%s %s: power %s: reference %d steps, literal window pass %.3f over %d blocks (a 2-window run fails %.3f); recovery unit pass %.3f over %d samples" % (
+            run, os.path.basename(sd), r["verdict"], f.get("reference_steps", 0), f.get("power.representativeness.unit_pass_fraction", -1),
+            f.get("smd.self.blocks", 0), f.get("smd.self.false_failure_rate", -1), f.get("power.recovery.unit_pass_fraction", -1), f.get("recovery.self.samples", 0)))
+        for k in sorted(f):
+            if k.startswith("smd.self.") and k.endswith("pass_fraction"):
+                print("   ", k, round(f[k], 4))
+        pw = v("profile-windows", "--result-dir", sd + "/client", "--windows", "1")
+        print("   burn-in window: %s, trace ready %.2f s; traces %s" % (pw["verdict"], pw["figures"].get("trace_ready_s_max", -1),
+              [(os.path.basename(t), os.path.getsize(t)) for t in glob.glob(sd + "/traces/*.gz")]))
+        continue
+    common = ["--traces", sd + "/traces", "--tp", "1", "--windows", "2", "--layer1", sd + "/opprof", "--phases", sd + "/phases.jsonl"]
+    lit, cal = v("layer2", *common), v("layer2", *common, "--representativeness", "calibrated")
+    f = lit["figures"]
+    print("%s %s: literal %s, calibrated %s; |SMD| max per window %s; literal on C's own %d blocks: window pass %.3f, a run fails %.3f; calibrated thresholds %s" % (
+        run, os.path.basename(sd), lit["verdict"], cal["verdict"],
+        [round(f.get("w%d.smd_max" % k, -1), 3) for k in (0, 1)], f.get("smd.self.blocks", 0), f.get("smd.self.window_pass_fraction", -1),
+        f.get("smd.self.false_failure_rate", -1),
+        {k.split(".")[2]: round(x, 3) for k, x in cal["figures"].items() if k.startswith("smd.calibrated.") and k.endswith(".threshold")}))
+    if lit["verdict"] != "pass":
+        print("    literal:", lit["detail"][:400])
+    if cal["verdict"] != "pass":
+        print("    calibrated:", cal["detail"][:400])
+    rec = v("recovery", "--result-dir", sd + "/client", "--layer1-dir", sd + "/opprof", "--window-s", "2", "--step-s", "0.1", "--recovery-s", "8")
+    rf = rec["figures"]
+    print("    recovery (literal): %s; the clean samples lie in the band %.3f (rate %.3f, waiting %.3f) over %d; a run fails %.3f" % (
+        rec["verdict"], rf.get("recovery.self.unit_pass_fraction", -1), rf.get("recovery.self.rate_in_band_fraction", -1),
+        rf.get("recovery.self.waiting_in_band_fraction", -1), rf.get("recovery.self.samples", 0), rf.get("recovery.self.false_failure_rate", -1)))
+    if rec["verdict"] != "pass":
+        print("    recovery:", rec["detail"][:300])
+    pw = v("profile-windows", "--result-dir", sd + "/client", "--windows", "2")
+    print("    windows: %s, traces ready at most %.2f s; %s" % (pw["verdict"], pw["figures"].get("trace_ready_s_max", -1),
+          [(os.path.basename(t)[-30:], os.path.getsize(t)) for t in glob.glob(sd + "/traces/*.gz")]))
+PY
+  bin/ctlq events -d $w/runs/power 2>&1 | grep -i 'power' > "$out/power-check-events.txt"
+  bin/ctlq show -d $w/runs/power "$(ls $w/runs/power/runs | grep '^U1\.' | head -1)" | tail -12 > "$out/power-show-U1.txt" 2>&1
+}
+
 smoke() {
   work=$(mktemp -d)
   nvidia-smi --query-gpu=name,uuid,memory.used,power.draw --format=csv | tee "$out/nvidia-smi.txt"
@@ -272,7 +338,7 @@ PY
 [ $# -gt 0 ] || set -- phase3
 for mode in "$@"; do
   case $mode in
-    build|engine|phase3|broken|smoke) $mode || { echo "$mode failed"; exit 1; } ;;
-    *) echo "usage: $0 build|engine|phase3|broken|smoke ..." >&2; exit 2 ;;
+    build|engine|phase3|broken|power|smoke) $mode || { echo "$mode failed"; exit 1; } ;;
+    *) echo "usage: $0 build|engine|phase3|broken|power|smoke ..." >&2; exit 2 ;;
   esac
 done

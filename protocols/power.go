@@ -17,13 +17,21 @@ import (
 const (
 	MeasureRepresentativeness = "representativeness"
 	MeasureRecovery           = "recovery"
+	// MeasureProfileWindow is the profile windows' bound: the time a
+	// window's traces take to be complete against the judged runs'
+	// --profile-window-budget-seconds.
+	MeasureProfileWindow = "profile_window"
+	// DefaultHeadroom is a profile window bound's headroom over the
+	// slowest measured window.
+	DefaultHeadroom = 1.25
 )
 
 // measuredBy is what each of Warden's validate subcommands measures.
 var measuredBy = map[string][]string{
-	"layer2":   {MeasureRepresentativeness},
-	"recovery": {MeasureRecovery},
-	"power":    {MeasureRepresentativeness, MeasureRecovery},
+	"layer2":          {MeasureRepresentativeness},
+	"recovery":        {MeasureRecovery},
+	"power":           {MeasureRepresentativeness, MeasureRecovery},
+	"profile-windows": {MeasureProfileWindow},
 }
 
 // judgedBy is the subcommand that applies each measure's rule, and the
@@ -31,6 +39,7 @@ var measuredBy = map[string][]string{
 var judgedBy = map[string]struct{ subcommand, ruleFlag string }{
 	MeasureRepresentativeness: {"layer2", "--representativeness"},
 	MeasureRecovery:           {"recovery", "--rule"},
+	MeasureProfileWindow:      {"profile-windows", ""},
 }
 
 // Rules of a gate (validate's --representativeness and --rule).
@@ -39,7 +48,20 @@ const (
 	RuleCalibrated = "calibrated"
 	// DefaultCalibrationQuantile is validate's --calibration-quantile default.
 	DefaultCalibrationQuantile = 0.99
+	// RecoveryCalibrationQuantile is validate recovery's: a recovery
+	// failure gets no rerun, so the calibrated recovery rule needs a higher
+	// quantile for a campaign to complete (docs/validators.md).
+	RecoveryCalibrationQuantile = 0.995
 )
+
+// CalibrationQuantile is the calibrated rule's default quantile of a
+// measure.
+func CalibrationQuantile(measure string) float64 {
+	if measure == MeasureRecovery {
+		return RecoveryCalibrationQuantile
+	}
+	return DefaultCalibrationQuantile
+}
 
 // PowerCheckInfo is the power check of a plan.
 type PowerCheckInfo struct {
@@ -66,6 +88,11 @@ type PowerGateInfo struct {
 	// MeasuredBy are the runs before the check whose validators measure
 	// the gate's false-failure rate.
 	MeasuredBy []string `json:"measured_by"`
+	// Headroom is a profile window bound's over the slowest measured
+	// window (profile_window only).
+	Headroom float64 `json:"headroom,omitempty"`
+	// Amendment would fix the gate (the gate's, else the check's).
+	Amendment string `json:"amendment,omitempty"`
 }
 
 // PowerJudged is a judged run: its rule, the calibrated rule's quantile,
@@ -75,6 +102,9 @@ type PowerJudged struct {
 	Rule     string  `json:"rule"`
 	Quantile float64 `json:"quantile,omitempty"`
 	Units    int     `json:"units"`
+	// BudgetS is the run's profile window budget (its client's
+	// --profile-window-budget-seconds; loadgen's default 24).
+	BudgetS float64 `json:"budget_s,omitempty"`
 }
 
 // validatePowerCheck checks the block on its own (the runs are checked
@@ -98,7 +128,10 @@ func (b *builder) validatePowerCheck() {
 	seen := map[string]bool{}
 	each(pc.Gates, "power_check.gates", func(f string, g *PowerGate) {
 		if _, ok := judgedBy[g.Measure]; !ok {
-			c.add(g.Meta.At("measure"), f+".measure", "unknown measure %q (representativeness, recovery)", g.Measure)
+			c.add(g.Meta.At("measure"), f+".measure", "unknown measure %q (representativeness, recovery, profile_window)", g.Measure)
+		}
+		if _, given := g.Meta.Fields["headroom"]; given && (g.Measure != MeasureProfileWindow || !(g.Headroom >= 1)) {
+			c.add(g.Meta.At("headroom"), f+".headroom", "a headroom is a profile_window gate's, at least 1, got %v", g.Headroom)
 		}
 		if seen[g.Measure] {
 			c.add(g.Meta.At("measure"), f+".measure", "measure %q is named twice", g.Measure)
@@ -128,9 +161,19 @@ func (b *builder) powerCheck(plan *Plan) {
 	}
 	for gi, g := range pc.Gates {
 		f := fmt.Sprintf("power_check.gates[%d]", gi)
-		gate := PowerGateInfo{Measure: g.Measure, JudgedBy: g.JudgedBy}
-		if g.Measure == MeasureRepresentativeness {
-			gate.Retries = plan.Retries
+		gate := PowerGateInfo{Measure: g.Measure, JudgedBy: g.JudgedBy, Amendment: g.Amendment}
+		if gate.Amendment == "" {
+			gate.Amendment = pc.Amendment
+		}
+		switch g.Measure {
+		case MeasureRepresentativeness, MeasureProfileWindow:
+			gate.Retries = plan.Retries // profile-artifact failures
+		}
+		if g.Measure == MeasureProfileWindow {
+			gate.Headroom = DefaultHeadroom
+			if g.Headroom != 0 {
+				gate.Headroom = g.Headroom
+			}
 		}
 		for _, r := range plan.Runs[:first] {
 			if slices.ContainsFunc(r.Validators, func(v ValidatorSpec) bool { return slices.Contains(validatorMeasures(v.Command.Argv), g.Measure) }) {
@@ -187,8 +230,8 @@ func judgedRun(r Run, argv []string, measure string) (PowerJudged, string) {
 	if sub := validateSubcommand(argv); sub != want.subcommand {
 		return j, fmt.Sprintf("the judging validator is not `controller validate %s`, so the %s rule it applies cannot be told", want.subcommand, measure)
 	}
-	quantile := DefaultCalibrationQuantile
-	for i := 3; i < len(argv); i++ {
+	quantile := CalibrationQuantile(measure)
+	for i := 3; i < len(argv) && want.ruleFlag != ""; i++ {
 		name, val, eq := cutFlag(argv[i])
 		if !eq && i+1 < len(argv) {
 			val = argv[i+1]
@@ -216,26 +259,46 @@ func judgedRun(r Run, argv []string, measure string) (PowerJudged, string) {
 		return j, why
 	}
 	j.Units = n
+	if measure == MeasureProfileWindow {
+		j.Rule, j.BudgetS = "", 24
+		if v, ok := flagValue(r.Client.Argv, "--profile-window-budget-seconds"); ok {
+			b, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(b > 0) {
+				return j, fmt.Sprintf("its client's --profile-window-budget-seconds %q is not a number of seconds", v)
+			}
+			j.BudgetS = b
+		}
+	}
 	return j, ""
 }
 
-// profileWindows is the client's --num-profile-windows.
-func profileWindows(argv []string) (int, string) {
+// flagValue is a flag's value in an argument vector (--name VALUE or
+// --name=VALUE).
+func flagValue(argv []string, flag string) (string, bool) {
 	for i := 0; i < len(argv); i++ {
 		name, val, eq := cutFlag(argv[i])
-		if name != "--num-profile-windows" {
+		if name != flag {
 			continue
 		}
 		if !eq && i+1 < len(argv) {
 			val = argv[i+1]
 		}
-		n, err := strconv.Atoi(val)
-		if err != nil || n < 1 {
-			return 0, fmt.Sprintf("its client's --num-profile-windows %q is not a count of windows", val)
-		}
-		return n, ""
+		return val, true
 	}
-	return 0, "its client gives no --num-profile-windows: how many windows (and recoveries) a run holds cannot be told"
+	return "", false
+}
+
+// profileWindows is the client's --num-profile-windows.
+func profileWindows(argv []string) (int, string) {
+	val, ok := flagValue(argv, "--num-profile-windows")
+	if !ok {
+		return 0, "its client gives no --num-profile-windows: how many windows (and recoveries) a run holds cannot be told"
+	}
+	n, err := strconv.Atoi(val)
+	if err != nil || n < 1 {
+		return 0, fmt.Sprintf("its client's --num-profile-windows %q is not a count of windows", val)
+	}
+	return n, ""
 }
 
 // cutFlag splits --name=value; eq says a value was joined to it.

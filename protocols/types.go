@@ -87,14 +87,23 @@ type PowerCheck struct {
 // PowerGate is one gate the power check judges.
 type PowerGate struct {
 	Meta Meta `yaml:"-"`
-	// Measure is representativeness (layer2's SMD rule) or recovery.
+	// Measure is representativeness (layer2's SMD rule), recovery, or
+	// profile_window (a window's traces complete within the judged runs'
+	// budget, judged by validate profile-windows).
 	Measure string `yaml:"measure" warden:"required"`
 	// JudgedBy names the validator that applies the gate's rule: a
-	// `controller validate layer2` (representativeness) or `validate
-	// recovery` command, whose --representativeness / --rule and
-	// --calibration-quantile say the rule in force; its runs are the
-	// judged ones.
+	// `controller validate layer2` (representativeness), `validate
+	// recovery` or `validate profile-windows` (profile_window) command,
+	// whose --representativeness / --rule and --calibration-quantile say
+	// the rule in force; its runs are the judged ones.
 	JudgedBy string `yaml:"judged_by" warden:"required"`
+	// Headroom (profile_window only; default 1.25) is how much longer
+	// than the slowest measured window a judged run's window budget must
+	// be.
+	Headroom float64 `yaml:"headroom"`
+	// Amendment names the dated amendment that would fix this gate, in a
+	// stop it causes; default the power check's own amendment.
+	Amendment string `yaml:"amendment"`
 }
 
 // Host is the machine the protocol was frozen for.
@@ -451,6 +460,13 @@ type Capacity struct {
 	// 1); default 1.2.
 	Overload float64 `yaml:"overload"`
 	SLO      SLO     `yaml:"slo" warden:"required"` // the bounds a point must meet to pass
+	// OnNonMonotonic is stop (default) or continue: what the campaign
+	// does when a point shows the search's verdicts not monotonic (it
+	// fails the SLO at a rate no higher than one that passed it, so the
+	// found rate is not a capacity): stop for review
+	// (capacity-not-monotonic; a resume runs the remaining points), or go
+	// on. Status, events and the report say so either way.
+	OnNonMonotonic string `yaml:"on_non_monotonic"`
 }
 
 // SLO is a capacity search's pre-registered service-level objective: each

@@ -370,7 +370,11 @@ class Engine:
                 continue
             sched.append((r, n))
             budget -= n
-        while self.waiting and len(self.running) < self.args.max_num_seqs and budget > 0:
+        # --stall-during-profile: no request is admitted while a profile
+        # window is open (a stall during the window only, to make a window
+        # unrepresentative on purpose)
+        admit = not (getattr(self.args, "stall_during_profile", False) and getattr(self, "profiler", None) is not None)
+        while admit and self.waiting and len(self.running) < self.args.max_num_seqs and budget > 0:
             r = self.waiting.popleft()
             if r.cancelled:
                 continue
@@ -1006,6 +1010,8 @@ def main():
     p.add_argument("--flush-interval-s", type=float, default=1.0)
     p.add_argument("--shutdown-timeout", type=float, default=0.0, help="seconds in-flight requests get after SIGTERM")
     p.add_argument("--idle-timeout-s", type=float, default=5.0, help="close a keep-alive connection idle this long")
+    p.add_argument("--stall-during-profile", action="store_true",
+                   help="admit no request while a profile window is open: a window made unrepresentative on purpose")
     p.add_argument("--min-step-ms", type=float, default=0.0, help="pad every engine step to this long, back-to-back steps on a fixed grid (a GPU-bound engine)")
     p.add_argument("--fake-step-ms", type=float, default=5.0)
     p.add_argument("--fake-token-us", type=float, default=2.0)

@@ -334,6 +334,23 @@ class ProfilerTest(unittest.TestCase):
             self.assertEqual(len(execs), 8)
             self.assertTrue(all(re.match(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$", e) for e in execs))
 
+    def test_a_stall_during_the_window_admits_nothing_while_it_is_open(self):
+        l1 = os.path.join(self.tmp, "opprof")
+        self.start("--stall-during-profile", "--layer1-dir", l1, "--flush-interval-s", "0.1")
+        until(lambda: os.path.exists(os.path.join(l1, "layer1.jsonl")), "the Layer-1 stream")
+        self.assertEqual(self.s.post("/start_profile")[0], 200)
+        until(lambda: len(self.files()) == 1, "the window's trace")
+        self.assertEqual(self.s.post("/stop_profile")[0], 200)
+        self.stop_load.set()
+        self.assertEqual(self.s.term(), 0)
+        recs = [r for r in lines(os.path.join(l1, "layer1.jsonl")) if not r.get("footer")]
+        profiled = [r for r in recs if r["profiling"]]
+        self.assertGreaterEqual(len(profiled), 10)
+        # no request joins the running set while the window is open
+        running = [r["num_running_reqs"] for r in profiled]
+        self.assertEqual(running, sorted(running, reverse=True), running)
+        self.assertTrue(any(r["num_waiting_reqs"] for r in profiled), "nothing waited: the stall was not tried")
+
     def test_an_early_stop_saves_a_truncated_window(self):
         self.start("--min-step-ms", "100")
         self.assertEqual(self.s.post("/start_profile")[0], 200)

@@ -75,10 +75,17 @@ func TestSeedLayer2(t *testing.T) {
 					!regexp.MustCompile(`(?m)^  2 +0 +norm_elementwise \d+\.\d%, moe_gemm .* +\d+\.\d% +joined +0\.\d{3}$`).Match(out) {
 					t.Fatalf("ctlq show (%v):\n%s", err, out)
 				}
+				// and the layer2 verdict's own false-failure rate on the run's clean data
+				if !regexp.MustCompile(`(?m)^  attempt 1 validator:layer2: representativeness \(judged by the literal rule\): on \d+ blocks of the clean segment C the literal rule passes \d+\.\d% of representative windows; a representative run fails it \d+\.\d% of the time$`).Match(out) {
+					t.Fatalf("ctlq show has no false-failure line:\n%s", out)
+				}
 				// and the report has the same rows
 				html, err := exec.Command(ctlqBin, "report", "-d", c.dir, "-o", "-").Output()
 				if err != nil || !regexp.MustCompile(`<td class="mono">p1.saturation</td><td class="num">1</td><td class="mono">validator:layer2</td><td class="num">2</td><td class="num">0</td><td>norm_elementwise \d+\.\d%, moe_gemm [^<]*</td><td class="num">\d+\.\d%</td><td>joined</td><td class="num">0\.\d{3}</td>`).Match(html) {
 					t.Fatalf("ctlq report (%v) has no Layer-2 window row", err)
+				}
+				if !regexp.MustCompile(`<td class="mono">p1.saturation</td><td class="num">1</td><td class="mono">validator:layer2</td><td>representativeness</td><td>literal rule</td><td class="num">\d+</td><td class="num">\d+\.\d%</td><td class="num( bad)?">\d+\.\d%</td>`).Match(html) {
+					t.Fatalf("ctlq report has no false-failure row")
 				}
 			}},
 		// stop condition 7: no rerun cures a mapping that leaves most kernels unmatched

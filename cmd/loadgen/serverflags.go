@@ -27,7 +27,7 @@ func bindExtFlags(cmd *cobra.Command, f *extFlags) {
 	fl.StringVar(&f.tracesDir, "profile-traces-dir", "", "the server's trace directory: each profile window waits, within --profile-window-budget-seconds, for a new complete trace per rank there before /stop_profile")
 	fl.IntVar(&f.ranks, "profile-ranks", 1, "trace files expected per profile window (one per TP rank)")
 	fl.StringVar(&f.tracePattern, "profile-trace-pattern", loadgen.DefaultTracePattern, "glob of the trace files in --profile-traces-dir")
-	fl.StringVar(&f.layer1Stream, "profile-layer1-stream", "", "the server's Layer-1 JSONL stream: without --profile-traces-dir, a window waits for it to grow by warm-up + active steps; with it, the growth is recorded")
+	fl.StringVar(&f.layer1Stream, "profile-layer1-stream", "", "the server's Layer-1 JSONL stream, or a directory holding exactly one: without --profile-traces-dir, a window waits for it to grow by warm-up + active steps; with it, the growth is recorded (and tells a late window from a truncated one)")
 	fl.StringVar(&f.serverKind, "server-kind", "auto", "the server streaming the responses: vllm, sglang, vllm-omni, sglang-omni, or auto (either reasoning field)")
 	fl.StringSliceVar(&f.modalities, "modalities", nil, "chat only: the output modalities asked for (such as text,audio); with audio, streamed audio chunks are recorded and summarized")
 	fl.Int64Var(&f.minAudioSamples, "min-audio-samples", loadgen.DefaultMinAudioSamples, "samples per channel an audio chunk needs to be the first playable one (TTFA); header-only and empty chunks never are")

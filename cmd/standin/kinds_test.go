@@ -95,6 +95,19 @@ func TestProfilerStepSchedule(t *testing.T) {
 			t.Fatalf("steps %v, want [2 3 4 5] as vLLM writes a 5-step window", got)
 		}
 	})
+	t.Run("a stop during the save", func(t *testing.T) {
+		// --profiler-save-s: the save after the last active step takes its
+		// time; a stop then returns once the whole window is written
+		p, ticks, dir := stepProfiler(t, profilerSchedule{warmup: 2, active: 8, saveS: 0.3})
+		p.begin()
+		step(t, p, ticks, 10)
+		if err := p.stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := traceSteps(t, dir); len(got) != 1 || !slices.Equal(got[0], []int{2, 3, 4, 5, 6, 7, 8, 9}) {
+			t.Fatalf("traces when the stop returned: %v, want the whole window", got)
+		}
+	})
 	t.Run("warm-up", func(t *testing.T) {
 		p, ticks, dir := stepProfiler(t, profilerSchedule{warmup: 2, active: 8})
 		p.begin()

@@ -36,6 +36,10 @@ type profilerSchedule struct {
 	stepS          float64 // seconds per engine step; 0: the window ends at /stop_profile
 	warmup, active int
 	reused         bool
+	// saveS is how long the trace's save takes after the last active step
+	// (a real server's export of a large trace); a /stop_profile during it
+	// returns once it is written, as vLLM's synchronous stop does.
+	saveS float64
 }
 
 func addProfilerFlags(f *pflag.FlagSet, s *profilerSchedule) {
@@ -43,10 +47,11 @@ func addProfilerFlags(f *pflag.FlagSet, s *profilerSchedule) {
 	f.IntVar(&s.warmup, "profiler-warmup-iterations", 2, "the schedule's warm-up steps (vLLM's warmup_iterations)")
 	f.IntVar(&s.active, "profiler-active-iterations", 8, "the schedule's active steps (vLLM's active_iterations)")
 	f.BoolVar(&s.reused, "profiler-reused", false, "misbehave as unpatched vLLM: every profile window after the first writes no trace")
+	f.Float64Var(&s.saveS, "profiler-save-s", 0, "with --profiler-step-s: seconds the trace's save takes after the last active step; a /stop_profile during it returns once the trace is written")
 }
 
 func (s profilerSchedule) validate() error {
-	if s.stepS < 0 || s.warmup < 0 || s.active < 1 {
+	if s.stepS < 0 || s.warmup < 0 || s.active < 1 || s.saveS < 0 {
 		return errors.New("--profiler-step-s must not be negative, --profiler-warmup-iterations not negative, --profiler-active-iterations positive")
 	}
 	return nil
@@ -70,8 +75,9 @@ type profiler struct {
 	startNS int64 // CLOCK_MONOTONIC at /start_profile
 	window  int
 	steps   int           // engine steps run in the open window
-	saved   bool          // the open window's trace is written
+	saved   bool          // the open window's trace is written (or being saved)
 	halt    chan struct{} // closed by /stop_profile: the stepper ends
+	saving  chan struct{} // closed when a save in progress (--profiler-save-s) has written the trace
 	// ticks, when set, replaces the step timer (tests step by hand).
 	ticks func() (<-chan time.Time, func())
 }
@@ -135,6 +141,16 @@ func (p *profiler) stepper(halt <-chan struct{}, window int) {
 		done := p.steps >= p.cfg.sched.warmup+p.cfg.sched.active
 		if done && !p.saved {
 			p.saved = true
+			if save := p.cfg.sched.saveS; save > 0 {
+				// the save takes its time; a stop waits for it
+				saving := make(chan struct{})
+				p.saving = saving
+				p.mu.Unlock()
+				time.Sleep(seconds(save))
+				p.mu.Lock()
+				p.saving = nil
+				defer close(saving)
+			}
 			if err := p.write(p.cfg.sched.warmup, p.cfg.sched.warmup+p.cfg.sched.active-1); err != nil {
 				newLogger("server").Warn("profiler: trace not written", "err", err)
 			}
@@ -157,6 +173,12 @@ func (p *profiler) stepTicks() (<-chan time.Time, func()) {
 
 func (p *profiler) stop() error {
 	p.mu.Lock()
+	if saving := p.saving; saving != nil {
+		// a save in progress: the stop returns once the trace is written
+		p.mu.Unlock()
+		<-saving
+		p.mu.Lock()
+	}
 	defer p.mu.Unlock()
 	if !p.open {
 		return nil

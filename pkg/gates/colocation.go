@@ -22,6 +22,9 @@ import (
 type Measurement struct {
 	Throughput float64
 	Figures    map[string]float64
+	// Segments are the clean segments' own throughputs, when the result
+	// gives them (ReadSegmentThroughputs): the throughput's noise.
+	Segments []float64
 }
 
 // Colocation is the co-location validity check of A-P3-1 item 4: the
@@ -37,8 +40,9 @@ type Measurement struct {
 // throughput is negative or not finite, or a tolerance is not positive.
 //
 // Figures: t_solo, t_coloc, ratio (T_coloc/T_solo), throughput_tol,
-// figure_tol, and diff_<key> (coloc minus solo) for each solo key present
-// in coloc.
+// figure_tol, diff_<key> (coloc minus solo) for each solo key present in
+// coloc, and, where both measurements give their segments, the throughput
+// criterion's own false-failure rate (throughputSelf).
 //
 // A fail withholds the regime under test: the caller records it and
 // falls back to the protocol's next regime (eight-way to four-way); when
@@ -61,6 +65,7 @@ func Colocation(solo, coloc Measurement, throughputTol, figureTol float64, now t
 	var problems []string
 	ratio := coloc.Throughput / solo.Throughput
 	v.Figures["ratio"] = ratio
+	throughputSelf(v.Figures, solo, coloc, ratio, throughputTol)
 	if !(math.Abs(ratio-1) < throughputTol) {
 		problems = append(problems, fmt.Sprintf("throughput ratio %.4f (co-located %.4f, solo %.4f) is not within %.4f of 1", ratio, coloc.Throughput, solo.Throughput, throughputTol))
 	}
@@ -81,6 +86,76 @@ func Colocation(solo, coloc Measurement, throughputTol, figureTol float64, now t
 		v.Detail = strings.Join(problems, "; ")
 	}
 	return v
+}
+
+// throughputSelf is the throughput criterion's own false-failure rate,
+// where the data allow it: each target's clean throughput is the mean of
+// its clean segments' (the seed's three of 80 s), so its standard error is
+// their sd over sqrt(segments), and the ratio's, ratio x hypot of the two
+// relative errors; under no effect (a normal approximation)
+// |ratio - 1| >= tol with probability erfc(tol / (se sqrt 2)). Three
+// segments estimate the sd roughly: the figure says how noisy the
+// criterion is, not more. Figures throughput.self.se_ratio and
+// throughput.self.false_failure_rate; none with fewer than two segments
+// on either side.
+func throughputSelf(figs map[string]float64, solo, coloc Measurement, ratio, tol float64) {
+	rel := func(m Measurement) (float64, bool) {
+		n := len(m.Segments)
+		if n < 2 {
+			return 0, false
+		}
+		mean, ss := 0.0, 0.0
+		for _, x := range m.Segments {
+			mean += x
+		}
+		mean /= float64(n)
+		for _, x := range m.Segments {
+			ss += (x - mean) * (x - mean)
+		}
+		if mean <= 0 {
+			return 0, false
+		}
+		return math.Sqrt(ss/float64(n-1)/float64(n)) / mean, true
+	}
+	rs, ok1 := rel(solo)
+	rc, ok2 := rel(coloc)
+	if !ok1 || !ok2 {
+		return
+	}
+	se := ratio * math.Hypot(rs, rc)
+	figs["throughput.self.se_ratio"] = se
+	ffr := 0.0
+	if se > 0 {
+		ffr = math.Erfc(tol / (se * math.Sqrt2))
+	}
+	figs["throughput.self.false_failure_rate"] = ffr
+}
+
+// ReadSegmentThroughputs reads, from a load client's result.json
+// (docs/loadgen.md), the completed-request throughput of each clean
+// segment: succeeded over seconds. None when it has no clean segment.
+func ReadSegmentThroughputs(path string) ([]float64, error) {
+	b, err := safefile.ReadFile(path, maxResultBytes)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Segments []struct {
+			Kind      string  `json:"kind"`
+			Succeeded float64 `json:"succeeded"`
+			Seconds   float64 `json:"seconds"`
+		} `json:"segments"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []float64
+	for _, s := range doc.Segments {
+		if s.Kind == "clean" && s.Seconds > 0 {
+			out = append(out, s.Succeeded/s.Seconds)
+		}
+	}
+	return out, nil
 }
 
 // ErrNoField is returned (wrapped) by ReadThroughput when the dotted path

@@ -158,3 +158,21 @@ func TestColocationF3(t *testing.T) {
 		}
 	}
 }
+
+// The throughput criterion's own false-failure rate: the solo target's
+// clean segments ran 10, 11 and 9 requests/s (sd 1, the mean's relative
+// error 0.0577), the co-located target's 10, 10, 10; with no effect at all
+// |ratio - 1| >= 0.03 has probability erfc(0.03 / (0.0577 sqrt 2)) =
+// 0.6033. Without segments on either side, no figure.
+func TestColocationThroughputSelf(t *testing.T) {
+	now := time.Unix(0, 0)
+	v := Colocation(Measurement{Throughput: 10, Segments: []float64{10, 11, 9}}, Measurement{Throughput: 10, Segments: []float64{10, 10, 10}}, 0.03, 0.03, now)
+	if v.Verdict != Pass || math.Abs(v.Figures["throughput.self.se_ratio"]-0.05773502691896258) > 1e-12 ||
+		math.Abs(v.Figures["throughput.self.false_failure_rate"]-0.6033317722918666) > 1e-9 {
+		t.Fatalf("%+v", v)
+	}
+	v = Colocation(Measurement{Throughput: 10}, Measurement{Throughput: 10, Segments: []float64{10, 10, 10}}, 0.03, 0.03, now)
+	if _, ok := v.Figures["throughput.self.false_failure_rate"]; ok {
+		t.Fatalf("no solo segments: %+v", v)
+	}
+}

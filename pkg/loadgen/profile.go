@@ -51,6 +51,11 @@ const (
 	WindowIncomplete = "incomplete"
 	// WindowNotObserved: the legacy fixed hold; nothing was watched.
 	WindowNotObserved = "not-observed"
+	// WindowLate: the server ran every step of its window before
+	// /stop_profile (the Layer-1 stream grew by warm-up + active steps),
+	// and its traces were complete only after the budget: whole, not
+	// truncated, but past the bound (Failure gives both times).
+	WindowLate = "late"
 )
 
 // DefaultTracePattern matches the torch profiler's gzipped Chrome traces
@@ -67,9 +72,11 @@ type ProfileWait struct {
 	Ranks int
 	// TracePattern is the trace files' glob; DefaultTracePattern if empty.
 	TracePattern string
-	// Layer1Stream is the server's Layer-1 JSONL stream: without
-	// TracesDir, the window waits for it to grow by warm-up + active
-	// records; with TracesDir its growth is recorded as steps seen.
+	// Layer1Stream is the server's Layer-1 JSONL stream, or a directory
+	// holding exactly one: without TracesDir, the window waits for it to
+	// grow by warm-up + active records; with TracesDir its growth is
+	// recorded as steps seen, which tells a late window from a truncated
+	// one.
 	Layer1Stream string
 	// Poll is how often the sources are looked at; 100 ms if zero.
 	Poll time.Duration
@@ -136,6 +143,12 @@ type ProfileWindow struct {
 	// counts the complete ones.
 	Traces      []TraceFile `json:"traces"`
 	TracesFound int         `json:"traces_found"`
+	// TraceReadyS is the time from the /start_profile call to when every
+	// rank's trace was seen complete: at a poll before /stop_profile, or
+	// at the /stop_profile return for traces first complete after it
+	// (the server's synchronous save returns with the stop). Absent when
+	// they never were.
+	TraceReadyS *float64 `json:"trace_ready_s,omitempty"`
 }
 
 // TraceFile is one trace the server wrote during a window. Only its name
@@ -177,6 +190,7 @@ type traceWatch struct {
 	seen         map[string]*TraceFile
 	order        []string
 	sizes        map[string]int64 // last size of a file not yet complete
+	readyAt      int64            // when every rank's trace was first seen complete before the stop
 }
 
 func newTraceWatch(p ProfileWait) *traceWatch {
@@ -309,6 +323,15 @@ type stepWatch struct {
 }
 
 func newStepWatch(path string) *stepWatch {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		// a directory: the one stream in it (the server's Layer-1
+		// directory, VLLM_OPPROF_DIR); none or several: no steps seen
+		ms, _ := filepath.Glob(filepath.Join(path, "*.jsonl"))
+		path = filepath.Join(path, "*.jsonl (none or several)")
+		if len(ms) == 1 {
+			path = ms[0]
+		}
+	}
 	w := &stepWatch{path: path}
 	if f, err := os.Open(path); err == nil {
 		if st, err := f.Stat(); err == nil && st.Size() > 0 {
@@ -398,8 +421,16 @@ func (r *run) profileWindow(ctx context.Context, w int, wait func(int64) bool) (
 	pw.StopStatus, pw.StopError = r.post(ctx, "/stop_profile")
 	pw.StopReturnMonoNS = r.clock.Now()
 	if traces != nil {
+		if ended {
+			ready := float64(traces.readyAt-pw.StartCallMonoNS) / 1e9
+			pw.TraceReadyS = &ready
+		}
 		traces.scan(true, true)
 		pw.Traces, pw.TracesFound = traces.files()
+		if !ended && pw.StopStatus == 200 && len(traces.missing()) == 0 {
+			ready := float64(pw.StopReturnMonoNS-pw.StartCallMonoNS) / 1e9
+			pw.TraceReadyS = &ready
+		}
 	}
 	pw.Outcome, pw.Failure = judgeWindow(pw, ended, traces)
 	return pw, true
@@ -417,6 +448,7 @@ func (r *run) waitWindow(traces *traceWatch, steps *stepWatch, need int, deadlin
 		if traces != nil {
 			traces.scan(false, false)
 			if len(traces.missing()) == 0 {
+				traces.readyAt = r.clock.Now()
 				return true, true
 			}
 		} else if steps.steps() >= int64(need) {
@@ -456,7 +488,16 @@ func judgeWindow(pw ProfileWindow, ended bool, traces *traceWatch) (string, stri
 	if len(miss) > 0 {
 		return WindowIncomplete, fmt.Sprintf("no complete trace for rank(s) %v within the %s s budget, nor after /stop_profile", miss, budget)
 	}
-	return WindowIncomplete, fmt.Sprintf("the server's window had not ended within the %s s budget: /stop_profile cut it short and its traces were written on the stop (a truncated window)", budget)
+	ready := strconv.FormatFloat(*pw.TraceReadyS, 'f', 3, 64)
+	switch {
+	case pw.StepsSeen != nil && *pw.StepsSeen >= int64(pw.StepsNeeded):
+		return WindowLate, fmt.Sprintf("late, not truncated: the server ran all %d steps of its window before /stop_profile (%d Layer-1 steps seen), and its traces were complete %s s after /start_profile, past the %s s budget",
+			pw.StepsNeeded, *pw.StepsSeen, ready, budget)
+	case pw.StepsSeen != nil:
+		return WindowIncomplete, fmt.Sprintf("the server ran %d of the %d steps of its window within the %s s budget: /stop_profile cut it short and its traces were written on the stop, complete %s s after /start_profile (a truncated window)",
+			*pw.StepsSeen, pw.StepsNeeded, budget, ready)
+	}
+	return WindowIncomplete, fmt.Sprintf("the traces were complete only on the stop, %s s after /start_profile, past the %s s budget: a truncated window or a late one, which the client cannot tell without the Layer-1 stream (--profile-layer1-stream); the layer2 validator judges its steps", ready, budget)
 }
 
 func statusText(status int, errText string) string {

@@ -26,6 +26,11 @@ type fakeProfiler struct {
 	step         time.Duration
 	reuse        bool
 	layer1       string // when set, one line per step is appended
+	// atStart, when set, is the Layer-1 lines appended at /start_profile
+	// (the steps run at once) instead of one per step; the window's trace
+	// is then written only at /stop_profile, which returns once it is (a
+	// save still in progress at the stop, as vLLM's synchronous stop).
+	atStart int
 
 	mu      sync.Mutex
 	window  int
@@ -59,6 +64,12 @@ func (f *fakeProfiler) handler() http.Handler {
 		stop := make(chan struct{})
 		f.stopped = stop
 		f.mu.Unlock()
+		if f.atStart > 0 {
+			fh, _ := os.OpenFile(f.layer1, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+			fh.WriteString(strings.Repeat(`{"step":1}`+"\n", f.atStart))
+			fh.Close()
+			return
+		}
 		f.wg.Add(1)
 		go func() { // ends at the window's last step or its stop
 			defer f.wg.Done()
@@ -153,6 +164,34 @@ func TestProfileWindowPastBudget(t *testing.T) {
 	}
 	if w.TracesFound != 1 || !w.Traces[0].AfterStop {
 		t.Fatalf("traces %+v", w.Traces)
+	}
+}
+
+// TestProfileWindowLateOrTruncated: a window whose traces are complete
+// only on the stop is late when the server had run all its steps before
+// /stop_profile (the Layer-1 stream grew by 10), with both times; a
+// truncated one when it had not (5 of 10 steps).
+func TestProfileWindowLateOrTruncated(t *testing.T) {
+	for _, tc := range []struct {
+		steps   int
+		outcome string
+		failure string
+	}{
+		{10, WindowLate, "late, not truncated: the server ran all 10 steps of its window before /stop_profile (10 Layer-1 steps seen), and its traces were complete "},
+		{5, WindowIncomplete, "the server ran 5 of the 10 steps of its window within the 0.2 s budget: /stop_profile cut it short"},
+	} {
+		dir := t.TempDir()
+		l1 := filepath.Join(dir, "opprof", "layer1.jsonl")
+		os.MkdirAll(filepath.Dir(l1), 0o755)
+		os.WriteFile(l1, nil, 0o644)
+		f := &fakeProfiler{dir: dir, ranks: 1, layer1: l1, atStart: tc.steps}
+		// the Layer-1 stream given as its directory, the server's VLLM_OPPROF_DIR
+		res := runWindows(t, f, 200*time.Millisecond, ProfileWait{TracesDir: dir, Ranks: 1, Layer1Stream: filepath.Dir(l1), Poll: 10 * time.Millisecond})
+		w := res.ProfileWindows[0]
+		if w.Outcome != tc.outcome || !strings.Contains(w.Failure, tc.failure) || w.TraceReadyS == nil || *w.TraceReadyS < 0.2 ||
+			!strings.Contains(w.Failure, "past the 0.2 s budget") && tc.outcome == WindowLate {
+			t.Fatalf("%d steps: window %+v (ready %v)", tc.steps, w, w.TraceReadyS)
+		}
 	}
 }
 

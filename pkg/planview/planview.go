@@ -126,7 +126,10 @@ func writePowerCheck(w io.Writer, p *protocols.Plan) {
 		var order []string
 		for _, j := range g.Judged {
 			r := j.Rule
-			if j.Rule == protocols.RuleCalibrated {
+			switch {
+			case g.Measure == protocols.MeasureProfileWindow:
+				r = fmt.Sprintf("with a %g s budget and headroom %g", j.BudgetS, g.Headroom)
+			case j.Rule == protocols.RuleCalibrated:
 				r = fmt.Sprintf("calibrated at %g", j.Quantile)
 			}
 			if rules[r] == 0 {

@@ -161,6 +161,7 @@ type Data struct {
 	Sanity      []sanityRow
 	Notes       []string // sanity findings, in words
 	Windows     []reportWindow
+	SelfChecks  []reportSelfCheck
 	Capacity    []capacityView // the capacity searches, with the rate each found
 	Unit        string
 	Stderr      []runStderr // the ends of failed processes' stderr
@@ -299,6 +300,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 	d.Sanity, d.Notes = sanity(rep)
 	d.Notes = append(d.Notes, gapNotes(rep.ControllerGaps)...)
 	d.Windows = reportWindows(rep)
+	d.SelfChecks = reportSelfChecks(rep)
 	d.Capacity = capacitySearches(rep, plan)
 	d.Stderr = stderrOf(dir, rep, plan)
 	return d
@@ -716,6 +718,33 @@ type reportWindow struct {
 	OtherOpaque           string
 	Join, SMD             string
 	Bad                   bool // not classifiable (other + opaque above 30%)
+}
+
+// reportSelfCheck is one verdict's false-failure rate of a gate that
+// judges a sample (views.SelfChecks).
+type reportSelfCheck struct {
+	Run, Gate, Measure, Rule string
+	Attempt, Samples         int
+	UnitPass, RunFail        string
+	High                     bool // a representative run fails more often than not
+}
+
+// reportSelfChecks lists the false-failure rates every run's validators
+// measured on its own data.
+func reportSelfChecks(rep api.Report) []reportSelfCheck {
+	var out []reportSelfCheck
+	for _, rd := range rep.Runs {
+		for _, g := range rd.Gates {
+			if !strings.HasPrefix(g.Gate, "validator:") {
+				continue
+			}
+			for _, r := range views.SelfChecks(g) {
+				out = append(out, reportSelfCheck{Run: rd.Run.ID, Gate: g.Gate, Measure: r.Measure, Rule: r.RuleText(), Attempt: r.Attempt,
+					Samples: r.Samples, UnitPass: fmt.Sprintf("%.1f%%", 100*r.UnitPass), RunFail: fmt.Sprintf("%.1f%%", 100*r.RunFail), High: r.RunFail > 0.5})
+			}
+		}
+	}
+	return out
 }
 
 // reportWindows lists the windows of every run's validator verdicts.

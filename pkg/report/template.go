@@ -132,7 +132,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{if .Capacity}}<h2>Capacity searches</h2>
 <p class="muted">Each search's judged points on the arrival-rate axis (above: the SLO held; below: it did not; grey: it could not be judged), and the rate found: the largest that held, to the search's resolution, as the controller decided from the same records.</p>
 {{- range .Capacity}}
-<h3 style="font-size:14px;margin:12px 0 0" class="capacity-search"><span class="mono">{{.Search}}</span>: {{if gt .Found 0.0}}found <span class="num">{{printf "%.4g" .Found}}</span> requests/s{{else if .Stop}}stopped ({{.Stop}}){{else}}searching{{end}}</h3>
+<h3 style="font-size:14px;margin:12px 0 0" class="capacity-search"><span class="mono">{{.Search}}</span>: {{if gt .Found 0.0}}found <span class="num">{{printf "%.4g" .Found}}</span> requests/s{{else if .Stop}}stopped ({{.Stop}}){{else}}searching{{end}}{{if .NotMonotonic}}: <strong class="not-a-capacity">not a capacity</strong>: {{.NotMonotonic}}{{end}}</h3>
 {{.SVG}}
 <table><thead><tr><th>point</th><th>rate (requests/s)</th><th>SLO</th><th>detail</th></tr></thead><tbody>
 {{- range .Points}}
@@ -151,6 +151,17 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{- end}}
 </tbody>
 </table>{{else}}<p class="muted">No Layer-2 windows.</p>{{end}}
+
+<h2>False-failure rates of the gates that judge a sample</h2>
+{{if .SelfChecks}}<p class="muted">How often each run's literal representativeness and recovery rules fail its own representative data: C's own 8-step blocks against the rest of C, the clean segments' own rolling samples against C's medians (docs/validators.md). A verdict stands as its rule gave it; these say how much of it is noise.</p>
+<table>
+<thead><tr><th>run</th><th>attempt</th><th>verdict of</th><th>gate</th><th>rule</th><th>samples</th><th>literal pass, one unit</th><th>a representative run fails</th></tr></thead>
+<tbody>
+{{- range .SelfChecks}}
+<tr><td class="mono">{{.Run}}</td><td class="num">{{.Attempt}}</td><td class="mono">{{.Gate}}</td><td>{{.Measure}}</td><td>{{.Rule}}</td><td class="num">{{.Samples}}</td><td class="num">{{.UnitPass}}</td><td class="num{{if .High}} bad{{end}}">{{.RunFail}}</td></tr>
+{{- end}}
+</tbody>
+</table>{{else}}<p class="muted">No gate measured its own false-failure rate.</p>{{end}}
 
 <h2>GPU traces</h2>
 {{if .Traces}}{{range .Traces}}<h3 style="font-size:14px;margin:12px 0 0">{{.Title}}</h3>{{.SVG}}{{end}}{{else}}<p class="muted">No GPU samples.</p>{{end}}

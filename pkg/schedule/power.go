@@ -31,6 +31,9 @@ type Measurement struct {
 	Measure  string
 	UnitPass float64
 	Samples  int
+	// ReadyS is, for the profile window bound, the slowest window's
+	// traces complete, from its /start_profile call.
+	ReadyS float64
 }
 
 // MeasurementsOf reads the power figures (power.MEASURE.unit_pass_fraction
@@ -43,6 +46,10 @@ func MeasurementsOf(v state.GateVerdict) []Measurement {
 		if ok && !math.IsNaN(u) && n > 0 {
 			out = append(out, Measurement{Run: v.Run, Attempt: v.Attempt, Measure: m, UnitPass: u, Samples: int(n)})
 		}
+	}
+	m := protocols.MeasureProfileWindow
+	if r, ok := v.Figures["power."+m+".ready_s_max"]; ok && r > 0 && v.Figures["power."+m+".samples"] > 0 {
+		out = append(out, Measurement{Run: v.Run, Attempt: v.Attempt, Measure: m, ReadyS: r, Samples: int(v.Figures["power."+m+".samples"])})
 	}
 	return out
 }
@@ -68,13 +75,18 @@ type PowerGate struct {
 	UnitPass          float64 // the literal pass fraction of a unit, over every measurement
 	Samples           int     // the fewest samples of a measurement
 	Measured          []string
+	// ReadyS is the slowest measured window (profile_window), Headroom
+	// the bound's, BudgetS the least budget of a judged run.
+	ReadyS, Headroom, BudgetS float64
 	// RunPass is the least pass probability of a judged run (reruns
 	// counted); Completion the product over the judged runs.
 	RunPass, Completion float64
 	// Calibrated is Completion under the calibrated rule at
-	// protocols.DefaultCalibrationQuantile, when the rule in force is the
+	// protocols.CalibrationQuantile, when the rule in force is the
 	// literal one (else NaN): what adopting it would give.
 	Calibrated float64
+	// Amendment would fix the gate.
+	Amendment string
 }
 
 // Passed says whether the campaign may go on.
@@ -89,7 +101,7 @@ func Power(plan *protocols.Plan, pc *protocols.PowerCheckInfo, ms []Measurement,
 		runs[r.ID] = r
 	}
 	for _, g := range pc.Gates {
-		pg := PowerGate{Measure: g.Measure, JudgedBy: g.JudgedBy, Retries: g.Retries, Completion: 1, RunPass: 1, Calibrated: math.NaN()}
+		pg := PowerGate{Measure: g.Measure, JudgedBy: g.JudgedBy, Retries: g.Retries, Completion: 1, RunPass: 1, Calibrated: math.NaN(), Amendment: g.Amendment}
 		var mine []Measurement
 		for _, m := range ms {
 			if m.Measure == g.Measure {
@@ -108,6 +120,7 @@ func Power(plan *protocols.Plan, pc *protocols.PowerCheckInfo, ms []Measurement,
 			continue
 		}
 		pg.UnitPass, pg.Samples = meanPass(mine), minSamples(mine)
+		pg.Headroom = g.Headroom
 		literal := true
 		calibrated := 1.0
 		for _, j := range g.Judged {
@@ -115,17 +128,28 @@ func Power(plan *protocols.Plan, pc *protocols.PowerCheckInfo, ms []Measurement,
 				continue
 			}
 			if pg.Judged == 0 {
-				pg.Rule, pg.Quantile = j.Rule, j.Quantile
+				pg.Rule, pg.Quantile, pg.BudgetS = j.Rule, j.Quantile, j.BudgetS
 			}
 			pg.Judged++
+			pg.BudgetS = math.Min(pg.BudgetS, j.BudgetS)
 			basis := basisFor(runs, runs[j.Run], mine)
-			p := runPass(unitPass(j.Rule, j.Quantile, basis), j.Units, g.Retries)
+			var unit float64
+			if g.Measure == protocols.MeasureProfileWindow {
+				// a bound, not a rate: the slowest measured window with its
+				// headroom within the run's budget, or every window late
+				pg.ReadyS = max(pg.ReadyS, maxReady(basis))
+				unit = b2f(maxReady(basis)*g.Headroom <= j.BudgetS)
+				literal = false
+			} else {
+				unit = unitPass(j.Rule, j.Quantile, basis)
+			}
+			p := runPass(unit, j.Units, g.Retries)
 			pg.RunPass = math.Min(pg.RunPass, p)
 			pg.Completion *= p
 			if j.Rule != protocols.RuleLiteral {
 				literal = false
 			}
-			calibrated *= runPass(unitPass(protocols.RuleCalibrated, protocols.DefaultCalibrationQuantile, basis), j.Units, g.Retries)
+			calibrated *= runPass(unitPass(protocols.RuleCalibrated, protocols.CalibrationQuantile(g.Measure), basis), j.Units, g.Retries)
 		}
 		if literal && pg.Judged > 0 {
 			pg.Calibrated = calibrated
@@ -197,6 +221,21 @@ func runPass(unit float64, units, retries int) float64 {
 	return 1 - math.Pow(1-p, float64(1+retries))
 }
 
+func maxReady(ms []Measurement) float64 {
+	r := 0.0
+	for _, m := range ms {
+		r = max(r, m.ReadyS)
+	}
+	return r
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func meanPass(ms []Measurement) float64 {
 	s := 0.0
 	for _, m := range ms {
@@ -227,6 +266,10 @@ func (r PowerResult) Detail(amendment string) string {
 		if len(g.Measured) == 0 {
 			continue
 		}
+		if g.Measure == protocols.MeasureProfileWindow {
+			parts = append(parts, profileWindowDetail(g))
+			continue
+		}
 		rule := g.Rule
 		if g.Rule == protocols.RuleCalibrated {
 			rule = fmt.Sprintf("calibrated rule at quantile %g", g.Quantile)
@@ -236,14 +279,39 @@ func (r PowerResult) Detail(amendment string) string {
 		parts = append(parts, fmt.Sprintf("gate %s (%s, %s): a representative run passes with probability %s (%d exact rerun(s) counted), so its %d judged run(s) pass with %s; measured on %s: the literal rule passes %.1f%% of units over %d samples",
 			g.JudgedBy, g.Measure, rule, prob(g.RunPass), g.Retries, g.Judged, prob(g.Completion), strings.Join(g.Measured, ", "), 100*g.UnitPass, g.Samples))
 		if !math.IsNaN(g.Calibrated) && g.Calibrated > g.Completion {
-			fix = append(fix, fmt.Sprintf("under the calibrated rule at quantile %g gate %s's runs would pass with %s", protocols.DefaultCalibrationQuantile, g.JudgedBy, prob(g.Calibrated)))
+			fix = append(fix, fmt.Sprintf("under the calibrated rule at quantile %g gate %s's runs would pass with %s", protocols.CalibrationQuantile(g.Measure), g.JudgedBy, prob(g.Calibrated)))
 		}
 	}
 	parts = append(parts, fix...)
-	if amendment != "" && r.CannotTell == "" && !r.Passed() {
-		parts = append(parts, "the dated amendment that would fix it: "+amendment+" (controller amend -d DIR -f FILE --id ID --reason TEXT --yes, then resume)")
+	if r.CannotTell == "" && !r.Passed() {
+		// the amendments of the gates that fall short, else the check's
+		var names []string
+		for _, g := range r.Gates {
+			if g.Amendment != "" && g.Completion < r.Min && !slices.Contains(names, g.Amendment) {
+				names = append(names, g.Amendment)
+			}
+		}
+		if len(names) == 0 && amendment != "" {
+			names = append(names, amendment)
+		}
+		if len(names) > 0 {
+			parts = append(parts, "the dated amendment that would fix it: "+strings.Join(names, "; ")+" (controller amend -d DIR -f FILE --id ID --reason TEXT --yes, then resume)")
+		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// profileWindowDetail says the profile window bound in words: inside the
+// budget, or by how much a budget that fits passes it.
+func profileWindowDetail(g PowerGate) string {
+	need := g.ReadyS * g.Headroom
+	head := fmt.Sprintf("gate %s (profile windows): the slowest measured window's traces were complete %.1f s after /start_profile (%s); with headroom %g a window needs %.1f s",
+		g.JudgedBy, g.ReadyS, strings.Join(g.Measured, ", "), g.Headroom, need)
+	if need <= g.BudgetS {
+		return head + fmt.Sprintf(", inside the judged runs' %g s budget", g.BudgetS)
+	}
+	return head + fmt.Sprintf(", over the judged runs' %g s budget: every window would be late, so its %d judged run(s) pass with %s; a budget of %.1f s adds %.1f s a window, outside a cost estimate of %g s a window",
+		g.BudgetS, g.Judged, prob(g.Completion), need, need-g.BudgetS, g.BudgetS)
 }
 
 // Figures are the result's numbers.
@@ -252,7 +320,12 @@ func (r PowerResult) Figures() map[string]float64 {
 	for _, g := range r.Gates {
 		p := g.JudgedBy + "."
 		f[p+"judged_runs"] = float64(g.Judged)
-		f[p+"unit_pass_fraction"] = g.UnitPass
+		if g.Measure == protocols.MeasureProfileWindow {
+			f[p+"ready_s_max"] = g.ReadyS
+			f[p+"budget_s"] = g.BudgetS
+		} else {
+			f[p+"unit_pass_fraction"] = g.UnitPass
+		}
 		f[p+"run_pass_probability"] = g.RunPass
 		f[p+"completion_probability"] = g.Completion
 		if !math.IsNaN(g.Calibrated) {

@@ -17,8 +17,9 @@ import (
 func TestPowerCheckOnTheSeedPlan(t *testing.T) {
 	p := phase3(t)
 	pc := p.PowerCheck
-	if pc == nil || pc.Before != "matrix" || len(pc.Gates) != 2 || pc.Gates[0].Retries != 1 || pc.Gates[1].Retries != 0 ||
-		len(pc.Gates[0].Judged) != 54 || len(pc.Gates[0].MeasuredBy) != 11 {
+	if pc == nil || pc.Before != "matrix" || len(pc.Gates) != 3 || pc.Gates[0].Retries != 1 || pc.Gates[1].Retries != 0 ||
+		len(pc.Gates[0].Judged) != 54 || len(pc.Gates[0].MeasuredBy) != 11 || pc.Gates[2].Measure != "profile_window" || pc.Gates[2].Headroom != 1.25 ||
+		pc.Gates[2].Judged[10].BudgetS != 24 {
 		t.Fatalf("the plan's power check: %+v", pc)
 	}
 	// the co-location targets sample one window each, the matrix runs two
@@ -36,6 +37,9 @@ func TestPowerCheckOnTheSeedPlan(t *testing.T) {
 	burn := func(measure string, unit float64) Measurement {
 		return Measurement{Run: "burnin.C00", Attempt: 1, Measure: measure, UnitPass: unit, Samples: 600}
 	}
+	window := func(ready float64) Measurement {
+		return Measurement{Run: "burnin.C00", Attempt: 1, Measure: "profile_window", ReadyS: ready, Samples: 1}
+	}
 	// the eight-way gate passed: the four-way fallback's targets will not
 	// run, and are not judged
 	judged := 0
@@ -46,7 +50,7 @@ func TestPowerCheckOnTheSeedPlan(t *testing.T) {
 	}
 	// a window passes the literal SMD rule half the time: a run with its
 	// rerun 1-(1-0.25)^2 = 0.4375; recovery always passes
-	d := Decide(atMatrix(burn("representativeness", 0.5), burn("recovery", 1)).View)
+	d := Decide(atMatrix(burn("representativeness", 0.5), burn("recovery", 1), window(15)).View)
 	want := math.Pow(1-math.Pow(0.75, 2), float64(judged))
 	if d.Stop == nil || d.Stop.Reason != state.StopPowerCheck || len(launched(d)) != 0 {
 		t.Fatalf("literal rule, window pass 0.5: %+v launched %v", d.Stop, launched(d))
@@ -66,21 +70,29 @@ func TestPowerCheckOnTheSeedPlan(t *testing.T) {
 
 	// every window passes: the matrix starts, and the decision carries the
 	// judgement to record
-	d = Decide(atMatrix(burn("representativeness", 1), burn("recovery", 1)).View)
-	if d.Stop != nil || len(launched(d)) != 16 || d.Power == nil || d.Power.Completion != 1 {
+	d = Decide(atMatrix(burn("representativeness", 1), burn("recovery", 1), window(15)).View)
+	if d.Stop != nil || len(launched(d)) != 16 || d.Power == nil || d.Power.Completion != 1 ||
+		!strings.Contains(d.Power.Detail(""), "the slowest measured window's traces were complete 15.0 s after /start_profile (burnin.C00); with headroom 1.25 a window needs 18.8 s, inside the judged runs' 24 s budget") {
 		t.Fatalf("gates that always pass: stop %+v, launched %v, power %+v", d.Stop, launched(d), d.Power)
+	}
+	// a trace that takes 27 s to save: with headroom, 33.75 s, past the
+	// seed's 24 s window budget: every window late
+	d = Decide(atMatrix(burn("representativeness", 1), burn("recovery", 1), window(27)).View)
+	if d.Stop == nil || d.Stop.Reason != state.StopPowerCheck || d.Stop.Figures["profile-windows.completion_probability"] != 0 ||
+		!strings.Contains(d.Stop.Detail, "a window needs 33.8 s, over the judged runs' 24 s budget: every window would be late, so its 48 judged run(s) pass with 0.000; a budget of 33.8 s adds 9.8 s a window, outside a cost estimate of 24 s a window") {
+		t.Fatalf("a 27 s save: %+v", d.Stop)
 	}
 
 	// a gate no run measured: the check cannot tell, and fails closed at
 	// the matrix
-	d = Decide(atMatrix(burn("representativeness", 1)).View)
+	d = Decide(atMatrix(burn("representativeness", 1), window(15)).View)
 	if d.Stop == nil || d.Stop.Reason != state.StopPowerCheck || !strings.Contains(d.Stop.Detail, "cannot tell: no run measured the recovery gate's false-failure rate yet") ||
 		strings.Contains(d.Stop.Detail, "amendment") {
 		t.Fatalf("recovery unmeasured: %+v", d.Stop)
 	}
 
 	// once a matrix run started, the check is not made again
-	w := atMatrix(burn("representativeness", 0.5), burn("recovery", 1)).set("P08.C00.saturation", state.Failed)
+	w := atMatrix(burn("representativeness", 0.5), burn("recovery", 1), window(15)).set("P08.C00.saturation", state.Failed)
 	if d := Decide(w.View); d.Stop != nil || len(launched(d)) == 0 {
 		t.Fatalf("after the matrix started: stop %+v, launched %v", d.Stop, launched(d))
 	}
@@ -96,7 +108,8 @@ func TestPowerCheckOnTheSeedPlan(t *testing.T) {
 	m := func(measure string, unit float64) Measurement {
 		return Measurement{Run: "coloc.solo.P05.C00.saturation", Attempt: 1, Measure: measure, UnitPass: unit, Samples: 2000}
 	}
-	if d := Decide(solo(m("representativeness", 0.3), m("recovery", 0.9)).View); d.Stop == nil || d.Stop.Reason != state.StopPowerCheck {
+	pw := Measurement{Run: "coloc.solo.P05.C00.saturation", Attempt: 1, Measure: "profile_window", ReadyS: 12, Samples: 1}
+	if d := Decide(solo(m("representativeness", 0.3), m("recovery", 0.9), pw).View); d.Stop == nil || d.Stop.Reason != state.StopPowerCheck {
 		t.Fatalf("co-location, both measured: %+v", d.Stop)
 	}
 	if d := Decide(solo(m("representativeness", 0.3)).View); d.Stop != nil || len(launched(d)) == 0 {

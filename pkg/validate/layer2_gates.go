@@ -61,6 +61,9 @@ type WindowReport struct {
 	JoinProblems []string           `json:"join_problems,omitempty"`
 	StepModes    []string           `json:"step_modes"`
 	SMD          map[string]float64 `json:"smd,omitempty"`
+	// StepShares are each active step's family shares of its own kernel
+	// time (the co-location check's noise is read from them).
+	StepShares []map[string]float64 `json:"step_shares,omitempty"`
 }
 
 // ModeReport is one CUDA-graph mode segment of one rank across windows.
@@ -206,6 +209,19 @@ func analyzeWindow(f *l2findings, w rankWindow, r, k int, m *Mapping, recs []L1S
 		}
 	}
 	rep.Shares = c.Shares(kinds)
+	for _, fam := range c.StepFamilyUS {
+		tot := 0.0
+		for _, us := range fam {
+			tot += us
+		}
+		sh := map[string]float64{}
+		for f, us := range fam {
+			if tot > 0 {
+				sh[f] = us / tot
+			}
+		}
+		rep.StepShares = append(rep.StepShares, sh)
+	}
 	rep.OtherOpaque = c.OtherOpaque()
 	rep.Classifiable = 1 - rep.OtherOpaque
 	judgeComposition(f, name, pre, c, rep, opts)

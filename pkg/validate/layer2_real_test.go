@@ -475,6 +475,14 @@ func TestLayer2RealJoinedRun(t *testing.T) {
 	if a, b := an.Windows[0].JoinedSteps, an.Windows[1].JoinedSteps; len(a) != 8 || len(b) != 8 || a[0] != 68 || b[0] != 88 {
 		t.Fatalf("joined steps %v %v", a, b)
 	}
+	// the literal rule's own false-failure rate on this run's clean
+	// segment: its 60 steps cycle the engine's three shapes, so every
+	// 8-step block holds the segment's mix and passes (the rule is only
+	// tried where steps vary: TestRepresentativenessRulesOnRealTraces)
+	if r.Figures["smd.self.blocks"] != 53 || r.Figures["smd.self.window_pass_fraction"] != 1 || r.Figures["smd.self.false_failure_rate"] != 0 ||
+		an.Representativeness == nil || an.Representativeness.Rule != RuleLiteral || an.Representativeness.Blocks != 53 || len(an.Representativeness.Features) != 6 {
+		t.Fatalf("false-failure figures %v, analysis %+v", r.Figures, an.Representativeness)
+	}
 	// the phase file's wall clock 50 ms off: no record is where the mapped
 	// clock puts the annotations
 	b, _ := os.ReadFile(o.Phases)

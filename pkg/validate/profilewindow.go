@@ -34,6 +34,9 @@ type ProfileWindowRecord struct {
 	TracesFound int     `json:"traces_found"`
 	WaitS       float64 `json:"wait_s"`
 	BudgetS     float64 `json:"budget_s"`
+	// TraceReadyS is when every rank's trace was seen complete, from the
+	// /start_profile call; absent when never.
+	TraceReadyS *float64 `json:"trace_ready_s"`
 }
 
 // ProfileWindowOptions are the protocol's declarations.
@@ -57,8 +60,15 @@ type ProfileWindowOptions struct {
 // does not say whether it ended (an older result, or the legacy hold with
 // RequireObserved).
 //
-// Figures: windows, complete, incomplete, not_observed, traces_min,
-// wait_s_max, reused_profiler (1 or 0).
+// A late window (its server ran every step before /stop_profile, its
+// traces complete only past the budget) fails with both times, as
+// profile-artifact: whole, not truncated, but past the bound.
+//
+// Figures: windows, complete, incomplete, late, not_observed, traces_min,
+// wait_s_max, trace_ready_s_max (the slowest window's traces, from the
+// /start_profile call; absent when no window's were seen complete),
+// reused_profiler (1 or 0); for the power check
+// power.profile_window.ready_s_max and power.profile_window.samples.
 func ProfileWindows(ws []ProfileWindowRecord, o ProfileWindowOptions) Result {
 	f := newFindings()
 	f.fig("windows", float64(len(ws)))
@@ -67,12 +77,16 @@ func ProfileWindows(ws []ProfileWindowRecord, o ProfileWindowOptions) Result {
 	}
 	counts := map[string]int{}
 	tmin, wmax, artifact := -1, 0.0, false
+	rmax, ready := 0.0, 0
 	for _, w := range ws {
 		counts[w.Outcome]++
 		if tmin < 0 || w.TracesFound < tmin {
 			tmin = w.TracesFound
 		}
 		wmax = max(wmax, w.WaitS)
+		if w.TraceReadyS != nil {
+			rmax, ready = max(rmax, *w.TraceReadyS), ready+1
+		}
 		switch {
 		case w.StartStatus != 200 || w.StopStatus != 200:
 			artifact = true
@@ -81,6 +95,9 @@ func ProfileWindows(ws []ProfileWindowRecord, o ProfileWindowOptions) Result {
 		case w.Outcome == "incomplete":
 			artifact = true
 			f.failf("window %d did not complete within its %g s budget: %s", w.Index, w.BudgetS, w.Failure)
+		case w.Outcome == "late":
+			artifact = true
+			f.failf("window %d was late: %s", w.Index, w.Failure)
 		case w.Outcome == "not-observed" && !o.RequireObserved:
 			f.notef("window %d held a fixed time: its end was not observed", w.Index)
 		case w.Outcome == "not-observed":
@@ -92,7 +109,13 @@ func ProfileWindows(ws []ProfileWindowRecord, o ProfileWindowOptions) Result {
 	reused := reusedProfiler(ws)
 	f.fig("complete", float64(counts["complete"]))
 	f.fig("incomplete", float64(counts["incomplete"]))
+	f.fig("late", float64(counts["late"]))
 	f.fig("not_observed", float64(counts["not-observed"]))
+	if ready > 0 {
+		f.fig("trace_ready_s_max", rmax)
+		f.fig("power.profile_window.ready_s_max", rmax)
+		f.fig("power.profile_window.samples", float64(ready))
+	}
 	f.fig("traces_min", float64(max(tmin, 0)))
 	f.fig("wait_s_max", wmax)
 	f.fig("reused_profiler", b2f(reused))

@@ -35,6 +35,9 @@ func TestProfileWindows(t *testing.T) {
 		{"first window empty too", []ProfileWindowRecord{second(func(w *ProfileWindowRecord) {
 			w.Index, w.Outcome, w.TracesFound = 1, "incomplete", 0
 		}), second(func(w *ProfileWindowRecord) { w.Outcome, w.TracesFound = "incomplete", 0 })}, ProfileWindowOptions{}, gates.Fail, gates.ClassProfileArtifact, "window 1 did not complete"},
+		{"late", []ProfileWindowRecord{ok, second(func(w *ProfileWindowRecord) {
+			w.Outcome, w.Failure = "late", "late, not truncated: ... complete 29.012 s after /start_profile, past the 24 s budget"
+		})}, ProfileWindowOptions{Windows: 2}, gates.Fail, gates.ClassProfileArtifact, "window 2 was late: late, not truncated: ... complete 29.012 s after /start_profile, past the 24 s budget"},
 		{"status", []ProfileWindowRecord{second(func(w *ProfileWindowRecord) { w.Index, w.StopStatus = 1, 500 })}, ProfileWindowOptions{}, gates.Fail, gates.ClassProfileArtifact, "/stop_profile 500"},
 		{"count", []ProfileWindowRecord{ok}, ProfileWindowOptions{Windows: 2}, gates.Fail, "", "1 profile windows, the protocol declares 2"},
 		{"hold noted", []ProfileWindowRecord{second(func(w *ProfileWindowRecord) { w.Index, w.Outcome, w.WaitFor = 1, "not-observed", "hold" })}, ProfileWindowOptions{}, gates.Pass, "", "not observed"},
@@ -50,6 +53,26 @@ func TestProfileWindows(t *testing.T) {
 				t.Fatalf("reused_profiler figure %v", r.Figures)
 			}
 		})
+	}
+}
+
+// The slowest window's traces, for the power check: only windows whose
+// traces were seen complete count.
+func TestProfileWindowsReadyFigures(t *testing.T) {
+	at := func(v float64) *float64 { return &v }
+	ws := []ProfileWindowRecord{
+		{Index: 1, StartStatus: 200, StopStatus: 200, WaitFor: "traces", Outcome: "complete", TracesFound: 1, BudgetS: 24, TraceReadyS: at(17.5)},
+		{Index: 2, StartStatus: 200, StopStatus: 200, WaitFor: "traces", Outcome: "complete", TracesFound: 1, BudgetS: 24, TraceReadyS: at(21.25)},
+		{Index: 3, StartStatus: 200, StopStatus: 200, WaitFor: "traces", Outcome: "incomplete", BudgetS: 24},
+	}
+	r := ProfileWindows(ws, ProfileWindowOptions{})
+	if r.Figures["trace_ready_s_max"] != 21.25 || r.Figures["power.profile_window.ready_s_max"] != 21.25 || r.Figures["power.profile_window.samples"] != 2 {
+		t.Fatalf("%v", r.Figures)
+	}
+	if r := ProfileWindows(ws[2:], ProfileWindowOptions{}); r.Figures["power.profile_window.samples"] != 0 {
+		if _, ok := r.Figures["power.profile_window.ready_s_max"]; ok {
+			t.Fatalf("no window's traces complete, yet a ready time: %v", r.Figures)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ type RecoveryOptions struct {
 
 // DefaultRecovery is the seed's rule.
 func DefaultRecovery() RecoveryOptions {
-	return RecoveryOptions{WindowS: 10, StepS: 1, Tolerance: 0.10, RecoveryS: 30, RecoveryTol: 0.01, Rule: RuleLiteral, Quantile: DefaultCalibrationQuantile}
+	return RecoveryOptions{WindowS: 10, StepS: 1, Tolerance: 0.10, RecoveryS: 30, RecoveryTol: 0.01, Rule: RuleLiteral, Quantile: RecoveryCalibrationQuantile}
 }
 
 // rolling answers the two rolling series over sorted instants.

@@ -252,6 +252,13 @@ func jointThresholds(dev [][]float64, q float64) (thr []float64, level, joint fl
 // (0.95 would give 0.95% a run and 41% a campaign: docs/validators.md).
 const DefaultCalibrationQuantile = 0.99
 
+// RecoveryCalibrationQuantile is the calibrated recovery rule's q: a
+// recovery failure gets no rerun, so a run of two recoveries passes with
+// q^2 and a campaign of 48 runs with about q^96: 0.62 at 0.995, 0.38 at
+// 0.99; 0.995 needs 200 samples, and the seed's three 80 s segments give
+// 213.
+const RecoveryCalibrationQuantile = 0.995
+
 // RepresentativenessOptions select the rule a window is judged by.
 type RepresentativenessOptions struct {
 	// Rule is RuleLiteral (the seed's; the default) or RuleCalibrated.

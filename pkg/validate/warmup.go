@@ -229,6 +229,7 @@ func stabilization(f *findings, res seedResult, opts WarmupOptions) bool {
 		f.failf("Layer-1 records: %v", err)
 		return false
 	}
+	stabilizationSelf(f, res, recs, L)
 	edge := func(k int) int64 { return t0 + int64(math.Round(L*1e9*float64(k)/12)) }
 	lo, hi := edge(9), edge(12)
 	if !quartileContiguous(f, recs, lo, hi) {
@@ -274,6 +275,53 @@ func stabilization(f *findings, res seedResult, opts WarmupOptions) bool {
 		f.failf("stabilization: normalized drift abs(s)*%g/R_bar = %.4f, more than %.2f", L/4, drift, StabilizationMaxDrift)
 	}
 	return pass
+}
+
+// stabilizationSelf measures the stabilization test's own false-failure
+// rate: the same test (three bins of L/12 seconds, each with at least 16
+// model-executed steps and a positive scheduled-token throughput, drift
+// abs(s)*(L/4)/R_bar within 0.10) on the clean segments' own windows of
+// L/4 seconds, one every bin's length inside each segment: steady service
+// by the seed's own definition. Figures stabilization.self.windows,
+// .pass_fraction and .false_failure_rate (absent without a window).
+func stabilizationSelf(f *findings, res seedResult, recs []Layer1Record, L float64) {
+	bin := int64(math.Round(L * 1e9 / 12))
+	n, pass := 0, 0
+	for _, seg := range cleanSegments(res) {
+		for a := seg.StartMonoNS; a+3*bin <= seg.EndMonoNS; a += bin {
+			n++
+			var rates, xs []float64
+			ok := true
+			for j := range 3 {
+				lo, hi := a+int64(j)*bin, a+int64(j+1)*bin
+				steps, tokens := 0, int64(0)
+				for _, r := range recs {
+					if r.ModelExecuted && r.SubmitMonoNS >= lo && r.SubmitMonoNS < hi {
+						steps++
+						tokens += r.PrefillTokens + r.DecodeTokens
+					}
+				}
+				rate := float64(tokens) / (L / 12)
+				ok = ok && steps >= StabilizationMinSteps && rate > 0 && !math.IsInf(rate, 0)
+				rates, xs = append(rates, rate), append(xs, (float64(j)+0.5)*L/12)
+			}
+			if ok {
+				slope, mean := olsSlope(xs, rates)
+				ok = math.Abs(slope)*(L/4)/mean <= StabilizationMaxDrift
+			}
+			if ok {
+				pass++
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	p := float64(pass) / float64(n)
+	f.fig("stabilization.self.windows", float64(n))
+	f.fig("stabilization.self.pass_fraction", p)
+	f.fig("stabilization.self.false_failure_rate", 1-p)
+	f.notef("stabilization: the clean segments' own %d windows of %g s pass the test %.1f%% of the time", n, L/4, 100*p)
 }
 
 // quartileContiguous: the records (model-executed or not) submitted in

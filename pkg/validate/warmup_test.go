@@ -32,11 +32,23 @@ func TestWarmup(t *testing.T) {
 		{name: "zero completions", run: seedRun{}, verdict: "fail", detail: "0 successful warm-up completions"},
 		{name: "summary more than its records", run: seedRun{warmupSucceeded: 40, warmupRecords: 20}, verdict: "fail", detail: "20 successful warm-up completions",
 			figs: map[string]float64{"warmup_completions": 20}},
-		// A-P3-6: 100 steps of 2 tokens a bin, flat: R_j = 40 tokens/s
+		// A-P3-6: 100 steps of 2 tokens a bin, flat: R_j = 40 tokens/s; the
+		// test's own false-failure rate on the clean segments' 3 x 14
+		// windows of 15 s (one every 5 s): flat steps pass every one
 		{name: "OR branch, flat", run: seedRun{warmupSucceeded: 20, warmupRecords: -1}, stab: true, verdict: "pass", detail: "A-P3-6 OR branch",
 			figs: map[string]float64{"warmup_completions": 20, "count_pass": 0, "layer1_accounting": 1, "bin1_steps": 100, "bin2_steps": 100, "bin3_steps": 100,
 				"bin1_tokens_per_s": 40, "bin2_tokens_per_s": 40, "bin3_tokens_per_s": 40, "mean_tokens_per_s": 40, "slope_tokens_per_s2": 0,
-				"normalized_drift": 0, "stabilization_pass": 1, "or_branch_pass": 1}},
+				"normalized_drift": 0, "stabilization_pass": 1, "or_branch_pass": 1,
+				"stabilization.self.windows": 42, "stabilization.self.pass_fraction": 1, "stabilization.self.false_failure_rate": 0}},
+		// a step of twice the tokens in [150, 160) s of clean segment B: the
+		// four windows of B that start at 140, 145, 150, 155 s hold it in one
+		// or two of their bins and fail the drift; 38 of 42 pass
+		{name: "OR branch, a clean segment's windows", run: seedRun{warmupSucceeded: 20, warmupRecords: -1, step: func(s float64, r *Layer1Record) {
+			if s >= 150 && s < 160 {
+				r.DecodeTokens = 4
+			}
+		}}, stab: true, verdict: "pass",
+			figs: map[string]float64{"stabilization.self.windows": 42, "stabilization.self.pass_fraction": 38.0 / 42, "stabilization.self.false_failure_rate": 1 - 38.0/42}},
 		// 10, 11, 12 tokens a step: R = 200, 220, 240; s = 40/10 = 4; 4*15/220
 		{name: "OR branch, drifting", run: seedRun{warmupSucceeded: 20, warmupRecords: -1, step: ramp([3]int64{10, 11, 12})}, stab: true,
 			verdict: "fail", detail: "normalized drift abs(s)*15/R_bar = 0.2727",

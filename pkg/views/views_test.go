@@ -206,3 +206,29 @@ func TestFmtDur(t *testing.T) {
 		}
 	}
 }
+
+// The false-failure rates of a run's gates that judge a sample: one line
+// per measure the verdict measured, the rule it judged by named.
+func TestSelfChecks(t *testing.T) {
+	l2 := state.GateVerdict{Gate: "validator:layer2", Attempt: 2, Figures: map[string]float64{
+		"smd.self.blocks": 1593, "smd.self.window_pass_fraction": 0.26, "smd.self.false_failure_rate": 0.9324,
+		"smd.calibrated.quantile": 0.99, "w0.smd_max": 0.4}}
+	rec := state.GateVerdict{Gate: "validator:recovery", Attempt: 2, Figures: map[string]float64{
+		"recovery.self.samples": 213, "recovery.self.unit_pass_fraction": 0.8216, "recovery.self.false_failure_rate": 0.325}}
+	other := state.GateVerdict{Gate: "validator:client", Attempt: 2, Figures: map[string]float64{"clean_failures": 0}}
+	var b strings.Builder
+	printSelfChecks(&b, []state.GateVerdict{l2, rec, other})
+	want := `
+the gates that judge a sample, on this run's own data (their false-failure rate):
+  attempt 2 validator:layer2: representativeness (judged by the calibrated rule, quantile 0.99): on 1593 blocks of the clean segment C the literal rule passes 26.0% of representative windows; a representative run fails it 93.2% of the time
+  attempt 2 validator:recovery: recovery (judged by the literal rule): on 213 samples of the clean segments the literal rule passes 82.2% of representative recoveries; a representative run fails it 32.5% of the time
+`
+	if b.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	printSelfChecks(&b, []state.GateVerdict{other})
+	if b.Len() != 0 {
+		t.Fatalf("a verdict without the figures: %q", b.String())
+	}
+}
