@@ -174,7 +174,15 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(workdir, path)
 		}
-		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
+		if p.Shards != "" {
+			shards, err := provenance.Shards(path, p.Shards, p.Role, p.Private)
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, shards...)
+			continue
+		}
+		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
 	}
 	// The limit is the default until the protocol carries one
 	// (provenance_max_file_gb); then: MaxFileBytes from the plan.
@@ -244,6 +252,9 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []provenance.Entry, provOpts provenance.Options, so StartOptions, now time.Time) error {
 	var err error
 	if err := provenance.Write(dir, hashed, provOpts); err != nil {
+		return err
+	}
+	if err := provenance.WriteSeeds(dir, plan.Protocol.SHA256, plan.Seeds); err != nil {
 		return err
 	}
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}

@@ -310,3 +310,38 @@ func TestQualityFailedIsKeptNotAStop(t *testing.T) {
 	}
 	c.wantClean()
 }
+
+// A clock and load check that fails (class infrastructure: a throttled GPU
+// or a loaded host) fails the run clock-load: the seed's one exact rerun
+// for an infrastructure failure, then the campaign stops with both
+// attempts kept.
+func TestClockLoadIsRerunOnce(t *testing.T) {
+	c := newCampaign(t, protocol{retries: 1, extra: `validators:
+  - name: clock-load
+    command: {shell: 'echo ''{"verdict": "fail", "class": "infrastructure", "detail": "clock_reasons: GPU 0 hw_thermal_slowdown"}'''}`})
+	c.run()
+	c.wantStopped(state.StopForRun(state.ReasonClockLoad))
+	c.wantAttempts("p1.saturation", failed(state.ReasonClockLoad), failed(state.ReasonClockLoad))
+	c.wantClean()
+}
+
+// The artifact gate counts the provenance copies (public inputs kept in
+// DIR/provenance) with the runs' directories: copies past the protocol's
+// limit stop the campaign before its first wave, the figure apart.
+func TestArtifactGateCountsProvenance(t *testing.T) {
+	c := newCampaign(t, protocol{quarantined: "0.9, max_artifacts_gb: 0.002"})
+	f, err := os.Create(filepath.Join(c.dir, "provenance", "files", strings.Repeat("a", 64)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(3e6) // a 3 MB manifest copy
+	f.Close()
+	c.run()
+	cp := c.wantStopped(state.StopDisk)
+	if !strings.Contains(cp.StopDetail, "hold 0.003 GB, more than the 0.002 GB limit") || cp.StopFigures["provenance_gb"] < 0.003 || cp.StopFigures["artifacts_gb"] < 0.003 {
+		t.Fatalf("stop %q %v", cp.StopDetail, cp.StopFigures)
+	}
+	if len(c.attempts("p1.saturation")) != 0 {
+		t.Fatal("a run started past the artifact limit")
+	}
+}
