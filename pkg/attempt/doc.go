@@ -18,6 +18,25 @@
 //	  -> validating (validators, manifest hash, privacy scans)
 //	  -> complete | quarantined | failed
 //
+// # Files, one per phase
+//
+//	attempt.go    Attempt, New and Execute: the spine, one call per phase
+//	preflight.go  preflight: GPUs idle and ours, CPUs local, port free
+//	start.go      startServer: launch, readiness, listener, effective config
+//	launch.go     the launch variables and environment, starting a process
+//	drain.go      startClient, measure and supervise: the client's run, the
+//	              listener re-checks, the drain judgement
+//	stop.go       stopping and cleanup: shutdown, the cleanup gate, the charge,
+//	              adopted escapees
+//	validate.go   validating: the validators, the privacy scans, the end states
+//	              of a run that measured
+//	exit.go       terminal states, exit records, OOM, the terminal classes
+//	energy.go     host records before and after, the GPU sampler, energy
+//	gpuprocs.go   the gpu-processes gate over the sampler's readings (which
+//	              processes are the attempt's: package ownprocs; the client's
+//	              phase file: phasefile.Watcher)
+//	inputs.go     the manifest hash
+//
 // An operator's stop or the budget's cap (ctx's end, its cause
 // ErrBudgetExhausted) ends it interrupted from wherever it is, its
 // processes stopped and its GPU time charged. Once a server may be

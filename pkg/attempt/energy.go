@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/attempt/ownprocs"
 	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
-	"warden/pkg/launch"
 )
 
 // hostRecord is written before the run and again after its measured
@@ -92,7 +92,7 @@ func (a *Attempt) beside(take func() map[string]float64) {
 func (a *Attempt) joinHostRecords() {
 	for _, ch := range a.hostRecs {
 		for k, v := range <-ch {
-			a.SetFigure(k, v)
+			a.rec.SetFigure(k, v)
 		}
 	}
 	a.hostRecs = nil
@@ -112,18 +112,16 @@ func (a *Attempt) checkCPULocal(readings []gpu.Reading) gates.Verdict {
 func (a *Attempt) startSampler(idle []gpu.Reading) {
 	for _, r := range idle {
 		if r.PowerW != nil {
-			a.SetFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
+			a.rec.SetFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
 		}
 	}
 	if a.plan.SampleS <= 0 {
 		return
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
-	own := newOwnProcs()
-	marker := a.marker()
-	own.adopted = func(pid int) bool { return launch.IsAdopted(pid, marker) || own.descends(pid) }
+	own := ownprocs.New(a.marker())
 	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: campaignfs.GPUSamples(a.dir),
-		Watch: own.watch(a.env.UID)})
+		Watch: own.Watch(a.env.UID)})
 	if err == nil {
 		err = s.Start(context.Background())
 	}
@@ -132,7 +130,7 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 		// nothing watches the GPUs' processes mid-run: the check cannot tell
 		v := gates.Verdict{Gate: "gpu-processes", Verdict: gates.Error, At: a.env.Now(), Detail: "the GPU sampler did not start: " + err.Error()}
 		a.foreign = &v
-		a.Gate(v)
+		a.rec.Gate(v)
 		return
 	}
 	a.sampler, a.own = s, own
@@ -161,20 +159,20 @@ func (a *Attempt) endSampler(sealed bool) {
 		a.env.Log.Warn().Err(err).Str("run", a.run.ID).Msg("GPU sampler")
 	}
 	a.gpuProcsGate(sum)
-	a.SetFigure("samples", float64(sum.Samples))
-	a.SetFigure("samples_missed", float64(sum.Missed))
-	a.SetFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)
-	a.SetFigure("sampler_read_max_ms", float64(sum.MaxReadTime.Microseconds())/1000)
+	a.rec.SetFigure("samples", float64(sum.Samples))
+	a.rec.SetFigure("samples_missed", float64(sum.Missed))
+	a.rec.SetFigure("sampler_read_mean_ms", float64(sum.MeanReadTime.Microseconds())/1000)
+	a.rec.SetFigure("sampler_read_max_ms", float64(sum.MaxReadTime.Microseconds())/1000)
 	for _, g := range sum.GPUs {
 		i := strconv.Itoa(g.Index)
-		a.SetFigure("energy_sampled_j_gpu"+i, g.EnergyJ)
-		a.SetFigure("mean_power_w_gpu"+i, g.MeanPowerW)
+		a.rec.SetFigure("energy_sampled_j_gpu"+i, g.EnergyJ)
+		a.rec.SetFigure("mean_power_w_gpu"+i, g.MeanPowerW)
 		if g.CounterEnergyJ != nil {
-			a.SetFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
+			a.rec.SetFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
 		}
 	}
 	if e, err := a.energyPerRequest(); err == nil && !math.IsNaN(e) {
-		a.SetFigure("energy_per_request_j", e)
+		a.rec.SetFigure("energy_per_request_j", e)
 	} else if err != nil {
 		a.env.Log.Info().Str("run", a.run.ID).Str("why", err.Error()).Msg("no energy per request")
 	}
@@ -185,14 +183,18 @@ func (a *Attempt) endSampler(sealed bool) {
 // summed over the run's GPUs, divided by the successes the client
 // reported with its "done" phase.
 func (a *Attempt) energyPerRequest() (float64, error) {
-	if a.phases == nil || a.phases.successes == nil {
+	if a.phases == nil {
+		return 0, fmt.Errorf("the client reported no successes")
+	}
+	successes, ok := a.phases.Successes()
+	if !ok {
 		return 0, fmt.Errorf("the client reported no successes")
 	}
 	// the clean interval: from the first clean line to the first profile
 	// line (profile and recovery are not clean), or to drain without one
-	t0, t1 := a.phases.at("clean"), a.phases.at("profile")
+	t0, t1 := a.phases.At("clean"), a.phases.At("profile")
 	if t1.IsZero() {
-		t1 = a.phases.at("drain")
+		t1 = a.phases.At("drain")
 	}
 	if t0.IsZero() || t1.IsZero() {
 		return 0, fmt.Errorf("the client reported no clean interval")
@@ -205,7 +207,7 @@ func (a *Attempt) energyPerRequest() (float64, error) {
 	off := recs[0].MonoNS - recs[0].Time.UnixNano()
 	idle := map[int]float64{}
 	for _, g := range a.gpuIDs {
-		idle[g] = a.Figure("idle_power_w_gpu" + strconv.Itoa(g))
+		idle[g] = a.rec.Figure("idle_power_w_gpu" + strconv.Itoa(g))
 	}
-	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, *a.phases.successes)
+	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, successes)
 }

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -168,6 +169,11 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
 	}
 	if err := checkEmptyDir(dir, plan, entries); err != nil {
+		return nil, err
+	}
+	if err := checkOwner(dir, dir, os.Geteuid()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// an empty directory another user owns: the campaign would be
+		// theirs to change (its mode becomes 0700 all the same)
 		return nil, err
 	}
 	// The limit is the default until the protocol carries one
