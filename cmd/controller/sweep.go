@@ -29,6 +29,7 @@ var sweepExits = []struct {
 	{2, "a flag is wrong (the message names it), or the written protocol does not plan (every problem with its file, line and field; the files are kept for review)"},
 	{3, "the plan's estimate or worst case passes the budget cap: start refuses it unless --allow-over-budget (with --dry-run the files are kept)"},
 	{exitNoGPUs, "NVML does not initialize for --gpu-backend auto or nvml"},
+	{exitNotOwned, "the campaign directory exists and another user owns it, as start refuses it"},
 }
 
 func sweepLong() string {
@@ -60,7 +61,15 @@ exit_code, flag or problems). docs/sweep.md has the details.
 Exit status:
 `)
 	for _, e := range sweepExits {
-		fmt.Fprintf(&b, "  %d  %s\n", e.code, e.meaning)
+		line := fmt.Sprintf("  %d ", e.code)
+		for _, w := range strings.Fields(e.meaning) {
+			if len(line)+1+len(w) > 76 {
+				b.WriteString(line + "\n")
+				line = "    "
+			}
+			line += " " + w
+		}
+		b.WriteString(line + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -161,8 +170,12 @@ func sweepDocument(res result, err error) sweepDoc {
 		d.Error = s.Cause.Error()
 	}
 	var fe *sweep.FlagError
-	if errors.As(err, &fe) {
+	var wp *writtenProblems
+	switch {
+	case errors.As(err, &fe):
 		d.Flag = "--" + fe.Flag
+	case errors.As(err, &wp):
+		d.Flag = wp.flag
 	}
 	var ps *protocols.Problems
 	if errors.As(err, &ps) {
@@ -170,6 +183,17 @@ func sweepDocument(res result, err error) sweepDoc {
 	}
 	return d
 }
+
+// writtenProblems are the problems of the protocol a sweep wrote, each
+// with the flag its line came from; flag is the first problem's.
+type writtenProblems struct {
+	ps   *protocols.Problems
+	flag string
+	msg  string
+}
+
+func (e *writtenProblems) Error() string { return e.msg }
+func (e *writtenProblems) Unwrap() error { return e.ps }
 
 // runSweep builds, writes and plans the sweep's protocol, then starts it
 // as controller start does (create, then launch), unless dryRun or
@@ -201,8 +225,20 @@ func runSweep(cmd *cobra.Command, a sweep.Args, sf *startFlags, dir string, dryR
 	switch {
 	case errors.As(err, &ps):
 		res.Protocol = w.Protocol
-		return res, &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: the protocol the sweep wrote does not plan, %d problem(s) (its files are kept for review; remove %s to sweep into it again):\n%w",
-			w.Protocol, len(ps.List)+ps.Omitted, abs, err)}
+		var lines []string
+		for _, p := range ps.List {
+			l := p.Error()
+			if f := w.FlagAt(p.Pos.Line); f != "" {
+				l += " (from " + f + ")"
+			}
+			lines = append(lines, l)
+		}
+		if ps.Omitted > 0 {
+			lines = append(lines, fmt.Sprintf("... and %d more", ps.Omitted))
+		}
+		return res, &cli.ExitError{Code: 2, Err: &writtenProblems{ps: ps, flag: w.FlagAt(ps.List[0].Pos.Line),
+			msg: fmt.Sprintf("%s: the protocol the sweep wrote does not plan, %d problem(s) (its files are kept for review; remove %s to sweep into it again):\n%s",
+				w.Protocol, len(ps.List)+ps.Omitted, abs, strings.Join(lines, "\n"))}}
 	case err != nil:
 		return res, &cli.ExitError{Code: 1, Err: err}
 	}

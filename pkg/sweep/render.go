@@ -97,13 +97,13 @@ func (sw *Sweep) Protocol(m ManifestInfo) []byte {
 	date := env.Now.UTC().Format("2006-01-02")
 	w.comment("",
 		"A config sweep, written by controller sweep on "+date+" (UTC). It is a normal",
-		"Warden protocol: controller sweep started it as `controller start -f THIS -d DIR`",
+		"Warden protocol: controller sweep starts it as `controller start -f THIS -d DIR`",
 		"does, `controller plan -f THIS` plans it, and it changes only by an amendment",
 		"(controller amend). The comment beside a line names the flag it came from.",
 		"",
 		"The command that wrote it:")
 	if len(env.CommandLine) > 0 {
-		w.comment("", "  "+shellQuote(env.CommandLine))
+		w.comment("", wrapCommand(env.CommandLine)...)
 	}
 	w.line("warden: 1", "")
 	w.line("name: "+yq(a.Name), "--name")
@@ -135,7 +135,7 @@ func (sw *Sweep) Protocol(m ManifestInfo) []byte {
 		w.line("  - {path: "+yq(sw.Pattern.Path)+", role: manifest}", pc)
 	}
 	if sw.Pattern.Materialize != nil {
-		w.comment("    ", "the same bytes as:", "  "+shellQuote(sw.Pattern.MaterializeArgs))
+		w.comment("    ", append([]string{"the same bytes as:"}, wrapCommand(sw.Pattern.MaterializeArgs)...)...)
 	}
 	if len(sw.Ledger) > 0 {
 		w.line("ledger:", "--ledger: output recorded at start under DIR/provenance/ledger")
@@ -174,6 +174,27 @@ func (sw *Sweep) Protocol(m ManifestInfo) []byte {
 	sw.renderValidators(w)
 	sw.renderAxes(w)
 	return []byte(w.b.String())
+}
+
+// wrapCommand is argv as shell command lines of about 90 columns, each
+// but the last ending in a backslash, a flag beside its value.
+func wrapCommand(argv []string) []string {
+	var lines []string
+	line := " "
+	for i := 0; i < len(argv); i++ {
+		word := shellQuote(argv[i : i+1])
+		if strings.HasPrefix(argv[i], "-") && i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
+			// a flag and its value stay on one line
+			i++
+			word += " " + shellQuote(argv[i:i+1])
+		}
+		if len(line) > 2 && len(line)+1+len(word) > 90 {
+			lines = append(lines, line+" \\")
+			line = "   "
+		}
+		line += " " + word
+	}
+	return append(lines, line)
 }
 
 func portsWord(a Args) string {

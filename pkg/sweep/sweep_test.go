@@ -333,7 +333,8 @@ func TestProtocolComments(t *testing.T) {
 		"frozen: \"2026-11-30\"", "# --cap-gpu-hours", "# --budget-unit", "# --serve-cmd; --port ${PORT} added",
 		"# --server-ready-timeout", "# --grid: one configuration per combination", "# max-num-seqs=128",
 		"# --request-rate inf --max-concurrency 256: a closed loop of 256 requests",
-		"#   loadgen materialize --id synthetic --kind synthetic --input-uniform 16:32 --prefix none --output-fixed 8",
+		"#   loadgen materialize --id synthetic --kind synthetic --input-uniform 16:32 --prefix none \\\n",
+		"#     --output-fixed 8 --arrival steady",
 		"1000 rows, sha256 0123", "# --drain-allowance-s, --watchdog-s",
 	} {
 		if !strings.Contains(text, want) {

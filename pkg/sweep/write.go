@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/campaignfs"
@@ -127,6 +129,25 @@ func (w *Written) Remove() error {
 		return os.RemoveAll(w.made)
 	}
 	return os.RemoveAll(filepath.Dir(w.Protocol))
+}
+
+var lineFlag = regexp.MustCompile(`#\s*(--[a-z][a-z0-9-]*)`)
+
+// FlagAt is the flag the written protocol's line (1-based) came from, as
+// its comment names it ("--serve-cmd"); "" when the line names none.
+func (w *Written) FlagAt(line int) string {
+	b, err := os.ReadFile(w.Protocol)
+	if err != nil || line < 1 {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	if line > len(lines) {
+		return ""
+	}
+	if m := lineFlag.FindStringSubmatch(lines[line-1]); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 func fileSHA256(path string) (string, error) {

@@ -108,6 +108,12 @@ func TestWriteKeepsAProtocolThatDoesNotPlan(t *testing.T) {
 	if _, err := os.Stat(w.Protocol); err != nil {
 		t.Errorf("the protocol was not kept: %v", err)
 	}
+	if f := w.FlagAt(ps.List[0].Pos.Line); f != "--serve-cmd" {
+		t.Errorf("the problem's line names %q", f)
+	}
+	if f := w.FlagAt(1); f != "" {
+		t.Errorf("the first line names %q", f)
+	}
 
 	env = testEnv(t)
 	sw, err = Build(baseArgs(), env)
