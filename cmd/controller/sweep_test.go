@@ -222,7 +222,21 @@ func TestSweepRefusals(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "a")
-	out, code := stdoutOnly(t, without(t, sweepArgs(t, dir), "--model")...)
+	out, code := stdoutOnly(t, without(t, sweepArgs(t, dir), "-d")...)
+	if d := sweepDocOf(t, out); code != 2 || d.ExitCode != 2 || !strings.Contains(d.Error, "-d DIR is required") {
+		t.Fatalf("no -d: exit %d\n%s", code, out)
+	}
+	out, code = stdoutOnly(t, sweepArgs(t, dir, "--print-protocol")...)
+	if d := sweepDocOf(t, out); code != 2 || !strings.Contains(d.Error, "--print-protocol prints the protocol's YAML") {
+		t.Fatalf("--print-protocol -o json: exit %d\n%s", code, out)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	out, code = stdoutOnly(t, sweepArgs(t, filepath.Join(file, "camp"))...)
+	if d := sweepDocOf(t, out); code != 1 || d.ExitCode != 1 || !strings.Contains(d.Error, "not a directory") {
+		t.Fatalf("a directory that cannot be made: exit %d\n%s", code, out)
+	}
+	out, code = stdoutOnly(t, without(t, sweepArgs(t, dir), "--model")...)
 	if d := sweepDocOf(t, out); code != 2 || d.ExitCode != 2 || d.Flag != "--model" || !strings.HasPrefix(d.Error, "--model: required") {
 		t.Fatalf("no --model: exit %d\n%s", code, out)
 	}

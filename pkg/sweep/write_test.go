@@ -128,3 +128,40 @@ func TestWriteKeepsAProtocolThatDoesNotPlan(t *testing.T) {
 		t.Errorf("a failed Write left %s: %v", env.Dir, err)
 	}
 }
+
+// TestWriteFailures: a campaign directory that cannot be made, and an
+// existing manifest gone before it is hashed, fail Write, which leaves
+// nothing of what it made.
+func TestWriteFailures(t *testing.T) {
+	env := testEnv(t)
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	env.Dir = filepath.Join(file, "camp")
+	sw, err := Build(baseArgs(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(sw); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("a campaign directory under a file: %v", err)
+	}
+
+	env = testEnv(t)
+	manifest := filepath.Join(env.Workdir, "m.jsonl")
+	if _, err := loadgen.Materialize(loadgen.Spec{ID: "m", Kind: "synthetic", Input: loadgen.Mixture{{Min: 4, Max: 8, Weight: 1}},
+		OutputTokens: 4, Prefix: "none", Arrival: loadgen.Arrival{Kind: "steady"}, NumRequests: 50, VocabMin: 1000, VocabMax: 2000}, manifest); err != nil {
+		t.Fatal(err)
+	}
+	a := baseArgs()
+	a.InputUniform, a.OutputFixed, a.NumRequests, a.Manifest = "", 0, 0, manifest
+	sw, err = Build(a, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(manifest)
+	if _, err := Write(sw); err == nil || !strings.Contains(err.Error(), "hash the manifest") {
+		t.Fatalf("a manifest gone: %v", err)
+	}
+	if _, err := os.Stat(env.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed Write left %s: %v", env.Dir, err)
+	}
+}
