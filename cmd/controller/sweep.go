@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"warden/internal/cli"
 	"warden/pkg/planview"
@@ -139,7 +140,7 @@ func newSweepCmd() *cobra.Command {
 	f.Float64Var(&a.ConsumedGPUHours, "consumed-gpu-hours", 0, "GPU-hours spent before, counted against the cap")
 	f.StringVar(&a.BudgetUnit, "budget-unit", a.BudgetUnit, "what a GPU-hour is here, such as H200-hours")
 	f.StringVar(&a.GPUs, "gpus", a.GPUs, "GPU indices, one slot each, such as 0,1 or 0-3")
-	f.StringVar(&a.CPUs, "cpus", "", "CPUs shared out among the slots in equal consecutive shares (default all of this host's)")
+	f.StringVar(&a.CPUs, "cpus", "", "CPUs shared out among the slots in equal consecutive shares (default the CPUs this process may run on)")
 	f.StringSliceVar(&a.Ports, "ports", nil, "one port per slot (default: chosen free at start)")
 	f.IntVar(&a.Parallel, "parallel", 0, "GPU slots in use at once; 0: the widest configuration's GPUs (one run at a time when every run has one GPU)")
 	f.StringVar(&a.Loadgen, "loadgen", "", "the load client (default: loadgen beside this controller)")
@@ -273,7 +274,16 @@ func sweepEnv(dir string) (sweep.Env, error) {
 		return sweep.Env{}, fmt.Errorf("the controller's own path: %w", err)
 	}
 	argv := append([]string{filepath.Base(os.Args[0])}, os.Args[1:]...)
-	return sweep.Env{Dir: dir, Workdir: wd, HostCPUs: runtime.NumCPU(), Controller: self, Now: time.Now(), CommandLine: argv}, nil
+	env := sweep.Env{Dir: dir, Workdir: wd, HostCPUs: runtime.NumCPU(), Controller: self, Now: time.Now(), CommandLine: argv}
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) == nil {
+		for i, n := 0, set.Count(); len(env.CPUs) < n; i++ {
+			if set.IsSet(i) {
+				env.CPUs = append(env.CPUs, i)
+			}
+		}
+	}
+	return env, nil
 }
 
 // writeSweepNote says what the sweep wrote.

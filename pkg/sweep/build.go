@@ -27,8 +27,11 @@ type Env struct {
 	// Workdir is where the sweep runs, absolute: the protocol's workdir,
 	// where --serve-cmd's relative paths start.
 	Workdir string
-	// HostCPUs is how many logical CPUs this host has.
+	// HostCPUs is how many logical CPUs this host has; CPUs are those
+	// this process may run on (its affinity), the default --cpus (all
+	// of 0..HostCPUs-1 when empty).
 	HostCPUs int
+	CPUs     []int
 	// Controller is the controller's own binary, absolute: the
 	// validators run it, and the default load client is beside it.
 	Controller string
@@ -259,7 +262,7 @@ func (sw *Sweep) configs() error {
 		if !eq && i+1 < len(sw.Server) {
 			v = sw.Server[i+1]
 		}
-		base[strings.ReplaceAll(k, "_", "-")] = v
+		base[param{key: k}.cliKey()] = v
 	}
 	ids := map[string]string{}
 	for _, c := range combos {
@@ -273,11 +276,10 @@ func (sw *Sweep) configs() error {
 		var parts []string
 		for _, p := range c.params {
 			k := p.cliKey()
-			if _, ok := base[k]; ok {
-				return flagErr(flag, "%s: --serve-cmd already gives --%s; leave it out of --serve-cmd (the sweep appends each configuration's arguments to it)", p.text(), k)
-			}
-			if _, ok := base[strings.TrimPrefix(p.args()[0], "--")]; ok && p.boolean != nil {
-				return flagErr(flag, "%s: --serve-cmd already gives %s", p.text(), p.args()[0])
+			for _, given := range []string{k, "no-" + k} {
+				if _, ok := base[given]; ok {
+					return flagErr(flag, "%s: --serve-cmd already gives --%s; leave it out of --serve-cmd (the sweep appends each configuration's arguments to it)", p.text(), given)
+				}
 			}
 			if slices.Contains(tpKeys, k) || slices.Contains(ppKeys, k) {
 				sizes[k] = p.value
@@ -345,9 +347,11 @@ func (sw *Sweep) slots() error {
 		return flagErr("gpus", "%q: want GPU indices, such as 0 or 0,1 or 0-3", a.GPUs)
 	}
 	hostCPUs := max(sw.Env.HostCPUs, 1)
-	cpus := make([]int, hostCPUs)
-	for i := range cpus {
-		cpus[i] = i
+	cpus := slices.Clone(sw.Env.CPUs)
+	if len(cpus) == 0 {
+		for i := range hostCPUs {
+			cpus = append(cpus, i)
+		}
 	}
 	if a.CPUs != "" {
 		if cpus, err = cpulist.Parse(a.CPUs); err != nil || len(cpus) == 0 {

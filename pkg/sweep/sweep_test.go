@@ -155,6 +155,14 @@ func TestBuildProtocol(t *testing.T) {
 				t.Errorf("GPUs %d, %d; regime %+v", pl.Runs[0].GPUs, pl.Runs[1].GPUs, p.Regimes[0])
 			}
 		}},
+		{"the default CPUs are this process's", func(a *Args, env *Env) {
+			env.CPUs = []int{4, 5, 6, 7, 9}
+			a.GPUs = "0,1"
+		}, func(t *testing.T, p *protocols.Protocol, _ *protocols.Plan, _ *Sweep) {
+			if p.Slots[0].CPUs != "4-5" || p.Slots[1].CPUs != "6-7" || p.Host.CPUs != 10 {
+				t.Errorf("slots %+v, host %+v", p.Slots, p.Host)
+			}
+		}},
 		{"--gpus-per-run and --parallel", func(a *Args, _ *Env) {
 			a.Grid = []string{"tp=1,2"}
 			a.GPUs, a.GPUsPerRun, a.Parallel = "0-3", 2, 4
@@ -371,6 +379,7 @@ func TestBuildErrors(t *testing.T) {
 		{"grid", "an empty value", func(a *Args, _ *Env) { a.Grid = []string{"max-num-seqs=1,"} }},
 		{"grid", "the value 1 is given twice", func(a *Args, _ *Env) { a.Grid = []string{"max-num-seqs=1,1"} }},
 		{"grid", "--serve-cmd already gives --load-s", func(a *Args, _ *Env) { a.Grid = []string{"load_s=1,2"} }},
+		{"grid", "--serve-cmd already gives --no-enable-x", func(a *Args, _ *Env) { a.ServeCmd += " --no-enable-x"; a.Grid = []string{"enable-x=true"} }},
 		{"grid", "both become", func(a *Args, _ *Env) { a.Grid = []string{"x=a/b,a:b"} }},
 		{"grid", "--tp 0: want a whole number of GPUs", func(a *Args, _ *Env) { a.Grid = []string{"tp=0"} }},
 		{"serve-params", "give --grid or --serve-params, not both", func(a *Args, _ *Env) { a.Grid, a.ServeParams = []string{"x=1"}, "p.json" }},
