@@ -32,6 +32,8 @@ func newRoot() *cobra.Command {
 		Short: "Run pre-registered GPU serving benchmark campaigns",
 		Long: `controller runs pre-registered benchmark campaigns against inference servers:
 
+  controller sweep -d DIR --serve-cmd CMD --grid KEY=V1,V2 ...
+                                         write a config or rate sweep's protocol and start it
   controller plan -f PROTOCOL            validate and expand, touching no GPU
   controller start -f PROTOCOL -d DIR    create the campaign and run it, detached
   controller --resume -d DIR             continue after a crash, reboot or stop
@@ -52,7 +54,7 @@ ctlq shows what a campaign is doing.`,
 	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
 	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
 	root.Flags().StringVar(&backend, "gpu-backend", "", "with --resume: the GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
-	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
+	root.AddCommand(newSweepCmd(), newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
 		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
 	return root
 }
