@@ -419,6 +419,9 @@ func (c *loopCampaign) stoppedAt(reason state.StopReason, detail ...string) stat
 	return cp
 }
 
+// record is the campaign's record.
+func (c *loopCampaign) record() state.Campaign { return c.campaign.campaign() }
+
 // planRun is the plan's run id.
 func (c *loopCampaign) planRun(id string) protocols.Run {
 	c.t.Helper()
