@@ -47,8 +47,9 @@ type step struct {
 	// Hold keeps the attempt measuring until its context ends; it then
 	// ends interrupted (budget-exhausted when the cause says the cap).
 	Hold bool
-	// AfterStart and AfterEnd keep the attempt measuring until the
-	// executor was asked to run the named run, or ended an attempt of it.
+	// AfterStart and AfterEnd keep the attempt measuring (a background
+	// serving) until the executor was asked to run the named run, or ended
+	// an attempt of it.
 	AfterStart, AfterEnd string
 	// Early ends a background load before its target is done: its client
 	// failed (client-failed, EarlyBackground), once AfterStart allows.
@@ -217,6 +218,12 @@ func (x *scripted) Run(ctx context.Context, env *attempt.Env, rec record.Recorde
 			return false
 		}
 	}
+	if s.Options.Measuring != nil {
+		// a background load: serving once its client runs, until its
+		// target is done (Until) or it ends early
+		s.Options.Measuring <- cl.Run
+		x.note("measuring " + cl.Run)
+	}
 	ok := true
 	if st.AfterStart != "" {
 		ok = wait("start " + st.AfterStart)
@@ -227,10 +234,6 @@ func (x *scripted) Run(ctx context.Context, env *attempt.Env, rec record.Recorde
 	switch {
 	case !ok:
 	case s.Options.Measuring != nil:
-		// a background load: serving once its client runs, until its
-		// target is done (Until) or it ends early
-		s.Options.Measuring <- cl.Run
-		x.note("measuring " + cl.Run)
 		if st.Early {
 			r.SetEarlyBackground()
 			out = attempt.Outcome{State: state.Failed, Reason: state.ReasonClientFailed, Detail: "scripted: the background's client ended", EarlyBackground: true}
