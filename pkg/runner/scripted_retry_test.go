@@ -104,32 +104,35 @@ func reserves(l ledger, run string) int {
 	return n
 }
 
-// TestLoopRetryExhausted: the protocol's retries bound the reruns. With
-// one, an infrastructure failure of the rerun too stops the campaign with
-// the run's reason, both attempts kept and no third; with none, the first
-// failure stops it.
+// TestLoopRetryExhausted: the protocol's retries bound the reruns of
+// every reason the policy retries. With one, a failure of the rerun too
+// stops the campaign with the run's reason, both attempts kept and no
+// third; with none, the first failure stops it.
 func TestLoopRetryExhausted(t *testing.T) {
 	t.Parallel()
-	notReady := step{State: state.Failed, Reason: state.ReasonServerNotReady}
-	for _, tc := range []struct {
-		retries int
-		want    []state.Attempt
-	}{
-		{1, []state.Attempt{failed(state.ReasonServerNotReady), failed(state.ReasonServerNotReady)}},
-		{0, []state.Attempt{failed(state.ReasonServerNotReady)}},
-	} {
-		t.Run(fmt.Sprintf("retries %d", tc.retries), func(t *testing.T) {
-			t.Parallel()
-			c := newLoopCampaign(t, "matrix.yaml", map[string][]step{"p1.saturation": {notReady, notReady, notReady}},
-				append(oneAtATime, "retries: {infrastructure: 1}", fmt.Sprintf("retries: {infrastructure: %d}", tc.retries))...)
-			c.run()
-			c.stoppedAt(state.StopForRun(state.ReasonServerNotReady), "p1.saturation")
-			c.wantAttempts("p1.saturation", tc.want...)
-			if n := len(c.x.asked()); n != len(tc.want) {
-				t.Errorf("the executor ran %d attempts, want %d: %+v", n, len(tc.want), c.x.asked())
-			}
-			c.wantLedgerSettled()
-			c.wantClean()
-		})
+	for _, r := range state.Reasons {
+		if outcome.RuleFor(r).Action != outcome.Retry {
+			continue
+		}
+		for _, retries := range []int{1, 0} {
+			t.Run(fmt.Sprintf("%s, retries %d", r, retries), func(t *testing.T) {
+				t.Parallel()
+				fail := step{State: state.Failed, Reason: r}
+				c := newLoopCampaign(t, "matrix.yaml", map[string][]step{"p1.saturation": {fail, fail, fail}},
+					append(oneAtATime, "retries: {infrastructure: 1}", fmt.Sprintf("retries: {infrastructure: %d}", retries))...)
+				c.run()
+				c.stoppedAt(state.StopForRun(r), "p1.saturation")
+				want := []state.Attempt{failed(r)}
+				if retries == 1 {
+					want = append(want, failed(r))
+				}
+				c.wantAttempts("p1.saturation", want...)
+				if n := len(c.x.asked()); n != len(want) {
+					t.Errorf("the executor ran %d attempts, want %d: %+v", n, len(want), c.x.asked())
+				}
+				c.wantLedgerSettled()
+				c.wantClean()
+			})
+		}
 	}
 }
