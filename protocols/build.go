@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"warden/internal/cpulist"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -310,7 +311,7 @@ func (b *builder) validateSlots() {
 			}
 		}
 		if s.CPUs != "" {
-			cpus, err := ParseCPUList(s.CPUs)
+			cpus, err := cpulist.Parse(s.CPUs)
 			if err != nil {
 				c.add(s.Meta.At("cpus"), f+".cpus", "%v", err)
 			} else {
@@ -328,10 +329,10 @@ func (b *builder) validateSlots() {
 					}
 				}
 				if len(outside) > 0 {
-					c.add(s.Meta.At("cpus"), f+".cpus", "CPUs %s are outside the host, which has CPUs 0-%d", FormatCPUList(outside), p.Host.CPUs-1)
+					c.add(s.Meta.At("cpus"), f+".cpus", "CPUs %s are outside the host, which has CPUs 0-%d", cpulist.Format(outside), p.Host.CPUs-1)
 				}
 				if len(overlap) > 0 {
-					c.add(s.Meta.At("cpus"), f+".cpus", "CPUs %s are also in slot %s; CPU masks of slots must be disjoint", FormatCPUList(overlap), with)
+					c.add(s.Meta.At("cpus"), f+".cpus", "CPUs %s are also in slot %s; CPU masks of slots must be disjoint", cpulist.Format(overlap), with)
 				}
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"warden/internal/cpulist"
 )
 
 // cell is one point of a matrix: a value per axis, in axes order.
@@ -132,7 +133,7 @@ func (b *builder) planHeader() *Plan {
 	for _, s := range p.Slots {
 		info := SlotInfo{Name: s.Name, GPUs: s.GPUs, CPUs: s.CPUs, NUMA: s.NUMA, Port: s.Port.N, PortAuto: s.Port.Auto}
 		if si := b.slots[s.Name]; si != nil && si.cpus != nil {
-			info.CPUs = FormatCPUList(si.cpus)
+			info.CPUs = cpulist.Format(si.cpus)
 		}
 		plan.Slots = append(plan.Slots, info)
 	}

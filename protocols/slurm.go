@@ -3,6 +3,7 @@ package protocols
 import (
 	"slices"
 	"sort"
+	"warden/internal/cpulist"
 )
 
 // SlurmRequest is one shape of step a plan asks Slurm for: GPUs and CPUs
@@ -41,7 +42,7 @@ func (p *Plan) slurmRequests() []SlurmRequest {
 		k := key{}
 		for _, n := range names {
 			k.gpus += len(slots[n].GPUs)
-			cpus, _ := ParseCPUList(slots[n].CPUs)
+			cpus, _ := cpulist.Parse(slots[n].CPUs)
 			k.cpus += len(cpus)
 		}
 		count[k]++
@@ -58,7 +59,7 @@ func (p *Plan) slurmRequests() []SlurmRequest {
 		k := key{alloc: true}
 		for _, n := range names {
 			k.gpus += len(slots[n].GPUs)
-			cpus, _ := ParseCPUList(slots[n].CPUs)
+			cpus, _ := cpulist.Parse(slots[n].CPUs)
 			k.cpus += len(cpus)
 		}
 		count[k]++

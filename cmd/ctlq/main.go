@@ -18,6 +18,7 @@ import (
 
 	"warden/internal/cli"
 	"warden/internal/mancmd"
+	"warden/internal/shellquote"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
@@ -39,7 +40,7 @@ const (
 func main() {
 	os.Exit(cli.Run(newRoot(), exitOther, func(cmd *cobra.Command, _ error, s cli.Status) {
 		if err := s.Cause; err != nil {
-			fmt.Fprintln(os.Stderr, "ctlq:", err)
+			fmt.Fprintln(os.Stderr, "ctlq:", views.Esc(err.Error()))
 			if jsonOutput(cmd) {
 				writeJSON(os.Stdout, errorDoc{Schema: errorSchema, Error: err.Error(), ExitCode: s.Code})
 			}
@@ -325,10 +326,10 @@ func crashHint(exit error, dir string) string {
 	if !errors.As(exit, &ee) || ee.Code != exitControllerX {
 		return ""
 	}
-	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + views.ShellQuote(dir)
+	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + shellquote.Word(dir)
 	if ro := readOnlyStorage(dir); ro != "" {
 		// the controller could record neither the fault nor a stop
-		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + views.ShellQuote(dir)
+		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + shellquote.Word(dir)
 	}
 	return hint
 }
@@ -462,9 +463,10 @@ so that -f can stream them.`,
 					if o.output == "json" {
 						return nil
 					}
-					fmt.Fprintf(w, "controller not running; campaign %s", st.Campaign.State)
-					if st.Campaign.StopReason != "" {
-						fmt.Fprintf(w, " (%s: %s)", st.Campaign.StopReason, st.Campaign.StopDetail)
+					cp := views.Escaped(st.Campaign)
+					fmt.Fprintf(w, "controller not running; campaign %s", cp.State)
+					if cp.StopReason != "" {
+						fmt.Fprintf(w, " (%s: %s)", cp.StopReason, cp.StopDetail)
 					}
 					fmt.Fprintln(w)
 					return nil

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"warden/internal/cli"
 	"warden/pkg/api"
@@ -56,7 +55,7 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 	})
 	out := cmd.OutOrStdout()
 	var sn watch.Snapshot
-	if f, ok := out.(*os.File); ok && isTerminal(f) {
+	if f, ok := out.(*os.File); ok && cli.IsTerminal(f) {
 		sn, err = w.Full(f, interval)
 	} else {
 		sn, err = w.Plain(out, interval)
@@ -68,11 +67,6 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 		return nil // the operator quit
 	}
 	return statusExit(sn.Status)
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // watchSource is a source as the watcher looks through it.

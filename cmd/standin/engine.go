@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -209,8 +210,10 @@ type engineHandle struct {
 	// control is the write end of the control pipe; closing it tells the
 	// engine to exit. Used only by the parent's main goroutine.
 	control *os.File
-	// ready is closed when the engine reports that it has loaded.
-	ready chan struct{}
+	// ready is closed when the engine reports that it has loaded; loaded
+	// says so to a reader that must not block (the health handler).
+	ready  chan struct{}
+	loaded atomic.Bool
 	// done is closed when the engine has exited and been reaped.
 	done chan struct{}
 	// err is the engine's exit status; read it only after done is closed.
@@ -248,6 +251,7 @@ func startEngine(cfg engineConfig) (*engineHandle, error) {
 		defer readyR.Close()
 		br := bufio.NewReader(readyR)
 		if line, _ := br.ReadString('\n'); line == "ready\n" {
+			e.loaded.Store(true)
 			close(e.ready)
 		}
 		_, _ = io.Copy(io.Discard, br)

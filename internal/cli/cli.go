@@ -5,8 +5,10 @@ package cli
 
 import (
 	"errors"
+	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // StatusError is an error that ends a command with an exit status other
@@ -65,4 +67,11 @@ func Run(root *cobra.Command, def int, report func(cmd *cobra.Command, err error
 	s := StatusOf(err, def)
 	report(cmd, err, s)
 	return s.Code
+}
+
+// IsTerminal says whether f is a terminal (it answers the terminal's
+// ioctl), for a command that shows progress or colour only to a person.
+func IsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -35,5 +36,31 @@ func TestRun(t *testing.T) {
 	var reported Status
 	if code := Run(fail, 1, func(_ *cobra.Command, _ error, s Status) { reported = s }); code != 4 || reported.Code != 4 {
 		t.Errorf("Run(failure) = %d, reported %+v; want 4", code, reported)
+	}
+}
+
+// A pipe and /dev/null are no terminal; a pseudo-terminal is.
+func TestIsTerminal(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if IsTerminal(r) || IsTerminal(w) || IsTerminal(null) {
+		t.Fatal("a pipe or /dev/null taken for a terminal")
+	}
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skip("no pseudo-terminals here:", err)
+	}
+	defer ptmx.Close()
+	if !IsTerminal(ptmx) {
+		t.Fatal("a pseudo-terminal's master not taken for a terminal")
 	}
 }

@@ -5,6 +5,7 @@ package cpulist
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,8 +51,10 @@ func Parse(s string) ([]int, error) {
 	return out, nil
 }
 
-// Format writes sorted CPU numbers in the compact list form.
+// Format writes CPU numbers in the compact list form, merging runs into
+// ranges: [8 0 1 2 3 2] gives "0-3,8".
 func Format(cpus []int) string {
+	cpus = slices.Compact(slices.Sorted(slices.Values(cpus)))
 	var parts []string
 	for i := 0; i < len(cpus); {
 		j := i

@@ -14,6 +14,8 @@ func TestParseFormat(t *testing.T) {
 		{" 0,2,4-7 ", "0,2,4-7", []int{0, 2, 4, 5, 6, 7}},
 		{"5,1-2,2", "1-2,5", []int{1, 2, 5}},
 		{"65535", "65535", []int{65535}},
+		{"0-3,8,10-11\n", "0-3,8,10-11", []int{0, 1, 2, 3, 8, 10, 11}},
+		{"5-5", "5", []int{5}},
 	} {
 		got, err := Parse(tc.in)
 		if err != nil || !slices.Equal(got, tc.want) {
@@ -30,5 +32,16 @@ func TestParseRefuses(t *testing.T) {
 		if got, err := Parse(in); err == nil {
 			t.Errorf("Parse(%q) = %v, want an error", in, got)
 		}
+	}
+}
+
+// Format takes CPU numbers in any order, repeats included.
+func TestFormatUnsorted(t *testing.T) {
+	in := []int{8, 3, 0, 1, 2, 3}
+	if f := Format(in); f != "0-3,8" {
+		t.Errorf("Format(%v) = %q, want 0-3,8", in, f)
+	}
+	if !slices.Equal(in, []int{8, 3, 0, 1, 2, 3}) {
+		t.Errorf("Format changed its argument: %v", in)
 	}
 }

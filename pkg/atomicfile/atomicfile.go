@@ -23,8 +23,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"github.com/google/renameio/v2"
 )
 
 // Option changes how WriteFile and WriteJSON write.
@@ -77,33 +75,57 @@ func WriteFile(path string, data []byte, mode os.FileMode, opts ...Option) error
 	return nil
 }
 
+// write writes data to path through one directory handle: the root's
+// when the target is to be resolved beneath one (Beneath), its own
+// directory's otherwise. Every write takes the same path: a temporary
+// file created exclusively and without following a link, filled, fsynced
+// (unless NoSync), renamed over the target, then the directory fsynced.
 func write(path string, data []byte, mode os.FileMode, cfg config) error {
-	dir := filepath.Dir(path)
+	rootDir, rel := filepath.Dir(path), filepath.Base(path)
 	if cfg.root != "" {
-		return writeBeneath(path, data, mode, cfg)
+		r, err := filepath.Rel(cfg.root, path)
+		if err != nil || r == "." || strings.HasPrefix(r, "..") {
+			return fmt.Errorf("%s is not beneath %s", path, cfg.root)
+		}
+		rootDir, rel = cfg.root, r
 	}
-	if cfg.noSync {
-		return writeNoSync(dir, path, data, mode, cfg)
+	root, err := os.OpenRoot(rootDir)
+	if err != nil {
+		return err
 	}
-	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir),
-		renameio.WithPermissions(mode), renameio.WithStaticPermissions(mode))
+	defer root.Close()
+	tmp := filepath.Join(filepath.Dir(rel), fmt.Sprintf(".%s.tmp%d", filepath.Base(rel), rand.Uint64()))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	if err != nil {
 		return fmt.Errorf("create temporary file: %w", err)
 	}
-	defer f.Cleanup() // removes the temporary file unless it was renamed
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
+	renamed := false
+	defer func() {
+		if !renamed {
+			root.Remove(tmp)
+		}
+	}()
+	if err := fill(f, data, mode, !cfg.noSync); err != nil {
+		return err
 	}
 	if cfg.beforeRename != nil {
 		cfg.beforeRename()
 	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
+	if err := root.Rename(tmp, rel); err != nil {
 		return fmt.Errorf("rename into place: %w", err)
 	}
-	return SyncDir(dir)
+	renamed = true
+	if cfg.noSync {
+		return nil
+	}
+	d, err := root.Open(filepath.Dir(rel))
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	if err := errors.Join(d.Sync(), d.Close()); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
 }
 
 // WriteJSON writes v as JSON, indented by two spaces and ending in a
@@ -166,32 +188,6 @@ func mkdirAll(dir string, mode os.FileMode) error {
 	return SyncDir(parent)
 }
 
-// writeNoSync is write without fsync: a temporary file, renamed into place.
-func writeNoSync(dir, path string, data []byte, mode os.FileMode, cfg config) error {
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp")
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	tmp := f.Name()
-	renamed := false
-	defer func() {
-		if !renamed {
-			os.Remove(tmp)
-		}
-	}()
-	if err := fill(f, data, mode, false); err != nil {
-		return err
-	}
-	if cfg.beforeRename != nil {
-		cfg.beforeRename()
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename into place: %w", err)
-	}
-	renamed = true
-	return nil
-}
-
 // fill writes data to the temporary file f, sets its mode, fsyncs it when
 // sync, and closes it.
 func fill(f *os.File, data []byte, mode os.FileMode, sync bool) error {
@@ -207,51 +203,6 @@ func fill(f *os.File, data []byte, mode os.FileMode, sync bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("write temporary file: %w", err)
-	}
-	return nil
-}
-
-// writeBeneath is write with every path resolved beneath cfg.root.
-func writeBeneath(path string, data []byte, mode os.FileMode, cfg config) error {
-	rel, err := filepath.Rel(cfg.root, path)
-	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return fmt.Errorf("%s is not beneath %s", path, cfg.root)
-	}
-	root, err := os.OpenRoot(cfg.root)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	tmp := filepath.Join(filepath.Dir(rel), fmt.Sprintf(".%s.tmp%d", filepath.Base(rel), rand.Uint64()))
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			root.Remove(tmp)
-		}
-	}()
-	if err := fill(f, data, mode, !cfg.noSync); err != nil {
-		return err
-	}
-	if cfg.beforeRename != nil {
-		cfg.beforeRename()
-	}
-	if err := root.Rename(tmp, rel); err != nil {
-		return fmt.Errorf("rename into place: %w", err)
-	}
-	renamed = true
-	if cfg.noSync {
-		return nil
-	}
-	d, err := root.Open(filepath.Dir(rel))
-	if err != nil {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	if err := errors.Join(d.Sync(), d.Close()); err != nil {
-		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
 }

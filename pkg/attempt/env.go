@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"warden/internal/cpulist"
 	"warden/pkg/endlog"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
@@ -157,7 +157,7 @@ var ErrBudgetExhausted = errors.New("the campaign's GPU time reached its cap")
 func SlotResources(slots []protocols.SlotInfo) (gpus, cpus []int) {
 	for _, s := range slots {
 		gpus = append(gpus, s.GPUs...)
-		c, _ := protocols.ParseCPUList(s.CPUs)
+		c, _ := cpulist.Parse(s.CPUs)
 		cpus = append(cpus, c...)
 	}
 	return gpus, cpus
@@ -176,19 +176,6 @@ func ExitText(ex launch.ExitStatus) string {
 		return "killed by " + ex.Signal
 	}
 	return "exit code " + strconv.Itoa(ex.Code)
-}
-
-// ShellQuote is argv as a shell line, for commands.log.
-func ShellQuote(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`|&;<>(){}*?[]#~") {
-			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		} else {
-			out[i] = a
-		}
-	}
-	return strings.Join(out, " ")
 }
 
 // StopSlack is how much longer than its graces a shutdown may take before

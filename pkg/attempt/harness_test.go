@@ -2,22 +2,32 @@ package attempt_test
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"warden/internal/testbin"
 	"warden/internal/testreaper"
 	"warden/pkg/attempt"
 	"warden/pkg/endlog"
 	"warden/pkg/launch"
 )
 
-// testReaper is the one reaper of the test process: it owns every child's
-// exit status, so nothing else may wait for children once it runs (see
-// launch.Reaper).
-var testReaper *launch.Reaper
+var (
+	// testReaper is the one reaper of the test process: it owns every
+	// child's exit status, so nothing else may wait for children once it
+	// runs (see launch.Reaper).
+	testReaper *launch.Reaper
+	// standinBin is the stand-in server, built in TestMain.
+	standinBin string
+)
 
 func TestMain(m *testing.M) {
-	os.Exit(testreaper.Run(m, &testReaper))
+	// built before the reaper starts: os/exec waits for the go command
+	os.Exit(testbin.Run("attempt-test-", []string{"../../cmd/standin"}, func(dir string) int {
+		standinBin = filepath.Join(dir, "standin")
+		return testreaper.Run(m, &testReaper)
+	}))
 }
 
 // A controller whose transition cannot be recorded (harness) ends the

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"warden/internal/cpulist"
+	"warden/internal/shellquote"
 	"warden/pkg/atomicfile"
 	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
@@ -40,7 +42,7 @@ func (a *Attempt) prepareCommands() (<-chan error, error) {
 		"ATTEMPT":      strconv.Itoa(a.n),
 		"GPU_IDS":      strings.Join(gpuStrs, ","),
 		"GPU_COUNT":    strconv.Itoa(len(a.gpuIDs)),
-		"CPUS":         protocols.FormatCPUList(a.cpus),
+		"CPUS":         cpulist.Format(a.cpus),
 		"NUMA_NODE":    numa,
 		"PORT":         strconv.Itoa(a.port),
 		"SLOT":         strings.Join(protocols.SlotNames(a.slots), "+"),
@@ -151,9 +153,9 @@ func (a *Attempt) launch(role string, cmd protocols.CommandSpec, extraEnv map[st
 		}
 		env = append(env, k+"="+v)
 	}
-	record.AppendLine(a.env.Dir, filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.env.Now().UTC().Format(time.RFC3339Nano), role, ShellQuote(argv)), a.env.Log)
+	record.AppendLine(a.env.Dir, filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.env.Now().UTC().Format(time.RFC3339Nano), role, shellquote.Join(argv)), a.env.Log)
 	if a.own != nil {
-		a.own.lockStart() // a sample that sees it waits until it is known
+		a.own.LockStart() // a sample that sees it waits until it is known
 	}
 	p, err := a.env.Launcher.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.env.Workdir,
@@ -164,9 +166,9 @@ func (a *Attempt) launch(role string, cmd protocols.CommandSpec, extraEnv map[st
 	})
 	if a.own != nil {
 		if err == nil {
-			a.own.register(p)
+			a.own.Register(p)
 		}
-		a.own.unlockStart()
+		a.own.UnlockStart()
 	}
 	if err != nil {
 		return nil, state.Proc{}, err

@@ -1,12 +1,8 @@
 package gpu
 
 import (
-	"fmt"
 	"math/bits"
-	"slices"
 	"strconv"
-	"strings"
-	"warden/internal/cpulist"
 )
 
 // Fields selects what a read asks of a GPU. Index and UUID are always read.
@@ -165,28 +161,4 @@ func ReasonNames(mask uint64) []string {
 		}
 	}
 	return names
-}
-
-// ParseCPUList parses the Linux CPU-list format ("0-3,8,10-11", as in
-// /sys/devices/system/cpu/online and cpuset.cpus) into ascending CPU
-// numbers without repeats, as cpulist.Parse does; blank input (an
-// unknown affinity) gives nil.
-func ParseCPUList(s string) ([]int, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	cpus, err := cpulist.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("parse CPU list %q: %w", s, err)
-	}
-	return cpus, nil
-}
-
-// FormatCPUList writes CPU numbers in the Linux CPU-list format, merging
-// runs into ranges: [0 1 2 3 8] gives "0-3,8". The input need not be
-// sorted.
-func FormatCPUList(cpus []int) string {
-	sorted := slices.Clone(cpus)
-	slices.Sort(sorted)
-	return cpulist.Format(slices.Compact(sorted))
 }

@@ -35,38 +35,6 @@ func TestReasonNames(t *testing.T) {
 	}
 }
 
-func TestCPUList(t *testing.T) {
-	for _, tc := range []struct {
-		in     string
-		want   []int
-		format string
-	}{
-		{"", nil, ""},
-		{" \n", nil, ""},
-		{"0", []int{0}, "0"},
-		{"0-3,8,10-11\n", []int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"},
-		{"8,0-2,1", []int{0, 1, 2, 8}, "0-2,8"},
-		{"5-5", []int{5}, "5"},
-	} {
-		got, err := ParseCPUList(tc.in)
-		if err != nil {
-			t.Errorf("ParseCPUList(%q) error %v", tc.in, err)
-			continue
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("ParseCPUList(%q) = %v, want %v", tc.in, got, tc.want)
-		}
-		if f := FormatCPUList(got); f != tc.format {
-			t.Errorf("FormatCPUList(%v) = %q, want %q", got, f, tc.format)
-		}
-	}
-	for _, bad := range []string{"a", "1-", "-1", "3-1", "1,,2", "0-70000", "99999"} {
-		if got, err := ParseCPUList(bad); err == nil {
-			t.Errorf("ParseCPUList(%q) = %v, want an error", bad, got)
-		}
-	}
-}
-
 func TestReadingJSONLeavesAbsentFieldsOut(t *testing.T) {
 	zero := 0
 	r := Reading{Index: 2, UUID: "GPU-x", NUMANode: -1, MemoryUsedMiB: &zero}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"warden/internal/cpulist"
 	"warden/pkg/attempt"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -119,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (state.AttemptState, error) {
 		return "", fmt.Errorf("the step has GPUs %v (SLURM_STEP_GPUS=%q); the run's slots need %d", gpuIDs, cfg.Step.GPUsText, want)
 	}
 	step := &state.SlurmStep{JobName: sp.JobName, Shared: sp.Shared, JobID: cfg.Step.JobID, StepID: cfg.Step.StepID, Node: cfg.Step.Node,
-		StepGPUs: cfg.Step.GPUsText, CPUs: protocols.FormatCPUList(cfg.CPUs)}
+		StepGPUs: cfg.Step.GPUsText, CPUs: cpulist.Format(cfg.CPUs)}
 	if len(gpuIDs) > 0 {
 		info, err := cfg.GPUs.Info(gpuIDs)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"warden/internal/cpulist"
 	"warden/pkg/attempt"
 	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
@@ -69,7 +70,7 @@ func (c *Runner) runAttempt(ctx context.Context, x executor, r protocols.Run, sl
 	_, err = c.store.NewAttempt(r.ID, spec.Dir, func(at *state.Attempt) {
 		at.Slot = strings.Join(protocols.SlotNames(slots), "+")
 		at.GPUIDs = gpus
-		at.CPUs = protocols.FormatCPUList(cpus)
+		at.CPUs = cpulist.Format(cpus)
 		at.Port = spec.Port
 		at.ProtocolSHA256 = cp.ProtocolSHA256
 		for _, am := range amends {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"warden/internal/cpulist"
 	"warden/pkg/attempt"
 	"warden/pkg/launch"
 	"warden/pkg/record"
@@ -81,7 +82,7 @@ func (x *Executor) Allocate(ctx context.Context, unit int, slots []protocols.Slo
 	gpus, cpus := 0, 0
 	for _, s := range slots {
 		gpus += len(s.GPUs)
-		n, _ := protocols.ParseCPUList(s.CPUs)
+		n, _ := cpulist.Parse(s.CPUs)
 		cpus += len(n)
 	}
 	argv := x.cfg.Options.SallocArgv(name, gpus, cpus)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"warden/internal/cpulist"
+	"warden/internal/shellquote"
 	"warden/pkg/atomicfile"
 	"warden/pkg/attempt"
 	"warden/pkg/budget"
@@ -23,7 +25,6 @@ import (
 	"warden/pkg/safefile"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
-	"warden/protocols"
 )
 
 // Config runs every attempt as a Slurm step: srun starts the
@@ -96,7 +97,7 @@ func (a *step) execute(ctx context.Context) attempt.Outcome {
 	}); err != nil && !errors.Is(err, state.ErrStateFile) {
 		return a.harness(err)
 	}
-	record.AppendLine(env.Dir, filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", env.Now().UTC().Format(time.RFC3339Nano), attempt.ShellQuote(argv)), env.Log)
+	record.AppendLine(env.Dir, filepath.Join(a.spec.Dir, "commands.log"), fmt.Sprintf("%s srun: %s", env.Now().UTC().Format(time.RFC3339Nano), shellquote.Join(argv)), env.Log)
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -398,7 +399,7 @@ func parseIntList(s string) ([]int, error) {
 	if s == "" {
 		return nil, nil
 	}
-	return protocols.ParseCPUList(s)
+	return cpulist.Parse(s)
 }
 
 // lastLine is the last line of b, trimmed.

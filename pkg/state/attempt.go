@@ -484,17 +484,10 @@ func (s *Store) Attempt(runID string, n int) (Attempt, error) {
 // Attempts returns the attempts of runID in order.
 func (s *Store) Attempts(runID string) ([]Attempt, error) {
 	var out []Attempt
-	err := s.view("read attempts of run "+runID, func(tx *bolt.Tx) error {
+	err := s.view("read attempts of run "+runID, func(tx *bolt.Tx) (err error) {
 		prefix := attemptPrefix(runID)
-		c := tx.Bucket(bucketAttempts).Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			var a Attempt
-			if err := decode(k, v, &a); err != nil {
-				return err
-			}
-			out = append(out, a)
-		}
-		return nil
+		out, err = seekRecords[Attempt](tx.Bucket(bucketAttempts), prefix, func(k []byte) bool { return bytes.HasPrefix(k, prefix) }, 0)
+		return err
 	})
 	return out, err
 }

@@ -237,19 +237,9 @@ func (s *Store) appendEventAt(tx *bolt.Tx, e Event, at time.Time) (Event, error)
 // <= 0 means all. The last n events are Events(LastEventSeq()-n, n).
 func (s *Store) Events(afterSeq uint64, limit int) ([]Event, error) {
 	var events []Event
-	err := s.view("read events", func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketEvents).Cursor()
-		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil; k, v = c.Next() {
-			if limit > 0 && len(events) == limit {
-				break
-			}
-			var e Event
-			if err := decode(k, v, &e); err != nil {
-				return err
-			}
-			events = append(events, e)
-		}
-		return nil
+	err := s.view("read events", func(tx *bolt.Tx) (err error) {
+		events, err = seekRecords[Event](tx.Bucket(bucketEvents), seqKey(afterSeq+1), nil, limit)
+		return err
 	})
 	return events, err
 }
@@ -416,16 +406,9 @@ func (s *Store) ReadGates(ix *GateIndex) error {
 // the verdicts already read.
 func (s *Store) GateVerdictsAfter(seq uint64) ([]GateVerdict, error) {
 	var out []GateVerdict
-	err := s.view("read gate verdicts", func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketGates).Cursor()
-		for k, raw := c.Seek(seqKey(seq + 1)); k != nil; k, raw = c.Next() {
-			var g GateVerdict
-			if err := decode(k, raw, &g); err != nil {
-				return err
-			}
-			out = append(out, g)
-		}
-		return nil
+	err := s.view("read gate verdicts", func(tx *bolt.Tx) (err error) {
+		out, err = seekRecords[GateVerdict](tx.Bucket(bucketGates), seqKey(seq+1), nil, 0)
+		return err
 	})
 	return out, err
 }

@@ -547,6 +547,25 @@ func records[T any](b *bolt.Bucket, keep func(T) bool) ([]T, error) {
 	return out, err
 }
 
+// seekRecords returns the records of bucket b from key from on, in key
+// order, while in accepts their keys (nil: to the end), at most limit of
+// them (<= 0: no limit).
+func seekRecords[T any](b *bolt.Bucket, from []byte, in func(key []byte) bool, limit int) ([]T, error) {
+	var out []T
+	c := b.Cursor()
+	for k, raw := c.Seek(from); k != nil && (in == nil || in(k)); k, raw = c.Next() {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		var v T
+		if err := decode(k, raw, &v); err != nil {
+			return out, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // viewRecords is records of one bucket in a read transaction; op names
 // the read in its error.
 func viewRecords[T any](s *Store, op string, bucket []byte, keep func(T) bool) ([]T, error) {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"warden/internal/shellquote"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/state"
@@ -18,6 +19,8 @@ import (
 // transitions, processes, exits and signals, and gate verdicts; the
 // run's own verdicts; the Layer-2 windows; the data sanity blocks.
 func PrintRun(w io.Writer, d api.RunDetail) {
+	blocks := SanityBlocks(d) // read from the attempts' directories as recorded
+	d = Escaped(d)
 	r := d.Run
 	fmt.Fprintf(w, "run %s (%s, phase %s, cell %s, load %s): %s\n", r.ID, r.Kind, r.Phase, r.Cell, r.Load, d.State)
 	fmt.Fprintf(w, "gpus %s\n", backendLine(d.GPUBackend, d.FakeGPUs))
@@ -46,7 +49,6 @@ func PrintRun(w io.Writer, d api.RunDetail) {
 		}
 	}
 	printSelfChecks(w, d.Gates)
-	blocks := SanityBlocks(d)
 	for _, a := range d.Attempts {
 		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
 			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, campaignfs.Sanity(a.Dir))
@@ -109,7 +111,7 @@ func printProcs(w io.Writer, a state.Attempt) {
 		case p.Cgroup == "":
 			contained = "NOT in a cgroup: process group only"
 		}
-		fmt.Fprintf(w, "    %s pid %d (start %d, pgid %d, %s): %s\n", p.Role, p.PID, p.StartTime, p.PGID, contained, shellJoin(p.Argv))
+		fmt.Fprintf(w, "    %s pid %d (start %d, pgid %d, %s): %s\n", p.Role, p.PID, p.StartTime, p.PGID, contained, shellquote.Join(p.Argv))
 	}
 }
 
@@ -196,34 +198,6 @@ func figuresText(f map[string]float64) string {
 		parts[i] = k + "=" + strconv.FormatFloat(f[k], 'g', 6, 64)
 	}
 	return strings.Join(parts, " ")
-}
-
-// shellJoin quotes argv so that a POSIX shell reads it back as the same
-// words.
-func shellJoin(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		out[i] = ShellQuote(a)
-	}
-	return strings.Join(out, " ")
-}
-
-// ShellQuote quotes s for a POSIX shell, as one word.
-func ShellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	safe := true
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("@%+=:,./_-", c)) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func orDash(s string) string {

@@ -142,7 +142,7 @@ func (d Device) validate() error {
 	if d.NUMANode < -1 {
 		return fmt.Errorf("GPU %d: need numa_node -1 or more, got %d", d.Index, d.NUMANode)
 	}
-	if _, err := gpu.ParseCPUList(d.CPUs); err != nil {
+	if _, err := parseAffinity(d.CPUs); err != nil {
 		return fmt.Errorf("GPU %d: %w", d.Index, err)
 	}
 	return nil

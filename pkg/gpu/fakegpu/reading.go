@@ -2,7 +2,9 @@ package fakegpu
 
 import (
 	"fmt"
+	"strings"
 
+	"warden/internal/cpulist"
 	"warden/pkg/gpu"
 )
 
@@ -75,7 +77,7 @@ func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
 	if fields&gpu.Topology != 0 {
 		r.Name = d.Name
 		r.NUMANode = d.NUMANode
-		cpus, err := gpu.ParseCPUList(d.CPUs) // validated by Open
+		cpus, err := parseAffinity(d.CPUs) // validated by Open
 		if err != nil {
 			return r, fmt.Errorf("fake GPU %d: %w", i, err)
 		}
@@ -140,4 +142,13 @@ func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
 		r.EnergyMJ = ptr(mj)
 	}
 	return r, nil
+}
+
+// parseAffinity reads a fake device's CPU affinity: a CPU list, or blank
+// for an affinity the device does not know (nil).
+func parseAffinity(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	return cpulist.Parse(s)
 }

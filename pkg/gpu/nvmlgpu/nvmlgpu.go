@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"warden/internal/cpulist"
 	"warden/pkg/gpu"
 )
 
@@ -427,7 +428,7 @@ func numaNode(sysfs, busID string) int {
 func possibleCPUs(sysfs string) int {
 	data, err := os.ReadFile(filepath.Join(sysfs, "devices", "system", "cpu", "possible"))
 	if err == nil {
-		if cpus, err := gpu.ParseCPUList(string(data)); err == nil && len(cpus) > 0 {
+		if cpus, err := cpulist.Parse(string(data)); err == nil && len(cpus) > 0 {
 			return max(cpus[len(cpus)-1]+1, runtime.NumCPU())
 		}
 	}

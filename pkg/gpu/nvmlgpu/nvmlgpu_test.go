@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"warden/internal/cpulist"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 )
@@ -85,7 +86,7 @@ func TestInfoReadsEveryField(t *testing.T) {
 		t.Errorf("GetCpuAffinity asked for %d CPUs, want the 192 possible ones", g.affinityNumCPUsSeen)
 	}
 	if !slices.Equal(r.CPUAffinity, cpuRange(0, 47)) || !slices.Equal(rs[7].CPUAffinity, cpuRange(48, 95)) {
-		t.Errorf("CPU affinity = %s and %s, want 0-47 and 48-95", gpu.FormatCPUList(r.CPUAffinity), gpu.FormatCPUList(rs[7].CPUAffinity))
+		t.Errorf("CPU affinity = %s and %s, want 0-47 and 48-95", cpulist.Format(r.CPUAffinity), cpulist.Format(rs[7].CPUAffinity))
 	}
 	wantInt := func(name string, got *int, want int) {
 		t.Helper()
@@ -453,7 +454,7 @@ func TestRealNVML(t *testing.T) {
 	}
 	for _, r := range rs {
 		t.Logf("GPU %d %s %q bus %s NUMA %d CPUs %s: memory %v/%v MiB, %d procs, SM %v MHz, mem %v MHz, reasons %q, %v W of %v W, %v C, energy %v mJ, MIG %v",
-			r.Index, r.UUID, r.Name, r.PCIBusID, r.NUMANode, gpu.FormatCPUList(r.CPUAffinity), deref(r.MemoryUsedMiB), deref(r.MemoryTotalMiB),
+			r.Index, r.UUID, r.Name, r.PCIBusID, r.NUMANode, cpulist.Format(r.CPUAffinity), deref(r.MemoryUsedMiB), deref(r.MemoryTotalMiB),
 			len(r.Procs), deref(r.SMClockMHz), deref(r.MemClockMHz), r.ClockEventReasonNames, deref(r.PowerW), deref(r.PowerLimitW),
 			deref(r.TemperatureC), deref(r.EnergyMJ), deref(r.MIGMode))
 		if !strings.HasPrefix(r.UUID, "GPU-") {
