@@ -113,7 +113,8 @@ func TestCapacitySearchResumes(t *testing.T) {
 }
 
 // TestCapacitySearchEnds: a first point that fails the SLO ends the
-// search below its range (nothing more runs, the campaign completes); a
+// search below its range (nothing more runs: its later points are
+// recorded not run, and the campaign completes); a
 // first point whose result cannot be read cannot be judged: the campaign
 // stops for review naming the search and the point.
 func TestCapacitySearchEnds(t *testing.T) {
@@ -130,6 +131,16 @@ func TestCapacitySearchEnds(t *testing.T) {
 		if v := c.gate("s.open.b1", 1, capacityGate); v.Verdict != state.VerdictFail || v.Figures["rate_rps"] != 4 {
 			t.Errorf("b1: %+v", v)
 		}
+		// the points the search will never reach are recorded not run
+		runs, err := c.store.Runs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.ID != "s.open.b1" && (r.State() != state.RunNotRun || r.NotRunReason == "") {
+				t.Errorf("%s is %s (not-run reason %q); want not run, with its reason", r.ID, r.State(), r.NotRunReason)
+			}
+		}
 		c.wantClean()
 	})
 	t.Run("unjudged", func(t *testing.T) {
@@ -140,4 +151,29 @@ func TestCapacitySearchEnds(t *testing.T) {
 		c.wantCalls("s.open.b1/a1")
 		c.wantClean()
 	})
+}
+
+// TestCapacitySearchNotMonotonic: a follow-up that fails at a rate below
+// one that passed shows the search found no capacity: when that point
+// ends the campaign stops for review (on_non_monotonic: stop), naming the
+// search; a resume runs the search's remaining points.
+func TestCapacitySearchNotMonotonic(t *testing.T) {
+	t.Parallel()
+	c := newLoopCampaign(t, "capacity.yaml", nil)
+	monotonic := servesUpTo(c, 24)
+	c.x.fn = func(cl call) step {
+		if cl.Run == "s.open.x050" { // 10 requests/s, below the 20 that passed
+			return servesUpTo(c, 1)(cl)
+		}
+		return monotonic(cl)
+	}
+	c.run()
+	c.stoppedAt(state.StopCapacityNotMonotonic, "capacity search search/s")
+	c.wantCalls("s.open.b1/a1", "s.open.b2/a1", "s.open.b3/a1", "s.open.x050/a1")
+	c.resume()
+	if cp := c.record(); cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s (%s: %s), want complete", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	c.wantCalls("s.open.b1/a1", "s.open.b2/a1", "s.open.b3/a1", "s.open.x050/a1", "s.open.x080/a1", "s.open.x095/a1", "s.open.x120/a1")
+	c.wantClean()
 }
