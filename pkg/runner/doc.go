@@ -29,18 +29,4 @@
 //     charged never less than it held, and stale state.json files rewritten.
 //   - Co-location checks: a target and its background loads run side by
 //     side, then the check's gate judges the block.
-//
-// # Tests
-//
-// The loop's rules are tested through the executor seam: the tests'
-// executor (scripted_test.go, injected by export_executor_test.go) runs
-// each attempt from a script, with no process, against a real store and a
-// real plan (testdata/*.yaml), in milliseconds: the outcome policy's
-// verdicts and the retries (scripted_retry_test.go), the thresholds and
-// the checks before a wave (scripted_stop_test.go), the budget in flight
-// (scripted_budget_test.go), co-location judging (scripted_coloc_test.go),
-// the capacity search's next point (scripted_capacity_test.go), the power
-// check (scripted_power_test.go) and resume (scripted_resume_test.go).
-// Campaigns of stand-in processes (harness_test.go) are kept for what only
-// real processes show.
 package runner

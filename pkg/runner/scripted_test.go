@@ -29,7 +29,14 @@ import (
 // (strict mode) of a real plan (testdata/*.yaml) on fake GPUs; what the
 // executor was asked to run is kept, in order, for the tests to read.
 // These tests take milliseconds and run in parallel: each owns its
-// campaign directory and store.
+// campaign directory and store. By rule: the outcome policy's verdicts
+// and the retries (scripted_retry_test.go), the thresholds and the checks
+// before a wave (scripted_stop_test.go), the budget in flight
+// (scripted_budget_test.go), co-location judging (scripted_coloc_test.go),
+// the capacity search's next point (scripted_capacity_test.go), the power
+// check (scripted_power_test.go) and resume (scripted_resume_test.go).
+// Campaigns of stand-in processes (harness_test.go) are kept for what only
+// real processes show.
 
 // step is how one scripted attempt goes. The zero step completes.
 type step struct {
