@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"warden/pkg/attempt"
-	"warden/pkg/endlog"
 	"warden/pkg/launch"
 	"warden/pkg/phasefile"
 	"warden/pkg/record"
@@ -66,23 +65,13 @@ var drainCases = []phaseCase{
 		// left live in the records
 		name: "the record of measuring refused",
 		prep: func(h *harness) {
-			var err error
-			if h.env.Ends, err = endlog.Open(h.dir); err != nil {
-				h.t.Fatal(err)
-			}
-			h.t.Cleanup(func() { h.env.Ends.Close() })
+			h.openEnds()
 			h.run.Client = phaseClient(nil, "hang")
 			h.refuseAt(state.Measuring)
 		},
 		path: "reserved preflight starting measuring!",
 		check: func(h *harness) {
-			ends, err := endlog.Read(h.dir)
-			if err != nil || len(ends) != 1 {
-				h.t.Fatalf("end log %v (%v), want the attempt's end", ends, err)
-			}
-			if c := h.rec.charges(); len(c) != 0 {
-				h.t.Fatalf("charged %+v: resume charges an attempt whose end was not recorded", c)
-			}
+			h.wantEnded()
 			key := record.Key(runID, 1)
 			if f := h.flights.String(); !strings.HasSuffix(f, "remove "+strconv.Quote(key)) {
 				h.t.Fatalf("in flight: %s, want the attempt's GPU time released", f)
@@ -195,10 +184,10 @@ var drainCases = []phaseCase{
 		// bound is the watchdog) and completes every request it admitted;
 		// the run is drain-quarantined, never complete. Requests arriving
 		// 0.3 s after the first (inside the 0.5 s clean interval after the
-		// 0.2 s warm-up) wait 3 s: the drain lasts at least 2.6 s.
+		// 0.2 s warm-up) wait 2 s: the drain lasts at least 1.6 s.
 		name: "a stalling server's requests past the allowance",
 		prep: func(h *harness) {
-			h.run.Server.Command = standinServer("--stall-after-s", "0.3", "--stall-s", "3")
+			h.run.Server.Command = standinServer("--stall-after-s", "0.3", "--stall-s", "2")
 			h.run.DrainS, h.run.WatchdogS = 1, 60
 			h.run.Client = standinClient("60")
 		},
@@ -240,8 +229,8 @@ var drainCases = []phaseCase{
 		name: "a stalling server's requests past the watchdog",
 		prep: func(h *harness) {
 			h.run.Server.Command = standinServer("--stall-after-s", "0", "--stall-s", "120")
-			h.run.DrainS, h.run.WatchdogS = 1, 2
-			h.run.Client = standinClient("2")
+			h.run.DrainS, h.run.WatchdogS = 0.5, 1
+			h.run.Client = standinClient("1")
 		},
 		path: measureFailed("drain-watchdog"),
 	},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -55,6 +56,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The phase tests wait on their children and timers far more than
+	// they compute: unless told otherwise, run more of them at once than
+	// the test binary's default of one per CPU.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "8")
+	}
 	// built before the reaper starts: os/exec waits for the go command
 	os.Exit(testbin.Run("attempt-test-", []string{"../../cmd/standin", "./testdata/phaseclient"}, func(dir string) int {
 		standinBin, phaseClientBin = filepath.Join(dir, "standin"), filepath.Join(dir, "phaseclient")
@@ -800,4 +810,18 @@ func (h *harness) chargedOnce() {
 	if got, want := h.flights.String(), "add "+key+" 1; remove "+key; got != want {
 		h.t.Fatalf("in flight: %s, want %s", got, want)
 	}
+}
+
+// evidenceList is the evidence files' digests recorded.
+func (r *recorder) evidenceList() []state.EvidenceFile {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.evidence)
+}
+
+// signalList is the signals recorded, in order.
+func (r *recorder) signalList() []state.Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.signals)
 }
