@@ -374,6 +374,20 @@ var drainCases = []phaseCase{
 		},
 	},
 	{
+		// A client that moves its run directory away and leaves a link
+		// out of the campaign in its place, and replaces the attempt's
+		// gates.jsonl by a link out too: the controller writes nothing
+		// outside the campaign directory, and the phase file it can no
+		// longer read beneath it is a drain unseen.
+		name: "links the client planted are not followed",
+		prep: func(h *harness) {
+			out := h.t.TempDir()
+			h.run.Client = shell(`ln -sf ` + out + `/gates.jsonl "$$WARDEN_ATTEMPT_DIR/gates.jsonl"; d="$$WARDEN_RUN_DIR"; mv "$$d" "$$d.moved" && ln -s ` + out + ` "$$d"; exit 0`)
+			h.t.Cleanup(func() { wantEmpty(h.t, out) })
+		},
+		path: measureFailed("drain-unseen"),
+	},
+	{
 		// seed 002 stop condition 2: another user's GPU process appears
 		// while the run measures; the sampler sees it
 		name: "foreign GPU process appears while measuring",
@@ -408,4 +422,20 @@ func figureOf(h *harness, k string) float64 {
 // client's start, closing until ends it.
 func optionsOf(measuring chan<- string, until <-chan struct{}) attempt.Options {
 	return attempt.Options{Measuring: measuring, Until: until}
+}
+
+// wantEmpty fails the test if anything was written in dir.
+func wantEmpty(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 0 {
+		t.Errorf("the controller wrote outside the campaign directory: %v", names)
+	}
 }

@@ -229,6 +229,23 @@ var validateCases = []phaseCase{
 		check: func(h *harness) { h.wantEnded() },
 	},
 	{
+		// the files the attempt writes once its client ended, each
+		// replaced by the client with a link out of the campaign: each
+		// write replaces the link or refuses it, none follows it
+		name: "links the client planted in the attempt directory",
+		prep: func(h *harness) {
+			out := h.t.TempDir()
+			line := phaseClientBin + " drain drained done"
+			for _, f := range []string{"gates.jsonl", "signals.json", "postmeasure.json", "commands.log", "server-config.json"} {
+				line += ` && ln -sf ` + out + `/` + f + ` "$$WARDEN_ATTEMPT_DIR/` + f + `"`
+			}
+			h.run.Client = shell(line)
+			withValidator(h, `exit 0`)
+			h.t.Cleanup(func() { wantEmpty(h.t, out) })
+		},
+		path: validated("complete"),
+	},
+	{
 		// seed 002 stop condition 1: the client read the manifest
 		// recorded at start
 		name: "the manifest the client read is the recorded one",
