@@ -230,7 +230,7 @@ var drainCases = []phaseCase{
 		prep: func(h *harness) {
 			h.run.Server.Command = standinServer("--stall-after-s", "0", "--stall-s", "120")
 			h.run.DrainS, h.run.WatchdogS = 0.5, 1
-			h.run.Client = standinClient("1")
+			h.run.Client = standinClient("2")
 		},
 		path: measureFailed("drain-watchdog"),
 	},

@@ -3,6 +3,7 @@ package attempt_test
 import (
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"warden/pkg/record"
@@ -24,13 +25,13 @@ var exitCases = []phaseCase{
 	{
 		name: "server exits while measuring",
 		prep: func(h *harness) {
-			h.run.Server.Command = standinServer("--crash-after", "0.3")
 			h.run.Client = phaseClient(nil, "hang")
+			h.at(state.Measuring, func(record.Report) { h.exitServer() })
 		},
 		path: measureFailed("server-exit"),
 		check: func(h *harness) {
-			h.wantDetail("server exited while the client ran (exit code 1)")
-			if e, ok := h.rec.exitOf("server"); !ok || e.Code != 1 {
+			h.wantDetail("server exited while the client ran (killed by SIGKILL)")
+			if e, ok := h.rec.exitOf("server"); !ok || e.Signal != "SIGKILL" {
 				h.t.Fatalf("server exit %+v (%v)", e, ok)
 			}
 			h.chargedOnce()
@@ -41,8 +42,9 @@ var exitCases = []phaseCase{
 		name: "OOM while measuring",
 		prep: func(h *harness) {
 			h.run.Server.Command = shell(`echo "RuntimeError: CUDA error: out of memory" >&2; exec ` + standinBin +
-				` server --port ${PORT} --load-s 0 --crash-after 0.3 --effective-config enable_chunked_prefill=True`)
+				` server --port ${PORT} --load-s 0 --effective-config enable_chunked_prefill=True`)
 			h.run.Client = phaseClient(nil, "hang")
+			h.at(state.Measuring, func(record.Report) { h.exitServer() })
 		},
 		path:  measureFailed("oom"),
 		check: func(h *harness) { h.wantDetail(`its output says "CUDA error: out of memory"`) },
@@ -121,6 +123,22 @@ var exitCases = []phaseCase{
 			}
 		},
 	},
+}
+
+// exitServer kills the server's API parent, as a crash ends it (its
+// engine follows when its parent's pipe closes), once the sampler has
+// judged a sample taken with its engine running. (ownProcs.watch judges a
+// process that held GPU memory when a sample was read, and had died
+// before any look at the attempt's groups saw it, as another's: the
+// attempt fails foreign-gpu-process, not server-exit.)
+func (h *harness) exitServer() {
+	h.t.Helper()
+	h.engine()
+	n := h.faults.sampled()
+	waitUntil(h.t, "a sample judged with the engine running", func() bool { return h.faults.sampled() >= n+2 })
+	if err := syscall.Kill(h.proc("server").PID, syscall.SIGKILL); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 func TestExit(t *testing.T) {

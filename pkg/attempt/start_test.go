@@ -196,8 +196,13 @@ var startCases = []phaseCase{
 		},
 	},
 	{
+		// (its engine holds no GPU memory: one that held some and died
+		// before a sample's look at the attempt's groups saw it would be
+		// judged another's, see exitServer)
 		name: "server exits before ready",
-		prep: func(h *harness) { h.run.Server.Command = standinServer("--load-s", "30", "--crash-after", "0.1") },
+		prep: func(h *harness) {
+			h.run.Server.Command = standinServer("--load-s", "30", "--crash-after", "0.1", "--gpu-mem-mib", "0")
+		},
 		path: startFailed("server-exit"),
 		check: func(h *harness) {
 			h.wantDetail("server exited before it was ready (exit code 1)")

@@ -69,6 +69,12 @@ var stopCases = []phaseCase{
 			h.plan.CleanupS = 0.5
 			h.run.Server.Command = shell(`env -i PATH="$$PATH" WARDEN_FAKE_GPU_DIR="$$WARDEN_FAKE_GPU_DIR" CUDA_VISIBLE_DEVICES="$$CUDA_VISIBLE_DEVICES" setsid ` + standinBin +
 				` orphan --gpu-mem-mib 512 >/dev/null 2>&1 & exec ` + standinBin + ` server --port ${PORT} --load-s 0.2 --shutdown-timeout 1 --effective-config "effective config: enable_chunked_prefill=True"`)
+			h.at(state.Stopping, func(record.Report) {
+				waitUntil(h.t, "the escapee's claim", func() bool {
+					mib, err := h.gpus.MemoryUsedMiB(0)
+					return err == nil && mib >= 512
+				})
+			})
 		},
 		path: "reserved preflight starting ready measuring stopping cleanup failed:cleanup-timeout",
 		check: func(h *harness) {

@@ -325,7 +325,8 @@ var validateCases = []phaseCase{
 			h.at(state.Stopping, func(record.Report) {
 				h.claim(0, 4242, 1024)
 				n := h.faults.sampled()
-				waitUntil(h.t, "two samples of the foreign process", func() bool { return h.faults.sampled() >= n+2 })
+				// a sample read after the claim, judged once the next is read
+				waitUntil(h.t, "a sample of the foreign process judged", func() bool { return h.faults.sampled() >= n+3 })
 			})
 			h.at(state.Cleanup, func(record.Report) { h.claim(0, 4242, 0) })
 		},
