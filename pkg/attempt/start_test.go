@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"warden/pkg/attempt"
+	"warden/pkg/campaignfs"
 	"warden/pkg/record"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -168,6 +169,29 @@ var startCases = []phaseCase{
 			}
 			if s, _ := h.rec.entered(state.Ready); s.Figures["startup_s"] <= 0 {
 				h.t.Fatalf("ready recorded with figures %v, want its startup_s", s.Figures)
+			}
+		},
+	},
+	{
+		// any run id the plan accepts keeps containment: a leaf cgroup
+		// name too long or odd is hashed (the campaign's own cgroup, named
+		// after the protocol, is the controller's)
+		name: "a run id of 121 characters keeps containment",
+		prep: func(h *harness) {
+			h.withCgroups()
+			h.run.ID = "p" + strings.Repeat("x", 109) + ".saturation"
+			h.adir = campaignfs.AttemptDir(h.dir, h.run.ID, 1)
+		},
+		path: happy,
+		check: func(h *harness) {
+			if !h.env.Cgroups.Available() {
+				h.t.Logf("cgroup v2 is not writable here (%s): containment by process group", h.env.Cgroups.Mode())
+				return
+			}
+			for _, p := range h.rec.procs() {
+				if p.Cgroup == "" {
+					h.t.Errorf("%s pid %d is in no cgroup although cgroup v2 is writable", p.Role, p.PID)
+				}
 			}
 		},
 	},
