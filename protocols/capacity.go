@@ -26,6 +26,9 @@ type CapacitySpec struct {
 	FollowUps  []float64 `json:"follow_ups"`
 	Overload   float64   `json:"overload"`
 	SLO        SLO       `json:"slo"`
+	// OnNonMonotonic is stop or continue (Capacity.OnNonMonotonic); ""
+	// in a plan made before there was a choice reads as stop.
+	OnNonMonotonic string `json:"on_non_monotonic,omitempty"`
 	// BisectionPoints is how many points the bisection runs at most (the
 	// first at rate_min, then one per halving of the interval), MaxPoints
 	// that plus the follow-ups and the overload point: the worst case the
@@ -76,7 +79,7 @@ func capacitySpec(c *Capacity) *CapacitySpec {
 	n := Halvings(c.RateMin, c.RateMax, c.Resolution) + 1
 	return &CapacitySpec{
 		RateMin: c.RateMin, RateMax: c.RateMax, Resolution: c.Resolution,
-		FollowUps: c.FollowUps, Overload: c.Overload, SLO: c.SLO,
+		FollowUps: c.FollowUps, Overload: c.Overload, SLO: c.SLO, OnNonMonotonic: c.OnNonMonotonic,
 		BisectionPoints: n, MaxPoints: n + len(c.FollowUps) + 1,
 	}
 }

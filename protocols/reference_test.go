@@ -33,12 +33,13 @@ func enumerations() map[string][]string {
 		}
 	}
 	return map[string][]string{
-		"Server.kind":       slices.Sorted(maps.Keys(serverKinds)),
-		"Load.kind":         loads,
-		"Load.client_start": {"after-ready", "at-start"},
-		"Phase.kind":        slices.Sorted(maps.Keys(phaseKinds)),
-		"Order.by":          {"listed", "sha256", "shuffle", "alternate"},
-		"Slot.port":         {"a TCP port", "auto"},
+		"Server.kind":               slices.Sorted(maps.Keys(serverKinds)),
+		"Load.kind":                 loads,
+		"Load.client_start":         {"after-ready", "at-start"},
+		"Capacity.on_non_monotonic": {"stop", "continue"},
+		"Phase.kind":                slices.Sorted(maps.Keys(phaseKinds)),
+		"Order.by":                  {"listed", "sha256", "shuffle", "alternate"},
+		"Slot.port":                 {"a TCP port", "auto"},
 	}
 }
 

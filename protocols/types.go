@@ -442,6 +442,13 @@ type Capacity struct {
 	// 1); default 1.2.
 	Overload float64 `yaml:"overload"`
 	SLO      SLO     `yaml:"slo" warden:"required"` // the bounds a point must meet to pass
+	// OnNonMonotonic is stop (default) or continue: what the campaign
+	// does when a point shows the search's verdicts not monotonic (it
+	// fails the SLO at a rate no higher than one that passed it, so the
+	// found rate is not a capacity): stop for review
+	// (capacity-not-monotonic; a resume runs the remaining points), or go
+	// on. Status, events and the report say so either way.
+	OnNonMonotonic string `yaml:"on_non_monotonic"`
 }
 
 // SLO is a capacity search's pre-registered service-level objective: each

@@ -448,6 +448,7 @@ func (b *builder) validateCapacity(f string, ph *Phase) {
 	if _, ok := m.Fields["slo"]; ok {
 		b.validateSLO(cf+".slo", &cp.SLO)
 	}
+	oneOf(c, &cp.OnNonMonotonic, "stop", m, cf+".on_non_monotonic", "on_non_monotonic", "stop", "continue")
 	for _, l := range ph.Loads {
 		ld := b.loads[l]
 		if ld == nil {

@@ -284,6 +284,10 @@ func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
 			}
 		}
 		switch mustHave := exp.Results == nil || slices.Contains(exp.Results, r.ID); {
+		case r.Closed() && results > 0:
+			vs = append(vs, fmt.Sprintf("run %s is not run (%s%s) but has %d complete or quarantined attempts", r.ID, r.NotRun, r.NotRunReason, results))
+		case r.Closed():
+			// frozen, or a point its capacity search ended before: no result
 		case mustHave && results != 1:
 			vs = append(vs, fmt.Sprintf("run %s has %d complete or quarantined attempts, want exactly 1", r.ID, results))
 		case !mustHave && results > 1:
@@ -309,7 +313,11 @@ func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
 			vs = append(vs, fmt.Sprintf("fake GPU %d still has %d MiB held", i, mib))
 		}
 	}
-	return vs, nil
+	hv, err := hostileFinal(dir, s, runs)
+	if err != nil {
+		return nil, err
+	}
+	return append(vs, hv...), nil
 }
 
 // stateFileAgrees checks the attempt directory's state.json against the

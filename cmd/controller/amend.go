@@ -30,6 +30,9 @@ import (
 // refusal is the exit error for err: 2 (usage) for a directory that is
 // no campaign directory, 1 otherwise.
 func refusal(err error) error {
+	if err := notOwnedExit(err); isNotOwned(err) {
+		return err
+	}
 	var se *campaigndir.SettingsError
 	if errors.As(err, &se) {
 		return &cli.ExitError{Code: 2, Err: err}
@@ -57,7 +60,10 @@ func newAmendCmd() *cobra.Command {
 (runs added, removed and changed field by field; classes, gates, stop rules,
 budget; the totals). It refuses to change a run that already has a result
 unless --readjudicate says the amendment re-adjudicates it (controller
-readjudicate). With --yes it records the amendment: id, time, reason, the
+readjudicate), and to change a capacity search (capacity.<phase> in the
+diff: its rates, follow-ups or SLO; its on_non_monotonic may change) once
+any of its points has run: the points judged under the old SLO and those
+after them under the new would make one found rate of both. With --yes it records the amendment: id, time, reason, the
 operator's uid, the old and new protocol hashes and the diff, in the state
 database and under provenance/amendments/ID, with the new protocol's files
 hashed and copied; resume then accepts the amended inputs. Without --yes it
@@ -129,7 +135,9 @@ the run usable. It starts no server and touches no GPU. A run whose new
 verdict makes it usable counts as such for the stop thresholds and ctlq; the
 old verdict stays visible (ctlq show). With RUN arguments only those runs.
 
-Exit status: 0 done; 1 refused; 2 usage.`,
+Exit status: 0 done; 1 refused; 2 usage; 7 the campaign directory (or its
+settings, plan, database or provenance) is another user's or writable by
+others: the validators it would run are read from it.`,
 		RunE: func(cmd *cobra.Command, runs []string) error {
 			if dir == "" || amendment == "" {
 				return &cli.ExitError{Code: 2, Err: errors.New("readjudicate: -d DIR and --amendment ID are required")}

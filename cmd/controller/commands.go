@@ -19,6 +19,7 @@ import (
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
+	"warden/pkg/notify"
 	"warden/pkg/outcome"
 	"warden/protocols"
 )
@@ -50,7 +51,7 @@ func checkTableOrJSON(output string) error {
 }
 
 func newStartCmd() *cobra.Command {
-	var file, dir, backend, fakeDir, cgroups, output, notify string
+	var file, dir, backend, fakeDir, cgroups, output, notifyCmd string
 	var notifyTimeoutS float64
 	var foreground, allowOver bool
 	var mo metricsOptions
@@ -70,7 +71,9 @@ goes to DIR/controller.log and to stderr: readable lines when stderr is a
 terminal, JSON lines otherwise (a journal, a pipe).
 
 start refuses a protocol whose GPU-hour estimate, or worst case, passes the
-budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
+budget cap (exit 3, as controller plan) unless --allow-over-budget, and an
+existing directory that another user owns (exit 7: the campaign would be
+theirs to change).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" || dir == "" {
@@ -83,15 +86,15 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if cgroups != "auto" && cgroups != "off" {
 				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
 			}
-			if notify == "" && cmd.Flags().Changed("notify-timeout-s") {
+			if notifyCmd == "" && cmd.Flags().Changed("notify-timeout-s") {
 				return &cli.ExitError{Code: 2, Err: errors.New("--notify-timeout-s goes with --notify")}
 			}
-			if notify != "" && !(notifyTimeoutS > 0) {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s must be positive, not %g", notifyTimeoutS)}
+			if _, err := notify.CheckTimeout(notifyTimeoutS); notifyCmd != "" && err != nil {
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s: %w", err)}
 			}
 			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver, Metrics: mo.settings()}
-			if notify != "" {
-				so.Notify = &campaigndir.NotifySettings{Command: notify, TimeoutS: notifyTimeoutS}
+			if notifyCmd != "" {
+				so.Notify = &campaigndir.NotifySettings{Command: notifyCmd, TimeoutS: notifyTimeoutS}
 			}
 			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
 				return &cli.ExitError{Code: 2, Err: err}
@@ -106,6 +109,9 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			so.Backend = resolved
 			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
 			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
+				if isNotOwned(notOwnedExit(err)) {
+					return notOwnedExit(err)
+				}
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
 					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
@@ -122,13 +128,13 @@ budget cap (exit 3, as controller plan) unless --allow-over-budget.`,
 			if so.Metrics != nil {
 				mo.Textfile = so.Metrics.Textfile // absolute: the daemon runs in /
 			}
-			return launchController(cmd, "start", abs, foreground, "", output, mo, nil)
+			return notOwnedExit(launchController(cmd, "start", abs, foreground, "", output, mo, nil))
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
-	cmd.Flags().StringVar(&notify, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
-	cmd.Flags().Float64Var(&notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds")
+	cmd.Flags().StringVar(&notifyCmd, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
+	cmd.Flags().Float64Var(&notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds (at most 86400, a day)")
 	mo.flags(cmd)
 	eo.flags(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
@@ -192,7 +198,10 @@ kept beside it as state.db.damaged-<UTC time> (one per distinct content),
 and resume exits 6, naming both. Exit status: 0 running (or nothing to
 resume); 1 refused or failed; 2 usage or not a campaign; 5 the campaign's
 NVML GPUs cannot be opened here; 6 the state database is damaged or
-empty.`,
+empty; 7 the campaign directory, its settings, plan, database or
+provenance index (or an amendment recorded under it) is another user's
+or writable by its group or others: what resume runs is read from them,
+so it refuses, naming the file and how to fix it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return resume(cmd, dir, backend, foreground, output, mo)
@@ -225,6 +234,9 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	abs, err := checkRunFlags(output, mo, dir)
 	if err != nil {
 		return err
+	}
+	if err := notOwnedExit(campaigndir.CheckOwned(abs, os.Geteuid())); isNotOwned(err) {
+		return err // what it would run is another user's to choose
 	}
 	set, err := campaigndir.ReadSettings(abs)
 	if err != nil {
@@ -264,7 +276,28 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 			return &cli.ExitError{Code: 1, Err: err}
 		}
 	}
-	return damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting))
+	return notOwnedExit(damagedExit(launchController(cmd, "resume", abs, foreground, backend, output, mo, awaiting)))
+}
+
+// exitNotOwned is the exit status of every command that would run what a
+// campaign directory records (resume, start --foreground on it,
+// readjudicate) when the directory, or a file in it that decides what
+// runs, is another user's or writable by others (campaigndir.CheckOwned).
+const exitNotOwned = 7
+
+// notOwnedExit gives a *campaigndir.NotOwnedError its own exit status.
+func notOwnedExit(err error) error {
+	var no *campaigndir.NotOwnedError
+	if errors.As(err, &no) {
+		return &cli.ExitError{Code: exitNotOwned, Err: err}
+	}
+	return err
+}
+
+// isNotOwned says whether err is notOwnedExit's.
+func isNotOwned(err error) bool {
+	var ee *cli.ExitError
+	return errors.As(err, &ee) && ee.Code == exitNotOwned
 }
 
 // awaitingAmendment reads, before a resume, the runs that wait for an
@@ -406,7 +439,13 @@ func newStopCmd() *cobra.Command {
 		Long: `stop asks the controller to end its in-flight runs (servers through their
 API parent, then cleanup), record them interrupted and exit. It returns when
 the controller has exited. The campaign is left stopped (stop reason
-operator-stop) and resumable.
+operator-stop) and resumable. A controller that holds the campaign but
+does not answer on its socket yet (a resume still ending what the
+controller before it left) is asked again every 100 ms until it answers
+or exits, within --timeout; it is sent SIGTERM at once (the kernel's holder of
+DIR/controller.lock, which must be the pid the lock file names), which a
+starting controller takes as a stop: it ends its start-up and stops
+before it launches anything.
 
 Exit status: 0 when the controller stopped and nothing of the campaign is
 left live (or none ran and the campaign is stopped or complete); 1 when the
@@ -436,11 +475,24 @@ left live (it died, before or during the stop): resume reclaims them.`,
 				return afterStop(cmd, abs, 0, human)
 			}
 			pid := lockfile.Owner(lock)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err = api.NewClient(abs, 10*time.Second).Stop(ctx)
-			cancel()
+			asked, err := askStop(abs, timeout, func() {
+				// a controller starting up (a resume ending what the one
+				// before it left) serves no socket yet: it takes SIGTERM
+				// as a stop, before it launches anything
+				holder := lockfile.Holder(lock)
+				if holder > 0 {
+					err := syscall.Kill(holder, syscall.SIGTERM)
+					if human && err == nil {
+						fmt.Fprintf(out, "controller pid %d holds the campaign and is starting: sent it SIGTERM; waiting for it\n", holder)
+					}
+				}
+			})
 			if err != nil {
 				return &cli.ExitError{Code: 1, Err: fmt.Errorf("ask controller pid %d to stop: %w", pid, err)}
+			}
+			if !asked {
+				// it exited while starting: what its records say
+				return afterStop(cmd, abs, pid, human)
 			}
 			if human {
 				fmt.Fprintf(out, "stopping controller pid %d", pid)
@@ -463,6 +515,39 @@ left live (it died, before or during the stop): resume reclaims them.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the controller to exit")
 	return cmd
+}
+
+// askStop asks the controller holding the campaign in dir to stop. A
+// controller that holds the lock but serves no socket yet is starting (a
+// resume that reconciles what its predecessor left): starting is called
+// once, and the request is sent again, every 100 ms, until its socket
+// answers or the lock is let go, within bound. asked is false when the
+// lock was let go before any controller answered. A stop asked twice is
+// one stop.
+func askStop(dir string, bound time.Duration, starting func()) (asked bool, err error) {
+	lock := campaignfs.Lock(dir)
+	deadline := time.Now().Add(bound)
+	waiting := false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = api.NewClient(dir, 10*time.Second).Stop(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, api.ErrNoController):
+			return false, err
+		case !lockfile.Held(lock):
+			return false, nil
+		case time.Now().After(deadline):
+			return false, fmt.Errorf("its socket did not answer within %s: %w", bound, err)
+		}
+		if !waiting {
+			waiting = true
+			starting()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // metricsOptions are the opt-in Prometheus outputs of a controller, as

@@ -27,8 +27,10 @@ import (
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/metrics"
+	"warden/pkg/notify"
 	"warden/pkg/runner"
 	"warden/pkg/state"
+	"warden/pkg/views"
 )
 
 // daemonOptions come from the command line.
@@ -61,6 +63,12 @@ func runDaemon(opts daemonOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	// a stop signal from the start: one that comes while the controller
+	// starts up (controller stop of a resume that reconciles) stops it
+	// before it launches anything
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	lock, err := campaigndir.Lock(dir)
 	if err != nil {
 		return err
@@ -104,18 +112,33 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	log.Info().Str("dir", dir).Str("gpus", gpuDesc).Str("cgroups", cg.Mode()).Str("protocol", c.Plan.Protocol.Name).Msg("controller starting")
 
-	var notify *notifier
-	if c.Settings.Notify != nil {
-		notify = &notifier{set: c.Settings.Notify, dir: dir, launcher: &launch.Launcher{Reaper: reaper, Boot: opts.boot}, store: c.Store, log: log}
+	var notifier *notify.Notifier
+	if ns := c.Settings.Notify; ns != nil {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		// a supervisor of its own runs each notification: a controller
+		// killed meanwhile leaves none unbounded
+		notifier, err = notify.New(notify.Config{Command: ns.Command, TimeoutS: ns.TimeoutS, Dir: dir, Store: c.Store, Log: log,
+			Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: opts.boot}, Supervisor: []string{self, "notify-run"}})
+		if err != nil {
+			return fmt.Errorf("%s: notify: %w", campaignfs.Settings(dir), err)
+		}
+	}
+	if n, err := notify.EndLeftovers(dir, opts.boot); err != nil {
+		return fmt.Errorf("end the notifications a dead controller left: %w", err)
+	} else if n > 0 {
+		log.Warn().Int("processes", n).Msg("ended what a dead controller's notification left running")
 	}
 	deadBefore := camp.ControllerDied() // Reconcile records it
 	if err := rn.Reconcile(ctx); err != nil {
 		return err
 	}
 	if deadBefore {
-		notify.deadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+		notifier.DeadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
 	}
-	defer notify.wait()
+	defer notifier.Wait()
 	if err := rn.Claim(os.Getpid()); err != nil {
 		return err
 	}
@@ -134,19 +157,20 @@ func runDaemon(opts daemonOptions) (err error) {
 	}
 	defer stopMetrics()
 
-	defer stopOnSignal(ctx, rn, log)()
+	defer stopOnSignal(ctx, rn, sigs, log)()
 	defer cancel()
 
 	ready.OK(os.Getpid())
-	err = runCampaign(ctx, rn, cg, log)
-	notify.atEnd()
-	return err
+	return runCampaign(ctx, rn, cg, notifier, log)
 }
 
-// runCampaign runs the campaign until it ends, then removes the campaign's
-// empty cgroups.
-func runCampaign(ctx context.Context, rn *runner.Runner, cg *launch.Manager, log zerolog.Logger) error {
+// runCampaign runs the campaign until it ends, notifies its end (a nil
+// notifier does nothing) and waits for the notifications beside it, then
+// removes the campaign's empty cgroups, the notifications' among them.
+func runCampaign(ctx context.Context, rn *runner.Runner, cg *launch.Manager, notifier *notify.Notifier, log zerolog.Logger) error {
 	err := rn.Run(ctx)
+	notifier.AtEnd()
+	notifier.Wait()
 	if cg != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = cg.Cleanup(cctx)
@@ -309,11 +333,18 @@ func serveAPI(dir string, c campaigndir.Opened, rn *runner.Runner, maxConns int,
 	return sv.Listen(func(err error) { log.Error().Err(err).Msg("api server") })
 }
 
-// stopOnSignal stops the runner on SIGTERM, SIGINT or SIGHUP until ctx
-// ends; the function it returns stops listening and waits for the watcher.
-func stopOnSignal(ctx context.Context, rn *runner.Runner, log zerolog.Logger) (wait func()) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+// stopOnSignal stops the runner on the first signal of sigs (SIGTERM,
+// SIGINT or SIGHUP, notified since the controller began) until ctx ends:
+// one that came during start-up stops it at once, before the runner
+// launches anything. The function it returns waits for the watcher.
+func stopOnSignal(ctx context.Context, rn *runner.Runner, sigs <-chan os.Signal, log zerolog.Logger) (wait func()) {
+	select {
+	case s := <-sigs:
+		log.Info().Str("signal", s.String()).Msg("stopping on a signal that came while starting")
+		rn.Stop()
+		return func() {}
+	default:
+	}
 	var sigWG sync.WaitGroup
 	sigWG.Add(1)
 	go func() {
@@ -325,18 +356,15 @@ func stopOnSignal(ctx context.Context, rn *runner.Runner, log zerolog.Logger) (w
 		case <-ctx.Done():
 		}
 	}()
-	return func() {
-		sigWG.Wait()
-		signal.Stop(sigs)
-	}
+	return sigWG.Wait
 }
 
 // stderrLog is where a foreground controller also logs: readable, coloured
-// lines for a person at a terminal; JSON lines, with no escape sequences,
+// lines for a person at a terminal, recorded text in them escaped; JSON lines, with no escape sequences,
 // for anything else (systemd's journal, a pipe, a file).
 func stderrLog(f *os.File) io.Writer {
 	if cli.IsTerminal(f) {
-		return zerolog.ConsoleWriter{Out: f, TimeFormat: time.TimeOnly, NoColor: os.Getenv("NO_COLOR") != ""}
+		return views.ConsoleLog(f, time.TimeOnly, os.Getenv("NO_COLOR") != "")
 	}
 	return f
 }

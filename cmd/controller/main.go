@@ -53,6 +53,6 @@ ctlq shows what a campaign is doing.`,
 	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
 	root.Flags().StringVar(&backend, "gpu-backend", "", "with --resume: the GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
 	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
-		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), mancmd.New(root, "CONTROLLER"))
+		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
 	return root
 }

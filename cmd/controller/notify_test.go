@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/pkg/notify"
 	"warden/pkg/state"
 )
 
@@ -46,7 +47,7 @@ func TestNotifyStopForReview(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the notification command got nothing: %v", err)
 	}
-	var ev notifyEvent
+	var ev notify.Event
 	if err := json.Unmarshal(b, &ev); err != nil {
 		t.Fatalf("the event is not JSON: %v\n%s", err, b)
 	}
@@ -99,8 +100,15 @@ func TestNotifyFlagsRefused(t *testing.T) {
 	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--notify-timeout-s", "3"); code != 2 || !strings.Contains(out, "--notify-timeout-s goes with --notify") {
 		t.Fatalf("a timeout without a command: exit %d\n%s", code, out)
 	}
-	if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--notify", "true", "--notify-timeout-s", "0"); code != 2 || !strings.Contains(out, "must be positive") {
-		t.Fatalf("a zero timeout: exit %d\n%s", code, out)
+	// 1e300 s overflowed a Duration to a negative one: the command was
+	// ended at once
+	for _, bound := range []string{"0", "-1", "86400.5", "1e300", "+Inf", "NaN"} {
+		if out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--notify", "true", "--notify-timeout-s", bound); code != 2 || !strings.Contains(out, "must be positive and at most 86400 s (a day)") {
+			t.Fatalf("--notify-timeout-s %s: exit %d\n%s", bound, code, out)
+		}
+		if _, err := os.Stat(c.dir); err == nil {
+			t.Fatalf("--notify-timeout-s %s: the refused start made %s", bound, c.dir)
+		}
 	}
 }
 
@@ -125,7 +133,7 @@ func TestNotifyControllerDeadAtResume(t *testing.T) {
 	}
 	var events []string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var ev notifyEvent
+		var ev notify.Event
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}

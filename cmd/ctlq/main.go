@@ -40,7 +40,7 @@ const (
 func main() {
 	os.Exit(cli.Run(newRoot(), exitOther, func(cmd *cobra.Command, _ error, s cli.Status) {
 		if err := s.Cause; err != nil {
-			fmt.Fprintln(os.Stderr, "ctlq:", err)
+			fmt.Fprintln(os.Stderr, "ctlq:", views.Esc(err.Error()))
 			if jsonOutput(cmd) {
 				writeJSON(os.Stdout, errorDoc{Schema: errorSchema, Error: err.Error(), ExitCode: s.Code})
 			}
@@ -463,9 +463,10 @@ so that -f can stream them.`,
 					if o.output == "json" {
 						return nil
 					}
-					fmt.Fprintf(w, "controller not running; campaign %s", st.Campaign.State)
-					if st.Campaign.StopReason != "" {
-						fmt.Fprintf(w, " (%s: %s)", st.Campaign.StopReason, st.Campaign.StopDetail)
+					cp := views.Escaped(st.Campaign)
+					fmt.Fprintf(w, "controller not running; campaign %s", cp.State)
+					if cp.StopReason != "" {
+						fmt.Fprintf(w, " (%s: %s)", cp.StopReason, cp.StopDetail)
 					}
 					fmt.Fprintln(w)
 					return nil

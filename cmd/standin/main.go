@@ -60,7 +60,7 @@ on a timer and its figures say nothing about any model or GPU.`,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newServerCmd(), newClientCmd(), newEngineCmd(),
-		newSleeperCmd(), newEscapeCmd(), newOrphanCmd(), newEvaluateCmd())
+		newSleeperCmd(), newEscapeCmd(), newOrphanCmd(), newEvaluateCmd(), newImpostorCmd())
 	return root
 }
 

@@ -39,6 +39,7 @@ type serverConfig struct {
 	neverHealthy     bool
 	rewriteEnviron   bool // misbehave: overwrite the initial environment, as setproctitle does
 	listenAfter      string
+	reusePort        bool
 	info             serverInfo
 	engine           engineConfig
 	layer1           layer1Config
@@ -102,6 +103,7 @@ GET /metrics (the running-requests gauge of the server kind).`,
 	f.BoolVar(&cfg.engine.setsidGrandchild, "setsid-grandchild", false, "misbehave: the engine leaves a process in a new session that holds fake GPU memory until killed")
 	f.StringVar(&cfg.listenAfter, "listen-after", "", "bind the port only once this file exists, as SGLang binds after loading its model (a SIGTERM while waiting exits 0)")
 	f.BoolVar(&cfg.engine.escapeCgroup, "escape-cgroup", false, "misbehave: the --setsid-grandchild escapee moves itself out of the attempt's cgroup, into the one two levels up, as a root daemon can")
+	addReusePortFlag(f, &cfg.reusePort)
 	f.BoolVar(&cfg.holdPort, "hold-port", false, "misbehave: a child inherits the listening socket and keeps the port bound after shutdown")
 	f.IntVar(&cfg.info.maxNumSeqs, "max-num-seqs", 1024, "the scheduler's max_num_seqs it reports (vLLM's /server_info, SGLang's /get_server_info as max_running_requests)")
 	f.IntVar(&cfg.info.maxNumBatchedTokens, "max-num-batched-tokens", 8192, "the scheduler's max_num_batched_tokens it reports")
@@ -324,7 +326,7 @@ func (s *server) shutdown() error {
 // $SGLANG_OMNI_STRICT_PORT is "1", which makes the busy port an error.
 func listen(cfg serverConfig, log *slog.Logger) (net.Listener, error) {
 	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenTCP(addr, cfg.reusePort)
 	if err == nil || !cfg.kind.portFallback || !errors.Is(err, syscall.EADDRINUSE) {
 		return ln, err
 	}
@@ -332,7 +334,7 @@ func listen(cfg serverConfig, log *slog.Logger) (net.Listener, error) {
 		return nil, fmt.Errorf("port %d is already in use on %s and SGLANG_OMNI_STRICT_PORT=1 forbids falling back: %w", cfg.port, cfg.host, err)
 	}
 	log.Warn("port already in use; using another (--port-fallback)", "port", cfg.port)
-	return net.Listen("tcp", net.JoinHostPort(cfg.host, "0"))
+	return listenTCP(net.JoinHostPort(cfg.host, "0"), cfg.reusePort)
 }
 
 // holdListener starts a sleeping child that inherits the listening socket,

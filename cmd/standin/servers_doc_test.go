@@ -63,7 +63,7 @@ func TestServersDocSwitches(t *testing.T) {
 	addProfilerFlags(required, &profilerSchedule{})
 	addKindFlags(required, &kindConfig{})
 	for _, name := range []string{"max-num-seqs", "max-num-batched-tokens", "report-max-num-seqs", "effective-config",
-		"traces-dir", "tp", "shutdown-timeout", "load-s"} {
+		"traces-dir", "tp", "shutdown-timeout", "load-s", "reuse-port"} {
 		required.Bool(name, false, "")
 	}
 	required.VisitAll(func(f *pflag.Flag) {

@@ -9,7 +9,9 @@ type PowerBins struct{ Standin, Controller, Loadgen, Manifest string }
 // Power is a test protocol of the power check on the seed's timeline
 // scaled to seconds, on one slot at port: the stand-in server's Layer-1
 // steps vary as a saturated short-prompt pattern's do (--layer1-vary),
-// 200 a second; loadgen runs a burn-in (a 3 s warm-up, measured by
+// 200 a second; loadgen offers 200 requests a second, well under what the
+// stand-in serves even on a loaded machine, so that a recovery window's
+// completion rate is the offered rate and not the host's spare CPU; it runs a burn-in (a 3 s warm-up, measured by
 // validate power) and one saturation run (three 2 s clean segments, two
 // 2+8 profile windows, 2 s recoveries) judged by layer2 and recovery
 // under rule (literal or calibrated). serverExtra are extra stand-in
@@ -20,7 +22,7 @@ func Power(b PowerBins, port int, rule, serverExtra string) string {
 	vars := fmt.Sprintf("STANDIN: %q, WARDEN: %q, LOADGEN: %q, MANIFEST: %q, RULE: %s", b.Standin, b.Controller, b.Loadgen, b.Manifest, rule)
 	client := func(extra string) string {
 		return `["${LOADGEN}", run, --manifest, "${MANIFEST}", --base-url, "http://127.0.0.1:${PORT}", --model, standin,
-             --load-point, saturation, --request-rate, inf, --max-concurrency, "8", --ignore-eos, --temperature, "0",
+             --load-point, fixed-rate, --request-rate, "200", --max-concurrency, "8", --ignore-eos, --temperature, "0",
              --drain-timeout-seconds, "10", --workload-seed, "20260712", --result-dir, "${ATTEMPT_DIR}/client", ` + extra + `]`
 	}
 	return Head("power-test", "1.0", vars, []int{port}) + `regimes:

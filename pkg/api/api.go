@@ -63,6 +63,10 @@ type CampaignStatus struct {
 	// no figure of the campaign is a GPU's.
 	GPUBackend string `json:"gpu_backend"`
 	FakeGPUs   bool   `json:"fake_gpus"`
+	// CapacitySearches is where each capacity search stands: its points
+	// judged, its found rate, and not_monotonic when that rate is not a
+	// capacity (omitted for a campaign without a search).
+	CapacitySearches []state.CapacitySearch `json:"capacity_searches,omitempty"`
 }
 
 // BackendOf is a campaign record's GPU backend as the API names it.
@@ -244,6 +248,7 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		Campaign: CampaignStatus{
 			ID: c.ID, Protocol: c.ProtocolName, SHA256: c.ProtocolSHA256, Dir: c.Dir, State: string(c.State),
 			StopReason: c.StopReason, StopDetail: c.StopDetail, StopFigures: c.StopFigures, Regime: c.Regime, CreatedAt: c.CreatedAt,
+			CapacitySearches: c.Capacity,
 		},
 		Controller: ctl,
 		Runs:       RunCounts{Total: sum.RunsTotal, ByState: sum.RunsByState},

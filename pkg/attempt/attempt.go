@@ -4,9 +4,11 @@ import (
 	"context"
 	"time"
 
+	"warden/pkg/attempt/ownprocs"
 	"warden/pkg/gates"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/launch"
+	"warden/pkg/phasefile"
 	"warden/pkg/record"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -36,7 +38,7 @@ type Attempt struct {
 	server   *launch.Proc
 	client   *launch.Proc
 	started  time.Time // server start, for the GPU charge
-	phases   *phaseWatcher
+	phases   *phasefile.Watcher
 	quarant  bool
 
 	exited map[int]bool // pids whose exit is noted
@@ -48,7 +50,7 @@ type Attempt struct {
 	// own judges the processes the sampler sees on the GPUs (nil when
 	// nothing samples); foreign is its verdict once taken, to fail the
 	// attempt with.
-	own     *ownProcs
+	own     *ownprocs.Set
 	foreign *gates.Verdict
 	// ctx is the attempt's context; its cause says why it ended early
 	// (ErrBudgetExhausted, or an operator's stop).
@@ -90,11 +92,11 @@ func (a *Attempt) Execute(ctx context.Context) Outcome {
 	if out, ok := a.startServer(ctx, readings); !ok {
 		return out
 	}
-	if out, ok := a.measure(); !ok {
+	if out, ok := a.startClient(); !ok {
 		return out
 	}
-	defer a.phases.close()
-	reason, detail := a.supervise(ctx)
+	defer a.phases.Close()
+	reason, detail := a.measure(ctx)
 	a.recordPostMeasure()
 	if reason == state.ReasonInterrupted {
 		return a.stopThenInterrupt(detail)

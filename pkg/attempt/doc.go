@@ -24,15 +24,18 @@
 //	preflight.go  preflight: GPUs idle and ours, CPUs local, port free
 //	start.go      startServer: launch, readiness, listener, effective config
 //	launch.go     the launch variables and environment, starting a process
-//	drain.go      measure and supervise: the client's run, the drain judgement
+//	drain.go      startClient, measure and supervise: the client's run, the
+//	              listener re-checks, the drain judgement
 //	stop.go       stopping and cleanup: shutdown, the cleanup gate, the charge,
 //	              adopted escapees
 //	validate.go   validating: the validators, the privacy scans, the end states
 //	              of a run that measured
 //	exit.go       terminal states, exit records, OOM, the terminal classes
 //	energy.go     host records before and after, the GPU sampler, energy
-//	gpuprocs.go   the gpu-processes gate over the sampler's readings
-//	inputs.go     the manifest hash; phases.go the phase file watcher
+//	gpuprocs.go   the gpu-processes gate over the sampler's readings (which
+//	              processes are the attempt's: package ownprocs; the client's
+//	              phase file: phasefile.Watcher)
+//	inputs.go     the manifest hash
 //
 // # Tests, one table per phase
 //
@@ -53,6 +56,8 @@
 //
 // TestEveryReasonHasACase (reasons_test.go) fails when a phase's file can
 // give a reason that no case of the phase's table ends with.
+// listener_test.go checks the listener again while a client measures
+// (drain.go), on the measuring alone.
 //
 // An operator's stop or the budget's cap (ctx's end, its cause
 // ErrBudgetExhausted) ends it interrupted from wherever it is, its

@@ -11,10 +11,10 @@ import (
 	"warden/pkg/state"
 )
 
-// measure starts the client, unless it started with the server, and
+// startClient starts the client, unless it started with the server, and
 // records the transition to measuring; the caller closes a.phases once
-// supervise returns.
-func (a *Attempt) measure() (Outcome, bool) {
+// measure returns.
+func (a *Attempt) startClient() (Outcome, bool) {
 	if a.client == nil {
 		// recorded with the transition to measuring, just below
 		cl, err := a.startNoted("client", a.run.Client, a.run.Env)
@@ -23,9 +23,9 @@ func (a *Attempt) measure() (Outcome, bool) {
 		}
 		a.client = cl
 	}
-	a.phases = newPhaseWatcher(a.vars["PHASE_FILE"])
+	a.phases = phasefile.NewWatcher(a.vars["PHASE_FILE"])
 	if err := a.rec.Transition(state.Measuring, "", "client running", nil); err != nil {
-		a.phases.close()
+		a.phases.Close()
 		return a.harness(err), false
 	}
 	if a.opts.Measuring != nil {
@@ -34,12 +34,22 @@ func (a *Attempt) measure() (Outcome, bool) {
 	return Outcome{}, true
 }
 
+// measure supervises the client to its end, then checks the port's
+// holders once more.
+func (a *Attempt) measure(ctx context.Context) (state.Reason, string) {
+	if reason, detail := a.supervise(ctx); reason != "" {
+		return reason, detail
+	}
+	return a.listenerAgain("at the end of measuring")
+}
+
 // supervise waits for the client while watching the server and the
 // client's drain. It wakes once a second to read what the client appended
 // to its phase file; nothing else runs while a benchmark measures.
 func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	checked := 0 // profile windows whose listener was checked
 	// The measuring deadline, from the client's start. A background load
 	// has none of its own: it ends when its target is done, and the
 	// target's deadline bounds it.
@@ -80,6 +90,12 @@ func (a *Attempt) supervise(ctx context.Context) (state.Reason, string) {
 			}
 			if a.run.AdmissionEnd == "phase-file" {
 				if r, d := a.checkDrain(time.Time{}); r != "" {
+					return r, d
+				}
+			}
+			if a.phases.Poll(); a.phases.Profiles() > checked {
+				checked = a.phases.Profiles()
+				if r, d := a.listenerAgain(fmt.Sprintf("at profile window %d", checked)); r != "" {
 					return r, d
 				}
 			}
@@ -131,15 +147,15 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // end, when set, is when the client exited: the drain ended then at the
 // latest. Without either line, it is still running.
 func (a *Attempt) checkDrain(end time.Time) (state.Reason, string) {
-	a.phases.poll()
-	drainAt := a.phases.at(phasefile.Drain)
+	a.phases.Poll()
+	drainAt := a.phases.At(phasefile.Drain)
 	if drainAt.IsZero() {
 		return "", ""
 	}
 	final := true
-	if t := a.phases.at(phasefile.Drained); !t.IsZero() {
+	if t := a.phases.At(phasefile.Drained); !t.IsZero() {
 		end = t
-	} else if t := a.phases.at(phasefile.Done); !t.IsZero() {
+	} else if t := a.phases.At(phasefile.Done); !t.IsZero() {
 		end = t
 	} else if end.IsZero() {
 		end, final = a.env.Now(), false
@@ -187,7 +203,7 @@ func (a *Attempt) finalDrain(exited time.Time) (state.Reason, string) {
 		if r, d := a.checkDrain(exited); r != "" {
 			return r, d
 		}
-		if a.phases.at("drain").IsZero() {
+		if a.phases.At("drain").IsZero() {
 			return a.drainUnseen("the client never said when admission stopped: no drain line in its phase file " + filepath.Base(a.vars["PHASE_FILE"]))
 		}
 		return "", ""

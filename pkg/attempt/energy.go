@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/attempt/ownprocs"
 	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
-	"warden/pkg/launch"
 )
 
 // hostRecord is written before the run and again after its measured
@@ -119,11 +119,9 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 		return
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
-	own := newOwnProcs()
-	marker := a.marker()
-	own.adopted = func(pid int) bool { return launch.IsAdopted(pid, marker) || own.descends(pid) }
+	own := ownprocs.New(a.marker())
 	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: campaignfs.GPUSamples(a.dir),
-		Watch: own.watch(a.env.UID)})
+		Watch: own.Watch(a.env.UID)})
 	if err == nil {
 		err = s.Start(context.Background())
 	}
@@ -185,14 +183,18 @@ func (a *Attempt) endSampler(sealed bool) {
 // summed over the run's GPUs, divided by the successes the client
 // reported with its "done" phase.
 func (a *Attempt) energyPerRequest() (float64, error) {
-	if a.phases == nil || a.phases.successes == nil {
+	if a.phases == nil {
+		return 0, fmt.Errorf("the client reported no successes")
+	}
+	successes, ok := a.phases.Successes()
+	if !ok {
 		return 0, fmt.Errorf("the client reported no successes")
 	}
 	// the clean interval: from the first clean line to the first profile
 	// line (profile and recovery are not clean), or to drain without one
-	t0, t1 := a.phases.at("clean"), a.phases.at("profile")
+	t0, t1 := a.phases.At("clean"), a.phases.At("profile")
 	if t1.IsZero() {
-		t1 = a.phases.at("drain")
+		t1 = a.phases.At("drain")
 	}
 	if t0.IsZero() || t1.IsZero() {
 		return 0, fmt.Errorf("the client reported no clean interval")
@@ -207,5 +209,5 @@ func (a *Attempt) energyPerRequest() (float64, error) {
 	for _, g := range a.gpuIDs {
 		idle[g] = a.rec.Figure("idle_power_w_gpu" + strconv.Itoa(g))
 	}
-	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, *a.phases.successes)
+	return sample.EnergyPerRequest(recs, idle, t0.UnixNano()+off, t1.UnixNano()+off, successes)
 }

@@ -1,15 +1,14 @@
 package attempt
 
 import (
-	"bytes"
 	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"warden/pkg/gates"
 	"warden/pkg/launch"
-	"warden/pkg/safefile"
 	"warden/pkg/state"
 )
 
@@ -72,47 +71,18 @@ func (a *Attempt) recordExit(p *launch.Proc) {
 	a.rec.NoteExit(state.Exit{Role: p.Role, PID: p.PID, Code: ex.Code, Signal: ex.Signal, At: ex.At})
 }
 
-// oomMarkers are what PyTorch and the CUDA runtime print when a server runs
-// out of GPU memory (torch.OutOfMemoryError's message begins "CUDA out of
-// memory"; the CUDA runtime's error string is "out of memory").
-var oomMarkers = [][]byte{
-	[]byte("CUDA out of memory"),
-	[]byte("OutOfMemoryError"),
-	[]byte("CUDA error: out of memory"),
-}
-
-// oomTail is how much of the end of the server's output is searched.
-const oomTail = 256 << 10
-
-// serverOOM returns the marker found when the end of the server's output
-// says it ran out of GPU memory ("" otherwise).
-func (a *Attempt) serverOOM() string {
-	for _, name := range []string{"server.err", "server.out"} {
-		tail, err := safefile.ReadTail(filepath.Join(a.dir, name), oomTail)
-		if err != nil {
-			continue
-		}
-		for _, m := range oomMarkers {
-			if bytes.Contains(tail, m) {
-				return string(m)
-			}
-		}
-	}
-	return ""
-}
-
 // serverExitReason is why an attempt whose server exited failed: oom when
 // its output says it ran out of GPU memory (seed 002 stop condition 2,
 // "GPU OOM"), server-exit otherwise.
 func (a *Attempt) serverExitReason() state.Reason {
-	if a.serverOOM() != "" {
+	if gates.ServerOOM(a.dir) != "" {
 		return state.ReasonOOM
 	}
 	return state.ReasonServerExit
 }
 
 func (a *Attempt) oomNote() string {
-	if m := a.serverOOM(); m != "" {
+	if m := gates.ServerOOM(a.dir); m != "" {
 		return "; its output says " + strconv.Quote(m)
 	}
 	return ""

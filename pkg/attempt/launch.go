@@ -155,7 +155,7 @@ func (a *Attempt) launch(role string, cmd protocols.CommandSpec, extraEnv map[st
 	}
 	record.AppendLine(a.env.Dir, filepath.Join(a.dir, "commands.log"), fmt.Sprintf("%s %s: %s", a.env.Now().UTC().Format(time.RFC3339Nano), role, shellquote.Join(argv)), a.env.Log)
 	if a.own != nil {
-		a.own.lockStart() // a sample that sees it waits until it is known
+		a.own.LockStart() // a sample that sees it waits until it is known
 	}
 	p, err := a.env.Launcher.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.env.Workdir,
@@ -166,9 +166,9 @@ func (a *Attempt) launch(role string, cmd protocols.CommandSpec, extraEnv map[st
 	})
 	if a.own != nil {
 		if err == nil {
-			a.own.register(p)
+			a.own.Register(p)
 		}
-		a.own.unlockStart()
+		a.own.UnlockStart()
 	}
 	if err != nil {
 		return nil, state.Proc{}, err

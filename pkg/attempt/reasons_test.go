@@ -23,7 +23,6 @@ var phaseFiles = map[string]string{
 	"launch.go":    "start",
 	"drain.go":     "drain",
 	"gpuprocs.go":  "drain",
-	"phases.go":    "drain",
 	"energy.go":    "drain",
 	"stop.go":      "stop",
 	"validate.go":  "validate",

@@ -59,7 +59,7 @@ func (a *Attempt) startServer(ctx context.Context, readings []gpu.Reading) (Outc
 	default:
 		return a.stopThenFail(state.ReasonServerNotReady, fmt.Sprintf("server not ready within %.0f s: %v", a.run.Server.ReadyTimeoutS, err)), false
 	}
-	lv := a.checkListener(srv)
+	lv := a.checkListener(srv, "it answered the readiness probe")
 	a.rec.Gate(lv)
 	if !lv.Passed() {
 		return a.stopThenFail(state.ReasonHarnessError, lv.Detail), false
@@ -80,15 +80,16 @@ func (a *Attempt) startServer(ctx context.Context, readings []gpu.Reading) (Outc
 // checkListener is the listener gate: what answered the readiness probe
 // holds the port as the attempt's own process (the server's group or
 // session, a descendant, or one its cgroup holds), not another process
-// that took the port while a late-binding server loaded. A port whose
-// owner cannot be told fails closed, as an error.
-func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
+// that took the port while a late-binding server loaded; when says when
+// a foreign holder was found. A port whose owner cannot be told fails
+// closed, as an error.
+func (a *Attempt) checkListener(srv *launch.Proc, when string) gates.Verdict {
 	v := gates.Verdict{Gate: "listener", Verdict: gates.Pass, Figures: map[string]float64{"port": float64(a.port)}, At: a.env.Now()}
 	owners, err := launch.CheckListener(a.port, launch.InAttempt(srv.Identity, srv.Leaf()))
 	var imp *launch.ImpostorError
 	switch {
 	case errors.As(err, &imp):
-		v.Verdict, v.Detail = gates.Fail, err.Error()
+		v.Verdict, v.Detail = gates.Fail, err.Error()+": "+when
 		v.Figures["impostor_pid"] = float64(imp.PID)
 	case err != nil:
 		v.Verdict, v.Detail = gates.Error, "who holds the port cannot be told: "+err.Error()
@@ -96,6 +97,20 @@ func (a *Attempt) checkListener(srv *launch.Proc) gates.Verdict {
 		v.Figures["listeners"] = float64(len(owners))
 	}
 	return v
+}
+
+// listenerAgain is the listener gate again while the client measures (at
+// each profile window, and at the end of measuring): a server that binds
+// with SO_REUSEPORT, as vLLM does, lets any process of its user join the
+// port later and answer part of the requests. A foreign holder, or one
+// that cannot be told, fails the run; a pass is counted, not recorded.
+func (a *Attempt) listenerAgain(when string) (state.Reason, string) {
+	v := a.checkListener(a.server, "it joined the port after readiness, found "+when)
+	if a.rec.SetFigure("listener_checks", a.rec.Figure("listener_checks")+1); v.Passed() {
+		return "", ""
+	}
+	a.rec.Gate(v)
+	return state.ReasonHarnessError, "listener gate " + when + ": " + v.Detail
 }
 
 // probeReady polls the server's health until it answers the expected

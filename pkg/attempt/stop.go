@@ -90,7 +90,7 @@ func (a *Attempt) stopClient() { a.stopProc(a.client) }
 // is recorded with its time.
 func (a *Attempt) shutdown() {
 	if a.own != nil {
-		a.own.end() // from here the cleanup gate judges what holds the GPUs
+		a.own.End() // from here the cleanup gate judges what holds the GPUs
 	}
 	n := a.rec.PendingSignals()
 	if a.client != nil {

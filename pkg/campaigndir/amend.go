@@ -2,6 +2,7 @@ package campaigndir
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -43,7 +44,13 @@ func Amend(dir string, req amend.Request) (amend.Result, error) {
 // which no controller runs, under the recorded amendment (of its runs
 // only, when only names any): amend.Readjudicate, with the validators'
 // new output under provenance/amendments/ID/readjudicated.
+//
+// It refuses, as a *NotOwnedError, a directory CheckOwned refuses: the
+// validators it runs are the plan's.
 func Readjudicate(dir, amendment string, only []string) ([]amend.Readjudicated, error) {
+	if err := CheckOwned(dir, os.Geteuid()); err != nil {
+		return nil, err
+	}
 	plan, err := campaignfs.ReadPlan(dir)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -156,6 +157,11 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 		return nil, &OverBudgetError{Err: err}
 	}
 	if err := checkEmptyDir(dir, plan); err != nil {
+		return nil, err
+	}
+	if err := checkOwner(dir, dir, os.Geteuid()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// an empty directory another user owns: the campaign would be
+		// theirs to change (its mode becomes 0700 all the same)
 		return nil, err
 	}
 	workdir := plan.Protocol.Workdir

@@ -107,6 +107,16 @@ func RunNodeAttempt(specPath string, out io.Writer, in io.Reader, logTo io.Write
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("%s: %w", specPath, err)
 	}
+	// the spec names the commands this runs: it and its campaign must be
+	// the invoking user's alone, as for resume
+	if err := CheckOwned(spec.CampaignDir, os.Geteuid()); err != nil {
+		return err
+	}
+	if abs, err := filepath.Abs(specPath); err != nil {
+		return err
+	} else if err := checkOwnedPath(spec.CampaignDir, abs, os.Geteuid(), false, os.Lstat); err != nil {
+		return err
+	}
 	step, err := slurm.StepFromEnv(os.Getenv)
 	if err != nil {
 		return err

@@ -15,12 +15,16 @@ import (
 )
 
 // Lock takes the campaign in dir (absolute) for one controller: it
-// refuses a directory without a state database and one a live controller
-// holds, naming its pid. A campaign made before the directory was
-// owner-only becomes so.
+// refuses a directory without a state database, one that another user
+// owns or others may write (CheckOwned: a *NotOwnedError), and one a live
+// controller holds, naming its pid. A campaign made before the directory
+// was owner-only becomes so.
 func Lock(dir string) (*lockfile.Lock, error) {
 	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
 		return nil, fmt.Errorf("%s is not a campaign directory: no %s", dir, campaignfs.StateFile)
+	}
+	if err := CheckOwned(dir, os.Geteuid()); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {

@@ -238,15 +238,23 @@ func heldInodes(pid int, inodes map[uint64]bool, buf, dents []byte) []uint64 {
 // socketLink begins the link of a socket's descriptor.
 var socketLink = []byte("socket:[")
 
-// ImpostorError names a listener that does not belong to the attempt.
+// ImpostorError names a listener that does not belong to the attempt:
+// its pid, its name and its command line.
 type ImpostorError struct {
 	Port int
 	PID  int
 	Comm string
+	// Cmdline is its command line, arguments joined by spaces, quoted as
+	// Go quotes a string and cut to 256 bytes; "" when it cannot be read.
+	Cmdline string
 }
 
 func (e *ImpostorError) Error() string {
-	return fmt.Sprintf("port %d is held by pid %d (%s), which is not the attempt's server or one of its processes: a port impostor answered the readiness probe", e.Port, e.PID, e.Comm)
+	cmd := ""
+	if e.Cmdline != "" {
+		cmd = ", command " + e.Cmdline
+	}
+	return fmt.Sprintf("port %d is held by pid %d (%s%s), which is not the attempt's server or one of its processes: a port impostor", e.Port, e.PID, e.Comm, cmd)
 }
 
 // CheckListener fails unless every process listening on port belongs to
@@ -263,7 +271,7 @@ func CheckListener(port int, belongs func(pid int) (bool, error)) ([]int, error)
 			return pids, fmt.Errorf("port %d: whether listener pid %d is the attempt's cannot be told: %w", port, pid, err)
 		}
 		if !ok {
-			return pids, &ImpostorError{Port: port, PID: pid, Comm: commOf(pid)}
+			return pids, &ImpostorError{Port: port, PID: pid, Comm: commOf(pid), Cmdline: cmdlineOf(pid)}
 		}
 	}
 	return pids, nil
@@ -276,6 +284,21 @@ func commOf(pid int) string {
 		return "?"
 	}
 	return st.Comm
+}
+
+// cmdlineOf is a process's command line for messages: quoted (no byte
+// of it reaches a terminal raw), cut to 256 bytes; "" when it cannot be
+// read.
+func cmdlineOf(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	b = bytes.TrimRight(b, "\x00")
+	if len(b) > 256 {
+		b = b[:256]
+	}
+	return strconv.Quote(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 }
 
 // InAttempt is CheckListener's membership test for the attempt whose

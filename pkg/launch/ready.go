@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // A process started detached reports once, on a pipe its starter handed
@@ -24,9 +25,24 @@ func NewReady(fd int) *Ready { return &Ready{fd: fd} }
 // OK reports that the process runs as pid. Only the first report is sent.
 func (r *Ready) OK(pid int) { r.report(fmt.Sprintf("ok %d", pid)) }
 
-// Fail reports why the process could not run. Only the first report is
-// sent.
-func (r *Ready) Fail(err error) { r.report("error: " + err.Error()) }
+// Fail reports why the process could not run, its first MaxReport bytes
+// (the whole reason belongs in the process's own log). Only the first
+// report is sent.
+func (r *Ready) Fail(err error) {
+	msg := err.Error()
+	if len(msg) > MaxReport {
+		cut := MaxReport
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = fmt.Sprintf("%s... (%d bytes more in the process's log)", msg[:cut], len(msg)-cut)
+	}
+	r.report("error: " + msg)
+}
+
+// MaxReport bounds a report's reason: far below a pipe's 64 KiB, so that
+// the report never blocks a process whose starter does not read it.
+const MaxReport = 16 << 10
 
 func (r *Ready) report(msg string) {
 	if r.fd < 0 {

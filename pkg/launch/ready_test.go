@@ -50,6 +50,28 @@ func TestReadyFail(t *testing.T) {
 	}
 }
 
+// TestReadyFailNeverBlocks: a reason longer than a pipe holds is cut to
+// MaxReport, so the report never blocks a process whose starter reads
+// nothing (the whole reason is the process's own log's).
+func TestReadyFailNeverBlocks(t *testing.T) {
+	r, ready := readyPipe(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ready.Fail(errors.New(strings.Repeat("x", 200<<10)))
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a 200 KB reason blocked the report")
+	}
+	_, err := AwaitReady(r, time.Minute)
+	var nr *NotReadyError
+	if !errors.As(err, &nr) || len(nr.Reason) > MaxReport+64 || !strings.HasSuffix(nr.Reason, "... (188416 bytes more in the process's log)") {
+		t.Fatalf("AwaitReady = %.80v... (%d bytes)", err, len(nr.Reason))
+	}
+}
+
 // TestAwaitReadyWithoutReport: a process that dies says nothing; one
 // that neither reports nor dies runs out of time; a report that names no
 // pid gives none.

@@ -135,6 +135,16 @@ func Wait(path string, timeout, every time.Duration, tick func()) bool {
 	return true
 }
 
+// Holder is the pid the kernel lists as holding the lock at path, when it
+// is the pid the lock file records (the holder proved by both); 0
+// otherwise.
+func Holder(path string) int {
+	if pid := lockHolder(path); pid > 0 && pid == Owner(path) {
+		return pid
+	}
+	return 0
+}
+
 // lockHolder is the pid the kernel lists (/proc/locks) as holding an
 // exclusive flock on the file at path, or 0 when none is listed or it
 // cannot be read.

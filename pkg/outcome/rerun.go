@@ -47,7 +47,7 @@ func AwaitingAmendment(s records) ([]Awaiting, error) {
 	var ams []state.Amendment
 	var out []Awaiting
 	for _, r := range runs {
-		if r.Done || r.NotRun != "" || r.LastState != state.Failed || r.Attempts == 0 {
+		if r.Done || r.Closed() || r.LastState != state.Failed || r.Attempts == 0 {
 			continue
 		}
 		a, err := s.Attempt(r.ID, r.Attempts)

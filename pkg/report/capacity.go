@@ -20,8 +20,10 @@ type capacityView struct {
 	Found  float64 // 0 until the bisection ended
 	Done   bool
 	Stop   string
-	Points []capacityRow
-	SVG    template.HTML
+	// NotMonotonic says why Found is not a capacity ("" when it is one)
+	NotMonotonic string
+	Points       []capacityRow
+	SVG          template.HTML
 }
 
 type capacityRow struct {
@@ -75,7 +77,7 @@ func capacitySearches(rep api.Report, plan *protocols.Plan) []capacityView {
 	for _, name := range order {
 		v := views[name]
 		st := schedule.Search(specs[name], points[name])
-		v.Found, v.Done, v.Stop = st.Found, st.Done, st.Stop
+		v.Found, v.Done, v.Stop, v.NotMonotonic = st.Found, st.Done, st.Stop, st.NotMonotonic
 		v.SVG = capacitySVG(v, specs[name])
 		out = append(out, *v)
 	}

@@ -132,7 +132,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{if .Capacity}}<h2>Capacity searches</h2>
 <p class="muted">Each search's judged points on the arrival-rate axis (above: the SLO held; below: it did not; grey: it could not be judged), and the rate found: the largest that held, to the search's resolution, as the controller decided from the same records.</p>
 {{- range .Capacity}}
-<h3 style="font-size:14px;margin:12px 0 0" class="capacity-search"><span class="mono">{{.Search}}</span>: {{if gt .Found 0.0}}found <span class="num">{{printf "%.4g" .Found}}</span> requests/s{{else if .Stop}}stopped ({{.Stop}}){{else}}searching{{end}}</h3>
+<h3 style="font-size:14px;margin:12px 0 0" class="capacity-search"><span class="mono">{{.Search}}</span>: {{if gt .Found 0.0}}found <span class="num">{{printf "%.4g" .Found}}</span> requests/s{{else if .Stop}}stopped ({{.Stop}}){{else}}searching{{end}}{{if .NotMonotonic}}: <strong class="not-a-capacity">not a capacity</strong>: {{.NotMonotonic}}{{end}}</h3>
 {{.SVG}}
 <table><thead><tr><th>point</th><th>rate (requests/s)</th><th>SLO</th><th>detail</th></tr></thead><tbody>
 {{- range .Points}}

@@ -32,14 +32,15 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	for _, s := range c.currentPlan().Slots {
 		slotByName[s.Name] = s
 	}
-	var bgs, targets []protocols.Run
+	var bgRuns, targets []protocols.Run
 	for _, r := range u.Runs {
 		if r.Kind == "background" {
-			bgs = append(bgs, r)
+			bgRuns = append(bgRuns, r)
 		} else {
 			targets = append(targets, r)
 		}
 	}
+	interrupted := func() unitResult { res.interrupted = true; return res }
 	fail := func(run string, out attempt.Outcome) unitResult {
 		// a co-location block is not retried: its gate judges the block
 		// as it ran
@@ -47,98 +48,48 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 		res.verdict = outcome.Next(out.State, out.Reason, 0, 0)
 		return res
 	}
-	// On Slurm the block runs in one allocation on one node: the target
-	// and its backgrounds share the node, each step its own GPUs and CPUs
-	// of it (co-location and CPU maps mean what they mean on one host).
-	x := c.exec
-	if len(bgs) > 0 {
-		var slots []protocols.SlotInfo
-		seen := map[string]bool{}
-		for _, r := range u.Runs {
-			if !seen[r.Slot] {
-				seen[r.Slot] = true
-				slots = append(slots, slotByName[r.Slot])
-			}
+	x, release, err := c.colocationExecutor(ctx, u, slotByName, len(bgRuns) > 0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted()
 		}
-		var release func()
-		var err error
-		if x, release, err = c.exec.colocation(ctx, u.Unit, slots); err != nil {
-			if ctx.Err() != nil {
-				res.interrupted = true
-				return res
-			}
-			return fail(u.Runs[0].ID, attempt.Outcome{State: state.Failed, Reason: state.ReasonStepLost, Detail: "allocation for the co-location block: " + err.Error()})
+		return fail(u.Runs[0].ID, attempt.Outcome{State: state.Failed, Reason: state.ReasonStepLost, Detail: "allocation for the co-location block: " + err.Error()})
+	}
+	defer release()
+
+	// The backgrounds, until every one of them measures.
+	bg := c.startBackgrounds(ctx, x, bgRuns, slotByName)
+	defer bg.cancel()
+	if e, ok := bg.serving(); !ok {
+		bg.abort()
+		if e.out.Interrupted || ctx.Err() != nil {
+			return interrupted()
 		}
-		defer release()
+		return fail(e.run, e.out)
+	}
+	if len(bgRuns) > 0 {
+		c.log.Info().Int("backgrounds", len(bgRuns)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
 	}
 
-	// until ends the backgrounds normally once every target is done; on a
-	// failure they are cancelled instead and end interrupted, so that a
-	// restarted block runs them again beside its target.
-	until := make(chan struct{})
-	bctx, cancelBG := context.WithCancel(ctx)
-	defer cancelBG()
-	measuring := make(chan string, len(bgs))
-	type bgEnd struct {
-		run string
-		out attempt.Outcome
-	}
-	ended := make(chan bgEnd, len(bgs))
-	var wg sync.WaitGroup
-	collect := func() []bgEnd {
-		wg.Wait()
-		var outs []bgEnd
-		for len(ended) > 0 {
-			outs = append(outs, <-ended)
-		}
-		return outs
-	}
-	for _, r := range bgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out := c.runAttempt(bctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime, Measuring: measuring, Until: until})
-			ended <- bgEnd{r.ID, out}
-		}()
-	}
-	for n := 0; n < len(bgs); {
-		select {
-		case <-measuring:
-			n++
-		case e := <-ended:
-			cancelBG()
-			collect()
-			if e.out.Interrupted || ctx.Err() != nil {
-				res.interrupted = true
-				return res
-			}
-			return fail(e.run, e.out)
-		}
-	}
-	if len(bgs) > 0 {
-		c.log.Info().Int("backgrounds", len(bgs)).Str("regime", u.Regime).Msg("co-location backgrounds serving; running the target")
-	}
+	// The targets, back to back beside them.
 	for _, r := range targets {
 		out := c.runAttempt(ctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime})
 		if out.Interrupted {
-			cancelBG()
-			collect()
-			res.interrupted = true
-			return res
+			bg.abort()
+			return interrupted()
 		}
 		if out.State != state.Complete && out.State != state.Quarantined {
-			cancelBG()
-			collect()
+			bg.abort()
 			return fail(r.ID, out)
 		}
 	}
-	close(until)
+
+	// The backgrounds' ends, then the gate.
 	var early []string // backgrounds that ended before their target did
-	for _, o := range collect() {
+	for _, o := range bg.finish() {
 		switch {
 		case o.out.Interrupted:
-			res.interrupted = true
-			return res
+			return interrupted()
 		case o.out.Reason == state.ReasonClientFailed && o.out.EarlyBackground:
 			early = append(early, o.run)
 		case o.out.State != state.Complete && o.out.State != state.Quarantined:
@@ -161,6 +112,100 @@ func (c *Runner) runColocation(ctx context.Context, u *unitRun) unitResult {
 	}
 	c.judgeColocation(*u.Gate)
 	return res
+}
+
+// colocationExecutor is the executor a co-location block of u runs with,
+// and release, which gives back what it holds. On Slurm a block with
+// backgrounds runs in one allocation on one node: the target and its
+// backgrounds share the node, each step its own GPUs and CPUs of it
+// (co-location and CPU maps mean what they mean on one host).
+func (c *Runner) colocationExecutor(ctx context.Context, u *unitRun, slotByName map[string]protocols.SlotInfo, backgrounds bool) (executor, func(), error) {
+	if !backgrounds {
+		return c.exec, func() {}, nil
+	}
+	var slots []protocols.SlotInfo
+	seen := map[string]bool{}
+	for _, r := range u.Runs {
+		if !seen[r.Slot] {
+			seen[r.Slot] = true
+			slots = append(slots, slotByName[r.Slot])
+		}
+	}
+	return c.exec.colocation(ctx, u.Unit, slots)
+}
+
+// backgrounds are a co-location block's background loads, each attempt
+// run in its own goroutine, which ends when the attempt does. Closing
+// until ends them normally once every target is done; on a failure they
+// are cancelled instead and end interrupted, so that a restarted block
+// runs them again beside its target.
+type backgrounds struct {
+	n         int
+	until     chan struct{}
+	cancel    context.CancelFunc
+	measuring chan string
+	ended     chan bgEnd
+	wg        sync.WaitGroup
+}
+
+// bgEnd is how one background's attempt ended.
+type bgEnd struct {
+	run string
+	out attempt.Outcome
+}
+
+// startBackgrounds starts the attempts of runs through x.
+func (c *Runner) startBackgrounds(ctx context.Context, x executor, runs []protocols.Run, slotByName map[string]protocols.SlotInfo) *backgrounds {
+	bctx, cancel := context.WithCancel(ctx)
+	b := &backgrounds{n: len(runs), until: make(chan struct{}), cancel: cancel,
+		measuring: make(chan string, len(runs)), ended: make(chan bgEnd, len(runs))}
+	for _, r := range runs {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			out := c.runAttempt(bctx, x, r, []protocols.SlotInfo{slotByName[r.Slot]}, attempt.Options{Regime: r.Regime, Measuring: b.measuring, Until: b.until})
+			b.ended <- bgEnd{r.ID, out}
+		}()
+	}
+	return b
+}
+
+// serving waits until every background's client measures; ok false with
+// the first one that ended before that.
+func (b *backgrounds) serving() (bgEnd, bool) {
+	for n := 0; n < b.n; {
+		select {
+		case <-b.measuring:
+			n++
+		case e := <-b.ended:
+			return e, false
+		}
+	}
+	return bgEnd{}, true
+}
+
+// abort cancels the backgrounds and waits for their attempts' ends.
+func (b *backgrounds) abort() {
+	b.cancel()
+	b.collect()
+}
+
+// finish ends the backgrounds normally (their targets are done) and
+// returns how each attempt ended.
+func (b *backgrounds) finish() []bgEnd {
+	close(b.until)
+	return b.collect()
+}
+
+// collect waits for every background's attempt and returns the ends not
+// yet taken.
+func (b *backgrounds) collect() []bgEnd {
+	b.wg.Wait()
+	var outs []bgEnd
+	for len(b.ended) > 0 {
+		outs = append(outs, <-b.ended)
+	}
+	return outs
 }
 
 // judgeColocation compares the co-located target with the solo target

@@ -98,6 +98,10 @@ func (c *Runner) Run(ctx context.Context) error {
 		c.stopCampaign(schedule.Stop{Reason: state.StopOperator, Detail: detail + "; resume with controller resume"})
 		cancelRunners(nil)
 	}
+	if isClosed(c.stopReq) {
+		// asked while the controller was starting: nothing is launched
+		stop("stopped by an operator (controller stop or SIGTERM)")
+	}
 	for {
 		if look && !stopping {
 			look, lastLook = false, c.now()
@@ -203,6 +207,9 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 		c.regime = *d.Regime
 		c.log.Info().Str("regime", d.Regime.Name).Int("concurrency", d.Regime.Concurrency).Msg("regime in force")
 	}
+	if err := c.store.MarkNotRun(schedule.NotRunReasons(d.NotRun)); err != nil {
+		return false, err
+	}
 	switch {
 	case d.Err != nil:
 		c.log.Error().Err(d.Err).Msg("schedule")
@@ -258,7 +265,7 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	if v.Awaiting, err = outcome.AwaitingAmendment(passRuns{c.store, runs}); err != nil {
 		return schedule.View{}, err
 	}
-	v.CapacityPoints = c.capacityPoints(v.Plan, runs)
+	v.CapacityPoints = c.capacity.Points(v.Plan, runs)
 	if v.Plan.PowerCheck != nil {
 		if v.Measurements, err = c.measurements(); err != nil {
 			return schedule.View{}, err

@@ -12,6 +12,7 @@ import (
 
 	"warden/pkg/attempt"
 	"warden/pkg/budget"
+	"warden/pkg/capacity"
 	"warden/pkg/endlog"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -132,7 +133,7 @@ type Runner struct {
 	// with the next wave's reservations, in one commit, or flushReleases.
 	releasing []state.LedgerEntry
 	regime    protocols.RegimeInfo
-	judged    map[string]schedule.Point // capacity points judged, by run id and result attempt
+	capacity  *capacity.Records // the capacity points judged and recorded
 	// measured are the power check's measurements read so far (the latest
 	// per run, attempt and measure), up to the verdict numbered measuredSeq.
 	measured    map[string]schedule.Measurement
@@ -157,7 +158,8 @@ func New(cfg Config) (*Runner, error) {
 		dir: cfg.Dir, workdir: cfg.Workdir, protocolPath: cfg.ProtocolPath, fakeGPUDir: cfg.FakeGPUDir,
 		store: cfg.Store, cgroups: cfg.Cgroups, starter: cfg.Launcher, gpus: cfg.GPUs,
 		log: cfg.Log, boot: cfg.Boot, uid: cfg.UID, now: now, private: cfg.Private,
-		stopReq: make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
+		capacity: &capacity.Records{Dir: cfg.Dir, Store: cfg.Store, Log: cfg.Log},
+		stopReq:  make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
 	}
 	r.plan.Store(cfg.Plan)

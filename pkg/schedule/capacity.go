@@ -53,6 +53,11 @@ type SearchState struct {
 	// (a point could not be judged).
 	Done bool   `json:"done"`
 	Stop string `json:"stop,omitempty"`
+	// NotMonotonic, when set, says why Found is not a capacity: the first
+	// judged point, in plan order, that failed the SLO at a rate no higher
+	// than one that passed it, or passed at a rate no lower than one that
+	// failed (NotMonotonic, the function).
+	NotMonotonic string `json:"not_monotonic,omitempty"`
 }
 
 // NextRate is the rate of the point to run now.
@@ -66,8 +71,51 @@ func (s SearchState) NextRate() float64 {
 // Search decides a capacity search from the verdicts of its recorded
 // points, in plan order (the bisection points, then the follow-ups and
 // the overload point). Only the bisection's verdicts steer it: the first
-// point runs at rate_min, each later one at the middle of [Lo, Hi].
+// point runs at rate_min, each later one at the middle of [Lo, Hi]. It
+// says, too, whether the verdicts so far are monotonic.
 func Search(spec *protocols.CapacitySpec, points []Point) SearchState {
+	s := search(spec, points)
+	_, s.NotMonotonic = notMonotonic(s.Rates, points)
+	return s
+}
+
+// NotMonotonic returns the plan-order index of the first judged point of
+// the search whose verdict contradicts one before it (a fail at a rate no
+// higher than a pass, or a pass at a rate no lower than a fail: the SLO
+// is then not monotonic in the rate, and the bisection's λ* is not a
+// capacity), and why; -1 and "" when the verdicts agree. Error verdicts
+// contradict nothing.
+func NotMonotonic(spec *protocols.CapacitySpec, points []Point) (at int, detail string) {
+	return notMonotonic(search(spec, points).Rates, points)
+}
+
+func notMonotonic(rates []float64, points []Point) (int, string) {
+	pass, fail := -1, -1 // the highest pass and the lowest fail so far
+	for i := 0; i < len(points) && i < len(rates); i++ {
+		r := rates[i]
+		switch points[i].Verdict {
+		case gates.Pass:
+			if fail >= 0 && rates[fail] <= r {
+				return i, fmt.Sprintf("point %s passed the SLO at %.4g requests/s, above point %s that failed it at %.4g requests/s: the SLO does not fall with the rate, so the found rate is not a capacity",
+					points[i].Run, r, points[fail].Run, rates[fail])
+			}
+			if pass < 0 || r > rates[pass] {
+				pass = i
+			}
+		case gates.Fail:
+			if pass >= 0 && r <= rates[pass] {
+				return i, fmt.Sprintf("point %s failed the SLO at %.4g requests/s, below point %s that passed it at %.4g requests/s: the SLO does not fall with the rate, so the found rate is not a capacity",
+					points[i].Run, r, points[pass].Run, rates[pass])
+			}
+			if fail < 0 || r < rates[fail] {
+				fail = i
+			}
+		}
+	}
+	return -1, ""
+}
+
+func search(spec *protocols.CapacitySpec, points []Point) SearchState {
 	s := SearchState{Lo: spec.RateMin, Hi: spec.RateMax, Next: -1}
 	for i := range spec.BisectionPoints {
 		rate := spec.RateMin
@@ -185,6 +233,93 @@ func capacityError(v View) *Stop {
 		}
 	}
 	return nil
+}
+
+// capacityNotMonotonic is the stop for review a search whose verdicts are
+// not monotonic calls for, unless its protocol says on_non_monotonic:
+// continue: once, when the point that shows it ends (a resume then runs
+// the search's remaining points).
+func capacityNotMonotonic(v View) *Stop {
+	ended := map[int]bool{}
+	for _, e := range v.Ended {
+		ended[e.Unit] = true
+	}
+	for _, search := range slices.Sorted(maps.Keys(v.CapacityPoints)) {
+		phase, _, _ := strings.Cut(search, "/")
+		spec, ok := v.Plan.CapacitySearch(phase)
+		if !ok || spec.OnNonMonotonic == "continue" {
+			continue
+		}
+		points := v.CapacityPoints[search]
+		at, detail := NotMonotonic(spec, points)
+		if at < 0 {
+			continue
+		}
+		for _, r := range v.Plan.Runs {
+			if r.ID == points[at].Run && ended[r.Unit] {
+				return &Stop{Reason: state.StopCapacityNotMonotonic, Detail: fmt.Sprintf("capacity search %s: %s (the protocol's on_non_monotonic: stop; a resume runs its remaining points)", search, detail),
+					Figures: map[string]float64{"found_rps": Search(spec, points).Found}}
+			}
+		}
+	}
+	return nil
+}
+
+// NotRun is a run that will never run, and why.
+type NotRun struct {
+	Run    string
+	Reason string
+}
+
+// NotRunReasons are nr's reasons by run, as the store records them.
+func NotRunReasons(nr []NotRun) map[string]string {
+	out := make(map[string]string, len(nr))
+	for _, n := range nr {
+		out[n.Run] = n.Reason
+	}
+	return out
+}
+
+// Standing is where search stands once the last of points is judged, as
+// the campaign's record keeps it, and, when that point is the one that
+// shows the search's verdicts not monotonic, the campaign event that says
+// its found rate is not a capacity (nil otherwise).
+func Standing(search string, spec *protocols.CapacitySpec, points []Point) (state.CapacitySearch, *state.Event) {
+	s := Search(spec, points)
+	cs := state.CapacitySearch{Search: search, Judged: len(points), Done: s.Done, Stop: s.Stop, FoundRPS: s.Found, NotMonotonic: s.NotMonotonic}
+	at, detail := NotMonotonic(spec, points)
+	if at < 0 || at != len(points)-1 {
+		return cs, nil
+	}
+	return cs, &state.Event{Reason: string(state.StopCapacityNotMonotonic), Message: "capacity search " + search + ": " + detail,
+		Figures: map[string]float64{"found_rps": s.Found, "rate_rps": s.Rates[at]}}
+}
+
+// capacityNotRun are the points of the searches that ended before
+// reaching them (below range: rate_min failed the SLO, so no later point
+// runs) and that the records do not say so of yet: they become not-run,
+// never left pending.
+func capacityNotRun(v View) []NotRun {
+	recs := make(map[string]state.Run, len(v.Runs))
+	for _, r := range v.Runs {
+		recs[r.ID] = r
+	}
+	var out []NotRun
+	for _, r := range v.Plan.Runs {
+		spec, ok := v.Plan.CapacitySearch(r.Phase)
+		if r.Capacity == nil || !ok {
+			continue
+		}
+		points := v.CapacityPoints[r.Capacity.Search]
+		s := Search(spec, points)
+		rec := recs[r.ID]
+		if !s.Done || s.Stop != "below-range" || r.Capacity.Point-1 < len(points) || rec.Done || rec.NotRun != "" || rec.NotRunReason != "" || rec.LastState.Live() {
+			continue
+		}
+		out = append(out, NotRun{Run: r.ID, Reason: fmt.Sprintf("capacity search %s ended below range: its first point %s, at rate_min %.4g requests/s, failed the SLO (%s), so no later point runs",
+			r.Capacity.Search, points[0].Run, spec.RateMin, points[0].Detail)})
+	}
+	return out
 }
 
 // result is the part of a client's result.json (loadgen's

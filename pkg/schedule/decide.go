@@ -107,6 +107,10 @@ type Decision struct {
 	// Err is a scheduling error (the records do not match the plan); the
 	// campaign stops as a harness error.
 	Err error
+	// NotRun are runs that will never run, to be recorded so (beside any
+	// of the above): the points of a capacity search that ended before
+	// them.
+	NotRun []NotRun
 }
 
 // Decide decides from v what to do now. It reads nothing but v.
@@ -114,6 +118,14 @@ func Decide(v View) Decision {
 	if !v.Running {
 		return Decision{}
 	}
+	d := decide(v)
+	if d.Err == nil {
+		d.NotRun = capacityNotRun(v)
+	}
+	return d
+}
+
+func decide(v View) Decision {
 	// A failure the policy stops for: the first one ended.
 	for _, e := range v.Ended {
 		if e.FailedRun != "" && e.Verdict.Next == outcome.StopForReview {
@@ -135,6 +147,9 @@ func Decide(v View) Decision {
 		return Decision{Err: err}
 	}
 	if s := capacityError(v); s != nil {
+		return Decision{Stop: s}
+	}
+	if s := capacityNotMonotonic(v); s != nil {
 		return Decision{Stop: s}
 	}
 

@@ -14,6 +14,15 @@ import (
 // already.
 func (s *Store) Amend(a Amendment, change func(*Campaign) error) error {
 	return s.update("amend "+a.ID, func(tx *bolt.Tx) error {
+		for _, id := range a.Unstarted {
+			var r Run
+			if err := get(tx.Bucket(bucketRuns), []byte(id), &r); err != nil {
+				return fmt.Errorf("amendment %s: run %s: %w", a.ID, id, err)
+			}
+			if r.Attempts > 0 || r.Done {
+				return fmt.Errorf("amendment %s: %w: run %s has an attempt (%s) now", a.ID, ErrStarted, id, r.State())
+			}
+		}
 		c, err := s.addAmendment(tx, a, fmt.Sprintf("amendment %s (%s): %s", a.ID, kindOf(a), a.Text))
 		if err != nil {
 			return err

@@ -23,7 +23,7 @@ type counters struct {
 
 // remainingS is what r contributes to counters.RemainingExpectedS.
 func remainingS(r Run) float64 {
-	if r.Done || r.NotRun != "" {
+	if r.Done || r.Closed() {
 		return 0
 	}
 	return r.ExpectedS

@@ -29,7 +29,7 @@ func scanSummary(t *testing.T, s *state.Store) (byState map[string]int, remainin
 	byState = map[string]int{}
 	for _, r := range runs {
 		byState[string(r.State())]++
-		if !r.Done {
+		if !r.Done && !r.Closed() { // frozen or not run: never to run
 			remaining += r.ExpectedS
 		}
 		atts, err := s.Attempts(r.ID)

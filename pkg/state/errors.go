@@ -39,6 +39,10 @@ var (
 	// has not reached a terminal state.
 	ErrLiveAttempt = errors.New("run has a live attempt")
 
+	// ErrStarted is returned by Amend when a run the amendment names in
+	// Unstarted has an attempt, or a result.
+	ErrStarted = errors.New("run has started")
+
 	// ErrInvalid is returned for an argument the store refuses to record: an
 	// empty or malformed id, an unknown reason, ledger kind or verdict, or a
 	// reason that does not fit the transition.

@@ -69,13 +69,19 @@ const (
 	// the protocol's power_check threshold, or cannot be told; the detail
 	// names the gate, the figure and the amendment that would fix it.
 	StopPowerCheck StopReason = "power-check"
+	// StopCapacityNotMonotonic: a capacity search's point failed its SLO
+	// at a rate no higher than one that passed it (or passed above one
+	// that failed): the found rate is not a capacity, and the protocol
+	// (on_non_monotonic: stop) stops for review; the detail names both
+	// points and their rates.
+	StopCapacityNotMonotonic StopReason = "capacity-not-monotonic"
 )
 
 // StopReasons lists the campaign-level stop reasons; a run's failure
 // stops the campaign with StopForRun of its Reason.
 var StopReasons = []StopReason{
 	StopOperator, StopBudget, StopBudgetExhausted, StopNoRegime, StopGateError, StopDisk, StopQuarantinedFraction,
-	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment, StopPowerCheck,
+	StopFailedFraction, StopHarnessError, StopInputChanged, StopAwaitingAmendment, StopPowerCheck, StopCapacityNotMonotonic,
 }
 
 // StopForRun is the campaign's stop reason when a run's failure stops it:
@@ -120,6 +126,25 @@ type Campaign struct {
 	// campaigns recorded before the field existed, until their next
 	// controller records it.
 	GPUBackend string `json:"gpu_backend,omitempty"`
+	// Capacity is where each capacity search stands, as its controller
+	// last judged one of its points (SetCapacitySearch); in plan order.
+	Capacity []CapacitySearch `json:"capacity_searches,omitempty"`
+}
+
+// CapacitySearch is where one capacity search stands: what ctlq status and
+// its events say of it.
+type CapacitySearch struct {
+	Search string `json:"search"`
+	// Judged is how many of its points are judged; Done says none is left
+	// to run; Stop why it ended early (below-range, error).
+	Judged int    `json:"judged"`
+	Done   bool   `json:"done"`
+	Stop   string `json:"stop,omitempty"`
+	// FoundRPS is the bisection's λ* (requests/s), 0 until it ended.
+	FoundRPS float64 `json:"found_rps,omitempty"`
+	// NotMonotonic, when set, says why FoundRPS is not a capacity (the
+	// points whose verdicts contradict each other).
+	NotMonotonic string `json:"not_monotonic,omitempty"`
 }
 
 // RunState is the state of a run, derived from its fields (see Run.State).
@@ -137,8 +162,8 @@ const (
 	RunQuarantined RunState = "quarantined"
 	// RunFailed: the last attempt failed and the run is not done.
 	RunFailed RunState = "failed"
-	// RunNotRun: a freeze left the run without a result for good; never
-	// imputed.
+	// RunNotRun: a freeze, or a capacity search that ended before it, left
+	// the run without a result for good; never imputed.
 	RunNotRun RunState = "not-run"
 )
 
@@ -167,7 +192,13 @@ type Run struct {
 	// NotRun is the amendment that froze the matrix with the run
 	// unfinished; "" else.
 	NotRun string `json:"not_run,omitempty"`
+	// NotRunReason says why a run no amendment froze will never run (a
+	// capacity search that ended before its point; MarkNotRun); "" else.
+	NotRunReason string `json:"not_run_reason,omitempty"`
 }
+
+// Closed says the run has no result and never will: frozen, or not run.
+func (r Run) Closed() bool { return !r.Done && (r.NotRun != "" || r.NotRunReason != "") }
 
 // State derives the run's state from its fields.
 func (r Run) State() RunState {
@@ -176,7 +207,7 @@ func (r Run) State() RunState {
 		return RunQuarantined
 	case r.Done && r.ResultState != "":
 		return RunComplete
-	case r.NotRun != "" && !r.Done:
+	case r.Closed():
 		return RunNotRun
 	case r.Done && r.LastState == Quarantined:
 		return RunQuarantined
@@ -385,6 +416,10 @@ type Amendment struct {
 	// Diff is the plan diff of an amend, as JSON.
 	Diff         json.RawMessage `json:"diff,omitempty"`
 	RegisteredAt time.Time       `json:"registered_at"`
+	// Unstarted are runs that must have no attempt when the amendment is
+	// recorded (checked in the same transaction, not stored): the points
+	// of a capacity search it changes.
+	Unstarted []string `json:"-"`
 }
 
 // Readjudication is a new verdict on a recorded attempt under an

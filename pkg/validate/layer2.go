@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -169,7 +170,11 @@ func layer2Shape(f *l2findings, dir string, opts Layer2Options) map[int][]rankWi
 		name := filepath.Base(p)
 		if err != nil {
 			bad++
-			f.failf("%s: %v", name, err)
+			if nf := new(NonFiniteError); errors.As(err, &nf) {
+				f.errorf("%s: %v", name, err) // it cannot be judged
+			} else {
+				f.failf("%s: %v", name, err)
+			}
 			if m := rankInName.FindStringSubmatch(name); m != nil {
 				r, _ := strconv.Atoi(m[1])
 				byRank[r] = append(byRank[r], t) // counted as the rank's window; already failed

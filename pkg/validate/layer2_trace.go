@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -146,6 +147,79 @@ func parseTrace(d *traceData, src io.Reader, exec *regexp.Regexp, scopes []*rege
 		return errors.New("parse: no traceEvents")
 	}
 	d.finish()
+	if err := d.inWindow(); err != nil {
+		return err
+	}
+	return d.finiteSums()
+}
+
+// NonFiniteError says that a trace's durations sum past float64's range
+// (each is finite, their sum is not): no share of it can be told, so the
+// check errs rather than judges.
+type NonFiniteError struct{ What string }
+
+func (e *NonFiniteError) Error() string {
+	return "the trace's " + e.What + " sum to a number past float64's range: no share can be computed"
+}
+
+// inWindow fails a trace whose GPU activity (kernels, memcpy, memset) is
+// not where the window's ProfilerSteps put it (the first step's start to
+// the last one's end): none may start before the window, nor before the
+// step whose CUDA call launched it, nor end later than the window's own
+// length past its end (a GPU that runs behind its CPU, as asynchronous
+// scheduling lets it, finishes the last step's work within about a step;
+// a kernel of 31 years made every other family's share vanish). Real
+// traces (vLLM on an H200, pkg/validate/testdata/h200) hold every kernel
+// within its own step.
+func (d *traceData) inWindow() error {
+	if len(d.steps) == 0 {
+		return nil // the shape rules fail a trace without steps
+	}
+	win := span{d.steps[0].lo, d.steps[0].hi}
+	for _, s := range d.steps {
+		win.lo, win.hi = min(win.lo, s.lo), max(win.hi, s.hi)
+	}
+	length := win.hi - win.lo
+	launchedIn := map[int64]int{}
+	for _, c := range d.calls {
+		if c.hasC && c.step >= 0 {
+			launchedIn[c.corr] = c.step
+		}
+	}
+	for _, g := range d.gpu {
+		end := g.ts + g.dur
+		if !(g.ts >= win.lo && end <= win.hi+length) {
+			return fmt.Errorf("%s %q at %.0f..%.0f µs (%.6g µs) lies outside the profile window %.0f..%.0f µs of its ProfilerSteps (GPU activity starts after its start and ends at most its length, %.0f µs, past its end)",
+				g.cat, g.name, g.ts, end, g.dur, win.lo, win.hi, length)
+		}
+		if i, ok := launchedIn[g.corr]; ok && g.hasC && g.ts < d.steps[i].lo {
+			return fmt.Errorf("%s %q at %.0f µs starts before ProfilerStep#%d (%.0f..%.0f µs), whose CUDA call launched it", g.cat, g.name, g.ts, d.steps[i].n, d.steps[i].lo, d.steps[i].hi)
+		}
+	}
+	return nil
+}
+
+// finiteSums refuses, as a *NonFiniteError, a trace whose durations the
+// rules add up (GPU activity, CUDA API calls, steps) sum to infinity.
+func (d *traceData) finiteSums() error {
+	var gpu, calls, steps float64
+	for _, g := range d.gpu {
+		gpu += g.dur
+	}
+	for _, c := range d.calls {
+		calls += c.dur
+	}
+	for _, s := range d.steps {
+		steps += s.hi - s.lo
+	}
+	for _, c := range []struct {
+		what string
+		sum  float64
+	}{{"GPU activity durations", gpu}, {"CUDA API call durations", calls}, {"ProfilerStep durations", steps}} {
+		if math.IsInf(c.sum, 0) || math.IsNaN(c.sum) {
+			return &NonFiniteError{What: c.what}
+		}
+	}
 	return nil
 }
 
@@ -211,6 +285,9 @@ func (rd *eventReader) events(w *traceWindow) error {
 
 func (rd *eventReader) event(e *rawEvent) error {
 	d := rd.d
+	if e.Dur < 0 || math.IsInf(e.Ts+e.Dur, 0) {
+		return fmt.Errorf("parse event %d (%q): ts %g µs, dur %g µs: a span ends before it starts or past float64's range", d.summary.Events-1, e.Name, e.Ts, e.Dur)
+	}
 	sp := span{e.Ts, e.Ts + e.Dur}
 	switch {
 	case e.Cat == "gpu_user_annotation":

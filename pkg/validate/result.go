@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ func WriteVerdict(w io.Writer, name string, jsonOnly bool, r Result) error {
 	if r.Figures == nil {
 		r.Figures = map[string]float64{}
 	}
+	r = finiteFigures(r)
 	line, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -63,6 +65,33 @@ func WriteVerdict(w io.Writer, name string, jsonOnly bool, r Result) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", line)
 	return err
+}
+
+// finiteFigures is r without the figures JSON cannot hold (NaN, ±Inf):
+// each is named in the detail, and a verdict that would pass with one
+// errs instead (fail closed: a figure that is not a number never passes).
+func finiteFigures(r Result) Result {
+	var bad []string
+	for _, k := range slices.Sorted(maps.Keys(r.Figures)) {
+		if v := r.Figures[k]; math.IsNaN(v) || math.IsInf(v, 0) {
+			bad = append(bad, fmt.Sprintf("%s is %g", k, v))
+		}
+	}
+	if len(bad) == 0 {
+		return r
+	}
+	figs := maps.Clone(r.Figures)
+	for _, k := range slices.Sorted(maps.Keys(figs)) {
+		if v := figs[k]; math.IsNaN(v) || math.IsInf(v, 0) {
+			delete(figs, k)
+		}
+	}
+	r.Figures = figs
+	if r.Verdict == gates.Pass {
+		r.Verdict = gates.Error
+	}
+	r.Detail += "; figures that are not finite numbers, left out: " + strings.Join(bad, ", ")
+	return r
 }
 
 // findings collects the problems of one check: failures (the artifact

@@ -15,7 +15,7 @@ import (
 func PrintRuns(w io.Writer, runs []api.RunBrief) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tPHASE\tKIND\tSTATE\tATTEMPTS")
-	for _, r := range runs {
+	for _, r := range Escaped(runs) {
 		var as []string
 		for _, a := range r.Attempts {
 			s := fmt.Sprintf("a%d %s", a.N, a.State)
@@ -32,6 +32,7 @@ func PrintRuns(w io.Writer, runs []api.RunBrief) error {
 // PrintEvent is one event as a line of ctlq events (and of watch's last
 // events).
 func PrintEvent(w io.Writer, e state.Event) {
+	e = Escaped(e)
 	what := e.Run
 	if e.Attempt > 0 {
 		what = fmt.Sprintf("%s a%d", e.Run, e.Attempt)

@@ -47,9 +47,10 @@ func SanityBlocks(d api.RunDetail) map[string]json.RawMessage {
 func printSanity(w io.Writer, raw json.RawMessage) {
 	var blk validate.SanityBlock
 	if err := json.Unmarshal(raw, &blk); err != nil {
-		fmt.Fprintf(w, "  sanity block unreadable: %v\n", err)
+		fmt.Fprintf(w, "  sanity block unreadable: %s\n", Esc(err.Error()))
 		return
 	}
+	blk = Escaped(blk)
 	fmt.Fprintf(w, "  sanity block (%s): %s, %d families, %d red flags, %d undeclared constants\n",
 		blk.Schema, blk.Verdict, len(blk.Families), len(blk.RedFlags), len(blk.UndeclaredConstants))
 	for _, f := range blk.RedFlags {

@@ -19,6 +19,8 @@ import (
 // transitions, processes, exits and signals, and gate verdicts; the
 // run's own verdicts; the Layer-2 windows; the data sanity blocks.
 func PrintRun(w io.Writer, d api.RunDetail) {
+	blocks := SanityBlocks(d) // read from the attempts' directories as recorded
+	d = Escaped(d)
 	r := d.Run
 	fmt.Fprintf(w, "run %s (%s, phase %s, cell %s, load %s): %s\n", r.ID, r.Kind, r.Phase, r.Cell, r.Load, d.State)
 	fmt.Fprintf(w, "gpus %s\n", backendLine(d.GPUBackend, d.FakeGPUs))
@@ -47,7 +49,6 @@ func PrintRun(w io.Writer, d api.RunDetail) {
 		}
 	}
 	printSelfChecks(w, d.Gates)
-	blocks := SanityBlocks(d)
 	for _, a := range d.Attempts {
 		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
 			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, campaignfs.Sanity(a.Dir))

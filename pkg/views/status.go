@@ -18,7 +18,7 @@ func PrintAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
 	if aw == nil {
 		return
 	}
-	for _, a := range *aw {
+	for _, a := range Escaped(*aw) {
 		fmt.Fprintf(w, "awaiting   %s: attempt %d failed (%s); no further attempt without an amendment\n", a.Run, a.Attempt, a.Reason)
 	}
 }
@@ -36,6 +36,7 @@ func backendLine(backend string, fake bool) string {
 
 // PrintStatus is ctlq status's text.
 func PrintStatus(w io.Writer, st api.Status) {
+	st = Escaped(st)
 	c := st.Campaign
 	fmt.Fprintf(w, "campaign   %s (protocol %s, sha256 %.12s)\n", c.ID, c.Protocol, c.SHA256)
 	fmt.Fprintf(w, "state      %s", c.State)
@@ -47,6 +48,9 @@ func PrintStatus(w io.Writer, st api.Status) {
 	fmt.Fprintf(w, "gpus       %s\n", backendLine(c.GPUBackend, c.FakeGPUs))
 	for _, a := range st.Amendments {
 		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
+	}
+	for _, cs := range c.CapacitySearches {
+		fmt.Fprintf(w, "capacity   %s\n", CapacityText(cs))
 	}
 	var states []string
 	for k := range st.Runs.ByState {
@@ -71,6 +75,29 @@ func PrintStatus(w io.Writer, st api.Status) {
 	if st.ETAS != nil && c.State == string(state.CampaignRunning) && st.Controller.Alive {
 		fmt.Fprintf(w, "eta        %s\n", (time.Duration(*st.ETAS) * time.Second).String())
 	}
+}
+
+// CapacityText is what a capacity search has found, for a person: its
+// found rate, NOT A CAPACITY and why when its verdicts are not monotonic.
+func CapacityText(cs state.CapacitySearch) string {
+	var what string
+	switch {
+	case cs.FoundRPS > 0:
+		what = fmt.Sprintf("found %.4g requests/s", cs.FoundRPS)
+	case cs.Stop != "":
+		what = "ended " + cs.Stop + ", nothing found"
+	default:
+		what = "searching"
+	}
+	what = fmt.Sprintf("%s: %s (%d points judged", cs.Search, what, cs.Judged)
+	if cs.Done {
+		what += ", done"
+	}
+	what += ")"
+	if cs.NotMonotonic != "" {
+		what += "; NOT A CAPACITY: " + cs.NotMonotonic
+	}
+	return what
 }
 
 // Liveness is the controller's line of ctlq status.

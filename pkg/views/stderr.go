@@ -190,7 +190,7 @@ func readEnd(path string, n int64) ([]byte, bool, error) {
 
 // PrintStderrTails is ctlq show's text for the tails.
 func PrintStderrTails(w io.Writer, tails []StderrTail) {
-	for _, t := range tails {
+	for _, t := range Escaped(tails) {
 		fmt.Fprintf(w, "\nattempt %d %s stderr (%s", t.Attempt, t.Role, t.File)
 		if t.Truncated {
 			fmt.Fprintf(w, ", last %d lines", len(t.Lines))

@@ -121,6 +121,7 @@ func (w *Watcher) pollOnce() (Snapshot, error) {
 	if sn.Status, err = src.Status(); err != nil {
 		return sn, err
 	}
+	sn.Status = views.Escaped(sn.Status) // what the records say, never a terminal's command
 	var runs []api.RunBrief
 	runs, err = src.Runs(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package runner
+package capacity
 
 import (
 	"os"
@@ -16,8 +16,8 @@ import (
 )
 
 // capacityCampaign is a store holding the capacity test protocol's runs,
-// with its first point done, and a Runner on it.
-func capacityCampaign(t *testing.T, result string) (*Runner, *protocols.Plan, string) {
+// with its first point done, and Records on it.
+func capacityCampaign(t *testing.T, result string) (*Records, *protocols.Plan, string) {
 	t.Helper()
 	p, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
 	if err != nil {
@@ -53,36 +53,40 @@ func capacityCampaign(t *testing.T, result string) (*Runner, *protocols.Plan, st
 	if err := os.WriteFile(path, []byte(result), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &Runner{dir: dir, store: st, log: zerolog.Nop()}, p, path
+	return &Records{Dir: dir, Store: st, Log: zerolog.Nop()}, p, path
 }
 
 // TestCapacityPointsRecorded: a done point is judged from its client's
-// result and the judgement recorded with the point's rate; a runner that
-// starts afresh (a resumed controller) reads the recorded judgement back,
+// result and the judgement recorded with the point's rate; records that
+// start afresh (a resumed controller) reads the recorded judgement back,
 // so it decides the same next point even if the result file changed.
 func TestCapacityPointsRecorded(t *testing.T) {
 	c, p, path := capacityCampaign(t, `{"totals": {"admitted": 100, "by_class": {"success": 100}}}`)
-	runs, err := c.store.Runs()
+	runs, err := c.Store.Runs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pts := c.capacityPoints(p, runs)["cap/A"]
+	pts := c.Points(p, runs)["cap/A"]
 	if len(pts) != 1 || pts[0].Verdict != "pass" || pts[0].Figures["rate_rps"] != 1 || pts[0].Figures["success"] != 1 {
 		t.Fatalf("points %+v; want A.open.b1 passed at rate 1", pts)
 	}
-	v, err := c.store.GateVerdicts("A.open.b1")
-	if err != nil || len(v) != 1 || v[0].Gate != CapacityGate || v[0].Attempt != 1 || v[0].Figures["rate_rps"] != 1 {
-		t.Fatalf("recorded %+v (%v); want one %s verdict of attempt 1 at rate 1", v, err, CapacityGate)
+	v, err := c.Store.GateVerdicts("A.open.b1")
+	if err != nil || len(v) != 1 || v[0].Gate != schedule.CapacityGate || v[0].Attempt != 1 || v[0].Figures["rate_rps"] != 1 {
+		t.Fatalf("recorded %+v (%v); want one %s verdict of attempt 1 at rate 1", v, err, schedule.CapacityGate)
+	}
+	// where the search stands is the campaign record's, for ctlq status
+	if cp, err := c.Store.Campaign(); err != nil || len(cp.Capacity) != 1 || cp.Capacity[0] != (state.CapacitySearch{Search: "cap/A", Judged: 1}) {
+		t.Fatalf("the campaign records %+v (%v); want cap/A with one point judged", cp.Capacity, err)
 	}
 	if err := os.WriteFile(path, []byte(`{"totals": {"admitted": 100, "by_class": {"success": 1}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	resumed := &Runner{dir: c.dir, store: c.store, log: zerolog.Nop()}
-	again := resumed.capacityPoints(p, runs)["cap/A"]
+	resumed := &Records{Dir: c.Dir, Store: c.Store, Log: zerolog.Nop()}
+	again := resumed.Points(p, runs)["cap/A"]
 	if len(again) != 1 || again[0].Verdict != "pass" {
 		t.Fatalf("resumed: %+v; want the recorded pass", again)
 	}
-	if v, _ := c.store.GateVerdicts("A.open.b1"); len(v) != 1 {
+	if v, _ := c.Store.GateVerdicts("A.open.b1"); len(v) != 1 {
 		t.Fatalf("resumed: %d verdicts recorded; the judgement is recorded once", len(v))
 	}
 	if s := schedule.Search(p.Phases[0].Capacity, again); s.NextRate() != 9 {
@@ -97,8 +101,8 @@ func TestCapacityPointUnreadable(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	runs, _ := c.store.Runs()
-	pts := c.capacityPoints(p, runs)["cap/A"]
+	runs, _ := c.Store.Runs()
+	pts := c.Points(p, runs)["cap/A"]
 	if len(pts) != 1 || pts[0].Verdict != "error" || !strings.Contains(pts[0].Detail, "read the client result") {
 		t.Fatalf("points %+v; want an error verdict", pts)
 	}
