@@ -31,7 +31,7 @@ func omniReport(t *testing.T) (api.Report, *protocols.Plan) {
 		return dir
 	}
 	audio := func(ttfa float64) string {
-		b, _ := json.Marshal(map[string]any{"clean": map[string]any{"completed_rps": 2.0, "latency": map[string]any{"ttft_ms": map[string]any{"p99": ttfa / 2}}},
+		b, _ := json.Marshal(map[string]any{"schema": "warden.loadgen.result/1", "clean": map[string]any{"completed_rps": 2.0, "latency": map[string]any{"ttft_ms": map[string]any{"n": 10, "p99": ttfa / 2}}},
 			"audio": map[string]any{"ttfa_ms": map[string]any{"p99": ttfa}, "rtf": map[string]any{"p99": 0.5}, "gaps_ms": map[string]any{"p99": 40.0}}})
 		return string(b)
 	}
@@ -142,7 +142,7 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 	if !strings.Contains(first, wantRow) {
 		t.Fatalf("quality table lacks\n%s\nin\n%s", wantRow, first)
 	}
-	wantPerfRow := `<tr data-run="b.c1"><td>closed closed concurrency=c1</td><td class="num">1</td><td>ttfa_p99_ms</td><td class="mono">b.c1</td><td>srv-b</td><td class="num">2.000</td><td class="num">45.000</td><td class="num">90.000</td><td class="num">0.500</td><td class="num">40.000</td><td class="num">2.000</td></tr>`
+	wantPerfRow := `<tr data-run="b.c1"><td>closed closed concurrency=c1</td><td class="num">1</td><td>ttfa_p99_ms</td><td class="wrap">system: 2 configurations, 2 runs</td><td class="mono">b.c1</td><td>srv-b</td><td>system=b</td><td class="num">2.000</td><td class="num">45.000</td><td class="num">–</td><td class="num">–</td><td class="num">–</td><td class="num">90.000</td><td class="num">0.500</td><td class="num">40.000</td><td class="num">2.000</td></tr>`
 	if !strings.Contains(second, wantPerfRow) {
 		t.Fatalf("performance table lacks\n%s\nin\n%s", wantPerfRow, second)
 	}

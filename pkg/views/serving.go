@@ -148,12 +148,17 @@ type Serving struct {
 	ThroughputRPS     *float64 `json:"throughput_rps"`
 	OutputTokensPerS  *float64 `json:"output_tokens_per_s"`
 	TotalTokensPerS   *float64 `json:"total_tokens_per_s"`
+	// ManifestSHA256 is the manifest the client read (manifest.sha256).
+	ManifestSHA256 string `json:"manifest_sha256,omitempty"`
 	Latency
 }
 
 // loadgenResult is the part of loadgen's result.json the serving figures
 // read; a pointer is nil where the field is absent.
 type loadgenResult struct {
+	Manifest *struct {
+		SHA256 string `json:"sha256"`
+	} `json:"manifest"`
 	Load *struct {
 		ClosedLoop     *bool    `json:"closed_loop"`
 		LambdaRPS      *float64 `json:"lambda_rps"`
@@ -214,6 +219,9 @@ func ReadServing(a state.Attempt) Serving {
 	var r loadgenResult
 	if err := json.Unmarshal(b, &r); err != nil {
 		return miss(fmt.Sprintf("attempt %d's %s does not read as loadgen's result: %v", a.N, campaignfs.ClientResultRel, err))
+	}
+	if r.Manifest != nil {
+		s.ManifestSHA256 = r.Manifest.SHA256
 	}
 	if l := r.Load; l != nil {
 		s.MaxConcurrency = l.MaxConcurrency
