@@ -19,9 +19,13 @@ type xyChart struct {
 	XLabel string
 	YLabel string
 	LogX   bool
-	Series []xySeries
-	Bounds []xyBound // horizontal lines: an SLO's bound
-	Front  []xyPoint // the Pareto front, drawn as a dashed line
+	// YFrom and YTo fix the y range when YTo > YFrom (a CDF's quantiles);
+	// else it runs from 0 to a little above the largest value.
+	YFrom, YTo float64
+	YTicks     []float64 // with YFrom and YTo: where the y ticks are
+	Series     []xySeries
+	Bounds     []xyBound // horizontal lines: an SLO's bound
+	Front      []xyPoint // the Pareto front, drawn as a dashed line
 }
 
 type xySeries struct {
@@ -91,6 +95,11 @@ func (c xyChart) svg() template.HTML {
 		ymax = 1
 	}
 	ymax *= 1.1
+	y0 := 0.0
+	yticks := ticks(ymax/1.1, 4)
+	if c.YTo > c.YFrom {
+		y0, ymax, yticks = c.YFrom, c.YTo, c.YTicks
+	}
 	var x0, x1 float64
 	if c.LogX {
 		if math.IsInf(xmin, 1) {
@@ -113,10 +122,10 @@ func (c xyChart) svg() template.HTML {
 		}
 		return left + (v-x0)/(x1-x0)*w
 	}
-	yOf := func(v float64) float64 { return top + h - v/ymax*h }
+	yOf := func(v float64) float64 { return top + h - (v-y0)/(ymax-y0)*h }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart %s" viewBox="0 0 %d %d" width="%d" role="img" aria-label="%s">`, c.Class, c.W, c.H, c.W, esc(c.Label))
-	for _, v := range ticks(ymax/1.1, 4) {
+	for _, v := range yticks {
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" class="grid"/><text x="%.1f" y="%.1f" class="tick" text-anchor="end">%s</text>`,
 			left, left+w, yOf(v), yOf(v), left-5, yOf(v)+3.5, esc(strconv.FormatFloat(v, 'g', 4, 64)))
 	}

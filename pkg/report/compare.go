@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"warden/pkg/api"
@@ -182,7 +183,8 @@ func (r rankedRun) figure(key string) *float64 { return r.figs[key] }
 type Curve struct {
 	Curve    string        `json:"curve"`
 	Phase    string        `json:"phase"`
-	Workload string        `json:"workload"` // what the points share: the axes, the manifest's SHA-256
+	Workload string        `json:"workload"` // what the points share: the manifest's SHA-256 (else its path, else the axes)
+	Label    string        `json:"label"`    // the phase, the axes every point shares, the workload
 	Latency  string        `json:"latency"`  // the figure on y, a key of configFigureKeys (milliseconds)
 	Series   []CurveSeries `json:"series"`
 	Front    []CurvePoint  `json:"pareto_front"` // by throughput
@@ -224,6 +226,13 @@ func comparisons(ranked []rankedRun, latency string, colours map[string]string) 
 		}
 		byKey[k] = append(byKey[k], r)
 	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := byKey[order[i]][0], byKey[order[j]][0]
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		return a.Config < b.Config
+	})
 	var points []ConfigPoint
 	curveOf := map[string]*Curve{}
 	var curveOrder []string
@@ -338,6 +347,7 @@ func comparisons(ranked []rankedRun, latency string, colours map[string]string) 
 			label += ", " + ax
 		}
 		label += ", " + c.Workload
+		c.Label = label
 		c.SVG = curveSVG(*c, label, colours)
 		curves = append(curves, *c)
 	}
@@ -437,13 +447,14 @@ func latencyDists(ranked []rankedRun, colours map[string]string) []distGroup {
 	for i := range out {
 		g := &out[i]
 		for _, m := range views.LatencyMetrics {
-			ch := xyChart{Class: "cdf cdf-" + m.Key, Label: m.Name + " CDF: " + g.Group, W: 540, H: 200, LogX: true,
-				XLabel: m.Name + " (ms, log scale)", YLabel: "quantile"}
+			name := strings.ToUpper(m.Key)
+			ch := xyChart{Class: "cdf cdf-" + m.Key, Label: name + " CDF: " + g.Group, W: 540, H: 200, LogX: true, YFrom: 0.45, YTo: 1.02, YTicks: []float64{0.5, 0.6, 0.7, 0.8, 0.9, 1},
+				XLabel: name + " (ms, log scale)", YLabel: "quantile"}
 			for _, r := range g.Rows {
 				s := xySeries{Name: r.Run, Colour: colours[r.Config], Join: true}
 				for _, q := range quantiles {
 					if v, _ := r.Latency.Figure(views.LatencyKey(m.Key, q.stat)); v != nil {
-						s.Points = append(s.Points, xyPoint{X: *v, Y: q.q, Title: fmt.Sprintf("%s: %s %s %s ms", r.Run, q.stat, m.Name, num(*v))})
+						s.Points = append(s.Points, xyPoint{X: *v, Y: q.q, Title: fmt.Sprintf("%s: %s %s %s ms", r.Run, q.stat, name, num(*v))})
 					}
 				}
 				if len(s.Points) > 0 {
@@ -451,7 +462,7 @@ func latencyDists(ranked []rankedRun, colours map[string]string) []distGroup {
 				}
 			}
 			if len(ch.Series) == 0 {
-				g.Charts = append(g.Charts, template.HTML(`<p class="muted">`+esc(m.Name)+`: missing for every run of the group.</p>`))
+				g.Charts = append(g.Charts, template.HTML(`<p class="muted">`+esc(name)+`: missing for every run of the group.</p>`))
 				continue
 			}
 			g.Charts = append(g.Charts, ch.svg())
@@ -472,11 +483,36 @@ func serverIdentity(s protocols.ServerSpec) string {
 	return string(b)
 }
 
-// spreadRow is one figure's spread over a configuration's repeats, as the
-// page lists it.
+// spreadTable is the page's table of the configurations with repeats:
+// a column per figure of Keys, a row per configuration point that has
+// two or more repeats.
+type spreadTable struct {
+	Keys []string
+	Rows []spreadRow
+}
+
 type spreadRow struct {
-	Group, Config, Load, Runs, Figure string
-	Spread
+	Group, Config, Load string
+	Runs                []string
+	Cells               []*Spread // by Keys; nil: fewer than two repeats have the figure
+}
+
+// pageSpreadKeys are the figures the page's Repeats table shows (every
+// spreadKeys figure is in the CSV and JSON): throughput and the p99s,
+// the chosen latency, and the audio p99s where a point has them.
+func pageSpreadKeys(points []ConfigPoint, latency string) []string {
+	keys := []string{"throughput_rps", "ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"}
+	if !slices.Contains(keys, latency) {
+		keys = append(keys, latency)
+	}
+	for _, k := range []string{"ttfa_p99_ms", "chunk_gap_p99_ms"} {
+		for _, p := range points {
+			if _, ok := p.Spread[k]; ok && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
 }
 
 // compare builds the comparisons of the ranked runs (Data's Dists,
@@ -538,13 +574,35 @@ func (d *Data) compare(rep api.Report, plan *protocols.Plan, serving map[string]
 	}
 	d.Dists = latencyDists(ranked, colours)
 	d.Configs, d.Curves = comparisons(ranked, d.CurveLatency, colours)
+	d.Spread.Keys = pageSpreadKeys(d.Configs, d.CurveLatency)
 	for _, p := range d.Configs {
-		for _, k := range spreadKeys(d.CurveLatency) {
+		if len(p.Spread) == 0 {
+			continue
+		}
+		row := spreadRow{Group: p.Group, Config: p.Config, Load: p.Load, Runs: p.Runs}
+		for _, k := range d.Spread.Keys {
 			if s, ok := p.Spread[k]; ok {
-				d.Spread = append(d.Spread, spreadRow{Group: p.Group, Config: p.Config, Load: p.Load, Runs: strings.Join(p.Runs, ", "), Figure: k, Spread: s})
+				row.Cells = append(row.Cells, &s)
+			} else {
+				row.Cells = append(row.Cells, nil)
 			}
 		}
+		d.Spread.Rows = append(d.Spread.Rows, row)
 	}
+}
+
+// spreadCell is a Repeats table cell: the mean and the CI's half-width,
+// the standard deviation and the half-width as a share of the mean.
+func spreadCell(s *Spread) template.HTML {
+	if s == nil {
+		return `<td class="num">–</td>`
+	}
+	pct := "–"
+	if s.HalfWidth != nil {
+		pct = strconv.FormatFloat(*s.HalfWidth, 'f', 1, 64) + "%"
+	}
+	return template.HTML(fmt.Sprintf(`<td class="num" data-mean="%s" data-ci95-low="%s" data-ci95-high="%s">%.3f ± %.3f<br><span class="muted">sd %.3f, ±%s (%d)</span></td>`,
+		num(s.Mean), num(s.CI95Low), num(s.CI95High), s.Mean, s.CI95High-s.Mean, s.SD, pct, s.N))
 }
 
 func short(s string) string { return s[:min(12, len(s))] }

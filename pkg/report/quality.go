@@ -225,7 +225,7 @@ func rankedOver(rs []PerfRow) string {
 		configs[r.Config] = true
 	}
 	if over := rs[0].over; len(over) > 0 {
-		return fmt.Sprintf("%s: %d configurations, %d runs", strings.Join(over, ", "), len(configs), len(rs))
+		return fmt.Sprintf("its %d configurations (%s), %d runs", len(configs), strings.Join(over, ", "), len(rs))
 	}
 	return fmt.Sprintf("the group's %d runs (no axis of the plan chooses the server)", len(rs))
 }

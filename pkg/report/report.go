@@ -250,7 +250,7 @@ type Data struct {
 	Dists        []distGroup
 	Configs      []ConfigPoint
 	Curves       []Curve
-	Spread       []spreadRow // the configurations with repeats
+	Spread       spreadTable // the configurations with repeats
 }
 
 // runStderr is a failed process's stderr tail, with its run.
@@ -799,6 +799,12 @@ func f3(p *float64) string {
 // latCell is a latency table's cell: the figure, or "missing".
 func latCell(l views.Latency, metric, stat string) template.HTML {
 	v, _ := l.Figure(views.LatencyKey(metric, stat))
+	return msCell(v)
+}
+
+// msCell is a latency's cell: the figure to 3 decimals, or "missing"
+// (never 0, never a dash that could read as not applicable).
+func msCell(v *float64) template.HTML {
 	if v == nil {
 		return `<td class="num"><span class="missing">missing</span></td>`
 	}
@@ -816,6 +822,8 @@ func WriteHTML(w io.Writer, d *Data) error {
 		"time":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 		"short":  short,
 		"lat":    latCell,
+		"ms3":    msCell,
+		"spread": spreadCell,
 		"deref":  func(p *float64) float64 { return *p },
 		"onFront": func(c Curve, p CurvePoint) bool {
 			for _, q := range c.Front {

@@ -28,6 +28,7 @@ th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: lef
 th { background: var(--head); position: sticky; top: 0; cursor: pointer; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.hl td { background: #fff6d6; }
+tr.group-row td { background: #f9fafb; white-space: normal; }
 .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-right: 5px; vertical-align: middle; }
 svg.chart { display: block; margin: 6px 0; }
 svg .grid { stroke: #eceff3; } svg .tick { font-size: 10px; fill: var(--muted); } svg .label { font-size: 11px; fill: var(--fg); }
@@ -82,10 +83,14 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 <h2 id="performance">Performance</h2>
 <p class="muted">The ranked runs only (complete, measured, of a system that passed its quality gates), by group (phase, load and the axes that do not choose the server: a pattern, a concurrency), so that the rank is over the group's configurations (the values of the axes that choose the server: a system, a server config; "over" names them), each group by the first figure every run of it has: p99 time to first audio, else p99 time to first token (lower first), else throughput (higher first). Repeats are ranked run by run; their means are under Repeats.</p>
 {{if .Performance}}<table id="performance-ranking">
-<thead><tr><th>group</th><th>rank</th><th>by</th><th>over</th><th>run</th><th>system</th><th>config</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TPOT ms</th><th>p99 ITL ms</th><th>p99 E2E ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
+<thead><tr><th>rank</th><th>run</th><th>system</th><th>config</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TPOT ms</th><th>p99 ITL ms</th><th>p99 E2E ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
 <tbody>
+{{- $group := ""}}
 {{- range .Performance}}
-<tr data-run="{{.Run}}"><td>{{.Group}}</td><td class="num">{{if .Rank}}{{.Rank}}{{else}}–{{end}}</td><td>{{.RankedBy}}</td><td class="wrap">{{.RankedOver}}</td><td class="mono">{{.Run}}</td><td>{{.System}}</td><td>{{.Config}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TPOTP99MS}}</td><td class="num">{{f3 .ITLP99MS}}</td><td class="num">{{f3 .E2EP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+{{- if ne .Group $group}}{{$group = .Group}}
+<tr class="group-row" data-group="{{.Group}}"><td colspan="13"><b>{{.Group}}</b>: {{if .RankedBy}}ranked by {{.RankedBy}}{{else}}not ranked (no figure every run has){{end}} over {{.RankedOver}}</td></tr>
+{{- end}}
+<tr data-run="{{.Run}}"><td class="num">{{if .Rank}}{{.Rank}}{{else}}–{{end}}</td><td class="mono">{{.Run}}</td><td>{{.System}}</td><td>{{.Config}}</td><td class="num">{{f3 .ThroughputRPS}}</td>{{ms3 .TTFTP99MS}}{{ms3 .TPOTP99MS}}{{ms3 .ITLP99MS}}{{ms3 .E2EP99MS}}<td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
 {{- end}}
 </tbody>
 </table>{{else}}<p class="muted">No run is ranked.</p>{{end}}
@@ -96,7 +101,7 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 <thead><tr><th>run</th><th>system</th><th>why not ranked</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
 <tbody>
 {{- range .NotRanked}}
-<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="bad">{{.Excluded}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="bad">{{.Excluded}}</td><td class="num">{{f3 .ThroughputRPS}}</td>{{ms3 .TTFTP99MS}}<td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
 {{- end}}
 </tbody>
 </table>
@@ -123,7 +128,7 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 <h2 id="curves">Throughput against latency</h2>
 <p class="muted">Per phase and workload (the runs that read the same manifest), one line per configuration through its loads, in order of throughput: clean-interval requests/s against <b>{{.CurveLatency}}</b>, each point the mean over the configuration's repeats, with its 95% confidence interval where it has two or more. {{if eq .CurveLatency "ttft_p99_ms"}}p99 TTFT by default: it grows with the queueing a busier configuration causes, which is what its throughput costs a user, and an SLO is written on the tail a mean hides; <code>ctlq report --latency tpot_p99_ms</code> (or any latency of the table) draws another.{{else}}Chosen with <code>ctlq report --latency</code>.{{end}} The dashed line is the Pareto front: the points no other point of the curve beats on both throughput (higher) and {{.CurveLatency}} (lower), ringed.</p>
 {{- range $i, $c := .Curves}}
-<h3 class="curve-name">{{$c.Curve}}</h3>
+<h3 class="curve-name">{{$c.Label}}</h3>
 {{$c.SVG}}
 <table id="curve-{{$i}}" class="curve-points">
 <thead><tr><th>config</th><th>load</th><th>runs</th><th>throughput req/s</th><th>{{$c.Latency}}</th><th>95% CI</th><th>Pareto front</th></tr></thead>
@@ -133,7 +138,7 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 {{- end}}{{end}}
 </tbody>
 </table>
-<table id="pareto-{{$i}}" class="pareto">
+<table id="pareto-{{$i}}" class="pareto" style="margin-top:8px">
 <thead><tr><th>Pareto front, by throughput</th><th>load</th><th>throughput req/s</th><th>{{$c.Latency}}</th></tr></thead>
 <tbody>
 {{- range $c.Front}}
@@ -147,12 +152,12 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 {{- end}}
 
 <h2 id="repeats">Repeats</h2>
-{{if .Spread}}<p class="muted">Each configuration's runs that differ only in their repeat (the phases' <code>repeats:</code>; an A/A pair is such a configuration): every figure's mean over them, the sample standard deviation, the 95% confidence interval of the mean (Student's t, repeats − 1 degrees of freedom), its half-width as a share of the mean, and the range.</p>
+{{if .Spread.Rows}}<p class="muted">Each configuration's runs that differ only in their repeat (the phases' <code>repeats:</code>; an A/A pair is such a configuration): each figure's mean over them ± the half-width of its 95% confidence interval (Student's t, repeats − 1 degrees of freedom), the sample standard deviation, the half-width as a share of the mean and, in brackets, the repeats that have the figure (–: fewer than two). Every figure's spread (p50s and output tokens/s too) is in <code>--configs-csv</code> and <code>--table-json</code>.</p>
 <table id="spread">
-<thead><tr><th>group</th><th>config</th><th>runs</th><th>figure</th><th>repeats</th><th>mean</th><th>sd</th><th>95% CI</th><th>± % of mean</th><th>min</th><th>max</th></tr></thead>
+<thead><tr><th>group</th><th>config</th><th>runs</th>{{range .Spread.Keys}}<th>{{.}}</th>{{end}}</tr></thead>
 <tbody>
-{{- range .Spread}}
-<tr><td>{{.Group}}</td><td>{{.Config}}</td><td class="mono">{{.Runs}}</td><td>{{.Figure}}</td><td class="num">{{.N}}</td><td class="num">{{printf "%.3f" .Mean}}</td><td class="num">{{printf "%.3f" .SD}}</td><td class="num">{{printf "%.3f" .CI95Low}} – {{printf "%.3f" .CI95High}}</td><td class="num">{{if .HalfWidth}}{{printf "%.1f" (deref .HalfWidth)}}%{{else}}–{{end}}</td><td class="num">{{printf "%.3f" .Min}}</td><td class="num">{{printf "%.3f" .Max}}</td></tr>
+{{- range .Spread.Rows}}
+<tr><td>{{.Group}}</td><td>{{.Config}}</td><td class="mono wrap">{{join .Runs ", "}}</td>{{range .Cells}}{{spread .}}{{end}}</tr>
 {{- end}}
 </tbody>
 </table>{{else}}<p class="muted">No ranked configuration has two or more repeats with figures: no spread to show (a phase's <code>repeats:</code> runs each cell more than once).</p>{{end}}
