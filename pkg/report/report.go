@@ -337,7 +337,13 @@ var (
 	outputTokensKeys = []string{"clean.output_tokens_per_s", "output_tokens_per_s"}
 )
 
+// firstFigure is the first of keys that m has. A loadgen result whose
+// clean interval lasted no time (a burn-in's) gives no clean figure: its
+// zeros were not measured.
 func firstFigure(m map[string]float64, keys []string) *float64 {
+	if s, ok := m["clean.seconds"]; ok && s <= 0 {
+		return nil
+	}
 	for _, k := range keys {
 		if v := fptr(m, k); v != nil {
 			return v

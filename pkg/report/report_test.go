@@ -288,3 +288,15 @@ func TestWriteRefusesPrivateText(t *testing.T) {
 		t.Fatalf("Privacy without a provenance record = %v, want an error", err)
 	}
 }
+
+// TestZeroCleanInterval: a loadgen result whose clean interval lasted no
+// time (a burn-in's) has no throughput, not the 0 it writes.
+func TestZeroCleanInterval(t *testing.T) {
+	t.Parallel()
+	if v := firstFigure(map[string]float64{"clean.seconds": 0, "clean.completed_rps": 0}, throughputKeys); v != nil {
+		t.Errorf("throughput of a 0 s clean interval: %v", *v)
+	}
+	if v := firstFigure(map[string]float64{"clean.seconds": 2, "clean.completed_rps": 0}, throughputKeys); v == nil || *v != 0 {
+		t.Errorf("throughput of a 2 s clean interval that completed nothing: %v", v)
+	}
+}

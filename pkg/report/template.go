@@ -107,24 +107,6 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 </table>
 {{- end}}
 
-<h2 id="latency">Latency distributions</h2>
-<p class="muted">Each ranked run's TTFT, TPOT, ITL and E2E over its clean interval, from its client's result.json (loadgen's nearest-rank quantiles, milliseconds; <code>missing</code>: the result does not give the figure, hover for why), by group as the ranking compares them. The CDFs pass through each run's p50, p90, p95, p99 and max (quantiles 0.5, 0.9, 0.95, 0.99, 1; the lines between them are drawn, not measured), on a log scale, coloured by configuration. Every figure, p95 and max included, is in <code>--csv</code> and <code>--table-json</code>.</p>
-{{- range $i, $g := .Dists}}
-<h3 class="group">{{$g.Group}}</h3>
-<table id="latency-{{$i}}" class="latency">
-<thead><tr><th rowspan="2">run</th><th rowspan="2">config</th><th colspan="4">TTFT ms</th><th colspan="4">TPOT ms</th><th colspan="4">ITL ms</th><th colspan="4">E2E ms</th></tr>
-<tr>{{range $m := $.LatencyMetrics}}<th>mean</th><th>p50</th><th>p90</th><th>p99</th>{{end}}</tr></thead>
-<tbody>
-{{- range $g.Rows}}
-<tr data-run="{{.Run}}"{{if .Latency.Missing}} title="{{join .Latency.Missing "; "}}"{{end}}><td class="mono">{{.Run}}</td><td>{{.Config}}</td>{{$l := .Latency}}{{range $m := $.LatencyMetrics}}{{lat $l $m.Key "mean"}}{{lat $l $m.Key "p50"}}{{lat $l $m.Key "p90"}}{{lat $l $m.Key "p99"}}{{end}}</tr>
-{{- end}}
-</tbody>
-</table>
-<div class="grid2">{{range $g.Charts}}<div>{{.}}</div>{{end}}</div>
-{{- else}}
-<p class="muted">No ranked run: nothing to compare.</p>
-{{- end}}
-
 <h2 id="curves">Throughput against latency</h2>
 <p class="muted">Per phase and workload (the runs that read the same manifest), one line per configuration through its loads, in order of throughput: clean-interval requests/s against <b>{{.CurveLatency}}</b>, each point the mean over the configuration's repeats, with its 95% confidence interval where it has two or more. {{if eq .CurveLatency "ttft_p99_ms"}}p99 TTFT by default: it grows with the queueing a busier configuration causes, which is what its throughput costs a user, and an SLO is written on the tail a mean hides; <code>ctlq report --latency tpot_p99_ms</code> (or any latency of the table) draws another.{{else}}Chosen with <code>ctlq report --latency</code>.{{end}} The dashed line is the Pareto front: the points no other point of the curve beats on both throughput (higher) and {{.CurveLatency}} (lower), ringed.</p>
 {{- range $i, $c := .Curves}}
@@ -161,6 +143,24 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 {{- end}}
 </tbody>
 </table>{{else}}<p class="muted">No ranked configuration has two or more repeats with figures: no spread to show (a phase's <code>repeats:</code> runs each cell more than once).</p>{{end}}
+
+<h2 id="latency">Latency distributions</h2>
+<p class="muted">Each ranked run's TTFT, TPOT, ITL and E2E over its clean interval, from its client's result.json (loadgen's nearest-rank quantiles, milliseconds; <code>missing</code>: the result does not give the figure, hover for why), by group as the ranking compares them. The CDFs pass through each run's p50, p90, p95, p99 and max (quantiles 0.5, 0.9, 0.95, 0.99, 1; the lines between them are drawn, not measured), on a log scale, coloured by configuration. Every figure, p95 and max included, is in <code>--csv</code> and <code>--table-json</code>.</p>
+{{- range $i, $g := .Dists}}
+<h3 class="group">{{$g.Group}}</h3>
+<table id="latency-{{$i}}" class="latency">
+<thead><tr><th rowspan="2">run</th><th rowspan="2">config</th><th colspan="4">TTFT ms</th><th colspan="4">TPOT ms</th><th colspan="4">ITL ms</th><th colspan="4">E2E ms</th></tr>
+<tr>{{range $m := $.LatencyMetrics}}<th>mean</th><th>p50</th><th>p90</th><th>p99</th>{{end}}</tr></thead>
+<tbody>
+{{- range $g.Rows}}
+<tr data-run="{{.Run}}"{{if .Latency.Missing}} title="{{join .Latency.Missing "; "}}"{{end}}><td class="mono">{{.Run}}</td><td>{{.Config}}</td>{{$l := .Latency}}{{range $m := $.LatencyMetrics}}{{lat $l $m.Key "mean"}}{{lat $l $m.Key "p50"}}{{lat $l $m.Key "p90"}}{{lat $l $m.Key "p99"}}{{end}}</tr>
+{{- end}}
+</tbody>
+</table>
+<div class="grid2">{{range $g.Charts}}<div>{{.}}</div>{{end}}</div>
+{{- else}}
+<p class="muted">No ranked run: nothing to compare.</p>
+{{- end}}
 
 <h2>Amendments</h2>
 {{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}} {{.Text}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
@@ -280,6 +280,7 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
       rows.forEach(function (r) { body.appendChild(r); });
     });
   });
+  document.body.setAttribute("data-height", String(document.documentElement.scrollHeight));
   document.body.setAttribute("data-ready", "1");
 })();
 </script>

@@ -148,6 +148,9 @@ type Serving struct {
 	ThroughputRPS     *float64 `json:"throughput_rps"`
 	OutputTokensPerS  *float64 `json:"output_tokens_per_s"`
 	TotalTokensPerS   *float64 `json:"total_tokens_per_s"`
+	// ThroughputMissing says why the throughputs are missing from a result
+	// that has a clean interval.
+	ThroughputMissing string `json:"throughput_missing,omitempty"`
 	// ManifestSHA256 is the manifest the client read (manifest.sha256).
 	ManifestSHA256 string `json:"manifest_sha256,omitempty"`
 	Latency
@@ -236,6 +239,11 @@ func ReadServing(a state.Attempt) Serving {
 	s.SuccessfulRequests, s.FailedRequests, s.CleanS = c.Completed, c.Failed, c.Seconds
 	s.TotalInputTokens, s.TotalOutputTokens = c.InputTokens, c.OutputTokens
 	s.ThroughputRPS, s.OutputTokensPerS = c.CompletedRPS, c.OutputTokensPerS
+	if c.Seconds != nil && *c.Seconds <= 0 {
+		// loadgen leaves the rates 0 over no time (a burn-in's clean interval)
+		s.ThroughputRPS, s.OutputTokensPerS = nil, nil
+		s.ThroughputMissing = "a clean interval of 0 s has no throughput"
+	}
 	if c.InputTokens != nil && c.OutputTokens != nil && c.Seconds != nil && *c.Seconds > 0 {
 		v := float64(*c.InputTokens+*c.OutputTokens) / *c.Seconds
 		s.TotalTokensPerS = &v
@@ -322,6 +330,9 @@ func PrintServing(w io.Writer, s Serving) {
 		}
 	}
 	fmt.Fprintln(w, strings.Repeat("=", 50))
+	if s.ThroughputMissing != "" {
+		fmt.Fprintf(w, "  missing: %s\n", s.ThroughputMissing)
+	}
 	for _, why := range l.Missing {
 		fmt.Fprintf(w, "  missing: %s\n", why)
 	}

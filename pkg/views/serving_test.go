@@ -138,6 +138,14 @@ func TestServingMissing(t *testing.T) {
 		s.TTFTP99MS != nil || s.E2EP99MS == nil || *s.E2EP99MS != 2 || s.E2EP90MS != nil || *s.E2EN != 3 {
 		t.Errorf("partial distributions: %+v, want missing %q", s.Latency, want)
 	}
+	// a burn-in's clean interval of no time: its rates, 0 in the file, are missing
+	s = ReadServing(servingAttempt(t, `{"schema":"warden.loadgen.result/1","clean":{"seconds":0,"completed":0,"completed_rps":0,"output_tokens_per_s":0,"input_tokens":0,"output_tokens":0}}`))
+	var out bytes.Buffer
+	PrintServing(&out, s)
+	if s.ThroughputRPS != nil || s.OutputTokensPerS != nil || s.TotalTokensPerS != nil || !strings.Contains(out.String(), "Request throughput (req/s):              missing\n") ||
+		!strings.Contains(out.String(), "  missing: a clean interval of 0 s has no throughput\n") {
+		t.Errorf("a clean interval of 0 s: %+v\n%s", s, out.String())
+	}
 	a := servingAttempt(t, "")
 	a.State = state.Measuring
 	if s := ServingOf(api.RunDetail{Attempts: []state.Attempt{a}}); s != nil {
