@@ -277,7 +277,7 @@ func comparisons(ranked []rankedRun, latency string, colours map[string]string) 
 	for _, r := range ranked {
 		c := r.phase + " " + r.workload
 		if common[c] == nil {
-			common[c] = maps(r.axes)
+			common[c] = copyAxes(r.axes)
 			continue
 		}
 		for a, v := range common[c] {
@@ -354,7 +354,7 @@ func comparisons(ranked []rankedRun, latency string, colours map[string]string) 
 	return points, curves
 }
 
-func maps(m map[string]string) map[string]string {
+func copyAxes(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {
 		out[k] = v
