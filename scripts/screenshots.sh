@@ -4,6 +4,7 @@
 # written (ctlq report), loaded in headless Chromium and photographed.
 #
 #   scripts/screenshots.sh campaigns   # run the campaigns into $SHOTS_DIR (default _shots) and write their reports
+#                                      # (demo or phase3: one half of them)
 #   scripts/screenshots.sh shoot       # photograph $SHOTS_DIR/*/report.html into docs/screenshots/
 #   scripts/screenshots.sh             # both
 #
@@ -23,6 +24,8 @@
 # ran), at most 16,000 pixels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# go-nvml's cgo wrappers call NVML functions the header marks deprecated (as the Makefile says)
+export CGO_CFLAGS=${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}
 BIN=${BIN:-bin}
 SHOTS_DIR=${SHOTS_DIR:-_shots}
 OUT=docs/screenshots
@@ -38,7 +41,7 @@ start() { # start NAME PROTOCOL [controller start flags]: a campaign afresh, in 
 
 report() { "$BIN/ctlq" report -d "$SHOTS_DIR/$1" -o "$SHOTS_DIR/$1/report.html"; }
 
-campaigns() {
+demo() {
   mkdir -p "$SHOTS_DIR"
   make -s demo-manifests >/dev/null
   start demo protocols/demo.yaml
@@ -58,6 +61,10 @@ campaigns() {
     --gpu-backend fake --foreground >"$SHOTS_DIR/demo-crashed.log" 2>&1 || true
   report demo-crashed
   "$BIN/controller" resume -d "$SHOTS_DIR/demo-crashed" --foreground >>"$SHOTS_DIR/demo-crashed.log" 2>&1 || true
+}
+
+phase3() {
+  mkdir -p "$SHOTS_DIR"
   if [ "$(nproc)" -lt 8 ]; then
     echo "screenshots: the phase-3 campaigns need 8 CPUs (eight slots with disjoint CPU masks); this host has $(nproc): not run" >&2
     return 1
@@ -98,8 +105,10 @@ shoot() {
 }
 
 case $what in
-  campaigns) campaigns ;;
+  demo) demo ;;
+  phase3) phase3 ;;
+  campaigns) demo; phase3 ;;
   shoot) shoot ;;
-  all) campaigns; shoot ;;
-  *) echo "usage: scripts/screenshots.sh [campaigns|shoot|all]" >&2; exit 2 ;;
+  all) demo; phase3; shoot ;;
+  *) echo "usage: scripts/screenshots.sh [campaigns|demo|phase3|shoot|all]" >&2; exit 2 ;;
 esac
