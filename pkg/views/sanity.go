@@ -24,6 +24,9 @@ type RunWithSanity struct {
 	Sanity map[string]json.RawMessage `json:"sanity,omitempty"`
 	// StderrTails are the ends of the failed processes' stderr.
 	StderrTails []StderrTail `json:"stderr_tails,omitempty"`
+	// Serving is the serving summary of the attempt that counts, once it
+	// has ended (ServingOf).
+	Serving *Serving `json:"serving,omitempty"`
 }
 
 // SanityBlocks reads the sanity.json of every attempt that has one.
