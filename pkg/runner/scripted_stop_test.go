@@ -147,9 +147,11 @@ func TestDiskStopsBeforeAWave(t *testing.T) {
 	})
 	t.Run("artifacts", func(t *testing.T) {
 		t.Parallel()
-		big := step{Files: map[string]string{"client/out.bin": strings.Repeat("x", 4096)}}
+		// the limit (10 kB) holds the provenance copies, which the gate
+		// counts too, but not the first wave's 64 KiB
+		big := step{Files: map[string]string{"client/out.bin": strings.Repeat("x", 64<<10)}}
 		c := newLoopCampaign(t, "matrix.yaml", map[string][]step{"p1.saturation": {big}, "p2.saturation": {{AfterEnd: "p1.saturation"}}},
-			"stop: {", "stop: {max_artifacts_gb: 0.000001, ")
+			"stop: {", "stop: {max_artifacts_gb: 0.00001, ")
 		c.run()
 		c.stoppedAt(state.StopDisk)
 		if v := c.gate("", 0, "disk"); v.Verdict != state.VerdictFail {
