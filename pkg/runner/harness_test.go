@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -59,6 +60,14 @@ func runTests(m *testing.M) int {
 	return testbin.Run("runner-test-", []string{"../../cmd/standin", "../../cmd/controller", "../../cmd/loadgen"}, func(dir string) int {
 		standinBin = filepath.Join(dir, "standin")
 		controllerBin, loadgenBin = filepath.Join(dir, "controller"), filepath.Join(dir, "loadgen")
+		// the power-check campaign's manifest, by loadgen, before the
+		// reaper too
+		powerManifest = filepath.Join(dir, "power-manifest.jsonl")
+		if out, err := exec.Command(loadgenBin, "materialize", "--id", "p1", "--input-uniform", "4:16", "--output-fixed", "4", "--arrival", "steady",
+			"--num-requests", "60000", "--workload-seed", "20260712", "--out", powerManifest).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "materialize the power-check manifest: %v\n%s", err, out)
+			return 1
+		}
 		return testreaper.Run(m, &testReaper)
 	})
 }

@@ -2,7 +2,6 @@ package runner_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,17 +22,15 @@ import (
 // calibrated rules' completion on these data are cmd/controller's
 // TestPowerCheckStopAmendResume; the loop's part, TestPowerCheckScripted.
 
-// powerProtocol writes the power-check protocol (testcampaign.Power)
-// and its manifest in dir.
+// powerManifest is the power-check campaign's manifest, materialized in
+// TestMain (os/exec must not wait beside the tests' reaper).
+var powerManifest string
+
+// powerProtocol writes the power-check protocol (testcampaign.Power) in
+// dir.
 func powerProtocol(t *testing.T, dir, rule, serverExtra string) string {
 	t.Helper()
-	manifest := filepath.Join(dir, "manifest.jsonl")
-	out, err := exec.Command(loadgenBin, "materialize", "--id", "p1", "--input-uniform", "4:16", "--output-fixed", "4", "--arrival", "steady",
-		"--num-requests", "60000", "--workload-seed", "20260712", "--out", manifest).CombinedOutput()
-	if err != nil {
-		t.Fatalf("materialize: %v\n%s", err, out)
-	}
-	y := testcampaign.Power(testcampaign.PowerBins{Standin: standinBin, Controller: controllerBin, Loadgen: loadgenBin, Manifest: manifest},
+	y := testcampaign.Power(testcampaign.PowerBins{Standin: standinBin, Controller: controllerBin, Loadgen: loadgenBin, Manifest: powerManifest},
 		freePorts(t, 1)[0], rule, serverExtra)
 	path := filepath.Join(dir, "protocol.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
