@@ -265,6 +265,11 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	if v.Awaiting, err = outcome.AwaitingAmendment(passRuns{c.store, runs}); err != nil {
 		return schedule.View{}, err
 	}
+	if !c.retrySharedCause {
+		if v.Held, err = outcome.SharedCause(v.Plan, passRuns{c.store, runs}); err != nil {
+			return schedule.View{}, err
+		}
+	}
 	v.CapacityPoints = c.capacity.Points(v.Plan, runs)
 	if v.Plan.PowerCheck != nil {
 		if v.Measurements, err = c.measurements(); err != nil {

@@ -61,6 +61,11 @@ type Config struct {
 	// Slurm, when set, runs every attempt as a Slurm step (slurmexec);
 	// nil: on this host.
 	Slurm *slurmexec.Config
+	// RetrySharedCause launches the runs not tried yet that share the
+	// cause of a failed run (outcome.SharedCause), which are otherwise
+	// held until an amendment covers the failed run: the operator's
+	// controller resume --retry-shared-cause.
+	RetrySharedCause bool
 }
 
 // heartbeatEvery is how often the runner records that it is alive, and
@@ -96,6 +101,8 @@ type Runner struct {
 	gatesRead state.GateIndex // the gate verdicts gateVerdicts read so far
 	// exec runs the attempts: on this host, or each as a Slurm step.
 	exec executor
+	// retrySharedCause: hold no run for a cause it shares (Config).
+	retrySharedCause bool
 
 	flights budget.Flights // attempts whose server holds GPUs, not yet charged
 
@@ -161,6 +168,7 @@ func New(cfg Config) (*Runner, error) {
 		capacity: &capacity.Records{Dir: cfg.Dir, Store: cfg.Store, Log: cfg.Log},
 		stopReq:  make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
+		retrySharedCause: cfg.RetrySharedCause,
 	}
 	r.plan.Store(cfg.Plan)
 	r.exec = localExecutor{r}

@@ -48,6 +48,10 @@ type View struct {
 	// Awaiting are the runs that wait for an amendment (outcome.AwaitingAmendment):
 	// no attempt of theirs is started, nor of a unit that holds one.
 	Awaiting []outcome.Awaiting
+	// Held are the runs not tried yet that share the cause of a failed
+	// run (outcome.SharedCause): held as the awaiting runs are, unless the
+	// operator asked for them (the runner then leaves this empty).
+	Held []outcome.Held
 	// CapacityPoints are the verdicts of each capacity search's done
 	// points (JudgePoint on their results), by search, in plan order.
 	CapacityPoints map[string][]Point
@@ -56,9 +60,11 @@ type View struct {
 	Measurements []Measurement
 }
 
-// waiting says whether run id waits for an amendment.
+// waiting says whether run id waits for an amendment, or is held for
+// the cause it shares with a failed run.
 func (v View) waiting(id string) bool {
-	return slices.ContainsFunc(v.Awaiting, func(w outcome.Awaiting) bool { return w.Run == id })
+	return slices.ContainsFunc(v.Awaiting, func(w outcome.Awaiting) bool { return w.Run == id }) ||
+		slices.ContainsFunc(v.Held, func(h outcome.Held) bool { return h.Run == id })
 }
 
 // UnitEnd is how a unit ended: the run that failed for good, if any, and
@@ -202,9 +208,8 @@ func decide(v View) Decision {
 		}
 	}
 	if len(d.Launch) == 0 {
-		if len(v.Active) == 0 && len(v.Awaiting) > 0 {
-			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopAwaitingAmendment,
-				Detail: "nothing more can run: these runs failed for a reason that allows no rerun and wait for an amendment (seed 002: \"A semantic workload/config failure requires a reviewed protocol amendment\"): " + awaitingText(v.Awaiting)}}
+		if len(v.Active) == 0 && (len(v.Awaiting) > 0 || len(v.Held) > 0) {
+			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopAwaitingAmendment, Detail: awaitingDetail(v.Awaiting, v.Held)}}
 		}
 		return d
 	}
@@ -544,6 +549,19 @@ func slotsByName(plan *protocols.Plan) map[string]protocols.SlotInfo {
 		byName[s.Name] = s
 	}
 	return byName
+}
+
+// awaitingDetail is the detail of the stop when nothing more can run
+// but runs that wait for an amendment, or are held for a shared cause.
+func awaitingDetail(ws []outcome.Awaiting, hs []outcome.Held) string {
+	detail := "nothing more can run"
+	if len(ws) > 0 {
+		detail += ": these runs failed for a reason that allows no rerun and wait for an amendment (seed 002: \"A semantic workload/config failure requires a reviewed protocol amendment\"): " + awaitingText(ws)
+	}
+	if len(hs) > 0 {
+		detail += "; held, not tried: " + outcome.HeldText(hs) + " (the same server, started the same way: an amendment that covers the failed run, or resume --retry-shared-cause, lets them run)"
+	}
+	return detail
 }
 
 // awaitingText names the runs for a stop's detail and an operator.
