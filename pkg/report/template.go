@@ -58,7 +58,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 <dt>regime</dt><dd>{{$c.Regime}}</dd>
 <dt>GPU backend</dt><dd>{{$c.GPUBackend}}</dd>
 <dt>runs</dt><dd>{{.Rep.Status.Runs.Total}}: {{range $k, $v := .Rep.Status.Runs.ByState}}{{$k}} {{$v}} &nbsp;{{end}}</dd>
-<dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ConsumedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
+<dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ChargedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
 <dt>report generated</dt><dd>{{time .Rep.GeneratedAt}} (from the {{.Rep.Status.Source}})</dd>
 </dl>
 <h2 id="quality">Configuration and quality gates</h2>

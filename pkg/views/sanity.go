@@ -26,6 +26,24 @@ type RunWithSanity struct {
 	StderrTails []StderrTail `json:"stderr_tails,omitempty"`
 }
 
+// MarshalJSON writes the run's document (api.RunDetail's, whose
+// MarshalJSON the embedding would otherwise make the whole of it) with
+// the sanity blocks and stderr tails after its keys.
+func (r RunWithSanity) MarshalJSON() ([]byte, error) {
+	b, err := r.RunDetail.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	rest, err := json.Marshal(struct {
+		Sanity      map[string]json.RawMessage `json:"sanity,omitempty"`
+		StderrTails []StderrTail               `json:"stderr_tails,omitempty"`
+	}{r.Sanity, r.StderrTails})
+	if err != nil || string(rest) == "{}" {
+		return b, err
+	}
+	return append(append(b[:len(b)-1], ','), rest[1:]...), nil
+}
+
 // SanityBlocks reads the sanity.json of every attempt that has one.
 func SanityBlocks(d api.RunDetail) map[string]json.RawMessage {
 	out := map[string]json.RawMessage{}

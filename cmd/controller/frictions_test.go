@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"warden/pkg/state"
+)
+
+// Issue 39, "every stop says what to do": what needs the binary (its
+// flags, its output, its exit codes). The rules are tested where they
+// live (pkg/outcome, pkg/schedule, pkg/runner, pkg/views, ...).
+
+// firstDocument decodes the indented JSON document out holds (a
+// foreground controller's log lines beside it) into v.
+func firstDocument(out string, v any) error {
+	i := strings.Index(out, "{\n  \"schema\"")
+	if i < 0 {
+		return errors.New("no document")
+	}
+	return json.NewDecoder(strings.NewReader(out[i:])).Decode(v)
+}
+
+// TestResumeSaysWhatItHolds: a stop on one bad server flag shared by
+// every run. Both spellings of a resume take the same flags (-o json
+// among them: friction 8); a resume with nothing fixed names the run it
+// holds for the shared cause and launches nothing (friction 1); ctlq
+// status then gives the amendment as its hint, and the flag that tries
+// the held runs; --retry-shared-cause tries them.
+func TestResumeSaysWhatItHolds(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	c.runForeground(writeProtocol(t, scenario{patterns: 3, serverArgs: `, "--no-such-flag"`}))
+	s := c.store()
+	c.stoppedFor(s, state.ReasonServerExit)
+	s.Close()
+
+	out, code := c.controller("--resume", "-d", c.dir, "--foreground", "-o", "json")
+	var doc struct {
+		Schema   int `json:"schema"`
+		Awaiting []struct {
+			Run string `json:"run"`
+		} `json:"awaiting_amendment"`
+		Held []struct {
+			Run    string `json:"run"`
+			Cause  string `json:"cause_run"`
+			Reason string `json:"reason"`
+		} `json:"held_shared_cause"`
+	}
+	if err := firstDocument(out, &doc); err != nil || code != 0 || len(doc.Held) != 1 ||
+		doc.Held[0].Run != "p3.saturation" || doc.Held[0].Cause != "p1.saturation" || doc.Held[0].Reason != "server-exit" || len(doc.Awaiting) != 2 {
+		t.Fatalf("controller --resume -o json: exit %d, %v:\n%s", code, err, out)
+	}
+	out, code = c.controller("resume", "-d", c.dir, "--foreground")
+	if code != 0 || !strings.Contains(out, "held, not launched without an amendment that covers the failed run or --retry-shared-cause: p3.saturation share the cause of p1.saturation attempt 1 (server-exit, server standin)") {
+		t.Fatalf("controller resume: exit %d:\n%s", code, out)
+	}
+	s = c.store()
+	if as := c.attempts(s, "p3.saturation"); len(as) != 0 {
+		t.Fatalf("p3.saturation was launched: %v", attemptStates(as))
+	}
+	s.Close()
+	st, _ := exec.Command(ctlqBin, "status", "-d", c.dir).Output()
+	if !strings.Contains(string(st), "hint       fix the protocol and register the fix (ctlq show RUN shows the failure): controller amend -d "+c.dir+" -f NEW_PROTOCOL --id ID --reason TEXT --yes, then controller resume -d "+c.dir+"; to try the runs that share its cause unchanged: controller resume -d "+c.dir+" --retry-shared-cause") {
+		t.Fatalf("ctlq status:\n%s", st)
+	}
+
+	if out, code = c.controller("resume", "-d", c.dir, "--foreground", "--retry-shared-cause"); code != 0 {
+		t.Fatalf("resume --retry-shared-cause: exit %d:\n%s", code, out)
+	}
+	s = c.store()
+	defer s.Close()
+	c.soleAttempt(s, "p3.saturation", state.Failed, state.ReasonServerExit)
+}
