@@ -124,7 +124,8 @@ nvml; 7 the directory is another user's.`,
 			}
 			so.Backend = resolved
 			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
-			if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
+			plan, err := campaigndir.Create(file, abs, so, time.Now())
+			if err != nil {
 				if isNotOwned(notOwnedExit(err)) {
 					return notOwnedExit(err)
 				}
@@ -137,6 +138,10 @@ nvml; 7 the directory is another user's.`,
 					return &cli.ExitError{Code: exitOverBudget, Err: ob}
 				}
 				return &cli.ExitError{Code: 1, Err: err}
+			}
+			if over := campaigndir.OverBudget(plan); over != nil {
+				// started anyway: where it will stop, as plan says
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s\n  %v\n", campaigndir.AllowedOverBudget(plan), over)
 			}
 			if output != "json" {
 				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)

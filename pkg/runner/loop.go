@@ -235,7 +235,10 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 			}
 			c.log.Info().Float64("completion_probability", d.Power.Completion).Str("detail", detail).Msg("power check passed: the matrix starts")
 		}
-		return false, c.launch(ctx, d)
+		if err := c.launch(ctx, d); err != nil || d.Refused == nil {
+			return false, err
+		}
+		c.stopCampaign(*d.Refused) // the next unit does not fit: stop once these started
 	}
 	return false, nil
 }

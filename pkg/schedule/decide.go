@@ -95,7 +95,7 @@ type Launch struct {
 }
 
 // Decision is what Decide returns. At most one of Stop, Launch (with its
-// Reserve) and Complete is set.
+// Reserve, and Refused) and Complete is set.
 type Decision struct {
 	// Regime is the regime in force for a matrix phase, when it changed.
 	Regime *protocols.RegimeInfo
@@ -105,6 +105,10 @@ type Decision struct {
 	Reserve []budget.Item
 	// Stop says the campaign must stop for review.
 	Stop *Stop
+	// Refused, beside Launch, is the stop of the unit after them that the
+	// budget refuses (budget): the campaign stops once Launch started,
+	// as the plan's first refused wave says it will.
+	Refused *Stop
 	// Complete says every run that must execute is done and nothing runs.
 	Complete bool
 	// Power is the power check's judgement when this decision launches
@@ -213,19 +217,69 @@ func decide(v View) Decision {
 		}
 		return d
 	}
-	for _, w := range d.Launch {
-		for _, r := range w.Runs {
-			d.Reserve = append(d.Reserve, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: reserveS(v.Plan, r)})
-		}
-	}
-	if _, err := v.Account.Reserve(d.Reserve); err != nil {
-		var ref *budget.Refusal
-		if errors.As(err, &ref) {
-			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopBudget, Detail: ref.Error(), Figures: ref.Figures()}}
-		}
+	fit, refused, err := fitBudget(v, d.Launch)
+	switch {
+	case err != nil:
 		return Decision{Err: err}
+	case len(fit) == 0:
+		return Decision{Regime: d.Regime, Stop: refused}
+	}
+	d.Launch, d.Refused = fit, refused
+	for _, w := range d.Launch {
+		d.Reserve = append(d.Reserve, reserveItems(v.Plan, w)...)
 	}
 	return d
+}
+
+// fitBudget checks the units of a wave against the budget in order, as
+// the plan's estimate walks its launches (protocols' first refused wave):
+// each unit's reservation on top of those before it. The units that fit
+// launch; the first that does not is refused, and with it the campaign
+// stops (budget), once the units before it started. A later unit never
+// overtakes a refused one.
+func fitBudget(v View, wave []Launch) (fit []Launch, refused *Stop, err error) {
+	acc := v.Account
+	before := 0 // runs launched before: started ones, and the wave's that fit
+	for _, r := range v.Runs {
+		if r.Attempts > 0 || r.Done {
+			before++
+		}
+	}
+	for _, l := range wave {
+		want, err := acc.Reserve(reserveItems(v.Plan, l))
+		var ref *budget.Refusal
+		if errors.As(err, &ref) {
+			return fit, budgetStop(ref, l, before), nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		acc.ReservedGPUSeconds += want
+		before += len(l.Runs)
+		fit = append(fit, l)
+	}
+	return fit, nil, nil
+}
+
+// reserveItems are a unit's runs as its reservation counts them.
+func reserveItems(p *protocols.Plan, l Launch) []budget.Item {
+	items := make([]budget.Item, len(l.Runs))
+	for i, r := range l.Runs {
+		items[i] = budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: reserveS(p, r)}
+	}
+	return items
+}
+
+// budgetStop is the stop of a wave the budget refuses: the wave, the runs
+// launched before it, the figures (runs_before among them).
+func budgetStop(ref *budget.Refusal, l Launch, before int) *Stop {
+	first := ""
+	if len(l.Runs) > 0 {
+		first = l.Runs[0].ID
+	}
+	figures := ref.Figures()
+	figures["runs_before"] = float64(before)
+	return &Stop{Reason: state.StopBudget, Figures: figures,
+		Detail: fmt.Sprintf("the wave launching %s (after %d runs) is refused: %s (A-P3-4: a wave is refused when its conservative reservation would pass the cap)", first, before, ref.Error())}
 }
 
 // pendingRuns says which runs are still to run: not done, and required
