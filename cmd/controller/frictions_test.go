@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -74,4 +75,31 @@ func TestResumeSaysWhatItHolds(t *testing.T) {
 	s = c.store()
 	defer s.Close()
 	c.soleAttempt(s, "p3.saturation", state.Failed, state.ReasonServerExit)
+}
+
+// TestPlanAwayFromTheInputsNamesTheFlag (friction 6): plan of a shipped
+// protocol on a machine without its inputs names --check-inputs=false, in
+// its message and in -o json's hint; with it the plan goes through.
+func TestPlanAwayFromTheInputsNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	proto := filepath.Join("..", "..", "protocols", "opprof-phase3.yaml")
+	out, code := c.controller("plan", "-f", proto)
+	if code != exitInvalid || !strings.Contains(out, "does not exist") ||
+		!strings.HasSuffix(strings.TrimSpace(out), "every one of these problems is an input this machine lacks (a file, a manifest, an executable): to plan the protocol away from the machine it is frozen for, run controller plan --check-inputs=false (controller start always looks for them)") {
+		t.Fatalf("plan without the inputs: exit %d:\n%s", code, tail(out, 2000))
+	}
+	out, _ = c.controller("plan", "-f", proto, "-o", "json")
+	var doc struct {
+		Hint     string `json:"hint"`
+		Problems []struct {
+			Input bool `json:"input"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || !strings.Contains(doc.Hint, "--check-inputs=false") || len(doc.Problems) == 0 || !doc.Problems[0].Input {
+		t.Fatalf("plan -o json without the inputs (%v):\n%s", err, tail(out, 2000))
+	}
+	if out, code := c.controller("plan", "-f", proto, "--check-inputs=false"); code != 0 && code != exitOverBudget {
+		t.Fatalf("plan --check-inputs=false: exit %d:\n%s", code, tail(out, 2000))
+	}
 }
