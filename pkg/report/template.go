@@ -96,7 +96,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{- end}}
 
 <h2>Amendments</h2>
-{{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}} {{.Text}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
+{{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}}{{if ne .Text .Title}} {{.Text}}{{end}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
 
 <h2>Attempts per GPU</h2>
 <div class="legend"><span class="key"><i style="background:#2e9d57"></i>complete</span><span class="key"><i style="background:#e0a020"></i>quarantined</span><span class="key"><i style="background:#d24a43"></i>failed</span><span class="key"><i style="background:#8a8f98"></i>interrupted</span><span class="key"><i style="background:#3a78d4"></i>in flight</span> white ticks: ready, measuring, stopping. Hover a bar for its run, states and times; click it to find its row.</div>
