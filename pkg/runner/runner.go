@@ -42,8 +42,9 @@ type Config struct {
 	// Boot is the boot id source identities are taken and checked with.
 	// nil: the kernel's.
 	Boot launch.BootIDSource
-	// Now is the clock. nil: time.Now.
-	Now func() time.Time
+	// Now is the clock, and After its timer. nil: time.Now, time.After.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
 	// Log receives the runner's log lines.
 	Log zerolog.Logger
 	// UID is the user whose processes are the campaign's own; another
@@ -94,6 +95,7 @@ type Runner struct {
 	boot         launch.BootIDSource
 	uid          int
 	now          func() time.Time
+	after        func(time.Duration) <-chan time.Time
 	private      *gates.PrivateIndex
 	// privCache holds the campaign's own files found clean and unchanged
 	// by the privacy scan after earlier attempts.
@@ -168,7 +170,10 @@ func New(cfg Config) (*Runner, error) {
 		capacity: &capacity.Records{Dir: cfg.Dir, Store: cfg.Store, Log: cfg.Log},
 		stopReq:  make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
-		retrySharedCause: cfg.RetrySharedCause,
+		retrySharedCause: cfg.RetrySharedCause, after: cfg.After,
+	}
+	if r.after == nil {
+		r.after = time.After
 	}
 	r.plan.Store(cfg.Plan)
 	r.exec = localExecutor{r}
