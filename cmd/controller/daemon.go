@@ -139,7 +139,11 @@ func runDaemon(opts daemonOptions) (err error) {
 		return err
 	}
 	if deadBefore {
-		notifier.DeadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+		if d, _ := notify.DeathOf(camp, 0, false); notifiedBefore(dir, d) {
+			log.Info().Int("controller_pid", camp.ControllerPID).Msg("the dead controller was notified by controller check already")
+		} else {
+			notifier.DeadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+		}
 	}
 	defer notifier.Wait()
 	if err := rn.Claim(os.Getpid()); err != nil {
@@ -397,4 +401,12 @@ func listenerCaps() (apiMax, metricsMax int, err error) {
 		return 0, 0, fmt.Errorf("%s=%q: want a whole number of connections, at least 1", MaxConnsEnv, v)
 	}
 	return n, n, nil
+}
+
+// notifiedBefore says whether death d of the campaign's controller was
+// notified already (controller check): the resume does not notify it
+// again.
+func notifiedBefore(dir string, d notify.Death) bool {
+	prior, ok, err := notify.ReadNotified(dir)
+	return err == nil && ok && prior.Same(d)
 }

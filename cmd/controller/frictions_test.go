@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -101,5 +102,44 @@ func TestPlanAwayFromTheInputsNamesTheFlag(t *testing.T) {
 	}
 	if out, code := c.controller("plan", "-f", proto, "--check-inputs=false"); code != 0 && code != exitOverBudget {
 		t.Fatalf("plan --check-inputs=false: exit %d:\n%s", code, tail(out, 2000))
+	}
+}
+
+// TestCheckNotifiesADeathOnce (friction 9): a controller killed while a
+// run measures. controller check, as a timer runs it, notifies the death
+// once (exit 4, the resume as its hint); a second check does not notify
+// it again; nor does the resume that follows, which completes the
+// campaign. A check of the finished campaign has nothing to notify.
+func TestCheckNotifiesADeathOnce(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	c.start(writeProtocol(t, scenario{measureS: "2"}), "--notify", "cat >> notified.jsonl")
+	c.waitMeasuring()
+	c.killController()
+
+	out, code := c.controller("check", "-d", c.dir)
+	if code != exitDied || !strings.Contains(out, "is dead (its last heartbeat ") || !strings.Contains(out, "; notified: the command exited 0") ||
+		!strings.Contains(out, "hint       the controller is dead and the campaign is unfinished") || !strings.HasSuffix(strings.TrimSpace(out), "resume it: controller resume -d "+c.dir) {
+		t.Fatalf("first check: exit %d:\n%s", code, out)
+	}
+	out, code = c.controller("check", "-d", c.dir, "-o", "json")
+	var doc struct {
+		Dead           bool    `json:"dead"`
+		Notified       bool    `json:"notified"`
+		NotifiedBefore *string `json:"notified_before"`
+		Hint           string  `json:"hint"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitDied || !doc.Dead || doc.Notified || doc.NotifiedBefore == nil || !strings.Contains(doc.Hint, "controller resume -d") {
+		t.Fatalf("second check: exit %d, %v:\n%s", code, err, out)
+	}
+	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
+		t.Fatalf("resume: exit %d:\n%s", code, tail(out, 3000))
+	}
+	b, _ := os.ReadFile(filepath.Join(c.dir, "notified.jsonl"))
+	if n := strings.Count(string(b), `"event":"controller-dead"`); n != 1 || !strings.Contains(string(b), `"event":"complete"`) {
+		t.Fatalf("controller-dead notified %d times:\n%s", n, b)
+	}
+	if out, code := c.controller("check", "-d", c.dir); code != 0 || !strings.Contains(out, "campaign complete, no controller needed: nothing to notify") {
+		t.Fatalf("check of the complete campaign: exit %d:\n%s", code, out)
 	}
 }

@@ -55,7 +55,7 @@ controller resume. Without a command or --resume it prints this help (0).`,
 	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR: controller resume, with its flags")
 	ro.flags(root, "with --resume: ")
 	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
-		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
+		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newCheckCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
 	cli.DocumentDefaults(root, 1)
 	return root
 }
