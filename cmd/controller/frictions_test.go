@@ -69,6 +69,19 @@ func TestResumeSaysWhatItHolds(t *testing.T) {
 	if !strings.Contains(string(st), "hint       fix the protocol and register the fix (ctlq show RUN shows the failure): controller amend -d "+c.dir+" -f NEW_PROTOCOL --id ID --reason TEXT --yes, then controller resume -d "+c.dir+"; to try the runs that share its cause unchanged: controller resume -d "+c.dir+" --retry-shared-cause") {
 		t.Fatalf("ctlq status:\n%s", st)
 	}
+	if !strings.Contains(string(st), "held       p3.saturation: shares the cause of p1.saturation attempt 1 (server-exit, server standin); not launched without an amendment or --retry-shared-cause") {
+		t.Fatalf("ctlq status does not list the held run:\n%s", st)
+	}
+	js, _ := exec.Command(ctlqBin, "status", "-d", c.dir, "-o", "json").Output()
+	var sdoc struct {
+		Held []struct {
+			Run string `json:"run"`
+		} `json:"held_shared_cause"`
+		Hint string `json:"hint"`
+	}
+	if err := json.Unmarshal(js, &sdoc); err != nil || len(sdoc.Held) != 1 || sdoc.Held[0].Run != "p3.saturation" || !strings.Contains(sdoc.Hint, "--retry-shared-cause") {
+		t.Fatalf("ctlq status -o json (%v):\n%s", err, js)
+	}
 
 	if out, code = c.controller("resume", "-d", c.dir, "--foreground", "--retry-shared-cause"); code != 0 {
 		t.Fatalf("resume --retry-shared-cause: exit %d:\n%s", code, out)

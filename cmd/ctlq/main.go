@@ -313,6 +313,16 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 			aw = []outcome.Awaiting{}
 		}
 		doc.AwaitingAmendment = &aw
+		if plan, err := campaignfs.ReadPlan(src.dir); err == nil {
+			held, err := outcome.SharedCause(plan, src.store)
+			if err != nil {
+				return &cli.ExitError{Code: exitOther, Err: err}
+			}
+			if held == nil {
+				held = []outcome.Held{}
+			}
+			doc.HeldSharedCause = &held
+		}
 	}
 	exit := statusExit(st)
 	ro := ""
@@ -325,6 +335,7 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 	} else {
 		views.PrintStatus(cmd.OutOrStdout(), st)
 		views.PrintAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
+		views.PrintHeld(cmd.OutOrStdout(), doc.HeldSharedCause)
 		if doc.Hint != "" {
 			fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
 		}
@@ -340,6 +351,10 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 type statusDoc struct {
 	api.Status
 	AwaitingAmendment *[]outcome.Awaiting `json:"awaiting_amendment,omitempty"`
+	// HeldSharedCause, read with it, are the runs not tried yet that
+	// share a failed run's server cause (outcome.SharedCause): a resume
+	// without an amendment or --retry-shared-cause launches none of them.
+	HeldSharedCause *[]outcome.Held `json:"held_shared_cause,omitempty"`
 	// Hint is the command that comes next (views.Hint): the resume of a
 	// campaign whose controller is dead (exit 4) or that an operator
 	// stopped (exit 5), the amendment or resume after a stop for review

@@ -119,6 +119,10 @@ func SharedCause(plan *protocols.Plan, s records) ([]Held, error) {
 	return out, nil
 }
 
+// HeldMark begins, in the detail of the stop when nothing else can run
+// (awaiting-amendment), the runs held for a cause they share.
+const HeldMark = "held, not tried: "
+
 // HeldText names held runs for an operator: each cause once, with the
 // runs it holds.
 func HeldText(hs []Held) string {

@@ -613,7 +613,7 @@ func awaitingDetail(ws []outcome.Awaiting, hs []outcome.Held) string {
 		detail += ": these runs failed for a reason that allows no rerun and wait for an amendment (seed 002: \"A semantic workload/config failure requires a reviewed protocol amendment\"): " + awaitingText(ws)
 	}
 	if len(hs) > 0 {
-		detail += "; held, not tried: " + outcome.HeldText(hs) + " (the same server, started the same way: an amendment that covers the failed run, or resume --retry-shared-cause, lets them run)"
+		detail += "; " + outcome.HeldMark + outcome.HeldText(hs) + " (the same server, started the same way: an amendment that covers the failed run, or resume --retry-shared-cause, lets them run)"
 	}
 	return detail
 }

@@ -1,6 +1,8 @@
 package views
 
 import (
+	"strings"
+
 	"warden/internal/shellquote"
 	"warden/pkg/api"
 	"warden/pkg/outcome"
@@ -59,11 +61,11 @@ func Hint(st api.Status, dir, readOnly string) string {
 	if state.CampaignState(st.Campaign.State) != state.CampaignStopped {
 		return ""
 	}
-	return stopHint(st.Campaign.StopReason, dir)
+	return stopHint(st.Campaign.StopReason, st.Campaign.StopDetail, dir)
 }
 
-// stopHint is the next command after a stop for reason.
-func stopHint(reason state.StopReason, dir string) string {
+// stopHint is the next command after a stop for reason, with detail.
+func stopHint(reason state.StopReason, detail, dir string) string {
 	resume, amend := ResumeCommand(dir), AmendCommand(dir)
 	switch reason {
 	case state.StopOperator:
@@ -86,7 +88,7 @@ func stopHint(reason state.StopReason, dir string) string {
 		return "after review of the failure (ctlq show RUN), another attempt of the run needs no amendment: " + resume
 	}
 	held := ""
-	if outcome.SharedCauseClass(state.Reason(reason)) || reason == state.StopAwaitingAmendment {
+	if outcome.SharedCauseClass(state.Reason(reason)) || reason == state.StopAwaitingAmendment && strings.Contains(detail, outcome.HeldMark) {
 		held = "; to try the runs that share its cause unchanged: " + resume + " --retry-shared-cause"
 	}
 	return "fix the protocol and register the fix (ctlq show RUN shows the failure): " + amend + ", then " + resume + held

@@ -23,6 +23,17 @@ func PrintAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
 	}
 }
 
+// PrintHeld is ctlq status's lines for the runs held for the cause they
+// share with a failed run (nil: not read).
+func PrintHeld(w io.Writer, hs *[]outcome.Held) {
+	if hs == nil {
+		return
+	}
+	for _, h := range Escaped(*hs) {
+		fmt.Fprintf(w, "held       %s: shares the cause of %s attempt %d (%s, server %s); not launched without an amendment or --retry-shared-cause\n", h.Run, h.Cause, h.Attempt, h.Reason, h.Server)
+	}
+}
+
 // backendLine says what the campaign's GPUs are; fake ones loudly.
 func backendLine(backend string, fake bool) string {
 	switch {
