@@ -5,7 +5,7 @@ DEMO_DIR ?= _demo
 # go-nvml's cgo wrappers call NVML functions the header marks deprecated.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: build test race demo demo-manifests demo-slurm fuzz bench clean man slurm-up slurm-down
+.PHONY: build test race demo demo-manifests demo-slurm fuzz bench clean man slurm-up slurm-down screenshots
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -63,6 +63,15 @@ DEMO_SLURM_DIR ?= _demo_slurm
 demo-slurm: demo-manifests
 	$(call demo-campaign,$(DEMO_SLURM_DIR),--executor slurm)
 
+# The report screenshots in docs/screenshots/, made afresh by
+# scripts/screenshots.sh: the demo run to its end, stopped for review and
+# crashed, and the phase-3 protocol on stand-ins (a host of 8 CPUs or more), each
+# campaign's report photographed by headless Chromium. `scripts/screenshots.sh
+# campaigns` and `shoot` do the two halves apart (SHOTS_DIR: where the
+# campaigns are, default _shots).
+screenshots: build demo-manifests
+	scripts/screenshots.sh
+
 # Man pages of every command, generated from the commands' help.
 man: build
 	$(BIN)/controller man $(BIN)/man
@@ -83,4 +92,4 @@ bench:
 	$(GO) test -run XXX -bench . -benchtime 20x ./protocols ./pkg/state
 
 clean:
-	rm -rf $(BIN) $(DEMO_DIR) $(DEMO_SLURM_DIR) _demo_manifests
+	rm -rf $(BIN) $(DEMO_DIR) $(DEMO_SLURM_DIR) _demo_manifests _shots

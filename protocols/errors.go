@@ -30,7 +30,8 @@ type Problem struct {
 	Input bool `json:"input,omitempty"`
 }
 
-func (p Problem) Error() string {
+// Where is FILE:LINE:COL, as far as the position is known.
+func (p Problem) Where() string {
 	var b strings.Builder
 	b.WriteString(p.File)
 	if p.Pos.Line > 0 {
@@ -39,6 +40,12 @@ func (p Problem) Error() string {
 			fmt.Fprintf(&b, ":%d", p.Pos.Column)
 		}
 	}
+	return b.String()
+}
+
+func (p Problem) Error() string {
+	var b strings.Builder
+	b.WriteString(p.Where())
 	b.WriteString(": ")
 	if p.Field != "" {
 		b.WriteString(p.Field)

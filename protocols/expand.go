@@ -104,6 +104,7 @@ func (b *builder) planHeader() *Plan {
 			Workdir: p.Workdir, Unit: p.Budget.Unit,
 		},
 		Classes:  p.Classes,
+		Seeds:    p.Seeds,
 		Retries:  p.Retries.Infrastructure,
 		Privacy:  p.Privacy.ForbiddenFields,
 		CleanupS: p.Cleanup.TimeoutS,
@@ -120,6 +121,7 @@ func (b *builder) planHeader() *Plan {
 	if p.SampleIntervalS != nil {
 		plan.SampleS = *p.SampleIntervalS
 	}
+	plan.IdleSettleS = p.IdleSettleS
 	if _, given := p.Privacy.Meta.Fields["forbidden_fields"]; !given {
 		plan.Privacy = DefaultForbiddenFields
 	}
@@ -138,7 +140,11 @@ func (b *builder) planHeader() *Plan {
 		plan.Slots = append(plan.Slots, info)
 	}
 	for _, pf := range p.Provenance {
-		plan.Provenance = append(plan.Provenance, ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private})
+		pi := ProvenanceInfo{Path: pf.Path, Role: pf.Role, Private: pf.Private, SHA256: pf.SHA256, Shards: pf.Shards}
+		if pf.SHA256 != "" {
+			pi.SHA256At = Problem{File: b.c.file, Pos: pf.Meta.At("sha256")}.Where()
+		}
+		plan.Provenance = append(plan.Provenance, pi)
 	}
 	return plan
 }
@@ -490,7 +496,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 	b.runManifest(&r, load, vars)
 	r.Env = b.env(load.Env, load.Meta.At("env"), "loads."+load.Name+".env", vars, needAs)
 	for _, v := range b.p.Validators {
-		if len(v.Loads) == 0 || slices.Contains(v.Loads, load.Name) {
+		if (len(v.Loads) == 0 || slices.Contains(v.Loads, load.Name)) && v.Cells.Selects(axes) && (len(v.Phases) == 0 || slices.Contains(v.Phases, ph.Name)) {
 			r.Validators = append(r.Validators, ValidatorSpec{Name: v.Name, Command: b.command(v.Command, "validators."+v.Name+".command", vars, needAs),
 				TimeoutS: v.TimeoutS, MemoryMiB: v.MemoryMiB})
 		}
@@ -503,7 +509,7 @@ func (b *builder) makeRun(ph *Phase, pi int, cl cell, load *Load, idOverride str
 // measured.
 func runKind(ph *Phase, load *Load) (string, bool) {
 	kind := ph.Kind
-	if ph.Kind == "primary" || ph.Kind == "steady-state" {
+	if ph.Kind == "primary" || ph.Kind == "steady-state" || ph.Kind == "stress" {
 		kind = load.Kind
 	}
 	if load.Kind == "background" {

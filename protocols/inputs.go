@@ -1,7 +1,10 @@
 package protocols
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +61,15 @@ func checkInputs(c *collector, b *builder, p *Protocol, plan *Plan, protocolFile
 			}
 			c.addInput(pf.Meta.At("path"), fmt.Sprintf("provenance[%d].path", i), "%s%s %s%s", pf.Path, where, missingWhy(err), b.explainMiss(pf.Path))
 			reported[filepath.Clean(path)] = true
+			continue
+		}
+		if isSHA256(pf.SHA256) {
+			checkFrozenHash(c, pf, fmt.Sprintf("provenance[%d].sha256", i), path)
+		}
+		if pf.Shards != "" {
+			if ms, err := filepath.Glob(filepath.Join(path, pf.Shards)); err == nil && len(ms) == 0 {
+				c.add(pf.Meta.At("shards"), fmt.Sprintf("provenance[%d].shards", i), "no file of %s matches %q", pf.Path, pf.Shards)
+			}
 		}
 	}
 	if !all {
@@ -196,4 +208,28 @@ func onPath(name string) bool {
 		}
 	}
 	return false
+}
+
+// checkFrozenHash hashes a provenance file whose hash the protocol
+// freezes and reports, at the sha256 field, a file with another hash or
+// one that cannot be read. Reading streams the file: memory stays bounded.
+func checkFrozenHash(c *collector, pf ProvenanceFile, field, path string) {
+	fh, err := os.Open(path)
+	if err != nil {
+		c.add(pf.Meta.At("sha256"), field, "%s cannot be hashed: %v", pf.Path, err)
+		return
+	}
+	defer fh.Close()
+	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+		c.add(pf.Meta.At("sha256"), field, "%s is not a regular file: it cannot have the frozen hash", pf.Path)
+		return
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		c.add(pf.Meta.At("sha256"), field, "%s cannot be hashed: %v", pf.Path, err)
+		return
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != pf.SHA256 {
+		c.add(pf.Meta.At("sha256"), field, "%s has sha256 %s; the protocol freezes %s", pf.Path, got, pf.SHA256)
+	}
 }

@@ -184,3 +184,43 @@ func TestPlanChecksLedgerAndGateValidator(t *testing.T) {
 	}
 	t.Fatalf("no problem for the co-location gate's validator:\n%v", err)
 }
+
+// A provenance entry's sha256 freezes the file's hash: the plan that looks
+// at its inputs refuses a file with another hash at the field's file, line
+// and column with both hashes, and passes the file that has it; a sha256
+// that is not one is refused with or without the inputs.
+func TestPlanChecksFrozenHash(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	writeExec(t, filepath.Join(dir, "data", "manifest.jsonl"))
+	if err := os.WriteFile(filepath.Join(dir, "data", "helper.py"), []byte("print(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const good = "cc42155088fca5730758db72b2a5bca33112a941dfaa2d43098ec422ce4ea213" // sha256 of "print(1)\n"
+	bad := strings.Repeat("0", 64)
+	frozen := func(sum string) string {
+		return strings.Replace(inputsProtocol, "{path: data/helper.py, role: helper}", "{path: data/helper.py, role: helper, sha256: "+sum+"}", 1)
+	}
+	_, err := planWithClientAndCheck(t, file, frozen(bad))
+	var ps *Problems
+	if !errors.As(err, &ps) || len(ps.List) != 1 {
+		t.Fatalf("a file with another hash: %v", err)
+	}
+	p := ps.List[0]
+	if p.Field != "provenance[0].sha256" || p.Pos != (Pos{Line: 8, Column: 50}) || !strings.Contains(p.Msg, "data/helper.py has sha256 "+good+"; the protocol freezes "+bad) {
+		t.Fatalf("problem %+v", p)
+	}
+	plan, err := planWithClientAndCheck(t, file, frozen(good))
+	if err != nil {
+		t.Fatalf("the frozen file: %v", err)
+	}
+	if pi := plan.Provenance[0]; pi.SHA256 != good || pi.SHA256At != file+":8:50" {
+		t.Fatalf("plan provenance %+v", pi)
+	}
+	if err := os.WriteFile(file, []byte(frozen("F539")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PlanFile(file, Options{}); err == nil || !strings.Contains(err.Error(), `provenance[0].sha256: a SHA-256 is 64 lower-case hex digits, got "F539"`) {
+		t.Fatalf("a malformed sha256: %v", err)
+	}
+}

@@ -137,6 +137,9 @@ func TestOmniABQualityGates(t *testing.T) {
 			}
 		}
 		want := map[string]string{"closed": "waveform quality-asr quality-tts", "open": "waveform quality-asr quality-tts", "capacity": "waveform quality-asr quality-tts", "cold": "quality-asr quality-tts"}
+		for _, l := range []string{"stress-slow", "stress-pause", "stress-burst", "stress-cancel"} {
+			want[l] = "waveform quality-asr quality-tts"
+		}
 		for _, r := range p.Runs {
 			var names []string
 			for _, v := range r.Validators {
@@ -156,6 +159,17 @@ func TestOmniABQualityGates(t *testing.T) {
 			audio := strings.Contains(strings.Join(r.Client.Argv, " "), "--modalities text,audio")
 			if audio != (r.Load != "cold") {
 				t.Fatalf("%s: %s streams audio %v: %v", file, r.ID, audio, r.Client.Argv)
+			}
+			// §4: the quality set's outputs kept privately, outside the
+			// campaign, where the evaluators read them
+			out := "/srv/omni-bench-private/quality-outputs/" + r.ID + ".a${ATTEMPT}"
+			if audio && !strings.Contains(strings.Join(r.Client.Argv, " "), "--quality-rows 16 --quality-dir "+out) {
+				t.Fatalf("%s: %s keeps no quality outputs: %v", file, r.ID, r.Client.Argv)
+			}
+			for _, v := range r.Validators {
+				if strings.HasPrefix(v.Name, "quality-") && !strings.Contains(strings.Join(v.Command.Argv, " "), "--outputs "+out) {
+					t.Fatalf("%s: %s: %s does not read the kept outputs: %v", file, r.ID, v.Name, v.Command.Argv)
+				}
 			}
 		}
 	}
@@ -195,6 +209,57 @@ func TestOmniABServedNameAndStrictPort(t *testing.T) {
 		}
 		if !seen["sglang-omni"] || !seen["vllm-omni"] {
 			t.Fatalf("%s: kinds %v", file, seen)
+		}
+	}
+}
+
+// The methodology's stress phase (seed 000 §5: "压力实验加入慢消费者、客户端暂停、
+// 突发恢复和取消"; §14 step 5: after capacity): each of loadgen's stress
+// loads for both systems, three process-level repeats each, the systems
+// alternating, every run streaming audio for the waveform validator; on one
+// host and on Slurm alike.
+func TestOmniABStressPhase(t *testing.T) {
+	flags := map[string][]string{
+		"stress-slow":   {"--consume-rtf 1", "--consume-tokens-per-s 20"},
+		"stress-pause":  {"--pause-after-s 2", "--pause-s 10"},
+		"stress-burst":  {"--arrival burst:8", "--workload-seed 20261130"},
+		"stress-cancel": {"--cancel-after-first-chunk 0.5", "--workload-seed 20261130"},
+	}
+	for _, file := range []string{"omni-ab.yaml", "omni-ab-slurm.yaml"} {
+		p, err := PlanFile(file, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := map[string]int{}
+		var phases []string
+		for _, r := range p.Runs {
+			if len(phases) == 0 || phases[len(phases)-1] != r.Phase {
+				phases = append(phases, r.Phase)
+			}
+			if r.Phase != "stress" {
+				continue
+			}
+			argv := strings.Join(r.Client.Argv, " ")
+			for _, f := range flags[r.Load] {
+				if !strings.Contains(argv, f) {
+					t.Errorf("%s: %s lacks %q: %s", file, r.ID, f, argv)
+				}
+			}
+			if r.Kind != "stress" || !r.Measured || !strings.Contains(argv, "--modalities text,audio") {
+				t.Errorf("%s: %s kind %s measured %v", file, r.ID, r.Kind, r.Measured)
+			}
+			n[r.Axes["system"]+"/"+r.Load]++
+		}
+		if len(n) != 8 {
+			t.Fatalf("%s: stress runs %v, want the four loads for both systems", file, n)
+		}
+		for k, c := range n {
+			if c != 3 {
+				t.Errorf("%s: %s has %d repeats, want 3", file, k, c)
+			}
+		}
+		if phases[len(phases)-1] != "stress" || phases[len(phases)-2] != "capacity" {
+			t.Errorf("%s: phases %v: the stress phase follows capacity", file, phases)
 		}
 	}
 }

@@ -16,17 +16,23 @@ type Plan struct {
 	Slots      []SlotInfo       `json:"slots"`
 	Classes    []Class          `json:"classes"`
 	Provenance []ProvenanceInfo `json:"provenance"`
-	Ledger     []CommandSpec    `json:"ledger,omitempty"`
-	Gates      []GateInfo       `json:"gates,omitempty"`
-	Phases     []PhaseInfo      `json:"phases"`
-	Runs       []Run            `json:"runs"`
-	Stop       StopInfo         `json:"stop"`
-	Retries    int              `json:"retries_infrastructure"`
+	// Seeds are the protocol's named seeds (workload, order, analysis),
+	// recorded at start in DIR/provenance/seeds.json.
+	Seeds   map[string]int64 `json:"seeds,omitempty"`
+	Ledger  []CommandSpec    `json:"ledger,omitempty"`
+	Gates   []GateInfo       `json:"gates,omitempty"`
+	Phases  []PhaseInfo      `json:"phases"`
+	Runs    []Run            `json:"runs"`
+	Stop    StopInfo         `json:"stop"`
+	Retries int              `json:"retries_infrastructure"`
 	// PowerCheck is the protocol's power check, with the runs it judges.
 	PowerCheck *PowerCheckInfo `json:"power_check,omitempty"`
 	Privacy    []string        `json:"privacy_forbidden_fields,omitempty"`
 	CleanupS   float64         `json:"cleanup_timeout_s"`
 	SampleS    float64         `json:"sample_interval_s"` // 0: no GPU sampling
+	// IdleSettleS is the settle period of the idle power reading (0: the
+	// preflight reading alone).
+	IdleSettleS float64 `json:"idle_settle_s,omitempty"`
 
 	// PrivacyMinLeakBytes is privacy.min_leak_bytes (0 in plans written
 	// before it existed: read as DefaultMinLeakBytes).
@@ -96,6 +102,12 @@ type ProvenanceInfo struct {
 	Path    string `json:"path"`
 	Role    string `json:"role"`
 	Private bool   `json:"private"`
+	// SHA256 is the hash the protocol freezes for the file, SHA256At where
+	// (FILE:LINE:COL of its sha256 field); empty when none is frozen.
+	SHA256   string `json:"sha256,omitempty"`
+	SHA256At string `json:"sha256_at,omitempty"`
+	// Shards is the glob of a model directory's files to record.
+	Shards string `json:"shards,omitempty"`
 }
 
 // PriorInfo is a prior verdict as the plan read it: Read is false when

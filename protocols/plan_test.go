@@ -431,16 +431,36 @@ func TestPhase3Validators(t *testing.T) {
 		return out
 	}
 	for id, want := range map[string]string{
-		"P05.C00.saturation":      "layer1 layer2 profile-windows client sanity warmup recovery",
-		"P05.C00.moderate":        "layer1 layer2 profile-windows client-moderate sanity warmup recovery",
-		"confirm.P10.C00.confirm": "",
+		"P05.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load records",
+		"P05.C00.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix clock-load records",
+		// the prefix rule is the "prefix none" cells': not P08 (high
+		// sharing) nor P10 (natural prefix)
+		"P08.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery clock-load records",
+		"P10.C01.moderate":   "layer1 layer2 profile-windows client-moderate sanity warmup recovery clock-load records",
+		"P11.C00.saturation": "layer1 layer2 profile-windows client sanity warmup recovery prefix clock-load records",
+		"P03.C00.confirm":    "layer1 client-moderate sanity warmup prefix clock-load records",
+		"P10.C00.confirm":    "layer1 client-moderate sanity warmup clock-load records",
+		// every run has a clock/load verdict (A-P3-2) and its records, the burn-ins too
+		"burnin.C00": "burnin-window clock-load records power",
+		// the co-location check runs before the burn-ins: recorded, with no
+		// burn-in key to share
+		"coloc.solo.P05.C00.moderate": "layer1 layer2 profile-windows client-moderate sanity warmup recovery prefix clock-load records-colocation",
 	} {
 		r, ok := p.RunByID(id)
 		if !ok {
+			t.Errorf("no run %s", id)
 			continue
 		}
-		if got := strings.Join(names(r), " "); want != "" && got != want {
+		if got := strings.Join(names(r), " "); got != want {
 			t.Errorf("%s validators %q, want %q", id, got, want)
+		}
+	}
+	for _, r := range p.Runs {
+		if i := slices.IndexFunc(r.Validators, func(v ValidatorSpec) bool { return v.Name == "prefix" }); i >= 0 {
+			if argv := strings.Join(r.Validators[i].Command.Argv, " "); !strings.Contains(argv, "--manifest /home/admin/cpfs/wjh/opprof-phase3-private/manifests/"+r.Axes["pattern"]+".jsonl") ||
+				!strings.Contains(argv, "--max-common-prefix 16") || !strings.Contains(argv, "--max-hit-ratio 0.01") {
+				t.Errorf("%s: prefix validator %q", r.ID, argv)
+			}
 		}
 	}
 	windows := func(id string) string {

@@ -151,7 +151,7 @@ func TestProblems(t *testing.T) {
 		{"unknown slot in regime", `{name: two, concurrency: 2}`, `{name: two, concurrency: 2, slots: [s0, s9]}`, 9, 0, "regimes[0].slots[1]",
 			`unknown slot "s9" (slots: s0, s1)`},
 		{"unknown load kind", `kind: saturation`, `kind: saturate`, 18, 11, "loads[0].kind",
-			`unknown load kind "saturate" (known: aa, background, burn-in, closed-loop, cold-start, confirmation, moderate, open-loop, saturation, smoke)`},
+			`unknown load kind "saturate" (known: aa, background, burn-in, closed-loop, cold-start, confirmation, moderate, open-loop, saturation, smoke, stress)`},
 		{"concurrency over slots", `concurrency: 2}`, `concurrency: 3}`, 9, 30, "regimes[0].concurrency",
 			`concurrency 3 needs 3 slots; the protocol declares 2`},
 		{"gated regime without check", `concurrency: 2}`, `concurrency: 2, gated: true}`, 9, 40, "regimes.two",

@@ -45,11 +45,12 @@ func enumerations() map[string][]string {
 
 // shapes name the types that are written in a shape of their own.
 var shapes = map[string]string{
-	"Command":  "command: a list of arguments, or {shell: \"...\"}",
-	"Need":     "a load name of the same cell, or {run: RUN-ID-TEMPLATE, as: NAME}",
-	"Matrix":   "matrix: {AXIS: value or [values], include: [...], exclude: [...]}",
-	"Order":    "\"listed\", or {by: sha256, key: T}, {by: shuffle, seed: N}, {by: alternate, axis: A, seed: N}",
-	"SlotPort": "a TCP port number, or auto",
+	"Command":    "command: a list of arguments, or {shell: \"...\"}",
+	"Need":       "a load name of the same cell, or {run: RUN-ID-TEMPLATE, as: NAME}",
+	"Matrix":     "matrix: {AXIS: value or [values], include: [...], exclude: [...]}",
+	"Order":      "\"listed\", or {by: sha256, key: T}, {by: shuffle, seed: N}, {by: alternate, axis: A, seed: N}",
+	"SlotPort":   "a TCP port number, or auto",
+	"CellFilter": "{AXIS: value or [values], ...}",
 }
 
 var defaultAfter = regexp.MustCompile(`(\S+) \(default\)`)

@@ -3,6 +3,7 @@ package protocols
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,6 +47,11 @@ type Protocol struct {
 	// and the mid-run process check with it (energy counters are still
 	// read at each attempt's ends).
 	SampleIntervalS *float64 `yaml:"sample_interval_s"`
+	// IdleSettleS is how long, before each server starts, the GPUs' power
+	// is read every second for its idle level, the lowest reading kept (a
+	// GPU warm from the run before draws more: the energy per request
+	// subtracts this level); default 0: the preflight reading alone.
+	IdleSettleS float64 `yaml:"idle_settle_s"`
 
 	Cleanup    Cleanup     `yaml:"cleanup"`
 	Executor   Executor    `yaml:"executor"`
@@ -133,6 +139,16 @@ type ProvenanceFile struct {
 	Role    string `yaml:"role" warden:"required"` // client, helper, mapping, manifest, config, ...
 	Private bool   `yaml:"private"`                // hashed only, never copied; must be 0600 in a 0700 directory
 	Note    string `yaml:"note"`
+	// SHA256 is the hash the protocol freezes for the file (64 lower-case
+	// hex digits): a file with another hash refuses controller plan (when
+	// it looks at its inputs), start and amend, naming this field and both
+	// hashes. Default: none, the file's hash at start is recorded.
+	SHA256 string `yaml:"sha256"`
+	// Shards, when given, is a glob (filepath.Match): path is then a
+	// directory, and each of its files that matches is recorded, hashed
+	// once at start, never copied, and re-checked by its size and
+	// modification time (seed 002: "model path and shard hashes").
+	Shards string `yaml:"shards"`
 }
 
 // Slot is a set of GPUs with its CPU mask, NUMA node and port.
@@ -350,6 +366,7 @@ var loadKinds = map[string]bool{
 	"open-loop":    true,
 	"aa":           true,
 	"smoke":        false,
+	"stress":       true,
 }
 
 // Need is a run this load needs: its result directory is given to the
@@ -418,6 +435,7 @@ var phaseKinds = map[string]bool{
 	"steady-state": true,
 	"smoke":        true,
 	"capacity":     true,
+	"stress":       true,
 }
 
 // Capacity is a capacity search, seed 000 section 13 (translated): "capacity is not
@@ -556,7 +574,7 @@ type StopRules struct {
 	QuarantinedFractionGT *float64 `yaml:"quarantined_fraction_gt"`
 	FailedFractionGT      *float64 `yaml:"failed_fraction_gt"`
 	MinFreeGB             *float64 `yaml:"min_free_gb"`      // stop when the campaign's file system has less free
-	MaxArtifactsGB        *float64 `yaml:"max_artifacts_gb"` // stop when the runs' artifacts grow past this
+	MaxArtifactsGB        *float64 `yaml:"max_artifacts_gb"` // stop when the public artifacts (the runs and the provenance copies) grow past this
 }
 
 // Retries says how many exact retries an infrastructure failure gets.
@@ -606,6 +624,48 @@ type Validator struct {
 	// allocation past it fails inside the validator. Default: half of the
 	// host's memory (MemTotal), read when the validator starts.
 	MemoryMiB float64 `yaml:"memory_mib"`
+	// Cells, when given, names the cells the validator judges: a run is
+	// judged when its cell has, on every axis named, one of the values
+	// listed (a run without that axis is not). Default: every cell.
+	Cells CellFilter `yaml:"cells"`
+	// Phases, when given, names the phases whose runs the validator
+	// judges. Default: every phase.
+	Phases []string `yaml:"phases"`
+}
+
+// CellFilter selects cells by axis values: {AXIS: value or [values], ...}.
+type CellFilter struct {
+	Pos  Pos
+	Axes map[string]Selection
+}
+
+// IsZero reports whether no filter was given.
+func (c CellFilter) IsZero() bool { return len(c.Axes) == 0 }
+
+// Selects reports whether a run with these axis values is selected.
+func (c CellFilter) Selects(axes map[string]string) bool {
+	for name, sel := range c.Axes {
+		v, ok := axes[name]
+		if !ok || !slices.Contains(sel.Values, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *CellFilter) decodeNode(d *decoder, n *yaml.Node, path string) {
+	c.Pos = posOf(n)
+	c.Axes = map[string]Selection{}
+	if n.Kind != yaml.MappingNode {
+		d.c.add(posOf(n), path, "expected a mapping of axis names to values, got %s", kindName(n))
+		return
+	}
+	for _, kv := range d.pairs(n, path) {
+		c.Axes[kv[0].Value] = d.selection(kv[1], join(path, kv[0].Value))
+	}
+	if len(c.Axes) == 0 {
+		d.c.add(posOf(n), path, "selects no axis: leave cells out to judge every cell")
+	}
 }
 
 // Command is an argument vector, or {shell: "..."} run by /bin/sh -c. Each

@@ -530,6 +530,9 @@ func (b *builder) validateStop() {
 	if v := p.SampleIntervalS; v != nil && (*v < 0 || (*v > 0 && *v < 0.01)) {
 		c.add(p.Meta.At("sample_interval_s"), "sample_interval_s", "a sampling interval is 0 (off) or at least 0.01 s, got %v", *v)
 	}
+	if p.IdleSettleS < 0 || p.IdleSettleS > 600 {
+		c.add(p.Meta.At("idle_settle_s"), "idle_settle_s", "a settle period is 0 to 600 s, got %v", p.IdleSettleS)
+	}
 }
 
 func (b *builder) validateValidators() {
@@ -542,7 +545,33 @@ func (b *builder) validateValidators() {
 			c.add(v.Meta.At("memory_mib"), f+".memory_mib", "must be at least 1, got %v", v.MemoryMiB)
 		}
 		b.checkLoadNames(v.Loads, v.Meta.At("loads"), f)
+		b.checkCellFilter(v.Cells, f+".cells")
+		for j, name := range v.Phases {
+			if !slices.ContainsFunc(b.p.Phases, func(ph Phase) bool { return ph.Name == name }) {
+				b.c.add(v.Meta.At("phases"), fmt.Sprintf("%s.phases[%d]", f, j), "unknown phase %q", name)
+			}
+		}
 	})
+}
+
+// checkCellFilter: every axis a filter names exists, and every value it
+// lists is one of the axis's.
+func (b *builder) checkCellFilter(cf CellFilter, f string) {
+	for _, name := range slices.Sorted(maps.Keys(cf.Axes)) {
+		sel := cf.Axes[name]
+		if b.axes[name] == nil {
+			b.c.add(sel.Pos, f+"."+name, "unknown axis %q (axes: %s)", name, strings.Join(slices.Sorted(maps.Keys(b.axes)), ", "))
+			continue
+		}
+		if len(sel.Values) == 0 {
+			b.c.add(sel.Pos, f+"."+name, "no values selected for axis %q", name)
+		}
+		for _, id := range sel.Values {
+			if b.values[name][id] == nil {
+				b.c.add(sel.Pos, f+"."+name, "axis %q has no value %q", name, id)
+			}
+		}
+	}
 }
 
 func (b *builder) validateProvenance() {
@@ -558,5 +587,32 @@ func (b *builder) validateProvenance() {
 		if strings.Contains(pf.Path, "${") {
 			b.c.add(pf.Meta.At("path"), f+".path", "provenance paths are literal; variables are not expanded here")
 		}
+		if _, given := pf.Meta.Fields["sha256"]; given && !isSHA256(pf.SHA256) {
+			b.c.add(pf.Meta.At("sha256"), f+".sha256", "a SHA-256 is 64 lower-case hex digits, got %q", pf.SHA256)
+		}
+		if _, given := pf.Meta.Fields["shards"]; given {
+			if _, err := filepath.Match(pf.Shards, ""); err != nil || pf.Shards == "" || strings.Contains(pf.Shards, "/") {
+				b.c.add(pf.Meta.At("shards"), f+".shards", "a glob of the directory's file names (no /), got %q", pf.Shards)
+			}
+			if pf.SHA256 != "" {
+				b.c.add(pf.Meta.At("sha256"), f+".sha256", "a directory of shards has no one hash: freeze none, or list the files")
+			}
+			if pf.Private {
+				b.c.add(pf.Meta.At("private"), f+".private", "model shards are hashed, never copied, and hold no private text to scan for: leave private out")
+			}
+		}
 	})
+}
+
+// isSHA256 reports whether s is a hex SHA-256 in lower case.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -21,6 +21,7 @@ import (
 	"warden/pkg/metrics"
 	"warden/pkg/notify"
 	"warden/pkg/outcome"
+	"warden/pkg/sweep"
 	"warden/protocols"
 )
 
@@ -44,8 +45,20 @@ type result struct {
 	// HeldSharedCause (resume) are the runs not tried yet that share the
 	// cause of a failed run (outcome.SharedCause): resume launches none of
 	// them until an amendment covers the failed run, unless
-	// --retry-shared-cause (then the list is absent).
+	// --retry-shared-cause (retryShared) asks for them.
 	HeldSharedCause []outcome.Held `json:"held_shared_cause,omitempty"`
+	retryShared     bool
+
+	// The sweep's (controller sweep): the protocol it wrote and its
+	// canonical SHA-256, the manifest, the runs it plans, whether it only
+	// wrote and planned (--dry-run), and then the plan.
+	Protocol       string              `json:"protocol,omitempty"`
+	ProtocolSHA256 string              `json:"protocol_sha256,omitempty"`
+	Manifest       *sweep.ManifestFile `json:"manifest,omitempty"`
+	Configurations int                 `json:"configurations,omitempty"`
+	Runs           int                 `json:"runs,omitempty"`
+	DryRun         bool                `json:"dry_run,omitempty"`
+	Plan           *protocols.Plan     `json:"plan,omitempty"`
 }
 
 func checkTableOrJSON(output string) error {
@@ -56,11 +69,8 @@ func checkTableOrJSON(output string) error {
 }
 
 func newStartCmd() *cobra.Command {
-	var file, dir, backend, fakeDir, cgroups, output, notifyCmd string
-	var notifyTimeoutS float64
-	var foreground, allowOver bool
-	var mo metricsOptions
-	var eo executorOptions
+	var file, dir string
+	var sf startFlags
 	cmd := &cobra.Command{
 		Use:   "start -f PROTOCOL -d DIR",
 		Short: "Create a campaign directory and run the campaign, detached",
@@ -84,6 +94,10 @@ would be refused and how many runs launch before it; with
 wave. A directory that already holds a campaign is refused (exit 1),
 naming the controller that runs it, if one does.
 
+A directory whose only entry is inputs/, holding nothing but the protocol
+being started and files its provenance names, counts as empty: it is what
+controller sweep writes before it starts the campaign.
+
 Exit status: 0 running (detached), or the campaign ran (--foreground); 1
 refused or failed (a directory that holds anything else, the controller
 could not start); 2 usage or an invalid protocol (every problem with its
@@ -95,132 +109,163 @@ nvml; 7 the directory is another user's.`,
 			if file == "" || dir == "" {
 				return &cli.ExitError{Code: 2, Err: errors.New("start: -f PROTOCOL and -d DIR are required")}
 			}
-			abs, err := checkRunFlags(output, mo, dir)
+			abs, err := sf.check(cmd, dir)
 			if err != nil {
 				return err
 			}
-			if cgroups != "auto" && cgroups != "off" {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--cgroups is auto or off, not %q", cgroups)}
+			if err := sf.create(cmd, file, abs); err != nil {
+				return err
 			}
-			if notifyCmd == "" && cmd.Flags().Changed("notify-timeout-s") {
-				return &cli.ExitError{Code: 2, Err: errors.New("--notify-timeout-s goes with --notify")}
-			}
-			if _, err := notify.CheckTimeout(notifyTimeoutS); notifyCmd != "" && err != nil {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s: %w", err)}
-			}
-			so := campaigndir.StartOptions{FakeGPUDir: fakeDir, Cgroups: cgroups, AllowOverBudget: allowOver, Metrics: mo.settings()}
-			if notifyCmd != "" {
-				so.Notify = &campaigndir.NotifySettings{Command: notifyCmd, TimeoutS: notifyTimeoutS}
-			}
-			if err := eo.startOptions(&so, backend, cmd.Flags().Changed, file); err != nil {
-				return &cli.ExitError{Code: 2, Err: err}
-			}
-			resolved, note, err := campaigndir.ResolveBackend(backend, so.Executor == "slurm")
-			var noNVML *campaigndir.NoNVMLError
-			if errors.As(err, &noNVML) {
-				return &cli.ExitError{Code: exitNoGPUs, Err: err}
-			} else if err != nil {
-				return &cli.ExitError{Code: 2, Err: err}
-			}
-			so.Backend = resolved
-			fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
-			plan, err := campaigndir.Create(file, abs, so, time.Now())
-			if err != nil {
-				if isNotOwned(notOwnedExit(err)) {
-					return notOwnedExit(err)
-				}
-				var ps *protocols.Problems
-				if errors.As(err, &ps) {
-					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
-				}
-				var ob *campaigndir.OverBudgetError
-				if errors.As(err, &ob) {
-					return &cli.ExitError{Code: exitOverBudget, Err: ob}
-				}
-				return &cli.ExitError{Code: 1, Err: err}
-			}
-			if over := campaigndir.OverBudget(plan); over != nil {
-				// started anyway: where it will stop, as plan says
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s\n  %v\n", campaigndir.AllowedOverBudget(plan), over)
-			}
-			if output != "json" {
-				fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
-			}
-			if so.Metrics != nil {
-				mo.Textfile = so.Metrics.Textfile // absolute: the daemon runs in /
-			}
-			return notOwnedExit(launchController(cmd, launchOptions{action: "start", dir: abs, foreground: foreground, output: output, mo: mo}))
+			return sf.launch(cmd, result{Schema: 1, Action: "start", Dir: abs})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
-	cmd.Flags().BoolVar(&allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
-	cmd.Flags().StringVar(&notifyCmd, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
-	cmd.Flags().Float64Var(&notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds (at most 86400, a day)")
-	mo.flags(cmd)
-	eo.flags(cmd)
+	sf.bind(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "protocol file")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (created)")
-	cmd.Flags().StringVar(&backend, "gpu-backend", "auto", "GPU backend: auto or nvml (NVML; refused, exit 5, where it does not initialize), or fake (file-backed GPUs, for tests and demos)")
-	cmd.RegisterFlagCompletionFunc("gpu-backend", cobra.FixedCompletions([]string{"auto", "nvml", "fake"}, cobra.ShellCompDirectiveNoFileComp))
-	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
-	cmd.Flags().StringVar(&fakeDir, "fake-gpus", "", "with the fake backend: the fake host's GPU directory (default DIR/fake-gpus, created)")
-	cmd.Flags().StringVar(&cgroups, "cgroups", "auto", "auto: a cgroup per process where cgroup v2 is writable; off: process groups and sessions only")
-	cmd.RegisterFlagCompletionFunc("cgroups", cobra.FixedCompletions([]string{"auto", "off"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
-// launchOptions say how launchController runs the controller and what
-// it reports first.
-type launchOptions struct {
-	action, dir, backend, output string
-	foreground                   bool
-	mo                           metricsOptions
-	// retryShared: the runs held for a shared cause run
-	// (--retry-shared-cause).
-	retryShared bool
-	// awaiting and held are what a resume found waiting for an
-	// amendment and held for a shared cause, reported before it runs.
-	awaiting []outcome.Awaiting
-	held     []outcome.Held
+// startFlags are the flags controller start and controller sweep share:
+// how the campaign is started, recorded for resume. Both start a campaign
+// through create and launch, the one code path.
+type startFlags struct {
+	backend, fakeDir, cgroups, output, notifyCmd string
+	notifyTimeoutS                               float64
+	foreground, allowOver                        bool
+	mo                                           metricsOptions
+	eo                                           executorOptions
+}
+
+func (sf *startFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&sf.output, "output", "o", "table", "output: table or json (one document when the command returns)")
+	cmd.Flags().BoolVar(&sf.allowOver, "allow-over-budget", false, "start even when the estimate or the worst case passes the budget cap")
+	cmd.Flags().StringVar(&sf.notifyCmd, "notify", "", "a shell command run (/bin/sh -c) when the campaign needs a person: stopped for review, budget exhausted, complete, its controller found dead at resume; the event as JSON on stdin (kept by resume)")
+	cmd.Flags().Float64Var(&sf.notifyTimeoutS, "notify-timeout-s", 30, "with --notify: end the command after this many seconds (at most 86400, a day)")
+	sf.mo.flags(cmd)
+	sf.eo.flags(cmd)
+	cmd.Flags().StringVar(&sf.backend, "gpu-backend", "auto", "GPU backend: auto or nvml (NVML; refused, exit 5, where it does not initialize), or fake (file-backed GPUs, for tests and demos)")
+	cmd.RegisterFlagCompletionFunc("gpu-backend", cobra.FixedCompletions([]string{"auto", "nvml", "fake"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().BoolVar(&sf.foreground, "foreground", false, "run in this process instead of detaching")
+	cmd.Flags().StringVar(&sf.fakeDir, "fake-gpus", "", "with the fake backend: the fake host's GPU directory (default DIR/fake-gpus, created)")
+	cmd.Flags().StringVar(&sf.cgroups, "cgroups", "auto", "auto: a cgroup per process where cgroup v2 is writable; off: process groups and sessions only")
+	cmd.RegisterFlagCompletionFunc("cgroups", cobra.FixedCompletions([]string{"auto", "off"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// check checks the flags before anything is made, and returns the
+// campaign directory made absolute.
+func (sf *startFlags) check(cmd *cobra.Command, dir string) (string, error) {
+	abs, err := checkRunFlags(sf.output, sf.mo, dir)
+	if err != nil {
+		return "", err
+	}
+	if sf.cgroups != "auto" && sf.cgroups != "off" {
+		return "", &cli.ExitError{Code: 2, Err: fmt.Errorf("--cgroups is auto or off, not %q", sf.cgroups)}
+	}
+	if sf.notifyCmd == "" && cmd.Flags().Changed("notify-timeout-s") {
+		return "", &cli.ExitError{Code: 2, Err: errors.New("--notify-timeout-s goes with --notify")}
+	}
+	if _, err := notify.CheckTimeout(sf.notifyTimeoutS); sf.notifyCmd != "" && err != nil {
+		return "", &cli.ExitError{Code: 2, Err: fmt.Errorf("--notify-timeout-s: %w", err)}
+	}
+	return abs, nil
+}
+
+// create makes the campaign of the protocol file in abs: the backend
+// resolved, the directory created and recorded (campaigndir.Create).
+// Nothing of the campaign is left when it fails.
+func (sf *startFlags) create(cmd *cobra.Command, file, abs string) error {
+	so := campaigndir.StartOptions{FakeGPUDir: sf.fakeDir, Cgroups: sf.cgroups, AllowOverBudget: sf.allowOver, Metrics: sf.mo.settings()}
+	if sf.notifyCmd != "" {
+		so.Notify = &campaigndir.NotifySettings{Command: sf.notifyCmd, TimeoutS: sf.notifyTimeoutS}
+	}
+	if err := sf.eo.startOptions(&so, sf.backend, cmd.Flags().Changed, file); err != nil {
+		return &cli.ExitError{Code: 2, Err: err}
+	}
+	resolved, note, err := campaigndir.ResolveBackend(sf.backend, so.Executor == "slurm")
+	var noNVML *campaigndir.NoNVMLError
+	if errors.As(err, &noNVML) {
+		return &cli.ExitError{Code: exitNoGPUs, Err: err}
+	} else if err != nil {
+		return &cli.ExitError{Code: 2, Err: err}
+	}
+	so.Backend = resolved
+	fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
+	plan, err := campaigndir.Create(file, abs, so, time.Now())
+	if err != nil {
+		if isNotOwned(notOwnedExit(err)) {
+			return notOwnedExit(err)
+		}
+		var ps *protocols.Problems
+		if errors.As(err, &ps) {
+			return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
+		}
+		var ob *campaigndir.OverBudgetError
+		if errors.As(err, &ob) {
+			return &cli.ExitError{Code: exitOverBudget, Err: ob}
+		}
+		return &cli.ExitError{Code: 1, Err: err}
+	}
+	if over := campaigndir.OverBudget(plan); over != nil {
+		// started anyway: where it will stop, as plan says
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s\n  %v\n", campaigndir.AllowedOverBudget(plan), over)
+	}
+	if sf.output != "json" {
+		fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
+	}
+	if so.Metrics != nil {
+		sf.mo.Textfile = so.Metrics.Textfile // absolute: the daemon runs in /
+	}
+	return nil
+}
+
+// launch runs the created campaign's controller, detached or in the
+// foreground; res is the -o json document's start.
+func (sf *startFlags) launch(cmd *cobra.Command, res result) error {
+	return notOwnedExit(launchController(cmd, res, sf.foreground, "", sf.output, sf.mo))
 }
 
 // launchController runs the controller in this process (foreground) or
-// detached, and reports how in the output format.
-func launchController(cmd *cobra.Command, lo launchOptions) error {
-	out := cmd.OutOrStdout()
-	if lo.output != "json" {
-		for _, w := range lo.awaiting {
-			fmt.Fprintf(out, "waiting for an amendment, no further attempt without one: %s (attempt %d failed: %s)\n", w.Run, w.Attempt, w.Reason)
+// detached, and reports how in the output format; res is the -o json
+// document, its pid and whether the controller runs filled in here.
+func launchController(cmd *cobra.Command, res result, foreground bool, backend, output string, mo metricsOptions) error {
+	res, err := runController(cmd, res, foreground, backend, output, mo)
+	if err == nil && output == "json" {
+		return writeJSON(cmd.OutOrStdout(), res)
+	}
+	return err
+}
+
+// runController runs the controller as launchController does, printing
+// only the text output; it returns res with the controller's pid and
+// whether it runs, for the caller's -o json document.
+func runController(cmd *cobra.Command, res result, foreground bool, backend, output string, mo metricsOptions) (result, error) {
+	if output != "json" {
+		for _, w := range res.AwaitingAmendment {
+			fmt.Fprintf(cmd.OutOrStdout(), "waiting for an amendment, no further attempt without one: %s (attempt %d failed: %s)\n", w.Run, w.Attempt, w.Reason)
 		}
 		switch {
-		case len(lo.held) > 0 && lo.retryShared:
-			fmt.Fprintf(out, "runs that share a failed run's cause are tried (--retry-shared-cause): %s\n", outcome.HeldText(lo.held))
-		case len(lo.held) > 0:
-			fmt.Fprintf(out, "held, not launched without an amendment that covers the failed run or --retry-shared-cause: %s\n", outcome.HeldText(lo.held))
+		case len(res.HeldSharedCause) > 0 && res.retryShared:
+			fmt.Fprintf(cmd.OutOrStdout(), "runs that share a failed run's cause are tried (--retry-shared-cause): %s\n", outcome.HeldText(res.HeldSharedCause))
+		case len(res.HeldSharedCause) > 0:
+			fmt.Fprintf(cmd.OutOrStdout(), "held, not launched without an amendment that covers the failed run or --retry-shared-cause: %s\n", outcome.HeldText(res.HeldSharedCause))
 		}
 	}
-	res := result{Schema: 1, Action: lo.action, Dir: lo.dir, AwaitingAmendment: lo.awaiting}
-	if !lo.retryShared {
-		res.HeldSharedCause = lo.held
-	}
-	if lo.foreground {
-		err := runDaemon(daemonOptions{dir: lo.dir, foreground: true, readyFD: -1, backend: lo.backend, metrics: lo.mo, retryShared: lo.retryShared})
-		if err == nil && lo.output == "json" {
-			res.PID, res.Foreground = os.Getpid(), true
-			return writeJSON(out, res)
+	if foreground {
+		if err := runDaemon(daemonOptions{dir: res.Dir, foreground: true, readyFD: -1, backend: backend, metrics: mo, retryShared: res.retryShared}); err != nil {
+			return res, err
 		}
-		return err
+		res.PID, res.Foreground = os.Getpid(), true
+		return res, nil
 	}
-	pid, err := detach(lo.dir, lo.mo, lo.retryShared)
+	pid, err := detach(res.Dir, mo, res.retryShared)
 	if err != nil {
-		return err
+		return res, err
 	}
-	if lo.output == "json" {
-		res.PID, res.Running = pid, true
-		return writeJSON(out, res)
+	res.PID, res.Running = pid, true
+	if output != "json" {
+		fmt.Fprintf(cmd.OutOrStdout(), "controller running, pid %d; follow it with: ctlq status -d %s\n", pid, res.Dir)
 	}
-	fmt.Fprintf(out, "controller running, pid %d; follow it with: ctlq status -d %s\n", pid, lo.dir)
-	return nil
+	return res, nil
 }
 
 // resumeOptions are the flags of controller resume, which the root's
@@ -354,13 +399,13 @@ func resume(cmd *cobra.Command, ro resumeOptions) error {
 	if !foreground && lockfile.Held(campaignfs.Lock(abs)) {
 		return &cli.ExitError{Code: 1, Err: fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
 	}
-	lo := launchOptions{action: "resume", dir: abs, foreground: foreground, backend: backend, output: output, mo: mo, retryShared: ro.retryShared}
+	res := result{Schema: 1, Action: "resume", Dir: abs, retryShared: ro.retryShared}
 	if !lockfile.Held(campaignfs.Lock(abs)) {
-		if lo.awaiting, lo.held, err = awaitingAmendment(abs); err != nil {
+		if res.AwaitingAmendment, res.HeldSharedCause, err = awaitingAmendment(abs); err != nil {
 			return &cli.ExitError{Code: 1, Err: err}
 		}
 	}
-	return notOwnedExit(damagedExit(launchController(cmd, lo)))
+	return notOwnedExit(damagedExit(launchController(cmd, res, foreground, backend, output, mo)))
 }
 
 // exitNotOwned is the exit status of every command that would run what a

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,92 +19,6 @@ import (
 // stand-in servers and clients on fake GPUs. Each test reads the outcome
 // from the campaign's state database and directory, checks the store's
 // invariants, and makes sure no process of the campaign is left.
-
-func TestFullCampaign(t *testing.T) {
-	t.Parallel()
-	c, s := ranScenario(t, scenario{patterns: 2, loadsModer: true})
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignComplete {
-		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
-	}
-	runs, _ := s.Runs()
-	if len(runs) != 4 {
-		t.Fatalf("%d runs", len(runs))
-	}
-	for _, r := range runs {
-		as := c.attempts(s, r.ID)
-		if !r.Done || len(as) != 1 || as[0].State != state.Complete {
-			t.Fatalf("run %s: done %v, attempts %+v", r.ID, r.Done, as)
-		}
-		a := as[0]
-		// the moderate run received its saturation run's result directory
-		if r.Load == "moderate" {
-			env, _ := os.ReadFile(filepath.Join(a.Dir, "environment.json"))
-			want := filepath.Join(c.dir, "runs", strings.Replace(r.ID, "moderate", "saturation", 1), "a1")
-			if !bytes.Contains(env, []byte(want)) {
-				t.Fatalf("%s environment lacks NEED_SATURATION_DIR=%s:\n%s", r.ID, want, env)
-			}
-		}
-		for _, f := range []string{"state.json", "commands.log", "environment.json", "server.out", "client.out", "phases.jsonl", "client/result.json"} {
-			if _, err := os.Stat(filepath.Join(a.Dir, f)); err != nil {
-				t.Fatalf("%s: %v", r.ID, err)
-			}
-		}
-		if v := c.gateVerdict(s, r.ID, "cleanup"); v.Verdict != "pass" {
-			t.Fatalf("%s cleanup gate %+v", r.ID, v)
-		}
-		if a.Figures["gpu_seconds"] <= 0 {
-			t.Fatalf("%s charged no GPU time: %v", r.ID, a.Figures)
-		}
-		if len(a.Procs) != 2 || a.Procs[0].StartTime == 0 || a.Procs[0].BootID == "" {
-			t.Fatalf("%s process identities %+v", r.ID, a.Procs)
-		}
-	}
-	// the ledger charged every attempt, and nothing stays reserved
-	if cp.ConsumedGPUSeconds <= 0 || cp.ReservedGPUSeconds > 1e-9 {
-		t.Fatalf("consumed %v reserved %v", cp.ConsumedGPUSeconds, cp.ReservedGPUSeconds)
-	}
-	c.assertNoProcesses()
-
-	// ctlq reads the finished campaign from the database
-	out, err := exec.Command(filepath.Join(filepath.Dir(controllerBin), "controller"), "plan", "-f", cp.ProtocolPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("plan: %v\n%s", err, out)
-	}
-}
-
-func TestServerNeverHealthy(t *testing.T) {
-	t.Parallel()
-	c, s := ranScenario(t, scenario{serverArgs: `, --never-healthy`, readyS: "1.5", retries: 1})
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 2 {
-		t.Fatalf("want the attempt and its exact retry, got %d", len(as))
-	}
-	for _, a := range as {
-		if a.State != state.Failed || a.Reason != state.ReasonServerNotReady {
-			t.Fatalf("attempt %d: %s %s", a.N, a.State, a.Reason)
-		}
-	}
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonServerNotReady) || !strings.Contains(cp.StopDetail, "p1.saturation") {
-		t.Fatalf("campaign %s %s %q", cp.State, cp.StopReason, cp.StopDetail)
-	}
-	c.assertNoProcesses()
-}
-
-func TestServerCrashesMidRun(t *testing.T) {
-	t.Parallel()
-	c, s := ranScenario(t, scenario{serverArgs: `, --crash-after, "1"`, measureS: "5"})
-	as := c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonServerExit)
-	exited := false
-	for _, x := range as[0].Exits {
-		exited = exited || (x.Role == "server" && x.Code == 1)
-	}
-	if !exited {
-		t.Fatalf("server exit not recorded: %+v", as[0].Exits)
-	}
-	c.assertNoProcesses()
-}
 
 func TestServerIgnoresSIGTERM(t *testing.T) {
 	t.Parallel()
@@ -172,44 +84,6 @@ func TestClientHangsWatchdog(t *testing.T) {
 	cp, _ := s.Campaign()
 	if cp.State != state.CampaignStopped {
 		t.Fatalf("campaign %s", cp.State)
-	}
-	c.assertNoProcesses()
-}
-
-func TestDrainOverAllowanceQuarantines(t *testing.T) {
-	t.Parallel()
-	c, s := ranScenario(t, scenario{drainExtra: 1, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.3"})
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignComplete {
-		t.Fatalf("campaign %s %s", cp.State, cp.StopDetail)
-	}
-	c.soleAttempt(s, "p1.saturation", state.Quarantined, state.ReasonDrainQuarantine)
-	for _, run := range []string{"p2.saturation", "p3.saturation", "p4.saturation"} {
-		if as := c.attempts(s, run); len(as) != 1 || as[0].State != state.Complete {
-			t.Fatalf("%s attempts %+v", run, as)
-		}
-	}
-}
-
-func TestQuarantineThresholdStops(t *testing.T) {
-	t.Parallel()
-	// the first wave (two runs, both slots) drains too long: the first of
-	// them to end makes 1 of 4 measured runs quarantined, 25% > 20%
-	c, s := ranScenario(t, scenario{drainExtra: 2, drainS: "1", watchdogS: "20", patterns: 4, quarantined: "0.2"})
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != "quarantined-fraction" || cp.StopFigures["quarantined"] < 1 || cp.StopFigures["measured"] != 4 {
-		t.Fatalf("campaign %s %s %v", cp.State, cp.StopReason, cp.StopFigures)
-	}
-	// the run in flight finished; nothing new was launched after the stop
-	for _, run := range []string{"p1.saturation", "p2.saturation"} {
-		if as := c.attempts(s, run); len(as) != 1 || as[0].State != state.Quarantined {
-			t.Fatalf("%s attempts %+v", run, as)
-		}
-	}
-	for _, run := range []string{"p3.saturation", "p4.saturation"} {
-		if as := c.attempts(s, run); len(as) != 0 {
-			t.Fatalf("%s was launched after the stop: %+v", run, as)
-		}
 	}
 	c.assertNoProcesses()
 }

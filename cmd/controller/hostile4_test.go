@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,121 +66,6 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 			t.Fatalf("the exited client was signalled: %+v", sig)
 		}
 	}
-}
-
-// hangingValidator is a validator that records its pid and then never
-// ends, bounded by timeoutS.
-func hangingValidator(timeoutS string) string {
-	return `  - {name: hang, timeout_s: ` + timeoutS + `, command: {shell: "echo $$$$ > ${ATTEMPT_DIR}/validator.pid; exec sleep 1000"}}
-`
-}
-
-// validatorPIDs reads the pid each attempt's hanging validator recorded.
-func (c *campaign) validatorPIDs(s *state.Store, run string) []int {
-	c.t.Helper()
-	var pids []int
-	for _, a := range c.attempts(s, run) {
-		b, err := os.ReadFile(filepath.Join(a.Dir, "validator.pid"))
-		if err != nil {
-			c.t.Fatalf("attempt %d: the validator did not start: %v", a.N, err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-// assertValidatorsGone fails the test if a process of run's validators
-// still exists.
-func (c *campaign) assertValidatorsGone(s *state.Store, run string) {
-	c.t.Helper()
-	for _, pid := range c.validatorPIDs(s, run) {
-		if st := procState(pid); st != 0 {
-			c.t.Fatalf("validator pid %d still exists (state %c)", pid, st)
-		}
-	}
-}
-
-// A validator that never ends is ended at its timeout_s: the attempt fails
-// harness-error, gets its one exact rerun, which fails the same way, and
-// the campaign stops for review; neither validator is left running.
-func TestValidatorPastItsBoundIsEnded(t *testing.T) {
-	t.Parallel()
-	c, s := ranScenario(t, scenario{validators: hangingValidator("0.3"), retries: 1})
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 2 {
-		t.Fatalf("%d attempts, want 2: %v", len(as), attemptStates(as))
-	}
-	for _, a := range as {
-		if a.State != state.Failed || a.Reason != state.ReasonHarnessError || a.Figures["validator_timeout_s"] != 0.3 {
-			t.Fatalf("attempt %d: %s %s %v", a.N, a.State, a.Reason, a.Figures)
-		}
-	}
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopForRun(state.ReasonHarnessError) ||
-		!strings.Contains(cp.StopDetail, "validator hang ran past its 0.3 s bound") {
-		t.Fatalf("campaign %s %s: %s", cp.State, cp.StopReason, cp.StopDetail)
-	}
-	c.assertValidatorsGone(s, "p1.saturation")
-	c.assertNoProcesses()
-}
-
-// controller stop while a validator runs ends the validator: stop returns,
-// the attempt is interrupted, nothing is left running.
-func TestStopEndsARunningValidator(t *testing.T) {
-	t.Parallel()
-	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{validators: hangingValidator("1000")})
-	c.start(proto)
-	waitFor(t, "a validator running", 60*time.Second, func() bool {
-		for _, cur := range c.liveStatus().Current {
-			if cur.State == string(state.Validating) {
-				return c.hasFile("validator.pid")
-			}
-		}
-		return false
-	})
-	out, code := c.controller("stop", "-d", c.dir)
-	if code != 0 || !strings.Contains(out, "controller exited") {
-		t.Fatalf("stop exited %d:\n%s", code, out)
-	}
-	s := c.store()
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Interrupted || as[0].Reason != state.ReasonInterrupted {
-		t.Fatalf("attempts %v", attemptStates(as))
-	}
-	c.assertValidatorsGone(s, "p1.saturation")
-	c.assertNoProcesses()
-}
-
-// A validator runs under its memory_mib as RLIMIT_AS from its first
-// instruction: the shell validator sees the limit (and fails if not).
-func TestValidatorMemoryBound(t *testing.T) {
-	t.Parallel()
-	c, s := ranScenario(t, scenario{validators: `  - {name: mem, memory_mib: 64, command: {shell: 'test "$$(ulimit -v)" = 65536'}}
-`})
-	as := c.attempts(s, "p1.saturation")
-	if len(as) != 1 || as[0].State != state.Complete {
-		vs, _ := s.GateVerdicts("p1.saturation")
-		t.Fatalf("attempts %v; gates %+v", attemptStates(as), vs)
-	}
-}
-
-// hasFile says whether a file of that name exists anywhere in the campaign
-// directory.
-func (c *campaign) hasFile(name string) bool {
-	found := false
-	filepath.WalkDir(c.dir, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() == name {
-			found = true
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	return found
 }
 
 // The campaign's file system runs out of inodes while a run measures

@@ -32,6 +32,8 @@ func newRoot() *cobra.Command {
 		Short: "Run pre-registered GPU serving benchmark campaigns",
 		Long: `controller runs pre-registered benchmark campaigns against inference servers:
 
+  controller sweep -d DIR --serve-cmd CMD --grid KEY=V1,V2 ...
+                                         write a config or rate sweep's protocol and start it
   controller plan -f PROTOCOL            validate and expand, touching no GPU
   controller start -f PROTOCOL -d DIR    create the campaign and run it, detached
   controller resume -d DIR               continue after a crash, reboot or stop
@@ -54,7 +56,7 @@ controller resume. Without a command or --resume it prints this help (0).`,
 	}
 	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR: controller resume, with its flags")
 	ro.flags(root, "with --resume: ")
-	root.AddCommand(newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
+	root.AddCommand(newSweepCmd(), newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
 		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newCheckCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
 	cli.DocumentDefaults(root, 1)
 	return root

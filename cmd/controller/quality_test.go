@@ -224,3 +224,59 @@ func TestQualityEvaluatorErrorStops(t *testing.T) {
 	}
 	c.assertNoProcesses()
 }
+
+// TestQualityEvaluatorScoresKeptOutputs: seed 000 §4 end to end. loadgen's
+// quality pass keeps the outputs of the manifest's first rows in a private
+// directory outside the campaign; the evaluator (the stand-in's, scoring
+// the kept audio's silence ratio) reads them there; the waveform validator
+// compares each stream with its complete output; the privacy scans of the
+// attempt and of the campaign stay green, and no kept text or audio is in
+// the campaign directory.
+func TestQualityEvaluatorScoresKeptOutputs(t *testing.T) {
+	t.Parallel()
+	c := newCampaign(t)
+	qout := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(qout, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	proto := qualityProtocol(t)
+	proto = editProtocol(t, proto, `EVAL_SEED: "7"}`, fmt.Sprintf(`EVAL_SEED: "7", QOUT: %q}`, qout))
+	proto = editProtocol(t, proto, `--result-dir, "${ATTEMPT_DIR}/client"]
+axes:`, `--result-dir, "${ATTEMPT_DIR}/client",
+             --quality-rows, "2", --quality-dir, "${QOUT}/${RUN_ID}.a${ATTEMPT}"]
+axes:`)
+	proto = editProtocol(t, proto, `--metric, utmos, --score, "${UTMOS}",
+              --min, "3.5"`, `--metric, silence_ratio, --outputs, "${QOUT}/${RUN_ID}.a${ATTEMPT}",
+              --max, "0.5"`)
+	c.runForeground(proto)
+	s := c.store()
+	cp, _ := s.Campaign()
+	if cp.State != state.CampaignComplete {
+		t.Fatalf("campaign %s (%s): %s", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	for _, run := range []string{"a.closed.r1", "b.closed.r2"} {
+		q := c.gateVerdict(s, run, "validator:quality-tts")
+		if q.Verdict != state.VerdictPass || q.Figures["scored_requests"] != 2 || q.Figures["silence_ratio"] > 0.1 {
+			t.Fatalf("%s: quality verdict %+v", run, q)
+		}
+		if w := c.gateVerdict(s, run, "validator:waveform"); w.Verdict != state.VerdictPass || w.Figures["compared_requests"] != 2 {
+			t.Fatalf("%s: waveform verdict %+v", run, w)
+		}
+		for _, gate := range []string{"privacy", "privacy-campaign"} {
+			if v := c.gateVerdict(s, run, gate); v.Verdict != state.VerdictPass {
+				t.Fatalf("%s: %s %+v", run, gate, v)
+			}
+		}
+		if fi, err := os.Stat(filepath.Join(qout, run+".a1", "000001.stream.wav")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: kept audio %v %v", run, fi, err)
+		}
+	}
+	s.Close()
+	filepath.WalkDir(c.dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(p, ".wav") || strings.HasSuffix(p, "000000.json")) {
+			t.Errorf("kept output in the campaign directory: %s", p)
+		}
+		return nil
+	})
+	c.assertNoProcesses()
+}

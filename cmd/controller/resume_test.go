@@ -18,8 +18,10 @@ import (
 	"warden/pkg/state"
 )
 
-// Resume after a crash when the recorded identities no longer name the
-// processes: a pid reused by an unrelated process, and a reboot.
+// Resume after a reboot, when the recorded identities no longer name the
+// processes: the controller in a PID namespace that is destroyed. A pid
+// reused by an unrelated process in the same boot is reconcile's rule,
+// tested in pkg/runner (TestPIDReuseNotSignalled).
 
 // rewriteProcs changes the recorded processes of the campaign's only live
 // attempt (the controller is dead) and returns the attempt.
@@ -46,18 +48,6 @@ func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
 	return a
 }
 
-// signalsTo lists the signals an attempt recorded to pid (alone or as a
-// group or a cgroup member).
-func signalsTo(a state.Attempt, pid int) []state.Signal {
-	var out []state.Signal
-	for _, sg := range a.Signals {
-		if sg.PID == pid {
-			out = append(out, sg)
-		}
-	}
-	return out
-}
-
 func (c *campaign) requireComplete(s *state.Store) {
 	c.t.Helper()
 	cp, err := s.Campaign()
@@ -73,56 +63,6 @@ func (c *campaign) requireComplete(s *state.Store) {
 			c.t.Fatalf("run %s not done", r.ID)
 		}
 	}
-}
-
-// A recorded pid that now belongs to an unrelated process of the same
-// user (pid matches, start time does not) is never signalled.
-func TestPIDReuseNotSignalled(t *testing.T) {
-	t.Parallel()
-	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{measureS: "3"})
-	c.start(proto)
-	c.waitMeasuring()
-	c.killController()
-	// the server and client die too, as if the machine had lived on and
-	// their pids had been handed out again
-	c.killLeftovers()
-	waitFor(t, "the campaign's processes to end", 30*time.Second, func() bool { return len(c.campaignPIDs()) == 0 })
-
-	sleeper := unrelated(t)
-	pid := sleeper.Process.Pid
-	var oldStart []uint64
-	a := c.rewriteProcs(func(p *state.Proc) {
-		p.PID, p.PGID = pid, pid // the start time stays the old process's
-		oldStart = append(oldStart, p.StartTime)
-	})
-	st, err := fakegpu.StartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(oldStart) != 2 || oldStart[0] == st || oldStart[1] == st {
-		t.Fatalf("test bug: recorded start times %v, the sleeper's %d", oldStart, st)
-	}
-
-	if out, code := c.controller("resume", "-d", c.dir, "--foreground"); code != 0 {
-		t.Fatalf("resume exited %d:\n%s", code, tail(out, 3000))
-	}
-	if !running(pid) {
-		t.Fatalf("the unrelated process %d whose pid was recorded was killed", pid)
-	}
-	s := c.store()
-	c.requireComplete(s)
-	got, err := s.Attempt(a.RunID, a.N)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.State != state.Interrupted {
-		t.Fatalf("attempt %d is %s, want interrupted", got.N, got.State)
-	}
-	if sg := signalsTo(got, pid); len(sg) > 0 {
-		t.Fatalf("signals recorded to the reused pid %d: %+v", pid, sg)
-	}
-	c.assertNoProcesses()
 }
 
 // The controller and its children run in a PID namespace that is then

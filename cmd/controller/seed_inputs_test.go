@@ -32,36 +32,6 @@ func manifestProtocol(t *testing.T, report, after string) (proto, manifest, sum 
 	return proto, manifest, hex.EncodeToString(h[:])
 }
 
-// A manifest rewritten mid-campaign (here by the first run's client, once
-// it reported the hash it read) stops the campaign before the next wave:
-// stop condition 1, naming the file, the recorded and the found hash.
-func TestManifestRewrittenMidCampaignStops(t *testing.T) {
-	t.Parallel()
-	c := newCampaign(t)
-	proto, manifest, sum := manifestProtocol(t, "$(sha256sum "+"${MAN}"+" | cut -c1-64)", " && echo rewritten >> ${MAN}")
-	proto = editProtocol(t, proto, "vars: {", "vars: {MAN: "+manifest+", ")
-	c.runForeground(proto)
-	s := c.store()
-	if as := c.attempts(s, "p1.saturation"); len(as) != 1 || as[0].State != state.Complete {
-		t.Fatalf("p1 attempts %+v", as)
-	}
-	if as := c.attempts(s, "p2.saturation"); len(as) != 0 {
-		t.Fatalf("p2 started on a rewritten manifest: %+v", as)
-	}
-	b, err := os.ReadFile(manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(b)
-	now := hex.EncodeToString(h[:])
-	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || cp.StopReason != state.StopInputChanged ||
-		!strings.Contains(cp.StopDetail, manifest+" changed: recorded sha256 "+sum+", now "+now) {
-		t.Fatalf("campaign %s %s: %s (want the file, %s and %s)", cp.State, cp.StopReason, cp.StopDetail, sum, now)
-	}
-	c.assertNoProcesses()
-}
-
 // A client whose result reports another manifest hash than the one
 // recorded at start fails its run (input-changed) and stops the campaign.
 func TestClientManifestHashMismatchStops(t *testing.T) {

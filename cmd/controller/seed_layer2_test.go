@@ -225,7 +225,7 @@ func TestSeedLayer2Commands(t *testing.T) {
 		{[]string{"validate", "colocation", "--solo-traces", real, "--solo-layer1", l1, "--solo-phases", ph, "--coloc-traces", real, "--coloc-layer1", l1, "--coloc-phases", ph}, "error", "", "not accepted"},
 		{[]string{"validate", "colocation", "--solo-traces", one, "--solo-layer1", l1, "--solo-phases", ph, "--coloc-traces", one, "--coloc-layer1", l1, "--coloc-phases", ph}, "pass", "", "F3: norm_elementwise 0."},
 		{[]string{"validate", "prefix", "--manifest", manifest}, "pass", "", "no two requests"},
-		{[]string{"validate", "prefix", "--manifest", manifest, "--max-common-prefix", "1"}, "fail", "", "share a 2-token prefix"},
+		{[]string{"validate", "prefix", "--manifest", manifest, "--max-common-prefix", "1"}, "fail", "", "share a prefix of more than 1 tokens"},
 	} {
 		out, code := c.controller(tc.args...)
 		lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -74,25 +74,3 @@ func TestResumeKeepsTheRerunRule(t *testing.T) {
 		t.Fatalf("campaign %s %s", cp.State, cp.StopDetail)
 	}
 }
-
-// An infrastructure failure (the server never becomes ready) keeps its
-// exact rerun after review: resume starts the run again.
-func TestResumeRerunsAnInfrastructureFailure(t *testing.T) {
-	t.Parallel()
-	c := newCampaign(t)
-	proto := writeProtocol(t, scenario{serverArgs: `, --never-healthy`, readyS: "0.5"})
-	c.runForeground(proto)
-	s := c.store()
-	if as := c.attempts(s, "p1.saturation"); len(as) != 1 || as[0].Reason != state.ReasonServerNotReady {
-		t.Fatalf("attempts %+v", as)
-	}
-	s.Close()
-	out, code := c.controller("resume", "-d", c.dir, "--foreground")
-	if code != 0 || strings.Contains(out, "waiting for an amendment") {
-		t.Fatalf("resume: exit %d\n%s", code, tail(out, 2000))
-	}
-	s = c.store()
-	if as := c.attempts(s, "p1.saturation"); len(as) != 2 || as[1].Reason != state.ReasonServerNotReady {
-		t.Fatalf("attempts after resume %+v", as)
-	}
-}

@@ -45,6 +45,8 @@ validator, whose verdict the controller records as the gate
   controller validate profile-windows --result-dir ${ATTEMPT_DIR}/client --windows 2
   controller validate waveform --result-dir ${ATTEMPT_DIR}/client
   controller validate power --result-dir ${ATTEMPT_DIR}/client --layer1-dir ${ATTEMPT_DIR}/opprof   (the power check's measurements)
+  controller validate clock-load --attempt-dir ${ATTEMPT_DIR} --phases ${PHASE_FILE}   (A-P3-2's clock/load)
+  controller validate records --attempt-dir ${ATTEMPT_DIR} --campaign-dir ${CAMPAIGN_DIR}   (what the seed asks recorded)
 ` + validateExit,
 		Args: cobra.NoArgs,
 	}
@@ -55,7 +57,7 @@ validator, whose verdict the controller records as the gate
 	})
 	cmd.AddCommand(newValidateLayer1Cmd(), newValidateLayer2Cmd(), newValidateClientCmd(), newValidateSanityCmd(),
 		newValidateWarmupCmd(), newValidateRecoveryCmd(), newValidateProfileWindowsCmd(), newValidateColocationCmd(), newValidatePrefixCmd(),
-		newValidateWaveformCmd(), newValidatePowerCmd())
+		newValidateWaveformCmd(), newValidatePowerCmd(), newValidateClockLoadCmd(), newValidateRecordsCmd())
 	return cmd
 }
 

@@ -412,7 +412,7 @@ run's id under "run", as in ctlq show and ctlq events).
 func newShowCmd(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show RUN",
-		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks, failed processes' last stderr lines",
+		Short: "One run: attempts, transitions with times, commands, exit codes, signals, gate verdicts, data sanity blocks, failed processes' last stderr lines, the serving benchmark result",
 		Long: `show prints one run: its attempts, transitions with times, commands, exit
 codes, signals, gate verdicts and data sanity blocks, and, for each client
 or server of a failed attempt that exited non-zero or was killed, the end
@@ -421,6 +421,17 @@ lines within its last 4 KiB (stderr_tails in -o json). A file is read only
 under the campaign's runs/ directory, never through a link, never under
 the directory of a private input, and is not shown when it holds private
 text (or when the private inputs cannot be read to tell): a note says why.
+
+Once the attempt that counts (the run's result, else its last) has ended,
+show ends with its serving benchmark result, in the rows and names of
+vLLM's vllm bench serve (Successful requests, Request throughput (req/s),
+Output and Total token throughput (tok/s), Mean, Median and P99 of TTFT,
+TPOT, ITL and E2EL in ms), read from the attempt's client/result.json
+(loadgen's, its clean interval); a figure the result does not give reads
+"missing", with why. -o json carries the same figures as serving
+(throughput_rps, output_tokens_per_s, total_tokens_per_s, ttft_mean_ms,
+ttft_p50_ms, ttft_p99_ms, ...; null when missing, latency_missing says
+why). docs/report.md gives the rows and where vLLM's layout was read.
 
 ` + queryExitText + `, or no run of that id: the message names the closest
 ids the campaign has).`,
@@ -444,10 +455,14 @@ ids the campaign has).`,
 			d.CheckEvidence() // here, where the files are read, not in the controller's answer
 			plan, _ := campaignfs.ReadPlan(src.dir)
 			tails := views.StderrTails(d, views.NewStderrGuard(src.dir, views.MinLeakOf(plan)))
+			serving := views.ServingOf(d)
 			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), views.RunWithSanity{RunDetail: d, Sanity: views.SanityBlocks(d), StderrTails: tails})
+				return writeJSON(cmd.OutOrStdout(), views.RunWithSanity{RunDetail: d, Sanity: views.SanityBlocks(d), StderrTails: tails, Serving: serving})
 			}
 			views.PrintRun(cmd.OutOrStdout(), d)
+			if serving != nil {
+				views.PrintServing(cmd.OutOrStdout(), *serving)
+			}
 			views.PrintStderrTails(cmd.OutOrStdout(), tails)
 			return nil
 		}),

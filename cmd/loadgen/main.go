@@ -78,6 +78,7 @@ type runFlags struct {
 	ext                                           extFlags
 	rec                                           recordFlags
 	stress                                        stressFlags
+	quality                                       qualityFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -155,6 +156,7 @@ func bindRunFlags(cmd *cobra.Command, f *runFlags) {
 	bindExtFlags(cmd, &f.ext)
 	bindRecordFlags(cmd, &f.rec)
 	bindStressFlags(cmd, &f.stress)
+	bindQualityFlags(cmd, &f.quality)
 }
 
 // refused marks an error found before the run started.
@@ -209,6 +211,9 @@ func config(cmd *cobra.Command, f runFlags, m *loadgen.Manifest) (loadgen.Config
 		return cfg, err
 	}
 	if err := f.stress.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.quality.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if f.profileAfterClean {
@@ -312,6 +317,7 @@ func run(ctx context.Context, cmd *cobra.Command, f runFlags) error {
 			res.LoadPoint, res.Totals.Admitted, c.Seconds, c.Completed, c.Failed, c.CompletedRPS, c.OfferedRPS,
 			c.Latency.TTFT.P50, c.Latency.E2E.P99, res.Lag.All.P99, res.Lag.Sustained, res.Drain.Seconds, res.Drain.TimedOut, res.Drain.Abandoned)
 		printStress(res)
+		printQuality(res)
 	}
 	switch {
 	case err == nil:

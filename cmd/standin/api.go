@@ -214,6 +214,10 @@ func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		if a.kind.wantsAudio(req) {
+			a.chatAudioFull(w, gen, text)
+			return
+		}
 		reason := "length"
 		resp := respond(gen, "chat.completion", []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text}, FinishReason: &reason}})
 		resp.Usage = gen.usage()

@@ -42,6 +42,8 @@ type audioConfig struct {
 	// emptyDelta: an empty audio delta (no data at all) before the fault
 	// chunk, as vLLM-Omni sends for a talker segment without waveform.
 	emptyDelta bool
+	// fullDiffer: samples of a non-streamed answer's waveform changed.
+	fullDiffer int
 }
 
 func addAudioFlags(f *pflag.FlagSet, a *audioConfig) {
@@ -56,6 +58,7 @@ func addAudioFlags(f *pflag.FlagSet, a *audioConfig) {
 	f.IntVar(&a.rateChange, "audio-rate-change", 0, "misbehave: the fault chunk and those after it declare this sample rate (0: no change)")
 	f.BoolVar(&a.headerOnlyFirst, "audio-header-only-first", false, "misbehave: the first audio chunk is a WAV header with no samples")
 	f.Float64Var(&a.stallS, "audio-stall-s", 0, "misbehave: seconds of silence before the fault chunk is sent")
+	f.IntVar(&a.fullDiffer, "audio-full-differ-samples", 0, "misbehave: a non-streamed chat answer's audio differs from the stream's in this many samples")
 	f.BoolVar(&a.emptyDelta, "audio-empty-delta", false, "an empty audio delta (vllm-omni: modality audio, content \"\"; sglang-omni: audio data \"\") before the fault chunk, as vLLM-Omni sends for an empty speech segment")
 }
 
@@ -171,6 +174,29 @@ type omniChunk struct {
 // wantsAudio reports whether a chat request asks this kind for audio.
 func (k kindConfig) wantsAudio(req chatRequest) bool {
 	return (k.kind == kindVLLMOmni || k.kind == kindSGLangOmni) && slices.Contains(req.Modalities, "audio")
+}
+
+// chatAudioFull answers a chat request that is not streamed with the
+// text and the whole waveform as one WAV in choices[0].message.audio
+// {id, data} (vLLM-Omni's _create_audio_choice with stream False,
+// SGLang-Omni's _chat_non_stream: docs/servers.md). The waveform is the
+// one the stream's chunks cut up, without the stream's faults (a dropped
+// or repeated boundary is the stream's, as SGLang-Omni's issue #1354 was);
+// --audio-full-differ-samples changes this many of its samples, so that
+// the two outputs disagree.
+func (a *api) chatAudioFull(w http.ResponseWriter, gen generation, text string) {
+	cfg := a.kind.audio
+	samples := sine(0, cfg.chunks*cfg.samplesPerChunk, cfg.sampleRate)
+	for i := 0; i < min(cfg.fullDiffer, len(samples)); i++ {
+		samples[i] = -samples[i] + 1000
+	}
+	data := base64.StdEncoding.EncodeToString(wavFile(samples, cfg.sampleRate, len(samples)))
+	reason := "stop"
+	resp := map[string]any{"id": gen.id, "object": "chat.completion", "created": gen.created, "model": gen.model,
+		"choices": []map[string]any{{"index": 0, "finish_reason": reason,
+			"message": map[string]any{"role": "assistant", "content": text, "audio": map[string]any{"id": "audio-" + gen.id, "data": data}}}},
+		"usage": gen.usage()}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // chatAudioStream streams the text tokens, then the audio chunks, in the

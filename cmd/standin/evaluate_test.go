@@ -82,3 +82,36 @@ func TestEvaluateContract(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluateScoresKeptOutputs: with --outputs the stand-in evaluator
+// scores the audio loadgen's quality pass kept: a tone is not silence, a
+// silent reply is; a directory without kept audio cannot be scored; a
+// given --score is refused.
+func TestEvaluateScoresKeptOutputs(t *testing.T) {
+	res := t.TempDir()
+	os.WriteFile(filepath.Join(res, "result.json"), []byte(`{"totals":{"by_class":{"success":3}}}`), 0o644)
+	kept := func(samples []int16) string {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "000000.stream.wav"), wavFile(samples, 24000, len(samples)), 0o600)
+		os.WriteFile(filepath.Join(dir, "000000.full.wav"), wavFile(make([]int16, 10), 24000, 10), 0o600)
+		return dir
+	}
+	tone, silence := kept(sine(0, 24000, 24000)), kept(make([]int16, 24000))
+	v, err := runEvaluate(t, "--result-dir", res, "--outputs", tone, "--metric", "silence_ratio", "--max", "0.5")
+	if err != nil || v["verdict"] != "pass" || v["figures"].(map[string]any)["silence_ratio"].(float64) > 0.05 || v["figures"].(map[string]any)["scored_requests"] != 1.0 {
+		t.Fatalf("a tone: %v %v", v, err)
+	}
+	if v, _ := runEvaluate(t, "--result-dir", res, "--outputs", silence, "--metric", "silence_ratio", "--max", "0.5"); v["verdict"] != "fail" || v["class"] != "quality" {
+		t.Fatalf("silence: %v", v)
+	}
+	if v, _ := runEvaluate(t, "--result-dir", res, "--outputs", tone, "--metric", "duration_s", "--min", "0.5"); v["verdict"] != "pass" || v["figures"].(map[string]any)["duration_s"] != 1.0 {
+		t.Fatalf("duration: %v", v)
+	}
+	if v, _ := runEvaluate(t, "--result-dir", res, "--outputs", t.TempDir(), "--metric", "silence_ratio", "--max", "0.5"); v["verdict"] != "error" || v["class"] != nil {
+		t.Fatalf("nothing kept: %v", v)
+	}
+	var ee *cli.ExitError
+	if _, err := runEvaluate(t, "--result-dir", res, "--outputs", tone, "--metric", "silence_ratio", "--max", "0.5", "--score", "1"); !errors.As(err, &ee) || ee.Code != 2 {
+		t.Fatalf("--score with --outputs: %v", err)
+	}
+}

@@ -104,6 +104,8 @@ func TestImportDirections(t *testing.T) {
 		{pkg: "warden/pkg/node", forbidden: []string{"warden/pkg/runner", "warden/pkg/slurmexec", "warden/pkg/schedule", "warden/cmd/"}, why: "the node side runs one attempt with the lifecycle; it drives no campaign"},
 		{pkg: "warden/pkg/slurmexec", forbidden: []string{"warden/pkg/runner", "warden/pkg/schedule", "warden/pkg/gpu/fakegpu", "warden/pkg/gpu/nvmlgpu", "warden/cmd/"}, why: "the Slurm executor runs attempts for the campaign loop, which it does not know"},
 		{pkg: "warden/pkg/runner", forbidden: []string{"warden/pkg/gpu/fakegpu", "warden/pkg/gpu/nvmlgpu"}, why: "the campaign loop reads GPUs through the interface its caller opened"},
+		{pkg: "warden/pkg/sweep", direct: true, forbidden: []string{"os/exec", "warden/pkg/launch", "warden/pkg/state", "warden/pkg/runner", "warden/cmd/", "github.com/spf13/cobra", "github.com/spf13/pflag"},
+			why: "the sweep writes a protocol and its manifest: it starts nothing, touches no campaign's records and knows no command line library"},
 		{pkg: "warden/pkg/amend", forbidden: []string{"warden/pkg/runner", "warden/pkg/attempt"}, why: "an amendment re-runs validators (pkg/validator) without the campaign loop or the attempt lifecycle"},
 	}
 	for _, r := range rules {

@@ -22,6 +22,7 @@ import (
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/outcome"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 	"warden/pkg/validator"
@@ -354,9 +355,19 @@ func install(c Campaign, id string) error {
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(c.Workdir, path)
 		}
-		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
+		if p.Shards != "" {
+			shards, err := provenance.Shards(path, p.Shards, p.Role, p.Private)
+			if err != nil {
+				return fmt.Errorf("install amendment %s: %w", id, err)
+			}
+			entries = append(entries, shards...)
+			continue
+		}
+		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
 	}
-	hashed, err := provenance.Hash(entries, provenance.Options{})
+	// the campaign's record is the shards' cache: unchanged weights are not read again
+	recorded, _ := provenance.Read(dir)
+	hashed, err := provenance.Hash(entries, provenance.Options{Cache: recorded})
 	if err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
@@ -364,6 +375,9 @@ func install(c Campaign, id string) error {
 		return fmt.Errorf("install amendment %s: the protocol was not hashed", id)
 	}
 	if err := provenance.Write(dir, hashed, provenance.Options{}); err != nil {
+		return fmt.Errorf("install amendment %s: %w", id, err)
+	}
+	if err := provenance.WriteSeeds(dir, plan.Protocol.SHA256, plan.Seeds); err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
 	failpoint.Hit("amend-provenance-installed")
@@ -490,7 +504,8 @@ func rejudge(r protocols.Run, a state.Attempt, amendment string, l *launch.Launc
 	if a.Readjudicated != nil {
 		cur, curReason = a.Readjudicated.State, a.Readjudicated.Reason
 	}
-	validated := curReason == state.ReasonValidatorFailed || curReason == state.ReasonProfileArtifact || curReason == state.ReasonQualityFailed
+	validated := curReason == state.ReasonValidatorFailed || curReason == state.ReasonProfileArtifact || curReason == state.ReasonQualityFailed ||
+		curReason == state.ReasonClockLoad
 	drained, timed := a.Figures["drain_s"]
 	drainDecides := cur != state.Failed || curReason == state.ReasonDrainWatchdog
 	if !(timed && drainDecides) && !validated {
@@ -511,12 +526,9 @@ func rejudge(r protocols.Run, a state.Attempt, amendment string, l *launch.Launc
 		for _, vd := range vs {
 			notes = append(notes, fmt.Sprintf("%s %s", vd.Gate, vd.Verdict))
 			if !vd.Passed() && next != state.Failed {
-				next, reason = state.Failed, state.ReasonValidatorFailed
-				switch vd.Class {
-				case gates.ClassProfileArtifact:
-					reason = state.ReasonProfileArtifact
-				case gates.ClassQuality:
-					next, reason = state.Quarantined, state.ReasonQualityFailed
+				next, reason = state.Failed, outcome.ValidatorReason(vd.Class)
+				if reason == state.ReasonQualityFailed {
+					next = state.Quarantined
 				}
 			}
 		}

@@ -37,6 +37,28 @@
 //	              phase file: phasefile.Watcher)
 //	inputs.go     the manifest hash
 //
+// # Tests, one table per phase
+//
+// The phase tests run one attempt in the test process on a harness
+// (harness_test.go): the fake GPUs, the real launcher, a temporary
+// campaign directory, a strict store behind a recorder that keeps every
+// record, the stand-in server and a client that writes the phase lines,
+// result and exit status a case scripts (testdata/phaseclient). Each
+// table gives, for every outcome of its phase, the exact path through the
+// states, with the reason:
+//
+//	preflight_test.go  TestPreflight  preflight.go, and the spine's stop before it
+//	start_test.go      TestStart      start.go, launch.go
+//	drain_test.go      TestDrain      drain.go, gpuprocs.go
+//	stop_test.go       TestStop       stop.go
+//	validate_test.go   TestValidate   validate.go, inputs.go, privacy.go
+//	exit_test.go       TestExit       exit.go
+//
+// TestEveryReasonHasACase (reasons_test.go) fails when a phase's file can
+// give a reason that no case of the phase's table ends with.
+// listener_test.go checks the listener again while a client measures
+// (drain.go), on the measuring alone.
+//
 // An operator's stop or the budget's cap (ctx's end, its cause
 // ErrBudgetExhausted) ends it interrupted from wherever it is, its
 // processes stopped and its GPU time charged. Once a server may be

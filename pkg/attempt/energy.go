@@ -110,10 +110,9 @@ func (a *Attempt) checkCPULocal(readings []gpu.Reading) gates.Verdict {
 // startSampler samples the GPUs into gpu-samples.jsonl while the server
 // runs, and reads the energy counters at the start.
 func (a *Attempt) startSampler(idle []gpu.Reading) {
-	for _, r := range idle {
-		if r.PowerW != nil {
-			a.rec.SetFigure("idle_power_w_gpu"+strconv.Itoa(r.Index), *r.PowerW)
-		}
+	settle := sample.Settle{Reader: a.env.GPUs, GPUs: a.gpuIDs, For: seconds(a.plan.IdleSettleS)}
+	for g, w := range sample.IdlePower(a.ctx, settle, idle) { // before the server loads, after a settle
+		a.rec.SetFigure("idle_power_w_gpu"+strconv.Itoa(g), w)
 	}
 	if a.plan.SampleS <= 0 {
 		return
@@ -171,10 +170,14 @@ func (a *Attempt) endSampler(sealed bool) {
 			a.rec.SetFigure("energy_j_gpu"+i, *g.CounterEnergyJ)
 		}
 	}
-	if e, err := a.energyPerRequest(); err == nil && !math.IsNaN(e) {
+	e, err := a.energyPerRequest()
+	if err == nil && !math.IsNaN(e) {
 		a.rec.SetFigure("energy_per_request_j", e)
 	} else if err != nil {
 		a.env.Log.Info().Str("run", a.run.ID).Str("why", err.Error()).Msg("no energy per request")
+	}
+	if werr := sample.WriteEnergy(filepath.Join(a.dir, "energy.json"), e, err, atomicfile.Beneath(a.env.Dir)); werr != nil {
+		a.env.Log.Warn().Err(werr).Str("run", a.run.ID).Msg("write energy.json")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"warden/pkg/campaignfs"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
+	"warden/pkg/outcome"
 	"warden/pkg/safefile"
 	"warden/pkg/state"
 	"warden/pkg/validator"
@@ -103,14 +104,7 @@ func (a *Attempt) validate() (state.Reason, string) {
 		vd := gates.ValidatorResult(v.Name, ex.Code, ex.Signal, stdout, a.env.Now())
 		a.rec.Gate(vd)
 		if !vd.Passed() {
-			reason := state.ReasonValidatorFailed
-			switch vd.Class {
-			case gates.ClassProfileArtifact:
-				reason = state.ReasonProfileArtifact
-			case gates.ClassQuality:
-				reason = state.ReasonQualityFailed
-			}
-			return reason, fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
+			return outcome.ValidatorReason(vd.Class), fmt.Sprintf("validator %s: %s", v.Name, vd.Detail)
 		}
 	}
 	// The campaign's own files are scanned beside the attempt's: both only

@@ -158,14 +158,6 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 	if err := OverBudget(plan); err != nil && !so.AllowOverBudget {
 		return nil, &OverBudgetError{Err: err}
 	}
-	if err := checkEmptyDir(dir, plan); err != nil {
-		return nil, err
-	}
-	if err := checkOwner(dir, dir, os.Geteuid()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		// an empty directory another user owns: the campaign would be
-		// theirs to change (its mode becomes 0700 all the same)
-		return nil, err
-	}
 	workdir := plan.Protocol.Workdir
 	if !filepath.IsAbs(workdir) {
 		workdir = filepath.Join(filepath.Dir(abs), workdir)
@@ -176,7 +168,23 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(workdir, path)
 		}
-		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private})
+		if p.Shards != "" {
+			shards, err := provenance.Shards(path, p.Shards, p.Role, p.Private)
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, shards...)
+			continue
+		}
+		entries = append(entries, provenance.Entry{Path: path, Role: p.Role, Private: p.Private, Frozen: p.SHA256, FrozenAt: p.SHA256At})
+	}
+	if err := checkEmptyDir(dir, plan, entries); err != nil {
+		return nil, err
+	}
+	if err := checkOwner(dir, dir, os.Geteuid()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// an empty directory another user owns: the campaign would be
+		// theirs to change (its mode becomes 0700 all the same)
+		return nil, err
 	}
 	// The limit is the default until the protocol carries one
 	// (provenance_max_file_gb); then: MaxFileBytes from the plan.
@@ -201,9 +209,16 @@ func Create(protocolPath, dir string, so StartOptions, now time.Time) (*protocol
 
 // makeCampaignDir creates dir/runs and returns a function that removes
 // what it created: the topmost directory it had to create, or, when dir
-// already existed, every entry in dir (checkEmptyDir found it empty).
+// already existed, every entry in dir but those it held before (none, or
+// the inputs directory checkEmptyDir accepted).
 func makeCampaignDir(dir string) (undo func() error, err error) {
 	dir = filepath.Clean(dir)
+	before := map[string]bool{}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			before[e.Name()] = true
+		}
+	}
 	top := ""
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
@@ -224,7 +239,9 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 		}
 		var errs []error
 		for _, e := range ents {
-			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+			if !before[e.Name()] {
+				errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+			}
 		}
 		return errors.Join(errs...)
 	}
@@ -246,6 +263,9 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []provenance.Entry, provOpts provenance.Options, so StartOptions, now time.Time) error {
 	var err error
 	if err := provenance.Write(dir, hashed, provOpts); err != nil {
+		return err
+	}
+	if err := provenance.WriteSeeds(dir, plan.Protocol.SHA256, plan.Seeds); err != nil {
 		return err
 	}
 	ledgerVars := map[string]string{"CAMPAIGN_DIR": dir, "PROTOCOL_DIR": filepath.Dir(abs), "WORKDIR": workdir}
@@ -360,8 +380,12 @@ func recordPriors(store *state.Store, plan *protocols.Plan, hashed []provenance.
 }
 
 // checkEmptyDir refuses a directory that holds another campaign or other
-// files.
-func checkEmptyDir(dir string, plan *protocols.Plan) error {
+// files. It accepts one whose only entry is the directory inputs/
+// (campaignfs.InputsDir) holding nothing but the protocol being started
+// and files its provenance names (inputs: the protocol's entry and its
+// provenance files, their paths absolute), in directories of their own
+// if need be: what controller sweep writes before it starts the campaign.
+func checkEmptyDir(dir string, plan *protocols.Plan, inputs []provenance.Entry) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -371,6 +395,9 @@ func checkEmptyDir(dir string, plan *protocols.Plan) error {
 	}
 	if len(entries) == 0 {
 		return nil
+	}
+	if len(entries) == 1 && entries[0].Name() == campaignfs.InputsDir && entries[0].IsDir() {
+		return checkInputsOnly(dir, inputs)
 	}
 	if _, err := os.Stat(campaignfs.State(dir)); err == nil {
 		if lock := campaignfs.Lock(dir); lockfile.Held(lock) {
@@ -393,6 +420,32 @@ func checkEmptyDir(dir string, plan *protocols.Plan) error {
 		return fmt.Errorf("%s holds another campaign (%s, protocol %s sha256 %s); choose another directory", dir, c.ID, c.ProtocolName, c.ProtocolSHA256)
 	}
 	return fmt.Errorf("%s is not empty and holds no campaign; choose an empty or new directory", dir)
+}
+
+// checkInputsOnly refuses an inputs directory (checkEmptyDir) that holds
+// anything but regular files among inputs and the directories above them:
+// a file the campaign does not hash, a link, a FIFO.
+func checkInputsOnly(dir string, inputs []provenance.Entry) error {
+	known := map[string]bool{}
+	for _, e := range inputs {
+		known[filepath.Clean(e.Path)] = true
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(abs, campaignfs.InputsDir)
+	return filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return fmt.Errorf("campaign directory %s: %w", dir, err)
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular() || !known[path]:
+			return fmt.Errorf("%s holds %s, which is neither the protocol being started nor one of its provenance files; choose an empty or new directory", dir, path)
+		}
+		return nil
+	})
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -2,6 +2,7 @@ package campaigndir
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -113,4 +114,63 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("restored: %v", err)
 	}
 	o.Store.Close()
+}
+
+// Start refuses a provenance file whose hash is not the one the protocol
+// freezes, naming the field's file, line and column and both hashes, and
+// creates nothing.
+func TestStartRefusesFrozenHash(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "protocols", "testdata", "mini.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(pdir, "source.jsonl"), []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	frozen := strings.Repeat("0", 64)
+	b = bytes.Replace(b, []byte("slots:\n"), []byte("provenance:\n  - {path: source.jsonl, role: source, sha256: "+frozen+"}\nslots:\n"), 1)
+	b = bytes.Replace(b, []byte("cap_gpu_hours: 1.0"), []byte("cap_gpu_hours: 2.0"), 1)
+	proto := filepath.Join(pdir, "mini.yaml")
+	if err := os.WriteFile(proto, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "campaign")
+	_, err = Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now())
+	const now = "ca3d163bab055381827226140568f3bef7eaac187cebd76878e0b63e9e442356" // sha256 of "{}\n"
+	if err == nil || !strings.Contains(err.Error(), proto+":6:48: provenance[0].sha256: source.jsonl has sha256 "+now+"; the protocol freezes "+frozen) {
+		t.Fatalf("start with another file: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a refused start created %s: %v", dir, err)
+	}
+}
+
+// Start records every seed the protocol names in DIR/provenance/seeds.json
+// (seed 002: "all raw analysis seeds"), with the protocol's hash.
+func TestStartRecordsSeeds(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "protocols", "testdata", "mini.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("cap_gpu_hours: 1.0"), []byte("cap_gpu_hours: 2.0"), 1)
+	b = bytes.Replace(b, []byte("slots:\n"), []byte("seeds: {workload: 20260712, execution_order: 20260713, bootstrap_permutation: 20260714}\nslots:\n"), 1)
+	proto := filepath.Join(t.TempDir(), "mini.yaml")
+	if err := os.WriteFile(proto, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "campaign")
+	plan, err := Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, provenance.SubDir, provenance.SeedsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s provenance.Seeds
+	if err := json.Unmarshal(raw, &s); err != nil || s.Schema != provenance.SeedsSchema || s.ProtocolSHA256 != plan.Protocol.SHA256 ||
+		s.Seeds["workload"] != 20260712 || s.Seeds["execution_order"] != 20260713 || s.Seeds["bootstrap_permutation"] != 20260714 {
+		t.Fatalf("seeds.json %s: %v", raw, err)
+	}
 }

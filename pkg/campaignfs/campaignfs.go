@@ -13,6 +13,7 @@
 //	├── ctl.sock            the query API's socket (pkg/api)
 //	├── fake-gpus/          the fake GPU backend's host, by default
 //	├── report.html         ctlq report's page, by default
+//	├── inputs/             controller sweep's protocol and manifests, when it made the campaign
 //	└── runs/
 //	    └── RUN/
 //	        └── aN/         one attempt's directory (AttemptDir)
@@ -47,6 +48,10 @@ const (
 	ReportFile   = "report.html"
 	RunsDir      = "runs"
 	FakeGPUsDir  = "fake-gpus"
+	// InputsDir holds, when the campaign was made by controller sweep,
+	// the protocol it wrote and the manifests it materialized; start
+	// accepts a directory that holds only these.
+	InputsDir = "inputs"
 )
 
 // Files of an attempt's directory.

@@ -23,8 +23,8 @@ import (
 //
 // A fail is a preflight failure: the caller does not launch and stops the
 // campaign for review (the CPU map no longer matches the topology). An
-// error is recorded; whether to launch without the check is the protocol's
-// choice, never the gate's.
+// error is recorded, never a pass; the attempt (pkg/attempt, preflight)
+// launches after it, its record saying locality was not judged.
 func CPULocal(slotCPUs []int, gpuAffinity map[int][]int, now time.Time) Verdict {
 	v := Verdict{Gate: "cpu-local", Verdict: Pass, At: now, Figures: map[string]float64{"slot_cpus": float64(len(slotCPUs)), "nonlocal_cpus": 0}}
 	if len(slotCPUs) == 0 {

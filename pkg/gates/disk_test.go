@@ -1,6 +1,8 @@
 package gates
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,7 @@ func TestDisk(t *testing.T) {
 		{"no limits", 1, 1 << 40, nil, nil, true, ""},
 		{"enough free", 200e9, 1e9, f(100), f(8), true, ""},
 		{"too little free", 99e9, 1e9, f(100), f(8), false, "99.0 GB free on the campaign's file system, below the 100.0 GB minimum"},
-		{"artifacts over", 200e9, 8.5e9, f(100), f(8), false, "the runs' artifacts hold 8.50 GB, more than the 8.0 GB limit"},
+		{"artifacts over", 200e9, 8.5e9, f(100), f(8), false, "the public artifacts (the runs and the provenance copies) hold 8.500 GB, more than the 8 GB limit"},
 		{"artifacts at the limit", 200e9, 8e9, f(100), f(8), true, ""},
 	}
 	for _, tc := range cases {
@@ -27,5 +29,27 @@ func TestDisk(t *testing.T) {
 		if v.Passed() != tc.pass || !strings.Contains(v.Detail, tc.detail) {
 			t.Errorf("%s: %+v", tc.name, v)
 		}
+	}
+}
+
+// ArtifactBytes sums the regular files under each directory apart: a
+// sparse copy counts its apparent size, a link is not followed, a missing
+// directory holds nothing.
+func TestArtifactBytes(t *testing.T) {
+	runs, prov := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(runs, "r1", "a1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(runs, "r1", "a1", "x"), make([]byte, 1000), 0o644)
+	f, err := os.Create(filepath.Join(prov, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(3 << 20)
+	f.Close()
+	os.Symlink("/etc/passwd", filepath.Join(prov, "link"))
+	got := ArtifactBytes(runs, prov, filepath.Join(prov, "absent"))
+	if got[0] != 1000 || got[1] != 3<<20 || got[2] != 0 || Total(got) != 1000+3<<20 {
+		t.Fatalf("sizes %v", got)
 	}
 }

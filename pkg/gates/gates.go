@@ -39,6 +39,11 @@ const ClassProfileArtifact = "profile-artifact"
 // from rankings, and does not stop the campaign.
 const ClassQuality = "quality"
 
+// ClassInfrastructure is the Class of a failed clock and load check: the
+// host (a throttled GPU, a loaded host) was measured, not the server; an
+// exact rerun may cure it.
+const ClassInfrastructure = "infrastructure"
+
 // Passed reports whether the verdict is a pass.
 func (v Verdict) Passed() bool { return v.Verdict == Pass }
 

@@ -16,8 +16,8 @@ import (
 //	{"verdict": "pass"|"fail"|"error", "detail": "...", "figures": {"name": number, ...}, "class": "profile-artifact"}
 //
 // "class" says what kind of failure a failing verdict is (Verdict.Class);
-// ClassProfileArtifact and ClassQuality are known, any other value is
-// ignored.
+// ClassProfileArtifact, ClassQuality and ClassInfrastructure are known,
+// any other value is ignored.
 //
 // Rules, in order:
 //
@@ -115,7 +115,7 @@ func parseValidatorLine(line []byte) (validatorReport, bool) {
 	}
 	if raw, ok := top["class"]; ok {
 		_ = json.Unmarshal(raw, &r.class)
-		if r.class != ClassProfileArtifact && r.class != ClassQuality {
+		if r.class != ClassProfileArtifact && r.class != ClassQuality && r.class != ClassInfrastructure {
 			r.class = ""
 		}
 	}

@@ -137,6 +137,9 @@ type outcome struct {
 	unsent bool
 	// stress is the request's stress state (stress.go); nil without.
 	stress *stressTrack
+	// capture keeps the text and audio of a quality-pass request
+	// (quality.go); nil for every request of the run itself.
+	capture *capture
 }
 
 // expect is what a request's stream must report to be a success.
@@ -175,6 +178,9 @@ type sender struct {
 	// conns, when set, carries the streamed requests on the client's own
 	// HTTP/1.1 connections (h1.go); else client does.
 	conns *h1Pool
+	// capture: keep each request's text and audio (the quality pass's
+	// sender only, quality.go).
+	capture bool
 }
 
 // streamHeader is every streamed request's header. It is shared and
@@ -190,6 +196,9 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1<<10)
 // client-cancelled, or deadline-exceeded when ctx's deadline passed).
 func (s *sender) send(ctx context.Context, body []byte, e expect) outcome {
 	o := outcome{countable: s.kind.countsWithoutUsage()}
+	if s.capture {
+		o.capture = &capture{}
+	}
 	ctx, endStress := s.startStress(ctx, &o, e)
 	defer endStress()
 	finish := func(c Class, reason string) outcome {
@@ -322,6 +331,9 @@ func (s *sender) readStream(ctx context.Context, br *bufio.Reader, o *outcome) (
 			if why := s.addAudio(o, payload); why != "" {
 				return InvalidOutput, why, false
 			}
+		}
+		if o.capture != nil {
+			o.capture.add(payload, ch)
 		}
 		if ch.usage {
 			o.usage = true

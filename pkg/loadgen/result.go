@@ -58,6 +58,9 @@ type Result struct {
 	// Stress is the stress loads' block (stress.go, release.go); absent
 	// without stress options.
 	Stress *StressSummary `json:"stress,omitempty"`
+	// Quality is the quality pass's block (quality.go); absent without
+	// --quality-rows.
+	Quality *QualitySummary `json:"quality,omitempty"`
 }
 
 // LoadInfo is how requests were admitted.

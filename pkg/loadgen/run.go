@@ -128,6 +128,9 @@ type Config struct {
 	RunAttempt  int
 	// Stress is the stress loads' options (stress.go); zero for none.
 	Stress Stress
+	// Quality is the quality pass after the drain (quality.go); zero
+	// Rows for none.
+	Quality Quality
 	// CheckServedModel reads the server's GET /v1/models before the run
 	// and refuses it (ErrModelNotServed) unless Model is among the ids
 	// listed; the ids are recorded in result.json (served_models).
@@ -399,6 +402,7 @@ func (r *run) execute(ctx context.Context, tr *http.Transport, need int64) (*Res
 	res.Interrupted = errors.Is(stopErr, ErrInterrupted)
 	res.Manifest.Exhausted = errors.Is(stopErr, ErrManifestExhausted)
 	r.summarizeStress(ctx, res, slots)
+	r.qualityPass(ctx, res)
 	if err := r.writeSeed(res, slots, drainStart, frozenAt); err != nil {
 		return nil, err
 	}

@@ -63,6 +63,9 @@ var Policy = map[state.Reason]Rule{
 	// A Slurm step lost (its node, its node-side runner, srun) is the
 	// cluster's failure, not the workload's.
 	state.ReasonStepLost: {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure"},
+	// A throttled GPU or a loaded host measured the host (A-P3-2's
+	// clock/load check).
+	state.ReasonClockLoad: {Retry, "002 Budget and hard stop conditions: one exact rerun for an infrastructure failure; A-P3-2: clock/load"},
 
 	// Stop list item 1: "effective config mismatch".
 	state.ReasonConfigMismatch: {StopForReview, "002 stop condition 1: effective config mismatch"},

@@ -34,6 +34,7 @@ func TestPolicyWalksEveryReason(t *testing.T) {
 		state.ReasonQualityFailed:     Quarantine,
 		state.ReasonDrainAbandoned:    StopForReview,
 		state.ReasonInputChanged:      StopForReview,
+		state.ReasonClockLoad:         Retry,
 	}
 	if len(Policy) != len(state.Reasons) {
 		t.Errorf("the policy has %d rules for %d reasons", len(Policy), len(state.Reasons))

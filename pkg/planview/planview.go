@@ -101,6 +101,14 @@ func Write(w io.Writer, p *protocols.Plan, wide bool) error {
 	if len(p.Provenance) > 0 {
 		fmt.Fprintf(w, "provenance files hashed at start and again before every wave: %d (%d private)\n", len(p.Provenance), countPrivate(p.Provenance))
 	}
+	for _, pi := range p.Provenance {
+		switch {
+		case pi.SHA256 != "":
+			fmt.Fprintf(w, "  frozen hash (plan with its inputs, start and amend refuse another file):\n    sha256 %s\n    %s\n    frozen at %s\n", pi.SHA256, pi.Path, pi.SHA256At)
+		case pi.Shards != "":
+			fmt.Fprintf(w, "  model shards (hashed once at start, re-checked by size and modification time, never copied):\n    %s/%s\n", pi.Path, pi.Shards)
+		}
+	}
 	return nil
 }
 
@@ -297,7 +305,8 @@ func wrapLastColumn(line string, width int) string {
 	var out strings.Builder
 	cur := line[:start]
 	for _, item := range strings.Split(line[start:], ", ") {
-		if len(cur) > start && len(cur)+len(item) > width {
+		// the item and the comma that follows it on a line it does not end
+		if len(cur) > start && len(cur)+len(item)+1 > width {
 			out.WriteString(strings.TrimSuffix(cur, " ") + "\n")
 			cur = strings.Repeat(" ", start)
 		}

@@ -103,7 +103,7 @@ func TestWrapLastColumn(t *testing.T) {
 	if got := wrapLastColumn(noCols, 20); got != noCols {
 		t.Errorf("a line without columns changed: %q", got)
 	}
-	got := wrapLastColumn("load  layer1, layer2, client, sanity", 20)
+	got := wrapLastColumn("load  layer1, layer2, client, sanity", 21)
 	want := "load  layer1, layer2,\n      client, sanity"
 	if got != want {
 		t.Errorf("wrapped:\n%s\nwant:\n%s", got, want)
@@ -140,7 +140,7 @@ func TestCounts(t *testing.T) {
 func TestWriteSlurm(t *testing.T) {
 	p := plan(t, "omni-ab-slurm.yaml")
 	out := write(t, p, false)
-	for _, want := range []string{"96 run(s), each a step:", "--gres=gpu:2", "--cpus-per-task=32", "--exclusive", "--partition=gpu",
+	for _, want := range []string{"120 run(s), each a step:", "--gres=gpu:2", "--cpus-per-task=32", "--exclusive", "--partition=gpu",
 		"expected wall time on 2 node(s):", "up to 2 step(s) at once, each on a node of its own"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
@@ -162,6 +162,26 @@ func TestWriteCapacity(t *testing.T) {
 		"  at most 9 points per cell: 5 of the bisection, follow-ups at 0.5, 0.8, 0.95 of the found rate, overload at 1.2x\n",
 		"  worst case: 18 runs over 2 cells, 0.050 GPU-hours nominal, ",
 		`  SLO: {"success_min":0.999}`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestWriteFrozenHashes: the phase-3 plan names the P10 source's frozen
+// SHA-256 with where the protocol freezes it, and the model's shards; its
+// runs list the prefix rule (the prefix-none cells), the clock/load check
+// and the records among their validators, beside the manifest hash.
+func TestWriteFrozenHashes(t *testing.T) {
+	p := plan(t, "opprof-phase3.yaml")
+	out := write(t, p, true)
+	for _, want := range []string{
+		"  frozen hash (plan with its inputs, start and amend refuse another file):\n    sha256 f539f38eb0ee0f750e3c23ff47df6eed3faf723a25f1444d55665a85871750b9\n" +
+			"    /home/admin/cpfs/wjh/opprof-phase3-private/trace_windows/chat_w20260311_1000.jsonl\n    frozen at ../../protocols/opprof-phase3.yaml:",
+		"  model shards (hashed once at start, re-checked by size and modification time, never copied):\n    /home/admin/cpfs/wjh/models/Qwen/Qwen3-30B-A3B/*.safetensors\n",
+		"manifest-hash, layer1, layer2, profile-windows, client, sanity, warmup, recovery, prefix, clock-load, records\n",
+		"manifest-hash, layer1, layer2, profile-windows, client, sanity, warmup, recovery, clock-load, records\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)

@@ -46,6 +46,15 @@ type Entry struct {
 	Role    string
 	Private bool
 	SHA256  string
+	// Frozen, when set, is the hash the protocol freezes for the file
+	// and FrozenAt where (FILE:LINE:COL): Hash refuses a file with
+	// another hash (*FrozenError). Neither is recorded in the index.
+	Frozen, FrozenAt string
+	// Shard marks a model shard (shards.go): hashed once, never copied,
+	// recorded with its Size and MTimeNS, re-verified by them.
+	Shard   bool
+	Size    int64
+	MTimeNS int64
 }
 
 // Dir and file names under the campaign directory.
@@ -73,6 +82,22 @@ func (e *ChangedError) Error() string {
 }
 
 func (e *ChangedError) Unwrap() error { return ErrChanged }
+
+// ErrFrozen is returned (wrapped in *FrozenError) when a file's hash is
+// not the one the protocol freezes.
+var ErrFrozen = errors.New("provenance file differs from its frozen hash")
+
+// FrozenError names the file, where the protocol freezes its hash, and
+// both hashes.
+type FrozenError struct {
+	Path, At, Frozen, Now string
+}
+
+func (e *FrozenError) Error() string {
+	return fmt.Sprintf("%s: %s has sha256 %s; the protocol freezes %s", e.At, e.Path, e.Now, e.Frozen)
+}
+
+func (e *FrozenError) Unwrap() error { return ErrFrozen }
 
 // HashFile is the hex SHA-256 of a regular file, read streaming; a path
 // that is not a regular file is refused with a *NotRegularError.
@@ -111,6 +136,10 @@ type Options struct {
 	// is refused with a *TooLargeError naming the limit. 0 means
 	// DefaultMaxFileBytes; a negative value means no limit.
 	MaxFileBytes int64
+	// Cache holds entries recorded before (an amendment's record of the
+	// campaign's): a shard whose path, size and modification time match
+	// one of them takes its hash without being read.
+	Cache []Entry
 }
 
 func (o Options) limit() int64 {
@@ -124,8 +153,9 @@ func (o Options) limit() int64 {
 }
 
 // Hash checks and hashes every entry and writes nothing: each must be a
-// regular file (or a link to one) within the size limit, and a private one
-// must be owner-only (CheckPrivate). It fails on the first entry that is
+// regular file (or a link to one) within the size limit, a private one
+// must be owner-only (CheckPrivate), and one with a Frozen hash must have
+// it. It fails on the first entry that is
 // not, naming it. Memory stays bounded whatever the sizes.
 func Hash(entries []Entry, opts Options) ([]Entry, error) {
 	out := make([]Entry, len(entries))
@@ -135,9 +165,20 @@ func Hash(entries []Entry, opts Options) ([]Entry, error) {
 				return nil, fmt.Errorf("provenance: %w", err)
 			}
 		}
+		if e.Shard {
+			se, err := hashShard(e, opts.Cache)
+			if err != nil {
+				return nil, fmt.Errorf("provenance: %w", err)
+			}
+			out[i] = se
+			continue
+		}
 		sum, _, err := hashRegular(e.Path, opts.limit())
 		if err != nil {
 			return nil, fmt.Errorf("provenance: %w", err)
+		}
+		if e.Frozen != "" && sum != e.Frozen {
+			return nil, fmt.Errorf("provenance: %w", &FrozenError{Path: e.Path, At: e.FrozenAt, Frozen: e.Frozen, Now: sum})
 		}
 		e.SHA256 = sum
 		out[i] = e
@@ -157,7 +198,7 @@ func Write(campaignDir string, hashed []Entry, opts Options) error {
 		return fmt.Errorf("provenance: %w", err)
 	}
 	for _, e := range hashed {
-		if e.Private {
+		if e.Private || e.Shard {
 			continue // hash only, never copied
 		}
 		if err := copyInto(files, e, opts.limit()); err != nil {
@@ -258,6 +299,12 @@ func VerifyOnly(campaignDir string, keep func(Entry) bool) error {
 	var errs []error
 	for _, e := range entries {
 		if keep != nil && !keep(e) {
+			continue
+		}
+		if e.Shard {
+			if err := verifyShard(e); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		now, err := HashFile(e.Path)

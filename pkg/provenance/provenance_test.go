@@ -327,7 +327,7 @@ func TestSumsFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantOld := []Entry{{"/x/a/b_c", "client", false, a}, {"/x/a_b/c", "helper", false, b}, {`/p/secret\name.jsonl`, "manifest", true, b}}
+	wantOld := []Entry{{Path: "/x/a/b_c", Role: "client", SHA256: a}, {Path: "/x/a_b/c", Role: "helper", SHA256: b}, {Path: `/p/secret\name.jsonl`, Role: "manifest", Private: true, SHA256: b}}
 	if !slices.Equal(es, wantOld) {
 		t.Fatalf("old index read as %+v; want %+v", es, wantOld)
 	}
@@ -338,7 +338,7 @@ func TestSumsFormat(t *testing.T) {
 		t.Fatalf("old copy of %s: %q %v", es[1].Path, cp, ok)
 	}
 
-	odd := []Entry{{"/x/tab\there", "client", false, a}, {"/x/new\nline\\back", "a role", true, b}, {"/x/plain", "helper", false, b}}
+	odd := []Entry{{Path: "/x/tab\there", Role: "client", SHA256: a}, {Path: "/x/new\nline\\back", Role: "a role", Private: true, SHA256: b}, {Path: "/x/plain", Role: "helper", SHA256: b}}
 	var buf bytes.Buffer
 	for _, e := range odd {
 		writeSumLine(&buf, e)
@@ -454,5 +454,83 @@ func TestVerifyOnly(t *testing.T) {
 	}
 	if err := Verify(camp); err == nil || !strings.Contains(err.Error(), a+" changed") {
 		t.Fatalf("Verify: %v", err)
+	}
+}
+
+// A file whose hash the protocol freezes: Hash (and so Record, at start
+// and amend) refuses another hash, naming where it is frozen and both
+// hashes, before anything is written; the frozen file is recorded.
+func TestFrozenHash(t *testing.T) {
+	src := t.TempDir()
+	client, _ := clientAndSecret(t, src)
+	want := sum([]byte("print('v1')\n"))
+	other := strings.Repeat("ab", 32)
+	camp := t.TempDir()
+	_, err := Record(camp, []Entry{{Path: client, Role: "client", Frozen: other, FrozenAt: "p.yaml:8:50"}}, Options{})
+	var fe *FrozenError
+	if !errors.Is(err, ErrFrozen) || !errors.As(err, &fe) || fe.Now != want || fe.Frozen != other ||
+		err.Error() != "provenance: p.yaml:8:50: "+client+" has sha256 "+want+"; the protocol freezes "+other {
+		t.Fatalf("another hash: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(camp, SubDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused record wrote %v", err)
+	}
+	entries, err := Record(camp, []Entry{{Path: client, Role: "client", Frozen: want, FrozenAt: "p.yaml:8:50"}}, Options{})
+	if err != nil || entries[0].SHA256 != want {
+		t.Fatalf("the frozen hash: %v %+v", err, entries)
+	}
+}
+
+// Model shards: the files of a directory that match a glob, each hashed
+// once and recorded with its size and modification time, never copied; a
+// Verify of unchanged shards reads none of them (a shard made unreadable
+// with its size and time kept still verifies), a changed one is hashed
+// again and refused; a later record takes the cache's hash.
+func TestShards(t *testing.T) {
+	model := t.TempDir()
+	for _, n := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "config.json"} {
+		writeFile(t, filepath.Join(model, n), []byte("weights of "+n), 0o644)
+	}
+	shards, err := Shards(model, "*.safetensors", "model", false)
+	if err != nil || len(shards) != 2 || !shards[0].Shard || filepath.Base(shards[1].Path) != "model-00002-of-00002.safetensors" {
+		t.Fatalf("shards %+v %v", shards, err)
+	}
+	if _, err := Shards(model, "*.bin", "model", false); err == nil || !strings.Contains(err.Error(), `matches "*.bin"`) {
+		t.Fatalf("no match: %v", err)
+	}
+	camp := t.TempDir()
+	rec, err := Record(camp, shards, Options{MaxFileBytes: 1})
+	if err != nil {
+		t.Fatalf("shards are not held to the copy limit: %v", err)
+	}
+	if rec[0].SHA256 != sum([]byte("weights of model-00001-of-00002.safetensors")) || rec[0].Size != 43 || rec[0].MTimeNS == 0 {
+		t.Fatalf("record %+v", rec[0])
+	}
+	if ents, _ := os.ReadDir(filepath.Join(camp, SubDir, Files)); len(ents) != 0 {
+		t.Fatalf("shards copied: %v", ents)
+	}
+	back, err := Read(camp)
+	if err != nil || !slices.Equal(back, rec) {
+		t.Fatalf("index read back %+v, %v; want %+v", back, err, rec)
+	}
+	// unchanged size and time: not read (bytes changed under the same
+	// size and time pass: the record is taken, as documented)
+	writeFile(t, shards[0].Path, []byte("WEIGHTS OF MODEL-00001-OF-00002.SAFETENSORS"), 0o644)
+	mt := time.Unix(0, rec[0].MTimeNS)
+	if err := os.Chtimes(shards[0].Path, mt, mt); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(camp); err != nil {
+		t.Fatalf("unchanged size and time: %v", err)
+	}
+	if again, err := Hash(shards, Options{Cache: back}); err != nil || again[1].SHA256 != rec[1].SHA256 {
+		t.Fatalf("from the cache: %+v %v", again, err)
+	}
+	// a shard rewritten (same size, new time): hashed again, refused
+	writeFile(t, shards[1].Path, []byte("weights of model-00002-of-00002.safetensorz"), 0o644)
+	os.Chtimes(shards[1].Path, time.Now().Add(time.Hour), time.Now().Add(time.Hour))
+	var ce *ChangedError
+	if err := Verify(camp); !errors.As(err, &ce) || ce.Path != shards[1].Path || ce.Now == "" {
+		t.Fatalf("a changed shard: %v", err)
 	}
 }

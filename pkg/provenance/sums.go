@@ -9,7 +9,7 @@ import (
 // The index DIR/provenance/SHA256SUMS has one line per recorded input, in
 // the order recorded:
 //
-//	<sha256>  <path>\t<role>[ private]
+//	<sha256>  <path>\t<role>[ private][ shard=<size>:<mtime ns>]
 //
 // The path is as given at start; the copy of a public input is
 // DIR/provenance/files/<sha256> (CopyOf). When the path or the role holds
@@ -33,7 +33,7 @@ func writeSumLine(b *bytes.Buffer, e Entry) {
 	if e.Private {
 		priv = " private"
 	}
-	fmt.Fprintf(b, "%s  %s\t%s%s\n", e.SHA256, path, role, priv)
+	fmt.Fprintf(b, "%s  %s\t%s%s%s\n", e.SHA256, path, role, priv, formatShard(e))
 }
 
 func parseSumLine(line string) (Entry, error) {
@@ -44,6 +44,8 @@ func parseSumLine(line string) (Entry, error) {
 	if !ok || !ok2 || !validSum(sum) {
 		return Entry{}, fmt.Errorf("malformed line %q", line)
 	}
+	var e Entry
+	meta = parseShard(meta, &e)
 	role, priv := strings.CutSuffix(meta, " private")
 	if escaped {
 		var err error
@@ -54,7 +56,8 @@ func parseSumLine(line string) (Entry, error) {
 			return Entry{}, fmt.Errorf("line %q: %w", line, err)
 		}
 	}
-	return Entry{Path: path, Role: role, Private: priv, SHA256: sum}, nil
+	e.Path, e.Role, e.Private, e.SHA256 = path, role, priv, sum
+	return e, nil
 }
 
 func unescape(s string) (string, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -50,6 +51,9 @@ func (r *Record) Seal() error {
 	}
 	for i, d := range dirs {
 		if err := dirErrs[i]; err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if !isDir(d) {
+				continue // a child put something else at the client directory's name: no directory to make durable
+			}
 			return r.storageFault(fmt.Errorf("the evidence directory %s could not be made durable: %w", d, err))
 		}
 	}
@@ -108,4 +112,10 @@ func resultFiles(adir string) []string {
 		return nil
 	})
 	return out
+}
+
+// isDir says whether path is a directory, not following a link.
+func isDir(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.IsDir()
 }

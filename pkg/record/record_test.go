@@ -2,6 +2,7 @@ package record_test
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -298,5 +299,32 @@ func TestSealNotesTheEvidence(t *testing.T) {
 	a := state.Attempt{Dir: adir, Evidence: m.reports[0].Evidence}
 	if errs := a.DamagedEvidence(); len(errs) != 0 {
 		t.Fatalf("fresh evidence damaged: %v", errs)
+	}
+}
+
+// A child that leaves a socket where its output file or its result
+// directory should be does not make the evidence a storage fault: there
+// is nothing to seal, as for a FIFO.
+func TestSealPassesOverSockets(t *testing.T) {
+	m := &memory{}
+	r, adir := newRecord(t, m, nil)
+	for _, name := range []string{"client.err", "client"} {
+		l, err := net.Listen("unix", filepath.Join(adir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	if err := os.WriteFile(filepath.Join(adir, "client.out"), []byte("ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Seal(); err != nil {
+		t.Fatalf("Seal with sockets planted: %v", err)
+	}
+	if err := r.Transition(state.Cleanup, "", "proving cleanup", nil); err != nil {
+		t.Fatal(err)
+	}
+	if ev := m.reports[0].Evidence; len(ev) != 1 || ev[0].Path != "client.out" {
+		t.Fatalf("sealed %+v, want client.out alone", ev)
 	}
 }

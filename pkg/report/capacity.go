@@ -1,9 +1,13 @@
 package report
 
 import (
+	"encoding/csv"
 	"fmt"
 	"html/template"
+	"io"
 	"math"
+	"sort"
+	"strconv"
 	"strings"
 
 	"warden/pkg/api"
@@ -24,13 +28,119 @@ type capacityView struct {
 	NotMonotonic string
 	Points       []capacityRow
 	SVG          template.HTML
+	// Bounds are the SLO's bounds by figure name (as the points' figures
+	// name them); Curves, one per figure, the points' figure against
+	// their rate.
+	Bounds map[string]float64
+	Curves []template.HTML
+	spec   *protocols.CapacitySpec
 }
 
 type capacityRow struct {
 	Run     string
 	Rate    float64
+	HasRate bool // the verdict records the point's rate
 	Verdict string
 	Detail  string
+	Figures map[string]float64
+}
+
+// CapacityTable is a capacity search in the table JSON: its points in
+// run order with their verdicts and figures, the SLO's bounds, and the
+// rate found (null until the bisection ended).
+type CapacityTable struct {
+	Search   string             `json:"search"`
+	Phase    string             `json:"phase"`
+	FoundRPS *float64           `json:"found_rps"`
+	Done     bool               `json:"done"`
+	Stop     string             `json:"stop,omitempty"`
+	Bounds   map[string]float64 `json:"slo_bounds"`
+	Points   []CapacityPoint    `json:"points"`
+}
+
+// CapacityPoint is one judged point of a search.
+type CapacityPoint struct {
+	Run     string             `json:"run"`
+	RateRPS *float64           `json:"rate_rps"`
+	Verdict string             `json:"verdict"`
+	Detail  string             `json:"detail,omitempty"`
+	Figures map[string]float64 `json:"figures"`
+}
+
+func (v capacityView) table() CapacityTable {
+	t := CapacityTable{Search: v.Search, Phase: v.Phase, Done: v.Done, Stop: v.Stop, Bounds: v.Bounds, Points: []CapacityPoint{}}
+	if v.Found > 0 {
+		f := v.Found
+		t.FoundRPS = &f
+	}
+	for _, p := range v.Points {
+		cp := CapacityPoint{Run: p.Run, Verdict: p.Verdict, Detail: p.Detail, Figures: map[string]float64{}}
+		if p.HasRate {
+			r := p.Rate
+			cp.RateRPS = &r
+		}
+		for k, x := range p.Figures {
+			if k != "rate_rps" {
+				cp.Figures[k] = x
+			}
+		}
+		t.Points = append(t.Points, cp)
+	}
+	return t
+}
+
+// sloFigures are the figures a capacity point's verdict records for each
+// bound of its SLO (schedule.JudgePoint's names), with the bound.
+func sloFigures(slo protocols.SLO) []struct {
+	name  string
+	bound *float64
+} {
+	return []struct {
+		name  string
+		bound *float64
+	}{{"success", slo.SuccessMin}, {"ttft_p99_ms", slo.TTFTP99MsMax}, {"e2e_p99_ms", slo.E2EP99MsMax}, {"ttfa_p99_ms", slo.TTFAP99MsMax},
+		{"chunk_gap_p99_ms", slo.ChunkGapP99MsMax}, {"rtf_p99", slo.RTFP99LT}, {"queue_growth", slo.QueueGrowthMax}}
+}
+
+// capacityCurves draws, per figure of the search's SLO, the points'
+// figure against their rate, joined in order of rate, coloured by
+// verdict, with the bound; a point without a recorded rate or that
+// figure is left out of that curve.
+func capacityCurves(v *capacityView, spec *protocols.CapacitySpec) []template.HTML {
+	var out []template.HTML
+	for _, f := range sloFigures(spec.SLO) {
+		if f.bound == nil {
+			continue
+		}
+		s := xySeries{Name: v.Search, Colour: "#6b7a8f", Join: true}
+		for _, p := range v.Points {
+			y, ok := p.Figures[f.name]
+			if !ok || !p.HasRate {
+				continue
+			}
+			s.Points = append(s.Points, xyPoint{X: p.Rate, Y: y, Fill: verdictColour(p.Verdict),
+				Title: fmt.Sprintf("%s at %s requests/s: %s %s (%s)", p.Run, num(p.Rate), f.name, num(y), p.Verdict)})
+		}
+		if len(s.Points) == 0 {
+			out = append(out, template.HTML(`<p class="muted">`+esc(f.name)+`: no point records it.</p>`))
+			continue
+		}
+		sort.SliceStable(s.Points, func(i, j int) bool { return s.Points[i].X < s.Points[j].X })
+		ch := xyChart{Class: "capacity-curve", Label: "capacity search " + v.Search + ": " + f.name + " against the rate", W: 540, H: 200,
+			XLabel: "offered rate (requests/s)", YLabel: f.name, Series: []xySeries{s}, Bounds: []xyBound{{Y: *f.bound, Label: "bound " + num(*f.bound)}}}
+		out = append(out, ch.svg())
+	}
+	return out
+}
+
+func verdictColour(v string) string {
+	switch v {
+	case gates.Pass:
+		return "#2e9d57"
+	case gates.Fail:
+		return "#d24a43"
+	}
+	return "#8a8f98"
 }
 
 // capacitySearches rebuilds each search of the plan from the points'
@@ -69,7 +179,8 @@ func capacitySearches(rep api.Report, plan *protocols.Plan) []capacityView {
 		for _, g := range rd.Gates {
 			if g.Gate == schedule.CapacityGate && g.Attempt == rd.Run.Result {
 				points[name] = append(points[name], schedule.Point{Run: r.ID, Verdict: g.Verdict, Detail: g.Detail, Figures: g.Figures})
-				views[name].Points = append(views[name].Points, capacityRow{Run: r.ID, Rate: g.Figures["rate_rps"], Verdict: g.Verdict, Detail: g.Detail})
+				rate, has := g.Figures["rate_rps"]
+				views[name].Points = append(views[name].Points, capacityRow{Run: r.ID, Rate: rate, HasRate: has, Verdict: g.Verdict, Detail: g.Detail, Figures: g.Figures})
 			}
 		}
 	}
@@ -79,6 +190,13 @@ func capacitySearches(rep api.Report, plan *protocols.Plan) []capacityView {
 		st := schedule.Search(specs[name], points[name])
 		v.Found, v.Done, v.Stop, v.NotMonotonic = st.Found, st.Done, st.Stop, st.NotMonotonic
 		v.SVG = capacitySVG(v, specs[name])
+		v.Bounds = map[string]float64{}
+		for _, f := range sloFigures(specs[name].SLO) {
+			if f.bound != nil {
+				v.Bounds[f.name] = *f.bound
+			}
+		}
+		v.Curves, v.spec = capacityCurves(v, specs[name]), specs[name]
 		out = append(out, *v)
 	}
 	return out
@@ -119,4 +237,41 @@ func capacitySVG(v *capacityView, spec *protocols.CapacitySpec) template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// WriteCapacityCSV writes the capacity searches' points (--capacity-csv),
+// one line per point and SLO figure: the search, the point's place, run,
+// rate and verdict, the figure, its value and the bound.
+func WriteCapacityCSV(w io.Writer, d *Data) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"search", "phase", "point", "run", "rate_rps", "verdict", "figure", "value", "bound", "found_rps"})
+	for _, v := range d.Capacity {
+		found := ""
+		if v.Found > 0 {
+			found = num(v.Found)
+		}
+		for i, p := range v.Points {
+			rate := ""
+			if p.HasRate {
+				rate = num(p.Rate)
+			}
+			wrote := false
+			for _, f := range sloFigures(v.spec.SLO) {
+				if f.bound == nil {
+					continue
+				}
+				val := ""
+				if x, ok := p.Figures[f.name]; ok {
+					val = num(x)
+				}
+				cw.Write([]string{v.Search, v.Phase, strconv.Itoa(i + 1), p.Run, rate, p.Verdict, f.name, val, num(*f.bound), found})
+				wrote = true
+			}
+			if !wrote {
+				cw.Write([]string{v.Search, v.Phase, strconv.Itoa(i + 1), p.Run, rate, p.Verdict, "", "", "", found})
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }

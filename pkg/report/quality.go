@@ -35,20 +35,31 @@ type QualityRow struct {
 
 // PerfRow is one ranked run in the report's second table. Rank is 1 for
 // the best of its group by RankedBy; 0 when the run lacks that figure.
+// RankedOver says what the rank is over: the configurations of the group
+// (the values of the axes that choose the server), or why nothing.
 type PerfRow struct {
-	Group             string   `json:"group"`
-	Rank              int      `json:"rank"`
-	RankedBy          string   `json:"ranked_by"`
-	Run               string   `json:"run"`
-	System            string   `json:"system"`
+	Group      string `json:"group"`
+	Rank       int    `json:"rank"`
+	RankedBy   string `json:"ranked_by"`
+	RankedOver string `json:"ranked_over"`
+	Run        string `json:"run"`
+	System     string `json:"system"`
+	// Config is the run's values of the axes that choose the server
+	// ("config=C10"); its cell when no axis does.
+	Config            string   `json:"config"`
 	Cell              string   `json:"cell"`
 	ThroughputRPS     *float64 `json:"throughput_rps"`
 	TTFTP99MS         *float64 `json:"ttft_p99_ms"`
+	TPOTP99MS         *float64 `json:"tpot_p99_ms"`
+	ITLP99MS          *float64 `json:"itl_p99_ms"`
+	E2EP99MS          *float64 `json:"e2e_p99_ms"`
 	TTFAP99MS         *float64 `json:"ttfa_p99_ms"`
 	RTFP99            *float64 `json:"rtf_p99"`
 	ChunkGapP99MS     *float64 `json:"chunk_gap_p99_ms"`
 	EnergyPerRequestJ *float64 `json:"energy_per_request_j"`
 	Excluded          string   `json:"excluded,omitempty"` // in the not-ranked list: why
+
+	over []string // the axes that choose the server, which Config gives
 }
 
 // rankMetric is a figure a group may be ranked by, in order of
@@ -67,17 +78,7 @@ var rankMetrics = []rankMetric{
 
 // countingAttempt is the attempt whose figures a run reports: its result,
 // else its last; nil when it has none.
-func countingAttempt(rd api.RunDetail) *state.Attempt {
-	for i := range rd.Attempts {
-		if rd.Attempts[i].N == rd.Run.Result {
-			return &rd.Attempts[i]
-		}
-	}
-	if len(rd.Attempts) > 0 {
-		return &rd.Attempts[len(rd.Attempts)-1]
-	}
-	return nil
-}
+func countingAttempt(rd api.RunDetail) *state.Attempt { return views.CountingAttempt(rd) }
 
 // qualityAndPerformance builds the two tables, and the figures of the
 // runs left out of the ranking that have an attempt (seed 000 §4: a
@@ -87,7 +88,8 @@ func countingAttempt(rd api.RunDetail) *state.Attempt {
 // campaign: a system that failed its quality gate is never ranked; with a
 // plan, it must also be a measured run (not a burn-in). Runs
 // are ranked within a group: the same phase, load and axes other than
-// the ones that choose the server.
+// the ones that choose the server (serverAxes), so the configurations of
+// a cell or pattern are ranked against each other.
 func qualityAndPerformance(rep api.Report, plan *protocols.Plan) (quality []QualityRow, ranked, notRanked []PerfRow) {
 	runs := map[string]protocols.Run{}
 	if plan != nil {
@@ -129,11 +131,11 @@ func qualityAndPerformance(rep api.Report, plan *protocols.Plan) (quality []Qual
 			q.Excluded = "not a measured run"
 		default:
 			q.Ranked = true
-			ranked = append(ranked, perfRow(rd, runs[rd.Run.ID], systemAxes, q.System))
+			ranked = append(ranked, perfRow(rd, runs[rd.Run.ID], systemAxes[rd.Run.Phase], q.System))
 			continue
 		}
 		if countingAttempt(rd) != nil {
-			r := perfRow(rd, runs[rd.Run.ID], systemAxes, q.System)
+			r := perfRow(rd, runs[rd.Run.ID], systemAxes[rd.Run.Phase], q.System)
 			r.Excluded = q.Excluded
 			notRanked = append(notRanked, r)
 		}
@@ -146,20 +148,32 @@ func perfRow(rd api.RunDetail, r protocols.Run, systemAxes map[string]bool, syst
 	a := countingAttempt(rd)
 	res := clientResult(a)
 	group := []string{rd.Run.Phase, rd.Run.Load}
-	var keys []string
+	var keys, over []string
 	for k := range r.Axes {
 		if !systemAxes[k] {
 			keys = append(keys, k)
+		} else {
+			over = append(over, k)
 		}
 	}
 	sort.Strings(keys)
+	sort.Strings(over)
 	for _, k := range keys {
 		group = append(group, k+"="+r.Axes[k])
 	}
-	return PerfRow{Group: strings.Join(group, " "), Run: rd.Run.ID, System: system, Cell: rd.Run.Cell,
-		ThroughputRPS: firstFigure(res, throughputKeys), TTFTP99MS: fptr(res, "clean.latency.ttft_ms.p99"),
+	config := make([]string, len(over))
+	for i, k := range over {
+		config[i] = k + "=" + r.Axes[k]
+	}
+	cfg := strings.Join(config, " ")
+	if cfg == "" {
+		cfg = rd.Run.Cell
+	}
+	lat := views.ReadServing(*a).Latency
+	return PerfRow{Group: strings.Join(group, " "), Run: rd.Run.ID, System: system, Config: cfg, Cell: rd.Run.Cell,
+		ThroughputRPS: firstFigure(res, throughputKeys), TTFTP99MS: lat.TTFTP99MS, TPOTP99MS: lat.TPOTP99MS, ITLP99MS: lat.ITLP99MS, E2EP99MS: lat.E2EP99MS,
 		TTFAP99MS: fptr(res, "audio.ttfa_ms.p99"), RTFP99: fptr(res, "audio.rtf.p99"), ChunkGapP99MS: fptr(res, "audio.gaps_ms.p99"),
-		EnergyPerRequestJ: fptr(a.Figures, "energy_per_request_j")}
+		EnergyPerRequestJ: fptr(a.Figures, "energy_per_request_j"), over: over}
 }
 
 // rankGroups orders the rows by group and, within each, by the first
@@ -179,6 +193,10 @@ func rankGroups(rows []PerfRow) []PerfRow {
 	var out []PerfRow
 	for _, g := range order {
 		rs := byGroup[g]
+		over := rankedOver(rs)
+		for i := range rs {
+			rs[i].RankedOver = over
+		}
 		if m, ok := groupMetric(rs); ok {
 			sort.SliceStable(rs, func(i, j int) bool {
 				x, y := *m.figure(rs[i]), *m.figure(rs[j])
@@ -194,6 +212,22 @@ func rankGroups(rows []PerfRow) []PerfRow {
 		out = append(out, rs...)
 	}
 	return out
+}
+
+// rankedOver says what a group's ranks are over: the values of the axes
+// that choose the server (its configurations), or why nothing is compared.
+func rankedOver(rs []PerfRow) string {
+	if len(rs) == 1 {
+		return "nothing: the only ranked run of its group"
+	}
+	configs := map[string]bool{}
+	for _, r := range rs {
+		configs[r.Config] = true
+	}
+	if over := rs[0].over; len(over) > 0 {
+		return fmt.Sprintf("its %d configurations (%s), %d runs", len(configs), strings.Join(over, ", "), len(rs))
+	}
+	return fmt.Sprintf("the group's %d runs (no axis of the plan chooses the server)", len(rs))
 }
 
 func groupMetric(rs []PerfRow) (rankMetric, bool) {
@@ -213,24 +247,46 @@ func groupMetric(rs []PerfRow) (rankMetric, bool) {
 }
 
 // serverAxes names the axes whose value chooses the run's server (the
-// systems compared): in the plan, every value of the axis has one server,
-// and the axis has at least two.
-func serverAxes(plan *protocols.Plan) map[string]bool {
-	out := map[string]bool{}
+// systems or server configurations compared): in the plan, every value of
+// the axis has one server (name, kind, command and environment: a config
+// axis's server_args change the command), and the axis has at least two.
+// A workload's axis (a pattern: each of its values runs under every
+// configuration) is not one.
+func serverAxes(plan *protocols.Plan) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
 	if plan == nil {
 		return out
 	}
+	var phases []string
+	byPhase := map[string][]protocols.Run{}
+	for _, r := range plan.Runs {
+		if _, ok := byPhase[r.Phase]; !ok {
+			phases = append(phases, r.Phase)
+		}
+		byPhase[r.Phase] = append(byPhase[r.Phase], r)
+	}
+	for _, ph := range phases {
+		out[ph] = phaseServerAxes(byPhase[ph])
+	}
+	return out
+}
+
+// phaseServerAxes are serverAxes within one phase's runs: a phase runs
+// its cells as it says, so an axis chooses the server phase by phase.
+func phaseServerAxes(runs []protocols.Run) map[string]bool {
+	out := map[string]bool{}
 	servers := map[string]map[string]string{} // axis -> value -> server
 	mixed := map[string]bool{}
-	for _, r := range plan.Runs {
+	for _, r := range runs {
+		id := serverIdentity(r.Server)
 		for k, v := range r.Axes {
 			if servers[k] == nil {
 				servers[k] = map[string]string{}
 			}
-			if s, ok := servers[k][v]; ok && s != r.Server.Name {
+			if s, ok := servers[k][v]; ok && s != id {
 				mixed[k] = true
 			}
-			servers[k][v] = r.Server.Name
+			servers[k][v] = id
 		}
 	}
 	for k, vals := range servers {

@@ -31,7 +31,7 @@ func omniReport(t *testing.T) (api.Report, *protocols.Plan) {
 		return dir
 	}
 	audio := func(ttfa float64) string {
-		b, _ := json.Marshal(map[string]any{"clean": map[string]any{"completed_rps": 2.0, "latency": map[string]any{"ttft_ms": map[string]any{"p99": ttfa / 2}}},
+		b, _ := json.Marshal(map[string]any{"schema": "warden.loadgen.result/1", "clean": map[string]any{"completed_rps": 2.0, "latency": map[string]any{"ttft_ms": map[string]any{"n": 10, "p99": ttfa / 2}}},
 			"audio": map[string]any{"ttfa_ms": map[string]any{"p99": ttfa}, "rtf": map[string]any{"p99": 0.5}, "gaps_ms": map[string]any{"p99": 40.0}}})
 		return string(b)
 	}
@@ -142,7 +142,8 @@ func TestQualityAndPerformanceTables(t *testing.T) {
 	if !strings.Contains(first, wantRow) {
 		t.Fatalf("quality table lacks\n%s\nin\n%s", wantRow, first)
 	}
-	wantPerfRow := `<tr data-run="b.c1"><td>closed closed concurrency=c1</td><td class="num">1</td><td>ttfa_p99_ms</td><td class="mono">b.c1</td><td>srv-b</td><td class="num">2.000</td><td class="num">45.000</td><td class="num">90.000</td><td class="num">0.500</td><td class="num">40.000</td><td class="num">2.000</td></tr>`
+	wantPerfRow := `<tr class="group-row" data-group="closed closed concurrency=c1"><td colspan="13"><b>closed closed concurrency=c1</b>: ranked by ttfa_p99_ms over its 2 configurations (system), 2 runs</td></tr>
+<tr data-run="b.c1"><td class="num">1</td><td class="mono">b.c1</td><td>srv-b</td><td>system=b</td><td class="num">2.000</td><td class="num">45.000</td><td class="num"><span class="missing">missing</span></td><td class="num"><span class="missing">missing</span></td><td class="num"><span class="missing">missing</span></td><td class="num">90.000</td><td class="num">0.500</td><td class="num">40.000</td><td class="num">2.000</td></tr>`
 	if !strings.Contains(second, wantPerfRow) {
 		t.Fatalf("performance table lacks\n%s\nin\n%s", wantPerfRow, second)
 	}
@@ -199,7 +200,8 @@ func TestPerformanceWithoutFigures(t *testing.T) {
 	if err := WriteHTML(&page, d); err != nil {
 		t.Fatal(err)
 	}
-	if s := section(t, page.String(), "performance-ranking"); !strings.Contains(s, `<td class="num">–</td><td></td>`) {
+	if s := section(t, page.String(), "performance-ranking"); !strings.Contains(s, `not ranked (no figure every run has) over the group&#39;s 6 runs (no axis of the plan chooses the server)`) ||
+		!strings.Contains(s, `<tr data-run="a.c1"><td class="num">–</td>`) {
 		t.Fatalf("unranked rows:\n%s", s)
 	}
 }

@@ -79,8 +79,10 @@ func Privacy(dir string, plan *protocols.Plan) (*gates.PrivateIndex, error) {
 	return x, nil
 }
 
-// TableSchema is the version of the runs table's JSON and CSV.
-const TableSchema = 1
+// TableSchema is the version of the runs table's JSON and CSV (2: the
+// latencies, the configurations, the curves and the capacity searches;
+// CSV numbers in their shortest exact form).
+const TableSchema = 2
 
 // Row is one run in the runs table (HTML, --table-json, --csv). Figures
 // are of the attempt that counts (the run's result, else its last).
@@ -103,6 +105,10 @@ type Row struct {
 	OutputTokensPerS  *float64 `json:"output_tokens_per_s"`
 	EnergyPerRequestJ *float64 `json:"energy_per_request_j"`
 	GPUSeconds        *float64 `json:"gpu_seconds"`
+	// Latency is the clean interval's TTFT, TPOT, ITL and E2E of that
+	// attempt's loadgen result.json (views.ReadServing): null figures, and
+	// latency_missing saying why, when the result lacks them.
+	views.Latency
 	// DamagedEvidence names that attempt's evidence files that do not hold
 	// what was recorded of them, or only NUL bytes (state.Attempt.
 	// CheckEvidence), each with its path; a damaged result.json gives no
@@ -122,24 +128,96 @@ type Table struct {
 	Quality     []QualityRow `json:"quality_gates"`
 	Performance []PerfRow    `json:"performance"`
 	NotRanked   []PerfRow    `json:"not_ranked"`
+	// CurveLatency is the latency the curves and Pareto fronts are drawn
+	// against (Options.Latency).
+	CurveLatency string          `json:"curve_latency"`
+	Configs      []ConfigPoint   `json:"configs"`
+	Curves       []Curve         `json:"curves"`
+	Capacity     []CapacityTable `json:"capacity_searches"`
 }
 
-var csvHeader = []string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
-	"gates_passed", "gates_not_passed", "duration_s", "throughput_rps", "output_tokens_per_s", "energy_per_request_j", "gpu_seconds", "damaged_evidence"}
+// csvNum is a figure in its shortest exact form, "" when there is none.
+func csvNum(p *float64) string {
+	if p == nil {
+		return ""
+	}
+	return num(*p)
+}
 
+// csvLatencyHeader are the runs table's latency columns: per metric its
+// count and statistics, then why any is missing.
+func csvLatencyHeader() []string {
+	var out []string
+	for _, m := range views.LatencyMetrics {
+		out = append(out, m.Key+"_n")
+		for _, st := range views.LatencyStats {
+			out = append(out, views.LatencyKey(m.Key, st))
+		}
+	}
+	return append(out, "latency_missing")
+}
+
+func csvLatency(l views.Latency) []string {
+	var out []string
+	n := map[string]*int{"ttft": l.TTFTN, "tpot": l.TPOTN, "itl": l.ITLN, "e2e": l.E2EN}
+	for _, m := range views.LatencyMetrics {
+		if c := n[m.Key]; c != nil {
+			out = append(out, strconv.Itoa(*c))
+		} else {
+			out = append(out, "")
+		}
+		for _, st := range views.LatencyStats {
+			v, _ := l.Figure(views.LatencyKey(m.Key, st))
+			out = append(out, csvNum(v))
+		}
+	}
+	return append(out, strings.Join(l.Missing, "; "))
+}
+
+// WriteCSV writes the runs table (--csv): one row per run, its latencies
+// beside its throughput; a missing figure is an empty cell, and
+// latency_missing says why.
 func WriteCSV(w io.Writer, rows []Row) error {
 	cw := csv.NewWriter(w)
-	cw.Write(csvHeader)
-	f := func(p *float64) string {
-		if p == nil {
-			return ""
-		}
-		return strconv.FormatFloat(*p, 'g', 8, 64)
-	}
+	cw.Write(append(append([]string{"run", "phase", "kind", "cell", "load", "measured", "state", "attempts", "attempt", "outcome", "reason",
+		"gates_passed", "gates_not_passed", "duration_s", "throughput_rps", "output_tokens_per_s", "energy_per_request_j", "gpu_seconds"},
+		csvLatencyHeader()...), "damaged_evidence"))
 	for _, r := range rows {
-		cw.Write([]string{r.Run, r.Phase, r.Kind, r.Cell, r.Load, strconv.FormatBool(r.Measured), r.State, strconv.Itoa(r.Attempts),
+		cw.Write(append(append([]string{r.Run, r.Phase, r.Kind, r.Cell, r.Load, strconv.FormatBool(r.Measured), r.State, strconv.Itoa(r.Attempts),
 			strconv.Itoa(r.Attempt), r.Outcome, r.Reason, strconv.Itoa(r.GatesPassed), strings.Join(r.GatesNotPassed, "; "),
-			f(r.DurationS), f(r.ThroughputRPS), f(r.OutputTokensPerS), f(r.EnergyPerRequestJ), f(r.GPUSeconds), strings.Join(r.DamagedEvidence, "; ")})
+			csvNum(r.DurationS), csvNum(r.ThroughputRPS), csvNum(r.OutputTokensPerS), csvNum(r.EnergyPerRequestJ), csvNum(r.GPUSeconds)},
+			csvLatency(r.Latency)...), strings.Join(r.DamagedEvidence, "; ")))
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteConfigsCSV writes the configuration points (--configs-csv): per
+// point its curve, group, configuration and runs, whether it is on its
+// curve's Pareto front, each figure's mean over the repeats, and for the
+// figures with a spread its repeats, standard deviation and 95% CI.
+func WriteConfigsCSV(w io.Writer, d *Data) error {
+	cw := csv.NewWriter(w)
+	head := []string{"curve", "group", "config", "system", "phase", "cell", "load", "repeats", "runs", "on_pareto_front", "missing"}
+	head = append(head, configFigureKeys()...)
+	keys := spreadKeys(d.CurveLatency)
+	for _, k := range keys {
+		head = append(head, k+"_repeats", k+"_sd", k+"_ci95_low", k+"_ci95_high")
+	}
+	cw.Write(head)
+	for _, p := range d.Configs {
+		row := []string{p.Curve, p.Group, p.Config, p.System, p.Phase, p.Cell, p.Load, strconv.Itoa(p.Repeats), strings.Join(p.Runs, " "), strconv.FormatBool(p.OnFront), p.Missing}
+		for _, k := range configFigureKeys() {
+			row = append(row, csvNum(p.Figures[k]))
+		}
+		for _, k := range keys {
+			if s, ok := p.Spread[k]; ok {
+				row = append(row, strconv.Itoa(s.N), num(s.SD), num(s.CI95Low), num(s.CI95High))
+			} else {
+				row = append(row, "", "", "", "")
+			}
+		}
+		cw.Write(row)
 	}
 	cw.Flush()
 	return cw.Error()
@@ -165,6 +243,14 @@ type Data struct {
 	Capacity    []capacityView // the capacity searches, with the rate each found
 	Unit        string
 	Stderr      []runStderr // the ends of failed processes' stderr
+	// The comparisons of the ranked runs: their latency distributions by
+	// group, the configuration points, the throughput-latency curves with
+	// their Pareto fronts against CurveLatency.
+	CurveLatency string
+	Dists        []distGroup
+	Configs      []ConfigPoint
+	Curves       []Curve
+	Spread       spreadTable // the configurations with repeats
 }
 
 // runStderr is a failed process's stderr tail, with its run.
@@ -188,8 +274,19 @@ type sanityRow struct {
 
 func (d *Data) Table() Table {
 	c := d.Rep.Status.Campaign
-	return Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows,
-		Quality: d.Quality, Performance: d.Performance, NotRanked: d.NotRanked}
+	t := Table{Schema: TableSchema, Campaign: c.ID, Protocol: c.Protocol, SHA256: c.SHA256, Rows: d.Rows,
+		Quality: d.Quality, Performance: d.Performance, NotRanked: d.NotRanked,
+		CurveLatency: d.CurveLatency, Configs: d.Configs, Curves: d.Curves, Capacity: []CapacityTable{}}
+	for _, v := range d.Capacity {
+		t.Capacity = append(t.Capacity, v.table())
+	}
+	if t.Configs == nil {
+		t.Configs = []ConfigPoint{}
+	}
+	if t.Curves == nil {
+		t.Curves = []Curve{}
+	}
+	return t
 }
 
 func fptr(m map[string]float64, k string) *float64 {
@@ -240,7 +337,13 @@ var (
 	outputTokensKeys = []string{"clean.output_tokens_per_s", "output_tokens_per_s"}
 )
 
+// firstFigure is the first of keys that m has. A loadgen result whose
+// clean interval lasted no time (a burn-in's) gives no clean figure: its
+// zeros were not measured.
 func firstFigure(m map[string]float64, keys []string) *float64 {
+	if s, ok := m["clean.seconds"]; ok && s <= 0 {
+		return nil
+	}
 	for _, k := range keys {
 		if v := fptr(m, k); v != nil {
 			return v
@@ -249,12 +352,24 @@ func firstFigure(m map[string]float64, keys []string) *float64 {
 	return nil
 }
 
+// Build is BuildWith the default options.
 func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
-	d := &Data{Rep: rep, Plan: plan, Unit: rep.Status.Budget.Unit}
+	return BuildWith(dir, rep, plan, Options{})
+}
+
+// BuildWith reads what the report shows from the report the query API
+// gives and the campaign directory's files (CheckOptions first: an option
+// it refuses is taken as its default).
+func BuildWith(dir string, rep api.Report, plan *protocols.Plan, opts Options) *Data {
+	if CheckOptions(opts) != nil {
+		opts = Options{}
+	}
+	d := &Data{Rep: rep, Plan: plan, Unit: rep.Status.Budget.Unit, CurveLatency: opts.latency()}
 	if d.Unit == "" {
 		d.Unit = "GPU-hours"
 	}
 	measured := map[string]bool{}
+	serving := map[string]views.Serving{}
 	if plan != nil {
 		for _, r := range plan.Runs {
 			measured[r.ID] = r.Measured
@@ -262,8 +377,11 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 	}
 	for _, rd := range rep.Runs {
 		row := Row{Run: rd.Run.ID, Phase: rd.Run.Phase, Kind: rd.Run.Kind, Cell: rd.Run.Cell, Load: rd.Run.Load,
-			Measured: measured[rd.Run.ID], State: rd.State, Attempts: len(rd.Attempts), GatesNotPassed: []string{}, DamagedEvidence: []string{}}
+			Measured: measured[rd.Run.ID], State: rd.State, Attempts: len(rd.Attempts), GatesNotPassed: []string{}, DamagedEvidence: []string{},
+			Latency: views.Latency{Missing: []string{"no attempt has run"}}}
 		if a := countingAttempt(rd); a != nil {
+			serving[rd.Run.ID] = views.ReadServing(*a)
+			row.Latency = serving[rd.Run.ID].Latency
 			row.Attempt, row.Outcome, row.Reason = a.N, string(a.State), string(a.Reason)
 			if a.State.Terminal() {
 				dur := a.UpdatedAt.Sub(a.CreatedAt).Seconds()
@@ -294,6 +412,7 @@ func Build(dir string, rep api.Report, plan *protocols.Plan) *Data {
 		d.Rows = append(d.Rows, row)
 	}
 	d.Quality, d.Performance, d.NotRanked = qualityAndPerformance(rep, plan)
+	d.compare(rep, plan, serving)
 	d.Timeline = timelineSVG(rep)
 	d.Budget = budgetSVG(rep)
 	d.Traces = gpuTraces(rep)
@@ -683,13 +802,43 @@ func f3(p *float64) string {
 	return strconv.FormatFloat(*p, 'f', 3, 64)
 }
 
+// latCell is a latency table's cell: the figure, or "missing".
+func latCell(l views.Latency, metric, stat string) template.HTML {
+	v, _ := l.Figure(views.LatencyKey(metric, stat))
+	return msCell(v)
+}
+
+// msCell is a latency's cell: the figure to 3 decimals, or "missing"
+// (never 0, never a dash that could read as not applicable).
+func msCell(v *float64) template.HTML {
+	if v == nil {
+		return `<td class="num"><span class="missing">missing</span></td>`
+	}
+	return template.HTML(`<td class="num">` + strconv.FormatFloat(*v, 'f', 3, 64) + `</td>`)
+}
+
+// LatencyMetrics are the latencies the page's tables have columns for.
+func (d *Data) LatencyMetrics() []views.LatencyMetric { return views.LatencyMetrics }
+
 func WriteHTML(w io.Writer, d *Data) error {
 	t, err := template.New("report").Funcs(template.FuncMap{
 		"f3":     f3,
 		"colour": colourOf,
 		"join":   strings.Join,
 		"time":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-		"short":  func(s string) string { return s[:min(12, len(s))] },
+		"short":  short,
+		"lat":    latCell,
+		"ms3":    msCell,
+		"spread": spreadCell,
+		"deref":  func(p *float64) float64 { return *p },
+		"onFront": func(c Curve, p CurvePoint) bool {
+			for _, q := range c.Front {
+				if q.Config == p.Config && q.Cell == p.Cell && q.Load == p.Load {
+					return true
+				}
+			}
+			return false
+		},
 	}).Parse(reportTemplate)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"warden/pkg/campaignfs"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
+	"warden/pkg/views"
 	"warden/protocols"
 )
 
@@ -134,9 +135,11 @@ func TestBuild(t *testing.T) {
 	want := []Row{
 		{Run: "c0.saturation", Phase: "matrix", Kind: "saturation", Cell: "c0", Load: "sat", Measured: true, State: "complete", Attempts: 1, Attempt: 1,
 			Outcome: "complete", GatesPassed: 2, GatesNotPassed: []string{"drain: fail"}, DurationS: fp(90), ThroughputRPS: fp(12.5),
-			OutputTokensPerS: fp(800), EnergyPerRequestJ: fp(4.5), GPUSeconds: fp(80), DamagedEvidence: []string{}},
+			OutputTokensPerS: fp(800), EnergyPerRequestJ: fp(4.5), GPUSeconds: fp(80), DamagedEvidence: []string{},
+			Latency: views.Latency{Missing: []string{"clean.latency.ttft_ms: absent", "clean.latency.tpot_ms: absent", "clean.latency.itl_ms: absent", "clean.latency.e2e_ms: absent"}}},
 		{Run: "c0.moderate", Phase: "matrix", Kind: "moderate", Cell: "c0", Load: "mod", State: "failed", Attempts: 1, Attempt: 1,
-			Outcome: "failed", Reason: "client-failed", GatesNotPassed: []string{}, DurationS: fp(80), DamagedEvidence: []string{}},
+			Outcome: "failed", Reason: "client-failed", GatesNotPassed: []string{}, DurationS: fp(80), DamagedEvidence: []string{},
+			Latency: views.Latency{Missing: []string{"attempt 1 has no client/result.json"}}},
 	}
 	if !reflect.DeepEqual(d.Rows, want) {
 		got, _ := json.Marshal(d.Rows)
@@ -194,9 +197,12 @@ func TestTable(t *testing.T) {
 	if err := WriteCSV(&csv, d.Rows); err != nil {
 		t.Fatal(err)
 	}
-	want := "run,phase,kind,cell,load,measured,state,attempts,attempt,outcome,reason,gates_passed,gates_not_passed,duration_s,throughput_rps,output_tokens_per_s,energy_per_request_j,gpu_seconds,damaged_evidence\n" +
-		"c0.saturation,matrix,saturation,c0,sat,true,complete,1,1,complete,,2,drain: fail,90,12.5,800,4.5,80,\n" +
-		"c0.moderate,matrix,moderate,c0,mod,false,failed,1,1,failed,client-failed,0,,80,,,,,\n"
+	lat := "ttft_n,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p95_ms,ttft_p99_ms,ttft_max_ms,tpot_n,tpot_mean_ms,tpot_p50_ms,tpot_p90_ms,tpot_p95_ms,tpot_p99_ms,tpot_max_ms," +
+		"itl_n,itl_mean_ms,itl_p50_ms,itl_p90_ms,itl_p95_ms,itl_p99_ms,itl_max_ms,e2e_n,e2e_mean_ms,e2e_p50_ms,e2e_p90_ms,e2e_p95_ms,e2e_p99_ms,e2e_max_ms,latency_missing"
+	none := strings.Repeat(",", 28) // 28 empty latency cells
+	want := "run,phase,kind,cell,load,measured,state,attempts,attempt,outcome,reason,gates_passed,gates_not_passed,duration_s,throughput_rps,output_tokens_per_s,energy_per_request_j,gpu_seconds," + lat + ",damaged_evidence\n" +
+		"c0.saturation,matrix,saturation,c0,sat,true,complete,1,1,complete,,2,drain: fail,90,12.5,800,4.5,80," + none + "clean.latency.ttft_ms: absent; clean.latency.tpot_ms: absent; clean.latency.itl_ms: absent; clean.latency.e2e_ms: absent,\n" +
+		"c0.moderate,matrix,moderate,c0,mod,false,failed,1,1,failed,client-failed,0,,80,,,,," + none + "attempt 1 has no client/result.json,\n"
 	if csv.String() != want {
 		t.Fatalf("csv:\n%s\nwant:\n%s", csv.String(), want)
 	}
@@ -280,5 +286,17 @@ func TestWriteRefusesPrivateText(t *testing.T) {
 	}
 	if _, err := Privacy(dir, nil); err == nil || !strings.Contains(err.Error(), "provenance") {
 		t.Fatalf("Privacy without a provenance record = %v, want an error", err)
+	}
+}
+
+// TestZeroCleanInterval: a loadgen result whose clean interval lasted no
+// time (a burn-in's) has no throughput, not the 0 it writes.
+func TestZeroCleanInterval(t *testing.T) {
+	t.Parallel()
+	if v := firstFigure(map[string]float64{"clean.seconds": 0, "clean.completed_rps": 0}, throughputKeys); v != nil {
+		t.Errorf("throughput of a 0 s clean interval: %v", *v)
+	}
+	if v := firstFigure(map[string]float64{"clean.seconds": 2, "clean.completed_rps": 0}, throughputKeys); v == nil || *v != 0 {
+		t.Errorf("throughput of a 2 s clean interval that completed nothing: %v", v)
 	}
 }

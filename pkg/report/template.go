@@ -28,6 +28,7 @@ th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: lef
 th { background: var(--head); position: sticky; top: 0; cursor: pointer; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.hl td { background: #fff6d6; }
+tr.group-row td { background: #f9fafb; white-space: normal; }
 .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-right: 5px; vertical-align: middle; }
 svg.chart { display: block; margin: 6px 0; }
 svg .grid { stroke: #eceff3; } svg .tick { font-size: 10px; fill: var(--muted); } svg .label { font-size: 11px; fill: var(--fg); }
@@ -37,6 +38,13 @@ svg .phase { stroke: rgba(255,255,255,.85); stroke-width: 1.2; }
 svg .att rect:hover { stroke: #000; stroke-width: 1.2; }
 svg .charged { fill: none; stroke: #d24a43; stroke-width: 2; } svg .reserved { fill: none; stroke: #e0a020; stroke-width: 1.2; stroke-dasharray: 4 3; }
 svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
+svg .axis { stroke: #9aa1ab; } svg .bound { stroke: #d24a43; stroke-width: 1.2; stroke-dasharray: 5 3; }
+svg .front { fill: none; stroke: #1d2330; stroke-width: 1.3; stroke-dasharray: 6 3; } svg .front-pt { fill: none; stroke: #1d2330; stroke-width: 1.3; }
+svg .whisker { stroke-width: 1.2; }
+.key i.front-key { border-top: 2px dashed #1d2330; height: 0; background: none; }
+.grid2 { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 4px 16px; } .grid2 svg.chart { width: 100%; height: auto; }
+.missing { color: #b06d00; font-style: italic; }
+h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 .legend { font-size: 12px; color: var(--muted); } .key { margin-right: 14px; } .key i { display: inline-block; width: 12px; height: 10px; margin-right: 4px; vertical-align: middle; }
 .bad { color: #d24a43; font-weight: 600; }
 #tip { position: fixed; pointer-events: none; background: #1d2330; color: #fff; padding: 6px 8px; border-radius: 4px; font: 12px/1.35 ui-monospace, monospace; white-space: pre; display: none; z-index: 5; }
@@ -73,12 +81,16 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 </table>
 
 <h2 id="performance">Performance</h2>
-<p class="muted">The ranked runs only (complete, measured, of a system that passed its quality gates), by group (phase, load and the axes other than the system's), each group by the first figure every run of it has: p99 time to first audio, else p99 time to first token (lower first), else throughput (higher first).</p>
+<p class="muted">The ranked runs only (complete, measured, of a system that passed its quality gates), by group (phase, load and the axes that do not choose the server: a pattern, a concurrency), so that the rank is over the group's configurations (the values of the axes that choose the server: a system, a server config; "over" names them), each group by the first figure every run of it has: p99 time to first audio, else p99 time to first token (lower first), else throughput (higher first). Repeats are ranked run by run; their means are under Repeats.</p>
 {{if .Performance}}<table id="performance-ranking">
-<thead><tr><th>group</th><th>rank</th><th>by</th><th>run</th><th>system</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
+<thead><tr><th>rank</th><th>run</th><th>system</th><th>config</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TPOT ms</th><th>p99 ITL ms</th><th>p99 E2E ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
 <tbody>
+{{- $group := ""}}
 {{- range .Performance}}
-<tr data-run="{{.Run}}"><td>{{.Group}}</td><td class="num">{{if .Rank}}{{.Rank}}{{else}}–{{end}}</td><td>{{.RankedBy}}</td><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+{{- if ne .Group $group}}{{$group = .Group}}
+<tr class="group-row" data-group="{{.Group}}"><td colspan="13"><b>{{.Group}}</b>: {{if .RankedBy}}ranked by {{.RankedBy}}{{else}}not ranked (no figure every run has){{end}} over {{.RankedOver}}</td></tr>
+{{- end}}
+<tr data-run="{{.Run}}"><td class="num">{{if .Rank}}{{.Rank}}{{else}}–{{end}}</td><td class="mono">{{.Run}}</td><td>{{.System}}</td><td>{{.Config}}</td><td class="num">{{f3 .ThroughputRPS}}</td>{{ms3 .TTFTP99MS}}{{ms3 .TPOTP99MS}}{{ms3 .ITLP99MS}}{{ms3 .E2EP99MS}}<td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
 {{- end}}
 </tbody>
 </table>{{else}}<p class="muted">No run is ranked.</p>{{end}}
@@ -89,10 +101,65 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 <thead><tr><th>run</th><th>system</th><th>why not ranked</th><th>throughput req/s</th><th>p99 TTFT ms</th><th>p99 TTFA ms</th><th>p99 RTF</th><th>p99 chunk gap ms</th><th>energy J/req</th></tr></thead>
 <tbody>
 {{- range .NotRanked}}
-<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="bad">{{.Excluded}}</td><td class="num">{{f3 .ThroughputRPS}}</td><td class="num">{{f3 .TTFTP99MS}}</td><td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
+<tr data-run="{{.Run}}"><td class="mono">{{.Run}}</td><td>{{.System}}</td><td class="bad">{{.Excluded}}</td><td class="num">{{f3 .ThroughputRPS}}</td>{{ms3 .TTFTP99MS}}<td class="num">{{f3 .TTFAP99MS}}</td><td class="num">{{f3 .RTFP99}}</td><td class="num">{{f3 .ChunkGapP99MS}}</td><td class="num">{{f3 .EnergyPerRequestJ}}</td></tr>
 {{- end}}
 </tbody>
 </table>
+{{- end}}
+
+<h2 id="curves">Throughput against latency</h2>
+<p class="muted">Per phase and workload (the runs that read the same manifest), one line per configuration through its loads, in order of throughput: clean-interval requests/s against <b>{{.CurveLatency}}</b>, each point the mean over the configuration's repeats, with its 95% confidence interval where it has two or more. {{if eq .CurveLatency "ttft_p99_ms"}}p99 TTFT by default: it grows with the queueing a busier configuration causes, which is what its throughput costs a user, and an SLO is written on the tail a mean hides; <code>ctlq report --latency tpot_p99_ms</code> (or any latency of the table) draws another.{{else}}Chosen with <code>ctlq report --latency</code>.{{end}} The dashed line is the Pareto front: the points no other point of the curve beats on both throughput (higher) and {{.CurveLatency}} (lower), ringed.</p>
+{{- range $i, $c := .Curves}}
+<h3 class="curve-name">{{$c.Label}}</h3>
+{{$c.SVG}}
+<table id="curve-{{$i}}" class="curve-points">
+<thead><tr><th>config</th><th>load</th><th>runs</th><th>throughput req/s</th><th>{{$c.Latency}}</th><th>95% CI</th><th>Pareto front</th></tr></thead>
+<tbody>
+{{- range $c.Series}}{{range .Points}}
+<tr><td>{{.Config}}</td><td>{{.Load}}</td><td class="mono">{{join .Runs ", "}}</td><td class="num">{{printf "%.3f" .ThroughputRPS}}</td><td class="num">{{printf "%.3f" .LatencyMS}}</td><td class="num">{{if .LatencyCI95Low}}{{f3 .LatencyCI95Low}} – {{f3 .LatencyCI95High}}{{else}}–{{end}}</td><td>{{if onFront $c .}}<b>on the front</b>{{else}}dominated{{end}}</td></tr>
+{{- end}}{{end}}
+</tbody>
+</table>
+<table id="pareto-{{$i}}" class="pareto" style="margin-top:8px">
+<thead><tr><th>Pareto front, by throughput</th><th>load</th><th>throughput req/s</th><th>{{$c.Latency}}</th></tr></thead>
+<tbody>
+{{- range $c.Front}}
+<tr><td>{{.Config}}</td><td>{{.Load}}</td><td class="num">{{printf "%.3f" .ThroughputRPS}}</td><td class="num">{{printf "%.3f" .LatencyMS}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- range $c.Missing}}<p class="bad">not on the curve: {{.}}</p>{{end}}
+{{- else}}
+<p class="muted">No ranked run: no curve.</p>
+{{- end}}
+
+<h2 id="repeats">Repeats</h2>
+{{if .Spread.Rows}}<p class="muted">Each configuration's runs that differ only in their repeat (the phases' <code>repeats:</code>; an A/A pair is such a configuration): each figure's mean over them ± the half-width of its 95% confidence interval (Student's t, repeats − 1 degrees of freedom), the sample standard deviation, the half-width as a share of the mean and, in brackets, the repeats that have the figure (–: fewer than two). Every figure's spread (p50s and output tokens/s too) is in <code>--configs-csv</code> and <code>--table-json</code>.</p>
+<table id="spread">
+<thead><tr><th>group</th><th>config</th><th>runs</th>{{range .Spread.Keys}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>
+{{- range .Spread.Rows}}
+<tr><td>{{.Group}}</td><td>{{.Config}}</td><td class="mono wrap">{{join .Runs ", "}}</td>{{range .Cells}}{{spread .}}{{end}}</tr>
+{{- end}}
+</tbody>
+</table>{{else}}<p class="muted">No ranked configuration has two or more repeats with figures: no spread to show (a phase's <code>repeats:</code> runs each cell more than once).</p>{{end}}
+
+<h2 id="latency">Latency distributions</h2>
+<p class="muted">Each ranked run's TTFT, TPOT, ITL and E2E over its clean interval, from its client's result.json (loadgen's nearest-rank quantiles, milliseconds; <code>missing</code>: the result does not give the figure, hover for why), by group as the ranking compares them. The CDFs pass through each run's p50, p90, p95, p99 and max (quantiles 0.5, 0.9, 0.95, 0.99, 1; the lines between them are drawn, not measured), on a log scale, coloured by configuration. Every figure, p95 and max included, is in <code>--csv</code> and <code>--table-json</code>.</p>
+{{- range $i, $g := .Dists}}
+<h3 class="group">{{$g.Group}}</h3>
+<table id="latency-{{$i}}" class="latency">
+<thead><tr><th rowspan="2">run</th><th rowspan="2">config</th><th colspan="4">TTFT ms</th><th colspan="4">TPOT ms</th><th colspan="4">ITL ms</th><th colspan="4">E2E ms</th></tr>
+<tr>{{range $m := $.LatencyMetrics}}<th>mean</th><th>p50</th><th>p90</th><th>p99</th>{{end}}</tr></thead>
+<tbody>
+{{- range $g.Rows}}
+<tr data-run="{{.Run}}"{{if .Latency.Missing}} title="{{join .Latency.Missing "; "}}"{{end}}><td class="mono">{{.Run}}</td><td>{{.Config}}</td>{{$l := .Latency}}{{range $m := $.LatencyMetrics}}{{lat $l $m.Key "mean"}}{{lat $l $m.Key "p50"}}{{lat $l $m.Key "p90"}}{{lat $l $m.Key "p99"}}{{end}}</tr>
+{{- end}}
+</tbody>
+</table>
+<div class="grid2">{{range $g.Charts}}<div>{{.}}</div>{{end}}</div>
+{{- else}}
+<p class="muted">No ranked run: nothing to compare.</p>
 {{- end}}
 
 <h2>Amendments</h2>
@@ -130,10 +197,11 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
 {{- end}}
 
 {{if .Capacity}}<h2>Capacity searches</h2>
-<p class="muted">Each search's judged points on the arrival-rate axis (above: the SLO held; below: it did not; grey: it could not be judged), and the rate found: the largest that held, to the search's resolution, as the controller decided from the same records.</p>
+<p class="muted">Each search's judged points on the arrival-rate axis (above: the SLO held; below: it did not; grey: it could not be judged), and the rate found: the largest that held, to the search's resolution, as the controller decided from the same records. Below it, each figure the SLO bounds against the offered rate, through the points in order of rate (green held, red did not), with the bound dashed.</p>
 {{- range .Capacity}}
 <h3 style="font-size:14px;margin:12px 0 0" class="capacity-search"><span class="mono">{{.Search}}</span>: {{if gt .Found 0.0}}found <span class="num">{{printf "%.4g" .Found}}</span> requests/s{{else if .Stop}}stopped ({{.Stop}}){{else}}searching{{end}}{{if .NotMonotonic}}: <strong class="not-a-capacity">not a capacity</strong>: {{.NotMonotonic}}{{end}}</h3>
 {{.SVG}}
+<div class="grid2">{{range .Curves}}<div>{{.}}</div>{{end}}</div>
 <table><thead><tr><th>point</th><th>rate (requests/s)</th><th>SLO</th><th>detail</th></tr></thead><tbody>
 {{- range .Points}}
 <tr><td class="mono">{{.Run}}</td><td class="num">{{printf "%.4g" .Rate}}</td><td>{{.Verdict}}</td><td>{{.Detail}}</td></tr>
@@ -212,6 +280,7 @@ svg .cap { stroke: #1d2330; stroke-width: 1.2; stroke-dasharray: 6 4; }
       rows.forEach(function (r) { body.appendChild(r); });
     });
   });
+  document.body.setAttribute("data-height", String(document.documentElement.scrollHeight));
   document.body.setAttribute("data-ready", "1");
 })();
 </script>

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -59,6 +60,14 @@ func runTests(m *testing.M) int {
 	return testbin.Run("runner-test-", []string{"../../cmd/standin", "../../cmd/controller", "../../cmd/loadgen"}, func(dir string) int {
 		standinBin = filepath.Join(dir, "standin")
 		controllerBin, loadgenBin = filepath.Join(dir, "controller"), filepath.Join(dir, "loadgen")
+		// the power-check campaign's manifest, by loadgen, before the
+		// reaper too
+		powerManifest = filepath.Join(dir, "power-manifest.jsonl")
+		if out, err := exec.Command(loadgenBin, "materialize", "--id", "p1", "--input-uniform", "4:16", "--output-fixed", "4", "--arrival", "steady",
+			"--num-requests", "60000", "--workload-seed", "20260712", "--out", powerManifest).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "materialize the power-check manifest: %v\n%s", err, out)
+			return 1
+		}
 		return testreaper.Run(m, &testReaper)
 	})
 }
@@ -436,9 +445,9 @@ func describe(as []state.Attempt) string {
 // ledger sums the budget ledger by kind, and the charges by attempt
 // ("run/aN").
 type ledger struct {
-	charged, reserved, released float64
-	byAttempt                   map[string]float64
-	entries                     []state.LedgerEntry
+	prior, charged, reserved, released float64
+	byAttempt                          map[string]float64
+	entries                            []state.LedgerEntry
 }
 
 func (c *campaign) ledger() ledger {
@@ -450,6 +459,8 @@ func (c *campaign) ledger() ledger {
 	l := ledger{byAttempt: map[string]float64{}, entries: es}
 	for _, e := range es {
 		switch e.Kind {
+		case state.LedgerPrior:
+			l.prior += e.GPUSeconds
 		case state.LedgerCharge:
 			l.charged += e.GPUSeconds
 			l.byAttempt[fmt.Sprintf("%s/a%d", e.Run, e.Attempt)] += e.GPUSeconds
@@ -463,15 +474,16 @@ func (c *campaign) ledger() ledger {
 }
 
 // wantLedgerSettled checks the ledger against the campaign's totals:
-// every charge counted, and every reservation released.
+// every charge (and the hours consumed before the campaign) counted, and
+// every reservation released.
 func (c *campaign) wantLedgerSettled() ledger {
 	c.t.Helper()
 	cp, l := c.campaign(), c.ledger()
 	if cp.ReservedGPUSeconds > 1e-6 || l.reserved-l.released > 1e-6 {
 		c.t.Errorf("reservations not released: campaign reserves %v GPU-s; ledger reserved %v, released %v", cp.ReservedGPUSeconds, l.reserved, l.released)
 	}
-	if d := cp.ConsumedGPUSeconds - l.charged; d > 1e-6 || d < -1e-6 {
-		c.t.Errorf("campaign consumed %v GPU-s, ledger charges %v", cp.ConsumedGPUSeconds, l.charged)
+	if d := cp.ConsumedGPUSeconds - l.prior - l.charged; d > 1e-6 || d < -1e-6 {
+		c.t.Errorf("campaign consumed %v GPU-s, ledger prior %v and charges %v", cp.ConsumedGPUSeconds, l.prior, l.charged)
 	}
 	return l
 }

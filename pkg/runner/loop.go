@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -423,18 +422,14 @@ func (c *Runner) checkDisk() *schedule.Stop {
 	if err := unix.Statfs(c.dir, &sfs); err == nil {
 		free = sfs.Bavail * uint64(sfs.Bsize)
 	}
-	var used uint64
-	if st.MaxArtifactsGB != nil {
-		filepath.WalkDir(campaignfs.Runs(c.dir), func(_ string, d fs.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() {
-				if fi, err := d.Info(); err == nil {
-					used += uint64(fi.Size())
-				}
-			}
-			return nil
-		})
+	var b []uint64
+	if st.MaxArtifactsGB != nil { // the runs and the provenance copies: both are public artifacts
+		b = gates.ArtifactBytes(campaignfs.Runs(c.dir), filepath.Join(c.dir, provenance.SubDir))
 	}
-	v := gates.Disk(free, used, st.MinFreeGB, st.MaxArtifactsGB, c.now())
+	v := gates.Disk(free, gates.Total(b), st.MinFreeGB, st.MaxArtifactsGB, c.now())
+	if b != nil {
+		v.Figures["provenance_gb"] = float64(b[1]) / 1e9
+	}
 	if v.Passed() {
 		return nil
 	}

@@ -27,16 +27,17 @@ func TestEveryReasonProduced(t *testing.T) {
 		"ReasonBudgetExhausted": state.ReasonBudgetExhausted, "ReasonMeasureDeadline": state.ReasonMeasureDeadline,
 		"ReasonDrainUnseen": state.ReasonDrainUnseen, "ReasonQualityFailed": state.ReasonQualityFailed,
 		"ReasonStepLost": state.ReasonStepLost, "ReasonDrainAbandoned": state.ReasonDrainAbandoned,
-		"ReasonInputChanged": state.ReasonInputChanged,
+		"ReasonInputChanged": state.ReasonInputChanged, "ReasonClockLoad": state.ReasonClockLoad,
 	}
 	if len(names) != len(state.Reasons) {
 		t.Fatalf("the test names %d reasons, state has %d: add the new one here", len(names), len(state.Reasons))
 	}
 	used := map[string]bool{}
-	// the campaign loop and the attempt lifecycle produce them
+	// the campaign loop and the attempt lifecycle produce them, the
+	// reasons of a validator's classes through outcome.ValidatorReason
 	files, _ := filepath.Glob("*.go")
 	lifecycle, _ := filepath.Glob("../attempt/*.go")
-	files = append(files, lifecycle...)
+	files = append(append(files, lifecycle...), "../outcome/validator.go")
 	fset := token.NewFileSet()
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") || f == "policy.go" {

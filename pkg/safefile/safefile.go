@@ -33,6 +33,10 @@ func Open(path string) (*os.File, error) {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("open %s: %w (a symbolic link)", path, ErrNotRegular)
 		}
+		// a socket cannot be opened at all (ENXIO): say what it is
+		if fi, lerr := os.Lstat(path); lerr == nil && !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("open %s: %w (%s)", path, ErrNotRegular, kind(fi.Mode()))
+		}
 		return nil, err
 	}
 	fi, err := f.Stat()

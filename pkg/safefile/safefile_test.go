@@ -3,6 +3,7 @@ package safefile
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +25,15 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 	if err := os.Symlink(reg, link); err != nil {
 		t.Fatal(err)
 	}
+	// a socket cannot be opened at all (ENXIO)
+	sock := filepath.Join(dir, "sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	// a FIFO with no writer: a plain open would block forever
-	for path, what := range map[string]string{fifo: "a FIFO", link: "a symbolic link", dir: "a directory", "/dev/zero": "a character device"} {
+	for path, what := range map[string]string{fifo: "a FIFO", link: "a symbolic link", dir: "a directory", "/dev/zero": "a character device", sock: "a socket"} {
 		_, err := ReadFile(path, 1<<20)
 		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: %v; want ErrNotRegular naming it as %s", path, err, what)

@@ -167,6 +167,11 @@ const (
 	// start (the manifest hash the client reports differs from the
 	// recorded one).
 	ReasonInputChanged Reason = "input-changed"
+	// ReasonClockLoad: the clock and load check found the GPUs' clocks
+	// held down (a thermal, power-brake or hardware slowdown) or the host
+	// loaded past the protocol's bound during the measured interval: the
+	// host, not the server, was measured (an infrastructure failure).
+	ReasonClockLoad Reason = "clock-load"
 )
 
 // ExitDrainAbandoned is the exit code of Warden's load client when it
@@ -180,7 +185,7 @@ var Reasons = []Reason{
 	ReasonDrainWatchdog, ReasonDrainQuarantine, ReasonConfigMismatch, ReasonValidatorFailed,
 	ReasonPrivacyViolation, ReasonInterrupted, ReasonHarnessError, ReasonProfileArtifact,
 	ReasonBudgetExhausted, ReasonMeasureDeadline, ReasonDrainUnseen, ReasonQualityFailed,
-	ReasonStepLost, ReasonDrainAbandoned, ReasonInputChanged,
+	ReasonStepLost, ReasonDrainAbandoned, ReasonInputChanged, ReasonClockLoad,
 }
 
 // Valid reports whether r is a known reason.

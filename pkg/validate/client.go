@@ -59,11 +59,12 @@ type ClientResult struct {
 		StopError       string `json:"stop_error"`
 	} `json:"profile_windows"`
 	Segments []struct {
-		Name      string  `json:"name"`
-		Kind      string  `json:"kind"`
-		Seconds   float64 `json:"seconds"`
-		Failed    int     `json:"failed"`
-		Succeeded int     `json:"succeeded"`
+		Name         string  `json:"name"`
+		Kind         string  `json:"kind"`
+		Seconds      float64 `json:"seconds"`
+		Failed       int     `json:"failed"`
+		Succeeded    int     `json:"succeeded"`
+		CompletedRPS float64 `json:"completed_rps"`
 	} `json:"segments"`
 	Clean struct {
 		Seconds            float64 `json:"seconds"`
@@ -187,6 +188,7 @@ func ClientDir(dir string, opts ClientOptions) Result {
 	}
 	checkTokens(f, res, recs)
 	checkOutcomes(f, res, recs)
+	checkCleanSegments(f, res, recs)
 	checkManifest(f, res, recs)
 	checkLag(f, res, recs, opts)
 	checkRate(f, res, opts)
@@ -243,6 +245,38 @@ func checkOutcomes(f *findings, res ClientResult, recs []clientRecord) {
 	f.fig("abandoned", float64(abandoned))
 	if abandoned > 0 {
 		f.failf("%d request(s) abandoned at the drain bound: a run that abandoned any request is never complete", abandoned)
+	}
+}
+
+// checkCleanSegments: every clean segment holds completions, and its
+// figures are reported apart (seed 002: "For each clean segment and their
+// 240-second union, report: completed and failed requests; achieved
+// offered and completed requests/s"; the client "emits one result file
+// per segment"). A stall that empties one segment of three leaves the
+// union's completions positive: the rule is per segment. A segment's
+// completions are the larger of its succeeded count and its records'
+// successes (records name the segment a request ended in). Figures
+// cleanK_completed and cleanK_completed_rps, K the clean segment's place
+// from 1.
+func checkCleanSegments(f *findings, res ClientResult, recs []clientRecord) {
+	ok := map[string]int{}
+	for _, r := range recs {
+		if r.Class == "success" {
+			ok[r.Segment]++
+		}
+	}
+	k := 0
+	for _, s := range res.Segments {
+		if s.Kind != "clean" {
+			continue
+		}
+		k++
+		done := max(s.Succeeded, ok[s.Name])
+		f.fig(fmt.Sprintf("clean%d_completed", k), float64(done))
+		f.fig(fmt.Sprintf("clean%d_completed_rps", k), s.CompletedRPS)
+		if done <= 0 {
+			f.failf("clean segment %s (%d of the clean segments) holds no completion: each clean segment must", s.Name, k)
+		}
 	}
 }
 

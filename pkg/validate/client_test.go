@@ -38,6 +38,7 @@ type clientRun struct {
 	recoveryS      float64  // the recovery segments' length (timeline: 30)
 	exhausted      bool
 	repeatRow      bool
+	stalled        int // this clean segment (1-based) ended no request: a stall
 }
 
 func (c clientRun) write(t *testing.T, dir string) {
@@ -53,13 +54,18 @@ func (c clientRun) write(t *testing.T, dir string) {
 		if i == 1 {
 			failed = c.failed
 		}
-		s := map[string]any{"schema": "warden.loadgen.segment/1", "name": name, "kind": "clean", "index": i, "seconds": c.segS, "failed": failed, "succeeded": 10}
+		ended := 10
+		if i == c.stalled {
+			ended = 0
+		}
+		s := map[string]any{"schema": "warden.loadgen.segment/1", "name": name, "kind": "clean", "index": i, "seconds": c.segS, "failed": failed, "succeeded": ended,
+			"completed_rps": float64(ended) / c.segS}
 		segs = append(segs, s)
 		b, _ := json.Marshal(s)
 		segLines = append(append(segLines, b...), '\n')
 		reqFiles = append(reqFiles, "requests/"+name+".jsonl")
 		var lines []byte
-		for k := range 10 {
+		for k := range ended {
 			planned := t0 + int64(k)*1e6
 			sent := planned + 1000
 			if i == 2 && k == 3 {
@@ -190,6 +196,8 @@ func TestClient(t *testing.T) {
 		{name: "manifest exhausted", run: clientRun{segments: 3, segS: 80, exhausted: true}, verdict: "fail", detail: "manifest ran out"},
 		{name: "a row twice", run: clientRun{segments: 3, segS: 80, repeatRow: true}, verdict: "fail", detail: "1 request(s) repeat a manifest row"},
 		{name: "one clean completion", run: clientRun{segments: 3, segS: 80, cleanCompleted: &one}, verdict: "pass"},
+		// the union holds completions, one segment of three none
+		{name: "one stalled clean segment", run: clientRun{segments: 3, segS: 80, stalled: 2}, verdict: "fail", detail: "clean segment clean-2 (2 of the clean segments) holds no completion"},
 	}...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,6 +208,9 @@ func TestClient(t *testing.T) {
 			r := ClientDir(dir, o)
 			if r.Verdict != tc.verdict || !strings.Contains(r.Detail, tc.detail) {
 				t.Fatalf("got %s %q, want %s containing %q; figures %v", r.Verdict, r.Detail, tc.verdict, tc.detail, r.Figures)
+			}
+			if tc.run.segments == 3 && tc.run.segS == 80 && tc.run.stalled == 0 && (r.Figures["clean1_completed"] != 10 || r.Figures["clean3_completed_rps"] != 0.125) {
+				t.Fatalf("per-segment figures %v", r.Figures)
 			}
 			// Class profile-artifact exactly when the profile calls
 			// are the only failure.

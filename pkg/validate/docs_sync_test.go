@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/pkg/gpu"
 	"warden/pkg/loadgen"
 )
 
@@ -107,6 +108,11 @@ func TestValidatorFiguresDocumented(t *testing.T) {
 		"layer1":          {Layer1Dir(l1, "", "", DefaultLayer1)},
 		"power":           {PowerDir(dir, PowerOptions{Layer1Dir: l1, BlockSteps: 8, Windows: 2, ReferenceTailS: 30, MaxSMD: 0.25, WindowS: 1, StepS: 0.25, Tolerance: 0.1})},
 	}
+	cl, clPhases := clockLoadDir(t, gpu.ReasonHwSlowdown, [2]float64{1, 2})
+	emitted["clock-load"] = []Result{ClockLoad(ClockLoadOptions{AttemptDir: cl, Phases: clPhases, ForbiddenReasons: DefaultForbiddenReasons, MaxLoad1: 1})}
+	recRoot := t.TempDir()
+	recRun := recordsRun(t, recRoot, "burnin.C00", vllmCacheLine+"\n", serverInfo)
+	emitted["records"] = []Result{Records(RecordsOptions{AttemptDir: recRun, Out: filepath.Join(recRun, "records.json"), CompileKeyOf: filepath.Dir(recRun)})}
 	emitted["waveform"] = waveformFigures(t)
 	_, san := Sanity([]string{dir}, dir, DefaultSanity())
 	emitted["sanity"] = []Result{san}
@@ -252,6 +258,30 @@ func TestWaveformRulesDocumented(t *testing.T) {
 	for _, r := range rules {
 		if !strings.Contains(src+string(lg), `"`+r+`: `) {
 			t.Errorf("rule %s: no message of pkg/validate or pkg/loadgen/audio.go starts with %q", r, r+": ")
+		}
+	}
+}
+
+// TestStopConditionsNameRules: every rule this round added is named in
+// docs/stop-conditions.md beside the condition it serves, and in
+// docs/validators.md.
+func TestStopConditionsNameRules(t *testing.T) {
+	stops, err := os.ReadFile("../../docs/stop-conditions.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := os.ReadFile(validatorsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := append(append(slices.Clone(Layer1WasteRules), ClockLoadRules...), "stream_matches_full", "compile_cache_key",
+		"cleanK_completed", "prefix", "energy.json", "provenance_gb")
+	for _, r := range rules {
+		if !strings.Contains(string(stops), "`"+r+"`") && !strings.Contains(string(stops), "`"+r+"` ") {
+			t.Errorf("docs/stop-conditions.md does not name %s", r)
+		}
+		if r != "provenance_gb" && !strings.Contains(string(vals), r) {
+			t.Errorf("docs/validators.md does not name %s", r)
 		}
 	}
 }

@@ -138,6 +138,7 @@ type streamScan struct {
 	lastStep     int64
 	steps        []int64
 	negativeStep int
+	waste        wasteTally // the data lines' padding and graph-mode violations (layer1waste.go)
 }
 
 func (s *streamScan) bad(n int, why string) {
@@ -155,6 +156,10 @@ type lineResult struct {
 	step int64
 	why  string  // bad and schema-error lines; a footer that does not decode
 	ft   *Footer // a footer that decodes
+	// waste holds a data line's violations of Layer1WasteRules, wasteWhy
+	// what breaks each
+	waste    uint8
+	wasteWhy [3]string
 }
 
 type lineKind uint8
@@ -181,7 +186,10 @@ func classify(line []byte, l *layer1Line, rec *Layer1Record) lineResult {
 	if why := l.record(rec, false); why != "" {
 		return lineResult{kind: lineSchemaErr, why: "not a schema-v1 data line: " + why}
 	}
-	return lineResult{kind: lineData, step: rec.Step}
+	r := lineResult{kind: lineData, step: rec.Step}
+	r.waste, r.wasteWhy = wasteViolations(wasteStep{executed: rec.ModelExecuted, hit: rec.CUDAGraphHit, mode: l.runtimeMode(),
+		unpadded: rec.UnpaddedTokens, bucket: rec.BucketTokens, padded: rec.PaddingTokens})
+	return r
 }
 
 // apply adds line n's result.
@@ -213,6 +221,9 @@ func (s *streamScan) apply(n int, r lineResult) {
 		s.data++
 		s.lastStep = r.step
 		s.steps = append(s.steps, r.step)
+		if r.waste != 0 {
+			s.waste.add(n, r.step, r.waste, r.wasteWhy)
+		}
 	}
 }
 
@@ -313,7 +324,9 @@ func ReadSignals(path string) ([]Signal, error) {
 // last_step_index, final (0/1), flush_interval_s; without a footer also
 // hard_kill (0/1), and after a hard kill checkpoint_age_s (SIGKILL time
 // minus the checkpoint's wall time) and tolerance_used_ms (how much of the
-// tolerance beyond the flush interval the age took, reported apart).
+// tolerance beyond the flush interval the age took, reported apart); and
+// the waste rules' bucket_ge_unpadded_violations,
+// padding_identity_violations, graph_mode_violations (layer1waste.go).
 func Layer1(stream io.Reader, sidecar []byte, sigs []Signal, sigsGiven bool, opts Layer1Options) Result {
 	f := newFindings()
 	s, err := scanStream(stream)
@@ -325,6 +338,7 @@ func Layer1(stream io.Reader, sidecar []byte, sigs []Signal, sigsGiven bool, opt
 	f.fig("bytes", float64(s.bytes))
 	checkLines(f, s)
 	checkSteps(f, s)
+	checkWaste(f, s)
 	side, ok := decodeSidecar(f, sidecar)
 	if ok {
 		checkSidecarCounters(f, s, side)

@@ -332,6 +332,23 @@ func (l *layer1Line) record(rec *Layer1Record, full bool) (why string) {
 	return ""
 }
 
+// runtimeMode is the record's runtime_mode, read from its span: vLLM's
+// three names without an allocation, anything else decoded (a string
+// record accepted).
+func (l *layer1Line) runtimeMode() string {
+	raw := l.val(21)
+	for _, m := range [...]string{"FULL", "PIECEWISE", "NONE"} {
+		if len(raw) == len(m)+2 && string(raw[1:len(raw)-1]) == m {
+			return m
+		}
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return string(raw)
+	}
+	return s
+}
+
 // hasType reports whether raw, one valid JSON value, is of the schema
 // type typ: number, boolean or string (integers and integer arrays are
 // typed while the line is scanned).

@@ -23,7 +23,7 @@ func TestPrefixCheck(t *testing.T) {
 	manifest := func(name string, shared int) string {
 		var b strings.Builder
 		for i := range 50 {
-			ids := make([]string, 40)
+			ids := make([]string, max(40, shared+8))
 			for k := range ids {
 				v := 1000*i + k // unique per request
 				if k < shared {
@@ -59,7 +59,9 @@ func TestPrefixCheck(t *testing.T) {
 		detail  string
 	}{
 		{"unique streams", PrefixOptions{Manifest: manifest("a.jsonl", 16), Layer1: layer1("l0.jsonl", 0), Phases: phases}, "pass", ""},
-		{"a 17-token common prefix", PrefixOptions{Manifest: manifest("b.jsonl", 17)}, "fail", "share a 17-token prefix, longer than 16"},
+		{"a 17-token common prefix", PrefixOptions{Manifest: manifest("b.jsonl", 17)}, "fail", "share a prefix of more than 16 tokens"},
+		// P08's shared 1,024 tokens: read no further than the 17th
+		{"a 1,024-token common prefix", PrefixOptions{Manifest: manifest("b2.jsonl", 1024)}, "fail", "share a prefix of more than 16 tokens"},
 		// 9 of 100 steps hit 10 of 100 tokens: 0.9%
 		{"hits below 1%", PrefixOptions{Manifest: manifest("c.jsonl", 0), Layer1: layer1("l1.jsonl", 9), Phases: phases}, "pass", ""},
 		{"hits at 1%", PrefixOptions{Manifest: manifest("d.jsonl", 0), Layer1: layer1("l2.jsonl", 10), Phases: phases}, "fail", "hit ratio 0.0100 is not below"},
@@ -74,6 +76,9 @@ func TestPrefixCheck(t *testing.T) {
 			r := PrefixCheck(o)
 			if r.Verdict != c.verdict || !strings.Contains(r.Detail, c.detail) {
 				t.Fatalf("got %s %q", r.Verdict, r.Detail)
+			}
+			if c.verdict == "fail" && strings.Contains(c.detail, "prefix of more") && r.Figures["longest_common_prefix"] != 17 {
+				t.Fatalf("longest_common_prefix %v, counted up to 17", r.Figures["longest_common_prefix"])
 			}
 		})
 	}

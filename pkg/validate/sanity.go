@@ -97,6 +97,9 @@ const nonFinitePrefix = "__warden_nonfinite__:"
 
 type sanityReader struct {
 	fams map[string]*acc
+	// flags are red flags of whole records ("FILE: rule: ..."): the
+	// Layer-1 waste rules (layer1waste.go)
+	flags []string
 }
 
 func (s *sanityReader) fam(name string) *acc {
@@ -200,6 +203,7 @@ func Sanity(inputs []string, base string, opts SanityOptions) (SanityBlock, Resu
 		}
 		blk.Families = append(blk.Families, fam)
 	}
+	blk.RedFlags = append(blk.RedFlags, sr.flags...)
 	for _, pat := range slices.Sorted(maps.Keys(opts.Constants)) {
 		found := false
 		for _, fam := range blk.Families {
@@ -331,6 +335,8 @@ func (s *sanityReader) readFile(path, prefix string) error {
 	br := bufio.NewReaderSize(fh, 1<<20)
 	lines := 0
 	seenIn := map[string]int{} // records each top-level family appeared in
+	var waste wasteTally
+	incomplete, firstIncomplete := 0, ""
 	for ln := 1; ; ln++ {
 		b, rerr := br.ReadBytes('\n')
 		if t := bytes.TrimSpace(b); len(t) > 0 {
@@ -339,6 +345,17 @@ func (s *sanityReader) readFile(path, prefix string) error {
 				return fmt.Errorf("line %d: %w", ln, err)
 			}
 			lines++
+			if m, ok := v.(map[string]any); ok {
+				if ws, step, isStep, missing := sanityWaste(m); isStep && len(missing) > 0 {
+					if incomplete++; incomplete == 1 {
+						firstIncomplete = fmt.Sprintf("line %d lacks %s", ln, strings.Join(missing, ", "))
+					}
+				} else if isStep {
+					if bits, why := wasteViolations(ws); bits != 0 {
+						waste.add(ln, step, bits, why)
+					}
+				}
+			}
 			seen := map[string]bool{}
 			s.walk(prefix, "", v, seen)
 			for k := range seen {
@@ -351,6 +368,9 @@ func (s *sanityReader) readFile(path, prefix string) error {
 		if rerr != nil {
 			return rerr
 		}
+	}
+	for _, fl := range sanityWasteFlags(&waste, incomplete, firstIncomplete) {
+		s.flags = append(s.flags, prefix+" "+fl)
 	}
 	// a top-level key absent from some records is missing there
 	for k, n := range seenIn {

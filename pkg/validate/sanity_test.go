@@ -66,3 +66,25 @@ func TestSanity(t *testing.T) {
 		t.Fatalf("absent input: %+v", r)
 	}
 }
+
+// A negative energy per request (the idle power read above the run's
+// mean) is a red flag of the sanity block: energy.json, which the
+// controller writes in each attempt, is a non-negative counter.
+func TestSanityNegativeEnergy(t *testing.T) {
+	for _, c := range []struct {
+		body, verdict string
+	}{
+		{`{"energy_per_request_j": -0.30}`, "fail"},
+		{`{"energy_per_request_j": 4.5}`, "pass"},
+		{`{"energy_per_request_j": null, "why": "the client reported no successes"}`, "pass"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "energy.json"), []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, r := Sanity([]string{filepath.Join(dir, "energy.json")}, dir, DefaultSanity())
+		if r.Verdict != c.verdict || c.verdict == "fail" && !strings.Contains(r.Detail, "energy.json:energy_per_request_j: negative counter: min -0.3") {
+			t.Errorf("%s: %s %q", c.body, r.Verdict, r.Detail)
+		}
+	}
+}

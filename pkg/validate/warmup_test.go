@@ -61,9 +61,9 @@ func TestWarmup(t *testing.T) {
 			figs: map[string]float64{"stabilization_pass": 1, "or_branch_pass": 0}},
 		{name: "OR branch not allowed", run: seedRun{warmupSucceeded: 20, warmupRecords: -1}, verdict: "fail", detail: "fewer than 32", absent: []string{"bin1_steps"}},
 		{name: "bin of 15 steps", run: seedRun{warmupSucceeded: 20, warmupRecords: -1, step: func(s float64, r *Layer1Record) {
-			r.ModelExecuted = !(s >= 50 && s < 54.25) // 15 of bin 2's 100 steps ran the model
+			executed(r, !(s >= 50 && s < 54.25)) // 15 of bin 2's 100 steps ran the model
 		}}, stab: true, verdict: "fail", detail: "bin 2 [50, 55) s holds 15 model-executed steps", figs: map[string]float64{"bin2_steps": 15}, absent: []string{"normalized_drift"}},
-		{name: "empty bin", run: seedRun{warmupSucceeded: 20, warmupRecords: -1, step: func(s float64, r *Layer1Record) { r.ModelExecuted = !(s >= 55 && s < 60) }}, stab: true,
+		{name: "empty bin", run: seedRun{warmupSucceeded: 20, warmupRecords: -1, step: func(s float64, r *Layer1Record) { executed(r, !(s >= 55 && s < 60)) }}, stab: true,
 			verdict: "fail", detail: "holds 0 model-executed steps", figs: map[string]float64{"bin3_steps": 0}, absent: []string{"mean_tokens_per_s"}},
 		{name: "zero throughput", run: seedRun{warmupSucceeded: 20, warmupRecords: -1, step: ramp([3]int64{2, 0, 2})}, stab: true,
 			verdict: "fail", detail: "bin 2's scheduled-token throughput 0 is not positive"},
@@ -107,5 +107,14 @@ func TestWarmup(t *testing.T) {
 	}
 	if r := WarmupDir(t.TempDir(), WarmupOptions{MinCompletions: 32}); r.Verdict != "error" {
 		t.Fatalf("no result.json: %+v", r)
+	}
+}
+
+// executed sets whether r ran the model; a step without a forward is a
+// graph miss (NONE, no padding).
+func executed(r *Layer1Record, ran bool) {
+	r.ModelExecuted = ran
+	if !ran {
+		r.CUDAGraphHit, r.RuntimeMode, r.BucketTokens, r.PaddingTokens = false, "NONE", r.UnpaddedTokens, 0
 	}
 }

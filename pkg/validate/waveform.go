@@ -24,7 +24,7 @@ import (
 // docs/validators.md's table: the three of loadgen.WaveformViolations,
 // loadgen.DeclaredFormatViolations' against the format result.json says
 // the server declares, then the two of the run.
-var WaveformRules = []string{"header_length", "format_constant", "offsets", "declared_format", "chunks_present", "marked_invalid"}
+var WaveformRules = []string{"header_length", "format_constant", "offsets", "declared_format", "chunks_present", "marked_invalid", "stream_matches_full"}
 
 // waveformRequest is the part of a request record the check reads.
 type waveformRequest struct {
@@ -40,6 +40,8 @@ type waveformResult struct {
 	Files       struct {
 		Requests []string `json:"requests"`
 	} `json:"files"`
+	// Quality is loadgen's quality pass, nil when the run had none.
+	Quality *loadgen.QualitySummary `json:"quality"`
 }
 
 // WaveformDir checks the audio of the loadgen run in dir.
@@ -72,6 +74,7 @@ func WaveformDir(dir string) Result {
 		f.errorf("declared_format: result.json names no declared audio format (audio_format): the chunks' format cannot be checked")
 	}
 	checkWaveforms(f, reqs, res.AudioFormat)
+	checkStreamMatchesFull(f, res.Quality)
 	return f.result(fmt.Sprintf("%d requests' audio chunks keep the waveform invariants", int(f.figs["audio_requests"])))
 }
 
@@ -125,4 +128,49 @@ func checkWaveforms(f *findings, reqs []waveformRequest, declared *loadgen.Audio
 	f.fig("violating_requests", float64(violating))
 	f.fig("unmarked_requests", float64(unmarked))
 	f.fig("missing_chunk_records", float64(missing))
+}
+
+// checkStreamMatchesFull: seed 000 §4, "最终离线拼接与服务端完整输出在允许误差内一致"
+// (the concatenated stream agrees with the server's complete output within
+// the allowed error). loadgen's quality pass sent its rows streamed and
+// not; every pair it compared must be within its tolerance, and a pass
+// that compared none cannot tell. Without a quality pass the rule checks
+// nothing. Figures compared_requests, mismatched_requests.
+func checkStreamMatchesFull(f *findings, q *loadgen.QualitySummary) {
+	if q == nil {
+		return
+	}
+	compared, mismatched := 0, 0
+	for _, r := range q.Requests {
+		if !r.Compared {
+			continue
+		}
+		compared++
+		if r.Match {
+			continue
+		}
+		if mismatched++; mismatched <= 3 {
+			rel := "none"
+			if r.RelRMS != nil {
+				rel = fmt.Sprintf("%.4g", *r.RelRMS)
+			}
+			f.failf("stream_matches_full: row %d: the concatenated stream has %d samples, the complete output %d (difference %d, allowed %d), relative RMS difference %s (allowed %g)",
+				r.Row, r.StreamSamples, r.FullSamples, r.LengthDiffSamples, q.MaxLengthDiffSamples, rel, q.MaxRelRMS)
+		}
+	}
+	f.fig("compared_requests", float64(compared))
+	f.fig("mismatched_requests", float64(mismatched))
+	if mismatched > 3 {
+		f.failf("stream_matches_full: %d of %d compared requests differ in all", mismatched, compared)
+	}
+	if compared == 0 {
+		why := ""
+		for _, r := range q.Requests {
+			if r.Why != "" {
+				why = fmt.Sprintf(" (row %d: %s)", r.Row, r.Why)
+				break
+			}
+		}
+		f.errorf("stream_matches_full: the quality pass of %d rows compared no stream with its complete output%s", q.Rows, why)
+	}
 }

@@ -117,3 +117,43 @@ func TestWaveformMissingRecordsFile(t *testing.T) {
 		t.Fatalf("%s: %s", r.Verdict, r.Detail)
 	}
 }
+
+// stream_matches_full: the quality pass's comparisons of the concatenated
+// stream with the complete output must each be within the pass's
+// tolerance; a pass that compared nothing cannot tell; without a pass the
+// rule checks nothing.
+func TestWaveformStreamMatchesFull(t *testing.T) {
+	sound := audioRec("ok", loadgen.Success, wchunk(10, 10, 24000, off(0)), wchunk(10, 10, 24000, off(10)))
+	rel := func(v float64) *float64 { return &v }
+	withQuality := func(q *loadgen.QualitySummary) string {
+		dir := waveformDir(t, []string{"audio"}, sound)
+		var res map[string]any
+		b, _ := os.ReadFile(filepath.Join(dir, "result.json"))
+		json.Unmarshal(b, &res)
+		res["quality"] = q
+		b, _ = json.Marshal(res)
+		os.WriteFile(filepath.Join(dir, "result.json"), b, 0o644)
+		return dir
+	}
+	match := loadgen.QualityRequest{Row: 0, Compared: true, Match: true, StreamSamples: 9600, FullSamples: 9600, RelRMS: rel(0)}
+	dropped := loadgen.QualityRequest{Row: 1, Compared: true, StreamSamples: 9595, FullSamples: 9600, LengthDiffSamples: -5, RelRMS: rel(1.3)}
+	cases := []struct {
+		name    string
+		q       *loadgen.QualitySummary
+		verdict string
+		detail  string
+	}{
+		{"no quality pass", nil, "pass", ""},
+		{"the stream is the complete output", &loadgen.QualitySummary{Rows: 1, MaxRelRMS: 0.01, Requests: []loadgen.QualityRequest{match}}, "pass", ""},
+		{"five samples dropped at a boundary", &loadgen.QualitySummary{Rows: 2, MaxRelRMS: 0.01, Requests: []loadgen.QualityRequest{match, dropped}}, "fail",
+			"stream_matches_full: row 1: the concatenated stream has 9595 samples, the complete output 9600 (difference -5, allowed 0), relative RMS difference 1.3 (allowed 0.01)"},
+		{"nothing compared", &loadgen.QualitySummary{Rows: 1, Requests: []loadgen.QualityRequest{{Row: 0, Why: "no audio in the stream or in the complete output"}}}, "error",
+			"stream_matches_full: the quality pass of 1 rows compared no stream with its complete output (row 0: no audio"},
+	}
+	for _, c := range cases {
+		r := WaveformDir(withQuality(c.q))
+		if r.Verdict != c.verdict || !strings.Contains(r.Detail, c.detail) {
+			t.Errorf("%s: %s %q", c.name, r.Verdict, r.Detail)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package views
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -122,5 +123,31 @@ func TestUnknownRunNamesTheClosest(t *testing.T) {
 		if got := UnknownRun(tt.id, ids); got != tt.want {
 			t.Errorf("%s: %q\nwant %q", tt.id, got, tt.want)
 		}
+	}
+}
+
+// TestShowDocumentKeepsEveryField: ctlq show -o json is the run's
+// document (run, record, attempts, events, gates) followed by every field
+// of RunWithSanity its json tag names, none lost to the embedded
+// document's own MarshalJSON.
+func TestShowDocumentKeepsEveryField(t *testing.T) {
+	r := RunWithSanity{RunDetail: api.RunDetail{Schema: api.Schema, Run: state.Run{ID: "p1"}},
+		Sanity: map[string]json.RawMessage{"1": json.RawMessage(`{"ok":true}`)}, StderrTails: []StderrTail{{Role: "server"}}, Serving: &Serving{}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, b)
+	}
+	for _, k := range []string{"schema", "run", "record", "sanity", "stderr_tails", "serving"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("no %q in %s", k, b)
+		}
+	}
+	b, _ = json.Marshal(RunWithSanity{RunDetail: api.RunDetail{Run: state.Run{ID: "p1"}}})
+	if bytes.Contains(b, []byte("sanity")) || bytes.Contains(b, []byte("serving")) || !json.Valid(b) {
+		t.Errorf("empty fields written: %s", b)
 	}
 }

@@ -11,15 +11,21 @@
 // saw on a GPU had started, so it is registered by the time the judgement
 // gets the lock. A sample can never take the attempt's own new process
 // for a stranger. A pid once found the attempt's stays so: one that exits
-// between the read and the judgement is not a stranger either. Judging
+// between the read and the judgement is not a stranger either, nor is a
+// process of the attempt's user that the sample saw but that is gone by
+// the judgement before any scan placed it (it can no longer be told
+// apart, and it holds nothing; another user's process is judged by its
+// user alone). Judging
 // ends when the attempt begins to end its processes (End): from then on
 // the cleanup gate judges what holds the GPUs.
 package ownprocs
 
 import (
 	"sync"
+	"syscall"
 
 	"warden/pkg/gates"
+	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/launch"
 )
@@ -114,18 +120,36 @@ func (o *Set) Watch(ownUID int) func(sample.Record) {
 		for _, pid := range o.pids() {
 			o.known[pid] = true
 		}
+		judged := make([]gpu.Reading, 0, len(rec.GPUs))
 		for _, r := range rec.GPUs {
+			procs := r.Procs[:0:0]
 			for _, p := range r.Procs {
 				if !o.known[p.PID] && o.adopted(p.PID) {
 					o.known[p.PID] = true
 				}
+				if !o.known[p.PID] && p.UID == ownUID && gone(p.PID) {
+					// ours by its user, and gone before the scan above
+					// could place it: a process of the attempt that
+					// exited between the GPU read and this judgement
+					// (a server killed as it became ready), which the
+					// next sample cannot show either way
+					continue
+				}
+				procs = append(procs, p)
 			}
+			r.Procs = procs
+			judged = append(judged, r)
 		}
-		v := gates.GPUProcesses(rec.GPUs, o.known, ownUID)
+		v := gates.GPUProcesses(judged, o.known, ownUID)
 		o.mu.Unlock()
 		if v.Verdict != gates.Pass {
 			v.At = rec.Time
 			o.once.Do(func() { o.found <- v })
 		}
 	}
+}
+
+// gone says whether no process pid exists any more.
+func gone(pid int) bool {
+	return syscall.Kill(pid, 0) == syscall.ESRCH
 }

@@ -77,3 +77,32 @@ func TestWatchKnowsMarkedEscapees(t *testing.T) {
 		t.Fatal("a process of ours without the attempt's marker was not judged foreign")
 	}
 }
+
+// A process of the attempt's user that a sample saw on a GPU but that
+// exited before the judgement, unplaced by any scan, is not a stranger
+// (the attempt's own server killed as it became ready); another user's
+// process that is gone is still judged, by its user.
+func TestWatchPassesOverTheVanished(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Kill()
+	cmd.Wait()
+	uid := os.Getuid()
+	o := New("")
+	at := time.Now()
+	o.Watch(uid)(sample.Record{Time: at, GPUs: []gpu.Reading{{Index: 0, Procs: []gpu.Proc{{PID: pid, UID: uid, UsedMiB: 1}}}}})
+	noSighting(t, o, "an exited process of the attempt's user was judged foreign")
+	o.Watch(uid)(sample.Record{Time: at, GPUs: []gpu.Reading{{Index: 0, Procs: []gpu.Proc{{PID: pid, UID: uid + 1, UsedMiB: 1}}}}})
+	select {
+	case v := <-o.Found():
+		if !strings.Contains(v.Detail, "another user's process") {
+			t.Fatalf("%+v", v)
+		}
+	default:
+		t.Fatal("another user's process was passed over because it is gone")
+	}
+}

@@ -8,6 +8,7 @@
 //	DIR/claims/<gpu index>/<pid>-<start>.json  one claim of memory by one process
 //	DIR/energy/<gpu index>.json                the GPU's energy counter, updated by energy reads
 //	DIR/energy/<gpu index>.lock                flocked while the counter is updated
+//	DIR/throttle/<gpu index>.json              clock-event reasons SetThrottle adds to the GPU's readings
 //
 // A claim records the pid and the start time of the claiming process (field
 // 22 of /proc/PID/stat, in clock ticks since boot), its uid, the MiB it holds
@@ -16,8 +17,10 @@
 // Readings (Read, Sample, Energy, Info) derive every figure from the memory
 // live claims hold: power is IdlePowerW plus PowerPerMiBW per MiB, capped at
 // PowerLimitW; the SM clock is BusySMClockMHz when memory is held and
-// IdleSMClockMHz otherwise; the temperature follows the power; MIG is
-// disabled. The energy counter is integrated: each energy read adds the
+// IdleSMClockMHz otherwise; the clock-event reasons are gpu_idle without
+// memory, sw_power_cap at the power limit, and whatever SetThrottle gave
+// the GPU (a test's thermal or power-brake slowdown); the temperature
+// follows the power; MIG is disabled. The energy counter is integrated: each energy read adds the
 // present power times the time since the last update (see Energy).
 //
 // Invariants:

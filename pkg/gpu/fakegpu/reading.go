@@ -124,6 +124,11 @@ func (b *Backend) read(i int, fields gpu.Fields) (gpu.Reading, error) {
 		if mw >= PowerLimitW*1000 {
 			mask |= gpu.ReasonSwPowerCap
 		}
+		t, err := b.throttle(i)
+		if err != nil {
+			return r, err
+		}
+		mask |= t
 		r.ClockEventReasons = ptr(mask)
 		r.ClockEventReasonNames = gpu.ReasonNames(mask)
 	}

@@ -364,3 +364,30 @@ func BenchmarkEnergy(b *testing.B) {
 		}
 	}
 }
+
+// A throttle set on a fake GPU is in its clock-event reasons, beside the
+// ones its load gives, until it is cleared; another GPU is untouched, and
+// an unknown GPU is refused.
+func TestThrottle(t *testing.T) {
+	dir, b := newHostWith(t, []Device{{TotalMiB: 1000, NUMANode: -1}, {TotalMiB: 1000, NUMANode: -1}})
+	if err := SetThrottle(dir, 1, gpu.ReasonHwThermalSlowdown|gpu.ReasonHwPowerBrakeSlowdown); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := b.Read([]int{0, 1}, gpu.ClockReasons)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rs[0].ClockEventReasonNames, []string{"gpu_idle"}) ||
+		!slices.Equal(rs[1].ClockEventReasonNames, []string{"gpu_idle", "hw_thermal_slowdown", "hw_power_brake_slowdown"}) {
+		t.Fatalf("reasons %v and %v", rs[0].ClockEventReasonNames, rs[1].ClockEventReasonNames)
+	}
+	if err := SetThrottle(dir, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err = b.Read([]int{1}, gpu.ClockReasons); err != nil || *rs[0].ClockEventReasons != gpu.ReasonGpuIdle {
+		t.Fatalf("cleared: %v %v", rs, err)
+	}
+	if err := SetThrottle(dir, 2, gpu.ReasonHwSlowdown); !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("an unknown GPU: %v", err)
+	}
+}

@@ -1,7 +1,9 @@
 package sample
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -144,5 +146,52 @@ func TestReadRecords(t *testing.T) {
 	}
 	if _, err := ReadRecords(strings.NewReader("{bad\n" + good)); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("ReadRecords of a bad first line = %v, want an error naming line 1", err)
+	}
+}
+
+// seqReader answers each Sample with the next of its powers, per GPU.
+type seqReader struct {
+	powers [][]float64 // [read][gpu]
+	n      int
+}
+
+func (s *seqReader) Sample(indices []int) ([]gpu.Reading, error) {
+	if s.n >= len(s.powers) {
+		return nil, errors.New("no more readings")
+	}
+	p := s.powers[s.n]
+	s.n++
+	var out []gpu.Reading
+	for i, g := range indices {
+		w := p[i]
+		out = append(out, gpu.Reading{Index: g, PowerW: &w})
+	}
+	return out, nil
+}
+
+// The idle power is read over the settle period, its lowest reading kept:
+// a card cooling from the run before draws less at the end; without a
+// period the readings given are the answer. The waits are the test's.
+func TestIdlePowerSettles(t *testing.T) {
+	w := func(v float64) *float64 { return &v }
+	first := []gpu.Reading{{Index: 0, PowerW: w(127)}, {Index: 3, PowerW: w(90)}}
+	var waited []time.Duration
+	wait := func(_ context.Context, d time.Duration) error { waited = append(waited, d); return nil }
+	r := &seqReader{powers: [][]float64{{118, 91}, {101, 89.5}, {96, 90}}}
+	got := IdlePower(context.Background(), Settle{Reader: r, GPUs: []int{0, 3}, For: 2500 * time.Millisecond, Wait: wait}, first)
+	if got[0] != 96 || got[3] != 89.5 || len(got) != 2 {
+		t.Fatalf("idle %v", got)
+	}
+	if fmt.Sprint(waited) != "[1s 1s 500ms]" {
+		t.Fatalf("waits %v", waited)
+	}
+	if got := IdlePower(context.Background(), Settle{Reader: r, GPUs: []int{0, 3}}, first); got[0] != 127 || got[3] != 90 {
+		t.Fatalf("without a period: %v", got)
+	}
+	// a stop ends the settle with what was read
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := IdlePower(ctx, Settle{Reader: r, GPUs: []int{0, 3}, For: time.Hour}, first); got[0] != 127 {
+		t.Fatalf("stopped: %v", got)
 	}
 }
