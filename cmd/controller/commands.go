@@ -309,7 +309,8 @@ controller --resume -d DIR is controller resume -d DIR: the same flags.
 A stop for review whose cause is the server (a run whose last attempt
 failed server-exit, oom, server-not-ready or config-mismatch, with no
 amendment that names it registered since) holds every run not tried yet
-that starts the same server (the same server spec in the plan: command,
+(but those of its own unit, which follow its next attempt) that starts
+the same server (the same server spec in the plan: command,
 environment, health check, expectations; only the slot differs): resume
 names them and launches none of them, nor what needs them, until an
 amendment covers the failed run, or --retry-shared-cause asks for them.

@@ -22,7 +22,10 @@ import (
 //     another configuration than the protocol's),
 //   - no amendment covers F since (registered after that attempt ended,
 //     naming F among the runs it changed),
-//   - H has no attempt yet, is not done and not closed, and
+//   - H has no attempt yet, is not done and not closed, and is not of the
+//     unit of a run so failed (it runs after that run, on its slots, and
+//     only if that run's next attempt goes through: holding it would hold
+//     the failed run's own rerun, an infrastructure failure's), and
 //   - H's planned server is F's: the same ServerSpec as the plan records
 //     it (name, kind, command with its plan-time variables substituted and
 //     its launch-time ones, such as ${PORT} and ${GPU_IDS}, as written;
@@ -63,13 +66,15 @@ func SharedCause(plan *protocols.Plan, s records) ([]Held, error) {
 	}
 	specs := make(map[string]string, len(plan.Runs))
 	servers := make(map[string]string, len(plan.Runs))
+	units := make(map[string]int, len(plan.Runs))
 	for _, r := range plan.Runs {
 		b, err := json.Marshal(r.Server)
 		if err != nil {
 			return nil, fmt.Errorf("run %s's server: %w", r.ID, err)
 		}
-		specs[r.ID], servers[r.ID] = string(b), r.Server.Name
+		specs[r.ID], servers[r.ID], units[r.ID] = string(b), r.Server.Name, r.Unit
 	}
+	causeUnits := map[int]bool{} // the units of the failed runs that are causes
 	type cause struct {
 		run     string
 		attempt int
@@ -103,13 +108,14 @@ func SharedCause(plan *protocols.Plan, s records) ([]Held, error) {
 		if _, seen := causes[spec]; !seen {
 			causes[spec] = cause{r.ID, a.N, a.Reason}
 		}
+		causeUnits[units[r.ID]] = true
 	}
 	if len(causes) == 0 {
 		return nil, nil
 	}
 	var out []Held
 	for _, r := range runs {
-		if r.Done || r.Closed() || r.Attempts > 0 {
+		if r.Done || r.Closed() || r.Attempts > 0 || causeUnits[units[r.ID]] {
 			continue
 		}
 		if c, ok := causes[specs[r.ID]]; ok {

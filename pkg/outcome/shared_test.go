@@ -22,14 +22,19 @@ func TestSharedCause(t *testing.T) {
 	good.Command.Argv = []string{"vllm", "serve", "--port", "${PORT}", "--max-num-seqs=256"}
 	other := protocols.ServerSpec{Name: "sglang", Kind: "sglang", Command: protocols.CommandSpec{Argv: []string{"sglang", "--port", "${PORT}"}}}
 	plan := &protocols.Plan{}
+	unit := 0
 	add := func(id string, s protocols.ServerSpec) {
-		plan.Runs = append(plan.Runs, protocols.Run{ID: id, Server: s})
+		unit++
+		plan.Runs = append(plan.Runs, protocols.Run{ID: id, Server: s, Unit: unit})
 	}
 	for _, id := range []string{"F", "H1", "tried", "H2", "done"} {
 		add(id, bad)
 	}
 	add("good", good)
 	add("other", other)
+	// a run of F's own unit (its moderate, say) is not held: it runs after
+	// F's rerun, on its slots
+	plan.Runs = append(plan.Runs, protocols.Run{ID: "F.moderate", Server: bad, Unit: 1})
 	f := fakeRecords{
 		runs: []state.Run{
 			{ID: "F", Attempts: 1, LastState: state.Failed},
@@ -39,6 +44,7 @@ func TestSharedCause(t *testing.T) {
 			{ID: "done", Attempts: 1, LastState: state.Complete, Done: true},
 			{ID: "good"},
 			{ID: "other"},
+			{ID: "F.moderate"},
 		},
 		attempts: map[string]state.Attempt{"F": {RunID: "F", N: 1, State: state.Failed, Reason: state.ReasonServerExit, UpdatedAt: t0}},
 	}
