@@ -79,9 +79,13 @@ func PlanBytes(file string, data []byte, opts Options) (*Plan, error) {
 		return nil, c.err()
 	}
 	plan := b.expand()
-	if opts.CheckInputs && c.err() == nil {
-		checkInputs(c, &p, plan, file)
+	if opts.CheckInputs {
+		// the provenance files always (a missing one can be the cause of
+		// other problems: a manifest typed otherwise), the rest of the
+		// inputs when nothing else is wrong
+		checkInputs(c, b, &p, plan, file, c.err() == nil)
 	}
+	b.reportMisses()
 	if err := c.err(); err != nil {
 		return nil, err
 	}
@@ -193,6 +197,9 @@ type builder struct {
 	needPos map[string][]Pos
 	gates   []GateInfo
 	units   int
+	// misses are the loads' manifests not among the provenance files
+	// (runManifest), reported after the inputs are looked for.
+	misses []manifestMiss
 }
 
 type slotInfo struct {

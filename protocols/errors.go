@@ -24,6 +24,10 @@ type Problem struct {
 	Pos   Pos    `json:"pos"`
 	Field string `json:"field"` // path of the field, e.g. "slots[2].cpus"
 	Msg   string `json:"message"`
+	// Input says the problem is an input this machine lacks (a file, a
+	// manifest, an executable, a prior verdict), which Options.CheckInputs
+	// looks for: controller plan --check-inputs=false plans without them.
+	Input bool `json:"input,omitempty"`
 }
 
 // Where is FILE:LINE:COL, as far as the position is known.
@@ -49,6 +53,17 @@ func (p Problem) Error() string {
 	}
 	b.WriteString(p.Msg)
 	return b.String()
+}
+
+// Inputs counts the problems that are inputs this machine lacks.
+func (ps *Problems) Inputs() int {
+	n := 0
+	for _, p := range ps.List {
+		if p.Input {
+			n++
+		}
+	}
+	return n
 }
 
 // Problems is every problem found in one protocol, in file order. It is
@@ -79,7 +94,15 @@ type collector struct {
 }
 
 func (c *collector) add(pos Pos, field, format string, args ...any) {
-	p := Problem{File: c.file, Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)}
+	c.addProblem(Problem{File: c.file, Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addInput adds a problem of an input this machine lacks (Problem.Input).
+func (c *collector) addInput(pos Pos, field, format string, args ...any) {
+	c.addProblem(Problem{File: c.file, Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...), Input: true})
+}
+
+func (c *collector) addProblem(p Problem) {
 	if c.seen[p] {
 		return
 	}

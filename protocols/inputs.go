@@ -24,7 +24,12 @@ import (
 // commands run on a node the plan cannot look at: their executables (all
 // but the ledger's, which runs at start) are not checked and the plan
 // says so in InputsUnchecked.
-func checkInputs(c *collector, p *Protocol, plan *Plan, protocolFile string) {
+//
+// A missing provenance file close to a load's manifest that is not among
+// them is reported with it (builder.explainMiss): the cause, before (and
+// instead of) its symptom. With all false only the provenance files are
+// looked for (the plan has other problems).
+func checkInputs(c *collector, b *builder, p *Protocol, plan *Plan, protocolFile string, all bool) {
 	workdir := p.Workdir
 	if workdir == "" {
 		workdir = "."
@@ -54,7 +59,7 @@ func checkInputs(c *collector, p *Protocol, plan *Plan, protocolFile string) {
 			if !filepath.IsAbs(pf.Path) {
 				where = " (relative to the workdir, " + workdir + ")"
 			}
-			c.add(pf.Meta.At("path"), fmt.Sprintf("provenance[%d].path", i), "%s%s %s", pf.Path, where, missingWhy(err))
+			c.addInput(pf.Meta.At("path"), fmt.Sprintf("provenance[%d].path", i), "%s%s %s%s", pf.Path, where, missingWhy(err), b.explainMiss(pf.Path))
 			reported[filepath.Clean(path)] = true
 			continue
 		}
@@ -66,6 +71,9 @@ func checkInputs(c *collector, p *Protocol, plan *Plan, protocolFile string) {
 				c.add(pf.Meta.At("shards"), fmt.Sprintf("provenance[%d].shards", i), "no file of %s matches %q", pf.Path, pf.Shards)
 			}
 		}
+	}
+	if !all {
+		return
 	}
 	// the ledger runs at start, where the controller runs
 	for i, cmd := range p.Ledger {
@@ -150,7 +158,7 @@ func checkManifestArgs(c *collector, pos Pos, field string, argv []string, at fu
 			continue
 		}
 		if _, err := os.Stat(at(path)); err != nil {
-			c.add(pos, field, "the manifest %s the client is given (--manifest) %s", path, missingWhy(err))
+			c.addInput(pos, field, "the manifest %s the client is given (--manifest) %s", path, missingWhy(err))
 		}
 	}
 }
@@ -163,7 +171,7 @@ func checkExecutable(c *collector, pos Pos, field string, cmd CommandSpec, at fu
 	name := cmd.Argv[0]
 	if !strings.Contains(name, "/") {
 		if !onPath(name) {
-			c.add(pos, field, "executable %q is not on PATH", name)
+			c.addInput(pos, field, "executable %q is not on PATH", name)
 		}
 		return
 	}
@@ -173,9 +181,9 @@ func checkExecutable(c *collector, pos Pos, field string, cmd CommandSpec, at fu
 	fi, err := os.Stat(at(name))
 	switch {
 	case err != nil:
-		c.add(pos, field, "executable %s %s", name, missingWhy(err))
+		c.addInput(pos, field, "executable %s %s", name, missingWhy(err))
 	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
-		c.add(pos, field, "executable %s is not an executable file (%s)", name, fi.Mode())
+		c.addInput(pos, field, "executable %s is not an executable file (%s)", name, fi.Mode())
 	}
 }
 

@@ -1,6 +1,7 @@
 package protocols
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 )
@@ -20,20 +21,98 @@ func (b *builder) runManifest(r *Run, load *Load, vars map[string]string) {
 	if len(errs) > 0 {
 		return
 	}
-	var known []string
 	for _, pf := range b.p.Provenance {
 		if filepath.Clean(pf.Path) == filepath.Clean(path) {
 			r.Manifest = pf.Path
 			return
 		}
+	}
+	for i := range b.misses {
+		if m := &b.misses[i]; m.pos == pos && m.field == field && m.path == path {
+			m.runs = append(m.runs, r.ID)
+			return
+		}
+	}
+	b.misses = append(b.misses, manifestMiss{pos: pos, field: field, path: path, runs: []string{r.ID}})
+}
+
+// manifestMiss is a load's manifest that is not among the provenance
+// files, with the runs whose manifest it is. It is reported once, after
+// the inputs are looked for: a provenance file that does not exist and
+// whose path is close to it is the cause (a typo), reported as such with
+// the manifest beside it, instead of one symptom per run.
+type manifestMiss struct {
+	pos         Pos
+	field, path string
+	runs        []string
+	explained   bool // the missing provenance file it is a typo of says it
+}
+
+// runsText names runs, at most three, and how many more.
+func runsText(runs []string) string {
+	if len(runs) <= 3 {
+		return strings.Join(runs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(runs[:3], ", "), len(runs)-3)
+}
+
+// reportMisses reports the manifests not among the provenance files that
+// no missing provenance file explains.
+func (b *builder) reportMisses() {
+	var known []string
+	for _, pf := range b.p.Provenance {
 		known = append(known, pf.Path)
 	}
 	list := strings.Join(known, ", ")
 	if list == "" {
 		list = "none"
 	}
-	b.c.add(pos, field, "run %s's manifest %q is not among the provenance files, so it has no hash recorded at start to check (provenance: %s)",
-		r.ID, path, list)
+	for _, m := range b.misses {
+		if !m.explained {
+			b.c.add(m.pos, m.field, "the manifest %q (of run %s) is not among the provenance files, so it has no hash recorded at start to check (provenance: %s)",
+				m.path, runsText(m.runs), list)
+		}
+	}
+}
+
+// explainMiss finds the manifest a missing provenance file at path is
+// likely a typo of: the one not among the provenance files whose path is
+// closest to it, within a third of its length (at least 3 edits). It
+// marks it explained and says so, for the provenance file's problem; ""
+// when none is close.
+func (b *builder) explainMiss(path string) string {
+	best, dist := -1, max(3, len(path)/3)+1
+	for i, m := range b.misses {
+		if d := editDistance(filepath.Clean(m.path), filepath.Clean(path)); !m.explained && d < dist {
+			best, dist = i, d
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	m := &b.misses[best]
+	m.explained = true
+	return fmt.Sprintf("; %s names %q (for run %s), which is not among the provenance files: one of the two paths is mistyped", m.field, m.path, runsText(m.runs))
+}
+
+// editDistance is the Levenshtein distance of a and b, by bytes.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // ManifestPath resolves a run's manifest as the campaign recorded it in

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,7 +208,10 @@ func (b *builder) prior(ph *Phase, plan *Plan) *PriorInfo {
 		path = filepath.Join(workdirOf(b.p, b.c.file), path)
 	}
 	pv, sum, err := ReadPriorVerdict(path)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		b.c.addInput(pr.Meta.At("verdict"), field, "%v", err)
+		return info
+	} else if err != nil {
 		b.c.add(pr.Meta.At("verdict"), field, "%v", err)
 		return info
 	}

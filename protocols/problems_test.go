@@ -72,7 +72,7 @@ func TestProblems(t *testing.T) {
 			"prepare steps are not part of the format: nothing would run them, and every input must exist before controller start, which hashes the provenance files (the manifests among them) and refuses one that is missing. Materialize the inputs first (e.g. loadgen materialize), list them under provenance:, then start"},
 		{"manifest not recorded", `client: [standin, client, --result-dir, "${ATTEMPT_DIR}"]`, `client: [standin, client, --result-dir, "${ATTEMPT_DIR}"]
     manifest: "/data/${PATTERN}.jsonl"`, 21, 15, "loads.sat.manifest",
-			`run A.sat's manifest "/data/A.jsonl" is not among the provenance files, so it has no hash recorded at start to check (provenance: none)`},
+			`the manifest "/data/A.jsonl" (of run A.sat) is not among the provenance files, so it has no hash recorded at start to check (provenance: none)`},
 		{"reserve mode", `budget: {cap_gpu_hours: 1.0}`, `budget: {cap_gpu_hours: 1.0, reserve: worst}`, 4, 39, "budget.reserve",
 			`reserve is nominal or bounds, got "worst"`},
 		{"leak length below the floor", `budget: {cap_gpu_hours: 1.0}`, "budget: {cap_gpu_hours: 1.0}\nprivacy: {min_leak_bytes: 8}", 5, 27, "privacy.min_leak_bytes",

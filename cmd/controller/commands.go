@@ -42,6 +42,12 @@ type result struct {
 	// a reason that allows no rerun: resume starts no attempt of them until
 	// an amendment covers them.
 	AwaitingAmendment []outcome.Awaiting `json:"awaiting_amendment,omitempty"`
+	// HeldSharedCause (resume) are the runs not tried yet that share the
+	// cause of a failed run (outcome.SharedCause): resume launches none of
+	// them until an amendment covers the failed run, unless
+	// --retry-shared-cause (retryShared) asks for them.
+	HeldSharedCause []outcome.Held `json:"held_shared_cause,omitempty"`
+	retryShared     bool
 
 	// The sweep's (controller sweep): the protocol it wrote and its
 	// canonical SHA-256, the manifest, the runs it plans, whether it only
@@ -82,11 +88,22 @@ terminal, JSON lines otherwise (a journal, a pipe).
 start refuses a protocol whose GPU-hour estimate, or worst case, passes the
 budget cap (exit 3, as controller plan) unless --allow-over-budget, and an
 existing directory that another user owns (exit 7: the campaign would be
-theirs to change).
+theirs to change). Either way it names the first wave whose reservation
+would be refused and how many runs launch before it; with
+--allow-over-budget the campaign runs those and stops (budget) at that
+wave. A directory that already holds a campaign is refused (exit 1),
+naming the controller that runs it, if one does.
 
 A directory whose only entry is inputs/, holding nothing but the protocol
 being started and files its provenance names, counts as empty: it is what
-controller sweep writes before it starts the campaign.`,
+controller sweep writes before it starts the campaign.
+
+Exit status: 0 running (detached), or the campaign ran (--foreground); 1
+refused or failed (a directory that holds anything else, the controller
+could not start); 2 usage or an invalid protocol (every problem with its
+file, line, column and field); 3 over the budget cap, without
+--allow-over-budget; 5 NVML does not initialize for --gpu-backend auto or
+nvml; 7 the directory is another user's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" || dir == "" {
@@ -173,7 +190,8 @@ func (sf *startFlags) create(cmd *cobra.Command, file, abs string) error {
 	}
 	so.Backend = resolved
 	fmt.Fprintln(cmd.ErrOrStderr(), "GPU backend:", note)
-	if _, err := campaigndir.Create(file, abs, so, time.Now()); err != nil {
+	plan, err := campaigndir.Create(file, abs, so, time.Now())
+	if err != nil {
 		if isNotOwned(notOwnedExit(err)) {
 			return notOwnedExit(err)
 		}
@@ -186,6 +204,10 @@ func (sf *startFlags) create(cmd *cobra.Command, file, abs string) error {
 			return &cli.ExitError{Code: exitOverBudget, Err: ob}
 		}
 		return &cli.ExitError{Code: 1, Err: err}
+	}
+	if over := campaigndir.OverBudget(plan); over != nil {
+		// started anyway: where it will stop, as plan says
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s\n  %v\n", campaigndir.AllowedOverBudget(plan), over)
 	}
 	if sf.output != "json" {
 		fmt.Fprintln(cmd.OutOrStdout(), "campaign created in", abs)
@@ -221,15 +243,21 @@ func runController(cmd *cobra.Command, res result, foreground bool, backend, out
 		for _, w := range res.AwaitingAmendment {
 			fmt.Fprintf(cmd.OutOrStdout(), "waiting for an amendment, no further attempt without one: %s (attempt %d failed: %s)\n", w.Run, w.Attempt, w.Reason)
 		}
+		switch {
+		case len(res.HeldSharedCause) > 0 && res.retryShared:
+			fmt.Fprintf(cmd.OutOrStdout(), "runs that share a failed run's cause are tried (--retry-shared-cause): %s\n", outcome.HeldText(res.HeldSharedCause))
+		case len(res.HeldSharedCause) > 0:
+			fmt.Fprintf(cmd.OutOrStdout(), "held, not launched without an amendment that covers the failed run or --retry-shared-cause: %s\n", outcome.HeldText(res.HeldSharedCause))
+		}
 	}
 	if foreground {
-		if err := runDaemon(daemonOptions{dir: res.Dir, foreground: true, readyFD: -1, backend: backend, metrics: mo}); err != nil {
+		if err := runDaemon(daemonOptions{dir: res.Dir, foreground: true, readyFD: -1, backend: backend, metrics: mo, retryShared: res.retryShared}); err != nil {
 			return res, err
 		}
 		res.PID, res.Foreground = os.Getpid(), true
 		return res, nil
 	}
-	pid, err := detach(res.Dir, mo)
+	pid, err := detach(res.Dir, mo, res.retryShared)
 	if err != nil {
 		return res, err
 	}
@@ -240,14 +268,33 @@ func runController(cmd *cobra.Command, res result, foreground bool, backend, out
 	return res, nil
 }
 
-func newResumeCmd() *cobra.Command {
-	var dir, backend, output string
-	var foreground bool
-	var mo metricsOptions
-	cmd := &cobra.Command{
-		Use:   "resume -d DIR",
-		Short: "Continue a campaign after a crash, a reboot, a stop or a stop for review",
-		Long: `resume takes the campaign's lock (refused while another controller holds it),
+// resumeOptions are the flags of controller resume, which the root's
+// --resume takes too: one spelling of a resume, whichever way it is asked.
+type resumeOptions struct {
+	dir, backend, output string
+	foreground           bool
+	retryShared          bool
+	mo                   metricsOptions
+}
+
+// flags registers the resume flags on fs; with is what the root's help
+// says they go with ("" for the resume command itself).
+func (ro *resumeOptions) flags(cmd *cobra.Command, with string) {
+	ro.mo.flags(cmd)
+	cmd.Flags().StringVarP(&ro.output, "output", "o", "table", with+"output: table or json (one document when the command returns)")
+	cmd.Flags().StringVarP(&ro.dir, "dir", "d", "", with+"campaign directory")
+	cmd.Flags().StringVar(&ro.backend, "gpu-backend", "", with+"GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
+	cmd.Flags().BoolVar(&ro.foreground, "foreground", false, with+"run in this process instead of detaching")
+	cmd.Flags().BoolVar(&ro.retryShared, "retry-shared-cause", false, with+"also launch the runs not tried yet that share a failed run's server and cause (server-exit, oom, server-not-ready, config-mismatch), which are held until an amendment covers the failed run")
+}
+
+func (ro *resumeOptions) run(cmd *cobra.Command) error {
+	return resume(cmd, *ro)
+}
+
+// resumeLong is the help of controller resume (and of the root's
+// --resume, the same command).
+const resumeLong = `resume takes the campaign's lock (refused while another controller holds it),
 re-hashes the protocol and every provenance file (a change is refused, naming
 the file and both hashes), ends what a dead controller left behind (only
 processes whose pid, start time and boot id match the records, whose
@@ -257,27 +304,43 @@ still in the process group they were started in), marks those attempts
 interrupted, charges their GPU time, removes the empty cgroups it left, and
 continues with the first run that is not complete. It detaches like start
 unless --foreground.
+controller --resume -d DIR is controller resume -d DIR: the same flags.
+
+A stop for review whose cause is the server (a run whose last attempt
+failed server-exit, oom, server-not-ready or config-mismatch, with no
+amendment that names it registered since) holds every run not tried yet
+(but those of its own unit, which follow its next attempt) that starts
+the same server (the same server spec in the plan: command,
+environment, health check, expectations; only the slot differs): resume
+names them and launches none of them, nor what needs them, until an
+amendment covers the failed run, or --retry-shared-cause asks for them.
+When nothing else can run the campaign stops awaiting-amendment, naming
+the runs and the cause.
 
 Before it claims anything, resume verifies every page of DIR/state.db. A
 damaged or empty database is refused: the file is left as it is, a copy is
 kept beside it as state.db.damaged-<UTC time> (one per distinct content),
-and resume exits 6, naming both. Exit status: 0 running (or nothing to
-resume); 1 refused or failed; 2 usage or not a campaign; 5 the campaign's
-NVML GPUs cannot be opened here; 6 the state database is damaged or
-empty; 7 the campaign directory, its settings, plan, database or
-provenance index (or an amendment recorded under it) is another user's
-or writable by its group or others: what resume runs is read from them,
-so it refuses, naming the file and how to fix it.`,
-		Args: cobra.NoArgs,
+and resume exits 6, naming both.
+
+Exit status: 0 running (or nothing to resume); 1 refused or failed; 2 usage
+or not a campaign; 5 the campaign's NVML GPUs cannot be opened here; 6 the
+state database is damaged or empty; 7 the campaign directory, its settings,
+plan, database or provenance index (or an amendment recorded under it) is
+another user's or writable by its group or others: what resume runs is read
+from them, so it refuses, naming the file and how to fix it.`
+
+func newResumeCmd() *cobra.Command {
+	var ro resumeOptions
+	cmd := &cobra.Command{
+		Use:   "resume -d DIR",
+		Short: "Continue a campaign after a crash, a reboot, a stop or a stop for review",
+		Long:  resumeLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return resume(cmd, dir, backend, foreground, output, mo)
+			return ro.run(cmd)
 		},
 	}
-	mo.flags(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json (one document when the command returns)")
-	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
-	cmd.Flags().StringVar(&backend, "gpu-backend", "", "GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
-	cmd.Flags().BoolVar(&foreground, "foreground", false, "run in this process instead of detaching")
+	ro.flags(cmd, "")
 	return cmd
 }
 
@@ -293,7 +356,8 @@ func checkRunFlags(output string, mo metricsOptions, dir string) (string, error)
 	return filepath.Abs(dir)
 }
 
-func resume(cmd *cobra.Command, dir, backend string, foreground bool, output string, mo metricsOptions) error {
+func resume(cmd *cobra.Command, ro resumeOptions) error {
+	dir, backend, foreground, output, mo := ro.dir, ro.backend, ro.foreground, ro.output, ro.mo
 	if dir == "" {
 		return &cli.ExitError{Code: 2, Err: errors.New("resume: -d DIR is required")}
 	}
@@ -336,13 +400,13 @@ func resume(cmd *cobra.Command, dir, backend string, foreground bool, output str
 	if !foreground && lockfile.Held(campaignfs.Lock(abs)) {
 		return &cli.ExitError{Code: 1, Err: fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
 	}
-	var awaiting []outcome.Awaiting
+	res := result{Schema: 1, Action: "resume", Dir: abs, retryShared: ro.retryShared}
 	if !lockfile.Held(campaignfs.Lock(abs)) {
-		if awaiting, err = awaitingAmendment(abs); err != nil {
+		if res.AwaitingAmendment, res.HeldSharedCause, err = awaitingAmendment(abs); err != nil {
 			return &cli.ExitError{Code: 1, Err: err}
 		}
 	}
-	return notOwnedExit(damagedExit(launchController(cmd, result{Schema: 1, Action: "resume", Dir: abs, AwaitingAmendment: awaiting}, foreground, backend, output, mo)))
+	return notOwnedExit(damagedExit(launchController(cmd, res, foreground, backend, output, mo)))
 }
 
 // exitNotOwned is the exit status of every command that would run what a
@@ -367,14 +431,24 @@ func isNotOwned(err error) bool {
 }
 
 // awaitingAmendment reads, before a resume, the runs that wait for an
-// amendment (outcome.AwaitingAmendment).
-func awaitingAmendment(dir string) ([]outcome.Awaiting, error) {
+// amendment (outcome.AwaitingAmendment) and those held for a cause they
+// share with a failed run (outcome.SharedCause).
+func awaitingAmendment(dir string) ([]outcome.Awaiting, []outcome.Held, error) {
+	plan, err := campaignfs.ReadPlan(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resume: %w", err)
+	}
 	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("resume: read the campaign's runs: %w", err)
+		return nil, nil, fmt.Errorf("resume: read the campaign's runs: %w", err)
 	}
 	defer s.Close()
-	return outcome.AwaitingAmendment(s)
+	aw, err := outcome.AwaitingAmendment(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	held, err := outcome.SharedCause(plan, s)
+	return aw, held, err
 }
 
 // exitDamaged is resume's exit status when the campaign's state database
@@ -392,6 +466,7 @@ func damagedExit(err error) error {
 
 func newDaemonCmd() *cobra.Command {
 	var dir string
+	var retryShared bool
 	var readyFD int
 	var mo metricsOptions
 	cmd := &cobra.Command{
@@ -400,10 +475,11 @@ func newDaemonCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDaemon(daemonOptions{dir: dir, readyFD: readyFD, metrics: mo})
+			return runDaemon(daemonOptions{dir: dir, readyFD: readyFD, metrics: mo, retryShared: retryShared})
 		},
 	}
 	mo.flags(cmd)
+	cmd.Flags().BoolVar(&retryShared, "retry-shared-cause", false, "launch the runs held for a cause they share with a failed run")
 	cmd.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory")
 	cmd.Flags().IntVar(&readyFD, "ready-fd", -1, "file descriptor to report readiness on")
 	return cmd
@@ -412,7 +488,7 @@ func newDaemonCmd() *cobra.Command {
 // detach re-runs this binary as the daemon in a new session, with input
 // from /dev/null and output to DIR/controller.log, and returns its pid once
 // the daemon reports that it runs (or why it could not).
-func detach(dir string, mo metricsOptions) (int, error) {
+func detach(dir string, mo metricsOptions, retryShared bool) (int, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
@@ -434,6 +510,9 @@ func detach(dir string, mo metricsOptions) (int, error) {
 	}
 	if mo.Textfile != "" {
 		args = append(args, "--metrics-textfile", mo.Textfile)
+	}
+	if retryShared {
+		args = append(args, "--retry-shared-cause")
 	}
 	d := exec.Command(self, args...)
 	d.Stdin = nil // /dev/null

@@ -41,6 +41,9 @@ type daemonOptions struct {
 	backend    string
 	boot       launch.BootIDSource
 	metrics    metricsOptions
+	// retryShared launches the runs held for a cause they share with a
+	// failed run (runner.Config.RetrySharedCause).
+	retryShared bool
 }
 
 // runDaemon takes the campaign, reconciles what a previous controller left,
@@ -106,7 +109,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		ready.OK(os.Getpid())
 		return nil
 	}
-	rn, cg, err := newCampaignRunner(dir, c, camp, gpus, reaper, opts.boot, log)
+	rn, cg, err := newCampaignRunner(dir, c, camp, gpus, reaper, opts, log)
 	if err != nil {
 		return err
 	}
@@ -136,7 +139,11 @@ func runDaemon(opts daemonOptions) (err error) {
 		return err
 	}
 	if deadBefore {
-		notifier.DeadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+		if d, _ := notify.DeathOf(camp, 0, false); notifiedBefore(dir, d) {
+			log.Info().Int("controller_pid", camp.ControllerPID).Msg("the dead controller was notified by controller check already")
+		} else {
+			notifier.DeadAtResume(camp, fmt.Sprintf("controller pid %d found dead at resume; its last heartbeat %s", camp.ControllerPID, camp.Heartbeat.UTC().Format(time.RFC3339)))
+		}
 	}
 	defer notifier.Wait()
 	if err := rn.Claim(os.Getpid()); err != nil {
@@ -261,8 +268,8 @@ func takeCampaign(dir string, c campaigndir.Opened, log zerolog.Logger) (camp st
 // newCampaignRunner builds the campaign's runner: its containment (a
 // cgroup manager unless the campaign turned cgroups off), the launcher on
 // reaper, the private inputs' index and the executor the settings name.
-func newCampaignRunner(dir string, c campaigndir.Opened, camp state.Campaign, gpus attempt.GPUs, reaper *launch.Reaper, boot launch.BootIDSource, log zerolog.Logger) (*runner.Runner, *launch.Manager, error) {
-	set, plan := c.Settings, c.Plan
+func newCampaignRunner(dir string, c campaigndir.Opened, camp state.Campaign, gpus attempt.GPUs, reaper *launch.Reaper, opts daemonOptions, log zerolog.Logger) (*runner.Runner, *launch.Manager, error) {
+	set, plan, boot := c.Settings, c.Plan, opts.boot
 	var cg *launch.Manager
 	if set.Cgroups != "off" {
 		// Containment is never off silently: a manager that cannot be made
@@ -291,7 +298,7 @@ func newCampaignRunner(dir string, c campaigndir.Opened, camp state.Campaign, gp
 	rn, err := runner.New(runner.Config{
 		Dir: dir, Plan: plan, Store: c.Store, GPUs: gpus, Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: boot},
 		Cgroups: cg, Boot: boot, Now: time.Now, Log: log, UID: os.Getuid(), Workdir: set.Workdir, ProtocolPath: set.ProtocolPath,
-		FakeGPUDir: fakeDir, Private: private, Slurm: set.SlurmConfig(),
+		FakeGPUDir: fakeDir, Private: private, Slurm: set.SlurmConfig(), RetrySharedCause: opts.retryShared,
 	})
 	return rn, cg, err
 }
@@ -394,4 +401,12 @@ func listenerCaps() (apiMax, metricsMax int, err error) {
 		return 0, 0, fmt.Errorf("%s=%q: want a whole number of connections, at least 1", MaxConnsEnv, v)
 	}
 	return n, n, nil
+}
+
+// notifiedBefore says whether death d of the campaign's controller was
+// notified already (controller check): the resume does not notify it
+// again.
+func notifiedBefore(dir string, d notify.Death) bool {
+	prior, ok, err := notify.ReadNotified(dir)
+	return err == nil && ok && prior.Same(d)
 }

@@ -25,8 +25,8 @@ func main() {
 }
 
 func newRoot() *cobra.Command {
-	var resumeFlag, foreground bool
-	var dir, backend string
+	var resumeFlag bool
+	var ro resumeOptions
 	root := &cobra.Command{
 		Use:   "controller",
 		Short: "Run pre-registered GPU serving benchmark campaigns",
@@ -36,10 +36,14 @@ func newRoot() *cobra.Command {
                                          write a config or rate sweep's protocol and start it
   controller plan -f PROTOCOL            validate and expand, touching no GPU
   controller start -f PROTOCOL -d DIR    create the campaign and run it, detached
-  controller --resume -d DIR             continue after a crash, reboot or stop
+  controller resume -d DIR               continue after a crash, reboot or stop
   controller stop -d DIR                 stop gracefully, leaving it resumable
 
-ctlq shows what a campaign is doing.`,
+controller --resume -d DIR is controller resume -d DIR, with the same flags.
+ctlq shows what a campaign is doing.
+
+Exit status: each command's help lists its own; with --resume, those of
+controller resume. Without a command or --resume it prints this help (0).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -47,14 +51,13 @@ ctlq shows what a campaign is doing.`,
 			if !resumeFlag {
 				return cmd.Help()
 			}
-			return resume(cmd, dir, backend, foreground, "table", metricsOptions{})
+			return ro.run(cmd)
 		},
 	}
-	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR (same as the resume command)")
-	root.Flags().StringVarP(&dir, "dir", "d", "", "campaign directory (with --resume)")
-	root.Flags().BoolVar(&foreground, "foreground", false, "with --resume: run in this process instead of detaching")
-	root.Flags().StringVar(&backend, "gpu-backend", "", "with --resume: the GPU backend; must match the campaign's (fake: resume a campaign whose fake GPUs auto chose)")
+	root.Flags().BoolVar(&resumeFlag, "resume", false, "resume the campaign in -d DIR: controller resume, with its flags")
+	ro.flags(root, "with --resume: ")
 	root.AddCommand(newSweepCmd(), newPlanCmd(), newStartCmd(), newResumeCmd(), newStopCmd(), newDaemonCmd(), newValidateCmd(),
-		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
+		newAmendCmd(), newReadjudicateCmd(), newFreezeCmd(), newCheckCmd(), newNodeAttemptCmd(), newNotifyRunCmd(), mancmd.New(root, "CONTROLLER"))
+	cli.DocumentDefaults(root, 1)
 	return root
 }

@@ -55,7 +55,11 @@ file once. Arguments holding a launch-time variable and
 executables run on a node and are not checked (the ledger's are): the plan says so
 (inputs_unchecked in -o json, a line on stderr otherwise).
 --check-inputs=false skips the search, to plan a protocol away from the
-machine it is frozen for (start always looks).`,
+machine it is frozen for (start always looks); the problems of inputs this
+machine lacks say so ("input": true in -o json) and the message names the
+flag (the document's "hint"). A provenance file that does not exist and is
+close to a load's manifest that is not among them is reported as the
+cause, with that manifest, instead of a line per run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -65,11 +69,19 @@ machine it is frozen for (start always looks).`,
 			if err != nil {
 				var ps *protocols.Problems
 				if errors.As(err, &ps) {
+					hint := planview.InputsHint(ps)
 					if output == "json" {
-						writeJSON(cmd.OutOrStdout(), map[string]any{"schema": protocols.PlanSchema, "valid": false, "problems": ps.List, "omitted": ps.Omitted})
+						doc := map[string]any{"schema": protocols.PlanSchema, "valid": false, "problems": ps.List, "omitted": ps.Omitted}
+						if hint != "" {
+							doc["hint"] = hint
+						}
+						writeJSON(cmd.OutOrStdout(), doc)
 						return &cli.ExitError{Code: 2, Err: nil}
 					}
-					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w", file, len(ps.List)+ps.Omitted, err)}
+					if hint != "" {
+						hint = "\n" + hint
+					}
+					return &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %d problem(s):\n%w%s", file, len(ps.List)+ps.Omitted, err, hint)}
 				}
 				return &cli.ExitError{Code: 2, Err: err}
 			}

@@ -18,7 +18,6 @@ import (
 
 	"warden/internal/cli"
 	"warden/internal/mancmd"
-	"warden/internal/shellquote"
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/lockfile"
@@ -74,6 +73,29 @@ type options struct {
 	output string
 }
 
+// statusExitText is the exit status of ctlq status (and of ctlq watch,
+// once the controller it watched exited).
+const statusExitText = `Exit status:
+  0  the campaign runs with a live controller, or is complete (or frozen)
+  3  the campaign is stopped for review (stop_reason says why; the hint
+     names the amendment, or the resume, that comes next)
+  4  the controller is not alive while the campaign is unfinished (or it left
+     attempts live: it died, during a stop say; resume reclaims them); the
+     hint is the resume: controller resume -d DIR
+  5  an operator stopped the campaign (stop_reason operator-stop): resume it as it is
+  6  the state database is damaged or empty (every page is verified when it
+     is opened); ctlq changed nothing, and controller resume refuses it too,
+     keeping a copy as state.db.damaged-<UTC time>
+  2  anything else (not a campaign directory, permission denied, unreadable,
+     bad usage)`
+
+// queryExitText is the exit status of the commands that print records
+// (runs, show, events).
+const queryExitText = `Exit status: 0 printed; 6 the state database is damaged or empty (ctlq
+changed nothing); 2 anything else (not a campaign directory, permission
+denied, unreadable, a controller that holds the campaign but does not
+answer, bad usage`
+
 func newRoot() *cobra.Command {
 	o := &options{output: "table"}
 	root := &cobra.Command{
@@ -82,20 +104,10 @@ func newRoot() *cobra.Command {
 		Long: `ctlq shows a campaign's state. It asks the controller through its socket
 (DIR/ctl.sock) and, when no controller answers, reads DIR/state.db read-only.
 
-Exit status of ctlq status:
-  0  the campaign runs with a live controller, or is complete
-  3  the campaign is stopped for review (stop_reason says why)
-  4  the controller is not alive while the campaign is unfinished (or it left
-     attempts live: it died, during a stop say; resume reclaims them); status
-     then adds a hint (the hint field of -o json): controller --resume -d DIR
-  5  an operator stopped the campaign (stop_reason operator-stop): resume it as it is
-  6  the state database is damaged or empty (every page is verified when it
-     is opened); ctlq changed nothing, and controller resume refuses it too,
-     keeping a copy as state.db.damaged-<UTC time>
-  2  anything else (not a campaign directory, permission denied, unreadable,
-     bad usage)
-ctlq report exits 7, writing nothing, when its page or tables would hold
-private text (or the private inputs cannot be read to tell).
+Exit status: each command's help lists its own (ctlq status, ctlq watch:
+0 running or complete, 3 stopped for review, 4 no live controller while
+unfinished, 5 stopped by an operator, 6 damaged database, 2 anything else;
+ctlq report: 7 when it would write private text).
 
 -o json (status, runs, show, events): on an error the command prints
 {"schema": 1, "error": MESSAGE, "exit_code": N} on stdout, the message on
@@ -108,6 +120,7 @@ and refuses "json" and "table".`,
 	root.PersistentFlags().StringVarP(&o.dir, "dir", "d", os.Getenv("WARDEN_DIR"), "campaign directory (default $WARDEN_DIR)")
 	root.AddCommand(withOutput(newStatusCmd(o), o), withOutput(newRunsCmd(o), o), withOutput(newShowCmd(o), o),
 		withOutput(newEventsCmd(o), o), newWatchCmd(o), newReportCmd(o), newMetricsCmd(o), mancmd.New(root, "CTLQ"))
+	cli.DocumentDefaults(root, exitOther)
 	return root
 }
 
@@ -263,7 +276,16 @@ func newStatusCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "The campaign's state, controller liveness, runs by state, budget and what runs now",
-		Args:  cobra.NoArgs,
+		Long: `status prints the campaign's state and stop reason, the controller's pid and
+heartbeat (or, once it exited, when the campaign finished or stopped), the
+runs by state, the budget (consumed is charged plus in flight), what runs
+now and for how long, the ETA while a live controller runs it, the runs
+that wait for an amendment, and a hint: the command that comes next (the
+hint field of -o json; absent while a live controller runs the campaign
+and once it is complete or frozen).
+
+` + statusExitText,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if watch {
 				return runWatch(cmd, o, time.Second)
@@ -291,14 +313,29 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 			aw = []outcome.Awaiting{}
 		}
 		doc.AwaitingAmendment = &aw
+		if plan, err := campaignfs.ReadPlan(src.dir); err == nil {
+			held, err := outcome.SharedCause(plan, src.store)
+			if err != nil {
+				return &cli.ExitError{Code: exitOther, Err: err}
+			}
+			if held == nil {
+				held = []outcome.Held{}
+			}
+			doc.HeldSharedCause = &held
+		}
 	}
 	exit := statusExit(st)
-	doc.Hint = crashHint(exit, src.dir)
+	ro := ""
+	if views.ControllerDead(st) {
+		ro = readOnlyStorage(src.dir) // the controller could record neither the fault nor a stop
+	}
+	doc.Hint = views.Hint(st, src.dir, ro)
 	if o.output == "json" {
 		writeJSON(cmd.OutOrStdout(), doc)
 	} else {
 		views.PrintStatus(cmd.OutOrStdout(), st)
 		views.PrintAwaiting(cmd.OutOrStdout(), doc.AwaitingAmendment)
+		views.PrintHeld(cmd.OutOrStdout(), doc.HeldSharedCause)
 		if doc.Hint != "" {
 			fmt.Fprintf(cmd.OutOrStdout(), "hint       %s\n", doc.Hint)
 		}
@@ -314,40 +351,31 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 type statusDoc struct {
 	api.Status
 	AwaitingAmendment *[]outcome.Awaiting `json:"awaiting_amendment,omitempty"`
-	// Hint says what to do when the controller is dead (exit 4).
+	// HeldSharedCause, read with it, are the runs not tried yet that
+	// share a failed run's server cause (outcome.SharedCause): a resume
+	// without an amendment or --retry-shared-cause launches none of them.
+	HeldSharedCause *[]outcome.Held `json:"held_shared_cause,omitempty"`
+	// Hint is the command that comes next (views.Hint): the resume of a
+	// campaign whose controller is dead (exit 4) or that an operator
+	// stopped (exit 5), the amendment or resume after a stop for review
+	// (exit 3); absent while a live controller runs it and once it is
+	// complete or frozen.
 	Hint string `json:"hint,omitempty"`
-}
-
-// crashHint is the line ctlq status adds when it exits 4: no controller
-// runs the unfinished campaign, and its attempts' servers and clients may
-// still hold GPUs and ports until a resume reclaims them.
-func crashHint(exit error, dir string) string {
-	var ee *cli.ExitError
-	if !errors.As(exit, &ee) || ee.Code != exitControllerX {
-		return ""
-	}
-	hint := "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: controller --resume -d " + shellquote.Word(dir)
-	if ro := readOnlyStorage(dir); ro != "" {
-		// the controller could record neither the fault nor a stop
-		hint = "the campaign directory's file system is " + ro + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: controller --resume -d " + shellquote.Word(dir)
-	}
-	return hint
 }
 
 func statusExit(st api.Status) error {
 	switch {
 	case st.Campaign.State == string(state.CampaignComplete), st.Campaign.State == string(state.CampaignFrozen):
 		return nil
-	case st.Campaign.State == string(state.CampaignStopped) && !st.Controller.Alive && len(st.Current) > 0:
-		// attempts still live with no controller: it died (during a stop,
-		// say) and left them; that is not a stop for review
+	case views.ControllerDead(st):
+		// no controller while the campaign runs, or attempts still live
+		// with none: it died (during a stop, say) and left them; that is
+		// not a stop for review
 		return &cli.ExitError{Code: exitControllerX, Err: nil}
 	case st.Campaign.State == string(state.CampaignStopped) && st.Campaign.StopReason == state.StopOperator:
 		return &cli.ExitError{Code: exitOperatorStop, Err: nil}
 	case st.Campaign.State == string(state.CampaignStopped):
 		return &cli.ExitError{Code: exitStopped, Err: nil}
-	case st.Campaign.State == string(state.CampaignRunning) && !st.Controller.Alive:
-		return &cli.ExitError{Code: exitControllerX, Err: nil}
 	case st.Campaign.State == string(state.CampaignRunning):
 		return nil
 	}
@@ -359,7 +387,12 @@ func newRunsCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "Every run in plan order with its attempts",
-		Args:  cobra.NoArgs,
+		Long: `runs prints every run in plan order, its phase, kind and state, and its
+attempts with their states and reasons (-o json: {"schema", "runs"}, each
+run's id under "run", as in ctlq show and ctlq events).
+
+` + queryExitText + ").",
+		Args: cobra.NoArgs,
 		RunE: o.withSource(func(cmd *cobra.Command, _ []string, src *source) error {
 			runs, err := src.runs(10*time.Second, filter)
 			if err != nil {
@@ -398,14 +431,23 @@ TPOT, ITL and E2EL in ms), read from the attempt's client/result.json
 "missing", with why. -o json carries the same figures as serving
 (throughput_rps, output_tokens_per_s, total_tokens_per_s, ttft_mean_ms,
 ttft_p50_ms, ttft_p99_ms, ...; null when missing, latency_missing says
-why). docs/report.md gives the rows and where vLLM's layout was read.`,
+why). docs/report.md gives the rows and where vLLM's layout was read.
+
+` + queryExitText + `, or no run of that id: the message names the closest
+ids the campaign has).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeRuns,
 		RunE: o.withSource(func(cmd *cobra.Command, args []string, src *source) error {
 			d, err := ask(src, 10*time.Second, func() (api.RunDetail, error) { return api.BuildRun(src.store, args[0]) },
 				func(ctx context.Context) (api.RunDetail, error) { return src.client.Run(ctx, args[0]) })
 			if errors.Is(err, state.ErrNotFound) {
-				return &cli.ExitError{Code: exitOther, Err: fmt.Errorf("no run %q in this campaign", args[0])}
+				var ids []string
+				if runs, rerr := src.runs(10*time.Second, ""); rerr == nil {
+					for _, r := range runs {
+						ids = append(ids, r.ID)
+					}
+				}
+				return &cli.ExitError{Code: exitOther, Err: errors.New(views.UnknownRun(args[0], ids))}
 			}
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
@@ -435,8 +477,10 @@ func newEventsCmd(o *options) *cobra.Command {
 		Short: "The event log; -f follows it until the controller exits",
 		Long: `events prints the event log, one event a line. With -o json the output is
 JSON lines: one object per event, each with "schema" beside the event's
-fields (seq, mono, wall, run, attempt, from, to, reason, message, figures),
-so that -f can stream them.`,
+fields (seq, mono_ns, wall, run, attempt, from, to, reason, message,
+figures), so that -f can stream them.
+
+` + queryExitText + ").",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()

@@ -25,7 +25,11 @@ campaign (complete, stopped) stays scrapeable after its controller exited
 
 While a controller runs it holds the database: scrape its --metrics listener
 or textfile instead; metrics then exits 2 naming the controller's pid. A
-damaged or empty database exits 6, as ctlq status does.`,
+damaged or empty database exits 6, as ctlq status does.
+
+Exit status: 0 printed; 6 the state database is damaged or empty; 2
+anything else (a controller holds the campaign, not a campaign directory,
+unreadable, bad usage).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := o.campaignDir()

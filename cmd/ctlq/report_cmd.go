@@ -71,7 +71,12 @@ output format, and a file of that name is nearly always a mistake (write
 Nothing is written that holds private text: each document is searched, before
 it is written, for every run of privacy.min_leak_bytes (default 48) bytes of
 the campaign's private inputs (its provenance), as the privacy scan does; a
-document that holds one, or private inputs that cannot be read, exit 7.`,
+document that holds one, or private inputs that cannot be read, exit 7.
+
+Exit status: 0 written; 7 a document would hold private text (or the
+private inputs cannot be read to tell), nothing written; 6 the state
+database is damaged or empty; 2 anything else (not a campaign directory,
+unreadable, -o json or -o table, bad usage).`,
 		Args: cobra.NoArgs,
 		RunE: o.withSource(func(cmd *cobra.Command, _ []string, src *source) error {
 			rep, err := src.report()

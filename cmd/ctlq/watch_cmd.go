@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
 	"warden/pkg/state"
+	"warden/pkg/views"
 	"warden/pkg/views/watch"
 )
 
@@ -28,7 +30,13 @@ from the attempts' gpu-samples.jsonl, and the last events.
 On a terminal the view is full-screen and redrawn in place (q quits); the
 last frame is printed when it ends. When stdout is not a terminal, watch
 prints one plain line whenever something changes. Either way it ends when
-no controller runs the campaign (at once for a finished one).`,
+no controller runs the campaign (at once for a finished one); when it ends
+on a controller that is not alive while the campaign is unfinished, it
+prints the hint ctlq status gives, the resume.
+
+Exit status: 0 when the operator quit (q); otherwise, once the controller
+exited, that of ctlq status:
+` + statusExitText,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWatch(cmd, o, interval)
@@ -65,6 +73,10 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 	}
 	if !sn.Ended {
 		return nil // the operator quit
+	}
+	if views.ControllerDead(sn.Status) {
+		// it ended on a dead controller: what ctlq status would say next
+		fmt.Fprintf(out, "hint       %s\n", views.Hint(sn.Status, src.dir, readOnlyStorage(src.dir)))
 	}
 	return statusExit(sn.Status)
 }

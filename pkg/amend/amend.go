@@ -62,6 +62,9 @@ type Diff struct {
 	Done    []string    `json:"changed_runs_with_a_result,omitempty"`
 	Before  string      `json:"old_protocol_sha256"`
 	After   string      `json:"new_protocol_sha256"`
+	// ByField is Changes(): each change down to the field that changed,
+	// once, with the runs it touches (what amend prints).
+	ByField []Change `json:"changes"`
 }
 
 // RunChange is a run whose fields an amendment changes.
@@ -163,6 +166,10 @@ func PlanDiff(old, new *protocols.Plan) Diff {
 		if string(ob) != string(nb) {
 			d.Fields = append(d.Fields, FieldDiff{Field: capacityField + ph.Name, Old: ob, New: nb})
 		}
+	}
+	d.ByField = d.Changes()
+	if d.ByField == nil {
+		d.ByField = []Change{}
 	}
 	return d
 }

@@ -6,20 +6,20 @@ import (
 )
 
 // WriteText writes the result for a person: the protocol's hashes, each
-// changed field of a run, of the protocol and of the totals, and the
-// status.
+// change once, down to the field that changed (path: old -> new), with
+// the runs it touches (Diff.Changes), and the status.
 func (r Result) WriteText(w io.Writer) {
 	d, id, status := r.Diff, r.Amendment, r.Status
 	fmt.Fprintf(w, "amendment %s: protocol %s -> %s\n", id, short(d.Before), short(d.After))
-	for _, c := range d.Changed {
-		for _, f := range c.Fields {
-			fmt.Fprintf(w, "  run %-40s %-20s %s -> %s\n", c.Run, f.Field, f.Old, f.New)
+	changes := d.Changes()
+	for _, c := range changes {
+		fmt.Fprintf(w, "  %s: %s -> %s", c.Field, clip(string(c.Old)), clip(string(c.New)))
+		if len(c.Runs) > 0 {
+			fmt.Fprintf(w, " (%s)", runsNamed(c.Runs))
 		}
+		fmt.Fprintln(w)
 	}
-	for _, f := range append(append([]FieldDiff{}, d.Fields...), d.Totals...) {
-		fmt.Fprintf(w, "  %-46s %s -> %s\n", f.Field, clip(string(f.Old)), clip(string(f.New)))
-	}
-	if len(d.Changed)+len(d.Fields)+len(d.Totals) == 0 {
+	if len(changes) == 0 {
 		fmt.Fprintln(w, "  no change to the plan")
 	}
 	fmt.Fprintln(w, status)

@@ -18,9 +18,9 @@ func TestResultWriteText(t *testing.T) {
 	var buf bytes.Buffer
 	r.WriteText(&buf)
 	want := "amendment A-P3-5: protocol 0123456789ab -> fedcba\n" +
-		"  run p1.saturation                            drain_allowance_s    288 -> 600\n" +
-		"  classes.standard.drain_allowance_s             120 -> \"" + strings.Repeat("x", 66) + "...\n" +
-		"  gpu_hours_estimate                             10.029 -> 10.5\n" +
+		"  drain_allowance_s: 288 -> 600 (run p1.saturation)\n" +
+		"  classes.standard.drain_allowance_s: 120 -> \"" + strings.Repeat("x", 66) + "...\n" +
+		"  gpu_hours_estimate: 10.029 -> 10.5\n" +
 		r.Status + "\n"
 	if buf.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)

@@ -14,8 +14,14 @@ import (
 	"warden/pkg/state"
 )
 
-// Schema is the version of every JSON document of this package.
-const Schema = 1
+// Schema is the version of every JSON document of this package. 2: a
+// run's id is "run" in every document (ctlq runs had "id", ctlq show
+// "run.id" and "run_id"), an event's monotonic time "mono_ns" (was
+// "mono"), ctlq show's run record is "record" beside the id, the budget's
+// consumed_gpu_hours is charged plus in flight (was charged only, now
+// charged_gpu_hours), and eta_s is null while no live controller runs the
+// campaign.
+const Schema = 2
 
 // Status is `ctlq status -o json`.
 type Status struct {
@@ -26,8 +32,10 @@ type Status struct {
 	Runs       RunCounts      `json:"runs"`
 	Budget     BudgetStatus   `json:"budget"`
 	Current    []Current      `json:"current"`
-	ETAS       *float64       `json:"eta_s"`
-	LastEvent  uint64         `json:"last_event_seq"`
+	// ETAS is the expected seconds left, null while no live controller
+	// runs the campaign (dead, exited, or the campaign not running).
+	ETAS      *float64 `json:"eta_s"`
+	LastEvent uint64   `json:"last_event_seq"`
 	// Amendments are the campaign's amendments, re-adjudications and
 	// freezes, in the order they were registered.
 	Amendments []AmendmentBrief `json:"amendments"`
@@ -47,11 +55,14 @@ type AmendmentBrief struct {
 
 // CampaignStatus is the campaign part of a Status.
 type CampaignStatus struct {
-	ID          string             `json:"id"`
-	Protocol    string             `json:"protocol"`
-	SHA256      string             `json:"protocol_sha256"`
-	Dir         string             `json:"dir"`
-	State       string             `json:"state"` // running, stopped, complete
+	ID       string `json:"id"`
+	Protocol string `json:"protocol"`
+	SHA256   string `json:"protocol_sha256"`
+	Dir      string `json:"dir"`
+	State    string `json:"state"` // running, stopped, complete, frozen
+	// StateAt is when the campaign entered State (absent in campaigns
+	// recorded before the record kept it, until their state changes).
+	StateAt     time.Time          `json:"state_at,omitzero"`
 	StopReason  state.StopReason   `json:"stop_reason"`
 	StopDetail  string             `json:"stop_detail,omitempty"`
 	StopFigures map[string]float64 `json:"stop_figures,omitempty"`
@@ -102,16 +113,23 @@ type RunCounts struct {
 	ByState map[string]int `json:"by_state"`
 }
 
-// BudgetStatus is the GPU-hour budget.
+// BudgetStatus is the GPU-hour budget. ctlq status's text prints the
+// same figures: consumed (charged + in flight).
 type BudgetStatus struct {
-	Unit             string  `json:"unit,omitempty"`
-	CapGPUHours      float64 `json:"cap_gpu_hours"`
+	Unit        string  `json:"unit,omitempty"`
+	CapGPUHours float64 `json:"cap_gpu_hours"`
+	// ConsumedGPUHours is ChargedGPUHours plus InFlightGPUHours: what the
+	// campaign has spent, counting what runs now.
 	ConsumedGPUHours float64 `json:"consumed_gpu_hours"`
+	// ChargedGPUHours is the ledger's prior consumption and charges.
+	ChargedGPUHours  float64 `json:"charged_gpu_hours"`
 	ReservedGPUHours float64 `json:"reserved_gpu_hours"`
 	// InFlightGPUHours is the GPU time of the attempts whose server holds
 	// its GPUs now and that are not charged yet: it accrues until their
-	// charge at cleanup moves it into ConsumedGPUHours.
-	InFlightGPUHours  float64 `json:"in_flight_gpu_hours"`
+	// charge at cleanup moves it into ChargedGPUHours.
+	InFlightGPUHours float64 `json:"in_flight_gpu_hours"`
+	// RemainingGPUHours is the cap less the charges and the reservations
+	// (which cover the runs in flight).
 	RemainingGPUHours float64 `json:"remaining_gpu_hours"`
 }
 
@@ -138,7 +156,7 @@ type Runs struct {
 
 // RunBrief is one element of Runs.
 type RunBrief struct {
-	ID       string         `json:"id"`
+	ID       string         `json:"run"`
 	Phase    string         `json:"phase"`
 	Kind     string         `json:"kind"`
 	Cell     string         `json:"cell,omitempty"`
@@ -246,7 +264,7 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 	st := Status{
 		Schema: Schema,
 		Campaign: CampaignStatus{
-			ID: c.ID, Protocol: c.ProtocolName, SHA256: c.ProtocolSHA256, Dir: c.Dir, State: string(c.State),
+			ID: c.ID, Protocol: c.ProtocolName, SHA256: c.ProtocolSHA256, Dir: c.Dir, State: string(c.State), StateAt: c.StateAt,
 			StopReason: c.StopReason, StopDetail: c.StopDetail, StopFigures: c.StopFigures, Regime: c.Regime, CreatedAt: c.CreatedAt,
 			CapacitySearches: c.Capacity,
 		},
@@ -254,7 +272,7 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		Runs:       RunCounts{Total: sum.RunsTotal, ByState: sum.RunsByState},
 		Budget: BudgetStatus{
 			CapGPUHours:      c.BudgetCapGPUHours,
-			ConsumedGPUHours: c.ConsumedGPUSeconds / 3600,
+			ChargedGPUHours:  c.ConsumedGPUSeconds / 3600,
 			ReservedGPUHours: c.ReservedGPUSeconds / 3600,
 		},
 		Current:   []Current{},
@@ -269,7 +287,8 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		}
 		st.Budget.InFlightGPUHours += InFlightGPUSeconds(a, until) / 3600
 	}
-	st.Budget.RemainingGPUHours = st.Budget.CapGPUHours - st.Budget.ConsumedGPUHours - st.Budget.ReservedGPUHours
+	st.Budget.ConsumedGPUHours = st.Budget.ChargedGPUHours + st.Budget.InFlightGPUHours
+	st.Budget.RemainingGPUHours = st.Budget.CapGPUHours - st.Budget.ChargedGPUHours - st.Budget.ReservedGPUHours
 	if st.Controller.PID == 0 {
 		st.Controller.PID = c.ControllerPID
 	}
@@ -314,8 +333,12 @@ func BuildStatus(s *state.Store, dir string, ctl Controller, now time.Time) (Sta
 		}
 		left -= min(max(0, now.Sub(a.CreatedAt).Seconds()), r.ExpectedS)
 	}
-	etaS := max(0, left) / float64(max(1, c.RegimeConcurrency))
-	st.ETAS = &etaS
+	if ctl.Alive && c.State == state.CampaignRunning {
+		// an ETA only while a live controller runs the campaign: nothing
+		// counts down otherwise
+		etaS := max(0, left) / float64(max(1, c.RegimeConcurrency))
+		st.ETAS = &etaS
+	}
 	return st, nil
 }
 

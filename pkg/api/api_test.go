@@ -79,12 +79,16 @@ func TestBuildStatus(t *testing.T) {
 				RegimeConcurrency: tt.concurrency, Regime: "pair"})
 			beat := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
 			now := beat.Add(3 * time.Second)
-			st, err := api.BuildStatus(s, dir, api.Controller{PID: 42, Heartbeat: beat}, now)
+			st, err := api.BuildStatus(s, dir, api.Controller{Alive: true, PID: 42, Heartbeat: beat}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if st.ETAS == nil || *st.ETAS != tt.wantETA {
 				t.Errorf("eta %v, want %g", st.ETAS, tt.wantETA)
+			}
+			// no live controller, no ETA: nothing counts down
+			if dead, err := api.BuildStatus(s, dir, api.Controller{PID: 42, Heartbeat: beat}, now); err != nil || dead.ETAS != nil {
+				t.Errorf("eta with the controller dead: %v (%v), want null", dead.ETAS, err)
 			}
 			if st.Budget.Unit != "H200-hours" || st.Budget.CapGPUHours != 10 {
 				t.Errorf("budget %+v", st.Budget)
@@ -149,9 +153,10 @@ func TestLivenessAndTimeInState(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// r expects 10 s and has run 56: nothing of it is left to wait for
-			if st.ETAS == nil || *st.ETAS != 0 {
-				t.Errorf("eta %v, want 0", st.ETAS)
+			// r expects 10 s and has run 56: nothing of it is left to wait
+			// for; no ETA at all while no controller runs the campaign
+			if tt.ctl.Alive && (st.ETAS == nil || *st.ETAS != 0) || !tt.ctl.Alive && st.ETAS != nil {
+				t.Errorf("eta %v, want 0 with a live controller, null without", st.ETAS)
 			}
 			if st.Controller.Healthy != tt.healthy || st.Controller.HeartbeatIntervalS != api.HeartbeatInterval.Seconds() {
 				t.Errorf("controller %+v, want healthy %v", st.Controller, tt.healthy)
@@ -264,7 +269,7 @@ func TestETACountsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct{ after, want float64 }{{0, 150}, {30, 120}, {60, 90}, {500, 50}} {
-		st, err := api.BuildStatus(s, dir, api.Controller{}, t0.Add(time.Duration(tt.after)*time.Second))
+		st, err := api.BuildStatus(s, dir, api.Controller{Alive: true}, t0.Add(time.Duration(tt.after)*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

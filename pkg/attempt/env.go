@@ -146,6 +146,10 @@ type Outcome struct {
 	// EarlyBackground: a background load whose client ended before its
 	// target was done.
 	EarlyBackground bool
+	// BusyPort is the slot's port when the preflight found it taken (the
+	// attempt failed harness-error): the exact rerun waits for it first
+	// (outcome.PortBackoff).
+	BusyPort int
 }
 
 // ErrBudgetExhausted is the cause of an attempt's context when the

@@ -2,8 +2,10 @@ package attempt
 
 import (
 	"strings"
+
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
+	"warden/pkg/launch"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -33,10 +35,12 @@ func (a *Attempt) preflight() ([]gpu.Reading, Outcome, bool) {
 	if a.rec.Gate(cl); cl.Verdict == gates.Fail {
 		return nil, a.fail(state.ReasonHarnessError, "slot "+strings.Join(protocols.SlotNames(a.slots), "+")+": "+cl.Detail), false
 	}
-	pp := gates.PortFree(a.port, env.Now())
+	pp := gates.PortFree(a.port, env.Now(), launch.PortHolders)
 	a.rec.Gate(pp)
 	if !pp.Passed() {
-		return nil, a.fail(state.ReasonHarnessError, pp.Detail), false
+		out := a.fail(state.ReasonHarnessError, pp.Detail)
+		out.BusyPort = a.port // the rerun waits for it
+		return nil, out, false
 	}
 	return readings, Outcome{}, true
 }

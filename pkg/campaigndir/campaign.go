@@ -21,10 +21,12 @@ import (
 	"slices"
 	"time"
 
+	"warden/internal/shellquote"
 	"warden/pkg/atomicfile"
 	"warden/pkg/campaignfs"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
+	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
 	"warden/pkg/slurm"
 	"warden/pkg/state"
@@ -398,6 +400,11 @@ func checkEmptyDir(dir string, plan *protocols.Plan, inputs []provenance.Entry) 
 		return checkInputsOnly(dir, inputs)
 	}
 	if _, err := os.Stat(campaignfs.State(dir)); err == nil {
+		if lock := campaignfs.Lock(dir); lockfile.Held(lock) {
+			// a controller runs it and holds its database: say which, as
+			// resume does, not that the database is locked
+			return fmt.Errorf("refused: controller pid %d already runs the campaign in %s; follow it with: ctlq status -d %s", lockfile.Owner(lock), dir, shellquote.Word(dir))
+		}
 		s, err := campaignfs.OpenStoreReadOnly(dir, time.Second)
 		if err != nil {
 			return fmt.Errorf("%s already holds a campaign (%v); choose another directory", dir, err)
@@ -528,24 +535,50 @@ func (e *OverBudgetError) Error() string {
 func (e *OverBudgetError) Unwrap() error { return e.Err }
 
 // OverBudget says whether the plan's estimate, or its worst case (every
-// conditional run executes), passes the budget cap.
+// conditional run executes), passes the budget cap, or a wave of the
+// estimate's timeline would be refused; each names the first wave the
+// budget refuses, and how many runs launch before it.
 func OverBudget(p *protocols.Plan) error {
 	t := p.Totals
-	unit := t.Unit
-	if unit == "" {
-		unit = "GPU-hours"
-	}
+	unit := budgetUnit(t)
 	switch {
 	case t.RemainingAfterEstimate < 0:
-		return fmt.Errorf("over budget: the estimate of %.3f %s passes the %.3f remaining of the cap %.3f by %.3f",
-			t.GPUHoursEstimate, unit, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterEstimate)
+		return fmt.Errorf("over budget: the estimate of %.3f %s passes the %.3f remaining of the cap %.3f by %.3f; %s",
+			t.GPUHoursEstimate, unit, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterEstimate, firstRefused(t))
 	case t.RemainingAfterWorstCase < 0:
-		return fmt.Errorf("over budget in the worst case: the estimate of %.3f %s plus %.3f if every conditional run executes passes the %.3f remaining of the cap %.3f by %.3f",
-			t.GPUHoursEstimate, unit, t.ConditionalGPUHours, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterWorstCase)
+		return fmt.Errorf("over budget in the worst case: the estimate of %.3f %s plus %.3f if every conditional run executes passes the %.3f remaining of the cap %.3f by %.3f; %s",
+			t.GPUHoursEstimate, unit, t.ConditionalGPUHours, t.BudgetRemainingGPUHours, t.BudgetCapGPUHours, -t.RemainingAfterWorstCase, firstRefused(t))
 	case t.FirstRefused != nil:
 		r := t.FirstRefused
 		return fmt.Errorf("%s: over budget: the wave launching %s (after %d runs, at %.0f s on the estimate's timeline) would be refused: consumed %.3f + in flight %.3f + its own %.3f = %.3f %s, over the cap of %.3f (A-P3-4: a wave is refused when its conservative reservation would pass the cap)",
 			r.Budget, r.Run, r.RunsBefore, r.StartS, r.ChargedGPUH, r.InFlightGPUH, r.LaunchGPUH, r.TotalGPUH, unit, r.CapGPUH)
 	}
 	return nil
+}
+
+// AllowedOverBudget is what start says of a plan OverBudget refuses when
+// --allow-over-budget starts it anyway: what runs, and where it stops.
+func AllowedOverBudget(p *protocols.Plan) string {
+	if r := p.Totals.FirstRefused; r != nil {
+		return fmt.Sprintf("over the budget cap, started anyway (--allow-over-budget): the campaign runs the %d runs launched before the wave launching %s, then stops (budget) at that wave, as the estimate's timeline has it", r.RunsBefore, r.Run)
+	}
+	return "over the budget cap in the worst case, started anyway (--allow-over-budget): the campaign runs the waves that fit and stops (budget) at the first that would pass the cap"
+}
+
+// firstRefused names the plan's first refused wave, for a refusal of
+// its totals.
+func firstRefused(t protocols.Totals) string {
+	r := t.FirstRefused
+	if r == nil {
+		return "no wave of the estimate's timeline is refused (conditional runs are not placed on it): the campaign stops (budget) at the first wave that would pass the cap"
+	}
+	return fmt.Sprintf("the first wave refused is the one launching %s (after %d runs, at %.0f s on the estimate's timeline: consumed %.3f + in flight %.3f + its own %.3f = %.3f %s, over the cap of %.3f; %s)",
+		r.Run, r.RunsBefore, r.StartS, r.ChargedGPUH, r.InFlightGPUH, r.LaunchGPUH, r.TotalGPUH, budgetUnit(t), r.CapGPUH, r.Budget)
+}
+
+func budgetUnit(t protocols.Totals) string {
+	if t.Unit == "" {
+		return "GPU-hours"
+	}
+	return t.Unit
 }

@@ -94,15 +94,25 @@ func Preflight(gpus []gpu.State, baselineMiB int, ownUID int, now time.Time) Ver
 func (v Verdict) Foreign() bool { return v.Figures["foreign_processes"] > 0 }
 
 // PortFree checks that nothing listens on the loopback port, by binding it
-// for an instant. Figures: port. A fail means the slot's port is taken: the
-// caller does not launch and stops for review, since the server would bind
-// elsewhere or fail.
-func PortFree(port int, now time.Time) Verdict {
+// for an instant. Figures: port, and holder_pid when holders names the
+// process holding it. A fail means the slot's port is taken: the attempt
+// fails (harness-error, one exact rerun), since the server would bind
+// elsewhere or fail; its detail names the holder, as holders (nil: none)
+// describes the processes that listen on the port (launch.PortHolders).
+func PortFree(port int, now time.Time, holders func(port int) (string, int)) Verdict {
 	v := Verdict{Gate: "port", Verdict: Pass, Figures: map[string]float64{"port": float64(port)}, At: now}
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		v.Verdict = Fail
 		v.Detail = fmt.Sprintf("port %d is in use: %v", port, err)
+		if holders != nil {
+			if who, pid := holders(port); who != "" {
+				v.Detail += "; " + who
+				if pid > 0 {
+					v.Figures["holder_pid"] = float64(pid)
+				}
+			}
+		}
 		return v
 	}
 	l.Close()

@@ -39,11 +39,11 @@ func TestPortFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
-	if v := PortFree(port, time.Now()); v.Passed() || !strings.Contains(v.Detail, strconv.Itoa(port)) {
+	if v := PortFree(port, time.Now(), nil); v.Passed() || !strings.Contains(v.Detail, strconv.Itoa(port)) {
 		t.Fatalf("busy port passed: %+v", v)
 	}
 	l.Close()
-	if v := PortFree(port, time.Now()); !v.Passed() {
+	if v := PortFree(port, time.Now(), nil); !v.Passed() {
 		t.Fatalf("free port failed: %+v", v)
 	}
 }

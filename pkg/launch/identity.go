@@ -36,6 +36,24 @@ func ReadBootID() (string, error) {
 	return id, nil
 }
 
+// BootTime is when the host booted (btime in /proc/stat).
+func BootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("parse btime %q: %w", v, err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
+}
+
 // BootIDFileEnv names a file whose content replaces the kernel's boot id
 // (for tests that simulate a reboot; never set it on a real host: a
 // campaign could then mistake a reboot for the same boot).

@@ -1,12 +1,15 @@
 package launch
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ServerPorts is the range [lo, hi) a server's port is chosen from when
@@ -50,4 +53,48 @@ func FreePort(used map[int]bool) (int, error) {
 		return p, nil
 	}
 	return 0, fmt.Errorf("no free port in %d-%d after 1000 tries", lo, hi-1)
+}
+
+// PortHolders names the processes listening on port, for a message: each
+// pid with its name and its command line where it can be read, and the
+// first pid (0 when none is known). "" when no socket listens on it; a
+// listener no readable process holds (another user's, another PID
+// namespace's) is said to be one whose holder cannot be told.
+func PortHolders(port int) (string, int) {
+	pids, err := ListenerPIDs(port)
+	switch {
+	case errors.Is(err, ErrNoListener):
+		return "", 0
+	case err != nil:
+		return "its holder cannot be told (" + err.Error() + ")", 0
+	}
+	parts := make([]string, len(pids))
+	for i, pid := range pids {
+		parts[i] = fmt.Sprintf("pid %d (%s", pid, commOf(pid))
+		if cmd := cmdlineOf(pid); cmd != "" {
+			parts[i] += ", command " + cmd
+		}
+		parts[i] += ")"
+	}
+	return "held by " + strings.Join(parts, ", "), pids[0]
+}
+
+// AwaitPortFree waits, on the clock after gives, for port to be free, as
+// free tells: it looks after each wait of steps in turn and returns as
+// soon as the port is free, or after the last step, or when ctx ends. It
+// returns how long it waited by the steps and whether the port was free.
+func AwaitPortFree(ctx context.Context, port int, steps []time.Duration, after func(time.Duration) <-chan time.Time, free func(int) bool) (time.Duration, bool) {
+	var waited time.Duration
+	for _, d := range steps {
+		select {
+		case <-ctx.Done():
+			return waited, false
+		case <-after(d):
+		}
+		waited += d
+		if free(port) {
+			return waited, true
+		}
+	}
+	return waited, false
 }

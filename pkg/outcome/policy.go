@@ -6,6 +6,7 @@ package outcome
 
 import (
 	"fmt"
+	"time"
 
 	"warden/pkg/state"
 )
@@ -114,6 +115,13 @@ var Policy = map[state.Reason]Rule{
 	// the incomplete run from its fresh-server boundary".
 	state.ReasonInterrupted: {Restart, "002 A-P3-2: restart the incomplete run from its fresh-server boundary"},
 }
+
+// PortBackoff is how the exact rerun of an attempt whose slot's port was
+// taken waits for the port (a server of the attempt before still letting
+// it go, say), rather than milliseconds later: it looks again after each
+// wait in turn, 15 s in all, and reruns as soon as the port is free or
+// after the last (the rerun's own port gate then judges it).
+var PortBackoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 // RuleFor is the rule for reason r. A reason without a rule (a bug: the
 // policy test walks every reason) stops the campaign: failing closed.

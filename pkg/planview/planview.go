@@ -378,3 +378,25 @@ func writeArgs(w io.Writer, argv []string) {
 	}
 	fmt.Fprintln(w, line)
 }
+
+// InputsHint is what controller plan adds to problems among which are
+// inputs this machine lacks (files, manifests, executables, a prior
+// verdict): how to plan the protocol without looking for them. "" when
+// none is.
+func InputsHint(ps *protocols.Problems) string {
+	n := ps.Inputs()
+	if n == 0 {
+		return ""
+	}
+	what := fmt.Sprintf("%d of these problems are", n)
+	if n == 1 {
+		what = "1 of these problems is"
+	}
+	if n == len(ps.List) && ps.Omitted == 0 {
+		what = "every one of these problems is"
+		if n == 1 {
+			what = "this problem is"
+		}
+	}
+	return what + " an input this machine lacks (a file, a manifest, an executable): to plan the protocol away from the machine it is frozen for, run controller plan --check-inputs=false (controller start always looks for them)"
+}

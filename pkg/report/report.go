@@ -571,7 +571,7 @@ func timelineSVG(rep api.Report) template.HTML {
 func budgetSVG(rep api.Report) template.HTML {
 	t0, t1 := span(rep)
 	bu := rep.Status.Budget
-	prior := bu.ConsumedGPUHours
+	prior := bu.ChargedGPUHours
 	for _, l := range rep.Ledger {
 		if l.Kind == state.LedgerCharge {
 			prior -= l.GPUSeconds / 3600

@@ -66,7 +66,7 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 <dt>regime</dt><dd>{{$c.Regime}}</dd>
 <dt>GPU backend</dt><dd>{{$c.GPUBackend}}</dd>
 <dt>runs</dt><dd>{{.Rep.Status.Runs.Total}}: {{range $k, $v := .Rep.Status.Runs.ByState}}{{$k}} {{$v}} &nbsp;{{end}}</dd>
-<dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ConsumedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
+<dt>budget</dt><dd>{{printf "%.3f" .Rep.Status.Budget.ChargedGPUHours}} charged, {{printf "%.3f" .Rep.Status.Budget.ReservedGPUHours}} reserved of the cap {{printf "%.3f" .Rep.Status.Budget.CapGPUHours}} {{.Unit}}</dd>
 <dt>report generated</dt><dd>{{time .Rep.GeneratedAt}} (from the {{.Rep.Status.Source}})</dd>
 </dl>
 <h2 id="quality">Configuration and quality gates</h2>
@@ -163,7 +163,7 @@ h3.group, h3.curve-name { font-size: 14px; margin: 14px 0 4px; }
 {{- end}}
 
 <h2>Amendments</h2>
-{{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}} {{.Text}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
+{{if .Rep.Amendments}}<ul>{{range .Rep.Amendments}}<li><b>{{.ID}}</b> {{.Kind}}{{if .Date}} ({{.Date}}){{end}}: {{.Title}}{{if ne .Text .Title}} {{.Text}}{{end}}{{if .Runs}} <span class="muted">runs {{join .Runs ", "}}</span>{{end}} <span class="muted mono">{{short .ProtocolSHA256}}</span></li>{{end}}</ul>{{else}}<p class="muted">None registered.</p>{{end}}
 
 <h2>Attempts per GPU</h2>
 <div class="legend"><span class="key"><i style="background:#2e9d57"></i>complete</span><span class="key"><i style="background:#e0a020"></i>quarantined</span><span class="key"><i style="background:#d24a43"></i>failed</span><span class="key"><i style="background:#8a8f98"></i>interrupted</span><span class="key"><i style="background:#3a78d4"></i>in flight</span> white ticks: ready, measuring, stopping. Hover a bar for its run, states and times; click it to find its row.</div>

@@ -35,8 +35,8 @@ func TestBudgetHardStopInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Budget.InFlightGPUHours <= 0 || st.Budget.ConsumedGPUHours != 0 {
-		t.Errorf("status while measuring: in flight %v, charged %v GPU-h; want GPU time in flight, nothing charged yet", st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours)
+	if st.Budget.InFlightGPUHours <= 0 || st.Budget.ChargedGPUHours != 0 || st.Budget.ConsumedGPUHours != st.Budget.InFlightGPUHours {
+		t.Errorf("status while measuring: in flight %v, charged %v, consumed %v GPU-h; want GPU time in flight, nothing charged yet", st.Budget.InFlightGPUHours, st.Budget.ChargedGPUHours, st.Budget.ConsumedGPUHours)
 	}
 	r.wait(t)
 	cp := c.wantStopped(state.StopBudgetExhausted)

@@ -5,15 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"warden/pkg/attempt"
 	"warden/pkg/gates"
-	"warden/pkg/launch"
 	"warden/pkg/outcome"
 	"warden/pkg/phasefile"
 	"warden/pkg/safefile"
@@ -255,7 +252,7 @@ func (c *Runner) judgeColocation(g protocols.GateInfo) {
 	coloc.Segments, _ = gates.ReadSegmentThroughputs(filepath.Join(targetDir, g.ThroughputFile))
 	var vv *gates.Verdict
 	if g.Validator != nil {
-		v := c.runGateValidator(g, soloDir, targetDir)
+		v := validator.RunGate(c.starter, g, validator.GateDirs{Solo: soloDir, Target: targetDir, Campaign: c.dir, Workdir: c.workdir, ProtocolDir: filepath.Dir(c.protocolPath)}, c.now)
 		vv = &v
 		// figures reported in pairs, solo.X and coloc.X, are compared
 		for k, x := range v.Figures {
@@ -282,9 +279,6 @@ func (c *Runner) judgeColocation(g protocols.GateInfo) {
 	record(v)
 }
 
-// gateValidatorTimeout bounds a co-location gate's validator.
-const gateValidatorTimeout = 10 * time.Minute
-
 // recordColocation records a co-location gate's verdict; a later regime
 // runs only after a fail.
 func (c *Runner) recordColocation(g protocols.GateInfo, v gates.Verdict) {
@@ -309,37 +303,4 @@ func countPhase(path, phase string) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// runGateValidator runs the co-location gate's validator with the two
-// result directories and reads its verdict.
-func (c *Runner) runGateValidator(g protocols.GateInfo, soloDir, targetDir string) gates.Verdict {
-	vars := map[string]string{
-		"NEED_SOLO_DIR": soloDir, "NEED_TARGET_DIR": targetDir, "CAMPAIGN_DIR": c.dir,
-		"WORKDIR": c.workdir, "PROTOCOL_DIR": filepath.Dir(c.protocolPath),
-	}
-	argv, err := g.Validator.Expand(vars)
-	if err != nil {
-		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: err.Error(), At: c.now()}
-	}
-	out := filepath.Join(targetDir, "gate-"+strings.ReplaceAll(g.Name, "/", "-")+".out")
-	p, err := c.starter.Start(launch.Spec{
-		Role: "gate-validator", Argv: argv, Env: append(os.Environ(), "NEED_SOLO_DIR="+soloDir, "NEED_TARGET_DIR="+targetDir),
-		Dir: c.workdir, StdoutPath: out, StderrPath: out + ".err",
-		Stop: launch.StopOptions{Grace: validator.Grace, GroupGrace: validator.Grace},
-	})
-	if err != nil {
-		return gates.Verdict{Gate: g.Name, Verdict: gates.Error, Detail: fmt.Sprintf("start validator: %v", err), At: c.now()}
-	}
-	select {
-	case <-p.Done():
-	case <-time.After(gateValidatorTimeout):
-		ctx, cancel := context.WithTimeout(context.Background(), 2*validator.Grace+attempt.StopSlack)
-		p.Shutdown(ctx)
-		cancel()
-		<-p.Done()
-	}
-	ex := p.Exit()
-	stdout, _ := safefile.ReadFile(out, safefile.ChildLimit)
-	return gates.ValidatorResult(g.Name, ex.Code, ex.Signal, stdout, c.now())
 }

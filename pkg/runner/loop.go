@@ -234,7 +234,10 @@ func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete b
 			}
 			c.log.Info().Float64("completion_probability", d.Power.Completion).Str("detail", detail).Msg("power check passed: the matrix starts")
 		}
-		return false, c.launch(ctx, d)
+		if err := c.launch(ctx, d); err != nil || d.Refused == nil {
+			return false, err
+		}
+		c.stopCampaign(*d.Refused) // the next unit does not fit: stop once these started
 	}
 	return false, nil
 }
@@ -263,6 +266,11 @@ func (c *Runner) view(ended []schedule.UnitEnd) (schedule.View, error) {
 	}
 	if v.Awaiting, err = outcome.AwaitingAmendment(passRuns{c.store, runs}); err != nil {
 		return schedule.View{}, err
+	}
+	if !c.retrySharedCause {
+		if v.Held, err = outcome.SharedCause(v.Plan, passRuns{c.store, runs}); err != nil {
+			return schedule.View{}, err
+		}
 	}
 	v.CapacityPoints = c.capacity.Points(v.Plan, runs)
 	if v.Plan.PowerCheck != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -258,7 +257,7 @@ func (c *Runner) reconcileLocalAttempt(ctx context.Context, a state.Attempt, cp 
 	}
 	end := c.now()
 	if !sameBoot && !held {
-		if bt, err := bootTime(); err == nil && bt.After(lastSeen) && bt.Before(end) {
+		if bt, err := launch.BootTime(); err == nil && bt.After(lastSeen) && bt.Before(end) {
 			end = bt
 		}
 	}
@@ -365,24 +364,6 @@ func serverMayHaveStarted(st state.AttemptState) bool {
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-
-// bootTime is when the host booted (btime in /proc/stat).
-func bootTime() (time.Time, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("parse btime %q: %w", v, err)
-			}
-			return time.Unix(sec, 0), nil
-		}
-	}
-	return time.Time{}, errors.New("no btime in /proc/stat")
-}
 
 // interruptLeftover ends a live attempt a resume found: its charge goes on
 // the ledger with note (when there is one), then the attempt becomes

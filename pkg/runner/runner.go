@@ -42,8 +42,9 @@ type Config struct {
 	// Boot is the boot id source identities are taken and checked with.
 	// nil: the kernel's.
 	Boot launch.BootIDSource
-	// Now is the clock. nil: time.Now.
-	Now func() time.Time
+	// Now is the clock, and After its timer. nil: time.Now, time.After.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
 	// Log receives the runner's log lines.
 	Log zerolog.Logger
 	// UID is the user whose processes are the campaign's own; another
@@ -61,6 +62,11 @@ type Config struct {
 	// Slurm, when set, runs every attempt as a Slurm step (slurmexec);
 	// nil: on this host.
 	Slurm *slurmexec.Config
+	// RetrySharedCause launches the runs not tried yet that share the
+	// cause of a failed run (outcome.SharedCause), which are otherwise
+	// held until an amendment covers the failed run: the operator's
+	// controller resume --retry-shared-cause.
+	RetrySharedCause bool
 }
 
 // heartbeatEvery is how often the runner records that it is alive, and
@@ -89,6 +95,7 @@ type Runner struct {
 	boot         launch.BootIDSource
 	uid          int
 	now          func() time.Time
+	after        func(time.Duration) <-chan time.Time
 	private      *gates.PrivateIndex
 	// privCache holds the campaign's own files found clean and unchanged
 	// by the privacy scan after earlier attempts.
@@ -96,6 +103,8 @@ type Runner struct {
 	gatesRead state.GateIndex // the gate verdicts gateVerdicts read so far
 	// exec runs the attempts: on this host, or each as a Slurm step.
 	exec executor
+	// retrySharedCause: hold no run for a cause it shares (Config).
+	retrySharedCause bool
 
 	flights budget.Flights // attempts whose server holds GPUs, not yet charged
 
@@ -161,6 +170,10 @@ func New(cfg Config) (*Runner, error) {
 		capacity: &capacity.Records{Dir: cfg.Dir, Store: cfg.Store, Log: cfg.Log},
 		stopReq:  make(chan struct{}), storageFailed: make(chan struct{}), active: map[int]*unitRun{}, busy: map[string]int{},
 		results: make(chan unitResult, 64), reserved: map[string]float64{},
+		retrySharedCause: cfg.RetrySharedCause, after: cfg.After,
+	}
+	if r.after == nil {
+		r.after = time.After
 	}
 	r.plan.Store(cfg.Plan)
 	r.exec = localExecutor{r}

@@ -103,15 +103,17 @@ func TestWaveReservesTheBounds(t *testing.T) {
 }
 
 // TestBudgetRefusedBeforeTheFirstWave: a cap below the first wave's
-// reservation (two runs of 10 GPU-s against 0.004 GPU-hours, 14.4 GPU-s)
-// stops the campaign before any attempt exists; nothing is reserved.
+// first unit (a run of 10 GPU-s against 0.002 GPU-hours, 7.2 GPU-s)
+// stops the campaign before any attempt exists; nothing is reserved. (A
+// cap that fits the first unit and not the second runs the first: the
+// wave is checked unit by unit, TestSmallCapRunsTheRunsBeforeTheRefusedWave.)
 func TestBudgetRefusedBeforeTheFirstWave(t *testing.T) {
 	t.Parallel()
-	c := newLoopCampaign(t, "matrix.yaml", nil, "cap_gpu_hours: 1.0", "cap_gpu_hours: 0.004")
+	c := newLoopCampaign(t, "matrix.yaml", nil, "cap_gpu_hours: 1.0", "cap_gpu_hours: 0.002")
 	c.run()
 	cp := c.stoppedAt(state.StopBudget, "budget refused")
-	if math.Abs(cp.StopFigures["wave_gpu_hours"]*3600-20) > 1e-9 {
-		t.Errorf("stop figures %v; want the wave's 20 GPU-s", cp.StopFigures)
+	if math.Abs(cp.StopFigures["wave_gpu_hours"]*3600-10) > 1e-9 || cp.StopFigures["runs_before"] != 0 {
+		t.Errorf("stop figures %v; want the first unit's 10 GPU-s, no run before it", cp.StopFigures)
 	}
 	c.wantCalls()
 	if l := c.wantLedgerSettled(); len(l.entries) != 0 {

@@ -10,6 +10,8 @@ import (
 	"warden/pkg/attempt"
 	"warden/pkg/campaignfs"
 	"warden/pkg/failpoint"
+	"warden/pkg/gates"
+	"warden/pkg/launch"
 	"warden/pkg/outcome"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -37,6 +39,9 @@ func (c *Runner) runUnit(ctx context.Context, u *unitRun) unitResult {
 					return res
 				}
 				retries++
+				if out.BusyPort > 0 {
+					c.awaitPort(ctx, r.ID, out.BusyPort)
+				}
 				c.log.Warn().Str("run", r.ID).Str("reason", string(out.Reason)).Int("retry", retries).Msg("exact retry after an infrastructure failure")
 				failpoint.Hit("retry-decided")
 				continue
@@ -120,4 +125,12 @@ func (c *Runner) resultDir(run string) (string, error) {
 		return "", fmt.Errorf("run %s is not done", run)
 	}
 	return campaignfs.AttemptDir(c.dir, run, r.Result), nil
+}
+
+// awaitPort waits, before the exact rerun of an attempt whose slot's port
+// was taken, for the port to be free (outcome.PortBackoff, on the
+// runner's clock).
+func (c *Runner) awaitPort(ctx context.Context, run string, port int) {
+	waited, free := launch.AwaitPortFree(ctx, port, outcome.PortBackoff, c.after, func(p int) bool { return gates.PortFree(p, c.now(), nil).Passed() })
+	c.log.Warn().Str("run", run).Int("port", port).Dur("waited", waited).Bool("free", free).Msg("waited for the slot's port before the exact rerun")
 }

@@ -48,6 +48,10 @@ type View struct {
 	// Awaiting are the runs that wait for an amendment (outcome.AwaitingAmendment):
 	// no attempt of theirs is started, nor of a unit that holds one.
 	Awaiting []outcome.Awaiting
+	// Held are the runs not tried yet that share the cause of a failed
+	// run (outcome.SharedCause): held as the awaiting runs are, unless the
+	// operator asked for them (the runner then leaves this empty).
+	Held []outcome.Held
 	// CapacityPoints are the verdicts of each capacity search's done
 	// points (JudgePoint on their results), by search, in plan order.
 	CapacityPoints map[string][]Point
@@ -56,9 +60,11 @@ type View struct {
 	Measurements []Measurement
 }
 
-// waiting says whether run id waits for an amendment.
+// waiting says whether run id waits for an amendment, or is held for
+// the cause it shares with a failed run.
 func (v View) waiting(id string) bool {
-	return slices.ContainsFunc(v.Awaiting, func(w outcome.Awaiting) bool { return w.Run == id })
+	return slices.ContainsFunc(v.Awaiting, func(w outcome.Awaiting) bool { return w.Run == id }) ||
+		slices.ContainsFunc(v.Held, func(h outcome.Held) bool { return h.Run == id })
 }
 
 // UnitEnd is how a unit ended: the run that failed for good, if any, and
@@ -89,7 +95,7 @@ type Launch struct {
 }
 
 // Decision is what Decide returns. At most one of Stop, Launch (with its
-// Reserve) and Complete is set.
+// Reserve, and Refused) and Complete is set.
 type Decision struct {
 	// Regime is the regime in force for a matrix phase, when it changed.
 	Regime *protocols.RegimeInfo
@@ -99,6 +105,10 @@ type Decision struct {
 	Reserve []budget.Item
 	// Stop says the campaign must stop for review.
 	Stop *Stop
+	// Refused, beside Launch, is the stop of the unit after them that the
+	// budget refuses (budget): the campaign stops once Launch started,
+	// as the plan's first refused wave says it will.
+	Refused *Stop
 	// Complete says every run that must execute is done and nothing runs.
 	Complete bool
 	// Power is the power check's judgement when this decision launches
@@ -202,25 +212,74 @@ func decide(v View) Decision {
 		}
 	}
 	if len(d.Launch) == 0 {
-		if len(v.Active) == 0 && len(v.Awaiting) > 0 {
-			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopAwaitingAmendment,
-				Detail: "nothing more can run: these runs failed for a reason that allows no rerun and wait for an amendment (seed 002: \"A semantic workload/config failure requires a reviewed protocol amendment\"): " + awaitingText(v.Awaiting)}}
+		if len(v.Active) == 0 && (len(v.Awaiting) > 0 || len(v.Held) > 0) {
+			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopAwaitingAmendment, Detail: awaitingDetail(v.Awaiting, v.Held)}}
 		}
 		return d
 	}
-	for _, w := range d.Launch {
-		for _, r := range w.Runs {
-			d.Reserve = append(d.Reserve, budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: reserveS(v.Plan, r)})
-		}
-	}
-	if _, err := v.Account.Reserve(d.Reserve); err != nil {
-		var ref *budget.Refusal
-		if errors.As(err, &ref) {
-			return Decision{Regime: d.Regime, Stop: &Stop{Reason: state.StopBudget, Detail: ref.Error(), Figures: ref.Figures()}}
-		}
+	fit, refused, err := fitBudget(v, d.Launch)
+	switch {
+	case err != nil:
 		return Decision{Err: err}
+	case len(fit) == 0:
+		return Decision{Regime: d.Regime, Stop: refused}
+	}
+	d.Launch, d.Refused = fit, refused
+	for _, w := range d.Launch {
+		d.Reserve = append(d.Reserve, reserveItems(v.Plan, w)...)
 	}
 	return d
+}
+
+// fitBudget checks the units of a wave against the budget in order, as
+// the plan's estimate walks its launches (protocols' first refused wave):
+// each unit's reservation on top of those before it. The units that fit
+// launch; the first that does not is refused, and with it the campaign
+// stops (budget), once the units before it started. A later unit never
+// overtakes a refused one.
+func fitBudget(v View, wave []Launch) (fit []Launch, refused *Stop, err error) {
+	acc := v.Account
+	before := 0 // runs launched before: started ones, and the wave's that fit
+	for _, r := range v.Runs {
+		if r.Attempts > 0 || r.Done {
+			before++
+		}
+	}
+	for _, l := range wave {
+		want, err := acc.Reserve(reserveItems(v.Plan, l))
+		var ref *budget.Refusal
+		if errors.As(err, &ref) {
+			return fit, budgetStop(ref, l, before), nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		acc.ReservedGPUSeconds += want
+		before += len(l.Runs)
+		fit = append(fit, l)
+	}
+	return fit, nil, nil
+}
+
+// reserveItems are a unit's runs as its reservation counts them.
+func reserveItems(p *protocols.Plan, l Launch) []budget.Item {
+	items := make([]budget.Item, len(l.Runs))
+	for i, r := range l.Runs {
+		items[i] = budget.Item{Run: r.ID, GPUs: r.GPUs, ExpectedS: reserveS(p, r)}
+	}
+	return items
+}
+
+// budgetStop is the stop of a wave the budget refuses: the wave, the runs
+// launched before it, the figures (runs_before among them).
+func budgetStop(ref *budget.Refusal, l Launch, before int) *Stop {
+	first := ""
+	if len(l.Runs) > 0 {
+		first = l.Runs[0].ID
+	}
+	figures := ref.Figures()
+	figures["runs_before"] = float64(before)
+	return &Stop{Reason: state.StopBudget, Figures: figures,
+		Detail: fmt.Sprintf("the wave launching %s (after %d runs) is refused: %s (A-P3-4: a wave is refused when its conservative reservation would pass the cap)", first, before, ref.Error())}
 }
 
 // pendingRuns says which runs are still to run: not done, and required
@@ -544,6 +603,19 @@ func slotsByName(plan *protocols.Plan) map[string]protocols.SlotInfo {
 		byName[s.Name] = s
 	}
 	return byName
+}
+
+// awaitingDetail is the detail of the stop when nothing more can run
+// but runs that wait for an amendment, or are held for a shared cause.
+func awaitingDetail(ws []outcome.Awaiting, hs []outcome.Held) string {
+	detail := "nothing more can run"
+	if len(ws) > 0 {
+		detail += ": these runs failed for a reason that allows no rerun and wait for an amendment (seed 002: \"A semantic workload/config failure requires a reviewed protocol amendment\"): " + awaitingText(ws)
+	}
+	if len(hs) > 0 {
+		detail += "; " + outcome.HeldMark + outcome.HeldText(hs) + " (the same server, started the same way: an amendment that covers the failed run, or resume --retry-shared-cause, lets them run)"
+	}
+	return detail
 }
 
 // awaitingText names the runs for a stop's detail and an operator.

@@ -159,7 +159,7 @@ func (s *Store) Freeze(a Amendment) ([]string, error) {
 			return err
 		}
 		from := c.State
-		c.State = CampaignFrozen
+		c.State, c.StateAt = CampaignFrozen, s.stamp()
 		c.StopReason, c.StopDetail, c.StopFigures = "", "", nil
 		if err := put(tx.Bucket(bucketCampaign), keyCampaign, c); err != nil {
 			return err

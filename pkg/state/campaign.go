@@ -35,7 +35,7 @@ func (s *Store) CreateCampaign(c Campaign, runs []Run) error {
 		if c.CreatedAt.IsZero() {
 			c.CreatedAt = now
 		}
-		c.State = CampaignRunning
+		c.State, c.StateAt = CampaignRunning, now
 		c.StopReason, c.StopDetail, c.StopFigures = "", "", nil
 		c.ConsumedGPUSeconds, c.ReservedGPUSeconds = 0, 0
 
@@ -126,7 +126,7 @@ func (s *Store) SetCampaignState(state CampaignState, reason, detail string, fig
 			return err
 		}
 		from := c.State
-		c.State = state
+		c.State, c.StateAt = state, s.stamp()
 		switch state {
 		case CampaignStopped:
 			c.StopReason, c.StopDetail, c.StopFigures = StopReason(reason), detail, maps.Clone(figures)

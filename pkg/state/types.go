@@ -97,6 +97,9 @@ type Campaign struct {
 	Dir            string        `json:"dir"`
 	CreatedAt      time.Time     `json:"created_at"`
 	State          CampaignState `json:"state"`
+	// StateAt is when the campaign entered State (zero in campaigns
+	// recorded before the field, until their state next changes).
+	StateAt time.Time `json:"state_at,omitzero"`
 	// StopReason, StopDetail and StopFigures describe the last stop; they are
 	// cleared when the campaign runs again (the events keep the history).
 	StopReason  StopReason         `json:"stop_reason,omitempty"`

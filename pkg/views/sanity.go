@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"warden/pkg/api"
 	"warden/pkg/campaignfs"
@@ -27,6 +29,54 @@ type RunWithSanity struct {
 	// Serving is the serving summary of the attempt that counts, once it
 	// has ended (ServingOf).
 	Serving *Serving `json:"serving,omitempty"`
+}
+
+// MarshalJSON writes the run's document (api.RunDetail's, whose
+// MarshalJSON the embedding would otherwise make the whole of it) with
+// this type's own fields after its keys, as their json tags say.
+func (r RunWithSanity) MarshalJSON() ([]byte, error) {
+	b, err := r.RunDetail.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	v := reflect.ValueOf(r)
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Anonymous || !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if fv := v.Field(i); opts == "omitempty" && emptyJSON(fv) {
+			continue
+		}
+		k, _ := json.Marshal(name)
+		val, err := json.Marshal(v.Field(i).Interface())
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(append(b[:len(b)-1], ','), k...), ':'), val...)
+		b = append(b, '}')
+	}
+	return b, nil
+}
+
+// emptyJSON says whether v is what encoding/json's omitempty leaves out.
+func emptyJSON(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Array, reflect.Map, reflect.Slice, reflect.String:
+		return v.Len() == 0
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Interface, reflect.Pointer:
+		return v.IsZero()
+	}
+	return false
 }
 
 // SanityBlocks reads the sanity.json of every attempt that has one.

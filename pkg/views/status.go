@@ -23,6 +23,17 @@ func PrintAwaiting(w io.Writer, aw *[]outcome.Awaiting) {
 	}
 }
 
+// PrintHeld is ctlq status's lines for the runs held for the cause they
+// share with a failed run (nil: not read).
+func PrintHeld(w io.Writer, hs *[]outcome.Held) {
+	if hs == nil {
+		return
+	}
+	for _, h := range Escaped(*hs) {
+		fmt.Fprintf(w, "held       %s: shares the cause of %s attempt %d (%s, server %s); not launched without an amendment or --retry-shared-cause\n", h.Run, h.Cause, h.Attempt, h.Reason, h.Server)
+	}
+}
+
 // backendLine says what the campaign's GPUs are; fake ones loudly.
 func backendLine(backend string, fake bool) string {
 	switch {
@@ -44,7 +55,7 @@ func PrintStatus(w io.Writer, st api.Status) {
 		fmt.Fprintf(w, " (%s: %s)", c.StopReason, c.StopDetail)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "controller %s (via %s)\n", Liveness(st.Controller), st.Source)
+	fmt.Fprintf(w, "controller %s (via %s)\n", ControllerLine(st), st.Source)
 	fmt.Fprintf(w, "gpus       %s\n", backendLine(c.GPUBackend, c.FakeGPUs))
 	for _, a := range st.Amendments {
 		fmt.Fprintf(w, "amendment  %s (%s): %s\n", a.ID, a.Kind, a.Text)
@@ -67,7 +78,7 @@ func PrintStatus(w io.Writer, st api.Status) {
 		unit = "GPU-hours"
 	}
 	fmt.Fprintf(w, "budget     cap %.3f, consumed %.3f (charged %.3f + in flight %.3f), reserved %.3f, remaining %.3f %s\n",
-		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours+st.Budget.InFlightGPUHours, st.Budget.ConsumedGPUHours, st.Budget.InFlightGPUHours,
+		st.Budget.CapGPUHours, st.Budget.ConsumedGPUHours, st.Budget.ChargedGPUHours, st.Budget.InFlightGPUHours,
 		st.Budget.ReservedGPUHours, st.Budget.RemainingGPUHours, unit)
 	for _, cur := range st.Current {
 		fmt.Fprintf(w, "now        %s attempt %d %s for %.1f s (attempt age %.1f s) on %s%s\n", cur.Run, cur.Attempt, cur.State, cur.InStateS, cur.ElapsedS, cur.Slot, slurmWhere(cur.Slurm))
@@ -100,7 +111,36 @@ func CapacityText(cs state.CapacitySearch) string {
 	return what
 }
 
-// Liveness is the controller's line of ctlq status.
+// ControllerLine is the controller's line of ctlq status: its liveness
+// while the campaign needs one (Liveness), and once the campaign is
+// complete, frozen or stopped with nothing live, that the controller
+// exited and when the campaign came to that state, not an alarm.
+func ControllerLine(st api.Status) string {
+	c := st.Controller
+	cs := state.CampaignState(st.Campaign.State)
+	finished := cs == state.CampaignComplete || cs == state.CampaignFrozen || (cs == state.CampaignStopped && len(st.Current) == 0)
+	if c.Alive || !finished {
+		return Liveness(c)
+	}
+	what := "finished"
+	switch cs {
+	case state.CampaignStopped:
+		what = "stopped"
+	case state.CampaignFrozen:
+		what = "frozen"
+	}
+	at := st.Campaign.StateAt
+	if at.IsZero() {
+		at = c.Heartbeat // a record from before the state's time was kept: its last heartbeat
+	}
+	if at.IsZero() {
+		return fmt.Sprintf("pid %d, exited; campaign %s", c.PID, what)
+	}
+	return fmt.Sprintf("pid %d, exited; campaign %s at %s", c.PID, what, at.UTC().Format("2006-01-02 15:04:05 UTC"))
+}
+
+// Liveness is the controller's liveness: pid, healthy or not, and its
+// heartbeat's age.
 func Liveness(c api.Controller) string {
 	hb := "no heartbeat yet"
 	if !c.Heartbeat.IsZero() {

@@ -46,7 +46,7 @@ func TestPrintStatus(t *testing.T) {
 			StopReason: state.StopOperator, StopDetail: "SIGTERM", GPUBackend: "fake", FakeGPUs: true},
 		Controller: api.Controller{PID: 42, Heartbeat: at(0), HeartbeatAgeS: 31.25, HeartbeatIntervalS: 10},
 		Runs:       api.RunCounts{Total: 3, ByState: map[string]int{"pending": 1, "complete": 2}},
-		Budget:     api.BudgetStatus{CapGPUHours: 2, ConsumedGPUHours: 0.5, InFlightGPUHours: 0.25, ReservedGPUHours: 0.125, RemainingGPUHours: 1.375},
+		Budget:     api.BudgetStatus{CapGPUHours: 2, ConsumedGPUHours: 0.75, ChargedGPUHours: 0.5, InFlightGPUHours: 0.25, ReservedGPUHours: 0.125, RemainingGPUHours: 1.375},
 		Current: []api.Current{{Run: "c0.moderate", Attempt: 1, State: "measuring", Slot: "gpu0", ElapsedS: 12.5, InStateS: 2,
 			Slurm: &state.SlurmStep{JobName: "w-t-1", JobID: "77", StepID: "0", Node: "n1", StepGPUs: "3"}}},
 		ETAS:       &eta,

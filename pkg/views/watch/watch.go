@@ -264,7 +264,7 @@ func plainLine(sn Snapshot) string {
 		fmt.Fprintf(&b, " (%s)", st.Campaign.StopReason)
 	}
 	fmt.Fprintf(&b, "; runs %d/%d done, measured %d/%d; budget %.3f charged + %.3f reserved of %.3f",
-		sn.done, st.Runs.Total, sn.measured[0], sn.measured[1], st.Budget.ConsumedGPUHours, st.Budget.ReservedGPUHours, st.Budget.CapGPUHours)
+		sn.done, st.Runs.Total, sn.measured[0], sn.measured[1], st.Budget.ChargedGPUHours, st.Budget.ReservedGPUHours, st.Budget.CapGPUHours)
 	if st.Campaign.State == string(state.CampaignRunning) && !sn.Ended {
 		fmt.Fprintf(&b, "; eta %s", views.FmtDur(sn.etaS))
 	}
@@ -411,7 +411,7 @@ func render(sn Snapshot, width int) string {
 	if c.StopReason != "" {
 		fmt.Fprintf(&b, "stop reason %s: %s\n", c.StopReason, c.StopDetail)
 	}
-	fmt.Fprintf(&b, "controller %s\n\n", views.Liveness(st.Controller))
+	fmt.Fprintf(&b, "controller %s\n\n", views.ControllerLine(st))
 
 	fmt.Fprintf(&b, "runs      %s %d/%d done\n", bar(barW, float64(max(1, st.Runs.Total)), barPart{float64(sn.done), "█", styDone}), sn.done, st.Runs.Total)
 	fmt.Fprintf(&b, "measured  %s %d/%d done\n", bar(barW, float64(max(1, sn.measured[1])), barPart{float64(sn.measured[0]), "█", styDone}), sn.measured[0], sn.measured[1])
@@ -422,10 +422,10 @@ func render(sn Snapshot, width int) string {
 		unit = "GPU-hours"
 	}
 	fmt.Fprintf(&b, "budget    %s %.3f/%.3f %s\n", bar(barW, bu.CapGPUHours,
-		barPart{bu.ConsumedGPUHours, "█", styCharged}, barPart{sn.inFlight, "▓", styInFlight}, barPart{reservedRest, "░", styReserved}),
-		bu.ConsumedGPUHours+sn.inFlight, bu.CapGPUHours, unit)
+		barPart{bu.ChargedGPUHours, "█", styCharged}, barPart{sn.inFlight, "▓", styInFlight}, barPart{reservedRest, "░", styReserved}),
+		bu.ChargedGPUHours+sn.inFlight, bu.CapGPUHours, unit)
 	fmt.Fprintf(&b, "          %s charged %.3f  %s in flight %.3f  %s reserved %.3f  cap %.3f\n",
-		styCharged.Render("█"), bu.ConsumedGPUHours, styInFlight.Render("▓"), sn.inFlight, styReserved.Render("░"), bu.ReservedGPUHours, bu.CapGPUHours)
+		styCharged.Render("█"), bu.ChargedGPUHours, styInFlight.Render("▓"), sn.inFlight, styReserved.Render("░"), bu.ReservedGPUHours, bu.CapGPUHours)
 	if c.State == string(state.CampaignRunning) && !sn.Ended {
 		fmt.Fprintf(&b, "eta       %s (expected durations x %.2f, the pace so far)\n", views.FmtDur(sn.etaS), sn.ratio)
 	}
