@@ -12,7 +12,7 @@
 # 2. Layer 2: `controller validate layer2` (every rule: shape, families,
 #    the join to Layer 1, modes, SMD) on two traces of up to L2_BYTES
 #    (64 MiB) of JSON each, made from the real H200 windows in
-#    pkg/validate/testdata/h200/eager by repetition; `zcat` of both; Python
+#    pkg/contract/testdata/h200/eager by repetition; `zcat` of both; Python
 #    `json.load` of both.
 #
 # Each figure is min / median / max wall seconds of RUNS (3) runs after
@@ -33,7 +33,7 @@ PY=${PY:-python3}
 RUNS=${RUNS:-3}
 L1_RECORDS=${L1_RECORDS:-1000000}
 L2_BYTES=${L2_BYTES:-67108864}
-SRC=pkg/validate/testdata/h200/eager
+SRC=pkg/contract/testdata/h200/eager
 if [ -n "${DATA:-}" ]; then
 	mkdir -p "$DATA"
 else

@@ -463,7 +463,7 @@ class Engine:
             self.live.pop(r.id, None)
         self.events.append((r.id, tok, finish))
 
-    # Layer-1 schema v1 (pkg/validate/layer1schema.go, docs/validators.md):
+    # Layer-1 schema v1 (pkg/contract/layer1schema.go, docs/validators.md):
     # every field of the seed's "Layer 1: always on" list, one record a step.
     CONTEXT_EDGES = (512, 2048, 8192)     # context-length histogram buckets: <=512, <=2048, <=8192, more
     CHUNK_EDGES = (256, 1024, 4096)       # chunk-size histogram buckets, likewise

@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/state"
 )
@@ -77,7 +77,7 @@ func key(run string, n int) string { return run + "/a" + strconv.Itoa(n) }
 // broken store invariant is returned as a violation, not an error: the
 // error is for a state that cannot be read at all.
 func Take(dir string) (*Snapshot, []string, error) {
-	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	s, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -204,7 +204,7 @@ func Final(dir string, last *Snapshot) ([]string, error) {
 
 // FinalExpect is Final for a campaign that ends as exp says.
 func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
-	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	s, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func FinalExpect(dir string, last *Snapshot, exp Expect) ([]string, error) {
 			if v := stateFileAgrees(a); v != "" {
 				vs = append(vs, v)
 			}
-			for _, err := range a.DamagedEvidence(campaignfs.EvidenceChecked...) {
+			for _, err := range a.DamagedEvidence(dirlayout.EvidenceChecked...) {
 				vs = append(vs, fmt.Sprintf("run %s attempt %d: %v", r.ID, a.N, err))
 			}
 			k := key(r.ID, a.N)

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/notify"
 	"warden/pkg/state"
 )
@@ -208,7 +208,7 @@ const Margin = 500 * time.Millisecond
 // must not be complete or quarantined. It returns the violations and how
 // many attempts failed naming a port impostor.
 func Impostors(dir string, spans []Span) (vs []string, caught int, err error) {
-	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	s, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 )
 
 func main() {
@@ -28,7 +28,7 @@ func main() {
 }
 
 func report(dir string) error {
-	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	s, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"warden/pkg/amend"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/protocols"
 )
@@ -42,9 +42,9 @@ func refusal(err error) error {
 
 // noController refuses while a controller holds the campaign.
 func noController(dir string) error {
-	if lockfile.Held(campaignfs.Lock(dir)) {
+	if lockfile.Held(dirlayout.Lock(dir)) {
 		return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d runs campaign %s: stop it first (controller stop -d %s), then amend and resume",
-			lockfile.Owner(campaignfs.Lock(dir)), dir, dir)}
+			lockfile.Owner(dirlayout.Lock(dir)), dir, dir)}
 
 	}
 	return nil
@@ -88,7 +88,7 @@ Exit status: 0 shown or recorded; 1 refused; 2 usage or an invalid protocol.`,
 			}
 			req := amend.Request{Protocol: newPath, ID: id, Reason: reason, Readjudicate: readjudicate, Yes: yes, UID: os.Getuid()}
 			var res amend.Result
-			if lockfile.Held(campaignfs.Lock(abs)) {
+			if lockfile.Held(dirlayout.Lock(abs)) {
 				// the running controller takes it at its next decision
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				err := api.NewClient(abs, 5*time.Minute).Amend(ctx, api.AmendRequest(req), &res)
@@ -190,7 +190,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 				return err
 			}
 			var fr amend.Frozen
-			lock := campaignfs.Lock(abs)
+			lock := dirlayout.Lock(abs)
 			if lockfile.Held(lock) {
 				// the running controller ends its runs, then freezes
 				pid := lockfile.Owner(lock)
@@ -201,7 +201,7 @@ Exit status: 0 frozen; 1 refused; 2 usage.`,
 					return &cli.ExitError{Code: 1, Err: fmt.Errorf("ask controller pid %d to freeze: %w", pid, err)}
 				}
 				if !lockfile.Wait(lock, timeout, 0, nil) {
-					return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
+					return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, dirlayout.Log(abs))}
 				}
 				fr, err = amend.ReadFrozen(abs, id)
 			} else {

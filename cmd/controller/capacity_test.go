@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testcampaign"
-	"warden/pkg/campaignfs"
+	"warden/internal/testutil/testcampaign"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -83,7 +83,7 @@ func TestCapacitySearchFindsTheStandinsCapacity(t *testing.T) {
 	rate := func(run string) float64 {
 		t.Helper()
 		as := c.soleAttempt(s, run, state.Complete)
-		b, err := os.ReadFile(filepath.Join(campaignfs.AttemptDir(c.dir, run, as[0].N), "client", "result.json"))
+		b, err := os.ReadFile(filepath.Join(dirlayout.AttemptDir(c.dir, run, as[0].N), "client", "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}

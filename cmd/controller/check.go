@@ -13,7 +13,7 @@ import (
 
 	"warden/internal/cli"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/notify"
@@ -78,8 +78,8 @@ command) is another user's or writable by others.`,
 			if err != nil {
 				return &cli.ExitError{Code: 2, Err: err}
 			}
-			if _, err := os.Stat(campaignfs.State(abs)); err != nil {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("check: %s is not a campaign directory (no %s)", abs, campaignfs.StateFile)}
+			if _, err := os.Stat(dirlayout.State(abs)); err != nil {
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("check: %s is not a campaign directory (no %s)", abs, dirlayout.StateFile)}
 			}
 			if err := notOwnedExit(campaigndir.CheckOwned(abs, os.Geteuid())); isNotOwned(err) {
 				return err // the command it would run is another user's to choose
@@ -110,13 +110,13 @@ command) is another user's or writable by others.`,
 // checkDeath is controller check on the campaign in dir.
 func checkDeath(dir string) (checkResult, error) {
 	res := checkResult{Schema: 1, Action: "check", Dir: dir}
-	lock := campaignfs.Lock(dir)
+	lock := dirlayout.Lock(dir)
 	if lockfile.Held(lock) {
 		res.Note = fmt.Sprintf("controller pid %d runs the campaign: nothing to notify", lockfile.Owner(lock))
 		res.State = string(state.CampaignRunning)
 		return res, nil
 	}
-	s, err := campaignfs.OpenStoreReadOnly(dir, 2*time.Second)
+	s, err := dirlayout.OpenStoreReadOnly(dir, 2*time.Second)
 	if err != nil {
 		if errors.Is(err, state.ErrLocked) { // a controller took it meanwhile
 			res.Note = "a controller holds the campaign: nothing to notify"
@@ -191,7 +191,7 @@ func checkNotifier(dir string, set campaigndir.Settings, cp state.Campaign) (*no
 		cancel()
 		return nil, nil, err
 	}
-	logf, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	logf, err := os.OpenFile(dirlayout.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		reaper.Close()
 		cancel()
@@ -207,7 +207,7 @@ func checkNotifier(dir string, set campaigndir.Settings, cp state.Campaign) (*no
 		Launcher: &launch.Launcher{Reaper: reaper}, Supervisor: []string{self, "notify-run"}})
 	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("%s: notify: %w", campaignfs.Settings(dir), err)
+		return nil, nil, fmt.Errorf("%s: notify: %w", dirlayout.Settings(dir), err)
 	}
 	return n, stop, nil
 }
@@ -223,7 +223,7 @@ type checkStore struct {
 func (s checkStore) Campaign() (state.Campaign, error) { return s.cp, nil }
 
 func (s checkStore) AppendEvent(e state.Event) (state.Event, error) {
-	st, err := campaignfs.OpenStore(s.dir, state.Options{Timeout: 2 * time.Second})
+	st, err := dirlayout.OpenStore(s.dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return e, err
 	}

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
-	"warden/internal/testterm"
-	"warden/pkg/campaignfs"
+	"warden/internal/testutil/testterm"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -299,7 +299,7 @@ func TestAutoPortsChosenAndRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.runForeground(proto)
-	plan, err := campaignfs.ReadPlan(c.dir)
+	plan, err := dirlayout.ReadPlan(c.dir)
 	if err != nil {
 		t.Fatal(err)
 	}

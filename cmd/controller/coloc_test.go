@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testcampaign"
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/state"
 )
 

@@ -15,7 +15,7 @@ import (
 	"warden/internal/cli"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/metrics"
@@ -376,7 +376,7 @@ func resume(cmd *cobra.Command, ro resumeOptions) error {
 		// the outputs controller start was given, unless this resume names its own
 		mo.Addr, mo.Textfile = set.Metrics.Addr, set.Metrics.Textfile
 	}
-	if !lockfile.Held(campaignfs.Lock(abs)) {
+	if !lockfile.Held(dirlayout.Lock(abs)) {
 		// every page verified before anything is claimed or recorded; the
 		// daemon's own open verifies again under the campaign's lock
 		if err := campaigndir.CheckDatabase(abs); err != nil {
@@ -397,11 +397,11 @@ func resume(cmd *cobra.Command, ro resumeOptions) error {
 		}
 		return &cli.ExitError{Code: 1, Err: err}
 	}
-	if !foreground && lockfile.Held(campaignfs.Lock(abs)) {
-		return &cli.ExitError{Code: 1, Err: fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(campaignfs.Lock(abs)), abs)}
+	if !foreground && lockfile.Held(dirlayout.Lock(abs)) {
+		return &cli.ExitError{Code: 1, Err: fmt.Errorf("refused: controller pid %d already runs campaign %s", lockfile.Owner(dirlayout.Lock(abs)), abs)}
 	}
 	res := result{Schema: 1, Action: "resume", Dir: abs, retryShared: ro.retryShared}
-	if !lockfile.Held(campaignfs.Lock(abs)) {
+	if !lockfile.Held(dirlayout.Lock(abs)) {
 		if res.AwaitingAmendment, res.HeldSharedCause, err = awaitingAmendment(abs); err != nil {
 			return &cli.ExitError{Code: 1, Err: err}
 		}
@@ -434,11 +434,11 @@ func isNotOwned(err error) bool {
 // amendment (outcome.AwaitingAmendment) and those held for a cause they
 // share with a failed run (outcome.SharedCause).
 func awaitingAmendment(dir string) ([]outcome.Awaiting, []outcome.Held, error) {
-	plan, err := campaignfs.ReadPlan(dir)
+	plan, err := dirlayout.ReadPlan(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	s, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	s, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resume: read the campaign's runs: %w", err)
 	}
@@ -498,7 +498,7 @@ func detach(dir string, mo metricsOptions, retryShared bool) (int, error) {
 		return 0, err
 	}
 	defer r.Close()
-	logf, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(dirlayout.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		w.Close()
 		return 0, err
@@ -536,9 +536,9 @@ func detach(dir string, mo metricsOptions, retryShared bool) (int, error) {
 	case errors.As(err, &nr):
 		return 0, &cli.ExitError{Code: 1, Err: errors.New(nr.Reason)}
 	case errors.Is(err, launch.ErrReadyTimeout):
-		return 0, &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, campaignfs.Log(dir))}
+		return 0, &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d did not report within 2 minutes; see %s", pid, dirlayout.Log(dir))}
 	case err != nil:
-		return 0, &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d exited before it ran; see %s", pid, campaignfs.Log(dir))}
+		return 0, &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d exited before it ran; see %s", pid, dirlayout.Log(dir))}
 	case reported == 0:
 		return pid, nil
 	}
@@ -610,12 +610,12 @@ left live (it died, before or during the stop): resume reclaims them.`,
 			if err != nil {
 				return &cli.ExitError{Code: 2, Err: err}
 			}
-			if _, err := os.Stat(campaignfs.State(abs)); err != nil {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, campaignfs.StateFile)}
+			if _, err := os.Stat(dirlayout.State(abs)); err != nil {
+				return &cli.ExitError{Code: 2, Err: fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, dirlayout.StateFile)}
 			}
 			human := output != "json"
 			out := cmd.OutOrStdout()
-			lock := campaignfs.Lock(abs)
+			lock := dirlayout.Lock(abs)
 			if !lockfile.Held(lock) {
 				return afterStop(cmd, abs, 0, human)
 			}
@@ -651,7 +651,7 @@ left live (it died, before or during the stop): resume reclaims them.`,
 				fmt.Fprintln(out)
 			}
 			if !exited {
-				return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, campaignfs.Log(abs))}
+				return &cli.ExitError{Code: 1, Err: fmt.Errorf("controller pid %d still runs after %s; see %s", pid, timeout, dirlayout.Log(abs))}
 			}
 			return afterStop(cmd, abs, pid, human)
 		},
@@ -670,7 +670,7 @@ left live (it died, before or during the stop): resume reclaims them.`,
 // lock was let go before any controller answered. A stop asked twice is
 // one stop.
 func askStop(dir string, bound time.Duration, starting func()) (asked bool, err error) {
-	lock := campaignfs.Lock(dir)
+	lock := dirlayout.Lock(dir)
 	deadline := time.Now().Add(bound)
 	waiting := false
 	for {

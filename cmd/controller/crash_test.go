@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"warden/bench/crashcheck"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -284,7 +284,7 @@ func TestCrashAmendments(t *testing.T) {
 				n++
 			}
 		}
-		plan, err := campaignfs.ReadPlan(c.dir)
+		plan, err := dirlayout.ReadPlan(c.dir)
 		if err != nil || n != 1 || plan.Protocol.SHA256 != cp.ProtocolSHA256 {
 			t.Fatalf("amendment A recorded %d times; plan %v, campaign %s", n, err, cp.ProtocolSHA256)
 		}

@@ -22,8 +22,8 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/attempt"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
 	"warden/pkg/connlimit"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/metrics"
@@ -126,7 +126,7 @@ func runDaemon(opts daemonOptions) (err error) {
 		notifier, err = notify.New(notify.Config{Command: ns.Command, TimeoutS: ns.TimeoutS, Dir: dir, Store: c.Store, Log: log,
 			Launcher: &launch.Launcher{Reaper: reaper, Cgroups: cg, Boot: opts.boot}, Supervisor: []string{self, "notify-run"}})
 		if err != nil {
-			return fmt.Errorf("%s: notify: %w", campaignfs.Settings(dir), err)
+			return fmt.Errorf("%s: notify: %w", dirlayout.Settings(dir), err)
 		}
 	}
 	if n, err := notify.EndLeftovers(dir, opts.boot); err != nil {
@@ -226,7 +226,7 @@ func startReaper(ctx context.Context) (*launch.Reaper, error) {
 // openDaemonLog opens the campaign's controller log for appending and the
 // logger that writes to it (and to standard error in the foreground).
 func openDaemonLog(dir string, foreground bool) (*os.File, zerolog.Logger, error) {
-	logFile, err := os.OpenFile(campaignfs.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logFile, err := os.OpenFile(dirlayout.Log(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, zerolog.Logger{}, fmt.Errorf("open log: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -96,7 +96,7 @@ func TestSecondControllerRefusedAndStopResume(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "controller running, pid") {
 		t.Fatalf("start exited %d:\n%s", code, out)
 	}
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	pid := lockfile.Owner(lock)
 
 	// a second controller on the same directory is refused with the first's pid

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -289,7 +289,7 @@ func TestUnwritableCampaignDir(t *testing.T) {
 	if out, err := exec.Command("mount", "-o", "remount,ro,bind", c.dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot remount read-only: %v %s", err, out)
 	}
-	db := sha256File(t, campaignfs.State(c.dir))
+	db := sha256File(t, dirlayout.State(c.dir))
 	for _, args := range [][]string{{"resume", "-d", c.dir, "--foreground"}, {"--resume", "-d", c.dir}} {
 		out, code := c.controller(args...)
 		if code == 0 || !strings.Contains(out, c.dir) || !strings.Contains(out, "read-only file system") {
@@ -302,7 +302,7 @@ func TestUnwritableCampaignDir(t *testing.T) {
 		t.Fatalf("start in a read-only directory: exit %d:\n%s", code, out)
 	}
 	t.Logf("controller start: %s", strings.TrimSpace(out))
-	if got := sha256File(t, campaignfs.State(c.dir)); got != db {
+	if got := sha256File(t, dirlayout.State(c.dir)); got != db {
 		t.Fatal("state.db changed on a read-only file system")
 	}
 	unmount()

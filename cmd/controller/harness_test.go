@@ -4,7 +4,7 @@ package main
 // under test, built once by TestMain; the protocols they run, written
 // from a scenario; a campaign directory per test, with the controller
 // run, started or signalled there; and waits that poll with a deadline.
-// Every test owns its directory and its ports (internal/testports), so
+// Every test owns its directory and its ports (internal/testutil/testports), so
 // tests run in parallel unless they say why not.
 
 import (
@@ -23,11 +23,11 @@ import (
 	"testing"
 	"time"
 
-	"warden/internal/testbin"
-	"warden/internal/testcampaign"
-	"warden/internal/testports"
+	"warden/internal/testutil/testbin"
+	"warden/internal/testutil/testcampaign"
+	"warden/internal/testutil/testports"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -226,13 +226,13 @@ func newCampaign(t *testing.T) *campaign {
 // logTail logs the last n lines of the controller's log, for a failed
 // test's reader.
 func (c *campaign) logTail(n int) {
-	b, err := os.ReadFile(campaignfs.Log(c.dir))
+	b, err := os.ReadFile(dirlayout.Log(c.dir))
 	if err != nil {
 		c.t.Logf("controller.log: %v", err)
 		return
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	c.t.Logf("the last %d lines of %s:\n%s", min(n, len(lines)), campaignfs.Log(c.dir), strings.Join(lines[max(0, len(lines)-n):], "\n"))
+	c.t.Logf("the last %d lines of %s:\n%s", min(n, len(lines)), dirlayout.Log(c.dir), strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }
 
 // controller runs the controller binary and waits for it.
@@ -366,7 +366,7 @@ func (c *campaign) startBounded(proto string, extra ...string) (string, int) {
 func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what string, within time.Duration) {
 	c.t.Helper()
 	c.start(proto)
-	pid := lockfile.Owner(campaignfs.Lock(c.dir))
+	pid := lockfile.Owner(dirlayout.Lock(c.dir))
 	c.waitMeasuring()
 	if err := syscall.Kill(pid, sig); err != nil {
 		c.t.Fatal(err)
@@ -378,7 +378,7 @@ func (c *campaign) signalWhileMeasuring(proto string, sig syscall.Signal, what s
 // until its lock is free; its children live on.
 func (c *campaign) killController() {
 	c.t.Helper()
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	if err := syscall.Kill(lockfile.Owner(lock), syscall.SIGKILL); err != nil {
 		c.t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ const (
 
 func (c *campaign) store() *state.Store {
 	c.t.Helper()
-	s, err := state.OpenReadOnly(campaignfs.State(c.dir), 5*time.Second)
+	s, err := state.OpenReadOnly(dirlayout.State(c.dir), 5*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -562,7 +562,7 @@ func campaignPIDsIn(dir string) []int {
 // killLeftovers ends what the test's campaign started, if anything is
 // left after a failure, and stops a controller that still runs.
 func (c *campaign) killLeftovers() {
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	if lockfile.Held(lock) {
 		if pid := lockfile.Owner(lock); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -695,7 +695,7 @@ func (c *campaign) waitExit() {
 // controller holds the campaign's lock.
 func (c *campaign) waitUnlocked(what string, within time.Duration) {
 	c.t.Helper()
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	waitFor(c.t, what, within, func() bool { return !lockfile.Held(lock) })
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -32,7 +32,7 @@ func TestResumeFinishedCampaign(t *testing.T) {
 		if args[len(args)-1] != "--foreground" && !strings.Contains(out, "is complete (1 runs); nothing to resume") {
 			t.Errorf("%v said:\n%s", args, out)
 		}
-		if lockfile.Held(campaignfs.Lock(c.dir)) {
+		if lockfile.Held(dirlayout.Lock(c.dir)) {
 			t.Fatalf("%v left a controller running", args)
 		}
 	}
@@ -86,11 +86,11 @@ func TestResumeRefusesAnotherCampaignsDatabase(t *testing.T) {
 
 	res := newCampaign(t)
 	res.runForeground(writeProtocol(t, scenario{patterns: 1, measureS: "0.2", serverArgs: `, --token-ms, "2"`}))
-	b, err := os.ReadFile(campaignfs.State(victim.dir))
+	b, err := os.ReadFile(dirlayout.State(victim.dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(campaignfs.State(res.dir), b, 0o600); err != nil {
+	if err := os.WriteFile(dirlayout.State(res.dir), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, code := res.controller("--resume", "-d", res.dir, "--foreground")
@@ -127,7 +127,7 @@ func TestLongNamesKeepContainment(t *testing.T) {
 	if len(as) != 1 || len(as[0].Procs) == 0 {
 		t.Fatalf("attempts %+v", as)
 	}
-	log, _ := os.ReadFile(campaignfs.Log(c.dir))
+	log, _ := os.ReadFile(dirlayout.Log(c.dir))
 	if strings.Contains(string(log), "cgroups unavailable") {
 		t.Skip("cgroup v2 is not writable here: containment by process group, as the log says")
 	}
@@ -155,7 +155,7 @@ func TestCampaignDirectoryOwnerOnly(t *testing.T) {
 	if fi.Mode().Perm() != 0o700 {
 		t.Errorf("campaign directory mode %v, want 0700", fi.Mode().Perm())
 	}
-	for _, f := range []string{campaignfs.PlanFile, campaignfs.LogFile, "runs/p1.saturation/a1/client.out", "runs/p1.saturation/a1/state.json"} {
+	for _, f := range []string{dirlayout.PlanFile, dirlayout.LogFile, "runs/p1.saturation/a1/client.out", "runs/p1.saturation/a1/state.json"} {
 		cmd := exec.Command("cat", filepath.Join(c.dir, f))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		if out, err := cmd.CombinedOutput(); err == nil {

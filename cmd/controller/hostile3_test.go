@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"warden/internal/boltfault"
-	"warden/internal/testports"
+	"warden/internal/testutil/testports"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -53,7 +53,7 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 	c := newCampaign(t)
 	proto := writeProtocol(t, scenario{patterns: 1, measureS: "30"})
 	c.signalWhileMeasuring(proto, syscall.SIGTERM, "the controller to stop", 60*time.Second)
-	path := campaignfs.State(c.dir)
+	path := dirlayout.State(c.dir)
 	clean, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 					strings.Contains(out, "goroutine") || strings.Contains(out, "controller running") {
 					t.Fatalf("%v: exit %d, want %d:\n%s", args, code, exitDamaged, out)
 				}
-				if lockfile.Held(campaignfs.Lock(c.dir)) {
+				if lockfile.Held(dirlayout.Lock(c.dir)) {
 					t.Fatalf("%v left a controller running", args)
 				}
 				after := snapshot(t, c.dir)
@@ -105,7 +105,7 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 						t.Fatalf("%v changed %s", args, name)
 					}
 				}
-				if len(after) != len(before)+1 || len(added) != 1 || !strings.HasPrefix(added[0], campaignfs.StateFile+campaigndir.DamagedSuffix) {
+				if len(after) != len(before)+1 || len(added) != 1 || !strings.HasPrefix(added[0], dirlayout.StateFile+campaigndir.DamagedSuffix) {
 					t.Fatalf("%v: files added %v, want one copy", args, added)
 				}
 				if kept == "" {
@@ -179,10 +179,10 @@ func TestFloodedListenersCannotStarveTheController(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("start: %v\n%s", err, out)
 	}
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	pid := lockfile.Owner(lock)
 	c.waitMeasuring()
-	sock := flood(t, "unix", campaignfs.Socket(c.dir), 700)
+	sock := flood(t, "unix", dirlayout.Socket(c.dir), 700)
 	tcp := flood(t, "tcp", addr, 700)
 	if sock+tcp < 600 {
 		t.Fatalf("only %d and %d connections opened: the flood does not pass the controller's limit", sock, tcp)
@@ -199,7 +199,7 @@ func TestFloodedListenersCannotStarveTheController(t *testing.T) {
 	}
 	c.soleAttempt(s, "p1.saturation", state.Interrupted)
 	c.assertNoProcesses()
-	log, _ := os.ReadFile(campaignfs.Log(c.dir))
+	log, _ := os.ReadFile(dirlayout.Log(c.dir))
 	if bytes.Contains(log, []byte("too many open files")) {
 		t.Fatalf("the controller ran out of descriptors:\n%s", tail(string(log), 3000))
 	}
@@ -244,7 +244,7 @@ func TestResumeEndsAServerThatRewroteItsEnvironment(t *testing.T) {
 			t.Fatalf("attempt %d's server %v is still alive (%v)", a.N, id, err)
 		}
 	}
-	log, _ := os.ReadFile(campaignfs.Log(c.dir))
+	log, _ := os.ReadFile(dirlayout.Log(c.dir))
 	if bytes.Contains(log, []byte("not this campaign's")) {
 		t.Fatalf("resume called the campaign's own server foreign:\n%s", tail(string(log), 3000))
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -24,7 +24,7 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}),
 		"    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:")
 	c.start(proto)
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	ctl := lockfile.Owner(lock)
 	cur := c.waitMeasuring()
 	measuring := time.Now() // the client started before this

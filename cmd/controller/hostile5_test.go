@@ -16,7 +16,7 @@ import (
 	"warden/bench/crashcheck"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/record"
 	"warden/pkg/report"
@@ -267,7 +267,7 @@ func faultWhileMeasuring(t *testing.T, fs *loopExt4, measureS string, fault func
 	c.dir = filepath.Join(fs.mnt, "camp")
 	c.start(writeProtocol(t, scenario{patterns: 1, measureS: measureS}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
 	cur := c.waitMeasuring()
-	ctl := lockfile.Owner(campaignfs.Lock(c.dir))
+	ctl := lockfile.Owner(dirlayout.Lock(c.dir))
 	if ctl <= 0 {
 		t.Fatal("no controller holds the lock while a run measures")
 	}
@@ -412,7 +412,7 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 	}
 	t.Logf("ctlq status (exit %d): %s (%s: %s), hint %q", code, cp.State, cp.StopReason, cp.StopDetail, doc.Hint)
 	fs.repair(t)
-	ro, err := state.OpenReadOnly(campaignfs.State(c.dir), 5*time.Second)
+	ro, err := state.OpenReadOnly(dirlayout.State(c.dir), 5*time.Second)
 	if err == nil {
 		ro.Close()
 	}
@@ -426,7 +426,7 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 		// 6) and resume keeps a copy, as for any damaged database.
 		c.ctlqStatusExits(exitDamaged)
 		rout, rcode := c.controller("resume", "-d", c.dir, "--foreground")
-		kept, _ := filepath.Glob(campaignfs.State(c.dir) + campaigndir.DamagedSuffix + "*")
+		kept, _ := filepath.Glob(dirlayout.State(c.dir) + campaigndir.DamagedSuffix + "*")
 		if rcode != exitDamaged || len(kept) == 0 {
 			t.Fatalf("resume on the damaged database exited %d, copies kept %q; want exit %d and a copy:\n%s", rcode, kept, exitDamaged, tail(rout, 2000))
 		}
@@ -452,7 +452,7 @@ func TestEvidenceWriteErrorIsTheStorages(t *testing.T) {
 	for _, e := range d.Damage() {
 		named += e.Error + "\n"
 	}
-	for _, rel := range campaignfs.EvidenceChecked {
+	for _, rel := range dirlayout.EvidenceChecked {
 		path := filepath.Join(a.Dir, rel)
 		if sum, err := safefile.SumFile(path); err == nil && sum.AllNUL && !strings.Contains(named, path) {
 			t.Errorf("%s came back NUL-filled, but ctlq show does not name it (damaged: %q)", path, named)

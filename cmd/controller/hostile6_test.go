@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -57,7 +57,7 @@ func TestResumeRefusesAForeignCampaign(t *testing.T) {
 		}
 	}
 
-	settings := campaignfs.Settings(c.dir)
+	settings := dirlayout.Settings(c.dir)
 	if err := os.Chmod(settings, 0o664); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestResumeRefusesAForeignCampaign(t *testing.T) {
 		t.Fatal(err)
 	}
 	if os.Geteuid() == 0 {
-		plan := campaignfs.Plan(c.dir)
+		plan := dirlayout.Plan(c.dir)
 		if err := os.Lchown(plan, 65534, -1); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestStopReachesAStartingController(t *testing.T) {
 	}
 	resumed := make(chan error, 1)
 	go func() { resumed <- resume.Wait() }()
-	lock := campaignfs.Lock(c.dir)
+	lock := dirlayout.Lock(c.dir)
 	waitFor(t, "the resume to take the lock", 60*time.Second, func() bool { return lockfile.Held(lock) })
 	if _, err := api.NewClient(c.dir, time.Second).Status(t.Context()); err == nil {
 		t.Fatal("the resume answers on its socket already: its start-up is not what this test stops")

@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"warden/internal/testcampaign"
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/campaigndir"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
@@ -68,7 +68,7 @@ func bigCampaign(b *testing.B, dir string) {
 	}
 	// not strict: a check inside each of 10,000 writes would make the
 	// fixture quadratic; it is checked once, when written
-	s, err := state.Open(campaignfs.State(dir), state.Options{NoSync: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func killCampaign(dir string, controller *exec.Cmd) {
 // removeCampaignCgroup removes the campaign's cgroup root and its empty
 // leaves, which the killed controllers left.
 func removeCampaignCgroup(b *testing.B, dir string) {
-	s, err := state.OpenReadOnly(campaignfs.State(dir), 5*time.Second)
+	s, err := state.OpenReadOnly(dirlayout.State(dir), 5*time.Second)
 	if err != nil {
 		b.Error(err)
 		return

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -27,7 +27,7 @@ import (
 // attempt (the controller is dead) and returns the attempt.
 func (c *campaign) rewriteProcs(mutate func(p *state.Proc)) state.Attempt {
 	c.t.Helper()
-	s, err := state.Open(campaignfs.State(c.dir), state.Options{Timeout: 5 * time.Second, Strict: true})
+	s, err := state.Open(dirlayout.State(c.dir), state.Options{Timeout: 5 * time.Second, Strict: true})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestRebootNothingSignalled(t *testing.T) {
 	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", init)); !bytes.HasPrefix(cmdline, []byte(controllerBin+"\x00")) {
 		t.Fatalf("pid %d is not the controller: %q", init, cmdline)
 	}
-	if owner := lockfile.Owner(campaignfs.Lock(c.dir)); owner != 1 {
+	if owner := lockfile.Owner(dirlayout.Lock(c.dir)); owner != 1 {
 		t.Fatalf("the controller records pid %d; in its namespace it is 1", owner)
 	}
 	// killing the init of a PID namespace kills every process in it

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"warden/pkg/contract"
 	"warden/pkg/state"
-	"warden/pkg/validate"
 )
 
 // Seed 002's Layer-2 gates end to end on the stand-in, whose traces carry
@@ -40,7 +40,7 @@ func TestSeedLayer2(t *testing.T) {
 		{name: "real kernels pass and add up", sc: seedL2Scenario("", false), runs: []wantRun{{"p1.saturation", complete1, noReason1}}, campaign: state.CampaignComplete,
 			check: func(t *testing.T, c *campaign, s *state.Store) {
 				v := c.gateVerdict(s, "p1.saturation", "validator:layer2")
-				if v.Verdict != "pass" || !strings.Contains(v.Detail, "mapping opfamily/v1 sha256:"+validate.DefaultMapping().SHA256) {
+				if v.Verdict != "pass" || !strings.Contains(v.Detail, "mapping opfamily/v1 sha256:"+contract.DefaultMapping().SHA256) {
 					t.Fatalf("layer2 gate %s %q", v.Verdict, v.Detail)
 				}
 				for _, w := range []string{"w0.r0.", "w1.r0."} {
@@ -60,8 +60,8 @@ func TestSeedLayer2(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var an validate.Analysis
-				if err := json.Unmarshal(b, &an); err != nil || an.Schema != validate.AnalysisSchema || len(an.Windows) != 2 {
+				var an contract.Analysis
+				if err := json.Unmarshal(b, &an); err != nil || an.Schema != contract.AnalysisSchema || len(an.Windows) != 2 {
 					t.Fatalf("analysis %v: %s", err, b[:min(len(b), 300)])
 				}
 				for _, w := range an.Windows {
@@ -235,7 +235,7 @@ func TestSeedLayer2Commands(t *testing.T) {
 			t.Fatalf("%v: exit %d, last line %v; want %s [%s] %q", tc.args, code, v, tc.verdict, tc.class, tc.detail)
 		}
 	}
-	if b, err := os.ReadFile(analysis); err != nil || !strings.Contains(string(b), validate.AnalysisSchema) {
+	if b, err := os.ReadFile(analysis); err != nil || !strings.Contains(string(b), contract.AnalysisSchema) {
 		t.Fatalf("analysis: %v", err)
 	}
 	for _, args := range [][]string{

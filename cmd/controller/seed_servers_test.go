@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"warden/internal/testcampaign"
-	"warden/internal/testgroup"
-	"warden/internal/testports"
+	"warden/internal/testutil/testcampaign"
+	"warden/internal/testutil/testgroup"
+	"warden/internal/testutil/testports"
+	"warden/pkg/contract"
 	"warden/pkg/loadgen"
 	"warden/pkg/state"
-	"warden/pkg/validate"
 )
 
 // End-to-end tests of the behaviours the stand-in takes from the real
@@ -139,7 +139,7 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	l2 := validate.DefaultLayer2()
+	l2 := contract.DefaultLayer2()
 	l2.Windows = 1
 
 	w := runs[0].res.ProfileWindows[0]
@@ -148,7 +148,7 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	}
 	// This server writes no Layer-1 stream, so the join cannot be told
 	// (an error, never a pass); everything of the trace itself holds.
-	if r := validate.Layer2Dir(runs[0].traces, l2); r.Verdict != "error" || !strings.Contains(r.Detail, "no Layer-1 stream given") ||
+	if r := contract.Layer2Dir(runs[0].traces, l2); r.Verdict != "error" || !strings.Contains(r.Detail, "no Layer-1 stream given") ||
 		r.Figures["bad_windows"] != 0 || r.Figures["execute_min"] != 8 || r.Figures["windows"] != 1 {
 		t.Fatalf("waiting window's trace: %+v", r)
 	}
@@ -157,7 +157,7 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 	if w := runs[1].res.ProfileWindows[0]; w.Outcome != loadgen.WindowNotObserved {
 		t.Fatalf("held window: %+v", w)
 	}
-	if r := validate.Layer2Dir(runs[1].traces, l2); r.Verdict != "fail" {
+	if r := contract.Layer2Dir(runs[1].traces, l2); r.Verdict != "fail" {
 		t.Fatalf("a fixed 1 s hold over 0.4 s steps passed Layer-2: %+v", r)
 	} else {
 		t.Logf("held window, Layer-2: %s", r.Detail)
@@ -168,7 +168,7 @@ func TestLoadgenWindowEndsWithTheServers(t *testing.T) {
 		t.Fatalf("over-budget window: %+v", w)
 	}
 	out, _ := exec.Command(controllerBin, "validate", "profile-windows", "--result-dir", runs[2].dir, "--windows", "1", "-o", "json").Output()
-	var v validate.Result
+	var v contract.Result
 	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &v); err != nil {
 		t.Fatalf("verdict %q: %v", out, err)
 	}
@@ -245,7 +245,7 @@ func TestReusedProfilerStopsAtBurnIn(t *testing.T) {
 	c.runForeground(reusedProtocol(t, bin, manifest, `, --profiler-reused`))
 	s := c.store()
 	cp, _ := s.Campaign()
-	if cp.State != state.CampaignStopped || !strings.Contains(cp.StopDetail, validate.ReusedProfilerMessage) {
+	if cp.State != state.CampaignStopped || !strings.Contains(cp.StopDetail, contract.ReusedProfilerMessage) {
 		t.Fatalf("campaign %s %s %s", cp.State, cp.StopReason, cp.StopDetail)
 	}
 	if as := c.attempts(s, "burnin.p1"); len(as) != 1 || as[0].Reason != state.ReasonValidatorFailed {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
-	"warden/internal/testcampaign"
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/campaigndir"
 	"warden/pkg/record"
 	"warden/pkg/slurm"

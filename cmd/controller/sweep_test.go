@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"warden/bench/crashcheck"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -82,7 +82,7 @@ func TestSweepStartsAResumableCampaign(t *testing.T) {
 		d.Protocol != filepath.Join(c.dir, "inputs", "sweep.yaml") || d.Manifest == nil || d.Manifest.Rows != 2000 || !d.Manifest.Materialized {
 		t.Fatalf("sweep document %+v", d)
 	}
-	if got, want := compactJSON(t, mustRead(t, campaignfs.Plan(c.dir))), planJSON(t, d.Protocol); !bytes.Equal(got, want) {
+	if got, want := compactJSON(t, mustRead(t, dirlayout.Plan(c.dir))), planJSON(t, d.Protocol); !bytes.Equal(got, want) {
 		t.Fatalf("the campaign's plan.json is not controller plan of the written protocol:\n%s\n%s", got, want)
 	}
 	c.waitMeasuring()
@@ -159,7 +159,7 @@ func TestSweepDryRun(t *testing.T) {
 	if got, want := compactJSON(t, raw.Plan), planJSON(t, d.Protocol); !bytes.Equal(got, want) {
 		t.Fatalf("the dry run's plan is not controller plan of the written protocol:\n%s\n%s", got, want)
 	}
-	if _, err := os.Stat(campaignfs.State(c.dir)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(dirlayout.State(c.dir)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a dry run made a campaign: %v", err)
 	}
 	out, code = stdoutOnly(t, sweepArgs(t, c.dir, "--dry-run")...)

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"warden/internal/cli"
-	"warden/pkg/campaignfs"
-	"warden/pkg/validate"
+	"warden/pkg/contract"
+	"warden/pkg/dirlayout"
 	"warden/pkg/validator"
 )
 
@@ -62,15 +62,15 @@ validator, whose verdict the controller records as the gate
 }
 
 // printVerdict writes the summary (text output) and the verdict line.
-func printVerdict(w io.Writer, name, output string, r validate.Result) error {
-	return validate.WriteVerdict(w, name, output == "json", r)
+func printVerdict(w io.Writer, name, output string, r contract.Result) error {
+	return contract.WriteVerdict(w, name, output == "json", r)
 }
 
 // verdictCmd is the validate subcommand name: its help (long, then
 // validateExit), its --output flag, and a run that checks --output, then
 // calls check, which returns the verdict to print, or a usage error (no
 // verdict line).
-func verdictCmd(name, short, long string, check func() (validate.Result, error)) *cobra.Command {
+func verdictCmd(name, short, long string, check func() (contract.Result, error)) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   name,
@@ -125,15 +125,15 @@ sets for validators.
 
 Give the stream with --stream, or a directory holding exactly one *.jsonl
 with --dir.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if (stream == "") == (dir == "") {
-				return validate.Result{}, usage("layer1: give exactly one of --stream and --dir")
+				return contract.Result{}, usage("layer1: give exactly one of --stream and --dir")
 			}
 			opts := acc.options()
 			if dir != "" {
-				return validate.Layer1Dir(dir, acc.sidecar, acc.signals, opts), nil
+				return contract.Layer1Dir(dir, acc.sidecar, acc.signals, opts), nil
 			}
-			return validate.Layer1Files(stream, acc.sidecar, acc.signals, opts), nil
+			return contract.Layer1Files(stream, acc.sidecar, acc.signals, opts), nil
 		})
 	f := cmd.Flags()
 	f.StringVar(&stream, "stream", "", "the Layer-1 JSONL stream")
@@ -144,7 +144,7 @@ with --dir.`,
 
 func newValidateClientCmd() *cobra.Command {
 	var dir string
-	o := validate.DefaultClient()
+	o := contract.DefaultClient()
 	cmd := verdictCmd("client", "Check the load client's result: segments, failures, tokens, rate, lag, no text",
 		`client checks a load client's result directory (loadgen's result.json,
 segments.jsonl and requests/*.jsonl): the timeline completed; exactly
@@ -156,14 +156,14 @@ planned time; no file has a prompt or generated-text field
 --saturation-result: its λ must be --rate-fraction x that run's clean
 completed throughput, and its achieved offered rate within --rate-tolerance
 of it.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if dir == "" {
-				return validate.Result{}, usage("client: --result-dir DIR is required")
+				return contract.Result{}, usage("client: --result-dir DIR is required")
 			}
 			if o.Segments < 1 || o.SegmentSeconds <= 0 || o.RateFraction <= 0 || o.RateTolerance < 0 {
-				return validate.Result{}, usage("client: --segments, --segment-seconds and --rate-fraction must be positive")
+				return contract.Result{}, usage("client: --segments, --segment-seconds and --rate-fraction must be positive")
 			}
-			return validate.ClientDir(dir, o), nil
+			return contract.ClientDir(dir, o), nil
 		})
 	f := cmd.Flags()
 	resultDirFlag(f, &dir)
@@ -181,7 +181,7 @@ of it.`,
 func newValidateSanityCmd() *cobra.Command {
 	var out, base string
 	var inputs, consts []string
-	o := validate.DefaultSanity()
+	o := contract.DefaultSanity()
 	cmd := verdictCmd("sanity", "Write the data sanity block (sanity.json) of a run's numeric outputs and check its red flags",
 		`sanity reads the run's numeric outputs (--input: JSON or JSON-lines files, or
 directories of them) and writes the seed's data sanity block to --out (by
@@ -193,15 +193,15 @@ named ratio, fraction, share, frac or usage) outside [0,1], a non-finite
 value, a declared --constant NAME=VALUE that does not hold or is absent.
 Families that never varied but were not declared are listed, not flagged.
 ctlq show prints the block of an attempt.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if len(inputs) == 0 {
-				return validate.Result{}, usage("sanity: at least one --input is required")
+				return contract.Result{}, usage("sanity: at least one --input is required")
 			}
 			for _, c := range consts {
 				name, val, ok := strings.Cut(c, "=")
 				v, err := strconv.ParseFloat(val, 64)
 				if !ok || err != nil || name == "" {
-					return validate.Result{}, usage("sanity: --constant %q: want NAME=NUMBER", c)
+					return contract.Result{}, usage("sanity: --constant %q: want NAME=NUMBER", c)
 				}
 				o.Constants[name] = v
 			}
@@ -209,13 +209,13 @@ ctlq show prints the block of an attempt.`,
 				if o := os.Getenv(validator.EnvSanityOut); o != "" {
 					out = o // a re-adjudication: not into the ended attempt
 				} else if d := os.Getenv("WARDEN_ATTEMPT_DIR"); d != "" {
-					out = campaignfs.Sanity(d)
+					out = dirlayout.Sanity(d)
 				}
 			}
 			if base == "" && len(inputs) > 0 {
 				base = os.Getenv("WARDEN_ATTEMPT_DIR")
 			}
-			return validate.WriteSanity(inputs, base, out, o), nil
+			return contract.WriteSanity(inputs, base, out, o), nil
 		})
 	f := cmd.Flags()
 	f.StringArrayVar(&inputs, "input", nil, "a JSON or JSON-lines file, or a directory of them (repeatable)")
@@ -230,7 +230,7 @@ func newValidateWarmupCmd() *cobra.Command {
 	var dir, pattern string
 	var stabPatterns []string
 	var acc layer1Accounting
-	o := validate.WarmupOptions{MinCompletions: 32, Layer1: validate.DefaultLayer1}
+	o := contract.WarmupOptions{MinCompletions: 32, Layer1: contract.DefaultLayer1}
 	cmd := verdictCmd("warmup", "Check the warm-up: enough completions, or for P10-class runs A-P3-6's stabilization test",
 		`warmup checks the client's warm-up segment (result.json segments[0], kind
 warmup): it passes with at least --min-completions successful completions
@@ -246,21 +246,21 @@ Layer-1 accounting check passing (--sidecar, --signals, --tolerance-ms,
 --flush-interval-s as for layer1); OLS slope s of R over the bin centres;
 abs(s)*(warm-up/4)/R_bar <= 0.10. It reads files only, so a
 re-adjudication can run it on retained telemetry.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if dir == "" {
-				return validate.Result{}, usage("warmup: --result-dir DIR is required")
+				return contract.Result{}, usage("warmup: --result-dir DIR is required")
 			}
 			if o.MinCompletions < 1 {
-				return validate.Result{}, usage("warmup: --min-completions must be at least 1")
+				return contract.Result{}, usage("warmup: --min-completions must be at least 1")
 			}
 			if pattern != "" && slices.Contains(stabPatterns, pattern) {
 				o.Stabilization = true
 			}
 			if o.Stabilization && o.Layer1Dir == "" {
-				return validate.Result{}, usage("warmup: the stabilization test needs --layer1-dir")
+				return contract.Result{}, usage("warmup: the stabilization test needs --layer1-dir")
 			}
 			o.Sidecar, o.Signals, o.Layer1 = acc.sidecar, acc.signals, acc.options()
-			return validate.WarmupDir(dir, o), nil
+			return contract.WarmupDir(dir, o), nil
 		})
 	f := cmd.Flags()
 	resultDirFlag(f, &dir)
@@ -275,7 +275,7 @@ re-adjudication can run it on retained telemetry.`,
 
 func newValidateRecoveryCmd() *cobra.Command {
 	var dir string
-	o := validate.DefaultRecovery()
+	o := contract.DefaultRecovery()
 	cmd := verdictCmd("recovery", "Check that every recovery returns to clean segment C's completion rate and waiting queue",
 		`recovery checks, after each profile window, the seed's recovery rule: at the
 end of each recovery segment (result.json segments of kind recovery, each
@@ -291,17 +291,17 @@ the wider of --tolerance and the deviation within which the clean
 segments' own samples stay jointly with probability --calibration-quantile.
 Either way the verdict reports how often the clean segments' own samples
 leave the band (recovery.self.*): the rule's false-failure rate.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if dir == "" || o.Layer1Dir == "" {
-				return validate.Result{}, usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
+				return contract.Result{}, usage("recovery: --result-dir DIR and --layer1-dir DIR are required")
 			}
 			if o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 || o.RecoveryS <= 0 || o.RecoveryTol < 0 {
-				return validate.Result{}, usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
+				return contract.Result{}, usage("recovery: --window-s, --step-s and --recovery-s must be positive, --tolerance and --recovery-tolerance-s not negative")
 			}
 			if err := checkRule("recovery: --rule", o.Rule, o.Quantile); err != nil {
-				return validate.Result{}, err
+				return contract.Result{}, err
 			}
-			return validate.RecoveryDir(dir, o), nil
+			return contract.RecoveryDir(dir, o), nil
 		})
 	f := cmd.Flags()
 	resultDirFlag(f, &dir)
@@ -317,7 +317,7 @@ leave the band (recovery.self.*): the rule's false-failure rate.`,
 
 func newValidatePowerCmd() *cobra.Command {
 	var dir string
-	o := validate.DefaultPower()
+	o := contract.DefaultPower()
 	cmd := verdictCmd("power", "Measure how often the literal representativeness and recovery rules fail this run's own steady data",
 		`power measures, on a run that judges no sample itself (a burn-in), the
 false-failure rates the power check (docs/protocol.md, power_check) needs
@@ -330,14 +330,14 @@ reference's medians (the literal recovery rule, --tolerance), for runs of
 --windows windows and recoveries. The figures are the ones layer2 and
 recovery report on their own runs (smd.self.*, recovery.self.*,
 power.*). Pass when both were measured; error when either could not be.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if dir == "" || o.Layer1Dir == "" {
-				return validate.Result{}, usage("power: --result-dir DIR and --layer1-dir DIR are required")
+				return contract.Result{}, usage("power: --result-dir DIR and --layer1-dir DIR are required")
 			}
 			if o.BlockSteps < 1 || o.Windows < 1 || o.ReferenceTailS < 0 || o.MaxSMD <= 0 || o.WindowS <= 0 || o.StepS <= 0 || o.Tolerance < 0 {
-				return validate.Result{}, usage("power: --block-steps, --windows, --max-smd, --window-s and --step-s must be positive, --reference-tail-s and --tolerance not negative")
+				return contract.Result{}, usage("power: --block-steps, --windows, --max-smd, --window-s and --step-s must be positive, --reference-tail-s and --tolerance not negative")
 			}
-			return validate.PowerDir(dir, o), nil
+			return contract.PowerDir(dir, o), nil
 		})
 	f := cmd.Flags()
 	resultDirFlag(f, &dir)
@@ -372,8 +372,8 @@ func (a *layer1Accounting) bind(f *pflag.FlagSet) {
 	f.Float64Var(&a.flushS, "flush-interval-s", 0, "the configured Layer-1 flush interval the sidecar must declare (0: accept the sidecar's)")
 }
 
-func (a layer1Accounting) options() validate.Layer1Options {
-	o := validate.DefaultLayer1
+func (a layer1Accounting) options() contract.Layer1Options {
+	o := contract.DefaultLayer1
 	o.Tolerance = time.Duration(a.tolMS * float64(time.Millisecond))
 	o.FlushInterval = time.Duration(a.flushS * float64(time.Second))
 	return o

@@ -7,11 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 func newValidateClockLoadCmd() *cobra.Command {
-	o := validate.DefaultClockLoad()
+	o := contract.DefaultClockLoad()
 	reasons := strings.Join(o.ForbiddenReasons, ",")
 	cmd := verdictCmd("clock-load", "Check that no thermal, power-brake or HW slowdown held the GPU clocks, and the host load, during the measured interval",
 		`clock-load is A-P3-2's clock/load check: "A run reaches complete only after
@@ -25,7 +25,7 @@ postmeasure.json. A sample reporting one of --forbid-reasons on any GPU, or
 a load above --max-load1, fails with class "infrastructure" (the run fails
 clock-load: one exact rerun). No sample in the interval, a sample without
 clock-event reasons, or a missing host record: error.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			o.ForbiddenReasons = nil
 			for _, r := range strings.Split(reasons, ",") {
 				if r = strings.TrimSpace(r); r != "" {
@@ -33,9 +33,9 @@ clock-event reasons, or a missing host record: error.`,
 				}
 			}
 			if o.AttemptDir == "" || o.Phases == "" || len(o.ForbiddenReasons) == 0 || !(o.MaxLoad1 > 0) {
-				return validate.Result{}, usage("clock-load: --attempt-dir and --phases are required (or $WARDEN_ATTEMPT_DIR and $WARDEN_PHASE_FILE); --forbid-reasons names at least one reason; --max-load1 is positive")
+				return contract.Result{}, usage("clock-load: --attempt-dir and --phases are required (or $WARDEN_ATTEMPT_DIR and $WARDEN_PHASE_FILE); --forbid-reasons names at least one reason; --max-load1 is positive")
 			}
-			return validate.ClockLoad(o), nil
+			return contract.ClockLoad(o), nil
 		})
 	f := cmd.Flags()
 	f.StringVar(&o.AttemptDir, "attempt-dir", os.Getenv("WARDEN_ATTEMPT_DIR"), "the attempt directory (default $WARDEN_ATTEMPT_DIR)")
@@ -46,7 +46,7 @@ clock-event reasons, or a missing host record: error.`,
 }
 
 func newValidateRecordsCmd() *cobra.Command {
-	o := validate.RecordsOptions{AttemptDir: os.Getenv("WARDEN_ATTEMPT_DIR")}
+	o := contract.RecordsOptions{AttemptDir: os.Getenv("WARDEN_ATTEMPT_DIR")}
 	cmd := verdictCmd("records", "Record the compile-cache key and directory, MoE backend, server source commit and model shards of a run",
 		`records keeps what seed 002 asks recorded of every run ("source/patched
 commit, ... model path and shard hashes, ... MoE backend, compile cache
@@ -59,14 +59,14 @@ $WARDEN_ATTEMPT_DIR/records.json); a record the server did not expose is
 of the same configuration) the run's compile-cache key must be that run's:
 another key fails ("a per-run output directory changes the compile-cache
 key", stop condition 1), a key unknown on either side is an error.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if o.AttemptDir == "" {
-				return validate.Result{}, usage("records: --attempt-dir is required (or $WARDEN_ATTEMPT_DIR)")
+				return contract.Result{}, usage("records: --attempt-dir is required (or $WARDEN_ATTEMPT_DIR)")
 			}
 			if o.Out == "" {
 				o.Out = filepath.Join(o.AttemptDir, "records.json")
 			}
-			return validate.Records(o), nil
+			return contract.Records(o), nil
 		})
 	f := cmd.Flags()
 	f.StringVar(&o.AttemptDir, "attempt-dir", o.AttemptDir, "the attempt directory (default $WARDEN_ATTEMPT_DIR)")

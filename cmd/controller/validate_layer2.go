@@ -9,13 +9,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 func newValidateLayer2Cmd() *cobra.Command {
 	var execPattern, mapping, layer1 string
 	var tolMS float64
-	o := validate.DefaultLayer2()
+	o := contract.DefaultLayer2()
 	var traces string
 	cmd := verdictCmd("layer2", "Check the Layer-2 profiler traces of a run's profile windows",
 		`layer2 checks every trace (--pattern, gzipped Chrome trace JSON) in --traces
@@ -46,38 +46,38 @@ A failing or erroring verdict carries "class":"profile-artifact" (the seed's
 one exact rerun) unless a failure is stop condition 7 (not classifiable, too
 few steps for a required mode), which stops for review. --analysis-out
 writes the per-window shares, join and SMD as JSON.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if traces == "" {
-				return validate.Result{}, usage("layer2: --traces DIR is required")
+				return contract.Result{}, usage("layer2: --traces DIR is required")
 			}
 			re, err := regexp.Compile(execPattern)
 			if err != nil {
-				return validate.Result{}, usage("layer2: --execute-pattern: %v", err)
+				return contract.Result{}, usage("layer2: --execute-pattern: %v", err)
 			}
 			o.ExecuteAnnotate = re
 			if o.TP < 1 || o.Windows < 0 || o.ActiveIters < 1 || o.WarmupIters < 0 || tolMS <= 0 || o.MaxOtherOpaque < 0 || o.MaxSMD <= 0 {
-				return validate.Result{}, usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative, tolerances positive")
+				return contract.Result{}, usage("layer2: --tp and --active-iters must be at least 1, --windows and --warmup-iters not negative, tolerances positive")
 			}
 			if err := checkRule("layer2: --representativeness", o.Representativeness.Rule, o.Representativeness.Quantile); err != nil {
-				return validate.Result{}, err
+				return contract.Result{}, err
 			}
 			for _, m := range o.RequireModes {
 				if m != "FULL" && m != "PIECEWISE" && m != "NONE" {
-					return validate.Result{}, usage("layer2: --require-mode %q: FULL, PIECEWISE or NONE", m)
+					return contract.Result{}, usage("layer2: --require-mode %q: FULL, PIECEWISE or NONE", m)
 				}
 			}
 			o.JoinTolerance = time.Duration(tolMS * float64(time.Millisecond))
 			if mapping != "" {
-				m, err := validate.LoadMapping(mapping)
+				m, err := contract.LoadMapping(mapping)
 				if err != nil {
 					// the table the protocol names cannot be read: no verdict can name it
-					r := validate.Result{Verdict: "error", Detail: err.Error(), Class: "profile-artifact"}
+					r := contract.Result{Verdict: "error", Detail: err.Error(), Class: "profile-artifact"}
 					return r, nil
 				}
 				o.Mapping = m
 			}
 			o.Layer1 = layer1Stream(layer1)
-			return validate.Layer2Dir(traces, o), nil
+			return contract.Layer2Dir(traces, o), nil
 		})
 	f := cmd.Flags()
 	f.StringVar(&traces, "traces", "", "directory of the run's trace files")
@@ -108,7 +108,7 @@ func ruleFlags(f *pflag.FlagSet, name string, rule *string, q *float64) {
 
 // checkRule refuses an unknown rule or a quantile outside (0, 1).
 func checkRule(what, rule string, q float64) error {
-	if rule != validate.RuleLiteral && rule != validate.RuleCalibrated {
+	if rule != contract.RuleLiteral && rule != contract.RuleCalibrated {
 		return usage("%s %q: literal or calibrated", what, rule)
 	}
 	if !(q > 0 && q < 1) {
@@ -145,26 +145,26 @@ share_solo) < --share-tolerance (0.03: three percentage points, absolute).
 
 A protocol names it as its co-location gate's validator; the gate compares
 throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if solo.traces == "" || coloc.traces == "" {
-				return validate.Result{}, usage("colocation: --solo-traces and --coloc-traces are required")
+				return contract.Result{}, usage("colocation: --solo-traces and --coloc-traces are required")
 			}
 			if tol <= 0 {
-				return validate.Result{}, usage("colocation: --share-tolerance must be positive")
+				return contract.Result{}, usage("colocation: --share-tolerance must be positive")
 			}
-			o := validate.DefaultLayer2()
+			o := contract.DefaultLayer2()
 			o.Windows = 1
 			if mapping != "" {
-				m, err := validate.LoadMapping(mapping)
+				m, err := contract.LoadMapping(mapping)
 				if err != nil {
-					return validate.Result{Verdict: "error", Detail: err.Error()}, nil
+					return contract.Result{Verdict: "error", Detail: err.Error()}, nil
 				}
 				o.Mapping = m
 			}
 			so, co := o, o
 			so.Layer1, so.Phases = layer1Stream(solo.layer1), solo.phases
 			co.Layer1, co.Phases = layer1Stream(coloc.layer1), coloc.phases
-			r := validate.ColocationShares(solo.traces, coloc.traces, so, co, tol, time.Now())
+			r := contract.ColocationShares(solo.traces, coloc.traces, so, co, tol, time.Now())
 			return r, nil
 		})
 	f := cmd.Flags()
@@ -181,7 +181,7 @@ throughput itself. Figures: solo.F, coloc.F and diff_F for each F of F3.`,
 
 func newValidatePrefixCmd() *cobra.Command {
 	var layer1 string
-	o := validate.DefaultPrefix()
+	o := contract.DefaultPrefix()
 	cmd := verdictCmd("prefix", "Check a prefix-none cell: no common prefix over 16 tokens, clean prefix hit ratio below 1%",
 		`prefix checks seed 002's rule for "prefix: none" cells: "The manifest must
 have no common prefix longer than 16 tokens, and the clean Layer-1
@@ -190,14 +190,14 @@ invalid." No two rows of --manifest (JSONL, prompt_token_ids) may share a
 prefix longer than --max-common-prefix tokens. With --layer1 and --phases,
 sum(prefix_cache_hits)/sum(prefix_cache_queries) over the Layer-1 records submitted in
 the phase file's clean segments must be below --max-hit-ratio.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if o.Manifest == "" || o.MaxCommonPrefix < 0 || o.MaxHitRatio <= 0 {
-				return validate.Result{}, usage("prefix: --manifest is required; --max-common-prefix not negative, --max-hit-ratio positive")
+				return contract.Result{}, usage("prefix: --manifest is required; --max-common-prefix not negative, --max-hit-ratio positive")
 			}
 			if layer1 != "" {
 				o.Layer1 = layer1Stream(layer1)
 			}
-			return validate.PrefixCheck(o), nil
+			return contract.PrefixCheck(o), nil
 		})
 	f := cmd.Flags()
 	f.StringVar(&o.Manifest, "manifest", "", "the request manifest (JSONL with prompt_token_ids)")

@@ -3,12 +3,12 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 func newValidateProfileWindowsCmd() *cobra.Command {
 	var dir string
-	var o validate.ProfileWindowOptions
+	var o contract.ProfileWindowOptions
 	cmd := verdictCmd("profile-windows", "Check the load client's profile windows: 200 each, each seen to end within its budget",
 		`profile-windows checks the profile windows of a load client's result.json
 (loadgen's profile_windows, docs/loadgen.md): --windows of them; both calls
@@ -16,17 +16,17 @@ answered 200; each window saw the server's window end (its new trace per rank,
 or its Layer-1 steps) within its budget. An incomplete window fails with class
 profile-artifact (the seed's one exact rerun). A later window whose calls
 answered 200 while no trace appeared, the first window's having appeared, fails
-as "`+validate.ReusedProfilerMessage+`", without a class: the campaign
+as "`+contract.ReusedProfilerMessage+`", without a class: the campaign
 stops at once. Named as a validator of a burn-in that opens two short windows,
 it stops an unpatched server's campaign before any measured run.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if dir == "" {
-				return validate.Result{}, usage("profile-windows: --result-dir DIR is required")
+				return contract.Result{}, usage("profile-windows: --result-dir DIR is required")
 			}
 			if o.Windows < 0 {
-				return validate.Result{}, usage("profile-windows: --windows must not be negative")
+				return contract.Result{}, usage("profile-windows: --windows must not be negative")
 			}
-			return validate.ProfileWindowsDir(dir, o), nil
+			return contract.ProfileWindowsDir(dir, o), nil
 		})
 	f := cmd.Flags()
 	resultDirFlag(f, &dir)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 // The validate subcommands as an operator runs them: the verdict is the
@@ -18,7 +18,7 @@ func TestValidateCommandOutput(t *testing.T) {
 	stream := filepath.Join(dir, "l1.jsonl")
 	var recs []byte
 	for i := range int64(2) {
-		b, _ := json.Marshal(validate.Layer1Record{Schema: 1, Step: i, ChunkSizeHist: []int64{}, ContextLenHist: []int64{}, RuntimeMode: "NONE"})
+		b, _ := json.Marshal(contract.Layer1Record{Schema: 1, Step: i, ChunkSizeHist: []int64{}, ContextLenHist: []int64{}, RuntimeMode: "NONE"})
 		recs = append(append(recs, b...), '\n')
 	}
 	os.WriteFile(stream, append(recs, "{\"footer\":true,\"encoded_records\":2,\"written_records\":2,\"dropped_records\":0,\"last_step_index\":1,\"step_count\":2}\n"...), 0o644)

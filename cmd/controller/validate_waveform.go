@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 func newValidateWaveformCmd() *cobra.Command {
@@ -18,11 +18,11 @@ the samples before it end (no sample dropped or repeated at a boundary); a
 request that breaks one is invalid-output in the records. A run that asked
 for no audio, or a successful request without audio chunk records, is an
 error: never a pass.`,
-		func() (validate.Result, error) {
+		func() (contract.Result, error) {
 			if dir == "" {
-				return validate.Result{}, usage("waveform: --result-dir DIR is required")
+				return contract.Result{}, usage("waveform: --result-dir DIR is required")
 			}
-			return validate.WaveformDir(dir), nil
+			return contract.WaveformDir(dir), nil
 		})
 	f := cmd.Flags()
 	resultDirFlag(f, &dir)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
@@ -16,7 +16,7 @@ import (
 // setBackend records the campaign's GPU backend, as start does.
 func setBackend(t *testing.T, dir, backend string) {
 	t.Helper()
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestReportRefusesPrivateText(t *testing.T) {
 	if o, code := run(t, "report", "-d", dir, "-o", page); code != 0 {
 		t.Fatalf("clean report: exit %d:\n%s", code, o)
 	}
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}

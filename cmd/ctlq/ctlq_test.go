@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"warden/internal/testbin"
-	"warden/internal/testcampaign"
-	"warden/internal/testterm"
+	"warden/internal/testutil/testbin"
+	"warden/internal/testutil/testcampaign"
+	"warden/internal/testutil/testterm"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func campaignDir(t *testing.T, final state.CampaignState) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestStatusExitCodes(t *testing.T) {
 // review; ctlq status says so with its own exit code.
 func TestOperatorStopExitCode(t *testing.T) {
 	dir := campaignDir(t, state.CampaignRunning)
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestRunsAndShow(t *testing.T) {
 // shown as not applicable rather than as an error.
 func TestShowReadsAsText(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"warden/internal/boltfault"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -77,7 +77,7 @@ func TestStatusRefusesDamagedDatabase(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := campaignDir(t, state.CampaignStopped)
-			path := campaignfs.State(dir)
+			path := dirlayout.State(dir)
 			tc.damage(t, path)
 			before := dirFiles(t, dir)
 			for _, args := range [][]string{{"status"}, {"status", "-o", "json"}, {"runs"}} {
@@ -119,7 +119,7 @@ func TestCampaignDirError(t *testing.T) {
 // corrupt (exit 6), never "open it read-write once".
 func TestStatusNegativeSchemaVersion(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
-	db, err := bolt.Open(campaignfs.State(dir), 0o600, nil)
+	db, err := bolt.Open(dirlayout.State(dir), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

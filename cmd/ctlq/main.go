@@ -19,7 +19,7 @@ import (
 	"warden/internal/cli"
 	"warden/internal/mancmd"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/outcome"
 	"warden/pkg/state"
@@ -160,7 +160,7 @@ func (o *options) open() (*source, error) {
 		return nil, err
 	}
 	s := &source{dir: dir, client: api.NewClient(dir, 5*time.Second)}
-	if _, err := os.Stat(campaignfs.Socket(dir)); err == nil {
+	if _, err := os.Stat(dirlayout.Socket(dir)); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := s.client.Status(ctx)
 		cancel()
@@ -169,7 +169,7 @@ func (o *options) open() (*source, error) {
 		}
 	}
 	st, err := openDatabase(dir, func(pid int) error {
-		return fmt.Errorf("controller pid %d holds %s but does not answer on %s", pid, dir, campaignfs.SocketFile)
+		return fmt.Errorf("controller pid %d holds %s but does not answer on %s", pid, dir, dirlayout.SocketFile)
 	})
 	if err != nil {
 		return nil, err
@@ -187,7 +187,7 @@ func (o *options) campaignDir() (string, error) {
 		return "", &cli.ExitError{Code: exitOther, Err: errNoDir}
 	}
 	dir, _ := filepath.Abs(o.dir)
-	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
+	if _, err := os.Stat(dirlayout.State(dir)); err != nil {
 		return "", &cli.ExitError{Code: exitOther, Err: campaignDirError(dir, err)}
 	}
 	return dir, nil
@@ -197,13 +197,13 @@ func (o *options) campaignDir() (string, error) {
 // or empty one exits 6, one a controller holds is refused with held's
 // words for that controller's pid.
 func openDatabase(dir string, held func(pid int) error) (*state.Store, error) {
-	st, err := campaignfs.OpenStoreReadOnly(dir, 500*time.Millisecond)
+	st, err := dirlayout.OpenStoreReadOnly(dir, 500*time.Millisecond)
 	switch {
 	case errors.Is(err, state.ErrLocked):
-		return nil, &cli.ExitError{Code: exitOther, Err: held(lockfile.Owner(campaignfs.Lock(dir)))}
+		return nil, &cli.ExitError{Code: exitOther, Err: held(lockfile.Owner(dirlayout.Lock(dir)))}
 	case errors.Is(err, state.ErrCorrupt):
 		return nil, &cli.ExitError{Code: exitDamaged, Err: fmt.Errorf("the state database %s is damaged or empty; ctlq changed nothing (controller resume refuses it too and keeps a copy): %w",
-			campaignfs.State(dir), err)}
+			dirlayout.State(dir), err)}
 	case err != nil:
 		return nil, &cli.ExitError{Code: exitOther, Err: err}
 	}
@@ -216,7 +216,7 @@ func openDatabase(dir string, held func(pid int) error) (*state.Store, error) {
 // denied, and says so.
 func campaignDirError(dir string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s is not a campaign directory (no %s)", dir, campaignfs.StateFile)
+		return fmt.Errorf("%s is not a campaign directory (no %s)", dir, dirlayout.StateFile)
 	}
 	return fmt.Errorf("cannot read campaign directory %s: %w", dir, err)
 }
@@ -241,7 +241,7 @@ func ask[T any](s *source, timeout time.Duration, fromDB func() (T, error), from
 // controller is what the database reader knows of the controller: whether
 // one holds the campaign's lock.
 func (s *source) controller() api.Controller {
-	return api.Controller{Alive: lockfile.Held(campaignfs.Lock(s.dir))}
+	return api.Controller{Alive: lockfile.Held(dirlayout.Lock(s.dir))}
 }
 
 func (s *source) status() (api.Status, error) {
@@ -313,7 +313,7 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 			aw = []outcome.Awaiting{}
 		}
 		doc.AwaitingAmendment = &aw
-		if plan, err := campaignfs.ReadPlan(src.dir); err == nil {
+		if plan, err := dirlayout.ReadPlan(src.dir); err == nil {
 			held, err := outcome.SharedCause(plan, src.store)
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
@@ -453,7 +453,7 @@ ids the campaign has).`,
 				return &cli.ExitError{Code: exitOther, Err: err}
 			}
 			d.CheckEvidence() // here, where the files are read, not in the controller's answer
-			plan, _ := campaignfs.ReadPlan(src.dir)
+			plan, _ := dirlayout.ReadPlan(src.dir)
 			tails := views.StderrTails(d, views.NewStderrGuard(src.dir, views.MinLeakOf(plan)))
 			serving := views.ServingOf(d)
 			if o.output == "json" {

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warden/internal/cli"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/metrics"
 )
 
@@ -37,7 +37,7 @@ unreadable, bad usage).`,
 				return err
 			}
 			st, err := openDatabase(dir, func(pid int) error {
-				return fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile", pid, campaignfs.StateFile)
+				return fmt.Errorf("controller pid %d runs the campaign and holds %s: scrape its --metrics listener or textfile", pid, dirlayout.StateFile)
 			})
 			if err != nil {
 				return err

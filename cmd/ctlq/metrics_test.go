@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
 )
@@ -56,12 +56,12 @@ func TestMetricsAfterTheEnd(t *testing.T) {
 // metrics names it and points at its outputs, exit 2.
 func TestMetricsWhileAControllerRuns(t *testing.T) {
 	dir := campaignDir(t, state.CampaignComplete)
-	lock, err := lockfile.Acquire(campaignfs.Lock(dir))
+	lock, err := lockfile.Acquire(dirlayout.Lock(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lock.Release()
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestMetricsWhileAControllerRuns(t *testing.T) {
 
 func TestMetricsDamagedDatabase(t *testing.T) {
 	dir := campaignDir(t, state.CampaignStopped)
-	if err := os.Truncate(campaignfs.State(dir), 0); err != nil {
+	if err := os.Truncate(dirlayout.State(dir), 0); err != nil {
 		t.Fatal(err)
 	}
 	if out, code := run(t, "metrics", "-d", dir); code != exitDamaged || !strings.Contains(out, "damaged or empty") {

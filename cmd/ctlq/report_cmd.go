@@ -11,7 +11,7 @@ import (
 
 	"warden/internal/cli"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/report"
 )
 
@@ -83,7 +83,7 @@ unreadable, -o json or -o table, bad usage).`,
 			if err != nil {
 				return &cli.ExitError{Code: exitOther, Err: err}
 			}
-			plan, _ := campaignfs.ReadPlan(src.dir)
+			plan, _ := dirlayout.ReadPlan(src.dir)
 			priv, err := report.Privacy(src.dir, plan)
 			if err != nil {
 				return &cli.ExitError{Code: exitPrivate, Err: err}
@@ -97,7 +97,7 @@ unreadable, -o json or -o table, bad usage).`,
 			}
 			data := report.BuildWith(src.dir, rep, plan, opts)
 			if file == "" {
-				file = filepath.Join(src.dir, campaignfs.ReportFile)
+				file = filepath.Join(src.dir, dirlayout.ReportFile)
 			}
 			for _, out := range []struct {
 				path  string

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
 // loadgenResult is a real loadgen saturation result (the validators' testdata).
-const loadgenResult = "../../pkg/validate/testdata/loadgen/saturation/result.json"
+const loadgenResult = "../../pkg/contract/testdata/loadgen/saturation/result.json"
 
 // reportDir makes a stopped campaign with what a report draws: attempts
 // with directories, GPU samples, client results, figures, gate verdicts
@@ -29,7 +29,7 @@ func reportDir(t *testing.T) string {
 	dir := t.TempDir()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := t0
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true, Now: func() time.Time { return clock }})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

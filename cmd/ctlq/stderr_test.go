@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 	"warden/pkg/views"
 )
@@ -24,7 +24,7 @@ func failedClient(t *testing.T) (dir, adir string) {
 	if err := os.MkdirAll(adir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testsweep"
+	"warden/internal/testutil/testsweep"
 )
 
 // TestConfigSweepInChromium loads a config sweep's report in headless

@@ -10,7 +10,7 @@ import (
 
 	"warden/internal/cli"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 	"warden/pkg/views"
 	"warden/pkg/views/watch"
@@ -53,7 +53,7 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 		return err
 	}
 	src.close()
-	plan, _ := campaignfs.ReadPlan(src.dir)
+	plan, _ := dirlayout.ReadPlan(src.dir)
 	w := watch.NewWatcher(src.dir, plan, func() (watch.Source, error) {
 		s, err := o.open()
 		if err != nil {

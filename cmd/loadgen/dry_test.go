@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"warden/internal/testbin"
-	"warden/internal/testgroup"
+	"warden/internal/testutil/testbin"
+	"warden/internal/testutil/testgroup"
 	"warden/pkg/loadgen"
 	"warden/pkg/phasefile"
 )

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"warden/pkg/contract"
 	"warden/pkg/loadgen"
-	"warden/pkg/validate"
 )
 
 // shortTimeline: 0.2 s warm-up, three 0.2 s clean segments, no profile
@@ -28,16 +28,16 @@ func shortTimeline(drainS string) []string {
 // validateClient runs the client validator on a result directory of
 // segments clean segments of segS seconds, and returns its verdict as the
 // last JSON line of its output says it.
-func validateClient(t *testing.T, dir string, segments int, segS float64) validate.Result {
+func validateClient(t *testing.T, dir string, segments int, segS float64) contract.Result {
 	t.Helper()
-	o := validate.DefaultClient()
+	o := contract.DefaultClient()
 	o.Segments, o.SegmentSeconds = segments, segS
 	var buf bytes.Buffer
-	if err := validate.WriteVerdict(&buf, "client", false, validate.ClientDir(dir, o)); err != nil {
+	if err := contract.WriteVerdict(&buf, "client", false, contract.ClientDir(dir, o)); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	var r validate.Result
+	var r contract.Result
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatalf("validator's last line %q: %v", lines[len(lines)-1], err)
 	}

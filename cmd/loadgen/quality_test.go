@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"warden/pkg/contract"
 	"warden/pkg/gates"
 	"warden/pkg/loadgen"
-	"warden/pkg/validate"
 	"warden/protocols"
 )
 
@@ -71,7 +71,7 @@ func TestQualityPassKeepsOutputsPrivately(t *testing.T) {
 			if bytes.Contains(raw, []byte(priv)) || bytes.Contains(raw, []byte("stream_text")) {
 				t.Fatal("result.json names the private directory or holds the kept text")
 			}
-			if v := validate.WaveformDir(resDir); v.Verdict != "pass" || v.Figures["compared_requests"] != 2 {
+			if v := contract.WaveformDir(resDir); v.Verdict != "pass" || v.Figures["compared_requests"] != 2 {
 				t.Fatalf("waveform %s %q %v", v.Verdict, v.Detail, v.Figures)
 			}
 			// the attempt's privacy scan under omni-ab's forbidden fields
@@ -96,7 +96,7 @@ func TestQualityPassSeesABoundaryDrop(t *testing.T) {
 	if q := res.Quality; q == nil || q.Compared != 2 || q.Mismatched != 2 || q.Requests[0].LengthDiffSamples != 0 || *q.Requests[0].RelRMS < 0.1 {
 		t.Fatalf("quality %+v", res.Quality)
 	}
-	v := validate.WaveformDir(resDir)
+	v := contract.WaveformDir(resDir)
 	if v.Verdict != "fail" || !strings.Contains(v.Detail, "stream_matches_full: row 0") || strings.Contains(v.Detail, "header_length") {
 		t.Fatalf("waveform %s %q", v.Verdict, v.Detail)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 // The server's seed-002 artifacts pass Warden's validators, and a break
@@ -64,14 +64,14 @@ func TestServerWritesLayer1AndTraces(t *testing.T) {
 				t.Fatalf("server ended with %v", ws)
 			}
 			// a clean close: the footer decides, no signal times needed
-			r := validate.Layer1Files(filepath.Join(l1, "layer1.jsonl"), "", "", validate.DefaultLayer1)
+			r := contract.Layer1Files(filepath.Join(l1, "layer1.jsonl"), "", "", contract.DefaultLayer1)
 			if r.Verdict != tc.l1 || (tc.l1 == "pass" && r.Figures["footer"] != 1) {
 				t.Fatalf("layer1: %+v", r)
 			}
-			o := validate.DefaultLayer2()
+			o := contract.DefaultLayer2()
 			o.TP = 2
 			o.Layer1, o.Phases = filepath.Join(l1, "layer1.jsonl"), phasePath
-			if r := validate.Layer2Dir(traces, o); r.Verdict != tc.l2 || r.Figures["files"] != 4 {
+			if r := contract.Layer2Dir(traces, o); r.Verdict != tc.l2 || r.Figures["files"] != 4 {
 				t.Fatalf("layer2: %+v", r)
 			}
 		})

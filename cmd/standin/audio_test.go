@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"warden/pkg/contract"
 	"warden/pkg/gates"
 	"warden/pkg/loadgen"
-	"warden/pkg/validate"
 )
 
 // audioRun runs loadgen (chat, text and audio) against a stand-in of kind
 // with args, then the waveform check; it returns the result, the request
 // records and the verdict.
-func audioRun(t *testing.T, h *harness, kind string, args ...string) (*loadgen.Result, []loadgen.Record, validate.Result) {
+func audioRun(t *testing.T, h *harness, kind string, args ...string) (*loadgen.Result, []loadgen.Record, contract.Result) {
 	t.Helper()
 	s := h.healthyServer(append([]string{"--load-s", "0", "--server-kind", kind}, args...)...)
 	dir := t.TempDir()
@@ -64,7 +64,7 @@ func audioRun(t *testing.T, h *harness, kind string, args ...string) (*loadgen.R
 			recs = append(recs, r)
 		}
 	}
-	return res, recs, validate.WaveformDir(out)
+	return res, recs, contract.WaveformDir(out)
 }
 
 // checkFigures asserts the relations every audio record must keep, from

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warden/internal/testbin"
+	"warden/internal/testutil/testbin"
 	"warden/pkg/gpu/fakegpu"
 )
 

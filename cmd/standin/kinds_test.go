@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 // stepProfiler is a profiler whose engine steps are sent by hand.
@@ -38,7 +38,7 @@ func traceSteps(t *testing.T, dir string) [][]int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts, err := validate.ReadTrace(f, validate.DefaultLayer2().ExecuteAnnotate)
+		ts, err := contract.ReadTrace(f, contract.DefaultLayer2().ExecuteAnnotate)
 		f.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)

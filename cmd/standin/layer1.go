@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
+	"warden/pkg/contract"
 	"warden/pkg/loadgen"
-	"warden/pkg/validate"
 )
 
 // The Layer-1 stream of seed 002 (A-P3-5), as the stand-in writes it: one
-// schema-v1 record (validate.Layer1Record, docs/validators.md) per engine
+// schema-v1 record (contract.Layer1Record, docs/validators.md) per engine
 // "step" at --steps-per-s, buffered and appended to DIR/layer1.jsonl at
 // every --flush-interval-s, each flush followed by an atomic replacement of
 // the sidecar DIR/layer1.jsonl.footer.json. A graceful shutdown flushes,
@@ -180,7 +180,7 @@ func (w *layer1Writer) step() {
 	}
 	submit := w.start + w.grid*w.period
 	w.grid++
-	rec := validate.Layer1Record{Schema: validate.Layer1SchemaVersion, Step: i, ModelExecuted: true,
+	rec := contract.Layer1Record{Schema: contract.Layer1SchemaVersion, Step: i, ModelExecuted: true,
 		SubmitMonoNS: submit, CompleteMonoNS: submit + w.period/2,
 		NumScheduledReqs: 2, NumDecodeReqs: 2, DecodeTokens: 2, ChunkedPrefillClass: "none",
 		ChunkSizeHist: []int64{0, 0, 0, 0}, ContextLenHist: []int64{2, 0, 0, 0}, NumWaitingReqs: 1, NumRunningReqs: 2,

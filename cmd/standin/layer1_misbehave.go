@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 // Layer-1 misbehaviour beyond the accounting breaks: records whose figures
@@ -37,7 +37,7 @@ func (m layer1Misbehave) validate() error {
 
 // apply changes one record as the switches ask; profileStop is when the
 // first /stop_profile returned (CLOCK_MONOTONIC), 0 before.
-func (m layer1Misbehave) apply(rec *validate.Layer1Record, profileStop int64) {
+func (m layer1Misbehave) apply(rec *contract.Layer1Record, profileStop int64) {
 	if m.queueAfterProfile > 0 && profileStop > 0 && rec.SubmitMonoNS >= profileStop {
 		rec.NumWaitingReqs = m.queueAfterProfile
 	}

@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"testing"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 // --layer1-queue-after-profile: the stream stays valid schema-v1, and
@@ -18,12 +18,12 @@ func TestLayer1QueueAfterProfile(t *testing.T) {
 	stream := filepath.Join(l1, "layer1.jsonl")
 	// records of the clean part first, then a profile window
 	waitFor(t, "records before the profile window", func() bool {
-		recs, err := validate.ReadLayer1Records(stream)
+		recs, err := contract.ReadLayer1Records(stream)
 		return err == nil && len(recs) > 0
 	})
 	s.profileWindow(t)
 	waitFor(t, "a record after the profile window", func() bool {
-		recs, err := validate.ReadLayer1Records(stream)
+		recs, err := contract.ReadLayer1Records(stream)
 		return err == nil && len(recs) > 0 && recs[len(recs)-1].NumWaitingReqs == 50
 	})
 	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM); err != nil {
@@ -32,10 +32,10 @@ func TestLayer1QueueAfterProfile(t *testing.T) {
 	if ws := s.wait(t); !ws.Exited() || ws.ExitStatus() != 0 {
 		t.Fatalf("server ended with %v", ws)
 	}
-	if r := validate.Layer1Files(stream, "", "", validate.DefaultLayer1); r.Verdict != "pass" {
+	if r := contract.Layer1Files(stream, "", "", contract.DefaultLayer1); r.Verdict != "pass" {
 		t.Fatalf("layer1: %+v", r)
 	}
-	recs, err := validate.ReadLayer1Records(stream)
+	recs, err := contract.ReadLayer1Records(stream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warden/pkg/validate"
+	"warden/pkg/contract"
 )
 
 // Layer-2 traces, as the stand-in writes them: vLLM's POST /start_profile
@@ -31,7 +31,7 @@ import (
 //
 // The kernels are real ones: h200_kernels.json holds, for each kind of
 // engine step (prefill, decode, mixed), the kernels a real H200 ran for a
-// Qwen3-MoE-shaped model (pkg/validate/testdata/h200), with their mean
+// Qwen3-MoE-shaped model (pkg/contract/testdata/h200), with their mean
 // durations and the modules they ran under. Each is written as a kernel
 // (cat kernel, with a correlation id), its launch (cuda_runtime
 // cudaLaunchKernel, same correlation id) and the modules around the launch
@@ -156,7 +156,7 @@ func shapeKind(sh [4]int) string {
 // l1Shapes gives the Layer-1 records their shapes and
 // keeps the recent ones for the profiler. Guarded by the writer's mutex.
 type l1Shapes struct {
-	recent    []validate.Layer1Record
+	recent    []contract.Layer1Record
 	profiling bool // a window is open
 	unrepr    bool // --layer2-break unrepresentative: steps in a window are all prefill (with vary: 8-40 decodes, a stall)
 	// vary (--layer1-vary) draws each step's shape: 200-256 decoding
@@ -180,7 +180,7 @@ func monoNow() int64 {
 // shapes; all prefill inside a window under the unrepresentative break)
 // and its runtime mode (NONE: eager), and keeps it for the profiler. The
 // record's CLOCK_MONOTONIC times are the writer's (layer1.go).
-func (s *l1Shapes) shape(r *validate.Layer1Record) {
+func (s *l1Shapes) shape(r *contract.Layer1Record) {
 	var sh [4]int
 	switch {
 	case s.unrepr && s.profiling && s.vary != nil:
@@ -221,13 +221,13 @@ func (s *l1Shapes) varied() [4]int {
 // (so that every window has the same mix of the three shapes), waiting for
 // the engine to make them; without a stream, n of the profiler's own, a
 // step's length apart. Called with p.mu held.
-func (p *profiler) windowSteps(n int) ([]validate.Layer1Record, error) {
+func (p *profiler) windowSteps(n int) ([]contract.Layer1Record, error) {
 	if p.l1 == nil {
-		var out []validate.Layer1Record
+		var out []contract.Layer1Record
 		step := p.cfg.sched.stepDuration().Nanoseconds()
 		for i := range n {
 			sh := stepShapes[(i+1)%3]
-			out = append(out, validate.Layer1Record{Step: int64(i), SubmitMonoNS: p.startNS + int64(i)*step,
+			out = append(out, contract.Layer1Record{Step: int64(i), SubmitMonoNS: p.startNS + int64(i)*step,
 				PrefillTokens: int64(sh[1]), DecodeTokens: int64(sh[3]), NumPrefillReqs: int64(sh[0]), NumDecodeReqs: int64(sh[2])})
 		}
 		return out, nil
@@ -237,7 +237,7 @@ func (p *profiler) windowSteps(n int) ([]validate.Layer1Record, error) {
 	defer tick.Stop()
 	for {
 		p.l1.mu.Lock()
-		var got []validate.Layer1Record
+		var got []contract.Layer1Record
 		for _, r := range p.l1.l2.recent {
 			// the window starts on a step whose active steps begin with
 			// a prefill: every window has the same mix of shapes
@@ -263,7 +263,7 @@ func (p *profiler) windowSteps(n int) ([]validate.Layer1Record, error) {
 
 // inject appends a copy of r, submitted 1 ms later, as the next record
 // (--layer2-break join-ambiguous). Called with w.mu held.
-func (w *layer1Writer) inject(r validate.Layer1Record) {
+func (w *layer1Writer) inject(r contract.Layer1Record) {
 	r.Step = w.next
 	w.next++
 	r.SubmitMonoNS += 1_000_000
@@ -294,7 +294,7 @@ const traceClockUS = 1_700_000_000_000
 // the torch profiler numbers a window's steps from the /start_profile (the
 // warm-up steps 0..warmup-1 are not recorded), an execute annotation on
 // each active step.
-func (p *profiler) trace(rank, first, last int, steps []validate.Layer1Record) ([]byte, error) {
+func (p *profiler) trace(rank, first, last int, steps []contract.Layer1Record) ([]byte, error) {
 	warmup, execs := p.cfg.sched.warmup, last-first+1
 	switch p.cfg.brk {
 	case l2BreakSteps:
@@ -386,7 +386,7 @@ type traceWriter struct {
 
 func (t *traceWriter) add(e traceEvent) { *t.ev = append(*t.ev, e) }
 
-func (t *traceWriter) step(n int, rec validate.Layer1Record, execute bool, ks []learnedKernel) {
+func (t *traceWriter) step(n int, rec contract.Layer1Record, execute bool, ks []learnedKernel) {
 	ts := float64(rec.SubmitMonoNS)/1000 + traceClockUS + 100 // the annotation starts 100 µs after the submit
 	cpu := ts + 10
 	name := fmt.Sprintf("execute_context_%d(%d)_generation_%d(%d)", rec.NumPrefillReqs, rec.PrefillTokens, rec.NumDecodeReqs, rec.DecodeTokens)

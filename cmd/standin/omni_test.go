@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"warden/pkg/contract"
 	"warden/pkg/gates"
 	"warden/pkg/loadgen"
-	"warden/pkg/validate"
 )
 
 // omniManifest is a chat manifest of n rows of "say something" (two
@@ -161,7 +161,7 @@ func TestEmptyAudioDelta(t *testing.T) {
 				t.Fatalf("%s: request %s chunks %+v", kind, r.ID, c)
 			}
 		}
-		if v := validate.WaveformDir(dir); v.Verdict != gates.Pass {
+		if v := contract.WaveformDir(dir); v.Verdict != gates.Pass {
 			t.Fatalf("%s: waveform %s: %s", kind, v.Verdict, v.Detail)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -236,7 +236,7 @@ func Amend(c Campaign, req Request) (Result, *protocols.Plan, error) {
 	if req.ID == "" || req.Reason == "" || req.Protocol == "" {
 		return res, nil, errors.New("amend: the protocol, --id and --reason are required")
 	}
-	old, err := campaignfs.ReadPlan(dir)
+	old, err := dirlayout.ReadPlan(dir)
 	if err != nil {
 		return res, nil, err
 	}
@@ -285,7 +285,7 @@ func record(c Campaign, plan *protocols.Plan, newPath, id, reason string, uid in
 	if err := atomicfile.MkdirAll(adir, 0o700); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteJSON(campaignfs.Plan(adir), plan, 0o444); err != nil {
+	if err := atomicfile.WriteJSON(dirlayout.Plan(adir), plan, 0o444); err != nil {
 		return err
 	}
 	diff, err := json.Marshal(d)
@@ -342,7 +342,7 @@ func install(c Campaign, id string) error {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
 	var plan protocols.Plan
-	pb, err := os.ReadFile(campaignfs.Plan(adir))
+	pb, err := os.ReadFile(dirlayout.Plan(adir))
 	if err != nil {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
@@ -381,7 +381,7 @@ func install(c Campaign, id string) error {
 		return fmt.Errorf("install amendment %s: %w", id, err)
 	}
 	failpoint.Hit("amend-provenance-installed")
-	if err := atomicfile.WriteFile(campaignfs.Plan(dir), pb, 0o444); err != nil {
+	if err := atomicfile.WriteFile(dirlayout.Plan(dir), pb, 0o444); err != nil {
 		return err
 	}
 	return c.SaveSettings(meta.ProtocolPath, plan.Protocol.SHA256)
@@ -519,7 +519,7 @@ func rejudge(r protocols.Run, a state.Attempt, amendment string, l *launch.Launc
 
 	// The validators again, over the recorded artifacts.
 	if validated {
-		vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, campaignfs.AttemptRel(r.ID, a.N)))
+		vs, err := validator.Revalidate(l, r, a, workdir, filepath.Join(outDir, dirlayout.AttemptRel(r.ID, a.N)))
 		if err != nil {
 			return readjudication{}, false, err
 		}

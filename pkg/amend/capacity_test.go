@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -22,10 +22,10 @@ func capacityDir(t *testing.T, ran ...string) (Campaign, *state.Store) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := atomicfile.WriteJSON(campaignfs.Plan(dir), plan, 0o444); err != nil {
+	if err := atomicfile.WriteJSON(dirlayout.Plan(dir), plan, 0o444); err != nil {
 		t.Fatal(err)
 	}
-	s, err := state.Open(campaignfs.State(dir), state.Options{})
+	s, err := state.Open(dirlayout.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/state"
 )
@@ -38,7 +38,7 @@ func frozen(id string, notRun []string) Frozen {
 // Freeze freezes the campaign in dir, which no controller runs, by the
 // amendment id: every run without a result becomes not-run.
 func Freeze(dir, id, reason string, uid int, now time.Time) (Frozen, error) {
-	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
+	store, err := dirlayout.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return Frozen{}, err
 	}
@@ -59,7 +59,7 @@ func Freeze(dir, id, reason string, uid int, now time.Time) (Frozen, error) {
 // controller carried out in dir and exited: an error when it did not
 // freeze the campaign.
 func ReadFrozen(dir, id string) (Frozen, error) {
-	st, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	st, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return Frozen{}, err
 	}
@@ -69,7 +69,7 @@ func ReadFrozen(dir, id string) (Frozen, error) {
 		return Frozen{}, err
 	}
 	if cp.State != state.CampaignFrozen {
-		return Frozen{}, fmt.Errorf("the controller exited without freezing the campaign (it is %s); see %s", cp.State, campaignfs.Log(dir))
+		return Frozen{}, fmt.Errorf("the controller exited without freezing the campaign (it is %s); see %s", cp.State, dirlayout.Log(dir))
 	}
 	runs, err := st.Runs()
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -16,7 +16,7 @@ import (
 func campaignDir(t *testing.T, setup func(*state.Store)) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(campaignfs.State(dir), state.Options{})
+	s, err := state.Open(dirlayout.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestFreezeAmendment(t *testing.T) {
 // has always printed.
 func TestFreezeAndReadFrozen(t *testing.T) {
 	dir := campaignDir(t, nil)
-	if _, err := ReadFrozen(dir, "A-7"); err == nil || !strings.Contains(err.Error(), "the controller exited without freezing the campaign (it is running); see "+campaignfs.Log(dir)) {
+	if _, err := ReadFrozen(dir, "A-7"); err == nil || !strings.Contains(err.Error(), "the controller exited without freezing the campaign (it is running); see "+dirlayout.Log(dir)) {
 		t.Fatalf("ReadFrozen of a running campaign: %v", err)
 	}
 	fr, err := Freeze(dir, "A-7", "frozen for review", 1000, time.Now())
@@ -85,7 +85,7 @@ func TestFreezeAndReadFrozen(t *testing.T) {
 
 func TestCheckRecorded(t *testing.T) {
 	dir := campaignDir(t, nil)
-	s, err := state.Open(campaignfs.State(dir), state.Options{})
+	s, err := state.Open(dirlayout.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

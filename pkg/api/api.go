@@ -9,7 +9,7 @@ package api
 import (
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/endlog"
 	"warden/pkg/state"
 )
@@ -219,11 +219,11 @@ type EvidenceDamage struct {
 
 // DamagedEvidence checks the attempt's evidence files: those with a
 // recorded digest, and in any case its client's result.json and the
-// other evidence files (campaignfs.EvidenceFiles), which without a digest
+// other evidence files (dirlayout.EvidenceFiles), which without a digest
 // are damaged when they hold only NUL bytes.
 func DamagedEvidence(a state.Attempt) []EvidenceDamage {
 	out := []EvidenceDamage{}
-	errs := a.DamagedEvidence(campaignfs.EvidenceChecked...)
+	errs := a.DamagedEvidence(dirlayout.EvidenceChecked...)
 	for _, err := range errs {
 		out = append(out, EvidenceDamage{Attempt: a.N, Error: err.Error()})
 	}

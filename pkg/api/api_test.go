@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -21,7 +21,7 @@ import (
 // r3 without an attempt.
 func newStore(t *testing.T, dir string, c state.Campaign) *state.Store {
 	t.Helper()
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestBuildStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			// A plan.json that would fail to decode: the status must not need it.
-			if err := os.WriteFile(campaignfs.Plan(dir), []byte("{not json"), 0o644); err != nil {
+			if err := os.WriteFile(dirlayout.Plan(dir), []byte("{not json"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			s := newStore(t, dir, state.Campaign{ID: "c1", BudgetCapGPUHours: 10, BudgetUnit: "H200-hours",
@@ -116,7 +116,7 @@ func TestBuildStatus(t *testing.T) {
 func TestLivenessAndTimeInState(t *testing.T) {
 	dir := t.TempDir()
 	clock := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true, Now: func() time.Time { return clock }})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestLivenessAndTimeInState(t *testing.T) {
 // serve serves the API for s on DIR/ctl.sock until the test ends.
 func serve(t testing.TB, s *state.Store, dir string, now func() time.Time) {
 	t.Helper()
-	ln, err := net.Listen("unix", campaignfs.Socket(dir))
+	ln, err := net.Listen("unix", dirlayout.Socket(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func runningCampaign(t *testing.T, runs []state.Run) (string, *state.Store, time
 	t.Helper()
 	dir := t.TempDir()
 	t0 := time.Date(2026, 7, 13, 12, 0, 0, 0, time.UTC)
-	s, err := state.Open(campaignfs.State(dir), state.Options{Strict: true, Now: func() time.Time { return t0 }})
+	s, err := state.Open(dirlayout.State(dir), state.Options{Strict: true, Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"warden/pkg/campaignfs"
 	"warden/pkg/connlimit"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -112,7 +112,7 @@ func (sv *Server) Handler() http.Handler {
 // timeouts of connlimit.Server. An error that ends serving, other than that close,
 // goes to onError.
 func (sv *Server) Listen(onError func(error)) (*http.Server, error) {
-	sock := campaignfs.Socket(sv.Dir)
+	sock := dirlayout.Socket(sv.Dir)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket: %w", err)
 	}
@@ -171,7 +171,7 @@ var ErrNoController = errors.New("no controller answers on the socket")
 // NewClient returns a client for the campaign in dir. Each request has
 // the given timeout.
 func NewClient(dir string, timeout time.Duration) *Client {
-	sock := campaignfs.Socket(dir)
+	sock := dirlayout.Socket(dir)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestListen(t *testing.T) {
 	dir := t.TempDir()
 	s := newStore(t, dir, state.Campaign{ID: "c1", RegimeConcurrency: 2})
-	sock := campaignfs.Socket(dir)
+	sock := dirlayout.Socket(dir)
 	if err := os.WriteFile(sock, []byte("stale"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestListen(t *testing.T) {
 // a stale socket; it is left and Listen fails.
 func TestListenRefusesADirectory(t *testing.T) {
 	dir := t.TempDir()
-	sock := campaignfs.Socket(dir)
+	sock := dirlayout.Socket(dir)
 	if err := os.MkdirAll(filepath.Join(sock, "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -60,7 +60,7 @@ func statusFixture(b *testing.B) string {
 }
 
 func buildFixture(dir string) (err error) {
-	s, err := state.Open(campaignfs.State(dir), state.Options{NoSync: true})
+	s, err := state.Open(dirlayout.State(dir), state.Options{NoSync: true})
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func reportMedian(b *testing.B, d []time.Duration) {
 // status from the open store.
 func BenchmarkStatusSocket(b *testing.B) {
 	dir := statusFixture(b)
-	s, err := state.Open(campaignfs.State(dir), state.Options{})
+	s, err := state.Open(dirlayout.State(dir), state.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func BenchmarkStatusSocket(b *testing.B) {
 // answers: open state.db read-only, build the status, close.
 func BenchmarkStatusReadOnly(b *testing.B) {
 	dir := statusFixture(b)
-	path := campaignfs.State(dir)
+	path := dirlayout.State(dir)
 
 	var st api.Status
 	var durations []time.Duration

@@ -10,7 +10,7 @@ import (
 
 	"warden/pkg/atomicfile"
 	"warden/pkg/attempt/ownprocs"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
@@ -119,7 +119,7 @@ func (a *Attempt) startSampler(idle []gpu.Reading) {
 	}
 	every := time.Duration(a.plan.SampleS * float64(time.Second))
 	own := ownprocs.New(a.marker())
-	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: campaignfs.GPUSamples(a.dir),
+	s, err := sample.New(sample.Config{Reader: a.env.GPUs, GPUs: a.gpuIDs, Interval: every, Path: dirlayout.GPUSamples(a.dir),
 		Watch: own.Watch(a.env.UID)})
 	if err == nil {
 		err = s.Start(context.Background())
@@ -202,7 +202,7 @@ func (a *Attempt) energyPerRequest() (float64, error) {
 	if t0.IsZero() || t1.IsZero() {
 		return 0, fmt.Errorf("the client reported no clean interval")
 	}
-	recs, err := sample.ReadFile(campaignfs.GPUSamples(a.dir))
+	recs, err := sample.ReadFile(dirlayout.GPUSamples(a.dir))
 	if err != nil || len(recs) == 0 {
 		return 0, fmt.Errorf("no GPU samples: %v", err)
 	}

@@ -21,11 +21,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warden/internal/cpulist"
-	"warden/internal/testbin"
-	"warden/internal/testports"
-	"warden/internal/testreaper"
+	"warden/internal/testutil/testbin"
+	"warden/internal/testutil/testports"
+	"warden/internal/testutil/testreaper"
 	"warden/pkg/attempt"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/endlog"
 	"warden/pkg/gates"
 	"warden/pkg/gpu"
@@ -157,11 +157,11 @@ func newHarness(t *testing.T) *harness {
 	if h.gpus, err = fakegpu.Open(h.gpuDir); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(h.dir, campaignfs.RunsDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(h.dir, dirlayout.RunsDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	h.port = testports.Free(t, 1)[0]
-	h.adir = campaignfs.AttemptDir(h.dir, runID, 1)
+	h.adir = dirlayout.AttemptDir(h.dir, runID, 1)
 	h.plan = &protocols.Plan{
 		Protocol: protocols.ProtocolInfo{Name: "attempt-test", SHA256: strings.Repeat("ab", 32)},
 		CleanupS: 5, SampleS: 0.05, Privacy: protocols.DefaultForbiddenFields,
@@ -219,7 +219,7 @@ func shell(line string) protocols.CommandSpec { return protocols.CommandSpec{She
 func (h *harness) execute() attempt.Outcome {
 	h.t.Helper()
 	var err error
-	h.store, err = state.Open(filepath.Join(h.dir, campaignfs.StateFile), state.Options{Strict: true, Timeout: 2 * time.Second})
+	h.store, err = state.Open(filepath.Join(h.dir, dirlayout.StateFile), state.Options{Strict: true, Timeout: 2 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}

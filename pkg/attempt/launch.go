@@ -13,7 +13,7 @@ import (
 	"warden/internal/cpulist"
 	"warden/internal/shellquote"
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/gpu"
 	"warden/pkg/launch"
@@ -159,7 +159,7 @@ func (a *Attempt) launch(role string, cmd protocols.CommandSpec, extraEnv map[st
 	}
 	p, err := a.env.Launcher.Start(launch.Spec{
 		Role: role, Argv: argv, Env: env, Dir: a.env.Workdir,
-		StdoutPath: campaignfs.Stdout(a.dir, role), StderrPath: campaignfs.Stderr(a.dir, role),
+		StdoutPath: dirlayout.Stdout(a.dir, role), StderrPath: dirlayout.Stderr(a.dir, role),
 		CPUs:   a.cpus,
 		Cgroup: LeafName(a.run.ID, a.n, role),
 		Stop:   a.stopOptions(role),

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/internal/testports"
+	"warden/internal/testutil/testports"
 	"warden/pkg/attempt"
 	"warden/pkg/launch"
 	"warden/pkg/state"

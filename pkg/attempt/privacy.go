@@ -3,7 +3,7 @@ package attempt
 import (
 	"path/filepath"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 )
 
@@ -12,7 +12,7 @@ import (
 // attempt scans its own), the fake GPUs' claims, the socket and the lock
 // are left out.
 func (c *Env) campaignPrivacy(forbidden []string) gates.Verdict {
-	skip := []string{campaignfs.RunsDir, campaignfs.SocketFile, campaignfs.LockFile}
+	skip := []string{dirlayout.RunsDir, dirlayout.SocketFile, dirlayout.LockFile}
 	if c.FakeGPUDir != "" {
 		if rel, err := filepath.Rel(c.Dir, c.FakeGPUDir); err == nil && filepath.IsLocal(rel) {
 			skip = append(skip, filepath.ToSlash(rel))

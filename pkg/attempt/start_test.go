@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"warden/pkg/attempt"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/record"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -180,7 +180,7 @@ var startCases = []phaseCase{
 		prep: func(h *harness) {
 			h.withCgroups()
 			h.run.ID = "p" + strings.Repeat("x", 109) + ".saturation"
-			h.adir = campaignfs.AttemptDir(h.dir, h.run.ID, 1)
+			h.adir = dirlayout.AttemptDir(h.dir, h.run.ID, 1)
 		},
 		path: happy,
 		check: func(h *harness) {

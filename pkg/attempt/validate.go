@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/outcome"
@@ -82,10 +82,10 @@ func (a *Attempt) validate() (state.Reason, string) {
 		if argv, err = validator.BoundedArgv(argv, v.MemoryMiB); err != nil {
 			return state.ReasonHarnessError, err.Error()
 		}
-		out := campaignfs.Stdout(a.dir, "validator-"+v.Name)
+		out := dirlayout.Stdout(a.dir, "validator-"+v.Name)
 		p, err := a.env.Launcher.Start(launch.Spec{
 			Role: "validator:" + v.Name, Argv: argv, Env: env, Dir: a.env.Workdir,
-			StdoutPath: out, StderrPath: campaignfs.Stderr(a.dir, "validator-"+v.Name),
+			StdoutPath: out, StderrPath: dirlayout.Stderr(a.dir, "validator-"+v.Name),
 			Stop: launch.StopOptions{Grace: validator.Grace, GroupGrace: validator.Grace},
 		})
 		if err != nil {

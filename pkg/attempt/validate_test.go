@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testcampaign"
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/gates"
 	"warden/pkg/provenance"
 	"warden/pkg/record"

@@ -8,7 +8,7 @@ import (
 
 	"warden/pkg/amend"
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -20,7 +20,7 @@ import (
 func Amendable(dir string, set Settings, store *state.Store) amend.Campaign {
 	return amend.Campaign{Dir: dir, Workdir: set.Workdir, Store: store, SaveSettings: func(path, sha string) error {
 		set.ProtocolPath, set.ProtocolSHA256 = path, sha
-		return atomicfile.WriteJSON(campaignfs.Settings(dir), set, 0o644)
+		return atomicfile.WriteJSON(dirlayout.Settings(dir), set, 0o644)
 	}}
 }
 
@@ -31,7 +31,7 @@ func Amend(dir string, req amend.Request) (amend.Result, error) {
 	if err != nil {
 		return amend.Result{}, err
 	}
-	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
+	store, err := dirlayout.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return amend.Result{}, err
 	}
@@ -51,11 +51,11 @@ func Readjudicate(dir, amendment string, only []string) ([]amend.Readjudicated, 
 	if err := CheckOwned(dir, os.Geteuid()); err != nil {
 		return nil, err
 	}
-	plan, err := campaignfs.ReadPlan(dir)
+	plan, err := dirlayout.ReadPlan(dir)
 	if err != nil {
 		return nil, err
 	}
-	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
+	store, err := dirlayout.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, err
 	}

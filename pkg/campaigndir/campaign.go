@@ -6,7 +6,7 @@
 // it: its controller takes it (Lock, Open) and the GPU backend its
 // settings name; amend and readjudicate work on it while no controller
 // runs; stop and resume read what its records say once none does. The
-// directory's layout (its file names and paths) is campaignfs's.
+// directory's layout (its file names and paths) is dirlayout's.
 package campaigndir
 
 import (
@@ -23,7 +23,7 @@ import (
 
 	"warden/internal/shellquote"
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/lockfile"
@@ -34,7 +34,7 @@ import (
 )
 
 // SettingsFile records how the campaign was started, for resume.
-const SettingsFile = campaignfs.SettingsFile
+const SettingsFile = dirlayout.SettingsFile
 
 // Settings are the campaign's start-time choices that resume reuses (DIR/controller.json).
 type Settings struct {
@@ -105,12 +105,12 @@ type StartOptions struct {
 // *SettingsError.
 func ReadSettings(dir string) (Settings, error) {
 	var s Settings
-	b, err := os.ReadFile(campaignfs.Settings(dir))
+	b, err := os.ReadFile(dirlayout.Settings(dir))
 	if err != nil {
 		return s, &SettingsError{fmt.Errorf("%s is not a campaign directory (no %s): %w", dir, SettingsFile, err)}
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return s, &SettingsError{fmt.Errorf("read %s: %w", campaignfs.Settings(dir), err)}
+		return s, &SettingsError{fmt.Errorf("read %s: %w", dirlayout.Settings(dir), err)}
 	}
 	return s, nil
 }
@@ -245,7 +245,7 @@ func makeCampaignDir(dir string) (undo func() error, err error) {
 		}
 		return errors.Join(errs...)
 	}
-	if err := atomicfile.MkdirAll(campaignfs.Runs(dir), 0o755); err != nil {
+	if err := atomicfile.MkdirAll(dirlayout.Runs(dir), 0o755); err != nil {
 		return nil, errors.Join(err, undo())
 	}
 	// Owner-only: the campaign holds pids, argv, paths and what the
@@ -275,7 +275,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 	if err := assignPorts(plan); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteJSON(campaignfs.Plan(dir), plan, 0o444); err != nil {
+	if err := atomicfile.WriteJSON(dirlayout.Plan(dir), plan, 0o444); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	campaignID := fmt.Sprintf("%s-%s-%04x", plan.Protocol.Name, now.UTC().Format("20060102T150405Z"), rand.IntN(1<<16))
@@ -291,7 +291,7 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 		// operator is shared with whatever else claims GPUs there.
 		st.FakeGPUDir = so.FakeGPUDir
 		if st.FakeGPUDir == "" {
-			st.FakeGPUDir = filepath.Join(dir, campaignfs.FakeGPUsDir)
+			st.FakeGPUDir = filepath.Join(dir, dirlayout.FakeGPUsDir)
 		}
 		if st.FakeGPUDir, err = filepath.Abs(st.FakeGPUDir); err != nil {
 			return err
@@ -308,11 +308,11 @@ func populateCampaign(plan *protocols.Plan, abs, dir, workdir string, hashed []p
 			}
 		}
 	}
-	if err := atomicfile.WriteJSON(campaignfs.Settings(dir), st, 0o644); err != nil {
+	if err := atomicfile.WriteJSON(dirlayout.Settings(dir), st, 0o644); err != nil {
 		return fmt.Errorf("write settings: %w", err)
 	}
 
-	store, err := campaignfs.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
+	store, err := dirlayout.OpenStore(dir, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -381,7 +381,7 @@ func recordPriors(store *state.Store, plan *protocols.Plan, hashed []provenance.
 
 // checkEmptyDir refuses a directory that holds another campaign or other
 // files. It accepts one whose only entry is the directory inputs/
-// (campaignfs.InputsDir) holding nothing but the protocol being started
+// (dirlayout.InputsDir) holding nothing but the protocol being started
 // and files its provenance names (inputs: the protocol's entry and its
 // provenance files, their paths absolute), in directories of their own
 // if need be: what controller sweep writes before it starts the campaign.
@@ -396,16 +396,16 @@ func checkEmptyDir(dir string, plan *protocols.Plan, inputs []provenance.Entry) 
 	if len(entries) == 0 {
 		return nil
 	}
-	if len(entries) == 1 && entries[0].Name() == campaignfs.InputsDir && entries[0].IsDir() {
+	if len(entries) == 1 && entries[0].Name() == dirlayout.InputsDir && entries[0].IsDir() {
 		return checkInputsOnly(dir, inputs)
 	}
-	if _, err := os.Stat(campaignfs.State(dir)); err == nil {
-		if lock := campaignfs.Lock(dir); lockfile.Held(lock) {
+	if _, err := os.Stat(dirlayout.State(dir)); err == nil {
+		if lock := dirlayout.Lock(dir); lockfile.Held(lock) {
 			// a controller runs it and holds its database: say which, as
 			// resume does, not that the database is locked
 			return fmt.Errorf("refused: controller pid %d already runs the campaign in %s; follow it with: ctlq status -d %s", lockfile.Owner(lock), dir, shellquote.Word(dir))
 		}
-		s, err := campaignfs.OpenStoreReadOnly(dir, time.Second)
+		s, err := dirlayout.OpenStoreReadOnly(dir, time.Second)
 		if err != nil {
 			return fmt.Errorf("%s already holds a campaign (%v); choose another directory", dir, err)
 		}
@@ -434,7 +434,7 @@ func checkInputsOnly(dir string, inputs []provenance.Entry) error {
 	if err != nil {
 		return err
 	}
-	root := filepath.Join(abs, campaignfs.InputsDir)
+	root := filepath.Join(abs, dirlayout.InputsDir)
 	return filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		switch {
 		case err != nil:

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -47,7 +47,7 @@ func (e *DamagedError) Unwrap() error { return e.Err }
 // one returns a *DamagedError, a copy of it kept; another failure to open
 // it (a lock, a missing file) returns that error.
 func CheckDatabase(dir string) error {
-	path := campaignfs.State(dir)
+	path := dirlayout.State(dir)
 	st, err := state.OpenReadOnly(path, 2*time.Second)
 	if err != nil {
 		return damaged(path, err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/protocols"
 )
@@ -23,7 +23,7 @@ func TestSecondStartNamesTheController(t *testing.T) {
 		!strings.Contains(err.Error(), "continue it with: controller resume -d "+dir) {
 		t.Fatalf("second start, no controller: %v", err)
 	}
-	lock, err := lockfile.Acquire(campaignfs.Lock(dir))
+	lock, err := lockfile.Acquire(dirlayout.Lock(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

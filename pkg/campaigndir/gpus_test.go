@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -82,7 +82,7 @@ func TestOpenGPUs(t *testing.T) {
 	}
 	// a fake campaign says so: in its settings (asked for by name) and in
 	// its campaign record, which the query API reads
-	s, err := state.OpenReadOnly(campaignfs.State(dir), time.Second)
+	s, err := state.OpenReadOnly(dirlayout.State(dir), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

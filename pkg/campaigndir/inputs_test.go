@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
 )
 
@@ -24,7 +24,7 @@ func inputsCampaign(t *testing.T, edit func([]byte) []byte) (string, string) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "campaign")
-	in := filepath.Join(dir, campaignfs.InputsDir)
+	in := filepath.Join(dir, dirlayout.InputsDir)
 	if err := os.MkdirAll(filepath.Join(in, "m"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestCreateTakesInputs(t *testing.T) {
 	if err := provenance.Verify(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
+	if _, err := os.Stat(dirlayout.State(dir)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,12 +104,12 @@ func TestCreateRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(campaignfs.Plan(dir), nil, 0o444)
+	os.WriteFile(dirlayout.Plan(dir), nil, 0o444)
 	if err := undo(); err != nil {
 		t.Fatal(err)
 	}
 	ents, err := os.ReadDir(dir)
-	if err != nil || len(ents) != 1 || ents[0].Name() != campaignfs.InputsDir {
+	if err != nil || len(ents) != 1 || ents[0].Name() != dirlayout.InputsDir {
 		t.Fatalf("after the undo the directory holds %v (%v); want inputs/ alone", ents, err)
 	}
 	if _, err := os.Stat(proto); errors.Is(err, os.ErrNotExist) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"warden/pkg/amend"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -20,8 +20,8 @@ import (
 // controller holds, naming its pid. A campaign made before the directory
 // was owner-only becomes so.
 func Lock(dir string) (*lockfile.Lock, error) {
-	if _, err := os.Stat(campaignfs.State(dir)); err != nil {
-		return nil, fmt.Errorf("%s is not a campaign directory: no %s", dir, campaignfs.StateFile)
+	if _, err := os.Stat(dirlayout.State(dir)); err != nil {
+		return nil, fmt.Errorf("%s is not a campaign directory: no %s", dir, dirlayout.StateFile)
 	}
 	if err := CheckOwned(dir, os.Geteuid()); err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func Lock(dir string) (*lockfile.Lock, error) {
 			return nil, fmt.Errorf("make %s owner-only: %w", dir, err)
 		}
 	}
-	lock, err := lockfile.Acquire(campaignfs.Lock(dir))
+	lock, err := lockfile.Acquire(dirlayout.Lock(dir))
 	if err != nil {
 		var he *lockfile.HeldError
 		if errors.As(err, &he) {
@@ -63,11 +63,11 @@ func Open(dir, backend string) (_ Opened, err error) {
 	if backend != "" && backend != set.GPUBackend {
 		return Opened{}, fmt.Errorf("campaign uses GPU backend %q; --gpu-backend %s cannot change it", set.GPUBackend, backend)
 	}
-	plan, err := campaignfs.ReadPlan(dir)
+	plan, err := dirlayout.ReadPlan(dir)
 	if err != nil {
 		return Opened{}, fmt.Errorf("read plan: %w", err)
 	}
-	path := campaignfs.State(dir)
+	path := dirlayout.State(dir)
 	store, err := state.Open(path, state.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return Opened{}, damaged(path, err)
@@ -83,7 +83,7 @@ func Open(dir, backend string) (_ Opened, err error) {
 		if set, err = ReadSettings(dir); err != nil {
 			return Opened{}, err
 		}
-		if plan, err = campaignfs.ReadPlan(dir); err != nil {
+		if plan, err = dirlayout.ReadPlan(dir); err != nil {
 			return Opened{}, fmt.Errorf("read plan: %w", err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
@@ -42,7 +42,7 @@ func created(t *testing.T) (string, string) {
 // TestLock: one controller at a time; a directory without a database is
 // no campaign; a group-readable campaign becomes owner-only.
 func TestLock(t *testing.T) {
-	if _, err := Lock(t.TempDir()); err == nil || !strings.Contains(err.Error(), "is not a campaign directory: no "+campaignfs.StateFile) {
+	if _, err := Lock(t.TempDir()); err == nil || !strings.Contains(err.Error(), "is not a campaign directory: no "+dirlayout.StateFile) {
 		t.Fatalf("an empty directory: %v", err)
 	}
 	dir, _ := created(t)
@@ -97,7 +97,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("a missing protocol: %v", err)
 	}
 	// the refusal closed the store: another writer opens it at once
-	st, err := state.Open(campaignfs.State(dir), state.Options{Timeout: 100 * time.Millisecond})
+	st, err := state.Open(dirlayout.State(dir), state.Options{Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("the store is still held after the refusal: %v", err)
 	}

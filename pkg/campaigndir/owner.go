@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
 )
 
@@ -40,7 +40,7 @@ func (e *NotOwnedError) Error() string {
 // it runs, relative to the directory: the settings (workdir, notify), the
 // plan (every command), the state database (the amendment to install),
 // the provenance index resume checks the inputs against.
-var trusted = []string{campaignfs.SettingsFile, campaignfs.PlanFile, campaignfs.StateFile, filepath.Join(provenance.SubDir, provenance.SumFile)}
+var trusted = []string{dirlayout.SettingsFile, dirlayout.PlanFile, dirlayout.StateFile, filepath.Join(provenance.SubDir, provenance.SumFile)}
 
 // CheckOwned proves that the campaign directory dir (absolute), its
 // provenance directory with every amendment recorded under it, and the
@@ -152,7 +152,7 @@ func ownedBy(dir, path string, fi fs.FileInfo, uid int) error {
 	if int(st.Uid) != uid {
 		return &NotOwnedError{Path: path, Problem: fmt.Sprintf("owned by uid %d, not by uid %d (who runs this)", st.Uid, uid),
 			Fix: fmt.Sprintf("check its contents (%s: workdir and notify; %s: the commands), then run as uid %d, or take it over: chown -R %d %s",
-				campaignfs.SettingsFile, campaignfs.PlanFile, st.Uid, uid, dir)}
+				dirlayout.SettingsFile, dirlayout.PlanFile, st.Uid, uid, dir)}
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/provenance"
 )
@@ -32,7 +32,7 @@ func notOwned(t *testing.T, err error, path, problem, fix string) {
 func TestCheckOwned(t *testing.T) {
 	uid := os.Geteuid()
 	dir, _ := created(t)
-	amendPlan := filepath.Join(dir, provenance.SubDir, "amendments", "A-1", campaignfs.PlanFile)
+	amendPlan := filepath.Join(dir, provenance.SubDir, "amendments", "A-1", dirlayout.PlanFile)
 	if err := os.MkdirAll(filepath.Dir(amendPlan), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestCheckOwned(t *testing.T) {
 	notOwned(t, CheckOwned(dir, uid+1), dir, "owned by uid", "chown -R")
 
 	files := []string{
-		campaignfs.Settings(dir), campaignfs.Plan(dir), campaignfs.State(dir),
+		dirlayout.Settings(dir), dirlayout.Plan(dir), dirlayout.State(dir),
 		filepath.Join(dir, provenance.SubDir, provenance.SumFile), filepath.Join(dir, provenance.SubDir), amendPlan,
 	}
 	for _, path := range append([]string{dir}, files...) {
@@ -70,7 +70,7 @@ func TestCheckOwned(t *testing.T) {
 	}
 
 	// a link in a file's place: its target is anyone's
-	plan := campaignfs.Plan(dir)
+	plan := dirlayout.Plan(dir)
 	elsewhere := filepath.Join(t.TempDir(), "plan.json")
 	if err := os.Rename(plan, elsewhere); err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestLockRefusesAForeignCampaign(t *testing.T) {
 	}
 	_, err := Lock(dir)
 	notOwned(t, err, dir, "writable by its group and others", "chmod go-w")
-	if lockfile.Held(campaignfs.Lock(dir)) {
+	if lockfile.Held(dirlayout.Lock(dir)) {
 		t.Fatal("the lock was taken")
 	}
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o777 {

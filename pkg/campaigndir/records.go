@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -13,7 +13,7 @@ import (
 // line that says so: resume then starts nothing. A campaign whose records
 // cannot be read is not finished.
 func Finished(dir string) (bool, string) {
-	st, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	st, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return false, ""
 	}
@@ -45,7 +45,7 @@ func (e *DiedError) Error() string { return e.Detail }
 // left attempts live or the campaign running. pid is the controller that
 // was asked to stop (0: none was running).
 func AfterStop(dir string, pid int) (string, error) {
-	st, err := campaignfs.OpenStoreReadOnly(dir, 5*time.Second)
+	st, err := dirlayout.OpenStoreReadOnly(dir, 5*time.Second)
 	if err != nil {
 		return "", fmt.Errorf("read the campaign in %s: %w", dir, err)
 	}

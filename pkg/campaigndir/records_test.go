@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -14,7 +14,7 @@ import (
 func records(t *testing.T, setup func(*state.Store)) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := state.Open(campaignfs.State(dir), state.Options{})
+	s, err := state.Open(dirlayout.State(dir), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/safefile"
 	"warden/pkg/schedule"
@@ -111,7 +111,7 @@ func (c *Records) judgePoint(p *protocols.Plan, r protocols.Run, rec state.Run) 
 	if !ok {
 		return schedule.Point{Run: r.ID, Verdict: gates.Error, Detail: "phase " + r.Phase + " has no capacity search", Figures: map[string]float64{}}
 	}
-	path := filepath.Join(campaignfs.AttemptDir(c.Dir, r.ID, rec.Result), r.ResultFile)
+	path := filepath.Join(dirlayout.AttemptDir(c.Dir, r.ID, rec.Result), r.ResultFile)
 	raw, err := safefile.ReadFile(path, safefile.ChildLimit)
 	if err != nil {
 		return schedule.Point{Run: r.ID, Verdict: gates.Error, Detail: "read the client result: " + err.Error(), Figures: map[string]float64{}}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/schedule"
 	"warden/pkg/state"
 	"warden/protocols"
@@ -37,7 +37,7 @@ func capacityCampaign(t *testing.T, result string) (*Records, *protocols.Plan, s
 		t.Fatal(err)
 	}
 	run := p.Runs[0].ID
-	adir := campaignfs.AttemptDir(dir, run, 1)
+	adir := dirlayout.AttemptDir(dir, run, 1)
 	if _, err := st.NewAttempt(run, adir, nil); err != nil {
 		t.Fatal(err)
 	}

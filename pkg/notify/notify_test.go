@@ -15,7 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"warden/internal/testreaper"
+	"warden/internal/testutil/testreaper"
 	"warden/pkg/launch"
 	"warden/pkg/notify"
 	"warden/pkg/state"

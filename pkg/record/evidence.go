@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/safefile"
 	"warden/pkg/state"
 )
@@ -28,10 +28,10 @@ const MaxEvidenceFiles = 256
 // error is the file system's: a file or directory whose fsync failed (an
 // I/O error, no space) cannot be kept as evidence (Config.StorageFault).
 func (r *Record) Seal() error {
-	names := append(append([]string{}, campaignfs.EvidenceFiles...), resultFiles(r.dir)...)
+	names := append(append([]string{}, dirlayout.EvidenceFiles...), resultFiles(r.dir)...)
 	// the directories are made durable beside the files: both are done
 	// before Seal returns, whichever ends first
-	dirs := []string{r.dir, filepath.Join(r.dir, campaignfs.ClientDir)}
+	dirs := []string{r.dir, filepath.Join(r.dir, dirlayout.ClientDir)}
 	dirErrs := make([]error, len(dirs))
 	var wg sync.WaitGroup
 	for i, d := range dirs {
@@ -99,7 +99,7 @@ func (r *Record) storageFault(err error) error {
 // MaxEvidenceFiles.
 func resultFiles(adir string) []string {
 	var out []string
-	filepath.WalkDir(filepath.Join(adir, campaignfs.ClientDir), func(path string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(adir, dirlayout.ClientDir), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}

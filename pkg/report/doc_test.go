@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testsweep"
+	"warden/internal/testutil/testsweep"
 	"warden/pkg/views"
 )
 

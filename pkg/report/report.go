@@ -23,7 +23,7 @@ import (
 
 	"warden/pkg/api"
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/provenance"
@@ -302,10 +302,10 @@ func fptr(m map[string]float64, k string) *float64 {
 // and so does a damaged one (state.Attempt.CheckEvidence: the row names
 // it).
 func clientResult(a *state.Attempt) map[string]float64 {
-	if a.CheckEvidence(campaignfs.ClientResultRel) != nil {
+	if a.CheckEvidence(dirlayout.ClientResultRel) != nil {
 		return nil
 	}
-	b, err := os.ReadFile(campaignfs.ClientResult(a.Dir))
+	b, err := os.ReadFile(dirlayout.ClientResult(a.Dir))
 	if err != nil {
 		return nil
 	}
@@ -677,7 +677,7 @@ func gpuTraces(rep api.Report) []trace {
 	per := map[int][]point{}
 	for _, rd := range rep.Runs {
 		for _, a := range rd.Attempts {
-			readSamples(campaignfs.GPUSamples(a.Dir), per)
+			readSamples(dirlayout.GPUSamples(a.Dir), per)
 		}
 	}
 	if len(per) == 0 {

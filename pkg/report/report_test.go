@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 	"warden/pkg/views"
@@ -35,7 +35,7 @@ func campaign(t *testing.T) (string, api.Report, *protocols.Plan) {
 		t.Fatal(err)
 	}
 	clock := t0
-	s, err := campaignfs.OpenStore(dir, state.Options{Strict: true, Now: func() time.Time { return clock }})
+	s, err := dirlayout.OpenStore(dir, state.Options{Strict: true, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +52,8 @@ func campaign(t *testing.T) (string, api.Report, *protocols.Plan) {
 	complete := []state.AttemptState{state.Reserved, state.Preflight, state.Starting, state.Ready, state.Measuring, state.Stopping, state.Cleanup, state.Validating, state.Complete}
 	failed := []state.AttemptState{state.Reserved, state.Preflight, state.Starting, state.Ready, state.Measuring, state.Stopping, state.Cleanup, state.Failed}
 	for i, r := range runs {
-		adir := campaignfs.AttemptDir(dir, r.ID, 1)
-		if err := os.MkdirAll(filepath.Join(adir, campaignfs.ClientDir), 0o755); err != nil {
+		adir := dirlayout.AttemptDir(dir, r.ID, 1)
+		if err := os.MkdirAll(filepath.Join(adir, dirlayout.ClientDir), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.NewAttempt(r.ID, adir, func(a *state.Attempt) { a.Slot = fmt.Sprintf("gpu%d", i); a.GPUIDs = []int{i} }); err != nil {
@@ -90,10 +90,10 @@ func campaign(t *testing.T) (string, api.Report, *protocols.Plan) {
 			fmt.Fprintf(&samples, `{"time":%q,"mono_ns":%d,"took_ns":1,"gpus":[{"index":%d,"uuid":"u","numa_node":0,"memory_used_mib":%d,"sm_clock_mhz":1400,"power_w":%d}]}`+"\n",
 				t0.Add(time.Duration(i*90+k)*time.Second).Format(time.RFC3339Nano), k, i, 1000+k, 100+k)
 		}
-		write(t, campaignfs.GPUSamples(adir), samples.String())
+		write(t, dirlayout.GPUSamples(adir), samples.String())
 	}
-	write(t, campaignfs.ClientResult(campaignfs.AttemptDir(dir, "c0.saturation", 1)), `{"schema":"warden.loadgen.result/1","clean":{"completed_rps":12.5,"output_tokens_per_s":800}}`)
-	write(t, campaignfs.Stderr(campaignfs.AttemptDir(dir, "c0.moderate", 1), "client"), "error: no manifest\n")
+	write(t, dirlayout.ClientResult(dirlayout.AttemptDir(dir, "c0.saturation", 1)), `{"schema":"warden.loadgen.result/1","clean":{"completed_rps":12.5,"output_tokens_per_s":800}}`)
+	write(t, dirlayout.Stderr(dirlayout.AttemptDir(dir, "c0.moderate", 1), "client"), "error: no manifest\n")
 	for _, g := range []state.GateVerdict{
 		{Gate: "preflight", Run: "c0.saturation", Attempt: 1, Verdict: state.VerdictPass},
 		{Gate: "drain", Run: "c0.saturation", Attempt: 1, Verdict: state.VerdictFail, Detail: "drain took 9 s"},
@@ -227,7 +227,7 @@ func TestTable(t *testing.T) {
 // plan, still builds: no figure from files, no trace, nothing measured.
 func TestBuildWithoutFiles(t *testing.T) {
 	dir, rep, _ := campaign(t)
-	if err := os.RemoveAll(campaignfs.Runs(dir)); err != nil {
+	if err := os.RemoveAll(dirlayout.Runs(dir)); err != nil {
 		t.Fatal(err)
 	}
 	d := Build(dir, rep, nil)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testsweep"
+	"warden/internal/testutil/testsweep"
 )
 
 // The expected figures below are computed from the sweep's inputs

@@ -15,10 +15,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"warden/internal/testbin"
-	"warden/internal/testcampaign"
-	"warden/internal/testports"
-	"warden/internal/testreaper"
+	"warden/internal/testutil/testbin"
+	"warden/internal/testutil/testcampaign"
+	"warden/internal/testutil/testports"
+	"warden/internal/testutil/testreaper"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/launch"
 	"warden/pkg/provenance"

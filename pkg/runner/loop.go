@@ -14,7 +14,7 @@ import (
 
 	"warden/pkg/attempt"
 	"warden/pkg/budget"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/outcome"
@@ -424,7 +424,7 @@ func (c *Runner) checkDisk() *schedule.Stop {
 	}
 	var b []uint64
 	if st.MaxArtifactsGB != nil { // the runs and the provenance copies: both are public artifacts
-		b = gates.ArtifactBytes(campaignfs.Runs(c.dir), filepath.Join(c.dir, provenance.SubDir))
+		b = gates.ArtifactBytes(dirlayout.Runs(c.dir), filepath.Join(c.dir, provenance.SubDir))
 	}
 	v := gates.Disk(free, gates.Total(b), st.MinFreeGB, st.MaxArtifactsGB, c.now())
 	if b != nil {

@@ -8,7 +8,7 @@ import (
 
 	"warden/internal/cpulist"
 	"warden/pkg/attempt"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
@@ -64,7 +64,7 @@ func (c *Runner) runAttempt(ctx context.Context, x executor, r protocols.Run, sl
 	}
 	n := run.Attempts + 1
 	gpus, cpus := attempt.SlotResources(slots)
-	spec := attempt.Spec{Plan: c.currentPlan(), Run: r, N: n, Dir: campaignfs.AttemptDir(c.dir, r.ID, n),
+	spec := attempt.Spec{Plan: c.currentPlan(), Run: r, N: n, Dir: dirlayout.AttemptDir(c.dir, r.ID, n),
 		Slots: slots, GPUIDs: gpus, CPUs: cpus, Port: slots[0].Port, Options: opts}
 	env := c.attemptEnv()
 	if err := env.MkdirBeneath(spec.Dir); err != nil {
@@ -124,7 +124,7 @@ func (c *Runner) resultDir(run string) (string, error) {
 	if !r.Done {
 		return "", fmt.Errorf("run %s is not done", run)
 	}
-	return campaignfs.AttemptDir(c.dir, run, r.Result), nil
+	return dirlayout.AttemptDir(c.dir, run, r.Result), nil
 }
 
 // awaitPort waits, before the exact rerun of an attempt whose slot's port

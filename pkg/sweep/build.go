@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"warden/internal/cpulist"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/loadgen"
 )
 
@@ -498,7 +498,7 @@ func (sw *Sweep) pattern() error {
 		return flagErr("arrival", "%v", err)
 	}
 	spec.Arrival = arr
-	path := filepath.Join(sw.Env.Dir, campaignfs.InputsDir, id+".jsonl")
+	path := filepath.Join(sw.Env.Dir, dirlayout.InputsDir, id+".jsonl")
 	margs = append(margs, "--output-fixed", strconv.Itoa(a.OutputFixed), "--arrival", arrival, "--num-requests", strconv.Itoa(a.NumRequests),
 		"--workload-seed", strconv.FormatUint(a.WorkloadSeed, 10), "--vocab-min", strconv.Itoa(a.VocabMin), "--vocab-max", strconv.Itoa(a.VocabMax), "--out", path)
 	sw.Pattern = Pattern{ID: id, Path: path, Materialize: &spec, MaterializeArgs: margs, Rows: a.NumRequests, Arrival: arr}

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/loadgen"
 	"warden/protocols"
 )
@@ -65,7 +65,7 @@ func Write(sw *Sweep) (*Written, error) {
 	dir := sw.Env.Dir
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		de := &DirError{Dir: dir}
-		p := filepath.Join(dir, campaignfs.InputsDir, ProtocolFile)
+		p := filepath.Join(dir, dirlayout.InputsDir, ProtocolFile)
 		if _, err := os.Stat(p); err == nil {
 			de.Written = p
 		}
@@ -73,7 +73,7 @@ func Write(sw *Sweep) (*Written, error) {
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("campaign directory %s: %w", dir, err)
 	}
-	w := &Written{Protocol: filepath.Join(dir, campaignfs.InputsDir, ProtocolFile)}
+	w := &Written{Protocol: filepath.Join(dir, dirlayout.InputsDir, ProtocolFile)}
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
 			break
@@ -89,7 +89,7 @@ func Write(sw *Sweep) (*Written, error) {
 		}
 		return nil, err
 	}
-	if err := atomicfile.MkdirAll(filepath.Join(dir, campaignfs.InputsDir), 0o700); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Join(dir, dirlayout.InputsDir), 0o700); err != nil {
 		return fail(err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {

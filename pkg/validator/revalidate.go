@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"warden/pkg/atomicfile"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/safefile"
@@ -50,7 +50,7 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 	if len(run.Validators) == 0 {
 		return nil, nil
 	}
-	if damaged := a.DamagedEvidence(campaignfs.EvidenceChecked...); len(damaged) > 0 {
+	if damaged := a.DamagedEvidence(dirlayout.EvidenceChecked...); len(damaged) > 0 {
 		// what the validators would read is not what the attempt left
 		var out []gates.Verdict
 		for _, v := range run.Validators {
@@ -75,7 +75,7 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 	environ := append(os.Environ(),
 		"WARDEN_RUN_ID="+a.RunID, "WARDEN_ATTEMPT="+vars["ATTEMPT"], "WARDEN_RUN_DIR="+vars["RUN_DIR"],
 		"WARDEN_ATTEMPT_DIR="+a.Dir, "WARDEN_CAMPAIGN_DIR="+vars["CAMPAIGN_DIR"], "WARDEN_PHASE_FILE="+vars["PHASE_FILE"],
-		EnvSignalsFile+"="+filepath.Join(a.Dir, "signals.json"), EnvSanityOut+"="+campaignfs.Sanity(outDir))
+		EnvSignalsFile+"="+filepath.Join(a.Dir, "signals.json"), EnvSanityOut+"="+dirlayout.Sanity(outDir))
 	var out []gates.Verdict
 	for _, v := range run.Validators {
 		argv, err := v.Command.Expand(vars)
@@ -85,9 +85,9 @@ func Revalidate(l *launch.Launcher, run protocols.Run, a state.Attempt, workdir,
 		if argv, err = BoundedArgv(argv, v.MemoryMiB); err != nil {
 			return out, err
 		}
-		stdout := campaignfs.Stdout(outDir, "validator-"+v.Name)
+		stdout := dirlayout.Stdout(outDir, "validator-"+v.Name)
 		p, err := l.Start(launch.Spec{Role: "validator:" + v.Name, Argv: argv, Env: environ, Dir: workdir,
-			StdoutPath: stdout, StderrPath: campaignfs.Stderr(outDir, "validator-"+v.Name),
+			StdoutPath: stdout, StderrPath: dirlayout.Stderr(outDir, "validator-"+v.Name),
 			Stop: launch.StopOptions{Grace: Grace, GroupGrace: Grace}})
 		if err != nil {
 			out = append(out, gates.Verdict{Gate: "validator:" + v.Name, Verdict: gates.Error, Detail: err.Error(), At: time.Now()})

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"warden/internal/testreaper"
+	"warden/internal/testutil/testreaper"
 	"warden/pkg/gates"
 	"warden/pkg/launch"
 	"warden/pkg/safefile"

@@ -10,13 +10,13 @@ import (
 	"strings"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
-	"warden/pkg/validate"
+	"warden/pkg/contract"
+	"warden/pkg/dirlayout"
 )
 
 // The data sanity block an attempt's sanity validator wrote
 // (ATTEMPT_DIR/sanity.json, schema warden.sanity/1; docs/validators.md) is
-// validate.SanityBlock. ctlq reads it from the attempt directory, on this
+// contract.SanityBlock. ctlq reads it from the attempt directory, on this
 // host.
 
 // RunWithSanity is `ctlq show -o json`: the run and, by attempt number,
@@ -83,7 +83,7 @@ func emptyJSON(v reflect.Value) bool {
 func SanityBlocks(d api.RunDetail) map[string]json.RawMessage {
 	out := map[string]json.RawMessage{}
 	for _, a := range d.Attempts {
-		b, err := os.ReadFile(campaignfs.Sanity(a.Dir))
+		b, err := os.ReadFile(dirlayout.Sanity(a.Dir))
 		if err != nil || !json.Valid(b) {
 			continue
 		}
@@ -98,7 +98,7 @@ func SanityBlocks(d api.RunDetail) map[string]json.RawMessage {
 // printSanity renders one attempt's block: verdict, red flags, then one
 // line per family.
 func printSanity(w io.Writer, raw json.RawMessage) {
-	var blk validate.SanityBlock
+	var blk contract.SanityBlock
 	if err := json.Unmarshal(raw, &blk); err != nil {
 		fmt.Fprintf(w, "  sanity block unreadable: %s\n", Esc(err.Error()))
 		return

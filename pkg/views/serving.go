@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -197,31 +197,31 @@ func (d *loadgenDist) stat(s string) *float64 {
 // result.json). A result that is absent, damaged (state.Attempt.
 // CheckEvidence), not JSON or not loadgen's gives no figure, and says why.
 func ReadServing(a state.Attempt) Serving {
-	s := Serving{Attempt: a.N, File: campaignfs.ClientResult(a.Dir), Latency: Latency{Missing: []string{}}}
+	s := Serving{Attempt: a.N, File: dirlayout.ClientResult(a.Dir), Latency: Latency{Missing: []string{}}}
 	miss := func(why string) Serving {
 		s.ResultMissing = why
 		s.Latency.Missing = append(s.Latency.Missing, why)
 		return s
 	}
-	if err := a.CheckEvidence(campaignfs.ClientResultRel); err != nil {
+	if err := a.CheckEvidence(dirlayout.ClientResultRel); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return miss(fmt.Sprintf("attempt %d has no %s", a.N, campaignfs.ClientResultRel))
+			return miss(fmt.Sprintf("attempt %d has no %s", a.N, dirlayout.ClientResultRel))
 		}
 		return miss(err.Error())
 	}
 	b, err := os.ReadFile(s.File)
 	if err != nil {
-		return miss(fmt.Sprintf("attempt %d's %s cannot be read: %v", a.N, campaignfs.ClientResultRel, err))
+		return miss(fmt.Sprintf("attempt %d's %s cannot be read: %v", a.N, dirlayout.ClientResultRel, err))
 	}
 	if !json.Valid(b) {
-		return miss(fmt.Sprintf("attempt %d's %s is not JSON", a.N, campaignfs.ClientResultRel))
+		return miss(fmt.Sprintf("attempt %d's %s is not JSON", a.N, dirlayout.ClientResultRel))
 	}
 	if sc := schemaText(b); sc != strconv.Quote(LoadgenResultSchema) {
-		return miss(fmt.Sprintf("attempt %d's %s is not loadgen's (schema %s, not %s): it gives no latency", a.N, campaignfs.ClientResultRel, sc, LoadgenResultSchema))
+		return miss(fmt.Sprintf("attempt %d's %s is not loadgen's (schema %s, not %s): it gives no latency", a.N, dirlayout.ClientResultRel, sc, LoadgenResultSchema))
 	}
 	var r loadgenResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return miss(fmt.Sprintf("attempt %d's %s does not read as loadgen's result: %v", a.N, campaignfs.ClientResultRel, err))
+		return miss(fmt.Sprintf("attempt %d's %s does not read as loadgen's result: %v", a.N, dirlayout.ClientResultRel, err))
 	}
 	if r.Manifest != nil {
 		s.ManifestSHA256 = r.Manifest.SHA256
@@ -234,7 +234,7 @@ func ReadServing(a state.Attempt) Serving {
 	}
 	c := r.Clean
 	if c == nil {
-		return miss(fmt.Sprintf("attempt %d's %s has no clean interval (clean)", a.N, campaignfs.ClientResultRel))
+		return miss(fmt.Sprintf("attempt %d's %s has no clean interval (clean)", a.N, dirlayout.ClientResultRel))
 	}
 	s.SuccessfulRequests, s.FailedRequests, s.CleanS = c.Completed, c.Failed, c.Seconds
 	s.TotalInputTokens, s.TotalOutputTokens = c.InputTokens, c.OutputTokens
@@ -294,7 +294,7 @@ func schemaText(b []byte) string {
 // rows and names), of the clean interval; a figure the result lacks reads
 // "missing", never 0.
 func PrintServing(w io.Writer, s Serving) {
-	fmt.Fprintf(w, "\nserving benchmark result of attempt %d (%s, its clean interval):\n", s.Attempt, campaignfs.ClientResultRel)
+	fmt.Fprintf(w, "\nserving benchmark result of attempt %d (%s, its clean interval):\n", s.Attempt, dirlayout.ClientResultRel)
 	if s.ResultMissing != "" {
 		fmt.Fprintf(w, "  missing: %s\n", s.ResultMissing)
 		return

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -19,11 +19,11 @@ import (
 func servingAttempt(t *testing.T, result string) state.Attempt {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, campaignfs.ClientDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, dirlayout.ClientDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if result != "" {
-		if err := os.WriteFile(campaignfs.ClientResult(dir), []byte(result), 0o644); err != nil {
+		if err := os.WriteFile(dirlayout.ClientResult(dir), []byte(result), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"warden/internal/shellquote"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
 
@@ -51,7 +51,7 @@ func PrintRun(w io.Writer, d api.RunDetail) {
 	printSelfChecks(w, d.Gates)
 	for _, a := range d.Attempts {
 		if raw, ok := blocks[strconv.Itoa(a.N)]; ok {
-			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, campaignfs.Sanity(a.Dir))
+			fmt.Fprintf(w, "\nattempt %d data sanity (%s):\n", a.N, dirlayout.Sanity(a.Dir))
 			printSanity(w, raw)
 		}
 	}

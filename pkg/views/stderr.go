@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gates"
 	"warden/pkg/provenance"
 	"warden/pkg/safefile"
@@ -108,7 +108,7 @@ func StderrTails(d api.RunDetail, g *StderrGuard) []StderrTail {
 }
 
 func (g *StderrGuard) tail(a state.Attempt, role string) StderrTail {
-	path := campaignfs.Stderr(a.Dir, role)
+	path := dirlayout.Stderr(a.Dir, role)
 	t := StderrTail{Attempt: a.N, Role: role, File: path, Lines: []string{}}
 	if err := g.allowed(a.Dir, path); err != nil {
 		t.Note = "not shown: " + err.Error()
@@ -149,9 +149,9 @@ func (g *StderrGuard) allowed(attemptDir, path string) error {
 	if g.err != nil {
 		return fmt.Errorf("the private inputs cannot be read to check it: %v", g.err)
 	}
-	rel, err := filepath.Rel(campaignfs.Runs(g.campaign), attemptDir)
+	rel, err := filepath.Rel(dirlayout.Runs(g.campaign), attemptDir)
 	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
-		return fmt.Errorf("the attempt directory %s is not under %s", attemptDir, campaignfs.Runs(g.campaign))
+		return fmt.Errorf("the attempt directory %s is not under %s", attemptDir, dirlayout.Runs(g.campaign))
 	}
 	if fi, err := os.Lstat(attemptDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("the attempt directory %s is not a directory", attemptDir)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"warden/internal/testcampaign"
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/outcome"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
@@ -150,7 +150,7 @@ func TestStderrGuard(t *testing.T) {
 	pdir := filepath.Join(dir, "runs", "r", "private")
 	manifest := filepath.Join(pdir, "p.jsonl")
 	testcampaign.RecordPrivateManifest(t, dir, manifest, secret)
-	adir := campaignfs.AttemptDir(dir, "r", 1)
+	adir := dirlayout.AttemptDir(dir, "r", 1)
 	outside := filepath.Join(t.TempDir(), "a1")
 	for _, d := range []string{adir, outside} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -163,7 +163,7 @@ func TestStderrGuard(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(adir, "server.err"), []byte("echo: "+secret[3:60]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	link := campaignfs.AttemptDir(dir, "r", 2)
+	link := dirlayout.AttemptDir(dir, "r", 2)
 	if err := os.Symlink(adir, link); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/gpu"
 	"warden/pkg/gpu/sample"
 	"warden/pkg/state"
@@ -228,7 +228,7 @@ func (w *Watcher) lanes(cur []api.Current) []lane {
 	}
 	for i := range out {
 		if c := out[i].cur; c != nil {
-			out[i].gpus, _ = sample.Last(campaignfs.GPUSamples(campaignfs.AttemptDir(w.dir, c.Run, c.Attempt)))
+			out[i].gpus, _ = sample.Last(dirlayout.GPUSamples(dirlayout.AttemptDir(w.dir, c.Run, c.Attempt)))
 		}
 	}
 	return out

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"warden/pkg/api"
-	"warden/pkg/campaignfs"
+	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 	"warden/protocols"
 )
@@ -35,7 +35,7 @@ func (s storeSource) Close() { s.s.Close() }
 // line, and the watch ends at once with the campaign's status.
 func TestWatchPlain(t *testing.T) {
 	dir := t.TempDir()
-	s, err := campaignfs.OpenStore(dir, state.Options{Strict: true})
+	s, err := dirlayout.OpenStore(dir, state.Options{Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestWatchPlain(t *testing.T) {
 	plan := &protocols.Plan{Runs: []protocols.Run{{ID: "a", Measured: true}, {ID: "b", Measured: true}}, Slots: []protocols.SlotInfo{{Name: "gpu0"}}}
 	w := NewWatcher(dir, plan, func() (Source, error) {
 		opens++
-		st, err := campaignfs.OpenStoreReadOnly(dir, time.Second)
+		st, err := dirlayout.OpenStoreReadOnly(dir, time.Second)
 		if err != nil {
 			return nil, err
 		}
