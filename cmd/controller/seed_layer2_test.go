@@ -192,7 +192,7 @@ func TestSeedColocationF3(t *testing.T) {
 // it says, 2 for a usage error.
 func TestSeedLayer2Commands(t *testing.T) {
 	t.Parallel()
-	real := filepath.Join("..", "..", "pkg", "validate", "testdata", "h200", "eager")
+	real := filepath.Join("..", "..", "pkg", "contract", "testdata", "h200", "eager")
 	l1, ph := filepath.Join(real, "layer1.jsonl"), filepath.Join(real, "phases.jsonl")
 	dir := t.TempDir()
 	badMap := filepath.Join(dir, "bad.yaml")
