@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,6 +46,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A campaign test waits on its controller, servers and clients far
+	// more than it computes: unless told otherwise, run four at once, not
+	// the test binary's default of one per CPU (on two CPUs, 245 s against
+	// 113 s for the package).
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "4")
+	}
 	os.Exit(runTests(m))
 }
 
