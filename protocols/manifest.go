@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"warden/internal/levenshtein"
 )
 
 // runManifest expands the load's manifest for the run and requires it to
@@ -83,7 +84,7 @@ func (b *builder) reportMisses() {
 func (b *builder) explainMiss(path string) string {
 	best, dist := -1, max(3, len(path)/3)+1
 	for i, m := range b.misses {
-		if d := editDistance(filepath.Clean(m.path), filepath.Clean(path)); !m.explained && d < dist {
+		if d := levenshtein.Distance(filepath.Clean(m.path), filepath.Clean(path)); !m.explained && d < dist {
 			best, dist = i, d
 		}
 	}
@@ -93,26 +94,6 @@ func (b *builder) explainMiss(path string) string {
 	m := &b.misses[best]
 	m.explained = true
 	return fmt.Sprintf("; %s names %q (for run %s), which is not among the provenance files: one of the two paths is mistyped", m.field, m.path, runsText(m.runs))
-}
-
-// editDistance is the Levenshtein distance of a and b, by bytes.
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // ManifestPath resolves a run's manifest as the campaign recorded it in

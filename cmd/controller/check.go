@@ -68,18 +68,9 @@ campaign directory; 7 the campaign directory (its settings, which hold the
 command) is another user's or writable by others.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dir == "" {
-				return &cli.ExitError{Code: 2, Err: errors.New("check: -d DIR is required")}
-			}
-			if err := checkTableOrJSON(output); err != nil {
-				return err
-			}
-			abs, err := filepath.Abs(dir)
+			abs, err := campaignDirArg("check", dir, output)
 			if err != nil {
-				return &cli.ExitError{Code: 2, Err: err}
-			}
-			if _, err := os.Stat(dirlayout.State(abs)); err != nil {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("check: %s is not a campaign directory (no %s)", abs, dirlayout.StateFile)}
+				return err
 			}
 			if err := notOwnedExit(campaigndir.CheckOwned(abs, os.Geteuid())); isNotOwned(err) {
 				return err // the command it would run is another user's to choose
@@ -229,4 +220,25 @@ func (s checkStore) AppendEvent(e state.Event) (state.Event, error) {
 	}
 	defer st.Close()
 	return st.AppendEvent(e)
+}
+
+// campaignDirArg checks the -d DIR and -o arguments of command name,
+// which acts on an existing campaign: DIR given and holding a state
+// database, the output table or json. It returns DIR made absolute; a
+// refusal is exit 2.
+func campaignDirArg(name, dir, output string) (string, error) {
+	if dir == "" {
+		return "", &cli.ExitError{Code: 2, Err: errors.New(name + ": -d DIR is required")}
+	}
+	if err := checkTableOrJSON(output); err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", &cli.ExitError{Code: 2, Err: err}
+	}
+	if _, err := os.Stat(dirlayout.State(abs)); err != nil {
+		return "", &cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %s is not a campaign directory (no %s)", name, abs, dirlayout.StateFile)}
+	}
+	return abs, nil
 }

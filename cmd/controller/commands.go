@@ -600,18 +600,9 @@ controller is not alive while the campaign is unfinished or attempts are
 left live (it died, before or during the stop): resume reclaims them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dir == "" {
-				return &cli.ExitError{Code: 2, Err: errors.New("stop: -d DIR is required")}
-			}
-			if err := checkTableOrJSON(output); err != nil {
-				return err
-			}
-			abs, err := filepath.Abs(dir)
+			abs, err := campaignDirArg("stop", dir, output)
 			if err != nil {
-				return &cli.ExitError{Code: 2, Err: err}
-			}
-			if _, err := os.Stat(dirlayout.State(abs)); err != nil {
-				return &cli.ExitError{Code: 2, Err: fmt.Errorf("stop: %s is not a campaign directory (no %s)", abs, dirlayout.StateFile)}
+				return err
 			}
 			human := output != "json"
 			out := cmd.OutOrStdout()

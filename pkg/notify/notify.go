@@ -287,20 +287,29 @@ func (n *Notifier) exec(ev Event) Result {
 	return n.execHere(ev)
 }
 
+// eventFile is ev's document in an in-memory file, the hook's standard
+// input: however large, handing it over never blocks.
+func eventFile(ev Event) (*os.File, error) {
+	doc, err := document(ev)
+	if err != nil {
+		return nil, err
+	}
+	f, err := memFile(doc)
+	if err != nil {
+		return nil, fmt.Errorf("hand over the event: %w", err)
+	}
+	return f, nil
+}
+
 // execHere starts /bin/sh -c COMMAND in a process group (and cgroup) of
 // its own, the event in memory as its standard input, its output drained
 // into notify.log, waits for it up to the bound, and then ends its group,
 // its cgroup and its marked orphans.
 func (n *Notifier) execHere(ev Event) Result {
 	res := Result{Code: -1}
-	doc, err := document(ev)
+	stdin, err := eventFile(ev)
 	if err != nil {
 		res.Err = err
-		return res
-	}
-	stdin, err := memFile(doc)
-	if err != nil {
-		res.Err = fmt.Errorf("hand over the event: %w", err)
 		return res
 	}
 	defer stdin.Close()
@@ -496,14 +505,9 @@ type resultDoc struct {
 // report; the supervisor gets the command's bound and supervisorSlack.
 func (n *Notifier) supervised(ev Event) Result {
 	res := Result{Code: -1}
-	doc, err := document(ev)
+	stdin, err := eventFile(ev)
 	if err != nil {
 		res.Err = err
-		return res
-	}
-	stdin, err := memFile(doc)
-	if err != nil {
-		res.Err = fmt.Errorf("hand over the event: %w", err)
 		return res
 	}
 	defer stdin.Close()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"warden/internal/levenshtein"
 )
 
 // UnknownRun is the message for a run id the campaign does not have: the
@@ -32,7 +33,7 @@ func Closest(id string, ids []string, n int) []string {
 	limit := max(2, len(id)/3)
 	var cs []cand
 	for i, c := range ids {
-		switch d := editDistance(id, c); {
+		switch d := levenshtein.Distance(id, c); {
 		case d <= limit:
 			cs = append(cs, cand{c, d, i})
 		case id != "" && strings.Contains(c, id):
@@ -48,25 +49,4 @@ func Closest(id string, ids []string, n int) []string {
 		out = append(out, c.id)
 	}
 	return out
-}
-
-// editDistance is the Levenshtein distance of a and b, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
