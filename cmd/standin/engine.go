@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -186,7 +185,7 @@ func inheritedPipes() (control, ready *os.File, err error) {
 
 // engineChildren starts the children the engine is asked for: --fork
 // sleepers in its process group and a --setsid-grandchild escapee.
-func engineChildren(cfg engineConfig, log *slog.Logger) error {
+func engineChildren(cfg engineConfig, log *logger) error {
 	for i := 0; i < cfg.fork; i++ {
 		child, err := startSleeper()
 		if err != nil {

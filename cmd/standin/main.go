@@ -32,10 +32,10 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"warden/internal/cli"
@@ -64,10 +64,22 @@ on a timer and its figures say nothing about any model or GPU.`,
 	return root
 }
 
-// newLogger returns a text logger on stderr naming the process's role.
-func newLogger(role string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("standin", role, "pid", os.Getpid())
+// newLogger returns the log of a stand-in process, naming its role.
+func newLogger(role string) *logger {
+	return &logger{zerolog.New(os.Stderr).With().Timestamp().Str("standin", role).Int("pid", os.Getpid()).Logger()}
 }
+
+// logger is the stand-in's log: JSON lines on its standard error, through
+// zerolog as every Warden binary logs; a message takes key-value pairs
+// after it. (What the stand-in prints in a real server's own formats, its
+// startup and step lines, is written apart from it.)
+type logger struct{ z zerolog.Logger }
+
+// Info logs msg with the fields kv (key, value, key, value, ...).
+func (l *logger) Info(msg string, kv ...any) { l.z.Info().Fields(kv).Msg(msg) }
+
+// Warn logs msg as a warning with the fields kv.
+func (l *logger) Warn(msg string, kv ...any) { l.z.Warn().Fields(kv).Msg(msg) }
 
 // seconds converts a flag value in seconds to a duration.
 func seconds(s float64) time.Duration {

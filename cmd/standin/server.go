@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -143,7 +142,7 @@ func runningSlots(n int) chan struct{} {
 // server is a running API parent.
 type server struct {
 	cfg  serverConfig
-	log  *slog.Logger
+	log  *logger
 	api  *api
 	http *http.Server
 	// served receives Serve's result once it returns.
@@ -324,7 +323,7 @@ func (s *server) shutdown() error {
 // replaced by a free one, as SGLang-Omni's launcher does
 // (_find_available_port: a warning, then another port), unless
 // $SGLANG_OMNI_STRICT_PORT is "1", which makes the busy port an error.
-func listen(cfg serverConfig, log *slog.Logger) (net.Listener, error) {
+func listen(cfg serverConfig, log *logger) (net.Listener, error) {
 	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	ln, err := listenTCP(addr, cfg.reusePort)
 	if err == nil || !cfg.kind.portFallback || !errors.Is(err, syscall.EADDRINUSE) {
