@@ -41,9 +41,11 @@ func TestListenerRecheckedWhileMeasuring(t *testing.T) {
 		after    []string // the client's steps once the impostor joined
 		when     string   // where the failure is found
 	}{
-		// the client reports a profile window and then waits for ever: only
-		// the check at the window can end the run
-		{"at a profile window", true, []string{phaseLine("profile"), "read never < $GO"}, "at profile window 1"},
+		// the client reports a profile window and then waits for ever on a
+		// fifo no one opens for writing (not $GO: its writer may not have
+		// closed it yet, and the read would end at its close): only the
+		// check at the window can end the run
+		{"at a profile window", true, []string{phaseLine("profile"), "read never < $NEVER"}, "at profile window 1"},
 		{"at the end of measuring", true, drain, "at the end of measuring"},
 		{"no impostor", false, append([]string{phaseLine("profile")}, drain...), ""},
 	} {
@@ -53,10 +55,13 @@ func TestListenerRecheckedWhileMeasuring(t *testing.T) {
 			port := testports.Free(t, 1)[0]
 			l := &launch.Launcher{Reaper: testReaper}
 			fifo := filepath.Join(dir, "go")
-			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-				t.Fatal(err)
+			never := filepath.Join(dir, "never")
+			for _, f := range []string{fifo, never} {
+				if err := syscall.Mkfifo(f, 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
-			client := []string{"/bin/sh", "-c", "GO=" + fifo + "; read go < $GO; " + strings.Join(c.after, "; ")}
+			client := []string{"/bin/sh", "-c", "GO=" + fifo + "; NEVER=" + never + "; read go < $GO; " + strings.Join(c.after, "; ")}
 			server := []string{standinBin, "server", "--port", strconv.Itoa(port), "--load-s", "0", "--reuse-port"}
 			type measured struct {
 				reason state.Reason
