@@ -136,9 +136,10 @@ func TestOmniABQualityGates(t *testing.T) {
 				t.Errorf("%s: provenance %s has role %q, want %q", file, path, roles[path], role)
 			}
 		}
-		want := map[string]string{"closed": "waveform quality-asr quality-tts", "open": "waveform quality-asr quality-tts", "capacity": "waveform quality-asr quality-tts", "cold": "quality-asr quality-tts"}
-		for _, l := range []string{"stress-slow", "stress-pause", "stress-burst", "stress-cancel"} {
-			want[l] = "waveform quality-asr quality-tts"
+		// §6's clock and load check on every run
+		want := map[string]string{"cold": "clock-load quality-asr quality-tts"}
+		for _, l := range []string{"closed", "open", "capacity", "stress-slow", "stress-pause", "stress-burst", "stress-cancel"} {
+			want[l] = "waveform clock-load quality-asr quality-tts"
 		}
 		for _, r := range p.Runs {
 			var names []string

@@ -514,3 +514,23 @@ func budgetLine(t *testing.T, file string) string {
 	t.Fatalf("%s has no budget cap", file)
 	return ""
 }
+
+// Every run of a shipped protocol for real GPUs has a clock and load
+// verdict: seed 002's A-P3-2 ("clock/load" before complete) for phase 3
+// and its amendments, seed 000 §6 (clocks and background load checked for
+// each run) for the Omni comparison, and the scaled-down phase 3 on the
+// H200.
+func TestClockLoadOnEveryRun(t *testing.T) {
+	for _, file := range []string{"opprof-phase3.yaml", "opprof-phase3.A-P3-8.yaml", "opprof-phase3.A-P3-9.yaml",
+		"omni-ab.yaml", "omni-ab-slurm.yaml", "gpu-phase3.yaml"} {
+		p := planFile(t, file)
+		for i := range p.Runs {
+			r := &p.Runs[i]
+			if !slices.ContainsFunc(r.Validators, func(v ValidatorSpec) bool {
+				return v.Name == "clock-load" && slices.Contains(v.Command.Argv, "clock-load")
+			}) {
+				t.Errorf("%s: run %s has no clock-load validator", file, r.ID)
+			}
+		}
+	}
+}
