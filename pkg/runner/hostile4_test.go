@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warden/pkg/endlog"
+	"warden/pkg/schedule"
 	"warden/pkg/state"
 )
 
@@ -90,6 +91,30 @@ func TestIOErrorIsCountedAndRecorded(t *testing.T) {
 	if cp.State != state.CampaignStopped || cp.StopReason != state.StopHarnessError ||
 		!strings.Contains(cp.StopDetail, c.dir) || !strings.Contains(cp.StopDetail, "I/O error, EIO") {
 		t.Fatalf("campaign %s (%s: %s)", cp.State, cp.StopReason, cp.StopDetail)
+	}
+}
+
+// TestHeldStopStartsNothing: a stop whose write the database refused (the
+// campaign directory's disk full) is in force although unrecorded. The
+// loop read the campaign as running, launched the next wave, and a new
+// attempt of the run whose end could not be recorded failed "run has a
+// live attempt", a stop that hid the storage's. Nothing starts while a
+// stop is held; it is written as soon as the database takes it.
+func TestHeldStopStartsNothing(t *testing.T) {
+	c := newCampaign(t, protocol{patterns: 1})
+	rn := c.newRunner()
+	held := schedule.Stop{Reason: state.StopHarnessError, Detail: "the campaign directory " + c.dir + " ran out of space (ENOSPC): commit: no space left on device; free space, then resume"}
+	rn.HoldStop(held)
+	if cp := c.campaign(); cp.State != state.CampaignRunning {
+		t.Fatalf("campaign %s before Run: the held stop was written", cp.State)
+	}
+	c.start(rn).wait(t)
+	cp := c.campaign()
+	if cp.State != state.CampaignStopped || cp.StopReason != held.Reason || cp.StopDetail != held.Detail {
+		t.Fatalf("campaign %s (%s: %s); want stopped with the held stop", cp.State, cp.StopReason, cp.StopDetail)
+	}
+	if as := c.attempts("p1.saturation"); len(as) != 0 {
+		t.Fatalf("attempts %+v started while a stop was held; want none", as)
 	}
 }
 

@@ -123,6 +123,15 @@ func (c *Runner) Run(ctx context.Context) error {
 			switch {
 			case isClosed(c.storageFailed): // closed after storageErr is set: read it after
 				return c.storageErr
+			case c.stops.Held() != nil:
+				// a stop the database refused is in force: nothing runs, it is
+				// written now if the database takes it, else the controller ends
+				// without one (its log and exit say why), leaving the campaign to
+				// a resume
+				if err := c.writeHeldStop(); err != nil {
+					return err
+				}
+				continue
 			case exhausted:
 				c.recordOverrun()
 				return nil
@@ -184,6 +193,10 @@ func (c *Runner) Run(ctx context.Context) error {
 func (c *Runner) step(ctx context.Context, ended []schedule.UnitEnd) (complete bool, err error) {
 	if isClosed(c.storageFailed) {
 		return false, nil // nothing new while the directory cannot be written
+	}
+	if c.stops.Held() != nil {
+		c.writeHeldStop() // nothing new while a stop is held, written or not
+		return false, nil
 	}
 	v, err := c.view(ended)
 	if err != nil {

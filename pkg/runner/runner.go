@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -262,6 +263,21 @@ func (c *Runner) stopCampaign(s schedule.Stop) {
 			c.failStorage(err)
 		}
 	}
+}
+
+// writeHeldStop writes the stop the database refused before (StopKeeper
+// holds it), or says why it still cannot.
+func (c *Runner) writeHeldStop() error {
+	held := c.stops.Held()
+	if held == nil {
+		return nil
+	}
+	c.stopCampaign(*held)
+	if c.stops.Held() == nil {
+		return nil
+	}
+	return fmt.Errorf("the campaign's stop for review (%s: %s) could not be recorded in %s: the controller ends so that nothing new starts; resume once the campaign directory takes writes again",
+		held.Reason, held.Detail, c.dir)
 }
 
 // Reconcile looks at what a previous controller left and ends it: see

@@ -43,3 +43,16 @@ func (r *StopKeeper) Record(s Stop, running func() bool, put func(Stop) error) (
 	r.pending = nil
 	return s, nil
 }
+
+// Held is the stop whose write the database refused and that no later
+// write has taken yet: in force although unrecorded (nothing new may
+// start while one is held); nil when none is.
+func (r *StopKeeper) Held() *Stop {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		return nil
+	}
+	s := *r.pending
+	return &s
+}
