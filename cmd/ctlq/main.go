@@ -327,7 +327,7 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 	exit := statusExit(st)
 	ro := ""
 	if views.ControllerDead(st) {
-		ro = readOnlyStorage(src.dir) // the controller could record neither the fault nor a stop
+		ro = storageFault(src.dir) // the controller could record neither the fault nor a stop
 	}
 	doc.Hint = views.Hint(st, src.dir, ro)
 	if o.output == "json" {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
 	"warden/internal/mountinfo"
+	"warden/pkg/views"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +43,33 @@ func readOnlyStorage(dir string) string {
 		return "marked read-only by the kernel (emergency_ro) after an I/O error on its device"
 	case slices.Contains(opts, "ro"):
 		return "read-only (its super block is ro: the kernel remounts ext4 so after an I/O error on its device)"
+	}
+	return ""
+}
+
+// fullBelow is the free space under which the campaign directory's file
+// system counts as full: less than a database commit and a record need.
+const fullBelow = 1 << 20
+
+// storageFault says how the file system of the campaign directory dir
+// refuses writes: readOnlyStorage's reading, or full (less than fullBelow
+// free to this user: the blocks reserved for root count for root only,
+// as they do for the controller, which runs as the same user); "" when
+// neither is seen.
+func storageFault(dir string) string {
+	if ro := readOnlyStorage(dir); ro != "" {
+		return ro
+	}
+	var sfs unix.Statfs_t
+	if unix.Statfs(dir, &sfs) != nil {
+		return ""
+	}
+	free := sfs.Bavail
+	if os.Geteuid() == 0 {
+		free = sfs.Bfree
+	}
+	if bytes := free * uint64(sfs.Bsize); bytes < fullBelow {
+		return fmt.Sprintf("%s (%d bytes free)", views.StorageFull, bytes)
 	}
 	return ""
 }

@@ -76,7 +76,7 @@ func runWatch(cmd *cobra.Command, o *options, interval time.Duration) error {
 	}
 	if views.ControllerDead(sn.Status) {
 		// it ended on a dead controller: what ctlq status would say next
-		fmt.Fprintf(out, "hint       %s\n", views.Hint(sn.Status, src.dir, readOnlyStorage(src.dir)))
+		fmt.Fprintf(out, "hint       %s\n", views.Hint(sn.Status, src.dir, storageFault(src.dir)))
 	}
 	return statusExit(sn.Status)
 }

@@ -27,14 +27,16 @@ func TestHints(t *testing.T) {
 		return api.Status{Campaign: api.CampaignStatus{State: "stopped", StopReason: r}}
 	}
 	tests := []struct {
-		name     string
-		st       api.Status
-		readOnly string
-		want     []string // substrings, in order
-		not      string
+		name    string
+		st      api.Status
+		storage string
+		want    []string // substrings, in order
+		not     string
 	}{
 		{"dead controller", api.Status{Campaign: api.CampaignStatus{State: "running"}}, "", []string{"the controller is dead", "resume it: " + resume}, ""},
 		{"dead on a read-only file system", api.Status{Campaign: api.CampaignStatus{State: "running"}}, "mounted read-only", []string{"mounted read-only", "then resume: " + resume}, ""},
+		{"dead on a full file system", api.Status{Campaign: api.CampaignStatus{State: "running"}}, StorageFull + " (4096 bytes free)",
+			[]string{"file system is full (4096 bytes free)", "free space on it, then resume: " + resume}, "read-write"},
 		{"dead during a stop", api.Status{Campaign: api.CampaignStatus{State: "stopped", StopReason: "server-exit"}, Current: []api.Current{{Run: "r"}}}, "",
 			[]string{"the controller is dead", resume}, "controller amend"},
 		{"operator stop", stopped(state.StopOperator), "", []string{"resumable as it is: " + resume}, "controller amend"},
@@ -52,7 +54,7 @@ func TestHints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := Hint(tt.st, dir, tt.readOnly)
+			h := Hint(tt.st, dir, tt.storage)
 			if len(tt.want) == 0 && h != "" {
 				t.Fatalf("hint %q, want none", h)
 			}

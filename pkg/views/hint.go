@@ -45,16 +45,24 @@ func ControllerDead(st api.Status) bool {
 	return false
 }
 
+// StorageFull begins Hint's storage when the campaign directory's file
+// system has no space left for its records.
+const StorageFull = "full"
+
 // Hint is what ctlq status says to do next, "" when nothing is to be
 // done (the campaign runs with a live controller, or it is complete or
-// frozen). dir is the campaign directory; readOnly, when not "", says how
-// its file system refuses writes (then the controller could record
-// neither the fault nor a stop, and the file system comes first).
-func Hint(st api.Status, dir, readOnly string) string {
+// frozen). dir is the campaign directory; storage, when not "", says how
+// its file system refuses writes: read-only, or full (StorageFull begins
+// it); then the controller could record neither the fault nor a stop, and
+// the file system comes first.
+func Hint(st api.Status, dir, storage string) string {
 	resume := ResumeCommand(dir)
 	if ControllerDead(st) {
-		if readOnly != "" {
-			return "the campaign directory's file system is " + readOnly + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: " + resume
+		if strings.HasPrefix(storage, StorageFull) {
+			return "the campaign directory's file system is " + storage + ": the controller could not write its records and ended the work; free space on it, then resume: " + resume
+		}
+		if storage != "" {
+			return "the campaign directory's file system is " + storage + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: " + resume
 		}
 		return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: " + resume
 	}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestStorageFaultFull: a campaign directory whose file system has no
+// space left is named full, with the bytes free, so that a dead
+// controller's hint says to free space; with room on it, nothing is said.
+func TestStorageFaultFull(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	if got := storageFault(dir); got != "" {
+		t.Fatalf("an empty 2 MiB file system: %q, want nothing said", got)
+	}
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := make([]byte, 64<<10)
+	for i := 0; i < 64; i++ { // at most 4 MiB: twice the file system
+		if _, err = f.Write(block); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the file system: %v, want ENOSPC", err)
+	}
+	if got := storageFault(dir); !strings.HasPrefix(got, "full (") || !strings.HasSuffix(got, " bytes free)") {
+		t.Fatalf("a full file system: %q, want full (N bytes free)", got)
+	}
+}
