@@ -40,6 +40,8 @@ func TestResumeRefusesAForeignCampaign(t *testing.T) {
 			{"--resume", "-d", c.dir},
 			{"resume", "-d", c.dir, "-o", "json"},
 			{"readjudicate", "-d", c.dir, "--amendment", "A-1"},
+			// check runs the recorded notify command for the dead controller
+			{"check", "-d", c.dir},
 		} {
 			out, code := c.controller(args...)
 			if code != exitNotOwned || !strings.Contains(out, path+" is "+problem) || !strings.Contains(out, fix) {
