@@ -45,6 +45,7 @@ p.update(name='opprof-phase3-standin',
          host={'gpus': 8, 'cpus': max(ncpu, 1), 'numa_nodes': 2},
          ledger=[['true']],
          cleanup={'timeout_s': 20},
+         idle_settle_s=0.5,  # the protocol's 10 s idle-power settle, compressed like the rest
          stop={'quarantined_fraction_gt': 0.2, 'failed_fraction_gt': 0.05})
 p['vars'].update(S='bin/standin', CLIENT='bin/loadgen', PRIVATE=manifests)
 for k in ('validators', 'power_check'):
@@ -61,7 +62,7 @@ for x in next(a for a in p['axes'] if a['name'] == 'pattern')['values']:
         subprocess.run(['bin/loadgen', 'materialize', '--id', x['id'], '--input-uniform', '8:32',
                         '--output-fixed', '16' if 'long output' in note else '8',
                         '--arrival', 'burst:8' if 'burst' in note else 'steady',
-                        '--num-requests', '6000', '--workload-seed', '20260712', '--out', path],
+                        '--num-requests', '20000', '--workload-seed', '20260712', '--out', path],
                        check=True, stdout=subprocess.DEVNULL)
     p['provenance'].append({'path': path, 'role': 'manifest'})
 
@@ -83,8 +84,11 @@ v.update(kind='standin',
          expect=[{'name': 'c', 'pattern': 'enable_chunked_prefill=True'}])
 
 # loadgen on the seed's timeline, compressed: a 0.3 s warm-up and three
-# 0.5 s clean segments (a background load: three of 4 s, ended by the
-# controller after its target), no profile windows
+# 0.5 s clean segments, no profile windows. A background load runs three
+# segments of 20 s, longer than both of its block's targets take (each
+# with its settle, load, warm-up, clean segments and cleanup: about 5 s on
+# a 16-CPU host); the controller ends it once its targets are done, and
+# one that ended before them fails the co-location check (A-P3-1).
 timeline = {'saturation': ['--load-point', 'saturation', '--request-rate', 'inf'],
             'moderate': ['--load-point', 'moderate', '--saturation-result', '${NEED_SATURATION_DIR}/client/result.json', '--rate-fraction', '0.60'],
             'confirm': ['--load-point', 'moderate', '--saturation-result', '${NEED_SATURATION_DIR}/client/result.json', '--rate-fraction', '0.60'],
@@ -93,7 +97,7 @@ timeline = {'saturation': ['--load-point', 'saturation', '--request-rate', 'inf'
 for l in p['loads']:
     l.pop('env', None)
     segs = {'burnin': ['--warmup-seconds', '0.5', '--num-clean-segments', '0'],
-            'background': ['--warmup-seconds', '0.3', '--clean-segment-seconds', '4', '--num-clean-segments', '3']}.get(
+            'background': ['--warmup-seconds', '0.3', '--clean-segment-seconds', '20', '--num-clean-segments', '3']}.get(
         l['name'], ['--warmup-seconds', '0.3', '--clean-segment-seconds', '0.5', '--num-clean-segments', '3'])
     l['client'] = (['${CLIENT}', 'run', '--manifest', '${MANIFEST}', '--base-url', 'http://127.0.0.1:${PORT}', '--model', 'standin']
                    + timeline[l['name']] + ['--max-concurrency', '4', '--ignore-eos', '--temperature', '0'] + segs
@@ -114,4 +118,5 @@ for h in p['phases']:
     if g:
         g.update(throughput_tolerance=0.5, figure_tolerance=0 if gate_error else 0.5)
         g.pop('validator', None)
+        g.pop('profile_windows', None)  # the stand-in's timeline has no profile windows to count
 yaml.safe_dump(p, open(out, 'w'), sort_keys=False)

@@ -5,7 +5,7 @@
 #
 #   scripts/screenshots.sh campaigns   # run the campaigns into $SHOTS_DIR (default _shots) and write their reports
 #                                      # (demo or phase3: one half of them)
-#   scripts/screenshots.sh shoot       # photograph $SHOTS_DIR/*/report.html into docs/screenshots/
+#   scripts/screenshots.sh shoot [NAME...]  # photograph $SHOTS_DIR/*/report.html (or NAME's only) into docs/screenshots/
 #   scripts/screenshots.sh             # both
 #
 # The campaigns (each in its own directory, made afresh):
@@ -86,10 +86,11 @@ shoot() {
   trap 'rm -rf "$profile"' RETURN
   local flags=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update --disable-sync
     --no-first-run --hide-scrollbars --user-data-dir="$profile")
-  local name png page height
+  local name png page height only=" $* "
   for pair in demo:report-demo demo-stopped:report-stopped-for-review demo-crashed:report-crashed \
     phase3:report-phase3-standin phase3-gate-error:report-phase3-standin-gate-error; do
     name=${pair%%:*} png=$OUT/${pair#*:}.png page=$SHOTS_DIR/${pair%%:*}/report.html
+    if [ $# -gt 0 ] && [[ $only != *" $name "* ]]; then continue; fi
     if [ ! -f "$page" ]; then
       echo "screenshots: no $page (scripts/screenshots.sh campaigns): $png not made" >&2; exit 1
     fi
@@ -108,7 +109,7 @@ case $what in
   demo) demo ;;
   phase3) phase3 ;;
   campaigns) demo; phase3 ;;
-  shoot) shoot ;;
+  shoot) shift; shoot "$@" ;;
   all) demo; phase3; shoot ;;
   *) echo "usage: scripts/screenshots.sh [campaigns|demo|phase3|shoot|all]" >&2; exit 2 ;;
 esac
