@@ -7,11 +7,22 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testreaper"
 	"warden/pkg/atomicfile"
 	"warden/pkg/dirlayout"
+	"warden/pkg/launch"
 	"warden/pkg/state"
 	"warden/protocols"
 )
+
+// testReaper is the one reaper of the test process: it owns every child's
+// exit status, so nothing else may wait for children once it runs (see
+// launch.Reaper).
+var testReaper *launch.Reaper
+
+func TestMain(m *testing.M) {
+	os.Exit(testreaper.Run(m, &testReaper))
+}
 
 // miniProtocol is protocols/testdata/mini.yaml with each old of the
 // old, new pairs replaced by its new, written to a file of its own.
@@ -218,6 +229,89 @@ func TestReadjudicateDrainUnderAmendedAllowance(t *testing.T) {
 			}
 			if as, _ := c.Store.Amendments(); len(as) != 1 {
 				t.Fatalf("a second re-adjudication recorded %+v", as)
+			}
+			if err := c.Store.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestReadjudicateRerunsValidators: the validators of an attempt a
+// validator failed are run again, as amended, over its recorded artifacts
+// (their output under the output directory): one that passes makes the
+// attempt complete, a quality-class failure makes it quarantined
+// quality-failed, and one that still fails, or no launcher, changes
+// nothing. The attempt's own verdict is kept beside the new one.
+func TestReadjudicateRerunsValidators(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		shell    string // the amended validator
+		noLaunch bool
+		want     []Readjudicated
+		run      state.RunState
+	}{
+		{name: "passes", shell: `test -f "${ATTEMPT_DIR}/client.out" && echo checked`, run: state.RunComplete, want: []Readjudicated{{Run: "A.sat", Attempt: 1,
+			Old: "failed", OldReason: "validator-failed", New: "complete", Detail: "validator:check pass"}}},
+		{name: "quality-class failure", shell: `echo '{"verdict": "fail", "class": "quality", "detail": "checked"}'; exit 1`, run: state.RunQuarantined,
+			want: []Readjudicated{{Run: "A.sat", Attempt: 1, Old: "failed", OldReason: "validator-failed", New: "quarantined", NewReason: "quality-failed", Detail: "validator:check fail"}}},
+		{name: "still fails", shell: `echo checked; exit 1`, run: state.RunFailed},
+		{name: "no launcher", shell: `echo checked`, noLaunch: true, run: state.RunFailed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := protocols.PlanFile(miniProtocol(t, "phases:", "validators:\n  - name: check\n    command:\n      shell: |-\n        "+tt.shell+"\nphases:"), protocols.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := miniCampaign(t, miniProtocol(t), nil)
+			adir := dirlayout.AttemptDir(c.Dir, "A.sat", 1)
+			if err := os.MkdirAll(adir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, text := range map[string]string{"client.out": "served\n", "environment.json": `{"variables": {"ATTEMPT_DIR": "` + adir + `"}}`} {
+				if err := os.WriteFile(filepath.Join(adir, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ended(t, c, "A.sat", state.Failed, state.ReasonValidatorFailed, nil)
+			l := &launch.Launcher{Reaper: testReaper}
+			if tt.noLaunch {
+				l = nil
+			}
+			out := t.TempDir()
+			got, err := Readjudicate(c, plan, "V", nil, l, out)
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Readjudicate = %+v, %v; want %+v", got, err, tt.want)
+			}
+			a := attempt1(t, c.Store, "A.sat")
+			if a.State != state.Failed || a.Reason != state.ReasonValidatorFailed {
+				t.Fatalf("the recorded verdict changed: %s %s", a.State, a.Reason)
+			}
+			if r, _ := c.Store.Run("A.sat"); r.State() != tt.run {
+				t.Errorf("A.sat counts as %s, want %s", r.State(), tt.run)
+			}
+			// the validator's output, under out, not in the attempt's directory
+			b, err := os.ReadFile(dirlayout.Stdout(filepath.Join(out, dirlayout.AttemptRel("A.sat", 1)), "validator-check"))
+			if tt.noLaunch {
+				if err == nil {
+					t.Fatalf("a validator ran without a launcher: %q", b)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(string(b), "checked") {
+				t.Fatalf("the validator's output: %q, %v", b, err)
+			}
+			if _, err := os.Stat(filepath.Join(adir, "validator-check.out")); err == nil {
+				t.Errorf("the validator's output was written into the attempt's directory")
+			}
+			if as, _ := c.Store.Amendments(); tt.want == nil {
+				if a.Readjudicated != nil || len(as) != 0 {
+					t.Fatalf("unchanged: readjudicated %+v, amendments %+v", a.Readjudicated, as)
+				}
+				return
+			}
+			if rj := a.Readjudicated; rj == nil || rj.Amendment != "V" || string(rj.State) != tt.want[0].New || string(rj.Reason) != tt.want[0].NewReason {
+				t.Fatalf("readjudicated %+v", a.Readjudicated)
 			}
 			if err := c.Store.Check(); err != nil {
 				t.Fatal(err)
