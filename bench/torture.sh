@@ -8,6 +8,7 @@
 # and a budget ledger never below the GPU time really used. Campaigns are repeated until KILLS kills.
 #
 #   KILLS=500 PATTERNS=25 MAX_SLEEP=1.5 bench/torture.sh
+#   TORTURE_BIN=DIR bench/torture.sh   # DIR holds controller, standin, loadgen and check, built elsewhere
 #
 # A campaign has 2 x PATTERNS very short stand-in runs (a saturation run and
 # the moderate run that needs its result, per pattern) on two fake GPUs.
@@ -68,7 +69,12 @@ IMPOSTORS=${IMPOSTORS:-6} # 1 in IMPOSTORS moments an impostor joins a port
 
 work=$(mktemp -d /tmp/torture.XXXXXX)
 bin=$work/bin
-go build -o "$bin/" ./cmd/controller ./cmd/standin ./cmd/loadgen ./bench/check
+if [ -n "${TORTURE_BIN:-}" ]; then
+	# binaries built elsewhere (a host without Go): controller, standin, loadgen, check
+	mkdir -p "$bin" && cp "$TORTURE_BIN"/{controller,standin,loadgen,check} "$bin/"
+else
+	go build -o "$bin/" ./cmd/controller ./cmd/standin ./cmd/loadgen ./bench/check
+fi
 # the capacity search's manifest: 4 output tokens a request
 manifest=$work/manifest.jsonl
 for ((i = 0; i < 3000; i++)); do
