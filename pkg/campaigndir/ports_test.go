@@ -3,7 +3,6 @@ package campaigndir
 import (
 	"bytes"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -18,17 +17,9 @@ import (
 // port of the servers' range, free on the loopback, distinct from the
 // other slots', and records it in plan.json (resume uses the same).
 func TestCreateRecordsAutoPorts(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "protocols", "testdata", "mini.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = bytes.Replace(b, []byte("cap_gpu_hours: 1.0"), []byte("cap_gpu_hours: 2.0"), 1)
-	b = bytes.Replace(b, []byte("port: 9000"), []byte("port: auto"), 1)
-	b = bytes.Replace(b, []byte("port: 9001"), []byte("port: auto"), 1)
-	proto := filepath.Join(t.TempDir(), "mini.yaml")
-	if err := os.WriteFile(proto, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	proto := miniProtocol(t, func(b []byte) []byte {
+		return bytes.ReplaceAll(bytes.ReplaceAll(b, []byte("port: 9000"), []byte("port: auto")), []byte("port: 9001"), []byte("port: auto"))
+	})
 	dir := filepath.Join(t.TempDir(), "campaign")
 	created, err := Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now())
 	if err != nil {
