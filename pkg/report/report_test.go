@@ -16,6 +16,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
+	"warden/pkg/safefile"
 	"warden/pkg/state"
 	"warden/pkg/views"
 	"warden/protocols"
@@ -299,4 +300,70 @@ func TestZeroCleanInterval(t *testing.T) {
 	if v := firstFigure(map[string]float64{"clean.seconds": 2, "clean.completed_rps": 0}, throughputKeys); v == nil || *v != 0 {
 		t.Errorf("throughput of a 2 s clean interval that completed nothing: %v", v)
 	}
+}
+
+// TestDamagedEvidenceGivesNoFigure: a client/result.json that no longer
+// holds what was recorded of it, or only NUL bytes, is named in its
+// row's damaged_evidence with its path, and no throughput is read from
+// it, even where it still parses; the figures recorded in the database
+// stay, and neither another attempt of the run nor the other run's row
+// names its own damage there.
+func TestDamagedEvidenceGivesNoFigure(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		sealed bool   // its digest recorded before the damage
+		now    string // what the file holds then; "" NUL bytes of its size
+		says   string
+	}{
+		{"NUL-filled, sealed", true, "", "holds 93 bytes (sha256 "},
+		{"NUL-filled, no digest", false, "", "holds only NUL bytes (93)"},
+		{"rewritten, sealed", true, `{"schema":"warden.loadgen.result/1","clean":{"completed_rps":99,"output_tokens_per_s":9}}`, "recorded 93 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, rep, plan := campaign(t)
+			a := &rep.Runs[0].Attempts[0]
+			path := dirlayout.ClientResult(a.Dir)
+			sum, err := safefile.SumFile(path)
+			if err != nil || sum.Size != 93 {
+				t.Fatalf("the result.json before damage: %+v, %v", sum, err)
+			}
+			if c.sealed {
+				a.Evidence = []state.EvidenceFile{{Path: dirlayout.ClientResultRel, Size: sum.Size, SHA256: sum.SHA256}}
+			}
+			now := c.now
+			if now == "" {
+				now = string(make([]byte, sum.Size))
+			}
+			write(t, path, now)
+			// a later failed attempt's damage is that attempt's, not the row's
+			a2 := dirlayout.AttemptDir(dir, "c0.saturation", 2)
+			if err := os.MkdirAll(a2, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(a2, "client.out"), "\x00\x00\x00")
+			rep.Runs[0].Attempts = append(rep.Runs[0].Attempts, state.Attempt{RunID: "c0.saturation", N: 2, State: state.Failed, Dir: a2})
+			d := Build(dir, rep, plan)
+			r := d.Rows[0]
+			if len(r.DamagedEvidence) != 1 || !strings.HasPrefix(r.DamagedEvidence[0], "damaged evidence: "+path+" ") || !strings.Contains(r.DamagedEvidence[0], c.says) {
+				t.Fatalf("damaged_evidence %q, want one naming %s (%q)", r.DamagedEvidence, path, c.says)
+			}
+			if r.ThroughputRPS != nil || r.OutputTokensPerS != nil {
+				t.Fatalf("throughput %v, output tokens %v read from damaged evidence", fval(r.ThroughputRPS), fval(r.OutputTokensPerS))
+			}
+			if r.GPUSeconds == nil || *r.GPUSeconds != 80 || r.EnergyPerRequestJ == nil || *r.EnergyPerRequestJ != 4.5 {
+				t.Fatalf("the recorded figures are gone: gpu_seconds %v, energy %v", fval(r.GPUSeconds), fval(r.EnergyPerRequestJ))
+			}
+			if len(d.Rows[1].DamagedEvidence) != 0 {
+				t.Fatalf("the other run's row names %q", d.Rows[1].DamagedEvidence)
+			}
+		})
+	}
+}
+
+// fval is a figure as text, "none" when there is none.
+func fval(p *float64) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
 }
