@@ -360,6 +360,43 @@ func TestDamagedEvidenceGivesNoFigure(t *testing.T) {
 	}
 }
 
+// TestSelfChecksRows: the report's false-failure table has one row per
+// measure of each validator verdict that measured its own rule's
+// false-failure rate, its rates in percent, a representative run failing
+// more often than not marked; a gate that is not a validator's, or a
+// validator verdict without the figures, gives no row.
+func TestSelfChecksRows(t *testing.T) {
+	dir, rep, plan := campaign(t)
+	if d := Build(dir, rep, plan); len(d.SelfChecks) != 0 { // its validator:layer2 verdict has windows, no self figures
+		t.Fatalf("a campaign whose validators measured no false-failure rate: %+v", d.SelfChecks)
+	}
+	self := map[string]float64{"smd.self.blocks": 1593, "smd.self.window_pass_fraction": 0.26, "smd.self.false_failure_rate": 0.9324, "smd.calibrated.quantile": 0.99}
+	rep.Runs[0].Gates = append(rep.Runs[0].Gates,
+		state.GateVerdict{Gate: "validator:layer2", Run: "c0.saturation", Attempt: 1, Verdict: state.VerdictFail, Figures: self},
+		state.GateVerdict{Gate: "drain", Run: "c0.saturation", Attempt: 1, Verdict: state.VerdictPass, Figures: self})
+	rep.Runs[1].Gates = append(rep.Runs[1].Gates, state.GateVerdict{Gate: "validator:recovery", Run: "c0.moderate", Attempt: 1, Verdict: state.VerdictPass,
+		Figures: map[string]float64{"recovery.self.samples": 213, "recovery.self.unit_pass_fraction": 0.8216, "recovery.self.false_failure_rate": 0.325}})
+	d := Build(dir, rep, plan)
+	want := []reportSelfCheck{
+		{Run: "c0.saturation", Gate: "validator:layer2", Measure: "representativeness", Rule: "calibrated rule, quantile 0.99", Attempt: 1, Samples: 1593,
+			UnitPass: "26.0%", RunFail: "93.2%", High: true},
+		{Run: "c0.moderate", Gate: "validator:recovery", Measure: "recovery", Rule: "literal rule", Attempt: 1, Samples: 213,
+			UnitPass: "82.2%", RunFail: "32.5%"},
+	}
+	if !reflect.DeepEqual(d.SelfChecks, want) {
+		t.Fatalf("self checks:\n got %+v\nwant %+v", d.SelfChecks, want)
+	}
+	var page bytes.Buffer
+	if err := WriteHTML(&page, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`<td class="num bad">93.2%</td>`, `<td class="num">32.5%</td>`} {
+		if !strings.Contains(page.String(), w) {
+			t.Errorf("page lacks %q", w)
+		}
+	}
+}
+
 // fval is a figure as text, "none" when there is none.
 func fval(p *float64) string {
 	if p == nil {
