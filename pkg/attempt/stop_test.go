@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -60,6 +62,8 @@ var stopCases = []phaseCase{
 	forksAHundred(true),
 	stoppedEngine(false),
 	stoppedEngine(true),
+	escapedGrandchild(false),
+	escapedGrandchild(true),
 	{
 		// An engine child that escapes everything the controller can see
 		// (a new session, a cleared environment, no cgroup) keeps its GPU
@@ -298,6 +302,59 @@ func stoppedEngine(cgroups bool) phaseCase {
 			}
 			if v := h.gate("cleanup"); v.Verdict != state.VerdictPass || v.Figures["gpu0_used_mib"] != 0 {
 				h.t.Fatalf("cleanup gate %+v", v)
+			}
+		},
+	}
+}
+
+// escapedGrandchild: the engine leaves a process that holds GPU memory in
+// a session of its own (and, with cgroups, that moves itself out of the
+// attempt's cgroup, as a root daemon can), so no group or cgroup signal
+// reaches it. It still carries the attempt's marker and, its parent gone,
+// was reparented to the controller: cleanup kills it as adopted, and the
+// gate passes.
+func escapedGrandchild(cgroups bool) phaseCase {
+	return phaseCase{
+		name: fmt.Sprintf("a grandchild that escaped its session is killed as adopted (cgroups %v)", cgroups),
+		prep: func(h *harness) {
+			flags := []string{"--setsid-grandchild"}
+			if cgroups {
+				h.withCgroups()
+				if !h.env.Cgroups.Available() {
+					h.t.Skipf("cgroup v2 is not writable here (%s): no cgroup to escape", h.env.Cgroups.Mode())
+				}
+				flags = append(flags, "--escape-cgroup")
+			}
+			h.run.Server.Command = standinServer(flags...)
+			h.t.Cleanup(h.killClaimers) // an escapee the attempt left, should the test fail
+			h.at(state.Measuring, func(record.Report) {
+				srv := h.proc("server")
+				waitUntil(h.t, "the escapee in a session of its own (and out of the server's cgroup), reparented to the test", func() bool {
+					ids, _ := launch.Adopted(nil, "WARDEN_ATTEMPT_DIR="+h.adir)
+					for _, id := range ids {
+						if _, sid, err := id.Group(); err != nil || id.PID == srv.PID || sid == srv.PGID {
+							continue
+						}
+						if !cgroups {
+							return true
+						}
+						procs, err := os.ReadFile(filepath.Join(srv.Cgroup, "cgroup.procs"))
+						return err == nil && !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(id.PID))
+					}
+					return false
+				})
+			})
+		},
+		path: happy,
+		check: func(h *harness) {
+			if got := h.rec.signalsTo("adopted"); got != "SIGKILL/pid" {
+				h.t.Fatalf("signals to adopted processes %q, want one SIGKILL", got)
+			}
+			if v := h.gate("cleanup"); v.Verdict != state.VerdictPass || v.Figures["gpu0_used_mib"] != 0 || v.Figures["live_processes"] != 0 {
+				h.t.Fatalf("cleanup gate %+v", v)
+			}
+			if !strings.Contains(h.log.String(), "killed a descendant that escaped its process group") {
+				h.t.Fatalf("the attempt's log does not say it killed the escapee")
 			}
 		},
 	}

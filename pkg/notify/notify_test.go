@@ -317,3 +317,67 @@ func TestSupervise(t *testing.T) {
 		t.Fatalf("the hook read %q (%v)", b, err)
 	}
 }
+
+// TestAtEndNotifiesWhatNeedsAPerson: at the campaign's end the hook runs
+// when a person is needed (complete; stopped for review, with the stop's
+// reason and detail), and not for an operator's own stop or a campaign
+// that has not ended; what ran is recorded, and nothing else is.
+func TestAtEndNotifiesWhatNeedsAPerson(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		cp     state.Campaign
+		want   string // the event the hook reads; "" none
+		reason string
+	}{
+		{"complete", state.Campaign{State: state.CampaignComplete}, "complete", ""},
+		{"stopped for review", state.Campaign{State: state.CampaignStopped, StopReason: state.StopBudget, StopDetail: "3.9 of 4 GPU-hours"}, "stopped", "budget"},
+		{"operator's stop", state.Campaign{State: state.CampaignStopped, StopReason: state.StopOperator, StopDetail: "by hand"}, "", ""},
+		{"running", state.Campaign{State: state.CampaignRunning}, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := filepath.Join(t.TempDir(), "event.json")
+			n, st, dir := notifier(t, "cat > "+got, 30)
+			c.cp.ID, c.cp.ProtocolName = "c-1", "p"
+			st.cp = c.cp
+			n.AtEnd()
+			b, err := os.ReadFile(got)
+			if c.want == "" {
+				if err == nil || len(st.got) != 0 {
+					t.Fatalf("the hook ran (read %q); recorded %+v; want nothing", b, st.got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the hook read nothing: %v", err)
+			}
+			var ev notify.Event
+			if err := json.Unmarshal(b, &ev); err != nil {
+				t.Fatalf("the event is not JSON: %v\n%s", err, b)
+			}
+			if ev.Schema != notify.Schema || ev.Event != c.want || ev.State != string(c.cp.State) || ev.Campaign != "c-1" || ev.Protocol != "p" ||
+				ev.Dir != dir || ev.Reason != c.reason || ev.Detail != c.cp.StopDetail {
+				t.Fatalf("event %+v, want %s of c-1 (reason %q, detail %q)", ev, c.want, c.reason, c.cp.StopDetail)
+			}
+			if len(st.got) != 1 || st.got[0].Reason != "notify" || !strings.Contains(st.got[0].Message, "notified "+c.want) {
+				t.Fatalf("recorded %+v, want one notify record", st.got)
+			}
+		})
+	}
+}
+
+// TestFailingHookRecordsItsExit: a hook that exits 3 is recorded with
+// that exit code and says so; the campaign is not held by it.
+func TestFailingHookRecordsItsExit(t *testing.T) {
+	t.Parallel()
+	n, st, _ := notifier(t, "exit 3", 30)
+	res := runBounded(t, n, n.EventOf("complete", st.cp), 20*time.Second)
+	if res.Err != nil || res.TimedOut || res.Code != 3 {
+		t.Fatalf("result %+v, want exit 3", res)
+	}
+	if len(st.got) != 1 || st.got[0].Figures["exit_code"] != 3 || st.got[0].Figures["timed_out"] != 0 ||
+		!strings.Contains(st.got[0].Message, "notified complete: the command exited 3 after") {
+		t.Fatalf("recorded %+v", st.got)
+	}
+}

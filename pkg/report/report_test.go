@@ -16,6 +16,7 @@ import (
 	"warden/pkg/api"
 	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
+	"warden/pkg/safefile"
 	"warden/pkg/state"
 	"warden/pkg/views"
 	"warden/protocols"
@@ -299,4 +300,107 @@ func TestZeroCleanInterval(t *testing.T) {
 	if v := firstFigure(map[string]float64{"clean.seconds": 2, "clean.completed_rps": 0}, throughputKeys); v == nil || *v != 0 {
 		t.Errorf("throughput of a 2 s clean interval that completed nothing: %v", v)
 	}
+}
+
+// TestDamagedEvidenceGivesNoFigure: a client/result.json that no longer
+// holds what was recorded of it, or only NUL bytes, is named in its
+// row's damaged_evidence with its path, and no throughput is read from
+// it, even where it still parses; the figures recorded in the database
+// stay, and neither another attempt of the run nor the other run's row
+// names its own damage there.
+func TestDamagedEvidenceGivesNoFigure(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		sealed bool   // its digest recorded before the damage
+		now    string // what the file holds then; "" NUL bytes of its size
+		says   string
+	}{
+		{"NUL-filled, sealed", true, "", "holds 93 bytes (sha256 "},
+		{"NUL-filled, no digest", false, "", "holds only NUL bytes (93)"},
+		{"rewritten, sealed", true, `{"schema":"warden.loadgen.result/1","clean":{"completed_rps":99,"output_tokens_per_s":9}}`, "recorded 93 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, rep, plan := campaign(t)
+			a := &rep.Runs[0].Attempts[0]
+			path := dirlayout.ClientResult(a.Dir)
+			sum, err := safefile.SumFile(path)
+			if err != nil || sum.Size != 93 {
+				t.Fatalf("the result.json before damage: %+v, %v", sum, err)
+			}
+			if c.sealed {
+				a.Evidence = []state.EvidenceFile{{Path: dirlayout.ClientResultRel, Size: sum.Size, SHA256: sum.SHA256}}
+			}
+			now := c.now
+			if now == "" {
+				now = string(make([]byte, sum.Size))
+			}
+			write(t, path, now)
+			// a later failed attempt's damage is that attempt's, not the row's
+			a2 := dirlayout.AttemptDir(dir, "c0.saturation", 2)
+			if err := os.MkdirAll(a2, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(a2, "client.out"), "\x00\x00\x00")
+			rep.Runs[0].Attempts = append(rep.Runs[0].Attempts, state.Attempt{RunID: "c0.saturation", N: 2, State: state.Failed, Dir: a2})
+			d := Build(dir, rep, plan)
+			r := d.Rows[0]
+			if len(r.DamagedEvidence) != 1 || !strings.HasPrefix(r.DamagedEvidence[0], "damaged evidence: "+path+" ") || !strings.Contains(r.DamagedEvidence[0], c.says) {
+				t.Fatalf("damaged_evidence %q, want one naming %s (%q)", r.DamagedEvidence, path, c.says)
+			}
+			if r.ThroughputRPS != nil || r.OutputTokensPerS != nil {
+				t.Fatalf("throughput %v, output tokens %v read from damaged evidence", fval(r.ThroughputRPS), fval(r.OutputTokensPerS))
+			}
+			if r.GPUSeconds == nil || *r.GPUSeconds != 80 || r.EnergyPerRequestJ == nil || *r.EnergyPerRequestJ != 4.5 {
+				t.Fatalf("the recorded figures are gone: gpu_seconds %v, energy %v", fval(r.GPUSeconds), fval(r.EnergyPerRequestJ))
+			}
+			if len(d.Rows[1].DamagedEvidence) != 0 {
+				t.Fatalf("the other run's row names %q", d.Rows[1].DamagedEvidence)
+			}
+		})
+	}
+}
+
+// TestSelfChecksRows: the report's false-failure table has one row per
+// measure of each validator verdict that measured its own rule's
+// false-failure rate, its rates in percent, a representative run failing
+// more often than not marked; a gate that is not a validator's, or a
+// validator verdict without the figures, gives no row.
+func TestSelfChecksRows(t *testing.T) {
+	dir, rep, plan := campaign(t)
+	if d := Build(dir, rep, plan); len(d.SelfChecks) != 0 { // its validator:layer2 verdict has windows, no self figures
+		t.Fatalf("a campaign whose validators measured no false-failure rate: %+v", d.SelfChecks)
+	}
+	self := map[string]float64{"smd.self.blocks": 1593, "smd.self.window_pass_fraction": 0.26, "smd.self.false_failure_rate": 0.9324, "smd.calibrated.quantile": 0.99}
+	rep.Runs[0].Gates = append(rep.Runs[0].Gates,
+		state.GateVerdict{Gate: "validator:layer2", Run: "c0.saturation", Attempt: 1, Verdict: state.VerdictFail, Figures: self},
+		state.GateVerdict{Gate: "drain", Run: "c0.saturation", Attempt: 1, Verdict: state.VerdictPass, Figures: self})
+	rep.Runs[1].Gates = append(rep.Runs[1].Gates, state.GateVerdict{Gate: "validator:recovery", Run: "c0.moderate", Attempt: 1, Verdict: state.VerdictPass,
+		Figures: map[string]float64{"recovery.self.samples": 213, "recovery.self.unit_pass_fraction": 0.8216, "recovery.self.false_failure_rate": 0.325}})
+	d := Build(dir, rep, plan)
+	want := []reportSelfCheck{
+		{Run: "c0.saturation", Gate: "validator:layer2", Measure: "representativeness", Rule: "calibrated rule, quantile 0.99", Attempt: 1, Samples: 1593,
+			UnitPass: "26.0%", RunFail: "93.2%", High: true},
+		{Run: "c0.moderate", Gate: "validator:recovery", Measure: "recovery", Rule: "literal rule", Attempt: 1, Samples: 213,
+			UnitPass: "82.2%", RunFail: "32.5%"},
+	}
+	if !reflect.DeepEqual(d.SelfChecks, want) {
+		t.Fatalf("self checks:\n got %+v\nwant %+v", d.SelfChecks, want)
+	}
+	var page bytes.Buffer
+	if err := WriteHTML(&page, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`<td class="num bad">93.2%</td>`, `<td class="num">32.5%</td>`} {
+		if !strings.Contains(page.String(), w) {
+			t.Errorf("page lacks %q", w)
+		}
+	}
+}
+
+// fval is a figure as text, "none" when there is none.
+func fval(p *float64) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
 }

@@ -141,6 +141,41 @@ func TestPrintRun(t *testing.T) {
 	}
 }
 
+// TestPrintRunNamesDamagedEvidence: each damaged evidence file is named,
+// with its path, under its own attempt's head, before its transitions;
+// another attempt of the run has no such line.
+func TestPrintRunNamesDamagedEvidence(t *testing.T) {
+	result := "/c/runs/c0.saturation/a2/client/result.json"
+	damage := []api.EvidenceDamage{{Attempt: 2, Error: "damaged evidence: " + result + " holds only NUL bytes (93)"}}
+	d := api.RunDetail{GPUBackend: "fake", FakeGPUs: true, Run: state.Run{ID: "c0.saturation", Kind: "saturation", Phase: "matrix", Cell: "c0", Load: "sat"}, State: "complete",
+		Attempts: []state.Attempt{
+			{RunID: "c0.saturation", N: 1, State: state.Failed, Reason: state.ReasonClientFailed, Dir: "/c/runs/c0.saturation/a1", Slot: "gpu0", GPUIDs: []int{0}},
+			{RunID: "c0.saturation", N: 2, State: state.Complete, Dir: "/c/runs/c0.saturation/a2", Slot: "gpu0", GPUIDs: []int{0}},
+		},
+		Events:          []state.Event{{Run: "c0.saturation", Attempt: 1, Wall: at(1), To: "reserved"}, {Run: "c0.saturation", Attempt: 2, Wall: at(2), To: "reserved"}},
+		DamagedEvidence: &damage}
+	var b bytes.Buffer
+	PrintRun(&b, d)
+	want := "run c0.saturation (saturation, phase matrix, cell c0, load sat): complete\n" +
+		"gpus FAKE (file-backed GPUs: no figure of this campaign is a GPU's)\n" +
+		"\n" +
+		"attempt 1: failed (client-failed)\n" +
+		"  dir   /c/runs/c0.saturation/a1\n" +
+		"  slot  gpu0, GPUs 0, CPUs -, port -\n" +
+		"  TIME          FROM  TO        REASON  MESSAGE\n" +
+		"  12:00:01.000  -     reserved  -       \n" +
+		"\n" +
+		"attempt 2: complete\n" +
+		"  dir   /c/runs/c0.saturation/a2\n" +
+		"  slot  gpu0, GPUs 0, CPUs -, port -\n" +
+		"  DAMAGED EVIDENCE: damaged evidence: " + result + " holds only NUL bytes (93)\n" +
+		"  TIME          FROM  TO        REASON  MESSAGE\n" +
+		"  12:00:02.000  -     reserved  -       \n"
+	if b.String() != want {
+		t.Fatalf("show:\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
 // TestStderrGuard: a tail is read only from under the campaign's runs/,
 // never from a link, never under a private input's directory, and not
 // shown when it holds private text; without a provenance record none is.
