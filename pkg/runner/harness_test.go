@@ -154,7 +154,8 @@ type campaign struct {
 	store    *state.Store
 	gpuDir   string
 	gpus     *fakegpu.Backend
-	logPath  string // the runners' log
+	logPath  string           // the runners' log
+	now      func() time.Time // the runners' clock; nil: time.Now
 }
 
 // newCampaign writes p and creates its campaign as createCampaign in
@@ -232,7 +233,7 @@ func (c *campaign) newRunner() *runner.Runner {
 		Launcher: &launch.Launcher{Reaper: testReaper},
 		Log:      zerolog.New(logf).With().Timestamp().Logger(),
 		UID:      os.Getuid(), Workdir: filepath.Dir(c.protocol), ProtocolPath: c.protocol,
-		FakeGPUDir: c.gpuDir,
+		FakeGPUDir: c.gpuDir, Now: c.now,
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -283,14 +284,22 @@ func (c *campaign) start(rn *runner.Runner) *running {
 // test's cleanup waits for it) and fails the test.
 func (r *running) wait(t *testing.T) {
 	t.Helper()
+	if err := r.end(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// end waits for Run to return and returns its error. Past runWait it
+// stops the runner (the test's cleanup waits for it) and fails the test.
+func (r *running) end(t *testing.T) error {
+	t.Helper()
 	select {
 	case <-r.finished:
-		if r.err != nil {
-			t.Fatalf("Run: %v", r.err)
-		}
+		return r.err
 	case <-time.After(runWait):
 		r.rn.Stop()
 		t.Fatalf("Run did not return within %v; stopped it", runWait)
+		return nil
 	}
 }
 

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -150,5 +151,64 @@ func TestEnvironmentWriteFailsTheAttempt(t *testing.T) {
 	}
 	if !strings.Contains(last, "environment.json") {
 		t.Errorf("attempt failed %q; want the environment.json write named", last)
+	}
+}
+
+// TestStorageFaultStopsOrEndsTheWork: a write to the campaign directory
+// that fails while p1 and p2 run. Read-only (EROFS) and an I/O error
+// (EIO) end the work: p2, which would run on, is interrupted, nothing more
+// is launched and Run returns the directory's "cannot be written" error.
+// No space (ENOSPC, EDQUOT) stops the campaign for review: p2 finishes and
+// Run returns no error. Another error is not the storage's: the campaign
+// completes.
+func TestStorageFaultStopsOrEndsTheWork(t *testing.T) {
+	t.Parallel()
+	afterP1 := step{AfterEnd: "p1.saturation"}
+	for _, tc := range []struct {
+		err   syscall.Errno
+		ends  bool   // the work is ended and Run fails
+		cause string // in the stop's detail; "": no stop
+	}{
+		{syscall.EROFS, true, "read-only file system, EROFS"},
+		{syscall.EIO, true, "I/O error, EIO"},
+		{syscall.ENOSPC, false, "ran out of space"},
+		{syscall.EDQUOT, false, "ran out of space"},
+		{syscall.EACCES, false, ""},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			t.Parallel()
+			c := newLoopCampaign(t, "matrix.yaml", nil)
+			fault := &fs.PathError{Op: "write", Path: filepath.Join(c.dir, "runs", "p1.saturation", "a1", "client.out"), Err: tc.err}
+			c.x.steps["p1.saturation"] = []step{{Do: func() { c.rn.StopIfStorageFault(fault) }}}
+			c.x.steps["p2.saturation"] = []step{afterP1}
+			if tc.ends {
+				c.x.steps["p2.saturation"] = []step{{Hold: true}}
+			}
+			err := c.start(c.rn).end(t)
+			if got := err != nil && strings.Contains(err.Error(), "the campaign directory "+c.dir+" cannot be written"); got != tc.ends {
+				t.Fatalf("Run returned %v; want the directory's error: %v", err, tc.ends)
+			}
+			want := int64(1)
+			if tc.cause == "" {
+				want = 0
+			}
+			if n, _ := c.rn.DiskFullCount(); n != want {
+				t.Errorf("storage faults counted %d, want %d", n, want)
+			}
+			if tc.cause == "" {
+				c.wantComplete()
+				c.wantCalls("p1.saturation/a1", "p2.saturation/a1", "p3.saturation/a1", "p4.saturation/a1")
+				return
+			}
+			c.stoppedAt(state.StopHarnessError, c.dir, tc.cause)
+			p2 := ok
+			if tc.ends {
+				p2 = state.Attempt{State: state.Interrupted, Reason: state.ReasonInterrupted}
+			}
+			c.wantAttempts("p2.saturation", p2)
+			c.wantCalls("p1.saturation/a1", "p2.saturation/a1")
+			c.wantLedgerSettled()
+			c.wantClean()
+		})
 	}
 }

@@ -124,6 +124,28 @@ func TestInputChangedBeforeAWave(t *testing.T) {
 	c.wantClean()
 }
 
+// TestProtocolRemovedIsNotAnInputChange: the protocol file is recorded
+// with the inputs, but the campaign runs from its plan, so the check
+// before a wave leaves it out (resume checks it): the file removed while
+// the first wave runs stops nothing, the second wave launches and the
+// campaign completes.
+func TestProtocolRemovedIsNotAnInputChange(t *testing.T) {
+	t.Parallel()
+	c := newLoopCampaign(t, "matrix.yaml", nil)
+	remove := func() {
+		if err := os.Remove(c.protocol); err != nil {
+			t.Error(err)
+		}
+	}
+	c.x.steps["p1.saturation"] = []step{{Do: remove}}
+	c.x.steps["p2.saturation"] = []step{{AfterEnd: "p1.saturation"}}
+	c.run()
+	c.wantComplete()
+	c.wantCalls("p1.saturation/a1", "p2.saturation/a1", "p3.saturation/a1", "p4.saturation/a1")
+	c.wantLedgerSettled()
+	c.wantClean()
+}
+
 // TestDiskStopsBeforeAWave (stop condition 9): before every wave the
 // loop applies the protocol's disk limits and records the disk gate's
 // verdict: too little free space stops the campaign before anything

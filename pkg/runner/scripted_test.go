@@ -80,6 +80,7 @@ type call struct {
 	Wave       int     // the wave whose reservation holds the run: 1, 2, ... in ledger order
 	Rate       float64 // a capacity point's rate
 	Background bool
+	PlanSHA    string // the protocol sha256 of the plan the attempt was given
 }
 
 // scripted is the executor. Its methods are safe for concurrent use.
@@ -142,7 +143,7 @@ func isClosed(ch <-chan struct{}) bool {
 // take records the call and returns its step.
 func (x *scripted) take(s attempt.Spec) (call, step) {
 	cl := call{Run: s.Run.ID, N: s.N, Slots: protocols.SlotNames(s.Slots), Regime: s.Options.Regime, Wave: x.wave(s.Run.ID),
-		Background: s.Options.Measuring != nil}
+		Background: s.Options.Measuring != nil, PlanSHA: s.Plan.Protocol.SHA256}
 	if s.Run.Capacity != nil {
 		cl.Rate = s.Run.Capacity.Rate
 	}
@@ -314,6 +315,19 @@ func (x *scripted) Colocation(_ context.Context, unit int, slots []protocols.Slo
 		return nil, err
 	}
 	return func() { x.note(fmt.Sprintf("release %d", unit)) }, nil
+}
+
+// await waits until ev happened; it fails the test when Run returns
+// first or after runWait.
+func (x *scripted) await(t *testing.T, r *running, ev string) {
+	t.Helper()
+	select {
+	case <-x.happened(ev):
+	case <-r.finished:
+		t.Fatalf("Run returned (%v) before %s", r.err, ev)
+	case <-time.After(runWait):
+		t.Fatalf("no %s within %v", ev, runWait)
+	}
 }
 
 // asked is a copy of the calls so far.
