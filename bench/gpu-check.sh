@@ -14,6 +14,9 @@
 #   bench/gpu-check.sh broken   on the GPU machine: a broken variant of it (a 1 s
 #                               window budget for ten 400 ms steps, so no
 #                               window completes) that profile-windows must fail
+#   bench/gpu-check.sh energy   on the GPU machine: pattern F4 of it (2 runs), the
+#                               second on a card the first left warm: the idle
+#                               settle's reading and the energy check
 #   bench/gpu-check.sh power    on the GPU machine: protocols/gpu-power.yaml
 #                               (varying patterns, unpadded steps): the power
 #                               check's prediction from the burn-in, the
@@ -118,7 +121,10 @@ import os, sys, yaml
 dst, name, broken = sys.argv[1], sys.argv[2], sys.argv[3]
 p = yaml.safe_load(open("protocols/gpu-phase3.yaml"))
 p["name"], p["workdir"] = name, os.getcwd()
-if broken:
+if broken == "energy":
+    p["title"] = "gpu-phase3, pattern F4 only: the idle settle and the energy check of two runs back to back"
+    p["phases"][0]["matrix"]["pattern"] = ["F4"]
+elif broken:
     p["title"] = "gpu-phase3 with a 1 s window budget: the 2+8 window (ten 400 ms steps) cannot complete in it"
     p["phases"][0]["matrix"]["pattern"] = ["F2"]
     p["phases"][0]["loads"] = ["saturation"]
@@ -225,6 +231,17 @@ broken() {
   [ -f $w/manifests/F2.jsonl ] || manifests
   variant $w/broken.yaml gpu-phase3-broken broken
   campaign $w/broken.yaml $w/runs/broken broken
+}
+
+# energy: pattern F4 of the phase-3 protocol, its saturation run then its
+# moderate run on the card the first left warm: each idle power read
+# after the settle, each energy per request, and the sanity verdict on it.
+energy() {
+  local w=/tmp/warden-gpu-phase3
+  rm -rf $w/runs/energy; mkdir -p $w/runs
+  [ -f $w/manifests/F4.jsonl ] || manifests
+  variant $w/energy.yaml gpu-phase3-energy energy
+  campaign $w/energy.yaml $w/runs/energy energy
 }
 
 power() {
@@ -338,7 +355,7 @@ PY
 [ $# -gt 0 ] || set -- phase3
 for mode in "$@"; do
   case $mode in
-    build|engine|phase3|broken|power|smoke) $mode || { echo "$mode failed"; exit 1; } ;;
-    *) echo "usage: $0 build|engine|phase3|broken|power|smoke ..." >&2; exit 2 ;;
+    build|engine|phase3|broken|energy|power|smoke) $mode || { echo "$mode failed"; exit 1; } ;;
+    *) echo "usage: $0 build|engine|phase3|broken|energy|power|smoke ..." >&2; exit 2 ;;
   esac
 done

@@ -137,9 +137,9 @@ func TestOmniABQualityGates(t *testing.T) {
 			}
 		}
 		// §6's clock and load check on every run
-		want := map[string]string{"cold": "clock-load quality-asr quality-tts"}
+		want := map[string]string{"cold": "clock-load sanity quality-asr quality-tts"}
 		for _, l := range []string{"closed", "open", "capacity", "stress-slow", "stress-pause", "stress-burst", "stress-cancel"} {
-			want[l] = "waveform clock-load quality-asr quality-tts"
+			want[l] = "waveform clock-load sanity quality-asr quality-tts"
 		}
 		for _, r := range p.Runs {
 			var names []string

@@ -534,3 +534,28 @@ func TestClockLoadOnEveryRun(t *testing.T) {
 		}
 	}
 }
+
+// Seed 000 §9's energy per request needs the idle baseline read where it
+// means idle, and a negative one is seed 002's sanity red flag: every
+// shipped protocol for real GPUs settles before its idle read, and every
+// measured run's sanity validator reads the run's energy.json.
+func TestEnergyJudgedOnEveryMeasuredRun(t *testing.T) {
+	for _, file := range []string{"opprof-phase3.yaml", "opprof-phase3.A-P3-8.yaml", "opprof-phase3.A-P3-9.yaml",
+		"omni-ab.yaml", "omni-ab-slurm.yaml", "gpu-phase3.yaml"} {
+		p := planFile(t, file)
+		if p.IdleSettleS <= 0 {
+			t.Errorf("%s: idle_settle_s %v: the idle power would be read straight after the previous run", file, p.IdleSettleS)
+		}
+		for i := range p.Runs {
+			r := &p.Runs[i]
+			if !r.Measured || r.Kind == "background" {
+				continue
+			}
+			if !slices.ContainsFunc(r.Validators, func(v ValidatorSpec) bool {
+				return v.Name == "sanity" && slices.Contains(v.Command.Argv, "${ATTEMPT_DIR}/energy.json")
+			}) {
+				t.Errorf("%s: measured run %s (%s) has no sanity validator reading its energy.json", file, r.ID, r.Kind)
+			}
+		}
+	}
+}
