@@ -193,7 +193,9 @@ func TestQualityPlanShowsValidators(t *testing.T) {
 				t.Fatalf("plan %s: load %s does not list the quality validators:\n%s", file, load, out)
 			}
 		}
-		if !regexp.MustCompile(`(?m)^closed .*waveform, quality-asr`).MatchString(out) || regexp.MustCompile(`(?m)^cold .*waveform`).MatchString(out) {
+		// every load has the clock and load check and the energy's sanity (§6, §9)
+		if !regexp.MustCompile(`(?m)^closed .*waveform, clock-load, sanity, quality-asr`).MatchString(out) ||
+			!regexp.MustCompile(`(?m)^cold .*clock-load, sanity, quality-asr`).MatchString(out) || regexp.MustCompile(`(?m)^cold .*waveform`).MatchString(out) {
 			t.Fatalf("plan %s: the waveform validator is not on the loadgen loads alone:\n%s", file, out)
 		}
 	}
