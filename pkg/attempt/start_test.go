@@ -272,16 +272,7 @@ var startCases = []phaseCase{
 		prep: func(h *harness) {
 			h.run.Server.Command = standinServer("--listen-after", filepath.Join(h.t.TempDir(), "never"))
 			h.run.Server.ReadyTimeoutS = 60
-			h.at(state.Starting, func(record.Report) {
-				ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(h.port))
-				if err != nil {
-					h.t.Errorf("take the attempt's port: %v", err)
-					return
-				}
-				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })}
-				go srv.Serve(ln)
-				h.t.Cleanup(func() { srv.Close() })
-			})
+			h.at(state.Starting, func(record.Report) { h.takePort() })
 		},
 		path:  startFailed("harness-error"),
 		gates: "preflight:pass cpu-local:pass port:pass listener:fail cleanup:pass gpu-processes:pass",
@@ -291,6 +282,47 @@ var startCases = []phaseCase{
 				h.t.Fatalf("listener gate %+v, want a fail naming pid %d", v, os.Getpid())
 			}
 			h.wantDetail("impostor")
+		},
+	},
+	{
+		// SGLang-Omni moves to another port when its port is busy, unless
+		// SGLANG_OMNI_STRICT_PORT=1, which the sglang-omni kind sets
+		// (docs/servers.md): the port taken between the port gate and the
+		// server's bind, the strict server exits and the run fails
+		// server-exit, naming the port, instead of a server serving
+		// elsewhere while another process answers on its port.
+		name: "strict port taken after the port gate",
+		prep: func(h *harness) {
+			h.run.Server.Command = standinServer("--port-fallback", "--gpu-mem-mib", "0")
+			h.run.Server.Env = map[string]string{"SGLANG_OMNI_STRICT_PORT": "1"}
+			// a holder that answers nothing: the exit, not the listener
+			// gate, is what ends the attempt
+			h.at(state.Starting, func(record.Report) { h.holdPort() })
+		},
+		path: startFailed("server-exit"),
+		check: func(h *harness) {
+			h.wantDetail("server exited before it was ready (exit code 1)")
+			b, _ := os.ReadFile(filepath.Join(h.adir, "server.err"))
+			if out := string(b); !strings.Contains(out, "SGLANG_OMNI_STRICT_PORT=1 forbids falling back") {
+				h.t.Fatalf("server output %q, want the strict port's refusal", out)
+			}
+		},
+	},
+	{
+		// without the strict port the server serves elsewhere and the
+		// process on its port answers the probe: the listener gate is then
+		// the only guard, and it holds
+		name: "port taken after the port gate, the server moved",
+		prep: func(h *harness) {
+			h.run.Server.Command = standinServer("--port-fallback")
+			h.at(state.Starting, func(record.Report) { h.takePort() })
+		},
+		path:  startFailed("harness-error"),
+		gates: "preflight:pass cpu-local:pass port:pass listener:fail cleanup:pass gpu-processes:pass",
+		check: func(h *harness) {
+			if v := h.gate("listener"); !strings.Contains(v.Detail, "impostor") || v.Figures["impostor_pid"] != float64(os.Getpid()) {
+				h.t.Fatalf("listener gate %+v, want a fail naming pid %d", v, os.Getpid())
+			}
 		},
 	},
 	{
@@ -377,4 +409,29 @@ var maxNumSeqs64 = protocols.ExpectSpec{Name: "max_num_seqs", Path: "vllm_config
 func TestStart(t *testing.T) {
 	t.Parallel()
 	runCases(t, startCases)
+}
+
+// takePort listens on the attempt's port from the test's process and
+// answers every request 200, until the test ends: another process that
+// took the port after the port gate.
+func (h *harness) takePort() {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(h.port))
+	if err != nil {
+		h.t.Errorf("take the attempt's port: %v", err)
+		return
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })}
+	go srv.Serve(ln)
+	h.t.Cleanup(func() { srv.Close() })
+}
+
+// holdPort listens on the attempt's port from the test's process and
+// answers nothing (connections wait in its backlog), until the test ends.
+func (h *harness) holdPort() {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(h.port))
+	if err != nil {
+		h.t.Errorf("take the attempt's port: %v", err)
+		return
+	}
+	h.t.Cleanup(func() { ln.Close() })
 }
