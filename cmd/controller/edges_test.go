@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
+	"warden/internal/testutil/testtmpfs"
 	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
@@ -22,38 +23,13 @@ import (
 // Bad input at the edges: a full disk, an unwritable directory, inputs
 // deleted or changed under a running campaign, two resumes at once.
 
-// mountTmpfs mounts a tmpfs of the given size (e.g. "16m") in a new
-// directory and unmounts it at cleanup; it skips the test where that
-// cannot be done.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	// registered before the callers' newCampaign, so it runs after the
-	// campaign's processes are killed; lazily, as they may not be reaped yet
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
 // runOnTmpfs runs a campaign of patterns runs in the foreground, its
-// directory on a new tmpfs (mountTmpfs with size), each saturation client
+// directory on a new tmpfs (testtmpfs.Mount with size), each saturation client
 // running the shell command fill before it measures; it returns the
 // campaign and the tmpfs.
 func runOnTmpfs(t *testing.T, size string, patterns int, fill string) (*campaign, string) {
 	t.Helper()
-	fs := mountTmpfs(t, size)
+	fs := testtmpfs.Mount(t, size)
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")
 	proto := editProtocol(t, writeProtocol(t, scenario{patterns: patterns}), defaultClient,

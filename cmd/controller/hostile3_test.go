@@ -64,11 +64,7 @@ func TestResumeRefusesDamagedDatabase(t *testing.T) {
 		want   string
 	}{
 		{"page header bit", func(t *testing.T) {
-			pages, err := boltfault.TreePages(path)
-			if err != nil || len(pages) == 0 {
-				t.Fatalf("tree pages: %v %v", pages, err)
-			}
-			if err := boltfault.FlipBit(path, pages[0].Offset+boltfault.FieldFlags, 0); err != nil {
+			if err := boltfault.FlipHeaderBit(path, 0, boltfault.FieldFlags); err != nil {
 				t.Fatal(err)
 			}
 		}, "neither branch nor leaf"},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
+	"warden/internal/testutil/testtmpfs"
 	"warden/pkg/api"
 	"warden/pkg/campaigndir"
 	"warden/pkg/dirlayout"
@@ -63,7 +64,7 @@ func (c *campaign) statusJSON() api.Status {
 // ran (crashcheck.Final).
 func TestFullDiskWhileMeasuringChargesWhatRan(t *testing.T) {
 	t.Parallel()
-	fs := mountTmpfs(t, "64m")
+	fs := testtmpfs.Mount(t, "64m")
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")
 	c.start(writeProtocol(t, scenario{patterns: 1, measureS: "2"}), "--fake-gpus", filepath.Join(t.TempDir(), "gpus"))
@@ -213,7 +214,7 @@ type loopExt4 struct {
 // where that cannot be done here.
 func newLoopExt4(t *testing.T, tmpfsSize, imgSize string, mkfsArgs ...string) *loopExt4 {
 	t.Helper()
-	fs := &loopExt4{backing: mountTmpfs(t, tmpfsSize), mnt: filepath.Join(t.TempDir(), "mnt")}
+	fs := &loopExt4{backing: testtmpfs.Mount(t, tmpfsSize), mnt: filepath.Join(t.TempDir(), "mnt")}
 	fs.img = filepath.Join(fs.backing, "fs.img")
 	_, e1 := fs.run("truncate", "-s", imgSize, fs.img)
 	_, e2 := fs.run("mkfs.ext4", append(append([]string{"-q", "-F"}, mkfsArgs...), fs.img)...)

@@ -3,32 +3,19 @@ package main
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"warden/internal/testutil/testtmpfs"
 )
 
 // TestStorageFaultFull: a campaign directory whose file system has no
 // space left is named full, with the bytes free, so that a dead
 // controller's hint says to free space; with room on it, nothing is said.
 func TestStorageFaultFull(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
+	dir := testtmpfs.Mount(t, "2m")
 	if got := storageFault(dir); got != "" {
 		t.Fatalf("an empty 2 MiB file system: %q, want nothing said", got)
 	}

@@ -96,3 +96,20 @@ func FlipBit(path string, off int64, bit uint) error {
 	}
 	return f.Close()
 }
+
+// FlipHeaderBit flips bit 0 of field in the header of tree page i of the
+// database at path (TreePages' order; a negative i counts from the end,
+// -1 the last page).
+func FlipHeaderBit(path string, i int, field int64) error {
+	pages, err := TreePages(path)
+	if err != nil {
+		return err
+	}
+	if i < 0 {
+		i += len(pages)
+	}
+	if i < 0 || i >= len(pages) {
+		return fmt.Errorf("%s: no tree page %d of %d", path, i, len(pages))
+	}
+	return FlipBit(path, pages[i].Offset+field, 0)
+}

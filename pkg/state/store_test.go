@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"warden/internal/testutil/testtmpfs"
 	"warden/pkg/state"
 )
 
@@ -459,21 +459,7 @@ func TestCheckDetectsCorruption(t *testing.T) {
 // A commit the file system refuses names the database file in its error,
 // beside the operation; an operation the store refuses does not blame it.
 func TestCommitErrorNamesTheDatabase(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
+	dir := testtmpfs.Mount(t, "4m")
 	path := filepath.Join(dir, "state.db")
 	s, err := state.Open(path, state.Options{})
 	if err != nil {
