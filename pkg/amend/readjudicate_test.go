@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/internal/testutil/testreaper"
 	"warden/pkg/atomicfile"
 	"warden/pkg/dirlayout"
@@ -22,28 +23,6 @@ var testReaper *launch.Reaper
 
 func TestMain(m *testing.M) {
 	os.Exit(testreaper.Run(m, &testReaper))
-}
-
-// miniProtocol is protocols/testdata/mini.yaml with each old of the
-// old, new pairs replaced by its new, written to a file of its own.
-func miniProtocol(t *testing.T, edits ...string) string {
-	t.Helper()
-	b, err := os.ReadFile("../../protocols/testdata/mini.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := string(b)
-	for i := 0; i+1 < len(edits); i += 2 {
-		if !strings.Contains(y, edits[i]) {
-			t.Fatalf("test bug: %q not in the protocol", edits[i])
-		}
-		y = strings.Replace(y, edits[i], edits[i+1], 1)
-	}
-	p := filepath.Join(t.TempDir(), "mini.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // miniCampaign is a campaign of protocol, its plan written and its runs
@@ -114,7 +93,7 @@ func attempt1(t *testing.T, s *state.Store, run string) state.Attempt {
 // naming the runs, and records nothing, unless it re-adjudicates them; a
 // run with only a failed attempt has no result and may be changed.
 func TestAmendRefusesChangingDoneRuns(t *testing.T) {
-	longer := miniProtocol(t, "drain_allowance_s: 10", "drain_allowance_s: 15")
+	longer := testcampaign.Mini(t, "drain_allowance_s: 10", "drain_allowance_s: 15")
 	for _, tt := range []struct {
 		name         string
 		ended        state.AttemptState // A.sat's attempt; "" for none
@@ -130,7 +109,7 @@ func TestAmendRefusesChangingDoneRuns(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var saved string
-			c := miniCampaign(t, miniProtocol(t), &saved)
+			c := miniCampaign(t, testcampaign.Mini(t), &saved)
 			if tt.ended != "" {
 				ended(t, c, "A.sat", tt.ended, tt.reason, nil)
 			}
@@ -176,7 +155,7 @@ func TestAmendRefusesChangingDoneRuns(t *testing.T) {
 // over the allowance, or a second re-adjudication, changes nothing and
 // records nothing.
 func TestReadjudicateDrainUnderAmendedAllowance(t *testing.T) {
-	plan, err := protocols.PlanFile(miniProtocol(t, "drain_allowance_s: 10", "drain_allowance_s: 15"), protocols.Options{})
+	plan, err := protocols.PlanFile(testcampaign.Mini(t, "drain_allowance_s: 10", "drain_allowance_s: 15"), protocols.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +170,7 @@ func TestReadjudicateDrainUnderAmendedAllowance(t *testing.T) {
 		{name: "still over it", drainS: 17},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := miniCampaign(t, miniProtocol(t), nil)
+			c := miniCampaign(t, testcampaign.Mini(t), nil)
 			ended(t, c, "A.sat", state.Quarantined, state.ReasonDrainQuarantine, map[string]float64{"drain_s": tt.drainS})
 			// no launcher: no validator is run
 			got, err := Readjudicate(c, plan, "A-1", nil, nil, t.TempDir())
@@ -259,11 +238,11 @@ func TestReadjudicateRerunsValidators(t *testing.T) {
 		{name: "no launcher", shell: `echo checked`, noLaunch: true, run: state.RunFailed},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			plan, err := protocols.PlanFile(miniProtocol(t, "phases:", "validators:\n  - name: check\n    command:\n      shell: |-\n        "+tt.shell+"\nphases:"), protocols.Options{})
+			plan, err := protocols.PlanFile(testcampaign.Mini(t, "phases:", "validators:\n  - name: check\n    command:\n      shell: |-\n        "+tt.shell+"\nphases:"), protocols.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := miniCampaign(t, miniProtocol(t), nil)
+			c := miniCampaign(t, testcampaign.Mini(t), nil)
 			adir := dirlayout.AttemptDir(c.Dir, "A.sat", 1)
 			if err := os.MkdirAll(adir, 0o755); err != nil {
 				t.Fatal(err)

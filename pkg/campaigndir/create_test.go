@@ -25,7 +25,7 @@ func TestCreateRefusesAnotherProtocolsCampaign(t *testing.T) {
 		"another content": {"expected_s: 10", "expected_s: 11"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			other := miniProtocol(t, func(b []byte) []byte { return bytes.Replace(b, []byte(edit[0]), []byte(edit[1]), 1) })
+			other := miniProtocol(t, edit[0], edit[1])
 			if p, err := protocols.PlanFile(other, protocols.Options{}); err != nil || p.Protocol.SHA256 == cp.ProtocolSHA256 {
 				t.Fatalf("the edited protocol: %v; want another sha256", err)
 			}
@@ -47,7 +47,7 @@ func TestCreateRefusesAnotherProtocolsCampaign(t *testing.T) {
 // dangling link) removes the directories it created, parents too, and
 // leaves a directory that existed empty existing and empty.
 func TestFailedCreateRemovesWhatItMade(t *testing.T) {
-	proto := miniProtocol(t, nil)
+	proto := miniProtocol(t)
 	for _, existed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "new", true: "existed"}[existed], func(t *testing.T) {
 			root := t.TempDir()

@@ -10,39 +10,27 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/dirlayout"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
 
-// miniProtocol writes the mini protocol, changed by edit (when not nil),
-// to a directory of its own so that the test may change it, and returns
-// its path.
-func miniProtocol(t *testing.T, edit func([]byte) []byte) string {
+// miniProtocol writes the mini protocol (testcampaign.Mini), with its cap
+// raised and then edits' old, new pairs replaced, and returns its path.
+func miniProtocol(t *testing.T, edits ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "protocols", "testdata", "mini.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// its two runs launch at once and reserve 0.622 GPU-hours each at
 	// their bounds: a cap of 1.0 would refuse the first wave, and start
 	// with it
-	b = bytes.Replace(b, []byte("cap_gpu_hours: 1.0"), []byte("cap_gpu_hours: 2.0"), 1)
-	if edit != nil {
-		b = edit(b)
-	}
-	proto := filepath.Join(t.TempDir(), "mini.yaml")
-	if err := os.WriteFile(proto, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return proto
+	return testcampaign.Mini(t, append([]string{"cap_gpu_hours: 1.0", "cap_gpu_hours: 2.0"}, edits...)...)
 }
 
 // created makes a campaign of the mini protocol (miniProtocol); it
 // returns the campaign directory and the protocol's path.
 func created(t *testing.T) (string, string) {
 	t.Helper()
-	proto := miniProtocol(t, nil)
+	proto := miniProtocol(t)
 	dir := filepath.Join(t.TempDir(), "campaign")
 	if _, err := Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now()); err != nil {
 		t.Fatal(err)

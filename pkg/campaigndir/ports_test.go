@@ -1,7 +1,6 @@
 package campaigndir
 
 import (
-	"bytes"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -17,9 +16,7 @@ import (
 // port of the servers' range, free on the loopback, distinct from the
 // other slots', and records it in plan.json (resume uses the same).
 func TestCreateRecordsAutoPorts(t *testing.T) {
-	proto := miniProtocol(t, func(b []byte) []byte {
-		return bytes.ReplaceAll(bytes.ReplaceAll(b, []byte("port: 9000"), []byte("port: auto")), []byte("port: 9001"), []byte("port: auto"))
-	})
+	proto := miniProtocol(t, "port: 9000", "port: auto", "port: 9001", "port: auto")
 	dir := filepath.Join(t.TempDir(), "campaign")
 	created, err := Create(proto, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now())
 	if err != nil {
