@@ -12,12 +12,11 @@ import (
 	"warden/protocols"
 )
 
-// capacityDir is a campaign of protocols/testdata/capacity.yaml, its plan
-// written, with the runs of ran given an attempt each; it returns the
-// directory and its store (closed at the end).
-func capacityDir(t *testing.T, ran ...string) (Campaign, *state.Store) {
+// planCampaign is a campaign of protocol, its plan written and its runs in
+// its store (closed at the end), without attempts.
+func planCampaign(t *testing.T, protocol string) Campaign {
 	t.Helper()
-	plan, err := protocols.PlanFile("../../protocols/testdata/capacity.yaml", protocols.Options{})
+	plan, err := protocols.PlanFile(protocol, protocols.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,15 +33,24 @@ func capacityDir(t *testing.T, ran ...string) (Campaign, *state.Store) {
 	for i, r := range plan.Runs {
 		runs = append(runs, state.Run{ID: r.ID, Order: i})
 	}
-	if err := s.CreateCampaign(state.Campaign{ID: "c1", ProtocolSHA256: plan.Protocol.SHA256}, runs); err != nil {
+	if err := s.CreateCampaign(state.Campaign{ID: "c1", Dir: dir, ProtocolSHA256: plan.Protocol.SHA256, ProtocolPath: protocol}, runs); err != nil {
 		t.Fatal(err)
 	}
+	return Campaign{Dir: dir, Workdir: dir, Store: s}
+}
+
+// capacityDir is a campaign of protocols/testdata/capacity.yaml
+// (planCampaign) with the runs of ran given an attempt each; it returns
+// the campaign and its store.
+func capacityDir(t *testing.T, ran ...string) (Campaign, *state.Store) {
+	t.Helper()
+	c := planCampaign(t, "../../protocols/testdata/capacity.yaml")
 	for _, id := range ran {
-		if _, err := s.NewAttempt(id, "", nil); err != nil {
+		if _, err := c.Store.NewAttempt(id, "", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return Campaign{Dir: dir, Workdir: dir, Store: s}, s
+	return c, c.Store
 }
 
 // amended is the capacity protocol with old replaced by new.

@@ -9,7 +9,6 @@ import (
 
 	"warden/internal/testutil/testcampaign"
 	"warden/internal/testutil/testreaper"
-	"warden/pkg/atomicfile"
 	"warden/pkg/dirlayout"
 	"warden/pkg/launch"
 	"warden/pkg/state"
@@ -25,33 +24,12 @@ func TestMain(m *testing.M) {
 	os.Exit(testreaper.Run(m, &testReaper))
 }
 
-// miniCampaign is a campaign of protocol, its plan written and its runs
-// (A.sat, A.mod, B.sat, B.mod, all of class std) in its store, closed at
-// the end. Its SaveSettings records the protocol hash it is given in
-// *saved (nil: it has none).
+// miniCampaign is a campaign of protocol (planCampaign) whose
+// SaveSettings records the protocol hash it is given in *saved (nil: it
+// has none).
 func miniCampaign(t *testing.T, protocol string, saved *string) Campaign {
 	t.Helper()
-	plan, err := protocols.PlanFile(protocol, protocols.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := atomicfile.WriteJSON(dirlayout.Plan(dir), plan, 0o444); err != nil {
-		t.Fatal(err)
-	}
-	s, err := state.Open(dirlayout.State(dir), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	var runs []state.Run
-	for i, r := range plan.Runs {
-		runs = append(runs, state.Run{ID: r.ID, Order: i})
-	}
-	if err := s.CreateCampaign(state.Campaign{ID: "c1", Dir: dir, ProtocolSHA256: plan.Protocol.SHA256, ProtocolPath: protocol}, runs); err != nil {
-		t.Fatal(err)
-	}
-	c := Campaign{Dir: dir, Workdir: dir, Store: s}
+	c := planCampaign(t, protocol)
 	if saved != nil {
 		c.SaveSettings = func(_, sha string) error { *saved = sha; return nil }
 	}
