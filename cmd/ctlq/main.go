@@ -325,11 +325,11 @@ func (o *options) printStatus(cmd *cobra.Command, _ []string, src *source) error
 		}
 	}
 	exit := statusExit(st)
-	ro := ""
+	var storage views.Storage
 	if views.ControllerDead(st) {
-		ro = storageFault(src.dir) // the controller could record neither the fault nor a stop
+		storage = storageFault(src.dir) // the controller could record neither the fault nor a stop
 	}
-	doc.Hint = views.Hint(st, src.dir, ro)
+	doc.Hint = views.Hint(st, src.dir, storage)
 	if o.output == "json" {
 		writeJSON(cmd.OutOrStdout(), doc)
 	} else {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,22 +53,22 @@ const fullBelow = 1 << 20
 // storageFault says how the file system of the campaign directory dir
 // refuses writes: readOnlyStorage's reading, or full (less than fullBelow
 // free to this user: the blocks reserved for root count for root only,
-// as they do for the controller, which runs as the same user); "" when
-// neither is seen.
-func storageFault(dir string) string {
+// as they do for the controller, which runs as the same user); the zero
+// Storage when neither is seen.
+func storageFault(dir string) views.Storage {
 	if ro := readOnlyStorage(dir); ro != "" {
-		return ro
+		return views.Storage{ReadOnly: ro}
 	}
 	var sfs unix.Statfs_t
 	if unix.Statfs(dir, &sfs) != nil {
-		return ""
+		return views.Storage{}
 	}
 	free := sfs.Bavail
 	if os.Geteuid() == 0 {
 		free = sfs.Bfree
 	}
 	if bytes := free * uint64(sfs.Bsize); bytes < fullBelow {
-		return fmt.Sprintf("%s (%d bytes free)", views.StorageFull, bytes)
+		return views.Storage{Full: true, Free: bytes}
 	}
-	return ""
+	return views.Storage{}
 }

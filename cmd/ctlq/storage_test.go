@@ -4,11 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
 	"warden/internal/testutil/testtmpfs"
+	"warden/pkg/views"
 )
 
 // TestStorageFaultFull: a campaign directory whose file system has no
@@ -16,8 +16,8 @@ import (
 // controller's hint says to free space; with room on it, nothing is said.
 func TestStorageFaultFull(t *testing.T) {
 	dir := testtmpfs.Mount(t, "2m")
-	if got := storageFault(dir); got != "" {
-		t.Fatalf("an empty 2 MiB file system: %q, want nothing said", got)
+	if got := storageFault(dir); got != (views.Storage{}) {
+		t.Fatalf("an empty 2 MiB file system: %+v, want nothing said", got)
 	}
 	f, err := os.Create(filepath.Join(dir, "filler"))
 	if err != nil {
@@ -33,7 +33,7 @@ func TestStorageFaultFull(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("filling the file system: %v, want ENOSPC", err)
 	}
-	if got := storageFault(dir); !strings.HasPrefix(got, "full (") || !strings.HasSuffix(got, " bytes free)") {
-		t.Fatalf("a full file system: %q, want full (N bytes free)", got)
+	if got := storageFault(dir); !got.Full || got.Free >= fullBelow || got.ReadOnly != "" {
+		t.Fatalf("a full file system: %+v, want full with under %d bytes free", got, fullBelow)
 	}
 }

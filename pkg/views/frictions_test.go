@@ -29,28 +29,28 @@ func TestHints(t *testing.T) {
 	tests := []struct {
 		name    string
 		st      api.Status
-		storage string
+		storage Storage
 		want    []string // substrings, in order
 		not     string
 	}{
-		{"dead controller", api.Status{Campaign: api.CampaignStatus{State: "running"}}, "", []string{"the controller is dead", "resume it: " + resume}, ""},
-		{"dead on a read-only file system", api.Status{Campaign: api.CampaignStatus{State: "running"}}, "mounted read-only", []string{"mounted read-only", "then resume: " + resume}, ""},
-		{"dead on a full file system", api.Status{Campaign: api.CampaignStatus{State: "running"}}, StorageFull + " (4096 bytes free)",
+		{"dead controller", api.Status{Campaign: api.CampaignStatus{State: "running"}}, Storage{}, []string{"the controller is dead", "resume it: " + resume}, ""},
+		{"dead on a read-only file system", api.Status{Campaign: api.CampaignStatus{State: "running"}}, Storage{ReadOnly: "mounted read-only"}, []string{"mounted read-only", "then resume: " + resume}, ""},
+		{"dead on a full file system", api.Status{Campaign: api.CampaignStatus{State: "running"}}, Storage{Full: true, Free: 4096},
 			[]string{"file system is full (4096 bytes free)", "free space on it, then resume: " + resume}, "read-write"},
-		{"dead during a stop", api.Status{Campaign: api.CampaignStatus{State: "stopped", StopReason: "server-exit"}, Current: []api.Current{{Run: "r"}}}, "",
+		{"dead during a stop", api.Status{Campaign: api.CampaignStatus{State: "stopped", StopReason: "server-exit"}, Current: []api.Current{{Run: "r"}}}, Storage{},
 			[]string{"the controller is dead", resume}, "controller amend"},
-		{"operator stop", stopped(state.StopOperator), "", []string{"resumable as it is: " + resume}, "controller amend"},
-		{"server-exit", stopped("server-exit"), "", []string{amend + ", then " + resume, resume + " --retry-shared-cause"}, ""},
-		{"config-mismatch", stopped("config-mismatch"), "", []string{amend, "--retry-shared-cause"}, ""},
+		{"operator stop", stopped(state.StopOperator), Storage{}, []string{"resumable as it is: " + resume}, "controller amend"},
+		{"server-exit", stopped("server-exit"), Storage{}, []string{amend + ", then " + resume, resume + " --retry-shared-cause"}, ""},
+		{"config-mismatch", stopped("config-mismatch"), Storage{}, []string{amend, "--retry-shared-cause"}, ""},
 		{"awaiting amendment, runs held", api.Status{Campaign: api.CampaignStatus{State: "stopped", StopReason: state.StopAwaitingAmendment,
-			StopDetail: "nothing more can run: ...; held, not tried: p3 share the cause of p1 attempt 1 (server-exit, server s)"}}, "", []string{amend, "--retry-shared-cause"}, ""},
-		{"awaiting amendment, none held", stopped(state.StopAwaitingAmendment), "", []string{amend + ", then " + resume}, "--retry-shared-cause"},
-		{"validator-failed", stopped("validator-failed"), "", []string{amend + ", then " + resume}, "--retry-shared-cause"},
-		{"retry allowed", stopped("profile-artifact"), "", []string{"needs no amendment: " + resume}, "controller amend"},
-		{"budget", stopped(state.StopBudget), "", []string{"budget.cap_gpu_hours", amend, resume, "controller freeze -d '/data/c p3' --id ID --reason TEXT"}, ""},
-		{"input changed", stopped(state.StopInputChanged), "", []string{"restore it and " + resume, amend}, ""},
-		{"running", api.Status{Campaign: api.CampaignStatus{State: "running"}, Controller: api.Controller{Alive: true}}, "", nil, ""},
-		{"complete", api.Status{Campaign: api.CampaignStatus{State: "complete"}}, "", nil, ""},
+			StopDetail: "nothing more can run: ...; held, not tried: p3 share the cause of p1 attempt 1 (server-exit, server s)"}}, Storage{}, []string{amend, "--retry-shared-cause"}, ""},
+		{"awaiting amendment, none held", stopped(state.StopAwaitingAmendment), Storage{}, []string{amend + ", then " + resume}, "--retry-shared-cause"},
+		{"validator-failed", stopped("validator-failed"), Storage{}, []string{amend + ", then " + resume}, "--retry-shared-cause"},
+		{"retry allowed", stopped("profile-artifact"), Storage{}, []string{"needs no amendment: " + resume}, "controller amend"},
+		{"budget", stopped(state.StopBudget), Storage{}, []string{"budget.cap_gpu_hours", amend, resume, "controller freeze -d '/data/c p3' --id ID --reason TEXT"}, ""},
+		{"input changed", stopped(state.StopInputChanged), Storage{}, []string{"restore it and " + resume, amend}, ""},
+		{"running", api.Status{Campaign: api.CampaignStatus{State: "running"}, Controller: api.Controller{Alive: true}}, Storage{}, nil, ""},
+		{"complete", api.Status{Campaign: api.CampaignStatus{State: "complete"}}, Storage{}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

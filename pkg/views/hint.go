@@ -1,6 +1,7 @@
 package views
 
 import (
+	"fmt"
 	"strings"
 
 	"warden/internal/shellquote"
@@ -45,24 +46,27 @@ func ControllerDead(st api.Status) bool {
 	return false
 }
 
-// StorageFull begins Hint's storage when the campaign directory's file
-// system has no space left for its records.
-const StorageFull = "full"
+// Storage is how the campaign directory's file system refuses writes,
+// as seen from outside the controller; the zero Storage: it does not.
+type Storage struct {
+	ReadOnly string // how it is read-only ("mounted read-only", ...); "" when it is not
+	Full     bool   // too little space left for a record
+	Free     uint64 // the bytes free to the user, when Full
+}
 
 // Hint is what ctlq status says to do next, "" when nothing is to be
 // done (the campaign runs with a live controller, or it is complete or
-// frozen). dir is the campaign directory; storage, when not "", says how
-// its file system refuses writes: read-only, or full (StorageFull begins
-// it); then the controller could record neither the fault nor a stop, and
-// the file system comes first.
-func Hint(st api.Status, dir, storage string) string {
+// frozen). dir is the campaign directory; storage says how its file
+// system refuses writes, if it does: then the controller could record
+// neither the fault nor a stop, and the file system comes first.
+func Hint(st api.Status, dir string, storage Storage) string {
 	resume := ResumeCommand(dir)
 	if ControllerDead(st) {
-		if strings.HasPrefix(storage, StorageFull) {
-			return "the campaign directory's file system is " + storage + ": the controller could not write its records and ended the work; free space on it, then resume: " + resume
-		}
-		if storage != "" {
-			return "the campaign directory's file system is " + storage + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: " + resume
+		switch {
+		case storage.ReadOnly != "":
+			return "the campaign directory's file system is " + storage.ReadOnly + " (see the kernel log): the controller could not write its records and ended the work; repair the file system, mount it read-write, then resume: " + resume
+		case storage.Full:
+			return fmt.Sprintf("the campaign directory's file system is full (%d bytes free): the controller could not write its records and ended the work; free space on it, then resume: %s", storage.Free, resume)
 		}
 		return "the controller is dead and the campaign is unfinished (its servers and clients may still hold GPUs and ports); resume it: " + resume
 	}
