@@ -124,10 +124,8 @@ func (c *Runner) Run(ctx context.Context) error {
 			case isClosed(c.storageFailed): // closed after storageErr is set: read it after
 				return c.storageErr
 			case c.stops.Held() != nil:
-				// a stop the database refused is in force: nothing runs, it is
-				// written now if the database takes it, else the controller ends
-				// without one (its log and exit say why), leaving the campaign to
-				// a resume
+				// a stop the database refused is in force: written now, or the
+				// controller ends without one, its exit saying why
 				if err := c.writeHeldStop(); err != nil {
 					return err
 				}

@@ -249,15 +249,7 @@ func (c *Runner) accountOf(cp state.Campaign) budget.Account {
 // first reason; so does one whose first stop could not be written: the
 // next stop records that one instead (schedule.StopKeeper).
 func (c *Runner) stopCampaign(s schedule.Stop) {
-	running := func() bool {
-		cp, err := c.store.Campaign()
-		return err != nil || cp.State == state.CampaignRunning
-	}
-	put := func(s schedule.Stop) error {
-		c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
-		return c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures)
-	}
-	if _, err := c.stops.Record(s, running, put); err != nil {
+	if _, err := c.stops.Record(s, c.campaignRuns, c.putStop); err != nil {
 		c.log.Error().Err(err).Msg("record stop")
 		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO) {
 			c.failStorage(err)
@@ -268,16 +260,24 @@ func (c *Runner) stopCampaign(s schedule.Stop) {
 // writeHeldStop writes the stop the database refused before (StopKeeper
 // holds it), or says why it still cannot.
 func (c *Runner) writeHeldStop() error {
-	held := c.stops.Held()
+	held, err := c.stops.Flush(c.campaignRuns, c.putStop)
 	if held == nil {
 		return nil
 	}
-	c.stopCampaign(*held)
-	if c.stops.Held() == nil {
-		return nil
-	}
-	return fmt.Errorf("the campaign's stop for review (%s: %s) could not be recorded in %s: the controller ends so that nothing new starts; resume once the campaign directory takes writes again",
-		held.Reason, held.Detail, c.dir)
+	return fmt.Errorf("the campaign's stop for review (%s: %s) could not be recorded in %s (%w): the controller ends so that nothing new starts; resume once the campaign directory takes writes again",
+		held.Reason, held.Detail, c.dir, err)
+}
+
+// campaignRuns: the record says the campaign runs, or cannot be read.
+func (c *Runner) campaignRuns() bool {
+	cp, err := c.store.Campaign()
+	return err != nil || cp.State == state.CampaignRunning
+}
+
+// putStop writes s as the campaign's stop for review.
+func (c *Runner) putStop(s schedule.Stop) error {
+	c.log.Warn().Str("reason", string(s.Reason)).Str("detail", s.Detail).Interface("figures", s.Figures).Msg("campaign stopped for review")
+	return c.store.SetCampaignState(state.CampaignStopped, string(s.Reason), s.Detail, s.Figures)
 }
 
 // Reconcile looks at what a previous controller left and ends it: see

@@ -26,6 +26,7 @@ func (r *StopKeeper) Record(s Stop, running func() bool, put func(Stop) error) (
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !running() {
+		r.pending = nil // the record says how the campaign ended: nothing is held
 		return Stop{}, nil
 	}
 	if held := r.pending; held != nil {
@@ -55,4 +56,25 @@ func (r *StopKeeper) Held() *Stop {
 	}
 	s := *r.pending
 	return &s
+}
+
+// Flush writes the held stop through put when running says the campaign
+// still runs (one that no longer runs drops it, as Record does). It
+// returns the stop still held, with put's error, or nil.
+func (r *StopKeeper) Flush(running func() bool, put func(Stop) error) (*Stop, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		return nil, nil
+	}
+	if !running() {
+		r.pending = nil
+		return nil, nil
+	}
+	if err := put(*r.pending); err != nil {
+		s := *r.pending
+		return &s, err
+	}
+	r.pending = nil
+	return nil, nil
 }

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"warden/pkg/state"
@@ -86,5 +87,35 @@ func TestWrittenStopLeavesNothingPending(t *testing.T) {
 	r.Record(laterStop, always, d.put)
 	if len(d.written) != 2 || d.written[0] != storageStop.Detail || d.written[1] != laterStop.Detail {
 		t.Fatalf("written %q, want each stop as itself", d.written)
+	}
+}
+
+// Flush writes the held stop and nothing else: refused, it stays held
+// with the database's error; written, nothing is held; and a campaign
+// whose record no longer runs drops it (its record says how it ended).
+func TestFlushWritesTheHeldStop(t *testing.T) {
+	d := &stopsDisk{full: true}
+	var r StopKeeper
+	if held, err := r.Flush(d.running, d.put); held != nil || err != nil || len(d.tried) != 0 {
+		t.Fatalf("nothing held: %+v, %v, tried %q", held, err, d.tried)
+	}
+	r.Record(storageStop, d.running, d.put)
+	if held, err := r.Flush(d.running, d.put); held == nil || held.Detail != storageStop.Detail || !errors.Is(err, errNoSpace) {
+		t.Fatalf("still full: %+v, %v; want the storage stop held and the refusal", held, err)
+	}
+	d.full = false
+	if held, err := r.Flush(d.running, d.put); held != nil || err != nil || r.Held() != nil {
+		t.Fatalf("room again: %+v, %v, held %+v; want it written", held, err, r.Held())
+	}
+	if want := []string{storageStop.Detail, storageStop.Detail, storageStop.Detail}; !slices.Equal(d.tried, want) || len(d.written) != 1 {
+		t.Fatalf("tried %q, written %q; want the held stop tried once a call, written once", d.tried, d.written)
+	}
+
+	ended := &stopsDisk{full: true}
+	var k StopKeeper
+	k.Record(storageStop, ended.running, ended.put)
+	ended.written = []string{"complete"} // the record no longer runs
+	if held, err := k.Flush(ended.running, ended.put); held != nil || err != nil || k.Held() != nil || len(ended.tried) != 1 {
+		t.Fatalf("a campaign no longer running: %+v, %v, held %+v, tried %q; want it dropped untried", held, err, k.Held(), ended.tried)
 	}
 }
