@@ -19,27 +19,41 @@ import (
 // srun's to slurmd), and one of those could take a chosen port between
 // its choice and the server's bind.
 func ServerPorts() (lo, hi int) {
-	elo, ehi := 32768, 60999 // the kernel's default
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if a, err := strconv.Atoi(f[0]); err == nil {
-				elo = a
-			}
-			if z, err := strconv.Atoi(f[1]); err == nil {
-				ehi = z
-			}
-		}
-	}
+	elo, ehi := EphemeralPorts()
 	if elo-10000 >= 2000 {
 		return 10000, elo
 	}
 	return ehi + 1, 65536
 }
 
+// EphemeralPorts is the kernel's ephemeral range [lo, hi], both ends
+// included, as net.ipv4.ip_local_port_range says (32768-60999, Linux's
+// default, when it cannot be read).
+func EphemeralPorts() (lo, hi int) {
+	lo, hi = 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if a, err := strconv.Atoi(f[0]); err == nil {
+				lo = a
+			}
+			if z, err := strconv.Atoi(f[1]); err == nil {
+				hi = z
+			}
+		}
+	}
+	return lo, hi
+}
+
 // FreePort returns a port of ServerPorts that is free on the loopback now
 // and not in used.
 func FreePort(used map[int]bool) (int, error) {
 	lo, hi := ServerPorts()
+	return FreePortIn(lo, hi, used)
+}
+
+// FreePortIn returns a port of [lo, hi) that is free on the loopback now
+// and not in used.
+func FreePortIn(lo, hi int, used map[int]bool) (int, error) {
 	for tries := 0; tries < 1000; tries++ {
 		p := lo + rand.IntN(hi-lo)
 		if used[p] {

@@ -1,7 +1,10 @@
 // Package testports hands tests loopback ports for the servers they
-// start, from launch.ServerPorts (outside the kernel's ephemeral range, so
-// that no outgoing connection can be given one between the test's choice
-// and the server's bind).
+// start, from Range: outside the kernel's ephemeral range, so that no
+// outgoing connection (and no listener on port 0, such as a server's
+// fallback) can be given one between the test's choice and the server's
+// bind; and outside launch.ServerPorts, so that a controller under test
+// choosing a port for port: auto never chooses one a test holds but has
+// not bound yet (a bind probe sees such a port free).
 //
 // A port is handed out at most once in a process, so parallel tests of one
 // package never share one, and never to two test processes at once: each
@@ -47,7 +50,8 @@ func Free(t testing.TB, n int) []int {
 	}
 	var ports []int
 	for len(ports) < n {
-		p, err := launch.FreePort(handed)
+		lo, hi := Range()
+		p, err := launch.FreePortIn(lo, hi, handed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,6 +65,23 @@ func Free(t testing.TB, n int) []int {
 		}
 	}
 	return ports
+}
+
+// Range is the range [lo, hi) ports are handed out from: the ports
+// outside both the kernel's ephemeral range and launch.ServerPorts, when
+// there are at least 1000 of them; launch.ServerPorts otherwise (a
+// controller under test may then choose a port a test holds, and its port
+// gate says so).
+func Range() (lo, hi int) {
+	elo, ehi := launch.EphemeralPorts()
+	slo, shi := launch.ServerPorts()
+	switch {
+	case shi <= elo && 65536-(ehi+1) >= 1000: // server ports below: these above
+		return ehi + 1, 65536
+	case slo > ehi && elo-1024 >= 1000: // server ports above: these below
+		return 1024, elo
+	}
+	return slo, shi
 }
 
 // claim takes the write lock on byte p of f without waiting: false when

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"warden/pkg/launch"
 )
 
 // Parallel callers in one process never get the same port.
@@ -83,4 +85,23 @@ func TestChildClaims(t *testing.T) {
 		t.Logf("port %d claimed: %v", p, ok)
 	}
 	t.Logf("fresh ports: %d", len(Free(t, 2)))
+}
+
+// The ports handed out are neither ephemeral nor ones a controller under
+// test may choose for port: auto.
+func TestOutsideServerPorts(t *testing.T) {
+	elo, ehi := launch.EphemeralPorts()
+	slo, shi := launch.ServerPorts()
+	lo, hi := Range()
+	if lo == slo && hi == shi {
+		t.Skipf("no room outside the ephemeral range %d-%d and the server ports %d-%d on this host", elo, ehi, slo, shi-1)
+	}
+	for _, p := range Free(t, 50) {
+		if p >= elo && p <= ehi {
+			t.Errorf("port %d is in the ephemeral range %d-%d", p, elo, ehi)
+		}
+		if p >= slo && p < shi {
+			t.Errorf("port %d is one port: auto may choose (%d-%d)", p, slo, shi-1)
+		}
+	}
 }
