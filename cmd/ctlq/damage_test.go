@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,43 +13,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"warden/internal/boltfault"
+	"warden/internal/testutil/testtree"
 	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
-
-// dirFiles maps each file under dir (its path relative to dir) to its content.
-func dirFiles(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		files[rel] = b
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return files
-}
-
-func sameFiles(a, b map[string][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || !bytes.Equal(v, w) {
-			return false
-		}
-	}
-	return true
-}
 
 // TestStatusRefusesDamagedDatabase: one bit flipped in the header of the
 // root bucket's page (found from the meta page), or a state.db of 0 bytes:
@@ -75,7 +43,7 @@ func TestStatusRefusesDamagedDatabase(t *testing.T) {
 			dir := campaignDir(t, state.CampaignStopped)
 			path := dirlayout.State(dir)
 			tc.damage(t, path)
-			before := dirFiles(t, dir)
+			before := testtree.Snapshot(t, dir)
 			for _, args := range [][]string{{"status"}, {"status", "-o", "json"}, {"runs"}} {
 				out, code := run(t, append(args, "-d", dir)...)
 				if code != exitDamaged || !strings.Contains(out, path+" is damaged or empty") ||
@@ -83,7 +51,7 @@ func TestStatusRefusesDamagedDatabase(t *testing.T) {
 					t.Fatalf("ctlq %v: exit %d, want %d:\n%s", args, code, exitDamaged, out)
 				}
 			}
-			if !sameFiles(before, dirFiles(t, dir)) {
+			if !maps.EqualFunc(before, testtree.Snapshot(t, dir), bytes.Equal) {
 				t.Fatal("ctlq changed the campaign directory")
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testtree"
 	"warden/protocols"
 )
 
@@ -29,13 +30,13 @@ func TestCreateRefusesAnotherProtocolsCampaign(t *testing.T) {
 			if p, err := protocols.PlanFile(other, protocols.Options{}); err != nil || p.Protocol.SHA256 == cp.ProtocolSHA256 {
 				t.Fatalf("the edited protocol: %v; want another sha256", err)
 			}
-			before := snapshot(t, dir)
+			before := testtree.Snapshot(t, dir)
 			_, err := Create(other, dir, StartOptions{Backend: "fake", Cgroups: "off"}, time.Now())
 			want := dir + " holds another campaign (" + cp.ID + ", protocol mini sha256 " + cp.ProtocolSHA256 + "); choose another directory"
 			if err == nil || err.Error() != want {
 				t.Fatalf("Create: %v\nwant %s", err, want)
 			}
-			if after := snapshot(t, dir); !maps.EqualFunc(before, after, bytes.Equal) {
+			if after := testtree.Snapshot(t, dir); !maps.EqualFunc(before, after, bytes.Equal) {
 				t.Fatal("the refused start changed the campaign directory")
 			}
 		})

@@ -11,43 +11,10 @@ import (
 	"time"
 
 	"warden/internal/boltfault"
+	"warden/internal/testutil/testtree"
 	"warden/pkg/dirlayout"
 	"warden/pkg/state"
 )
-
-// snapshot is every file under dir with its content, and every directory
-// (content nil), by path relative to dir.
-func snapshot(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		switch {
-		case d.IsDir():
-			out[rel+"/"] = nil
-		case d.Type().IsRegular():
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			out[rel] = b
-		default:
-			l, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			out[rel] = []byte("link to " + l)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestCheckDatabaseKeepsTheDamagedFile: a damaged or empty state
 // database is refused with a *DamagedError naming it and the copy kept
@@ -82,7 +49,7 @@ func TestCheckDatabaseKeepsTheDamagedFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := snapshot(t, dir)
+			before := testtree.Snapshot(t, dir)
 			var kept string
 			for i := range 2 {
 				err := CheckDatabase(dir)
@@ -96,7 +63,7 @@ func TestCheckDatabaseKeepsTheDamagedFile(t *testing.T) {
 					t.Fatalf("the second check kept %s, the first %s: two copies of one content", de.Kept, kept)
 				}
 				kept = de.Kept
-				after := snapshot(t, dir)
+				after := testtree.Snapshot(t, dir)
 				name, _ := filepath.Rel(dir, kept)
 				if filepath.Dir(kept) != dir || !strings.HasPrefix(name, dirlayout.StateFile+DamagedSuffix) || !bytes.Equal(after[name], damaged) {
 					t.Fatalf("check %d: the copy %s does not hold the damaged file", i+1, kept)
