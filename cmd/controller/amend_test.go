@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/state"
 )
 
@@ -30,7 +31,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 	base := scenario{patterns: 4, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", capGPUHours: "0.007, reserve: nominal", measureS: "0.2"} // the cap fits the waves nominally only
 	// one run at a time, so that p1's drain stops the campaign before
 	// another run starts
-	v0 := editProtocol(t, writeProtocol(t, base), "concurrency: 2", "concurrency: 1")
+	v0 := testcampaign.Edit(t, writeProtocol(t, base), "concurrency: 2", "concurrency: 1")
 	// the estimate (4 runs) passes the 0.007 cap until A-P3-4 raises it: as
 	// in the seed, the campaign starts under the old cap on purpose
 	out, code := c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake", "--foreground", "--allow-over-budget")
@@ -45,7 +46,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 	s.Close()
 
 	// 2. A-P3-5: the same protocol file, amended in place
-	v1 := editProtocol(t, v0, "drain_allowance_s: 1,", "drain_allowance_s: 5,", "stop: {quarantined_fraction_gt: 0}", "stop: {quarantined_fraction_gt: 0.2}")
+	v1 := testcampaign.Edit(t, v0, "drain_allowance_s: 1,", "drain_allowance_s: 5,", "stop: {quarantined_fraction_gt: 0}", "stop: {quarantined_fraction_gt: 0.2}")
 	out, code = c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A-P3-5", "--reason", "drain quarantine by class", "--yes")
 	if code != 1 || !strings.Contains(out, "would change runs that already have a result: [p1.saturation") {
 		t.Fatalf("an amendment changing a finished run without re-adjudicating it: exit %d\n%s", code, out)
@@ -87,7 +88,7 @@ func TestSeedAmendmentHistory(t *testing.T) {
 	s.Close()
 
 	// 4. A-P3-4 raises the cap
-	v2 := editProtocol(t, v1, "cap_gpu_hours: 0.007", "cap_gpu_hours: 0.1")
+	v2 := testcampaign.Edit(t, v1, "cap_gpu_hours: 0.007", "cap_gpu_hours: 0.1")
 	if out, code = c.controller("amend", "-d", c.dir, "-f", v2, "--id", "A-P3-4", "--reason", "a cumulative cap of 0.1 replacing 0.007", "--yes"); code != 0 || !strings.Contains(out, "totals.budget_cap_gpu_hours") {
 		t.Fatalf("amend A-P3-4: exit %d\n%s", code, out)
 	}
@@ -165,10 +166,10 @@ func TestSeedAmendmentHistory(t *testing.T) {
 func TestAmendAndFreezeARunningCampaign(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 4, measureS: "1.5"}), "concurrency: 2", "concurrency: 1")
+	v0 := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 4, measureS: "1.5"}), "concurrency: 2", "concurrency: 1")
 	c.start(v0)
 	first := c.waitMeasuring()
-	v1 := editProtocol(t, v0, "drain_allowance_s: 5,", "drain_allowance_s: 6,")
+	v1 := testcampaign.Edit(t, v0, "drain_allowance_s: 5,", "drain_allowance_s: 6,")
 	out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A-1", "--reason", "a longer allowance", "--yes")
 	if code != 0 || !strings.Contains(out, "recorded") {
 		t.Fatalf("amend a running campaign: exit %d\n%s", code, out)
@@ -246,13 +247,13 @@ func (c *campaign) readjudicateP1(id, validator string) *state.Store {
 func TestReadjudicateRerunsValidators(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
+	v0 := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
 		"stop: {quarantined_fraction_gt: 0.9}", "stop: {quarantined_fraction_gt: 0.9}\nvalidators: [{name: check, command: {shell: 'test -f \"${ATTEMPT_DIR}/client.out\" && exit 1'}}]")
 	c.controller("start", "-f", v0, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	s := c.store()
 	c.failedValidatorP1(s)
 	s.Close()
-	v1 := editProtocol(t, v0, "&& exit 1", "&& exit 0")
+	v1 := testcampaign.Edit(t, v0, "&& exit 1", "&& exit 0")
 	if out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "V", "--reason", "the check was wrong", "--yes"); code != 0 {
 		t.Fatalf("amend: exit %d\n%s", code, out)
 	}

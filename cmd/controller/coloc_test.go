@@ -95,7 +95,7 @@ func TestColocationPriorVerdict(t *testing.T) {
   "gates": [{"gate": "colocation/pair-a", "verdict": "fail", "detail": "operator shares moved"}, {"gate": "colocation/pair-b", "verdict": "pass"}],
   "evidence": [{"path": "gate-pair-b.json", "sha256": %q}]}`, hex.EncodeToString(sum[:]))), 0o644)
 	// the matrix's clients fail: the campaign stops for review, to be resumed
-	proto := editProtocol(t, colocProtocol(t, false, false), "    kind: colocation\n", "    kind: colocation\n    prior: {verdict: "+verdict+"}\n",
+	proto := testcampaign.Edit(t, colocProtocol(t, false, false), "    kind: colocation\n", "    kind: colocation\n    prior: {verdict: "+verdict+"}\n",
 		"budget: {cap_gpu_hours: 1.0}", "budget: {cap_gpu_hours: 1.0, consumed_gpu_hours: 0.001}",
 		`--concurrency, "2", --result-dir,`, `--concurrency, "2", --fail, --result-dir,`)
 	c.runForeground(proto)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"warden/bench/crashcheck"
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/dirlayout"
 	"warden/pkg/failpoint"
 	"warden/pkg/provenance"
@@ -254,10 +255,10 @@ func TestCrashAmendments(t *testing.T) {
 	bin := failpointController(t)
 	setup := func(t *testing.T) (*campaign, string, string) {
 		c := newCampaign(t)
-		v0 := editProtocol(t, writeProtocol(t, scenario{patterns: 2, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", measureS: "0.2"}),
+		v0 := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 2, drainExtra: 1, drainS: "1", watchdogS: "20", quarantined: "0", measureS: "0.2"}),
 			"concurrency: 2", "concurrency: 1")
 		c.start(v0, "--foreground")
-		v1 := editProtocol(t, v0, "drain_allowance_s: 1,", "drain_allowance_s: 5,", "stop: {quarantined_fraction_gt: 0}", "stop: {quarantined_fraction_gt: 0.2}")
+		v1 := testcampaign.Edit(t, v0, "drain_allowance_s: 1,", "drain_allowance_s: 5,", "stop: {quarantined_fraction_gt: 0}", "stop: {quarantined_fraction_gt: 0.2}")
 		return c, v0, v1
 	}
 	crash := func(t *testing.T, c *campaign, point string, args ...string) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"warden/bench/crashcheck"
+	"warden/internal/testutil/testcampaign"
 	"warden/internal/testutil/testtmpfs"
 	"warden/pkg/dirlayout"
 	"warden/pkg/state"
@@ -32,7 +33,7 @@ func runOnTmpfs(t *testing.T, size string, patterns int, fill string) (*campaign
 	fs := testtmpfs.Mount(t, size)
 	c := newCampaign(t)
 	c.dir = filepath.Join(fs, "camp")
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: patterns}), defaultClient,
+	proto := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: patterns}), defaultClient,
 		`client: {shell: '`+fill+`; exec ${STANDIN} client --warmup-s 0.2 --measure-s 0.5 --drain-s 2 --concurrency 2 --result-dir "$WARDEN_ATTEMPT_DIR/client"'}`)
 	out, code := c.controller("start", "-f", proto, "-d", c.dir, "--gpu-backend", "fake", "--foreground")
 	if code != 0 {
@@ -161,7 +162,7 @@ func TestProtocolDeletedMidCampaign(t *testing.T) {
 	c := newCampaign(t)
 	// one run at a time: the third starts only once the first two have
 	// ended, however long their servers take to stop
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 3, measureS: "1.5"}),
+	proto := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 3, measureS: "1.5"}),
 		"{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
 	sum := sha256File(t, proto)
 	c.startDetached(proto, "auto")

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/state"
 )
@@ -52,7 +53,7 @@ func TestDiskLimitStops(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	// no file system here has a petabyte free
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 2}), "stop: {", "stop: {min_free_gb: 1000000, ")
+	proto := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 2}), "stop: {", "stop: {min_free_gb: 1000000, ")
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()

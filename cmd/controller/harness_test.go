@@ -195,26 +195,6 @@ func appendProtocol(t *testing.T, path, text string) string {
 	return path
 }
 
-// editProtocol rewrites a protocol file: each pair replaces old with new.
-func editProtocol(t *testing.T, path string, pairs ...string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if !strings.Contains(s, pairs[i]) {
-			t.Fatalf("protocol lacks %q", pairs[i])
-		}
-		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
-	}
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // A campaign directory and the controller run on it.
 
 // campaign is one test's campaign directory.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -113,7 +114,7 @@ func TestLongNamesKeepContainment(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	long := "p" + strings.Repeat("x", 109) // run id: 121 characters
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
+	proto := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 1, measureS: "0.2"}),
 		"name: e2e", "name: e2e"+strings.Repeat("n", 107),
 		"{id: p1,", "{id: "+long+",",
 		"matrix: {pattern: [p1]}", "matrix: {pattern: ["+long+"]}")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
 	"warden/pkg/state"
@@ -21,7 +22,7 @@ func TestFrozenControllerJudgesClientOnItsExit(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	const deadlineS = 4
-	proto := editProtocol(t, writeProtocol(t, scenario{patterns: 1}),
+	proto := testcampaign.Edit(t, writeProtocol(t, scenario{patterns: 1}),
 		"    expected_s: 10\n    client:", "    expected_s: 10\n    deadline_s: "+strconv.Itoa(deadlineS)+"\n    client:")
 	c.start(proto)
 	lock := dirlayout.Lock(c.dir)

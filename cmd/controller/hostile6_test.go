@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/api"
 	"warden/pkg/dirlayout"
 	"warden/pkg/lockfile"
@@ -150,7 +151,7 @@ func TestStopReachesAStartingController(t *testing.T) {
 func TestCapacityNoPointMeetsTheSLO(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	proto := editProtocol(t, capacityProtocol(t, writeTokenManifest(t, 3000)), "rate_min: 4", "rate_min: 30", "resolution: 8", "resolution: 2")
+	proto := testcampaign.Edit(t, capacityProtocol(t, writeTokenManifest(t, 3000)), "rate_min: 4", "rate_min: 30", "resolution: 8", "resolution: 2")
 	c.runForeground(proto)
 	s := c.store()
 	defer s.Close()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/state"
 )
 
@@ -208,7 +209,7 @@ func TestQualityPlanShowsValidators(t *testing.T) {
 func TestQualityEvaluatorErrorStops(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
-	proto := editProtocol(t, qualityProtocol(t), `evaluate, --result-dir, "${ATTEMPT_DIR}/client"`, `evaluate, --result-dir, "${ATTEMPT_DIR}/absent"`)
+	proto := testcampaign.Edit(t, qualityProtocol(t), `evaluate, --result-dir, "${ATTEMPT_DIR}/client"`, `evaluate, --result-dir, "${ATTEMPT_DIR}/absent"`)
 	c.runForeground(proto)
 	s := c.store()
 	cp := c.stoppedFor(s, state.ReasonValidatorFailed)
@@ -242,12 +243,12 @@ func TestQualityEvaluatorScoresKeptOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	proto := qualityProtocol(t)
-	proto = editProtocol(t, proto, `EVAL_SEED: "7"}`, fmt.Sprintf(`EVAL_SEED: "7", QOUT: %q}`, qout))
-	proto = editProtocol(t, proto, `--result-dir, "${ATTEMPT_DIR}/client"]
+	proto = testcampaign.Edit(t, proto, `EVAL_SEED: "7"}`, fmt.Sprintf(`EVAL_SEED: "7", QOUT: %q}`, qout))
+	proto = testcampaign.Edit(t, proto, `--result-dir, "${ATTEMPT_DIR}/client"]
 axes:`, `--result-dir, "${ATTEMPT_DIR}/client",
              --quality-rows, "2", --quality-dir, "${QOUT}/${RUN_ID}.a${ATTEMPT}"]
 axes:`)
-	proto = editProtocol(t, proto, `--metric, utmos, --score, "${UTMOS}",
+	proto = testcampaign.Edit(t, proto, `--metric, utmos, --score, "${UTMOS}",
               --min, "3.5"`, `--metric, silence_ratio, --outputs, "${QOUT}/${RUN_ID}.a${ATTEMPT}",
               --max, "0.5"`)
 	c.runForeground(proto)

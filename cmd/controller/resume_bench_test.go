@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
 	"warden/internal/testutil/testcampaign"
 	"warden/pkg/campaigndir"
 	"warden/pkg/dirlayout"

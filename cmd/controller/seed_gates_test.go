@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/campaigndir"
 	"warden/pkg/gpu/fakegpu"
 	"warden/pkg/gpu/sample"
@@ -82,7 +83,7 @@ func TestSeedPrivacyShortPieceAndCampaignFiles(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto := privateProtocol(t, 2, cutShort+` > "$WARDEN_ATTEMPT_DIR/client/debug.log"`)
-	editProtocol(t, proto, "{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
+	testcampaign.Edit(t, proto, "{name: two, concurrency: 2}", "{name: two, concurrency: 1}")
 	c.runForeground(proto)
 	s := c.store()
 	cp, _ := s.Campaign()

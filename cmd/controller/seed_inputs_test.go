@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/state"
 )
 
@@ -26,7 +27,7 @@ func manifestProtocol(t *testing.T, report, after string) (proto, manifest, sum 
 	h := sha256.Sum256(body)
 	client := `{shell: '"${STANDIN}" client --warmup-s 0.2 --measure-s 0.3 --drain-s 2 --concurrency 1 --result-dir "${ATTEMPT_DIR}/client" && printf ''{"manifest":{"sha256":"%s"}}'' "` + report + `" > "${ATTEMPT_DIR}/client/manifest.json"` + after + `'}`
 	proto = writeProtocol(t, scenario{patterns: 2, client: client})
-	proto = editProtocol(t, proto, "concurrency: 2", "concurrency: 1",
+	proto = testcampaign.Edit(t, proto, "concurrency: 2", "concurrency: 1",
 		"slots:\n", "provenance:\n  - {path: "+manifest+", role: manifest}\nslots:\n",
 		"    expected_s: 10\n    client: {shell:", "    expected_s: 10\n    manifest: "+manifest+"\n    result_file: client/manifest.json\n    client: {shell:")
 	return proto, manifest, hex.EncodeToString(h[:])
@@ -55,7 +56,7 @@ func TestClientManifestHashMissingFails(t *testing.T) {
 	t.Parallel()
 	c := newCampaign(t)
 	proto, _, _ := manifestProtocol(t, "", "")
-	proto = editProtocol(t, proto, "result_file: client/manifest.json", "result_file: client/result.json")
+	proto = testcampaign.Edit(t, proto, "result_file: client/manifest.json", "result_file: client/result.json")
 	c.runForeground(proto)
 	s := c.store()
 	c.soleAttempt(s, "p1.saturation", state.Failed, state.ReasonInputChanged)

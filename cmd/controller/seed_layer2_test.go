@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/contract"
 	"warden/pkg/state"
 )
@@ -132,9 +133,9 @@ func firstGate(vs []state.GateVerdict, gate string) state.GateVerdict {
 func colocF3Protocol(t *testing.T, shift string) string {
 	t.Helper()
 	p := colocProtocol(t, false, false)
-	p = editProtocol(t, p, `    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "512"]`,
+	p = testcampaign.Edit(t, p, `    command: ["${STANDIN}", server, --port, "${PORT}", --load-s, "0.2", --shutdown-timeout, "1", --gpu-mem-mib, "512"]`,
 		`    command: {shell: 's=""; case "$$WARDEN_RUN_ID" in *pair-a*) s="--layer2-shift norm_elementwise=`+shift+`";; esac; exec "${STANDIN}" server --port "${PORT}" --load-s 0.2 --shutdown-timeout 1 --gpu-mem-mib 512 --traces-dir "${ATTEMPT_DIR}/traces" --layer1-dir "${ATTEMPT_DIR}/opprof" $$s'}`)
-	p = editProtocol(t, p, `    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,
+	p = testcampaign.Edit(t, p, `    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client"]`,
 		`    client: ["${STANDIN}", client, --warmup-s, "0.2", --measure-s, "0.5", --drain-s, "2", --concurrency, "2", --result-dir, "${ATTEMPT_DIR}/client", --profile-windows, "1"]`)
 	old := `        validator:
           shell: |
@@ -143,11 +144,11 @@ func colocF3Protocol(t *testing.T, shift string) string {
               *) echo '{"verdict": "pass"}' ;;
             esac
 `
-	p = editProtocol(t, p, old, `        validator: ["${CONTROLLER}", validate, colocation,
+	p = testcampaign.Edit(t, p, old, `        validator: ["${CONTROLLER}", validate, colocation,
                     --solo-traces, "${NEED_SOLO_DIR}/traces", --solo-layer1, "${NEED_SOLO_DIR}/opprof", --solo-phases, "${NEED_SOLO_DIR}/phases.jsonl",
                     --coloc-traces, "${NEED_TARGET_DIR}/traces", --coloc-layer1, "${NEED_TARGET_DIR}/opprof", --coloc-phases, "${NEED_TARGET_DIR}/phases.jsonl", -o, json]
 `)
-	return editProtocol(t, p, `vars: {STANDIN: `, `vars: {CONTROLLER: "`+controllerBin+`", STANDIN: `)
+	return testcampaign.Edit(t, p, `vars: {STANDIN: `, `vars: {CONTROLLER: "`+controllerBin+`", STANDIN: `)
 }
 
 func TestSeedColocationF3(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/state"
 )
 
@@ -57,7 +58,7 @@ func TestResumeKeepsTheRerunRule(t *testing.T) {
 	}
 
 	// an amendment that changes the run covers it
-	v1 := editProtocol(t, proto, `"exit 1"`, `"exit 0"`)
+	v1 := testcampaign.Edit(t, proto, `"exit 1"`, `"exit 0"`)
 	if out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A1", "--reason", "the check was wrong", "--yes"); code != 0 {
 		t.Fatalf("amend: exit %d\n%s", code, out)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"warden/internal/testutil/testcampaign"
 	"warden/pkg/provenance"
 	"warden/pkg/state"
 )
@@ -119,7 +120,7 @@ func TestWarmupReadjudicatedThroughTheORBranch(t *testing.T) {
 		t.Fatalf("v0 campaign %s", cp.State)
 	}
 	s.Close()
-	v1 := editProtocol(t, v0, `--min-completions, "32",`, `--min-completions, "32", --pattern, "${PATTERN}", --stabilization-patterns, p1,`)
+	v1 := testcampaign.Edit(t, v0, `--min-completions, "32",`, `--min-completions, "32", --pattern, "${PATTERN}", --stabilization-patterns, p1,`)
 	if out, code := c.controller("amend", "-d", c.dir, "-f", v1, "--id", "A-P3-6", "--reason", "P10 warm-up stabilization gate", "--readjudicate", "--yes"); code != 0 {
 		t.Fatalf("amend: exit %d\n%s", code, out)
 	}

@@ -18,18 +18,33 @@ func Mini(t testing.TB, edits ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := filepath.Join(t.TempDir(), "mini.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Edit(t, p, edits...)
+}
+
+// Edit rewrites the protocol file at path: each old of the old, new pairs
+// in edits is replaced once by its new. An old the file does not hold
+// fails the test: the edit would do nothing. It returns path.
+func Edit(t testing.TB, path string, edits ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	y := string(b)
 	for i := 0; i+1 < len(edits); i += 2 {
 		if !strings.Contains(y, edits[i]) {
-			t.Fatalf("test bug: %q not in the mini protocol", edits[i])
+			t.Fatalf("test bug: %q not in the protocol %s", edits[i], path)
 		}
 		y = strings.Replace(y, edits[i], edits[i+1], 1)
 	}
-	p := filepath.Join(t.TempDir(), "mini.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return path
 }
 
 // repoRoot is the module's root: the first directory above the test's
