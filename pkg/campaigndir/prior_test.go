@@ -115,18 +115,14 @@ func TestCreateRecordsPriorVerdict(t *testing.T) {
 	if plan.Regime != "pair-b" || plan.Totals.BudgetConsumedGPUHours != 0.001 {
 		t.Fatalf("plan regime %q, consumed %v: not the fixture meant", plan.Regime, plan.Totals.BudgetConsumedGPUHours)
 	}
+	if cp := storedCampaign(t, dir); cp.Regime != "pair-b" || cp.RegimeConcurrency != 2 || cp.PriorGPUHours != 0.001 {
+		t.Errorf("campaign regime %q (concurrency %d), prior %v GPU-hours; want pair-b (2), 0.001", cp.Regime, cp.RegimeConcurrency, cp.PriorGPUHours)
+	}
 	st, err := state.OpenReadOnly(dirlayout.State(dir), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cp, err := st.Campaign()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cp.Regime != "pair-b" || cp.RegimeConcurrency != 2 || cp.PriorGPUHours != 0.001 {
-		t.Errorf("campaign regime %q (concurrency %d), prior %v GPU-hours; want pair-b (2), 0.001", cp.Regime, cp.RegimeConcurrency, cp.PriorGPUHours)
-	}
 	vs, err := st.GateVerdicts("")
 	if err != nil {
 		t.Fatal(err)
